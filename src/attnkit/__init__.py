@@ -1,2 +1,24 @@
-"""attnkit: attention mechanisms for PyTorch, from Bahdanau to the Transformer."""
+"""attnkit: attention mechanisms for PyTorch, from Bahdanau to the Transformer.
+
+The core is one function, :func:`attend` (score, normalise, sum), and the layers built on it.
+"""
 __version__ = "0.1.0"
+
+from .attention import (  # noqa: F401  (the public API)
+    Attention,
+    AttentionPooling,
+    LearnedPositionalEncoding,
+    MultiHeadAttention,
+    SelfAttention,
+    SelfAttentiveEncoder,
+    SinusoidalPositionalEncoding,
+    SpatialSelfAttention,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+    attend,
+    causal_mask,
+    padding_mask,
+    scores,
+)

@@ -1,0 +1,24 @@
+"""The attention core: score functions, ``attend``, masks, layers, positions, Transformer blocks."""
+from . import scores
+from .functional import AttentionOutput, SampledAttention, attend, masked_softmax
+from .layers import (
+    Attention,
+    AttentionPooling,
+    MultiHeadAttention,
+    PreparedMemory,
+    SelfAttention,
+    SelfAttentiveEncoder,
+    SpatialSelfAttention,
+)
+from .masks import causal_mask, check_mask, combine_masks, from_torch_mha_mask, key_mask, padding_mask, to_torch_mha_mask
+from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_encoding
+from .transformer import TransformerDecoder, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer
+
+__all__ = [
+    "scores", "attend", "masked_softmax", "AttentionOutput", "SampledAttention",
+    "Attention", "PreparedMemory", "SelfAttention", "MultiHeadAttention", "AttentionPooling",
+    "SpatialSelfAttention", "SelfAttentiveEncoder",
+    "padding_mask", "causal_mask", "key_mask", "combine_masks", "check_mask", "to_torch_mha_mask", "from_torch_mha_mask",
+    "SinusoidalPositionalEncoding", "LearnedPositionalEncoding", "sinusoidal_encoding",
+    "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
+]

@@ -1,0 +1,199 @@
+"""Transformer blocks from attnkit's own :class:`MultiHeadAttention` (no ``torch.nn.Transformer``).
+
+Encoder layer: ``x = x + SelfAttn(x)``, ``x = x + FFN(x)``, each sub-layer with dropout and a
+LayerNorm applied after the residual sum (post-norm, Vaswani et al.) or before the sub-layer
+(pre-norm, ``norm_first=True``). Decoder layer: causal self-attention, cross-attention over the
+encoder output ("memory"), feed-forward. Sub-module names follow ``torch.nn.TransformerEncoderLayer``
+/ ``TransformerDecoderLayer`` (``self_attn``, ``multihead_attn``, ``linear1``, ``linear2``,
+``norm1..3``), so weights copy across.
+
+Masks use attnkit's convention (``True`` = may attend); padding masks are ``(B, N)`` with
+``True`` at real tokens. Every layer returns its attention weights per head on request.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .layers import MultiHeadAttention
+
+__all__ = [
+    "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerDecoder",
+    "EncoderOutput",
+    "DecoderOutput",
+]
+
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+class _FeedForwardMixin:
+    def _init_ffn(self, d_model, dim_feedforward, dropout, activation, bias, layer_norm_eps, n_norms):
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias)
+        self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)  # inside the FFN
+        for i in range(1, n_norms + 1):
+            setattr(self, f"norm{i}", nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias))
+            setattr(self, f"dropout{i}", nn.Dropout(dropout))
+        self.activation = _ACTIVATIONS[activation]
+
+    def _ff(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+
+class TransformerEncoderLayer(_FeedForwardMixin, nn.Module):
+    """Self-attention + feed-forward. ``forward(src (B, N, D), *, key_padding_mask=None, mask=None,
+    need_weights=False) -> (out (B, N, D), weights (B, H, N, N) or None)``."""
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1, *,
+                 activation: str = "relu", norm_first: bool = False, bias: bool = True, layer_norm_eps: float = 1e-5):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias)
+        self._init_ffn(d_model, dim_feedforward, dropout, activation, bias, layer_norm_eps, n_norms=2)
+        self.norm_first = norm_first
+
+    def forward(self, src: Tensor, *, key_padding_mask: Tensor | None = None, mask: Tensor | None = None,
+                need_weights: bool = False):
+        x = src
+        if self.norm_first:
+            h = self.norm1(x)
+            a, w = self.self_attn(h, h, h, mask=mask, key_padding_mask=key_padding_mask, need_weights=need_weights)
+            x = x + self.dropout1(a)
+            x = x + self.dropout2(self._ff(self.norm2(x)))
+        else:
+            a, w = self.self_attn(x, x, x, mask=mask, key_padding_mask=key_padding_mask, need_weights=need_weights)
+            x = self.norm1(x + self.dropout1(a))
+            x = self.norm2(x + self.dropout2(self._ff(x)))
+        return x, w
+
+
+class TransformerDecoderLayer(_FeedForwardMixin, nn.Module):
+    """Causal self-attention, cross-attention over ``memory``, feed-forward.
+
+    ``forward(tgt (B, T, D), memory (B, S, D), *, tgt_key_padding_mask=None,
+    memory_key_padding_mask=None, causal=True, cache=None, need_weights=False)`` returns
+    ``(out (B, T, D), (self_weights (B, H, T, T'), cross_weights (B, H, T, S)) or (None, None))``.
+
+    ``cache`` (a dict, for incremental decoding) holds this layer's self-attention keys/values
+    and the cross-attention keys/values projected from ``memory`` once; with a cache, ``tgt`` is
+    only the new position(s).
+    """
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1, *,
+                 activation: str = "relu", norm_first: bool = False, bias: bool = True, layer_norm_eps: float = 1e-5):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias)
+        self.multihead_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias)
+        self._init_ffn(d_model, dim_feedforward, dropout, activation, bias, layer_norm_eps, n_norms=3)
+        self.norm_first = norm_first
+
+    def forward(self, tgt: Tensor, memory: Tensor, *, tgt_key_padding_mask: Tensor | None = None,
+                memory_key_padding_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
+                causal: bool = True, cache: dict | None = None, need_weights: bool = False):
+        self_cache = cross_cache = None
+        if cache is not None:
+            self_cache = cache.setdefault("self", {})
+            cross_cache = cache.setdefault("cross", {})
+
+        def sa(h):
+            return self.self_attn(h, h, h, mask=tgt_mask, key_padding_mask=tgt_key_padding_mask, causal=causal,
+                                  need_weights=need_weights, cache=self_cache)
+
+        def ca(h):
+            return self.multihead_attn(h, memory, memory, key_padding_mask=memory_key_padding_mask,
+                                       need_weights=need_weights, cache=cross_cache, static_kv=cache is not None)
+
+        x = tgt
+        if self.norm_first:
+            a, ws = sa(self.norm1(x))
+            x = x + self.dropout1(a)
+            a, wc = ca(self.norm2(x))
+            x = x + self.dropout2(a)
+            x = x + self.dropout3(self._ff(self.norm3(x)))
+        else:
+            a, ws = sa(x)
+            x = self.norm1(x + self.dropout1(a))
+            a, wc = ca(x)
+            x = self.norm2(x + self.dropout2(a))
+            x = self.norm3(x + self.dropout3(self._ff(x)))
+        return x, (ws, wc)
+
+
+class EncoderOutput(NamedTuple):
+    output: Tensor  # (B, S, D)
+    weights: list | None  # per layer (B, H, S, S)
+
+
+class DecoderOutput(NamedTuple):
+    output: Tensor  # (B, T, D)
+    self_weights: list | None  # per layer (B, H, T, T)
+    cross_weights: list | None  # per layer (B, H, T, S)
+
+
+class TransformerEncoder(nn.Module):
+    """``num_layers`` encoder layers; a final LayerNorm when ``norm_first`` (pre-norm needs it)."""
+
+    def __init__(self, d_model: int, nhead: int, num_layers: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 *, activation: str = "relu", norm_first: bool = False, bias: bool = True):
+        super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        self.layers = nn.ModuleList(
+            TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout, activation=activation,
+                                    norm_first=norm_first, bias=bias) for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(d_model, bias=bias) if norm_first else None
+
+    def forward(self, src: Tensor, *, key_padding_mask: Tensor | None = None, mask: Tensor | None = None,
+                need_weights: bool = False) -> EncoderOutput:
+        x, ws = src, []
+        for layer in self.layers:
+            x, w = layer(x, key_padding_mask=key_padding_mask, mask=mask, need_weights=need_weights)
+            ws.append(w)
+        if self.norm is not None:
+            x = self.norm(x)
+        return EncoderOutput(x, ws if need_weights else None)
+
+
+class TransformerDecoder(nn.Module):
+    """``num_layers`` decoder layers; a final LayerNorm when ``norm_first``.
+
+    ``cache``: a list with one dict per layer (make it with :meth:`new_cache`) for incremental
+    decoding; ``offset``-free: positions are the caller's business.
+    """
+
+    def __init__(self, d_model: int, nhead: int, num_layers: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 *, activation: str = "relu", norm_first: bool = False, bias: bool = True):
+        super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        self.layers = nn.ModuleList(
+            TransformerDecoderLayer(d_model, nhead, dim_feedforward, dropout, activation=activation,
+                                    norm_first=norm_first, bias=bias) for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(d_model, bias=bias) if norm_first else None
+
+    def new_cache(self) -> list[dict]:
+        return [{} for _ in self.layers]
+
+    def forward(self, tgt: Tensor, memory: Tensor, *, tgt_key_padding_mask: Tensor | None = None,
+                memory_key_padding_mask: Tensor | None = None, causal: bool = True, cache: list | None = None,
+                need_weights: bool = False) -> DecoderOutput:
+        if cache is not None and len(cache) != len(self.layers):
+            raise ValueError(f"cache must hold one dict per layer ({len(self.layers)}), got {len(cache)}")
+        x, sws, cws = tgt, [], []
+        for i, layer in enumerate(self.layers):
+            x, (sw, cw) = layer(x, memory, tgt_key_padding_mask=tgt_key_padding_mask,
+                                memory_key_padding_mask=memory_key_padding_mask, causal=causal,
+                                cache=None if cache is None else cache[i], need_weights=need_weights)
+            sws.append(sw)
+            cws.append(cw)
+        if self.norm is not None:
+            x = self.norm(x)
+        return DecoderOutput(x, sws if need_weights else None, cws if need_weights else None)
