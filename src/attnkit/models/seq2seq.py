@@ -1,0 +1,223 @@
+"""RNN encoder-decoders for translation: RNNencdec (one context vector) and RNNsearch (attention).
+
+**RNNencdec** (Cho et al. 2014; seed 003's vanilla seq2seq): a GRU reads the source and its final
+state is the single context vector ``c``; every decoder step sees the same ``c``:
+``s_t = GRU([E y_{t-1}; c], s_{t-1})``, ``p(y_t) = softmax(W_out tanh(W_o [s_t; c; E y_{t-1}]))``.
+
+**RNNsearch** (Bahdanau et al. 2015): a bidirectional GRU gives annotations
+``h_j = [h→_j; h←_j]``; at step ``t`` the previous decoder state scores every annotation,
+``e_tj = vᵀ tanh(W s_{t-1} + U h_j)``, ``α_t = softmax(e_t)``, ``c_t = Σ_j α_tj h_j``, then
+``s_t = GRU([E y_{t-1}; c_t], s_{t-1})`` and the output comes from ``[s_t; c_t; E y_{t-1}]``.
+``U h_j`` depends on the source only, so it is computed once per sentence
+(:meth:`attnkit.attention.Attention.prepare`), not once per step. The score is a constructor
+option (``additive``, ``dot``, ``general``, ``scaled_dot``): Luong-style variants for free.
+
+Both models follow the incremental decoding protocol of :mod:`attnkit.decoding`
+(``start`` / ``step`` / ``reorder``) and return every step's attention weights on request.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..attention import Attention, padding_mask
+from ..attention.scores import canonical_score_name
+
+__all__ = ["Seq2SeqConfig", "RNNEncDec", "RNNSearch", "build_seq2seq"]
+
+
+@dataclass
+class Seq2SeqConfig:
+    """Hyper-parameters of an RNN translator; saved as ``config.json`` beside the weights."""
+
+    model_type: str = "rnnsearch"  # "rnnsearch" or "rnnencdec"
+    vocab_size: int = 8000
+    emb_dim: int = 256
+    hidden_dim: int = 256  # per direction in the encoder; the decoder state size
+    attn_dim: int = 256  # additive score's tanh layer
+    score: str = "additive"
+    dropout: float = 0.2
+    tie_embeddings: bool = True  # output projection shares the (joint) embedding matrix
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    max_src_len: int = 200
+    max_tgt_len: int = 200
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Seq2SeqConfig":
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+class _RNNTranslator(nn.Module):
+    """Shared parts: embeddings, decoder GRU cell, deep output, the training loop over steps."""
+
+    model_type = "?"
+
+    def __init__(self, config: Seq2SeqConfig, context_dim: int):
+        super().__init__()
+        c = self.config = config
+        if c.vocab_size < 4:
+            raise ValueError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {c.vocab_size}")
+        self.embedding = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=c.pad_id)
+        nn.init.normal_(self.embedding.weight, std=c.emb_dim ** -0.5)
+        with torch.no_grad():
+            self.embedding.weight[c.pad_id].zero_()
+        self.context_dim = context_dim
+        self.decoder_cell = nn.GRUCell(c.emb_dim + context_dim, c.hidden_dim)
+        self.deep_output = nn.Linear(c.hidden_dim + context_dim + c.emb_dim, c.emb_dim)
+        self.out_proj = None if c.tie_embeddings else nn.Linear(c.emb_dim, c.vocab_size)
+        self.out_bias = nn.Parameter(torch.zeros(c.vocab_size)) if c.tie_embeddings else None
+        self.drop = nn.Dropout(c.dropout)
+
+    # -- pieces every model provides ---------------------------------------------------------------
+    def encode(self, src: Tensor, src_lengths: Tensor) -> dict:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _context(self, s_prev: Tensor, state: dict, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    # -- shared --------------------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: dict | Seq2SeqConfig) -> "_RNNTranslator":
+        cfg = config if isinstance(config, Seq2SeqConfig) else Seq2SeqConfig.from_dict(config)
+        return cls(cfg)
+
+    def config_dict(self) -> dict:
+        d = self.config.to_dict()
+        d["model_type"] = self.model_type
+        return d
+
+    def _check_src(self, src: Tensor, src_lengths: Tensor) -> None:
+        if not isinstance(src, Tensor) or src.dim() != 2 or src.dtype != torch.long:
+            raise ValueError(f"src must be a (B, S) long tensor of token ids, got {getattr(src, 'shape', type(src))}")
+        if src_lengths.shape != (src.shape[0],):
+            raise ValueError(f"src_lengths must have shape (B,) = ({src.shape[0]},), got {tuple(src_lengths.shape)}")
+        if int(src_lengths.min()) < 1:
+            raise ValueError("every source sentence needs at least one token (src_lengths >= 1)")
+        if int(src.max()) >= self.config.vocab_size or int(src.min()) < 0:
+            raise ValueError(f"src token ids must lie in [0, {self.config.vocab_size}), got [{int(src.min())}, {int(src.max())}]")
+
+    def _logits(self, s: Tensor, c: Tensor, y_emb: Tensor) -> Tensor:
+        """``W_out tanh(W_o [s_t; c_t; E y_{t-1}])``. ``(..., H), (..., C), (..., E) -> (..., V)``."""
+        t = torch.tanh(self.deep_output(torch.cat([s, c, y_emb], dim=-1)))
+        t = self.drop(t)
+        if self.out_proj is not None:
+            return self.out_proj(t)
+        return F.linear(t, self.embedding.weight, self.out_bias)
+
+    def _decoder_step(self, y_emb: Tensor, state: dict, need_weights: bool):
+        """One decoder step from ``s_{t-1}``: context, new state. Returns (s_t, c_t, α_t)."""
+        c, alpha = self._context(state["h"], state, need_weights)
+        s = self.decoder_cell(torch.cat([y_emb, c], dim=-1), state["h"])  # (B, H)
+        return s, c, alpha
+
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False):
+        """Teacher forcing: logits ``(B, T, V)`` for ``tgt_in`` (bos + target), and the weights
+        ``(B, T, S)`` of every step when ``need_weights`` (``None`` for RNNencdec)."""
+        self._check_src(src, src_lengths)
+        if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(f"tgt_in must be (B={src.shape[0]}, T), got {tuple(tgt_in.shape)}")
+        state = self.encode(src, src_lengths)
+        y_emb = self.drop(self.embedding(tgt_in))  # (B, T, E)
+        states, contexts, alphas = [], [], []
+        for t in range(tgt_in.shape[1]):
+            s, c, a = self._decoder_step(y_emb[:, t], state, need_weights)
+            state["h"] = s
+            states.append(s)
+            contexts.append(c)
+            alphas.append(a)
+        s_all = self.drop(torch.stack(states, 1))  # (B, T, H)
+        c_all = torch.stack(contexts, 1)  # (B, T, C)
+        logits = self._logits(s_all, c_all, y_emb)  # (B, T, V): one big GEMM after the loop
+        weights = torch.stack(alphas, 1) if need_weights and alphas[0] is not None else None
+        return logits, weights
+
+    # -- incremental decoding protocol (attnkit.decoding) ---------------------------------------
+    def start(self, src: Tensor, src_lengths: Tensor) -> dict:
+        """Encode the source once; the state for :meth:`step`."""
+        self._check_src(src, src_lengths)
+        return self.encode(src, src_lengths)
+
+    def step(self, prev_tokens: Tensor, state: dict):
+        """``prev_tokens (B,)`` → ``(log_probs (B, V), state, attention (B, S) or None)``."""
+        y_emb = self.embedding(prev_tokens)  # (B, E)
+        s, c, alpha = self._decoder_step(y_emb, state, need_weights=True)
+        new_state = dict(state)
+        new_state["h"] = s
+        return torch.log_softmax(self._logits(s, c, y_emb), dim=-1), new_state, alpha
+
+    def reorder(self, state: dict, index: Tensor) -> dict:
+        """Select/reorder batch rows of every tensor in the state (beam search)."""
+        return {k: (v.index_select(0, index) if isinstance(v, Tensor) else
+                    type(v)(*(t.index_select(0, index) for t in v)) if isinstance(v, tuple) else v)
+                for k, v in state.items()}
+
+
+class RNNEncDec(_RNNTranslator):
+    """The encoder-decoder without attention: one context vector ``c`` = the encoder's last state."""
+
+    model_type = "rnnencdec"
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__(config, context_dim=config.hidden_dim)
+        c = config
+        self.encoder = nn.GRU(c.emb_dim, c.hidden_dim, batch_first=True)
+        self.init_state = nn.Linear(c.hidden_dim, c.hidden_dim)
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> dict:
+        x = self.drop(self.embedding(src))  # (B, S, E)
+        packed = nn.utils.rnn.pack_padded_sequence(x, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
+        _, h_n = self.encoder(packed)  # (1, B, H): the state after each sentence's last real token
+        context = h_n[-1]  # (B, H)
+        return {"h": torch.tanh(self.init_state(context)), "context": context}
+
+    def _context(self, s_prev, state, need_weights):
+        return state["context"], None
+
+
+class RNNSearch(_RNNTranslator):
+    """Bahdanau et al.'s RNNsearch: bidirectional GRU annotations and attention at every step."""
+
+    model_type = "rnnsearch"
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__(config, context_dim=2 * config.hidden_dim)
+        c = config
+        self.encoder = nn.GRU(c.emb_dim, c.hidden_dim, batch_first=True, bidirectional=True)
+        self.init_state = nn.Linear(c.hidden_dim, c.hidden_dim)  # s_0 = tanh(W_s h←_1)
+        score = canonical_score_name(c.score)
+        key_proj = None
+        if score in ("dot", "scaled_dot"):
+            key_proj = c.hidden_dim  # dot products need keys of the decoder state's size (Luong)
+        self.attention = Attention(c.hidden_dim, 2 * c.hidden_dim, score=score, hidden_dim=c.attn_dim,
+                                   key_proj_dim=key_proj)
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> dict:
+        x = self.drop(self.embedding(src))  # (B, S, E)
+        packed = nn.utils.rnn.pack_padded_sequence(x, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, h_n = self.encoder(packed)
+        annotations, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, 2H)
+        memory = self.attention.prepare(annotations)  # U h_j + b once per sentence
+        mask = padding_mask(src_lengths.to(src.device), src.shape[1])  # (B, S)
+        return {"h": torch.tanh(self.init_state(h_n[1])), "memory": memory, "mask": mask}
+
+    def _context(self, s_prev, state, need_weights):
+        return self.attention(s_prev, prepared=state["memory"], key_padding_mask=state["mask"], need_weights=need_weights)
+
+
+def build_seq2seq(config: dict | Seq2SeqConfig) -> _RNNTranslator:
+    """Build RNNsearch or RNNencdec from a config (``model_type`` picks)."""
+    cfg = config if isinstance(config, Seq2SeqConfig) else Seq2SeqConfig.from_dict(config)
+    kinds = {"rnnsearch": RNNSearch, "rnnencdec": RNNEncDec}
+    if cfg.model_type not in kinds:
+        raise ValueError(f"model_type must be one of {sorted(kinds)}, got {cfg.model_type!r}")
+    return kinds[cfg.model_type](cfg)
