@@ -386,6 +386,8 @@ def prepare_bible(
         return tsv
     start = time.perf_counter()
     folder = _sword_path(sword_path)
+    for module in (SOURCE_MODULE, TARGET_MODULE):  # fail fast, before seconds of reading
+        _open_module(module, folder)
     source = {k: fix_drop_caps(v) for k, v in read_module_verses(SOURCE_MODULE, folder).items()}
     target = read_module_verses(TARGET_MODULE, folder)
     pairs, stats = pair_verses(source, target)
