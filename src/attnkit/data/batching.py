@@ -1,0 +1,205 @@
+"""Turning verse pairs into padded tensor batches, in length buckets, resumably.
+
+Three steps: :func:`encode_pairs` tokenizes pairs once into id tensors (truncated to ``max_len``
+tokens a side); :class:`BucketBatchSampler` groups examples of similar length into batches
+(bounded by a batch size and/or a padded-token budget) so little compute goes to padding, in an
+order shuffled from a seed; :func:`collate` pads a batch into the tensors a seq2seq model eats.
+
+Resuming: the batches of an epoch depend only on ``(seed, epoch)``, so the sampler's position is
+just ``{"seed", "epoch", "index"}`` (batches of this epoch already handed out). Saving
+:meth:`BucketBatchSampler.state_dict` with a checkpoint and loading it into a fresh sampler gives
+exactly the batches the uninterrupted run would have seen next.
+"""
+from __future__ import annotations
+
+import random
+from typing import Iterator, NamedTuple, Sequence
+
+import torch
+
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+__all__ = ["Example", "encode_pairs", "example_lengths", "BucketBatchSampler", "collate"]
+
+
+class Example(NamedTuple):
+    """One encoded pair: source and target token ids (1-D long tensors, no special ids)."""
+
+    src: torch.Tensor
+    tgt: torch.Tensor
+
+
+def encode_pairs(pairs: Sequence, tokenizer, max_len: int) -> list[Example]:
+    """Tokenize ``pairs`` (objects with ``.src`` and ``.tgt`` text, or ``(src, tgt, ...)`` tuples).
+
+    Each side is truncated to its first ``max_len`` tokens (a verse longer than that loses its
+    end; with the Bible and an 8k vocabulary, ``max_len=100`` truncates well under 1% of verses).
+    No special ids are added here: :func:`collate` adds ``bos``/``eos`` to the target, so a
+    target has at most ``max_len + 1`` positions in ``tgt_in``/``tgt_out``.
+    """
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+    srcs, tgts = [], []
+    for i, p in enumerate(pairs):
+        src, tgt = (p.src, p.tgt) if hasattr(p, "src") else (p[0], p[1])
+        if not isinstance(src, str) or not isinstance(tgt, str):
+            raise TypeError(f"pairs[{i}] must hold two str (src, tgt), got {type(src).__name__}, "
+                            f"{type(tgt).__name__}")
+        srcs.append(src)
+        tgts.append(tgt)
+    src_ids = tokenizer.encode_batch(srcs) if srcs else []
+    tgt_ids = tokenizer.encode_batch(tgts) if tgts else []
+    return [Example(torch.tensor(s[:max_len], dtype=torch.long),
+                    torch.tensor(t[:max_len], dtype=torch.long))
+            for s, t in zip(src_ids, tgt_ids)]
+
+
+def example_lengths(examples: Sequence[Example]) -> list[int]:
+    """Padded size an example costs in a batch: ``max(len(src), len(tgt) + 1)`` (target + bos/eos)."""
+    return [max(len(e.src), len(e.tgt) + 1) for e in examples]
+
+
+class BucketBatchSampler:
+    """Batches of indices of similar length, shuffled from a seed, resumable mid-epoch.
+
+    Each epoch: indices are shuffled with ``random.Random(f"{seed}:{epoch}")``, cut into pools of
+    ``pool_size`` batches' worth, each pool sorted by length and cut into batches, and the batch
+    order shuffled. A batch holds at most ``batch_size`` examples and at most ``max_tokens``
+    padded tokens (``len(batch) * longest length``); give either or both. An example longer than
+    ``max_tokens`` alone still forms a batch of one. Every index appears exactly once per epoch.
+
+    Iterating yields the remaining batches of the current epoch, then moves to the next epoch.
+    Use it as a DataLoader ``batch_sampler``. :meth:`state_dict` counts batches handed out; with
+    DataLoader workers prefetching, save the number of batches actually trained on instead
+    (``{"seed": ..., "epoch": ..., "index": steps_this_epoch}``).
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int | None = None,
+                 max_tokens: int | None = None, seed: int = 0, shuffle: bool = True,
+                 pool_size: int = 100, drop_last: bool = False):
+        if batch_size is None and max_tokens is None:
+            raise ValueError("give batch_size or max_tokens (or both)")
+        for name, v in (("batch_size", batch_size), ("max_tokens", max_tokens)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name} must be a positive int or None, got {v!r}")
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise ValueError(f"pool_size must be a positive int, got {pool_size!r}")
+        lengths = [int(n) for n in lengths]
+        if any(n < 0 for n in lengths):
+            raise ValueError("lengths must be non-negative")
+        self.lengths = lengths
+        self.batch_size = batch_size
+        self.max_tokens = max_tokens
+        self.seed = int(seed)
+        self.shuffle = bool(shuffle)
+        self.pool_size = pool_size
+        self.drop_last = bool(drop_last)
+        self.epoch = 0
+        self.index = 0
+        self._cache: tuple[tuple[int, int], list[list[int]]] | None = None
+
+    def _cut(self, order: list[int]) -> list[list[int]]:
+        batches, cur, longest = [], [], 0
+        for i in order:
+            n = max(self.lengths[i], 1)
+            too_many = self.batch_size is not None and len(cur) >= self.batch_size
+            too_big = self.max_tokens is not None and (len(cur) + 1) * max(longest, n) > self.max_tokens
+            if cur and (too_many or too_big):
+                batches.append(cur)
+                cur, longest = [], 0
+            cur.append(i)
+            longest = max(longest, n)
+        if cur:
+            batches.append(cur)
+        return batches
+
+    def batches(self, epoch: int | None = None) -> list[list[int]]:
+        """All batches of ``epoch`` (default: the current one), a pure function of seed and epoch."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        if self._cache is not None and self._cache[0] == (self.seed, epoch):
+            return self._cache[1]
+        rng = random.Random(f"{self.seed}:{epoch}")
+        order = list(range(len(self.lengths)))
+        if self.shuffle:
+            rng.shuffle(order)
+        if self.batch_size is not None:
+            pool = self.pool_size * self.batch_size
+        else:
+            mean = max(1, sum(self.lengths) // max(1, len(self.lengths)))
+            pool = self.pool_size * max(1, self.max_tokens // mean)
+        out: list[list[int]] = []
+        for start in range(0, len(order), pool):
+            chunk = sorted(order[start:start + pool], key=lambda i: self.lengths[i])  # stable
+            out.extend(self._cut(chunk))
+        if self.drop_last and self.batch_size is not None:
+            out = [b for b in out if len(b) == self.batch_size]
+        if self.shuffle:
+            rng.shuffle(out)
+        self._cache = ((self.seed, epoch), out)
+        return out
+
+    def __len__(self) -> int:
+        """Number of batches in the current epoch."""
+        return len(self.batches())
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self.batches()
+        while self.index < len(batches):
+            batch = batches[self.index]
+            self.index += 1
+            yield list(batch)
+        self.epoch += 1
+        self.index = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its first batch."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        self.epoch, self.index = epoch, 0
+
+    def state_dict(self) -> dict:
+        """Position to resume from: seed, epoch, and batches of this epoch handed out."""
+        return {"seed": self.seed, "epoch": self.epoch, "index": self.index,
+                "num_examples": len(self.lengths)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a :meth:`state_dict`; the next batches are those the saved run had next."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict, got {type(state).__name__}")
+        missing = {"seed", "epoch", "index"} - state.keys()
+        if missing:
+            raise ValueError(f"state is missing {sorted(missing)}")
+        n = state.get("num_examples", len(self.lengths))
+        if n != len(self.lengths):
+            raise ValueError(f"state was saved for {n} examples, this sampler has {len(self.lengths)}")
+        if int(state["epoch"]) < 0 or int(state["index"]) < 0:
+            raise ValueError(f"state epoch and index must be >= 0, got {state['epoch']}, {state['index']}")
+        self.seed, self.epoch, self.index = int(state["seed"]), int(state["epoch"]), int(state["index"])
+
+
+def collate(examples: Sequence[Example], pad_id: int = PAD_ID, bos_id: int = BOS_ID,
+            eos_id: int = EOS_ID) -> dict[str, torch.Tensor]:
+    """Pad a list of :class:`Example` into a batch for teacher forcing.
+
+    Returns ``src (B, S)``, ``src_lengths (B,)``, ``tgt_in (B, T)`` = bos + target,
+    ``tgt_out (B, T)`` = target + eos, and ``tgt_lengths (B,)`` = target tokens + 1; all long,
+    padded with ``pad_id``. ``S`` is at least 1 so an empty source still has a shape.
+    """
+    if len(examples) == 0:
+        raise ValueError("examples must not be empty")
+    b = len(examples)
+    src_len = torch.tensor([len(e.src) for e in examples], dtype=torch.long)
+    tgt_len = torch.tensor([len(e.tgt) + 1 for e in examples], dtype=torch.long)
+    src = torch.full((b, max(1, int(src_len.max()))), pad_id, dtype=torch.long)
+    t = int(tgt_len.max())
+    tgt_in = torch.full((b, t), pad_id, dtype=torch.long)
+    tgt_out = torch.full((b, t), pad_id, dtype=torch.long)
+    for row, e in enumerate(examples):
+        n, m = len(e.src), len(e.tgt)
+        src[row, :n] = e.src
+        tgt_in[row, 0] = bos_id
+        tgt_in[row, 1:m + 1] = e.tgt
+        tgt_out[row, :m] = e.tgt
+        tgt_out[row, m] = eos_id
+    return {"src": src, "src_lengths": src_len, "tgt_in": tgt_in, "tgt_out": tgt_out,
+            "tgt_lengths": tgt_len}

@@ -1,0 +1,72 @@
+"""Where attnkit keeps its prepared data, and how files there are written.
+
+Everything attnkit prepares (corpora, splits) lives under one folder, ``$ATTNKIT_HOME``
+(default ``~/.cache/attnkit``), so it is prepared once, cached, and easy to delete.
+Files are written atomically (temp file in the same folder, fsync, ``os.replace``) so an
+interrupted run never leaves a half-written file that a later run would trust.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["attnkit_home", "atomic_write_bytes", "atomic_write_text"]
+
+
+def attnkit_home(home: str | os.PathLike | None = None) -> Path:
+    """Return the attnkit data folder: ``home`` if given, else ``$ATTNKIT_HOME``, else ``~/.cache/attnkit``.
+
+    The folder is not created here; writers create the sub-folders they need.
+    """
+    if home is not None:
+        if not isinstance(home, (str, os.PathLike)):
+            raise TypeError(f"home must be a str or os.PathLike, got {type(home).__name__}")
+        return Path(home).expanduser()
+    env = os.environ.get("ATTNKIT_HOME")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "attnkit"
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically: temp file in the same folder, fsync, ``os.replace``.
+
+    Readers see either the old file or the complete new one, never a partial write.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write_bytes`)."""
+    return atomic_write_bytes(path, text.encode(encoding))
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename itself durable; best effort (not every platform can fsync a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

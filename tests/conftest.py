@@ -1,0 +1,19 @@
+"""Shared fixtures: the real Bible corpus, prepared once per test session in a temporary home."""
+from pathlib import Path
+
+import pytest
+
+SWORD = Path("/usr/share/sword")
+HAVE_SWORD = all((SWORD / "mods.d" / f"{m}.conf").is_file() for m in ("spaRV1909eb", "engWEB2015eb"))
+
+
+@pytest.fixture(scope="session")
+def bible_home(tmp_path_factory):
+    """An ATTNKIT_HOME holding the prepared corpus (prepare runs once, ~6 s)."""
+    if not HAVE_SWORD:
+        pytest.skip("SWORD modules not installed (apt-get install sword-text-sparv sword-text-web)")
+    from attnkit.data.bible import prepare_bible
+
+    home = tmp_path_factory.mktemp("attnkit_home")
+    prepare_bible(home, sword_path=SWORD)
+    return home
