@@ -65,6 +65,18 @@ def test_round_trip_with_trainer_state_and_extra_files(tmp_path):
         assert torch.equal(m2.state_dict()[k], v)
 
 
+def test_dataclass_config(tmp_path):
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Cfg:
+        vocab: int = 7
+        dim: int = 4
+
+    save_checkpoint(tmp_path / "c", model=_model(), config=Cfg())
+    assert load_checkpoint(tmp_path / "c").config["dim"] == 4
+
+
 def test_tied_weights_survive(tmp_path):
     m = _model()
     save_checkpoint(tmp_path / "c", model=m, config=m.to_config())

@@ -24,6 +24,7 @@ log-probability (including eos when finished), ``attention`` (len(tokens), Nk) w
 attention of the step that produced ``tokens[t]`` (None unless ``return_attention``), and
 ``finished`` (False when ``max_len`` steps ended it before eos).
 
+Both searches run under ``torch.no_grad``; put the model in eval mode first (dropout).
 ``max_len`` bounds the number of decoder steps, so a hypothesis has at most ``max_len`` tokens
 (at most ``max_len - 1`` plus eos when finished). Beam search ranks hypotheses by
 ``score / lp(length)`` with the GNMT length penalty ``lp = ((5 + length) / 6) ** alpha``

@@ -29,6 +29,7 @@ Why this shape:
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -251,7 +252,7 @@ def save_checkpoint(
 ) -> Path:
     """Write a checkpoint folder atomically and return its path.
 
-    ``config`` is written as config.json with ``model_type`` (taken from the registered class
+    ``config`` (a dict or a dataclass instance) is written as config.json with ``model_type`` (taken from the registered class
     when absent) and ``attnkit_version`` added. ``dtype`` (e.g. ``torch.float16``) casts floating
     tensors for smaller shipped files; leave it ``None`` for resumable training checkpoints.
     ``trainer_state`` is saved with ``torch.save`` and must hold only tensors, numbers, strings,
@@ -260,8 +261,10 @@ def save_checkpoint(
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"save_checkpoint: model must be a torch.nn.Module, got {type(model).__name__}")
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        config = dataclasses.asdict(config)
     if not isinstance(config, Mapping):
-        raise TypeError(f"save_checkpoint: config must be a dict, got {type(config).__name__}")
+        raise TypeError(f"save_checkpoint: config must be a dict or a dataclass instance, got {type(config).__name__}")
     if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ValueError(f"save_checkpoint: dtype must be a floating torch.dtype or None, got {dtype!r}")
     if trainer_state is not None and not isinstance(trainer_state, dict):

@@ -26,6 +26,7 @@ incomplete group of an epoch is dropped, so all ranks take the same number of st
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -199,6 +200,8 @@ class Trainer:
         if config is None:
             to_config = getattr(self.raw_model, "to_config", None)
             config = to_config() if callable(to_config) else {}
+        if dataclasses.is_dataclass(config) and not isinstance(config, type):
+            config = dataclasses.asdict(config)
         self.config = dict(config)
 
         # counters (saved in trainer_state)
