@@ -1,0 +1,293 @@
+"""Greedy and batched beam search, shared by every attnkit model that generates.
+
+A model generates by implementing three methods (the :class:`IncrementalDecoder` protocol):
+
+``state = model.start(**inputs)``
+    Encode the source once. ``inputs`` is whatever the model needs (``src``, ``src_lengths``;
+    or image ``features``); its first tensor value must be batch-first, which tells the search
+    the batch size B. ``state`` is any object the model understands (tensors, tuples, dicts).
+
+``log_probs, state, attn = model.step(prev_tokens, state)``
+    One decoder step for every row: ``prev_tokens`` (R,) long is each row's previous token
+    (``bos_id`` at the first step); returns ``log_probs`` (R, V), already log-softmaxed, the new
+    state, and ``attn`` (R, Nk), this step's attention weights over the Nk source positions (or
+    None). The step must treat rows independently.
+
+``state = model.reorder(state, index)``
+    Select rows: ``index`` (R',) long; row i of the result is row ``index[i]`` of ``state``
+    (``index_select`` along the batch dimension of every tensor in the state). Beam search uses
+    it to expand B sentences to B*K beams, to follow back-pointers, and to drop finished
+    sentences.
+
+Results are :class:`Hypothesis` objects: ``tokens`` without bos/eos, ``score`` the summed
+log-probability (including eos when finished), ``attention`` (len(tokens), Nk) with row t the
+attention of the step that produced ``tokens[t]`` (None unless ``return_attention``), and
+``finished`` (False when ``max_len`` steps ended it before eos).
+
+Both searches run under ``torch.no_grad``; put the model in eval mode first (dropout).
+``max_len`` bounds the number of decoder steps, so a hypothesis has at most ``max_len`` tokens
+(at most ``max_len - 1`` plus eos when finished). Beam search ranks hypotheses by
+``score / lp(length)`` with the GNMT length penalty ``lp = ((5 + length) / 6) ** alpha``
+(Wu et al. 2016), where ``length`` counts the eos; ``alpha = 0`` ranks by raw score.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["IncrementalDecoder", "Hypothesis", "greedy_search", "beam_search", "gnmt_length_penalty"]
+
+
+@runtime_checkable
+class IncrementalDecoder(Protocol):
+    """What a model implements to be decoded by :func:`greedy_search` and :func:`beam_search`."""
+
+    def start(self, **inputs: Any) -> Any:
+        """Encode the inputs once; return the initial decoder state for B rows."""
+        ...
+
+    def step(self, prev_tokens: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any, torch.Tensor | None]:
+        """(R,) previous tokens -> ((R, V) log-probs, new state, (R, Nk) attention or None)."""
+        ...
+
+    def reorder(self, state: Any, index: torch.Tensor) -> Any:
+        """Rows ``index`` (R',) of ``state``."""
+        ...
+
+
+@dataclass
+class Hypothesis:
+    """One decoded sequence (see the module docstring for the meaning of each field)."""
+
+    tokens: list[int]
+    score: float
+    attention: torch.Tensor | None = None
+    finished: bool = True
+
+    def penalized_score(self, alpha: float) -> float:
+        """``score / gnmt_length_penalty(length, alpha)``, length counting eos when finished."""
+        return self.score / gnmt_length_penalty(len(self.tokens) + int(self.finished), alpha)
+
+
+def gnmt_length_penalty(length: int, alpha: float) -> float:
+    """GNMT length penalty ``((5 + length) / 6) ** alpha`` (1.0 when alpha is 0)."""
+    return ((5.0 + length) / 6.0) ** alpha if alpha else 1.0
+
+
+def _check_model(model: Any) -> None:
+    for name in ("start", "step", "reorder"):
+        if not callable(getattr(model, name, None)):
+            raise TypeError(f"model must implement the IncrementalDecoder protocol; {type(model).__name__} has no {name}()")
+
+
+def _batch_size(inputs: Mapping[str, Any]) -> tuple[int, torch.device]:
+    if not isinstance(inputs, Mapping):
+        raise TypeError(f"inputs must be a dict of keyword arguments for model.start, got {type(inputs).__name__}")
+    for v in inputs.values():
+        if isinstance(v, torch.Tensor) and v.dim() >= 1:
+            return v.size(0), v.device
+    raise ValueError("inputs must contain at least one batch-first tensor (it gives the batch size)")
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_step(log_probs: Any, attn: Any, rows: int) -> None:
+    if not isinstance(log_probs, torch.Tensor) or log_probs.dim() != 2 or log_probs.size(0) != rows:
+        raise ValueError(
+            f"model.step must return log_probs of shape ({rows}, V), got {getattr(log_probs, 'shape', type(log_probs))}"
+        )
+    if attn is not None and (not isinstance(attn, torch.Tensor) or attn.dim() != 2 or attn.size(0) != rows):
+        raise ValueError(f"model.step must return attn of shape ({rows}, Nk) or None, got {getattr(attn, 'shape', None)}")
+
+
+@torch.no_grad()
+def greedy_search(
+    model: IncrementalDecoder,
+    inputs: Mapping[str, Any],
+    *,
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+    return_attention: bool = False,
+) -> list[Hypothesis]:
+    """Pick the most probable next token at every step, for the whole batch at once.
+
+    Returns one :class:`Hypothesis` per batch element. Stops when every row has produced eos
+    or after ``max_len`` steps.
+    """
+    _check_model(model)
+    _check_int("max_len", max_len, 1)
+    B, device = _batch_size(inputs)
+    state = model.start(**inputs)
+    prev = torch.full((B,), bos_id, dtype=torch.long, device=device)
+    scores = torch.zeros(B, dtype=torch.float32, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    tokens: list[list[int]] = [[] for _ in range(B)]
+    attns: list[list[torch.Tensor]] = [[] for _ in range(B)]
+    for _ in range(max_len):
+        log_probs, state, attn = model.step(prev, state)
+        _check_step(log_probs, attn, B)
+        log_probs = log_probs.float()
+        tok = log_probs.argmax(dim=-1)
+        gained = log_probs.gather(1, tok.unsqueeze(1)).squeeze(1)
+        scores = torch.where(done, scores, scores + gained)
+        for b, t in enumerate(tok.tolist()):
+            if done[b] or t == eos_id:
+                continue
+            tokens[b].append(t)
+            if return_attention and attn is not None:
+                attns[b].append(attn[b].detach().float().cpu())
+        done = done | tok.eq(eos_id)
+        if bool(done.all()):
+            break
+        prev = tok
+    out = []
+    for b in range(B):
+        att = None
+        if return_attention and attn is not None:
+            att = torch.stack(attns[b]) if attns[b] else torch.zeros(0, attn.size(-1))
+        out.append(Hypothesis(tokens[b], float(scores[b]), att, bool(done[b])))
+    return out
+
+
+@torch.no_grad()
+def beam_search(
+    model: IncrementalDecoder,
+    inputs: Mapping[str, Any],
+    *,
+    beam_size: int,
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+    length_penalty: float = 0.0,
+    n_best: int = 1,
+    return_attention: bool = False,
+) -> list[list[Hypothesis]]:
+    """Batched beam search: all sentences x beams go through one ``model.step`` call per step.
+
+    Each step expands every live beam, finalises the eos candidates that rank among the top
+    ``beam_size`` of their sentence, and continues with the best ``beam_size`` non-eos
+    candidates. A sentence is finished when it has ``beam_size`` finished hypotheses, or when it
+    has ``n_best`` and no live beam can still beat the ``n_best``-th under the length penalty
+    (log-probs only decrease a raw score, so ``score / lp(L)`` at the best reachable length
+    bounds what a live beam can reach); finished sentences leave the batch. Returns, per
+    sentence, up to ``n_best`` hypotheses, best first by penalised score; live beams stand in
+    (``finished=False``) only when fewer than ``n_best`` finished within ``max_len`` steps.
+    Attention histories follow the back-pointers.
+    """
+    _check_model(model)
+    _check_int("beam_size", beam_size, 1)
+    _check_int("max_len", max_len, 1)
+    _check_int("n_best", n_best, 1)
+    if n_best > beam_size:
+        raise ValueError(f"n_best ({n_best}) must be <= beam_size ({beam_size})")
+    if not isinstance(length_penalty, (int, float)) or not math.isfinite(length_penalty):
+        raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
+    alpha = float(length_penalty)
+    K = beam_size
+    B, device = _batch_size(inputs)
+
+    def lp(length: int) -> float:
+        return gnmt_length_penalty(length, alpha)
+
+    state = model.start(**inputs)
+    state = model.reorder(state, torch.arange(B, device=device).repeat_interleave(K))
+    active = list(range(B))  # sentence id of each block of K rows
+    scores = torch.full((B, K), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # at the first step only beam 0 of each sentence is expanded
+    tokens = torch.zeros(B * K, 0, dtype=torch.long, device=device)
+    hist: torch.Tensor | None = None  # (rows, t, Nk) attention history
+    prev = torch.full((B * K,), bos_id, dtype=torch.long, device=device)
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    # penalised scores of each sentence's finished hypotheses, kept sorted (best first)
+    fin_pen: list[list[float]] = [[] for _ in range(B)]
+
+    for t in range(max_len):
+        A = len(active)
+        log_probs, state, attn = model.step(prev, state)
+        _check_step(log_probs, attn, A * K)
+        V = log_probs.size(1)
+        if return_attention and attn is not None:
+            attn = attn.detach().float()
+        cand = (scores.reshape(-1, 1) + log_probs.float()).reshape(A, K * V)
+        n_cand = min(2 * K, K * V)
+        top_s, top_i = cand.topk(n_cand, dim=1)
+        beam = torch.div(top_i, V, rounding_mode="floor")
+        tok = top_i % V
+        row = beam + torch.arange(A, device=device).unsqueeze(1) * K
+        is_eos = tok.eq(eos_id)
+
+        # finalise eos candidates that rank among their sentence's top K
+        fin = is_eos & torch.isfinite(top_s)
+        fin[:, K:] = False
+        if bool(fin.any()):
+            length = t + 1
+            for a, j in fin.nonzero().tolist():
+                b = active[a]
+                r = int(row[a, j])
+                s = float(top_s[a, j])
+                att = None
+                if return_attention and attn is not None:
+                    att = hist[r].cpu() if hist is not None else torch.zeros(0, attn.size(-1))
+                finished[b].append(Hypothesis(tokens[r].tolist(), s, att, True))
+                fin_pen[b].append(s / lp(length))
+                fin_pen[b].sort(reverse=True)
+
+        # continue with the best K non-eos candidates
+        cont = top_s.masked_fill(is_eos, float("-inf"))
+        sel_s, sel_j = cont.topk(K, dim=1)
+        sel_row = row.gather(1, sel_j)
+        sel_tok = tok.gather(1, sel_j)
+
+        keep = []
+        last_step = t + 1 == max_len
+        for a in range(A):
+            b = active[a]
+            best_live = float(sel_s[a, 0])
+            nf = len(finished[b])
+            if best_live == float("-inf") or nf >= K:
+                continue
+            if nf >= n_best and not last_step:
+                # a live beam finishes at length >= t + 2 and its raw score can only fall
+                bound = max(best_live / lp(t + 2), best_live / lp(max_len))
+                if fin_pen[b][n_best - 1] >= bound:
+                    continue
+            keep.append(a)
+        if not keep:
+            break
+        keep_t = torch.tensor(keep, dtype=torch.long, device=device)
+        idx = sel_row.index_select(0, keep_t).reshape(-1)
+        new_tok = sel_tok.index_select(0, keep_t).reshape(-1)
+        tokens = torch.cat([tokens.index_select(0, idx), new_tok.unsqueeze(1)], dim=1)
+        if return_attention and attn is not None:
+            step_att = attn.index_select(0, idx).unsqueeze(1)
+            hist = step_att if hist is None else torch.cat([hist.index_select(0, idx), step_att], dim=1)
+        scores = sel_s.index_select(0, keep_t)
+        active = [active[a] for a in keep]
+        prev = new_tok
+        if last_step:
+            # out of steps: live beams stand in where too few hypotheses finished
+            for a, b in enumerate(active):
+                if len(finished[b]) >= n_best:
+                    continue
+                for k in range(K):
+                    s = float(scores[a, k])
+                    if s == float("-inf"):
+                        continue
+                    r = a * K + k
+                    att = hist[r].cpu() if (return_attention and hist is not None) else None
+                    finished[b].append(Hypothesis(tokens[r].tolist(), s, att, False))
+            break
+        state = model.reorder(state, idx)
+
+    results = []
+    for b in range(B):
+        hyps = sorted(finished[b], key=lambda h: (h.finished, h.penalized_score(alpha)), reverse=True)
+        results.append(hyps[:n_best])
+    return results

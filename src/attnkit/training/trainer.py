@@ -1,0 +1,561 @@
+"""One training loop for every attnkit model: exact resume, DDP, early stopping, logs.
+
+The loop, per optimizer step::
+
+    loss_sum, n_tokens, metrics = loss_fn(model, batch)
+    loss = loss_sum / n_tokens_global          # per-token mean over the *global* batch
+    loss.backward(); clip_grad_norm; optimizer.step(); scheduler.step()
+
+``loss_fn`` returns a *sum* over tokens and the token count, not a mean: the trainer divides by
+the count of the whole batch, so every token weighs the same however sentences are batched. Under
+DDP the token counts are all-reduced and the loss scaled by ``world_size / n_tokens_global``;
+since DDP averages gradients over ranks, the gradient equals the single-process gradient of the
+global batch (the concatenation of every rank's batch).
+
+Checkpoints (``out_dir/step-XXXXXXXX``, the last ``keep_last`` kept, plus ``out_dir/best``) are
+written every ``save_every_steps`` steps, at the end of every epoch, at the end of ``fit`` and when
+a stop is requested (SIGINT/SIGTERM or :meth:`Trainer.request_stop`), at a step boundary. They hold
+the model, optimizer, scheduler, python/numpy/torch RNG states (per rank), the data source's
+position and all counters, so that ``fit`` for N steps, then ``fit(resume=True)`` for M more,
+gives bit-for-bit the weights of N+M steps in one run.
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1) the trainer initialises the gloo process group, wraps the
+model in ``DistributedDataParallel`` and gives rank r every ``world_size``-th batch (the last
+incomplete group of an epoch is dropped, so all ranks take the same number of steps); only rank
+0 writes checkpoints, the JSON-lines log and the progress bar.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from . import distributed as D
+from .checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    load_into,
+    remove_stale_temporaries,
+    list_checkpoints,
+    rotate_checkpoints,
+    save_checkpoint,
+    step_dir_name,
+)
+
+__all__ = ["Trainer", "get_rng_state", "set_rng_state"]
+
+LOG_NAME = "train_log.jsonl"
+BEST_NAME = "best"
+
+
+def get_rng_state() -> dict:
+    """python, numpy and torch (CPU and CUDA) RNG states, as weights_only-loadable values."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping) -> None:
+    """Restore what :func:`get_rng_state` returned."""
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"].cpu())
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+def _check_batches(train_batches: Any) -> None:
+    for name in ("__iter__", "state_dict", "load_state_dict", "set_epoch"):
+        if not callable(getattr(train_batches, name, None)):
+            raise TypeError(
+                f"Trainer: train_batches must have {name}() (a resumable batch source, see attnkit.training.data); "
+                f"got {type(train_batches).__name__}"
+            )
+
+
+class Trainer:
+    """Train ``model`` with ``optimizer`` on ``train_batches`` (see the module docstring).
+
+    Arguments (all but model and optimizer keyword-only):
+        loss_fn: ``loss_fn(model, batch) -> (loss_sum: Tensor, n_tokens: int, metrics: dict)``;
+            ``model`` is the (possibly DDP-wrapped) training module; call it, do not unwrap it.
+        train_batches: a resumable batch source (``__iter__``, ``set_epoch``, ``state_dict``,
+            ``load_state_dict``; see :class:`attnkit.training.data.ListBatches`).
+        valid_fn: ``valid_fn(model) -> dict`` of metrics, called at the end of every epoch on the
+            unwrapped model in eval mode under ``torch.no_grad`` (on rank 0 only under DDP).
+        scheduler: stepped once per optimizer step; saved and restored.
+        clip_grad_norm: max global gradient L2 norm; None or 0 disables clipping.
+        out_dir: where checkpoints and ``train_log.jsonl`` go.
+        save_every_steps: checkpoint period in optimizer steps (also saved at each epoch end).
+        keep_last: step checkpoints kept (``best`` is kept separately).
+        max_epochs / max_steps: stop at whichever comes first (max_steps None: no step limit).
+        early_stopping_patience: stop after this many epochs without improving ``metric_for_best``.
+        metric_for_best / greater_is_better: which ``valid_fn`` metric picks ``out_dir/best``.
+        seed: seeds python, numpy and torch (torch with ``seed + rank``) at a fresh start.
+        log_every: steps between ``train_log.jsonl`` lines (and progress-bar updates of the loss).
+        progress: show a tqdm bar (rank 0 only).
+        extra_files: ``{name: bytes}`` copied into every checkpoint (tokenizer files).
+        config: the model config written as config.json; default ``model.to_config()`` if the
+            model has one, else ``{}`` (``model_type`` is filled in from the registry).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        loss_fn: Callable[[torch.nn.Module, Any], tuple[torch.Tensor, int, dict]],
+        train_batches: Any,
+        valid_fn: Callable[[torch.nn.Module], dict] | None = None,
+        scheduler: Any = None,
+        clip_grad_norm: float | None = 1.0,
+        out_dir: str | os.PathLike,
+        save_every_steps: int,
+        keep_last: int = 3,
+        max_epochs: int,
+        max_steps: int | None = None,
+        early_stopping_patience: int | None = None,
+        metric_for_best: str = "valid_loss",
+        greater_is_better: bool = False,
+        seed: int,
+        log_every: int,
+        progress: bool = True,
+        extra_files: Mapping[str, bytes] | None = None,
+        config: Mapping[str, Any] | None = None,
+    ):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"Trainer: model must be a torch.nn.Module, got {type(model).__name__}")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"Trainer: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if not callable(loss_fn):
+            raise TypeError("Trainer: loss_fn must be callable (model, batch) -> (loss_sum, n_tokens, metrics)")
+        if valid_fn is not None and not callable(valid_fn):
+            raise TypeError("Trainer: valid_fn must be callable (model) -> dict or None")
+        _check_batches(train_batches)
+        for name, value, allow_none in (
+            ("save_every_steps", save_every_steps, False),
+            ("max_epochs", max_epochs, False),
+            ("log_every", log_every, False),
+            ("max_steps", max_steps, True),
+            ("early_stopping_patience", early_stopping_patience, True),
+        ):
+            if value is None and allow_none:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"Trainer: {name} must be a positive int{' or None' if allow_none else ''}, got {value!r}")
+        if not isinstance(keep_last, int) or keep_last < 1:
+            raise ValueError(f"Trainer: keep_last must be an int >= 1, got {keep_last!r}")
+        if not isinstance(seed, int):
+            raise TypeError(f"Trainer: seed must be an int, got {type(seed).__name__}")
+        if clip_grad_norm is not None and not (clip_grad_norm >= 0):
+            raise ValueError(f"Trainer: clip_grad_norm must be >= 0 or None, got {clip_grad_norm!r}")
+        if early_stopping_patience is not None and valid_fn is None:
+            raise ValueError("Trainer: early_stopping_patience needs a valid_fn to compute metric_for_best")
+
+        self.rank, self.world_size = D.init_distributed()
+        self.is_main = self.rank == 0
+        self.raw_model = model
+        if self.world_size > 1 and not isinstance(model, DistributedDataParallel):
+            model = DistributedDataParallel(model)
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.train_batches = train_batches
+        self.valid_fn = valid_fn
+        self.scheduler = scheduler
+        self.clip_grad_norm = clip_grad_norm or None
+        self.out_dir = Path(out_dir)
+        self.save_every_steps = save_every_steps
+        self.keep_last = keep_last
+        self.max_epochs = max_epochs
+        self.max_steps = max_steps
+        self.early_stopping_patience = early_stopping_patience
+        self.metric_for_best = metric_for_best
+        self.greater_is_better = bool(greater_is_better)
+        self.seed = seed
+        self.log_every = log_every
+        self.progress = progress
+        self.extra_files = dict(extra_files or {})
+        if config is None:
+            to_config = getattr(self.raw_model, "to_config", None)
+            config = to_config() if callable(to_config) else {}
+        if dataclasses.is_dataclass(config) and not isinstance(config, type):
+            config = dataclasses.asdict(config)
+        self.config = dict(config)
+
+        # counters (saved in trainer_state)
+        self.step = 0
+        self.epoch = 0
+        self.best_metric: float | None = None
+        self.best_step: int | None = None
+        self.bad_epochs = 0
+        self.early_stopped = False
+        self.tokens_seen = 0
+        self._stop_requested = False
+        self._saved_at: tuple[int, int] | None = None
+        self._log_file = None
+
+    # ------------------------------------------------------------------ public controls
+
+    def request_stop(self) -> None:
+        """Ask the loop to save a checkpoint at the next step boundary and return (what SIGINT does)."""
+        self._stop_requested = True
+
+    # ------------------------------------------------------------------ state
+
+    def trainer_state(self) -> dict:
+        """Everything besides the weights that exact resume needs (collective under DDP)."""
+        rng = D.all_gather_object(get_rng_state())
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "sampler": self.train_batches.state_dict(),
+            "rng": rng[self.rank],
+            "rng_per_rank": rng,
+            "world_size": self.world_size,
+            "best_metric": self.best_metric,
+            "best_step": self.best_step,
+            "metric_for_best": self.metric_for_best,
+            "bad_epochs": self.bad_epochs,
+            "early_stopped": self.early_stopped,
+            "tokens_seen": self.tokens_seen,
+            "seed": self.seed,
+        }
+
+    def _restore(self, ckpt_path: Path) -> None:
+        ckpt = load_checkpoint(ckpt_path)
+        ts = ckpt.trainer_state
+        if ts is None:
+            raise CheckpointError(f"checkpoint {ckpt_path} has no trainer_state.pt; cannot resume from it")
+        load_into(self.raw_model, ckpt.state_dict, source=ckpt.path)
+        try:
+            self.optimizer.load_state_dict(ts["optimizer"])
+            if self.scheduler is not None:
+                if ts.get("scheduler") is None:
+                    raise CheckpointError(f"checkpoint {ckpt_path}: trainer_state has no scheduler state")
+                self.scheduler.load_state_dict(ts["scheduler"])
+            self.train_batches.load_state_dict(ts["sampler"])
+        except (KeyError, ValueError, RuntimeError) as e:
+            raise CheckpointError(f"checkpoint {ckpt_path}: trainer_state.pt does not fit this run: {e}") from e
+        per_rank = ts.get("rng_per_rank")
+        if per_rank is not None and len(per_rank) == self.world_size:
+            set_rng_state(per_rank[self.rank])
+        else:  # world size changed: the run goes on, but not bit-exactly
+            set_rng_state(ts["rng"])
+            torch.manual_seed(self.seed + 7919 * ts["step"] + self.rank)
+        self.step = int(ts["step"])
+        self.epoch = int(ts["epoch"])
+        self.best_metric = ts.get("best_metric")
+        self.best_step = ts.get("best_step")
+        self.bad_epochs = int(ts.get("bad_epochs", 0))
+        self.early_stopped = bool(ts.get("early_stopped", False))
+        self.tokens_seen = int(ts.get("tokens_seen", 0))
+        self._saved_at = (self.step, self.epoch)
+
+    def _find_resume_checkpoint(self) -> Path | None:
+        """Newest step checkpoint that loads; corrupt ones are reported and skipped."""
+        for path in reversed(list_checkpoints(self.out_dir)):
+            try:
+                load_checkpoint(path, load_trainer_state=False)
+                return path
+            except CheckpointError as e:
+                if self.is_main:
+                    print(f"attnkit: skipping unusable checkpoint: {e}", file=sys.stderr)
+        return None
+
+    def save(self, *, best: bool = False) -> Path:
+        """Write ``out_dir/step-XXXXXXXX`` (and ``out_dir/best`` if ``best``); collective under DDP."""
+        state = self.trainer_state()  # collective (RNG gather): every rank calls it
+        path = self.out_dir / step_dir_name(self.step)
+        if self.is_main:
+            save_checkpoint(
+                path, model=self.raw_model, config=self.config, trainer_state=state, extra_files=self.extra_files
+            )
+            if best:
+                save_checkpoint(
+                    self.out_dir / BEST_NAME,
+                    model=self.raw_model,
+                    config=self.config,
+                    trainer_state=state,
+                    extra_files=self.extra_files,
+                )
+            rotate_checkpoints(self.out_dir, self.keep_last)
+            self._log({"event": "checkpoint", "step": self.step, "epoch": self.epoch, "path": str(path), "best": best})
+        D.barrier()
+        self._saved_at = (self.step, self.epoch)
+        return path
+
+    # ------------------------------------------------------------------ logging
+
+    def _log(self, record: dict) -> None:
+        if not self.is_main or self._log_file is None:
+            return
+        record = {"time": round(time.time(), 3), **record}
+        self._log_file.write(json.dumps(record, default=float) + "\n")
+        self._log_file.flush()
+
+    # ------------------------------------------------------------------ the loop
+
+    def _rank_batches(self) -> Iterator[Any]:
+        """This rank's share of the current epoch: batch ``r`` of every group of ``world_size``."""
+        if self.world_size == 1:
+            yield from iter(self.train_batches)
+            return
+        group = []
+        for batch in self.train_batches:
+            group.append(batch)
+            if len(group) == self.world_size:
+                yield group[self.rank]
+                group = []
+
+    def _steps_per_epoch(self) -> int | None:
+        try:
+            return len(self.train_batches) // self.world_size
+        except TypeError:
+            return None
+
+    def _train_step(self, batch: Any) -> tuple[float, int, dict, float | None]:
+        self.optimizer.zero_grad(set_to_none=True)
+        out = self.loss_fn(self.model, batch)
+        if not (isinstance(out, tuple) and len(out) == 3):
+            raise TypeError("Trainer: loss_fn must return (loss_sum: Tensor, n_tokens: int, metrics: dict)")
+        loss_sum, n_tokens, metrics = out
+        if not isinstance(loss_sum, torch.Tensor) or loss_sum.dim() != 0:
+            raise TypeError(f"Trainer: loss_fn's loss_sum must be a scalar tensor, got {type(loss_sum).__name__}")
+        n_tokens = int(n_tokens)
+        if self.world_size > 1:
+            stats = torch.tensor([float(n_tokens), loss_sum.detach().double().item()], dtype=torch.float64)
+            D.all_reduce_sum(stats)
+            global_tokens, global_loss_sum = int(stats[0].item()), float(stats[1].item())
+            loss = loss_sum * (self.world_size / max(global_tokens, 1))
+        else:
+            global_tokens, global_loss_sum = n_tokens, float(loss_sum.detach().item())
+            loss = loss_sum / max(n_tokens, 1)
+        loss.backward()
+        grad_norm = None
+        if self.clip_grad_norm is not None:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.clip_grad_norm))
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        return global_loss_sum, global_tokens, dict(metrics or {}), grad_norm
+
+    def _agree_to_stop(self) -> bool:
+        """Whether any rank was asked to stop (so all ranks stop at the same step)."""
+        if self.world_size == 1:
+            return self._stop_requested
+        flag = torch.tensor([1.0 if self._stop_requested else 0.0])
+        D.all_reduce_sum(flag)
+        self._stop_requested = bool(flag.item() > 0)
+        return self._stop_requested
+
+    def _validate(self) -> tuple[dict, bool]:
+        """Run valid_fn (rank 0), share the metrics, update best/patience; returns (metrics, improved)."""
+        metrics = None
+        if self.is_main:
+            was_training = self.raw_model.training
+            self.raw_model.eval()
+            with torch.no_grad():
+                metrics = self.valid_fn(self.raw_model)
+            self.raw_model.train(was_training)
+            if not isinstance(metrics, Mapping):
+                raise TypeError(f"Trainer: valid_fn must return a dict of metrics, got {type(metrics).__name__}")
+            metrics = {k: float(v) for k, v in metrics.items()}
+        metrics = D.broadcast_object(metrics)
+        if self.metric_for_best not in metrics:
+            if self.early_stopping_patience is not None:
+                raise ValueError(
+                    f"Trainer: metric_for_best={self.metric_for_best!r} is not among valid_fn's metrics {sorted(metrics)}"
+                )
+            return metrics, False
+        value = metrics[self.metric_for_best]
+        improved = self.best_metric is None or (
+            value > self.best_metric if self.greater_is_better else value < self.best_metric
+        )
+        if improved:
+            self.best_metric, self.best_step, self.bad_epochs = value, self.step, 0
+        else:
+            self.bad_epochs += 1
+            if self.early_stopping_patience is not None and self.bad_epochs >= self.early_stopping_patience:
+                self.early_stopped = True
+        return metrics, improved
+
+    def _install_signal_handlers(self) -> dict:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+
+        def handler(signum, frame):
+            if self._stop_requested:  # second signal: give up at once
+                raise KeyboardInterrupt
+            self._stop_requested = True
+            if self.is_main:
+                print(f"\nattnkit: got signal {signum}; saving a checkpoint at the next step boundary", file=sys.stderr)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, handler)
+        return previous
+
+    def fit(self, resume: bool = False) -> dict:
+        """Train until max_epochs, max_steps, early stopping or a stop request; returns a summary.
+
+        With ``resume=True`` the newest loadable checkpoint in ``out_dir`` is restored first (a
+        fresh start if there is none). The summary has ``steps``, ``epochs``, ``time_s``,
+        ``tokens``, ``tokens_per_s``, ``best_metric``, ``best_step``, ``stop_reason``,
+        ``last_checkpoint`` and ``best_checkpoint``.
+        """
+        if self.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            remove_stale_temporaries(self.out_dir)
+        D.barrier()
+        resumed_from = self._find_resume_checkpoint() if resume else None
+        if resumed_from is not None:
+            self._restore(resumed_from)
+        else:
+            random.seed(self.seed)
+            np.random.seed(self.seed)
+            torch.manual_seed(self.seed + self.rank)
+            self.step = self.epoch = 0
+            self.train_batches.set_epoch(0)
+        if self.is_main:
+            self._log_file = open(self.out_dir / LOG_NAME, "a")
+        self._log({"event": "resume" if resumed_from else "start", "step": self.step, "epoch": self.epoch,
+                   "from": str(resumed_from) if resumed_from else None, "world_size": self.world_size})
+
+        spe = self._steps_per_epoch()
+        total = None
+        if spe is not None:
+            total = spe * self.max_epochs
+        if self.max_steps is not None:
+            total = self.max_steps if total is None else min(total, self.max_steps)
+        pbar = None
+        if self.progress and self.is_main:
+            from tqdm import tqdm
+
+            pbar = tqdm(total=total, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
+
+        previous_handlers = self._install_signal_handlers()
+        self.raw_model.train()
+        t0 = time.perf_counter()
+        run_tokens = 0
+        win_loss = 0.0
+        win_tokens = 0
+        win_t = t0
+        win_metrics: dict[str, float] = {}
+        win_steps = 0
+        stop_reason = None
+        if self.early_stopped:
+            stop_reason = "early_stopping"
+        elif self.max_steps is not None and self.step >= self.max_steps:
+            stop_reason = "max_steps"
+        try:
+            while stop_reason is None and self.epoch < self.max_epochs:
+                for batch in self._rank_batches():
+                    loss_sum, n_tok, metrics, grad_norm = self._train_step(batch)
+                    self.step += 1
+                    self.tokens_seen += n_tok
+                    run_tokens += n_tok
+                    win_loss += loss_sum
+                    win_tokens += n_tok
+                    win_steps += 1
+                    for k, v in metrics.items():
+                        win_metrics[k] = win_metrics.get(k, 0.0) + float(v)
+                    if self.step % self.log_every == 0:
+                        now = time.perf_counter()
+                        rec = {
+                            "event": "train",
+                            "step": self.step,
+                            "epoch": self.epoch,
+                            "loss": win_loss / max(win_tokens, 1),
+                            "tokens_per_s": win_tokens / max(now - win_t, 1e-9),
+                            "lr": self.optimizer.param_groups[0]["lr"],
+                            "grad_norm": grad_norm,
+                            **{k: v / win_steps for k, v in win_metrics.items()},
+                        }
+                        self._log(rec)
+                        if pbar is not None:
+                            pbar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['tokens_per_s']:.0f}", epoch=self.epoch)
+                        win_loss, win_tokens, win_steps, win_t, win_metrics = 0.0, 0, 0, now, {}
+                    if pbar is not None:
+                        pbar.update(1)
+                    if self.step % self.save_every_steps == 0:
+                        self.save()
+                    if self._agree_to_stop():
+                        stop_reason = "interrupted"
+                        break
+                    if self.max_steps is not None and self.step >= self.max_steps:
+                        stop_reason = "max_steps"
+                        break
+                if stop_reason is not None:
+                    break
+                # end of epoch: validate, then move the data source to the next epoch and save
+                improved = False
+                if self.valid_fn is not None:
+                    metrics, improved = self._validate()
+                    self._log({"event": "valid", "step": self.step, "epoch": self.epoch, **metrics,
+                               "best_metric": self.best_metric, "bad_epochs": self.bad_epochs})
+                    if pbar is not None:
+                        pbar.write(f"epoch {self.epoch}: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+                self.epoch += 1
+                self.train_batches.set_epoch(self.epoch)
+                self.save(best=improved)
+                if self.early_stopped:
+                    stop_reason = "early_stopping"
+                elif self._agree_to_stop():
+                    stop_reason = "interrupted"
+            if stop_reason is None:
+                stop_reason = "max_epochs"
+            if self._saved_at != (self.step, self.epoch):
+                self.save()
+        finally:
+            for sig, h in previous_handlers.items():
+                if h is not None:
+                    signal.signal(sig, h)
+            if pbar is not None:
+                pbar.close()
+        elapsed = time.perf_counter() - t0
+        last = self.out_dir / step_dir_name(self.step)
+        summary = {
+            "steps": self.step,
+            "epochs": self.epoch,
+            "time_s": elapsed,
+            "tokens": run_tokens,
+            "tokens_per_s": run_tokens / max(elapsed, 1e-9),
+            "metric_for_best": self.metric_for_best,
+            "best_metric": self.best_metric,
+            "best_step": self.best_step,
+            "stop_reason": stop_reason,
+            "resumed_from": str(resumed_from) if resumed_from else None,
+            "last_checkpoint": str(last) if last.is_dir() else None,
+            "best_checkpoint": str(self.out_dir / BEST_NAME) if (self.out_dir / BEST_NAME).is_dir() else None,
+        }
+        self._log({"event": "end", **summary})
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        self._stop_requested = False
+        return summary

@@ -1,0 +1,168 @@
+"""Greedy and beam search against a toy Markov decoder whose optimum can be brute-forced."""
+import itertools
+
+import pytest
+import torch
+
+from attnkit.decoding import IncrementalDecoder, beam_search, gnmt_length_penalty, greedy_search
+
+V, BOS, EOS, NK = 5, 4, 0, 3  # tokens 0..3 can be generated (0 = eos); 4 = bos only
+
+
+class MarkovDecoder:
+    """log p(next | prev, example) = log_softmax(T[prev] + bias[example]); bos is never generated.
+
+    The state is (bias rows, step counter per row); attention is a fake, row- and step-specific
+    distribution so the test can check it follows reorders.
+    """
+
+    def __init__(self, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        self.T = torch.randn(V, V, generator=g) * 1.5
+        self.calls = 0
+        self.rows_per_call = []
+
+    def start(self, bias):
+        return {"bias": bias, "ex": torch.arange(bias.size(0)), "t": torch.zeros(bias.size(0), dtype=torch.long)}
+
+    def logp(self, prev, bias):
+        logits = self.T[prev] + bias
+        logits[..., BOS] = float("-inf")
+        return torch.log_softmax(logits, dim=-1)
+
+    def step(self, prev, state):
+        self.calls += 1
+        self.rows_per_call.append(prev.size(0))
+        lp = self.logp(prev, state["bias"])
+        # attention encodes (example, previous token, step) so a wrong reorder shows up
+        attn = torch.stack([state["ex"].float(), prev.float(), state["t"].float()], dim=1)
+        new = dict(state, t=state["t"] + 1)
+        return lp, new, attn
+
+    def reorder(self, state, index):
+        return {k: v.index_select(0, index) for k, v in state.items()}
+
+
+def brute_force(model, bias_row, max_len, alpha):
+    """Best finished sequence (ending in eos, at most max_len steps) under the length penalty."""
+    best = None
+    for L in range(1, max_len + 1):
+        for body in itertools.product(range(1, V - 1), repeat=L - 1):
+            seq = list(body) + [EOS]
+            prev, score = BOS, 0.0
+            for tok in seq:
+                score += float(model.logp(torch.tensor([prev]), bias_row.unsqueeze(0))[0, tok])
+                prev = tok
+            pen = score / gnmt_length_penalty(L, alpha)
+            if best is None or pen > best[0]:
+                best = (pen, list(body), score)
+    return best
+
+
+def make_inputs(B=3, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    bias = torch.randn(B, V, generator=g)
+    bias[:, EOS] -= 1.0  # make eos less eager so sequences have a few tokens
+    return {"bias": bias}
+
+
+def test_protocol_is_runtime_checkable():
+    assert isinstance(MarkovDecoder(), IncrementalDecoder)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_large_beam_finds_exact_argmax(alpha):
+    model, inputs = MarkovDecoder(), make_inputs(B=4)
+    max_len = 4
+    res = beam_search(model, inputs, beam_size=64, bos_id=BOS, eos_id=EOS, max_len=max_len, length_penalty=alpha)
+    for b in range(4):
+        pen, body, score = brute_force(model, inputs["bias"][b], max_len, alpha)
+        hyp = res[b][0]
+        assert hyp.finished
+        assert hyp.tokens == body
+        assert hyp.score == pytest.approx(score, abs=1e-5)
+        assert hyp.penalized_score(alpha) == pytest.approx(pen, abs=1e-5)
+
+
+@pytest.mark.parametrize("max_len", [1, 3, 8])
+def test_beam_size_one_equals_greedy(max_len):
+    model, inputs = MarkovDecoder(seed=3), make_inputs(B=5, seed=4)
+    g = greedy_search(model, inputs, bos_id=BOS, eos_id=EOS, max_len=max_len, return_attention=True)
+    bm = beam_search(model, inputs, beam_size=1, bos_id=BOS, eos_id=EOS, max_len=max_len, return_attention=True)
+    for gh, (bh,) in zip(g, bm):
+        assert gh.tokens == bh.tokens
+        assert gh.score == bh.score  # bit-identical: same additions in the same order
+        assert gh.finished == bh.finished
+        assert torch.equal(gh.attention, bh.attention)
+
+
+def test_batched_equals_per_sentence():
+    model, inputs = MarkovDecoder(seed=5), make_inputs(B=4, seed=6)
+    kw = dict(beam_size=3, bos_id=BOS, eos_id=EOS, max_len=6, length_penalty=0.6, n_best=2, return_attention=True)
+    batched = beam_search(model, inputs, **kw)
+    for b in range(4):
+        single = beam_search(model, {"bias": inputs["bias"][b : b + 1]}, **kw)[0]
+        assert len(single) == len(batched[b]) == 2
+        for h1, h2 in zip(single, batched[b]):
+            assert h1.tokens == h2.tokens
+            assert h1.score == pytest.approx(h2.score, abs=1e-6)
+            # example index column differs (0 vs b); the rest of the history must agree
+            assert torch.equal(h1.attention[:, 1:], h2.attention[:, 1:])
+            assert torch.all(h2.attention[:, 0] == b)
+
+
+def test_attention_follows_back_pointers():
+    model, inputs = MarkovDecoder(seed=7), make_inputs(B=3, seed=8)
+    res = beam_search(model, inputs, beam_size=4, bos_id=BOS, eos_id=EOS, max_len=7, n_best=3, return_attention=True)
+    for b, hyps in enumerate(res):
+        for h in hyps:
+            assert h.attention.shape == (len(h.tokens), NK)
+            if len(h.tokens):
+                # row t was produced at step t from previous token (bos, tokens[0], ...)
+                assert h.attention[:, 0].eq(b).all()
+                assert h.attention[:, 1].tolist() == [BOS] + h.tokens[:-1]
+                assert h.attention[:, 2].tolist() == list(range(len(h.tokens)))
+
+
+def test_max_len_and_unfinished():
+    model, inputs = MarkovDecoder(seed=9), make_inputs(B=3, seed=10)
+    inputs["bias"][:, EOS] = -1e4  # eos essentially impossible
+    g = greedy_search(model, inputs, bos_id=BOS, eos_id=EOS, max_len=5)
+    bm = beam_search(model, inputs, beam_size=3, bos_id=BOS, eos_id=EOS, max_len=5, n_best=2)
+    for h in g + [h for hs in bm for h in hs]:
+        assert len(h.tokens) == 5 and not h.finished and EOS not in h.tokens and BOS not in h.tokens
+        assert h.attention is None
+
+
+def test_eos_first_gives_empty_hypothesis_and_stops_early():
+    model, inputs = MarkovDecoder(seed=11), make_inputs(B=2, seed=12)
+    inputs["bias"][:, EOS] = 1e4  # eos certain
+    g = greedy_search(model, inputs, bos_id=BOS, eos_id=EOS, max_len=10, return_attention=True)
+    assert all(h.tokens == [] and h.finished for h in g)
+    assert g[0].attention.shape == (0, NK)
+    model.calls = 0
+    bm = beam_search(model, inputs, beam_size=3, bos_id=BOS, eos_id=EOS, max_len=10)
+    assert all(hs[0].tokens == [] and hs[0].finished for hs in bm)
+    assert model.calls <= 2  # the early-stop bound ends the search long before max_len
+
+
+def test_finished_sentences_leave_the_batch():
+    model, inputs = MarkovDecoder(seed=13), make_inputs(B=2, seed=14)
+    inputs["bias"][0, EOS] = 1e4  # sentence 0 finishes at once, sentence 1 runs on
+    inputs["bias"][1, EOS] = -1e4
+    beam_search(model, inputs, beam_size=2, bos_id=BOS, eos_id=EOS, max_len=4)
+    assert model.rows_per_call[0] == 4 and all(r == 2 for r in model.rows_per_call[1:])
+
+
+def test_argument_errors():
+    model, inputs = MarkovDecoder(), make_inputs()
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(model, inputs, beam_size=0, bos_id=BOS, eos_id=EOS, max_len=3)
+    with pytest.raises(ValueError, match="n_best"):
+        beam_search(model, inputs, beam_size=2, n_best=3, bos_id=BOS, eos_id=EOS, max_len=3)
+    with pytest.raises(ValueError, match="max_len"):
+        greedy_search(model, inputs, bos_id=BOS, eos_id=EOS, max_len=0)
+    with pytest.raises(TypeError, match="IncrementalDecoder"):
+        greedy_search(object(), inputs, bos_id=BOS, eos_id=EOS, max_len=3)
+    with pytest.raises(ValueError, match="batch-first tensor"):
+        greedy_search(model, {}, bos_id=BOS, eos_id=EOS, max_len=3)

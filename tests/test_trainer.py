@@ -1,0 +1,170 @@
+"""Trainer: bit-exact resume, stop requests and signals, early stopping, learning, logs."""
+import json
+import os
+import random
+import signal
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnkit.training import ListBatches, Trainer, inverse_sqrt_with_warmup, list_checkpoints, load_checkpoint
+
+torch.set_num_threads(1)
+
+
+def make_batches(n_batches=4, bs=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(4, 3, generator=g)
+    out = []
+    for _ in range(n_batches):
+        x = torch.randn(bs, 4, generator=g)
+        out.append((x, (x @ w).argmax(-1)))
+    return out
+
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(16, 3))
+
+
+def loss_fn(model, batch):
+    x, y = batch
+    # touch every RNG the trainer promises to restore
+    x = x + 0.01 * float(np.random.randn()) + 0.01 * random.random()
+    logits = model(x)
+    return F.cross_entropy(logits, y, reduction="sum"), y.numel(), {"acc": (logits.argmax(-1) == y).float().mean()}
+
+
+def make_trainer(out_dir, *, model_seed=0, max_steps=None, max_epochs=100, loss=loss_fn, valid=True, **kw):
+    model = make_model(model_seed)
+    opt = torch.optim.Adam(model.parameters(), lr=1.0)
+    sched = inverse_sqrt_with_warmup(opt, d_model=16, warmup_steps=4, factor=2.0)
+    valid_x, valid_y = make_batches(1, 8, seed=9)[0]
+
+    def valid_fn(m):
+        return {"valid_loss": F.cross_entropy(m(valid_x), valid_y).item()}
+
+    kw.setdefault("save_every_steps", 3)
+    kw.setdefault("log_every", 2)
+    return Trainer(model, opt, loss_fn=loss, train_batches=ListBatches(make_batches(), shuffle_seed=11),
+                   valid_fn=valid_fn if valid else None, scheduler=sched, out_dir=out_dir, max_epochs=max_epochs,
+                   max_steps=max_steps, seed=123, progress=False, **kw)
+
+
+def assert_same_training_state(t1, t2):
+    for (k, a), b in zip(t1.raw_model.state_dict().items(), t2.raw_model.state_dict().values()):
+        assert torch.equal(a, b), k
+    s1, s2 = t1.optimizer.state_dict()["state"], t2.optimizer.state_dict()["state"]
+    for i in s1:
+        for k in s1[i]:
+            assert torch.equal(torch.as_tensor(s1[i][k]), torch.as_tensor(s2[i][k])), (i, k)
+    assert t1.scheduler.state_dict() == t2.scheduler.state_dict()
+
+
+@pytest.mark.parametrize("n", [5, 8])  # mid-epoch, and exactly at an epoch boundary (4 batches/epoch)
+def test_resume_is_bit_exact(tmp_path, n):
+    total = 13
+    ref = make_trainer(tmp_path / "ref", max_steps=total)
+    ref_summary = ref.fit()
+    ref_rng = torch.get_rng_state()
+    assert ref_summary["steps"] == total and ref_summary["stop_reason"] == "max_steps"
+
+    first = make_trainer(tmp_path / "run", max_steps=n)
+    assert first.fit()["steps"] == n
+    second = make_trainer(tmp_path / "run", model_seed=99, max_steps=total)  # different init: must be overwritten
+    summary = second.fit(resume=True)
+    assert summary["resumed_from"].endswith(f"step-{n:08d}")
+    assert summary["steps"] == total and second.epoch == ref.epoch
+    assert_same_training_state(ref, second)
+    assert torch.equal(ref_rng, torch.get_rng_state())
+    assert second.best_metric == ref.best_metric and second.best_step == ref.best_step
+    assert len(list_checkpoints(tmp_path / "run")) <= 3  # keep_last
+    assert (tmp_path / "run" / "best" / "COMPLETE").is_file()
+
+
+def test_request_stop_saves_and_resumes_exactly(tmp_path):
+    ref = make_trainer(tmp_path / "ref", max_steps=10)
+    ref.fit()
+    holder = {}
+
+    def stopping_loss(model, batch):
+        out = loss_fn(model, batch)
+        if holder["t"].step == 5:  # during the 6th step: stop after it
+            holder["t"].request_stop()
+        return out
+
+    t = holder["t"] = make_trainer(tmp_path / "run", max_steps=10, loss=stopping_loss)
+    s = t.fit()
+    assert s["stop_reason"] == "interrupted" and s["steps"] == 6
+    assert load_checkpoint(tmp_path / "run" / "step-00000006").step == 6
+    t2 = make_trainer(tmp_path / "run", max_steps=10)
+    assert t2.fit(resume=True)["steps"] == 10
+    assert_same_training_state(ref, t2)
+
+
+def test_sigint_is_handled_at_step_boundary(tmp_path):
+    holder = {}
+
+    def interrupting_loss(model, batch):
+        if holder["t"].step == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return loss_fn(model, batch)
+
+    before = signal.getsignal(signal.SIGINT)
+    t = holder["t"] = make_trainer(tmp_path, max_steps=50, loss=interrupting_loss)
+    s = t.fit()
+    assert s["stop_reason"] == "interrupted" and s["steps"] == 3
+    assert (tmp_path / "step-00000003" / "COMPLETE").is_file()
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_early_stopping_and_best(tmp_path):
+    seq = iter([1.0, 0.5, 0.6, 0.7, 0.4, 0.3])
+    t = make_trainer(tmp_path, early_stopping_patience=2, save_every_steps=100)
+    t.valid_fn = lambda m: {"valid_loss": next(seq)}
+    s = t.fit()
+    assert s["stop_reason"] == "early_stopping"
+    assert s["epochs"] == 4 and s["best_metric"] == 0.5 and s["best_step"] == 8
+    best = load_checkpoint(tmp_path / "best")
+    assert best.step == 8 and best.trainer_state["best_metric"] == 0.5
+    # resuming an early-stopped run does nothing more
+    t2 = make_trainer(tmp_path, early_stopping_patience=2)
+    assert t2.fit(resume=True)["stop_reason"] == "early_stopping" and t2.step == 16
+
+
+def test_loss_decreases_and_log_is_written(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    g = torch.Generator().manual_seed(1)
+    w = torch.tensor([[1.0], [-2.0], [0.5]])
+    batches = []
+    for _ in range(5):
+        x = torch.randn(8, 3, generator=g)
+        batches.append((x, x @ w))
+
+    def mse_sum(m, b):
+        x, y = b
+        return ((m(x) - y) ** 2).sum(), y.numel(), {}
+
+    t = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=mse_sum, train_batches=ListBatches(batches, 0),
+                out_dir=tmp_path, save_every_steps=50, max_epochs=6, seed=0, log_every=5, progress=True, clip_grad_norm=None)
+    s = t.fit()
+    assert s["steps"] == 30 and s["epochs"] == 6 and s["stop_reason"] == "max_epochs" and s["tokens_per_s"] > 0
+    recs = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in recs if r["event"] == "train"]
+    assert len(losses) == 6 and losses[-1] < 0.1 * losses[0]
+    assert recs[-1]["event"] == "end"
+
+
+def test_bad_arguments(tmp_path):
+    m = make_model()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    kw = dict(loss_fn=loss_fn, out_dir=tmp_path, save_every_steps=1, max_epochs=1, seed=0, log_every=1)
+    with pytest.raises(TypeError, match="train_batches"):
+        Trainer(m, opt, train_batches=[1, 2], **kw)
+    with pytest.raises(ValueError, match="save_every_steps"):
+        Trainer(m, opt, train_batches=ListBatches([1]), **{**kw, "save_every_steps": 0})
+    with pytest.raises(ValueError, match="early_stopping_patience"):
+        Trainer(m, opt, train_batches=ListBatches([1]), early_stopping_patience=2, **kw)
