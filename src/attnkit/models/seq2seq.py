@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from ..attention import Attention, padding_mask
 from ..attention.scores import canonical_score_name
+from ..training.checkpoint import register_model
 
 __all__ = ["Seq2SeqConfig", "RNNEncDec", "RNNSearch", "build_seq2seq"]
 
@@ -91,7 +92,7 @@ class _RNNTranslator(nn.Module):
         cfg = config if isinstance(config, Seq2SeqConfig) else Seq2SeqConfig.from_dict(config)
         return cls(cfg)
 
-    def config_dict(self) -> dict:
+    def to_config(self) -> dict:
         d = self.config.to_dict()
         d["model_type"] = self.model_type
         return d
@@ -129,8 +130,8 @@ class _RNNTranslator(nn.Module):
         state = self.encode(src, src_lengths)
         y_emb = self.drop(self.embedding(tgt_in))  # (B, T, E)
         states, contexts, alphas = [], [], []
-        for t in range(tgt_in.shape[1]):
-            s, c, a = self._decoder_step(y_emb[:, t], state, need_weights)
+        for y_t in y_emb.unbind(1):  # unbind: one gradient buffer for all steps, not one per slice
+            s, c, a = self._decoder_step(y_t, state, need_weights)
             state["h"] = s
             states.append(s)
             contexts.append(c)
@@ -162,6 +163,7 @@ class _RNNTranslator(nn.Module):
                 for k, v in state.items()}
 
 
+@register_model("rnnencdec")
 class RNNEncDec(_RNNTranslator):
     """The encoder-decoder without attention: one context vector ``c`` = the encoder's last state."""
 
@@ -184,6 +186,7 @@ class RNNEncDec(_RNNTranslator):
         return state["context"], None
 
 
+@register_model("rnnsearch")
 class RNNSearch(_RNNTranslator):
     """Bahdanau et al.'s RNNsearch: bidirectional GRU annotations and attention at every step."""
 

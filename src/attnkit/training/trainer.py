@@ -110,6 +110,8 @@ class Trainer:
         save_every_steps: checkpoint period in optimizer steps (also saved at each epoch end).
         keep_last: step checkpoints kept (``best`` is kept separately).
         max_epochs / max_steps: stop at whichever comes first (max_steps None: no step limit).
+        max_time_s: stop (with a checkpoint) once this run has trained this many seconds; a
+            later ``fit(resume=True)`` continues exactly where it stopped.
         early_stopping_patience: stop after this many epochs without improving ``metric_for_best``.
         metric_for_best / greater_is_better: which ``valid_fn`` metric picks ``out_dir/best``.
         seed: seeds python, numpy and torch (torch with ``seed + rank``) at a fresh start.
@@ -135,6 +137,7 @@ class Trainer:
         keep_last: int = 3,
         max_epochs: int,
         max_steps: int | None = None,
+        max_time_s: float | None = None,
         early_stopping_patience: int | None = None,
         metric_for_best: str = "valid_loss",
         greater_is_better: bool = False,
@@ -190,6 +193,9 @@ class Trainer:
         self.keep_last = keep_last
         self.max_epochs = max_epochs
         self.max_steps = max_steps
+        if max_time_s is not None and not max_time_s > 0:
+            raise ValueError(f"Trainer: max_time_s must be > 0 or None, got {max_time_s!r}")
+        self.max_time_s = max_time_s
         self.early_stopping_patience = early_stopping_patience
         self.metric_for_best = metric_for_best
         self.greater_is_better = bool(greater_is_better)
@@ -509,6 +515,9 @@ class Trainer:
                         break
                     if self.max_steps is not None and self.step >= self.max_steps:
                         stop_reason = "max_steps"
+                        break
+                    if self.max_time_s is not None and time.perf_counter() - t0 >= self.max_time_s:
+                        stop_reason = "max_time"  # this run's time budget; resume continues it
                         break
                 if stop_reason is not None:
                     break

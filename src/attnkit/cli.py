@@ -1,0 +1,265 @@
+"""The ``attnkit`` command: data, train, translate, caption, evaluate, demo.
+
+Every subcommand reports bad input as one clear line on stderr (exit status 2), never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from . import __version__
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_TRANSLATION_MODEL = REPO_ROOT / "models" / "rnnsearch-es-en"
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+
+
+# ---------------------------------------------------------------- data
+def cmd_data_prepare(args) -> None:
+    if args.dataset == "bible":
+        import time
+
+        from .data.bible import load_pairs, prepare_bible
+
+        t0 = time.perf_counter()
+        path = prepare_bible(home=args.home, force=args.force)
+        counts = {s: len(load_pairs(s, home=args.home)) for s in ("train", "valid", "test")}
+        print(f"Bible corpus: {path}  ({', '.join(f'{k} {v}' for k, v in counts.items())} verse pairs; "
+              f"{time.perf_counter() - t0:.1f} s)")
+    elif args.dataset == "scenes":
+        from .data.scenes import prepare_scenes
+
+        path = prepare_scenes(home=args.home, canvas=args.canvas, force=args.force)
+        print(f"Fashion-MNIST scenes: {path}")
+    else:  # argparse restricts choices
+        raise CLIError(f"unknown dataset {args.dataset!r}")
+
+
+# ---------------------------------------------------------------- translation
+def _translation_config(args):
+    from .tasks.translation import TranslationTrainConfig
+
+    cfg = TranslationTrainConfig()
+    for f in fields(cfg):
+        v = getattr(args, f.name, None)
+        if v is not None:
+            setattr(cfg, f.name, v)
+    if args.out_dir is None:
+        cfg.out_dir = f"runs/{cfg.model}"
+    cfg.progress = not args.no_progress
+    return cfg
+
+
+def cmd_train_translation(args) -> None:
+    from .tasks.translation import train_translation
+
+    cfg = _translation_config(args)
+    summary = train_translation(cfg, resume=args.resume, home=args.home)
+    _print_json(summary)
+
+
+def _load_translator(model_dir):
+    from .tasks.translation import Translator
+    from .training.checkpoint import CheckpointError
+
+    path = Path(model_dir) if model_dir else DEFAULT_TRANSLATION_MODEL
+    if not path.exists():
+        raise CLIError(f"model folder {path} does not exist (train one with `attnkit train translation`)")
+    try:
+        return Translator.load(path)
+    except CheckpointError as exc:
+        raise CLIError(f"cannot load model: {exc}") from None
+
+
+def _looks_english(text: str) -> bool:
+    """A cheap guard: share of very common English function words among the words."""
+    words = [w.strip(".,;:!?\"'()").lower() for w in text.split()]
+    if len(words) < 4:
+        return False
+    common = {"the", "and", "of", "to", "he", "his", "they", "that", "was", "is", "with", "for", "you", "i", "it",
+              "will", "which", "who", "him", "them", "have", "be", "not", "this", "are", "shall"}
+    return sum(w in common for w in words) / len(words) > 0.3
+
+
+def cmd_translate(args) -> None:
+    from .tasks.translation import read_lines
+
+    sentences = list(args.text)
+    if args.file:
+        try:
+            with open(args.file, encoding="utf-8") as fh:
+                sentences += read_lines(fh)
+        except OSError as exc:
+            raise CLIError(f"cannot read {args.file}: {exc.strerror}") from None
+    if not sentences and not sys.stdin.isatty():
+        sentences = read_lines(sys.stdin)
+    if not sentences or not any(s.strip() for s in sentences):
+        raise CLIError("nothing to translate: give Spanish text as arguments, with --file, or on stdin")
+    for s in sentences:
+        if not s.strip():
+            raise CLIError("one of the inputs is empty: give some Spanish text to translate")
+        if _looks_english(s):
+            print(f"attnkit: warning: this looks like English, but the model translates Spanish → English: {s[:60]!r}",
+                  file=sys.stderr)
+    tr = _load_translator(args.model)
+    need_attn = args.show_attention or args.plot is not None
+    try:
+        results = tr.translate(sentences, beam_size=args.beam, return_attention=need_attn)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    for r in results:
+        print(r["translation"])
+        if args.show_attention and "attention" in r:
+            from .viz import format_top_alignments
+
+            print(format_top_alignments(r["attention"], r["source_pieces"], r["target_pieces"], k=3))
+    if args.plot is not None:
+        _plot_translation(tr, results, sentences, args.plot)
+
+
+def _plot_translation(tr, results, sentences, path) -> None:
+    from .viz import plot_alignment, plot_alignments
+
+    if getattr(tr.model, "model_type", "") == "transformer" and hasattr(tr.model, "attention_maps"):
+        from .viz import plot_transformer_heads
+
+        r = results[0]
+        maps = tr.model.attention_maps(tr, sentences[0], r["tokens"])
+        out = plot_transformer_heads(maps["enc_self"], maps["dec_self"], maps["cross"], maps["src_tokens"],
+                                     maps["tgt_tokens"], path)
+        print(f"wrote {out}")
+        return
+    with_attn = [r for r in results if "attention" in r]
+    if not with_attn:
+        raise CLIError(f"this model ({getattr(tr.model, 'model_type', '?')}) has no attention weights to plot")
+    if len(with_attn) == 1:
+        r = with_attn[0]
+        out = plot_alignment(r["attention"], r["source_pieces"], r["target_pieces"], path, title=r["translation"][:80])
+    else:
+        out = plot_alignments([(r["attention"], r["source_pieces"], r["target_pieces"], r["translation"][:60])
+                               for r in with_attn], path)
+    print(f"wrote {out}")
+
+
+def cmd_evaluate_translation(args) -> None:
+    from .tasks.translation import evaluate_translation
+    from .training.checkpoint import CheckpointError
+
+    reports = []
+    for m in args.model or [str(DEFAULT_TRANSLATION_MODEL)]:
+        if not Path(m).exists():
+            raise CLIError(f"model folder {m} does not exist")
+        try:
+            reports.append(evaluate_translation(m, split=args.split, limit=args.limit, beam_size=args.beam, home=args.home))
+        except CheckpointError as exc:
+            raise CLIError(f"cannot load model: {exc}") from None
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(reports, indent=2, ensure_ascii=False))
+    if args.plot:
+        from .viz.curves import plot_bleu_by_length
+
+        print(f"wrote {plot_bleu_by_length(reports, args.plot)}", file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        out = reports[0] if len(reports) == 1 else reports
+        print(json.dumps(out, ensure_ascii=False, default=str))
+        return
+    for r in reports:
+        print(f"{r['model']} ({r['model_type']}): BLEU {r['bleu']:.2f}  chrF {r['chrf']:.2f}  "
+              f"on {r['n_sentences']} {r['split']} verses, {r['sentences_per_s']:.1f} sentences/s (beam {r['beam_size']})")
+        print("  source words  " + "  ".join(f"{b['bucket']:>6}" for b in r["by_length"]))
+        print("  verses        " + "  ".join(f"{b['n']:>6}" for b in r["by_length"]))
+        print("  BLEU          " + "  ".join(f"{b['bleu']:>6.1f}" for b in r["by_length"]))
+
+
+# ---------------------------------------------------------------- demo
+def cmd_demo(args) -> None:
+    from .demo import run_demo
+
+    run_demo(home=args.home, out_dir=Path(args.out))
+
+
+# ---------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="attnkit", description="Attention mechanisms for PyTorch, and the models built from them.")
+    p.add_argument("--version", action="version", version=f"attnkit {__version__}")
+    p.add_argument("--home", default=None, help="data and cache folder (default $ATTNKIT_HOME or ~/.cache/attnkit)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("data", help="prepare the corpora").add_subparsers(dest="action", required=True)
+    dp = d.add_parser("prepare", help="build and cache a dataset")
+    dp.add_argument("dataset", choices=["bible", "scenes"])
+    dp.add_argument("--force", action="store_true", help="rebuild even if cached")
+    dp.add_argument("--canvas", type=int, default=64, help="scenes: canvas size in pixels")
+    dp.set_defaults(func=cmd_data_prepare)
+
+    t = sub.add_parser("train", help="train a model").add_subparsers(dest="task", required=True)
+    tt = t.add_parser("translation", help="Spanish→English on the Bible corpus")
+    tt.add_argument("--model", choices=["rnnsearch", "rnnencdec", "transformer"], default="rnnsearch")
+    tt.add_argument("--out-dir", dest="out_dir", default=None, help="checkpoint folder (default runs/MODEL)")
+    tt.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out-dir")
+    for name, typ in (("vocab-size", int), ("emb-dim", int), ("hidden-dim", int), ("attn-dim", int), ("score", str),
+                      ("dropout", float), ("layers", int), ("heads", int), ("ff-dim", int), ("warmup-steps", int),
+                      ("batch-size", int), ("max-tokens", int), ("max-len", int), ("lr", float),
+                      ("clip-grad-norm", float), ("label-smoothing", float), ("epochs", int), ("max-steps", int),
+                      ("max-time-s", float), ("patience", int), ("save-every-steps", int),
+                      ("valid-bleu-sentences", int), ("limit-train", int), ("seed", int), ("threads", int)):
+        tt.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ, default=None)
+    tt.add_argument("--no-progress", action="store_true")
+    tt.set_defaults(func=cmd_train_translation)
+
+    tr = sub.add_parser("translate", help="translate Spanish to English")
+    tr.add_argument("text", nargs="*", help="Spanish sentences (or --file, or stdin)")
+    tr.add_argument("--model", default=None, help=f"model folder (default {DEFAULT_TRANSLATION_MODEL})")
+    tr.add_argument("--file", default=None, help="read sentences from this file, one per line")
+    tr.add_argument("--beam", type=int, default=5, help="beam size (1 = greedy)")
+    tr.add_argument("--show-attention", action="store_true", help="print the top source pieces of each output piece")
+    tr.add_argument("--plot", default=None, help="write the alignment heatmap (or head grid) to this PNG")
+    tr.set_defaults(func=cmd_translate)
+
+    e = sub.add_parser("evaluate", help="evaluate a model").add_subparsers(dest="task", required=True)
+    et = e.add_parser("translation", help="BLEU/chrF on the Bible test split, and BLEU by source length")
+    et.add_argument("--model", action="append", help="model folder; repeat to compare models")
+    et.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    et.add_argument("--limit", type=int, default=None, help="only the first N verses")
+    et.add_argument("--beam", type=int, default=1)
+    et.add_argument("--json", action="store_true", help="print one JSON object")
+    et.add_argument("--output", default=None, help="also write the JSON report here")
+    et.add_argument("--plot", default=None, help="plot BLEU by source length to this PNG")
+    et.set_defaults(func=cmd_evaluate_translation)
+
+    dm = sub.add_parser("demo", help="the main job: translate held-out verses, plot, score")
+    dm.add_argument("--out", default="out/demo", help="folder for the pictures")
+    dm.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except CLIError as exc:
+        print(f"attnkit: error: {exc}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"attnkit: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("attnkit: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""Spanish → English translation on the verse-aligned Bible: data, training, translating, evaluating.
+
+The glue between the corpus (:mod:`attnkit.data.bible`), the models
+(:mod:`attnkit.models.seq2seq`, :mod:`attnkit.models.transformer`), the shared trainer and the
+shared decoding. The CLI (``attnkit train translation``, ``translate``, ``evaluate translation``)
+calls these functions; so can a notebook.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from ..data.batching import BucketBatchSampler, Example, collate, encode_pairs
+from ..data.bible import load_pairs
+from ..data.paths import attnkit_home
+from ..data.tokenizer import Tokenizer
+from ..decoding import beam_search, greedy_search
+from ..training.checkpoint import CheckpointError, load_model
+from ..training.losses import label_smoothed_nll
+
+__all__ = [
+    "TranslationTrainConfig",
+    "BatchSource",
+    "get_tokenizer",
+    "build_translation_model",
+    "train_translation",
+    "Translator",
+    "corpus_scores",
+    "bleu_by_length",
+    "LENGTH_BUCKETS",
+    "evaluate_translation",
+]
+
+LENGTH_BUCKETS = [(0, 10), (10, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, None)]
+
+
+@dataclass
+class TranslationTrainConfig:
+    """Everything ``attnkit train translation`` takes; saved beside the checkpoints."""
+
+    model: str = "rnnsearch"  # rnnsearch | rnnencdec | transformer
+    out_dir: str = "runs/rnnsearch"
+    vocab_size: int = 8000
+    emb_dim: int = 256
+    hidden_dim: int = 256
+    attn_dim: int = 256
+    score: str = "additive"
+    dropout: float = 0.2
+    # transformer only
+    layers: int = 3
+    heads: int = 4
+    ff_dim: int = 1024
+    norm_first: bool = True
+    warmup_steps: int = 2000
+    # optimisation
+    batch_size: int = 64
+    max_tokens: int | None = None
+    max_len: int = 100
+    lr: float = 1e-3
+    clip_grad_norm: float = 1.0
+    label_smoothing: float = 0.1
+    epochs: int = 10
+    max_steps: int | None = None
+    max_time_s: float | None = None
+    patience: int | None = 3
+    save_every_steps: int = 500
+    valid_bleu_sentences: int = 300
+    limit_train: int | None = None
+    seed: int = 0
+    threads: int | None = None
+    progress: bool = True
+
+
+class BatchSource:
+    """Resumable source of collated batches: a :class:`BucketBatchSampler` over encoded examples."""
+
+    def __init__(self, examples: Sequence[Example], *, batch_size: int | None, max_tokens: int | None, seed: int):
+        self.examples = list(examples)
+        lengths = [max(len(e.src), len(e.tgt) + 1) for e in self.examples]
+        self.sampler = BucketBatchSampler(lengths, batch_size=batch_size, max_tokens=max_tokens, seed=seed)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self):
+        for idx in self.sampler:  # the sampler advances its position before yielding
+            yield collate([self.examples[i] for i in idx])
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
+
+
+def get_tokenizer(vocab_size: int = 8000, home: str | Path | None = None) -> Tokenizer:
+    """The joint Spanish+English sentencepiece model, trained on the training split once and cached."""
+    folder = attnkit_home(home) / "bible" / f"spm-joint-{vocab_size}"
+    if (folder / "tokenizer.model").is_file():
+        return Tokenizer.load(folder)
+    train = load_pairs("train", home=home)
+    texts = [p.src for p in train] + [p.tgt for p in train]
+    return Tokenizer.train(texts, folder, vocab_size=vocab_size)
+
+
+def build_translation_model(cfg: TranslationTrainConfig, vocab_size: int) -> torch.nn.Module:
+    """The model ``cfg.model`` names, sized by ``cfg``, for a vocabulary of ``vocab_size``."""
+    if cfg.model in ("rnnsearch", "rnnencdec"):
+        from ..models.seq2seq import Seq2SeqConfig, build_seq2seq
+
+        return build_seq2seq(Seq2SeqConfig(
+            model_type=cfg.model, vocab_size=vocab_size, emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim,
+            attn_dim=cfg.attn_dim, score=cfg.score, dropout=cfg.dropout, max_src_len=cfg.max_len,
+            max_tgt_len=cfg.max_len,
+        ))
+    if cfg.model == "transformer":
+        from ..models.transformer import TransformerConfig, TransformerTranslator
+
+        return TransformerTranslator(TransformerConfig(
+            vocab_size=vocab_size, d_model=cfg.emb_dim, nhead=cfg.heads, num_encoder_layers=cfg.layers,
+            num_decoder_layers=cfg.layers, dim_feedforward=cfg.ff_dim, dropout=cfg.dropout,
+            norm_first=cfg.norm_first, max_len=max(cfg.max_len, 256),
+        ))
+    raise ValueError(f"model must be one of rnnsearch, rnnencdec, transformer; got {cfg.model!r}")
+
+
+def _loss_fn(pad_id: int, smoothing: float):
+    def loss_fn(model, batch):
+        logits, _ = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
+        loss_sum, n = label_smoothed_nll(logits, batch["tgt_out"], pad_id, smoothing)
+        return loss_sum, n, {}
+
+    return loss_fn
+
+
+def _valid_fn(valid_examples: list[Example], valid_pairs, tokenizer: Tokenizer, n_bleu: int, max_len: int):
+    batches = BatchSource(valid_examples, batch_size=64, max_tokens=None, seed=0)
+    batches.sampler.shuffle = False
+
+    def valid_fn(model):
+        total, n = 0.0, 0
+        for batch in batches.sampler.batches(0):
+            b = collate([valid_examples[i] for i in batch])
+            logits, _ = model(b["src"], b["src_lengths"], b["tgt_in"])
+            s, k = label_smoothed_nll(logits, b["tgt_out"], tokenizer.pad_id, 0.0)
+            total += float(s)
+            n += k
+        tr = Translator(model, tokenizer, max_len=max_len)
+        subset = valid_pairs[:n_bleu]
+        hyps = tr.translate([p.src for p in subset], beam_size=1)
+        scores = corpus_scores([h["translation"] for h in hyps], [p.tgt for p in subset])
+        return {"valid_loss": total / max(n, 1), "valid_ppl": math.exp(min(total / max(n, 1), 50)),
+                "valid_bleu": scores["bleu"], "valid_chrf": scores["chrf"]}
+
+    return valid_fn
+
+
+def train_translation(cfg: TranslationTrainConfig, *, resume: bool = False, home: str | Path | None = None) -> dict:
+    """Train ``cfg.model`` on the Bible training split with the shared trainer; returns its summary."""
+    from ..training import Trainer
+    from ..training.schedules import inverse_sqrt_with_warmup
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    tokenizer = get_tokenizer(cfg.vocab_size, home)
+    train_pairs = load_pairs("train", home=home, limit=cfg.limit_train)
+    valid_pairs = load_pairs("valid", home=home)
+    train_ex = encode_pairs(train_pairs, tokenizer, cfg.max_len)
+    valid_ex = encode_pairs(valid_pairs, tokenizer, cfg.max_len)
+    torch.manual_seed(cfg.seed)
+    model = build_translation_model(cfg, tokenizer.vocab_size)
+    scheduler = None
+    if cfg.model == "transformer":
+        optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+        scheduler = inverse_sqrt_with_warmup(optimizer, cfg.emb_dim, cfg.warmup_steps, factor=cfg.lr)
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    trainer = Trainer(
+        model, optimizer,
+        loss_fn=_loss_fn(tokenizer.pad_id, cfg.label_smoothing),
+        train_batches=BatchSource(train_ex, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.seed),
+        valid_fn=_valid_fn(valid_ex, valid_pairs, tokenizer, cfg.valid_bleu_sentences, cfg.max_len),
+        scheduler=scheduler, clip_grad_norm=cfg.clip_grad_norm, out_dir=out,
+        save_every_steps=cfg.save_every_steps, max_epochs=cfg.epochs, max_steps=cfg.max_steps,
+        max_time_s=cfg.max_time_s, early_stopping_patience=cfg.patience, metric_for_best="valid_bleu",
+        greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress,
+        extra_files={"tokenizer.model": tokenizer.to_bytes()},
+    )
+    return trainer.fit(resume=resume)
+
+
+class Translator:
+    """Translate with a trained model: tokenise, batch, search, detokenise, keep the attention."""
+
+    def __init__(self, model, tokenizer: Tokenizer, *, max_len: int = 200):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_len = max_len
+        self.max_src_len = getattr(getattr(model, "config", None), "max_src_len", None) or max_len
+
+    @classmethod
+    def load(cls, model_dir: str | Path) -> "Translator":
+        """Load a checkpoint folder (config.json, model.safetensors, tokenizer.model)."""
+        from .. import models  # noqa: F401  (registers the model classes)
+
+        model_dir = Path(model_dir)
+        model, config, ckpt = load_model(model_dir)
+        tok_path = model_dir / "tokenizer.model"
+        if not tok_path.is_file():
+            raise CheckpointError(f"{tok_path}: the checkpoint has no tokenizer.model; is {model_dir} a translation model?")
+        model.float().eval()
+        return cls(model, Tokenizer.load(model_dir))
+
+    def encode_sources(self, sentences: Sequence[str]) -> list[list[int]]:
+        out = []
+        for i, s in enumerate(sentences):
+            if not isinstance(s, str) or not s.strip():
+                raise ValueError(f"sentence {i + 1} is empty: give some Spanish text to translate")
+            ids = self.tokenizer.encode(s.strip())
+            if len(ids) > self.max_src_len:
+                raise ValueError(
+                    f"sentence {i + 1} has {len(ids)} subword tokens, more than this model's maximum of "
+                    f"{self.max_src_len}; split it into shorter sentences"
+                )
+            out.append(ids)
+        return out
+
+    @torch.no_grad()
+    def translate(self, sentences: Sequence[str], *, beam_size: int = 1, length_penalty: float = 0.6,
+                  batch_size: int = 64, return_attention: bool = False) -> list[dict]:
+        """Translate ``sentences``; each result has ``translation``, ``tokens``, ``score`` and, on
+        request, ``attention (T_out, S_in)`` with the source/target subword pieces."""
+        self.model.eval()
+        ids = self.encode_sources(sentences)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch
+        results: list[dict | None] = [None] * len(ids)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            lens = torch.tensor([len(ids[i]) for i in chunk])
+            src = torch.zeros(len(chunk), int(lens.max()), dtype=torch.long)
+            for r, i in enumerate(chunk):
+                src[r, :len(ids[i])] = torch.tensor(ids[i])
+            inputs = {"src": src, "src_lengths": lens}
+            max_len = min(self.max_len, int(lens.max()) * 2 + 10)
+            if beam_size <= 1:
+                hyps = greedy_search(self.model, inputs, bos_id=self.tokenizer.bos_id, eos_id=self.tokenizer.eos_id,
+                                     max_len=max_len, return_attention=return_attention)
+            else:
+                hyps = [h[0] for h in beam_search(self.model, inputs, beam_size=beam_size, bos_id=self.tokenizer.bos_id,
+                                                  eos_id=self.tokenizer.eos_id, max_len=max_len,
+                                                  length_penalty=length_penalty, return_attention=return_attention)]
+            for r, (i, h) in enumerate(zip(chunk, hyps)):
+                res = {"source": sentences[i], "translation": self.tokenizer.decode(h.tokens), "tokens": h.tokens,
+                       "score": h.score}
+                if return_attention and h.attention is not None:
+                    res["attention"] = h.attention[:, :len(ids[i])]
+                    res["source_pieces"] = [self.tokenizer.id_to_piece(t) for t in ids[i]]
+                    res["target_pieces"] = [self.tokenizer.id_to_piece(t) for t in h.tokens]
+                results[i] = res
+        return results  # type: ignore[return-value]
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
+    """sacrebleu corpus BLEU and chrF (default settings: 13a tokenisation, chrF2)."""
+    import sacrebleu
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    if not hypotheses:
+        return {"bleu": 0.0, "chrf": 0.0, "n_sentences": 0}
+    bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
+    bleu = bleu_metric.corpus_score(list(hypotheses), [list(references)])
+    chrf = chrf_metric.corpus_score(list(hypotheses), [list(references)])
+    return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2), "n_sentences": len(hypotheses),
+            "bleu_signature": str(bleu_metric.get_signature())}
+
+
+def bleu_by_length(sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str]) -> list[dict]:
+    """Corpus BLEU per source-length bucket (in words): 0–10, 10–20, … 60+ (Bahdanau et al., Fig. 2)."""
+    rows = []
+    for lo, hi in LENGTH_BUCKETS:
+        idx = [i for i, s in enumerate(sources) if len(s.split()) >= lo and (hi is None or len(s.split()) < hi)]
+        sc = corpus_scores([hypotheses[i] for i in idx], [references[i] for i in idx])
+        rows.append({"bucket": f"{lo}-{hi}" if hi is not None else f"{lo}+", "n": len(idx), "bleu": sc["bleu"],
+                     "chrf": sc["chrf"]})
+    return rows
+
+
+def evaluate_translation(model_dir: str | Path, *, split: str = "test", limit: int | None = None,
+                         beam_size: int = 1, home: str | Path | None = None) -> dict:
+    """BLEU/chrF of a model on a split (optionally its first ``limit`` verses), and BLEU by length."""
+    tr = Translator.load(model_dir)
+    pairs = load_pairs(split, home=home, limit=limit)
+    t0 = time.perf_counter()
+    hyps = tr.translate([p.src for p in pairs], beam_size=beam_size)
+    elapsed = time.perf_counter() - t0
+    out_text = [h["translation"] for h in hyps]
+    scores = corpus_scores(out_text, [p.tgt for p in pairs])
+    return {
+        "model": str(model_dir), "model_type": getattr(tr.model, "model_type", "?"), "split": split,
+        "beam_size": beam_size, **scores, "sentences_per_s": round(len(pairs) / max(elapsed, 1e-9), 2),
+        "by_length": bleu_by_length([p.src for p in pairs], out_text, [p.tgt for p in pairs]),
+        "examples": [{"ref": p.ref, "source": p.src, "reference": p.tgt, "output": o}
+                     for p, o in list(zip(pairs, out_text))[:5]],
+    }
+
+
+def read_lines(stream: Iterable[str]) -> list[str]:
+    """Non-empty stripped lines of a file or stdin."""
+    return [line.strip() for line in stream if line.strip()]
