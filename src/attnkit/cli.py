@@ -182,6 +182,25 @@ def cmd_evaluate_translation(args) -> None:
         print("  BLEU          " + "  ".join(f"{b['bleu']:>6.1f}" for b in r["by_length"]))
 
 
+# ---------------------------------------------------------------- export
+def cmd_export(args) -> None:
+    import torch
+
+    from . import models  # noqa: F401  (registers the model classes)
+    from .training.checkpoint import CheckpointError, load_model, save_checkpoint
+
+    try:
+        model, config, ckpt = load_model(args.checkpoint)
+    except CheckpointError as exc:
+        raise CLIError(f"cannot load checkpoint: {exc}") from None
+    extra = {name: Path(p).read_bytes() for name, p in ckpt.files.items()
+             if name not in ("config.json", "model.safetensors", "trainer_state.pt", "COMPLETE")}
+    dtype = None if args.fp32 else torch.float16
+    out = save_checkpoint(args.out, model=model, config=config, extra_files=extra, dtype=dtype)
+    size = sum(f.stat().st_size for f in Path(out).iterdir() if f.is_file())
+    print(f"wrote {out} ({size / 1e6:.1f} MB, {'fp32' if args.fp32 else 'fp16'} weights, no trainer state)")
+
+
 # ---------------------------------------------------------------- demo
 def cmd_demo(args) -> None:
     from .demo import run_demo
@@ -237,6 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
     et.add_argument("--output", default=None, help="also write the JSON report here")
     et.add_argument("--plot", default=None, help="plot BLEU by source length to this PNG")
     et.set_defaults(func=cmd_evaluate_translation)
+
+    ex = sub.add_parser("export", help="write a small (fp16) copy of a checkpoint for shipping")
+    ex.add_argument("checkpoint", help="checkpoint folder, e.g. runs/rnnsearch/best")
+    ex.add_argument("out", help="destination folder, e.g. models/rnnsearch-es-en")
+    ex.add_argument("--fp32", action="store_true", help="keep float32 weights")
+    ex.set_defaults(func=cmd_export)
 
     dm = sub.add_parser("demo", help="the main job: translate held-out verses, plot, score")
     dm.add_argument("--out", default="out/demo", help="folder for the pictures")

@@ -1,0 +1,141 @@
+"""RNNencdec and RNNsearch: shapes, masks, step-by-step decoding = teacher forcing, overfitting."""
+import pytest
+import torch
+
+from attnkit.decoding import beam_search, greedy_search
+from attnkit.models.seq2seq import RNNEncDec, RNNSearch, Seq2SeqConfig, build_seq2seq
+
+V = 24
+
+
+def tiny(kind="rnnsearch", score="additive", dropout=0.0):
+    torch.manual_seed(0)
+    return build_seq2seq(Seq2SeqConfig(model_type=kind, vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8,
+                                       score=score, dropout=dropout)).eval()
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, V, (3, 7), generator=g)
+    lengths = torch.tensor([7, 4, 2])
+    for b, n in enumerate(lengths):
+        src[b, n:] = 0
+    tgt_in = torch.cat([torch.ones(3, 1, dtype=torch.long), torch.randint(4, V, (3, 5), generator=g)], 1)
+    return src, lengths, tgt_in
+
+
+@pytest.mark.parametrize("score", ["additive", "dot", "general", "scaled_dot"])
+def test_rnnsearch_weights_are_distributions_over_real_source_tokens(score):
+    m = tiny(score=score)
+    src, lengths, tgt_in = batch()
+    logits, w = m(src, lengths, tgt_in, need_weights=True)
+    assert logits.shape == (3, 6, V) and w.shape == (3, 6, 7)
+    torch.testing.assert_close(w.sum(-1), torch.ones(3, 6))
+    assert torch.all(w[1, :, 4:] == 0) and torch.all(w[2, :, 2:] == 0)
+
+
+def test_rnnencdec_has_one_context_and_no_weights():
+    m = tiny("rnnencdec")
+    src, lengths, tgt_in = batch()
+    logits, w = m(src, lengths, tgt_in, need_weights=True)
+    assert logits.shape == (3, 6, V) and w is None
+    st = m.start(src, lengths)
+    _, st2, attn = m.step(tgt_in[:, 0], st)
+    assert attn is None and torch.equal(st2["context"], st["context"])  # the same c at every step
+
+
+@pytest.mark.parametrize("kind", ["rnnsearch", "rnnencdec"])
+def test_incremental_steps_equal_teacher_forcing(kind):
+    m = tiny(kind)
+    src, lengths, tgt_in = batch()
+    with torch.no_grad():
+        logits, w = m(src, lengths, tgt_in, need_weights=True)
+        state = m.start(src, lengths)
+        for t in range(tgt_in.shape[1]):
+            lp, state, attn = m.step(tgt_in[:, t], state)
+            torch.testing.assert_close(lp, torch.log_softmax(logits[:, t], -1), rtol=1e-5, atol=1e-5)
+            if w is not None:
+                torch.testing.assert_close(attn, w[:, t], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["rnnsearch", "rnnencdec"])
+def test_padding_does_not_change_real_outputs(kind):
+    m = tiny(kind)
+    src, lengths, tgt_in = batch()
+    with torch.no_grad():
+        full, _ = m(src, lengths, tgt_in)
+        alone, _ = m(src[2:3, :2], lengths[2:3], tgt_in[2:3])
+    torch.testing.assert_close(alone[0], full[2], rtol=1e-5, atol=1e-5)
+
+
+def test_prepared_keys_equal_the_per_step_concatenation_form():
+    """Bahdanau's score computed the tutorial way (concatenate s_{t-1} with every h_j, every step)."""
+    m = tiny()
+    src, lengths, tgt_in = batch()
+    with torch.no_grad():
+        _, w = m(src, lengths, tgt_in, need_weights=True)
+        state = m.start(src, lengths)
+        x = m.drop(m.embedding(src))
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        h, _ = torch.nn.utils.rnn.pad_packed_sequence(m.encoder(packed)[0], batch_first=True, total_length=7)
+        sc = m.attention.score
+        W = torch.cat([sc.w_query.weight, sc.w_key.weight], 1)  # W_a [s; h] = W s + U h
+        s = state["h"]
+        for t in range(tgt_in.shape[1]):
+            cat = torch.cat([s.unsqueeze(1).expand(-1, 7, -1), h], -1)  # (B, S, H + 2H)
+            e = torch.tanh(cat @ W.T + sc.w_key.bias) @ sc.v
+            e = e.masked_fill(torch.arange(7) >= lengths.unsqueeze(1), float("-inf"))
+            torch.testing.assert_close(torch.softmax(e, -1), w[:, t], rtol=1e-5, atol=1e-6)
+            _, state, _ = m.step(tgt_in[:, t], state)
+            s = state["h"]
+
+
+def test_overfits_a_handful_of_pairs_and_beam1_equals_greedy():
+    torch.manual_seed(0)
+    m = build_seq2seq(Seq2SeqConfig(vocab_size=V, emb_dim=32, hidden_dim=32, attn_dim=32, dropout=0.0))
+    g = torch.Generator().manual_seed(3)
+    pairs = [(torch.randint(4, V, (n,), generator=g), torch.randint(4, V, (n + 1,), generator=g)) for n in (3, 4, 5, 6)]
+    B, S, T = len(pairs), 6, 8
+    src = torch.zeros(B, S, dtype=torch.long)
+    lengths = torch.tensor([len(p[0]) for p in pairs])
+    tgt_in = torch.zeros(B, T, dtype=torch.long)
+    tgt_out = torch.zeros(B, T, dtype=torch.long)
+    for b, (s, t) in enumerate(pairs):
+        src[b, :len(s)] = s
+        tgt_in[b, 0] = 1
+        tgt_in[b, 1:len(t) + 1] = t
+        tgt_out[b, :len(t)] = t
+        tgt_out[b, len(t)] = 2
+    opt = torch.optim.Adam(m.parameters(), lr=1e-2)
+    for _ in range(150):
+        logits, _ = m(src, lengths, tgt_in)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), ignore_index=0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    m.eval()
+    inputs = {"src": src, "src_lengths": lengths}
+    hyps = greedy_search(m, inputs, bos_id=1, eos_id=2, max_len=10, return_attention=True)
+    for h, (_, t) in zip(hyps, pairs):
+        assert h.tokens == t.tolist()
+        assert h.attention.shape == (len(t), S)
+    beams = beam_search(m, inputs, beam_size=1, bos_id=1, eos_id=2, max_len=10)
+    for h, b in zip(hyps, beams):
+        assert b[0].tokens == h.tokens
+        assert b[0].score == pytest.approx(h.score, abs=1e-5)
+
+
+def test_bad_inputs_are_reported():
+    m = tiny()
+    src, lengths, tgt_in = batch()
+    with pytest.raises(ValueError, match=r"src_lengths must have shape \(B,\) = \(3,\), got \(2,\)"):
+        m(src, lengths[:2], tgt_in)
+    with pytest.raises(ValueError, match=r"src must be a \(B, S\) long tensor"):
+        m(src.float(), lengths, tgt_in)
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 24\)"):
+        m(src + 100, lengths, tgt_in)
+    with pytest.raises(ValueError, match=r"tgt_in must be \(B=3, T\)"):
+        m(src, lengths, tgt_in[:2])
+    with pytest.raises(ValueError, match=r"model_type must be one of"):
+        build_seq2seq({"model_type": "lstm"})
+    assert isinstance(tiny(), RNNSearch) and isinstance(tiny("rnnencdec"), RNNEncDec)

@@ -1,0 +1,125 @@
+"""End to end on a tiny slice of the real corpus: train, resume exactly, export, translate, evaluate, CLI errors."""
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit.cli import main as cli_main
+from attnkit.tasks.translation import (
+    TranslationTrainConfig,
+    Translator,
+    bleu_by_length,
+    corpus_scores,
+    evaluate_translation,
+    get_tokenizer,
+    train_translation,
+)
+from attnkit.training.checkpoint import load_checkpoint
+
+TINY = dict(vocab_size=1000, emb_dim=16, hidden_dim=16, attn_dim=16, batch_size=16, limit_train=64,
+            valid_bleu_sentences=8, max_len=40, progress=False, threads=1, dropout=0.1)
+
+
+@pytest.fixture(scope="module")
+def trained(bible_home, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "rnnsearch"
+    cfg = TranslationTrainConfig(model="rnnsearch", out_dir=str(out), epochs=2, save_every_steps=3, **TINY)
+    summary = train_translation(cfg, home=bible_home)
+    return cfg, summary, out
+
+
+def test_training_writes_checkpoints_and_summary(trained):
+    cfg, summary, out = trained
+    assert summary["epochs"] == 2 and summary["steps"] == 8  # 64 pairs / 16 per batch, 2 epochs
+    ck = load_checkpoint(out / "best")
+    assert ck.config["model_type"] == "rnnsearch" and "tokenizer.model" in ck.files
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    valid = [r for r in log if r["event"] == "valid"]
+    assert len(valid) == 2 and all({"valid_loss", "valid_bleu", "valid_chrf"} <= r.keys() for r in valid)
+
+
+def test_resume_equals_uninterrupted_run(bible_home, tmp_path):
+    base = TranslationTrainConfig(model="rnnsearch", epochs=3, save_every_steps=2, patience=None, **TINY)
+    straight = replace(base, out_dir=str(tmp_path / "a"), max_steps=7)
+    train_translation(straight, home=bible_home)
+    first = replace(base, out_dir=str(tmp_path / "b"), max_steps=3)
+    train_translation(first, home=bible_home)
+    rest = replace(first, max_steps=7)
+    s = train_translation(rest, home=bible_home, resume=True)
+    assert s["resumed_from"] is not None and s["steps"] == 7
+    a = load_checkpoint(tmp_path / "a" / "step-00000007").state_dict
+    b = load_checkpoint(tmp_path / "b" / "step-00000007").state_dict
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_export_translate_and_evaluate(trained, bible_home, tmp_path):
+    _, _, out = trained
+    exported = tmp_path / "shipped"
+    assert cli_main(["export", str(out / "best"), str(exported)]) == 0
+    ck = load_checkpoint(exported)
+    assert ck.trainer_state is None
+    assert all(v.dtype == torch.float16 for v in ck.state_dict.values() if v.is_floating_point())
+    tr = Translator.load(exported)
+    res = tr.translate(["En el principio creó Dios los cielos y la tierra.", "Y dijo Dios."], beam_size=3,
+                       return_attention=True)
+    for r in res:
+        assert isinstance(r["translation"], str)
+        assert r["attention"].shape == (len(r["tokens"]), len(r["source_pieces"]))
+    rep = evaluate_translation(exported, limit=12, home=bible_home)
+    assert rep["n_sentences"] == 12 and 0 <= rep["bleu"] <= 100
+    assert sum(b["n"] for b in rep["by_length"]) == 12
+
+
+def test_cli_reports_bad_input_without_traceback(trained, tmp_path, capsys):
+    _, _, out = trained
+    model = str(out / "best")
+    assert cli_main(["translate", "--model", model, ""]) == 2
+    assert "empty" in capsys.readouterr().err
+    assert cli_main(["translate", "--model", model, "palabra " * 200]) == 2
+    assert "more than this model's maximum" in capsys.readouterr().err
+    assert cli_main(["translate", "--model", str(tmp_path / "nope"), "Hola"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    broken = tmp_path / "broken"
+    subprocess.run(["cp", "-r", model, str(broken)], check=True)
+    with open(broken / "model.safetensors", "r+b") as fh:
+        fh.truncate(100)
+    assert cli_main(["translate", "--model", str(broken), "Hola"]) == 2
+    assert "model.safetensors" in capsys.readouterr().err
+    assert cli_main(["translate", "--model", model, "And God said, let there be light and there was light."]) == 0
+    assert "looks like English" in capsys.readouterr().err
+
+
+def test_cli_evaluate_json(trained, bible_home, capsys):
+    _, _, out = trained
+    code = cli_main(["--home", str(bible_home), "evaluate", "translation", "--model", str(out / "best"),
+                     "--limit", "5", "--json"])
+    assert code == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert {"bleu", "chrf", "n_sentences", "by_length"} <= rep.keys() and rep["n_sentences"] == 5
+
+
+def test_scores_and_length_buckets():
+    refs = ["the cat sat on the mat", "a b c d e f g h i j k l"]
+    assert corpus_scores(refs, refs)["bleu"] == pytest.approx(100.0)
+    rows = bleu_by_length(["uno dos", " ".join(["x"] * 12)], refs, refs)
+    assert [r["n"] for r in rows][:2] == [1, 1] and rows[0]["bucket"] == "0-10" and rows[-1]["bucket"] == "60+"
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        corpus_scores(refs, refs[:1])
+
+
+def test_tokenizer_is_cached_per_vocab_size(bible_home):
+    a = get_tokenizer(1000, bible_home)
+    b = get_tokenizer(1000, bible_home)
+    assert a.to_bytes() == b.to_bytes() and a.vocab_size == 1000
+
+
+def test_console_script_runs():
+    r = subprocess.run([sys.executable, "-m", "attnkit.cli", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("attnkit ")
+    assert Path(__file__).resolve().parents[1].joinpath("pyproject.toml").read_text().count('attnkit = "attnkit.cli:main"') == 1
