@@ -3,3 +3,4 @@
 Importing this package registers every model class for :func:`attnkit.training.load_model`.
 """
 from . import seq2seq  # noqa: F401
+from . import transformer  # noqa: F401

@@ -1,0 +1,321 @@
+"""The encoder-decoder Transformer (Vaswani et al. 2017) for translation, from attnkit's own parts.
+
+Built from :class:`attnkit.attention.TransformerEncoder` / :class:`TransformerDecoder` (which
+use attnkit's :class:`MultiHeadAttention`) and attnkit's position encodings; no
+``torch.nn.Transformer``.
+
+- **Embeddings**: one joint source/target embedding ``E`` (the sentencepiece vocabulary is
+  shared by Spanish and English), multiplied by ``√d_model``, plus sinusoidal or learned
+  positions, then dropout. With ``tie_embeddings`` the output projection is ``Eᵀ`` (plus a bias).
+- **Encoder**: self-attention over the source with a key padding mask from ``src_lengths``.
+- **Decoder**: causal self-attention, cross-attention over the encoder output, feed-forward;
+  pre-norm by default (``norm_first``), in which case encoder and decoder end with a LayerNorm.
+
+The model follows the interface of the RNN translators in :mod:`attnkit.models.seq2seq`:
+``forward(src, src_lengths, tgt_in, *, need_weights)`` for teacher forcing, and the
+``start`` / ``step`` / ``reorder`` protocol of :mod:`attnkit.decoding` for greedy and beam
+search. ``step`` decodes one token with a key/value cache: each decoder layer keeps the
+self-attention keys/values of the tokens decoded so far (one new position is appended per
+step), and the cross-attention keys/values are projected from the encoder output once, in
+:meth:`TransformerTranslator.start`, and reused by every step.
+
+Target sequences must be right-padded (pads after the real tokens, as
+:func:`attnkit.data.batching.collate` makes them): the causal mask then already keeps real
+positions from seeing pads, so no target padding mask is needed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..attention import LearnedPositionalEncoding, SinusoidalPositionalEncoding, padding_mask
+from ..attention.transformer import TransformerDecoder, TransformerEncoder
+from ..training.checkpoint import register_model
+
+__all__ = ["TransformerConfig", "TransformerTranslator"]
+
+_POSITIONAL = ("sinusoidal", "learned")
+
+
+@dataclass
+class TransformerConfig:
+    """Hyper-parameters of the Transformer translator; saved as ``config.json`` beside the weights.
+
+    ``max_len`` is the size of the learned position table (and the initial size of the
+    sinusoidal one, which grows on demand). ``max_src_len`` is the longest source the
+    :class:`attnkit.tasks.translation.Translator` accepts; ``None`` means ``max_len``.
+    """
+
+    model_type: str = "transformer"
+    vocab_size: int = 8000
+    d_model: int = 256
+    nhead: int = 4
+    num_encoder_layers: int = 3
+    num_decoder_layers: int = 3
+    dim_feedforward: int = 1024
+    dropout: float = 0.1
+    norm_first: bool = True
+    positional: str = "sinusoidal"  # "sinusoidal" | "learned"
+    max_len: int = 256
+    tie_embeddings: bool = True  # one joint embedding for source, target and the output projection
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    max_src_len: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_src_len is None:
+            self.max_src_len = self.max_len
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TransformerConfig":
+        """Build from a dict, ignoring unknown keys (``attnkit_version`` and the like)."""
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+    def validate(self) -> None:
+        def pos_int(name):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+
+        for name in ("vocab_size", "d_model", "nhead", "num_encoder_layers", "num_decoder_layers",
+                     "dim_feedforward", "max_len", "max_src_len"):
+            pos_int(name)
+        if self.vocab_size < 4:
+            raise ValueError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
+        if self.d_model % self.nhead != 0:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by nhead ({self.nhead})")
+        if self.positional not in _POSITIONAL:
+            raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
+        if self.positional == "sinusoidal" and self.d_model % 2 != 0:
+            raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
+        if self.positional == "learned" and self.max_src_len > self.max_len:
+            raise ValueError(f"max_src_len ({self.max_src_len}) exceeds the learned position table (max_len={self.max_len})")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or not 0 <= v < self.vocab_size:
+                raise ValueError(f"{name} must be a token id in [0, {self.vocab_size}), got {v!r}")
+
+
+def _map_tensors(obj: Any, fn) -> Any:
+    """Apply ``fn`` to every tensor in nested dicts/lists/tuples, building *new* containers."""
+    if isinstance(obj, Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_map_tensors(v, fn) for v in obj]
+    if isinstance(obj, tuple):
+        return type(obj)(*(_map_tensors(v, fn) for v in obj)) if hasattr(obj, "_fields") else \
+            tuple(_map_tensors(v, fn) for v in obj)
+    return obj
+
+
+@register_model("transformer")
+class TransformerTranslator(nn.Module):
+    """Encoder-decoder Transformer translator (see the module docstring).
+
+    ``forward(src (B, S) long, src_lengths (B,), tgt_in (B, T) long, *, need_weights=False)``
+    returns ``(logits (B, T, V), weights)``: ``weights`` is the last decoder layer's
+    cross-attention averaged over heads, ``(B, T, S)``, when ``need_weights`` (else ``None``).
+    """
+
+    model_type = "transformer"
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        config.validate()
+        c = self.config = config
+        self.d_model = c.d_model
+        self.embed_scale = math.sqrt(c.d_model)
+        self.embedding = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
+        nn.init.normal_(self.embedding.weight, std=c.d_model ** -0.5)
+        with torch.no_grad():
+            self.embedding.weight[c.pad_id].zero_()
+        if c.tie_embeddings:
+            self.tgt_embedding = None
+            self.out_proj = None
+            self.out_bias = nn.Parameter(torch.zeros(c.vocab_size))
+        else:
+            self.tgt_embedding = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
+            nn.init.normal_(self.tgt_embedding.weight, std=c.d_model ** -0.5)
+            with torch.no_grad():
+                self.tgt_embedding.weight[c.pad_id].zero_()
+            self.out_proj = nn.Linear(c.d_model, c.vocab_size)
+            self.out_bias = None
+        if c.positional == "sinusoidal":
+            self.positions = SinusoidalPositionalEncoding(c.d_model, dropout=c.dropout, max_len=c.max_len)
+        else:
+            self.positions = LearnedPositionalEncoding(c.d_model, c.max_len, dropout=c.dropout)
+        self.encoder = TransformerEncoder(c.d_model, c.nhead, c.num_encoder_layers, c.dim_feedforward, c.dropout,
+                                          norm_first=c.norm_first)
+        self.decoder = TransformerDecoder(c.d_model, c.nhead, c.num_decoder_layers, c.dim_feedforward, c.dropout,
+                                          norm_first=c.norm_first)
+
+    # -- config ------------------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: dict | TransformerConfig) -> "TransformerTranslator":
+        cfg = config if isinstance(config, TransformerConfig) else TransformerConfig.from_dict(config)
+        return cls(cfg)
+
+    def to_config(self) -> dict:
+        d = self.config.to_dict()
+        d["model_type"] = self.model_type
+        return d
+
+    # -- checks ------------------------------------------------------------------------------------
+    def _check_ids(self, name: str, ids: Tensor, shape_hint: str) -> None:
+        if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
+            got = f"{tuple(ids.shape)} {ids.dtype}" if isinstance(ids, Tensor) else type(ids).__name__
+            raise ValueError(f"{name} must be a {shape_hint} long tensor of token ids, got {got}")
+        if ids.numel() and (int(ids.max()) >= self.config.vocab_size or int(ids.min()) < 0):
+            raise ValueError(f"{name} token ids must lie in [0, {self.config.vocab_size}), "
+                             f"got [{int(ids.min())}, {int(ids.max())}]")
+
+    def _check_src(self, src: Tensor, src_lengths: Tensor) -> None:
+        self._check_ids("src", src, "(B, S)")
+        if src.shape[1] < 1:
+            raise ValueError(f"src must have at least one position, got shape {tuple(src.shape)}")
+        if not isinstance(src_lengths, Tensor) or src_lengths.shape != (src.shape[0],):
+            got = tuple(src_lengths.shape) if isinstance(src_lengths, Tensor) else type(src_lengths).__name__
+            raise ValueError(f"src_lengths must have shape (B,) = ({src.shape[0]},), got {got}")
+        if src_lengths.is_floating_point() or src_lengths.dtype == torch.bool:
+            raise ValueError(f"src_lengths must be an integer tensor, got dtype {src_lengths.dtype}")
+        if int(src_lengths.min()) < 1:
+            raise ValueError("every source sentence needs at least one token (src_lengths >= 1)")
+        if int(src_lengths.max()) > src.shape[1]:
+            raise ValueError(f"src_lengths max {int(src_lengths.max())} exceeds src length S={src.shape[1]} "
+                             f"(src shape {tuple(src.shape)})")
+
+    # -- pieces ------------------------------------------------------------------------------------
+    def _embed_tgt(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        emb = self.embedding if self.tgt_embedding is None else self.tgt_embedding
+        return self.positions(emb(tokens) * self.embed_scale, offset)
+
+    def _logits(self, h: Tensor) -> Tensor:
+        if self.out_proj is not None:
+            return self.out_proj(h)
+        return F.linear(h, self.embedding.weight, self.out_bias)
+
+    def encode(self, src: Tensor, src_lengths: Tensor, *, need_weights: bool = False):
+        """``(B, S), (B,) -> (memory (B, S, D), mask (B, S) True at real tokens, per-layer weights)``."""
+        mask = padding_mask(src_lengths.to(src.device), src.shape[1])
+        x = self.positions(self.embedding(src) * self.embed_scale)
+        out = self.encoder(x, key_padding_mask=mask, need_weights=need_weights)
+        return out.output, mask, out.weights
+
+    def _decode(self, y: Tensor, memory: Tensor, memory_mask: Tensor, *, cache: list | None = None,
+                causal: bool = True, weights_from_last: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Run the decoder layers; only the last layer computes attention weights (when asked),
+        so the others keep the fused kernel. Returns ``(h (B, T, D), cross (B, H, T, S) or None)``."""
+        layers = self.decoder.layers
+        cross = None
+        for i, layer in enumerate(layers):
+            want = weights_from_last and i == len(layers) - 1
+            y, (_, cw) = layer(y, memory, memory_key_padding_mask=memory_mask, causal=causal,
+                               cache=None if cache is None else cache[i], need_weights=want)
+            if want:
+                cross = cw
+        if self.decoder.norm is not None:
+            y = self.decoder.norm(y)
+        return y, cross
+
+    # -- teacher forcing -----------------------------------------------------------------------------
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False):
+        """Teacher forcing: logits ``(B, T, V)`` for ``tgt_in`` (bos + target, right-padded) and,
+        when ``need_weights``, the last decoder layer's cross-attention averaged over heads ``(B, T, S)``."""
+        self._check_src(src, src_lengths)
+        self._check_ids("tgt_in", tgt_in, "(B, T)")
+        if tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(f"tgt_in must be (B={src.shape[0]}, T) like src {tuple(src.shape)}, got {tuple(tgt_in.shape)}")
+        memory, mask, _ = self.encode(src, src_lengths)
+        h, cross = self._decode(self._embed_tgt(tgt_in), memory, mask, weights_from_last=need_weights)
+        weights = cross.mean(dim=1) if cross is not None else None
+        return self._logits(h), weights
+
+    # -- incremental decoding protocol (attnkit.decoding) ----------------------------------------
+    def start(self, src: Tensor, src_lengths: Tensor) -> dict:
+        """Encode the source once. The state holds ``memory`` (B, S, D), ``memory_mask`` (B, S),
+        ``cache`` (one dict per decoder layer, cross-attention keys/values already projected)
+        and ``step`` (tokens decoded so far = the position of the next one)."""
+        self._check_src(src, src_lengths)
+        memory, mask, _ = self.encode(src, src_lengths)
+        cache = self.decoder.new_cache()
+        for layer, c in zip(self.decoder.layers, cache):
+            k, v = layer.multihead_attn.project_kv(memory, memory)  # (B, H, S, Dh), once per sentence
+            c["self"], c["cross"] = {}, {"k": k, "v": v}
+        return {"memory": memory, "memory_mask": mask, "cache": cache, "step": 0}
+
+    def step(self, prev_tokens: Tensor, state: dict):
+        """``prev_tokens (B,)`` → ``(log_probs (B, V), new state, attention (B, S))``.
+
+        The new state has its own cache dicts (the old state is left as it was): the layers
+        append to the copies, and cached tensors are never modified in place.
+        """
+        memory = state["memory"]
+        if not isinstance(prev_tokens, Tensor) or prev_tokens.shape != (memory.shape[0],):
+            got = tuple(prev_tokens.shape) if isinstance(prev_tokens, Tensor) else type(prev_tokens).__name__
+            raise ValueError(f"prev_tokens must have shape (B,) = ({memory.shape[0]},), got {got}")
+        cache = [{k: dict(v) for k, v in c.items()} for c in state["cache"]]
+        y = self._embed_tgt(prev_tokens.unsqueeze(1), offset=state["step"])  # (B, 1, D)
+        # one query at the newest position may see every cached key: no causal mask needed
+        h, cross = self._decode(y, memory, state["memory_mask"], cache=cache, causal=False, weights_from_last=True)
+        log_probs = torch.log_softmax(self._logits(h[:, 0]), dim=-1)
+        new_state = {"memory": memory, "memory_mask": state["memory_mask"], "cache": cache, "step": state["step"] + 1}
+        return log_probs, new_state, cross[:, :, 0].mean(dim=1)
+
+    def reorder(self, state: dict, index: Tensor) -> dict:
+        """Rows ``index`` of every tensor in the state (nested cache dicts included), in new containers."""
+        return _map_tensors(state, lambda t: t.index_select(0, index))
+
+    # -- pictures ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def attention_maps(self, translator, sentence: str, tokens: list[int]) -> dict:
+        """Every layer's and head's attention for one translated sentence (for
+        :func:`attnkit.viz.plot_transformer_heads`).
+
+        Runs one teacher-forced pass (eval mode) over the decoder input ``[bos] + tokens[:-1]``,
+        so row ``t`` of the decoder maps is the position whose output is ``tokens[t]``: rows line
+        up with ``tgt_tokens`` (the output pieces). In ``dec_self`` column ``j`` is the same kind
+        of position (the one that produced ``tokens[j]``; its input is the token before it).
+
+        Returns ``enc_self (L_enc, H, S, S)``, ``dec_self (L_dec, H, T, T)``, ``cross
+        (L_dec, H, T, S)`` (CPU float tensors), ``src_tokens`` (S source pieces) and
+        ``tgt_tokens`` (T = len(tokens) output pieces).
+        """
+        tokens = [int(t) for t in tokens]
+        if not tokens:
+            raise ValueError("tokens is empty: there is no output token to show attention for")
+        ids = translator.encode_sources([sentence])[0]
+        device = self.embedding.weight.device
+        src = torch.tensor([ids], dtype=torch.long, device=device)
+        lengths = torch.tensor([len(ids)], dtype=torch.long, device=device)
+        tgt_in = torch.tensor([[self.config.bos_id] + tokens[:-1]], dtype=torch.long, device=device)
+        self._check_src(src, lengths)
+        self._check_ids("tokens", tgt_in, "(T,)")
+        was_training = self.training
+        self.eval()
+        try:
+            memory, mask, enc_w = self.encode(src, lengths, need_weights=True)
+            out = self.decoder(self._embed_tgt(tgt_in), memory, memory_key_padding_mask=mask, need_weights=True)
+        finally:
+            self.train(was_training)
+        stack = lambda ws: torch.stack([w[0] for w in ws]).float().cpu()  # noqa: E731  (L, H, Tq, Tk)
+        tok = translator.tokenizer
+        return {
+            "enc_self": stack(enc_w),
+            "dec_self": stack(out.self_weights),
+            "cross": stack(out.cross_weights),
+            "src_tokens": [tok.id_to_piece(t) for t in ids],
+            "tgt_tokens": [tok.id_to_piece(t) for t in tokens],
+        }
