@@ -21,7 +21,7 @@ from attnkit.tasks.translation import (
 from attnkit.training.checkpoint import load_checkpoint
 
 TINY = dict(vocab_size=1000, emb_dim=16, hidden_dim=16, attn_dim=16, batch_size=16, limit_train=64,
-            valid_bleu_sentences=8, max_len=40, progress=False, threads=1, dropout=0.1)
+            valid_bleu_sentences=8, max_len=80, progress=False, threads=1, dropout=0.1)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_cli_reports_bad_input_without_traceback(trained, tmp_path, capsys):
     _, _, out = trained
     model = str(out / "best")
     assert cli_main(["translate", "--model", model, ""]) == 2
-    assert "empty" in capsys.readouterr().err
+    assert "nothing to translate" in capsys.readouterr().err
     assert cli_main(["translate", "--model", model, "palabra " * 200]) == 2
     assert "more than this model's maximum" in capsys.readouterr().err
     assert cli_main(["translate", "--model", str(tmp_path / "nope"), "Hola"]) == 2

@@ -128,7 +128,7 @@ def build_translation_model(cfg: TranslationTrainConfig, vocab_size: int) -> tor
         return TransformerTranslator(TransformerConfig(
             vocab_size=vocab_size, d_model=cfg.emb_dim, nhead=cfg.heads, num_encoder_layers=cfg.layers,
             num_decoder_layers=cfg.layers, dim_feedforward=cfg.ff_dim, dropout=cfg.dropout,
-            norm_first=cfg.norm_first, max_len=max(cfg.max_len, 256),
+            norm_first=cfg.norm_first, max_len=max(cfg.max_len, 256), max_src_len=cfg.max_len,
         ))
     raise ValueError(f"model must be one of rnnsearch, rnnencdec, transformer; got {cfg.model!r}")
 
@@ -156,7 +156,7 @@ def _valid_fn(valid_examples: list[Example], valid_pairs, tokenizer: Tokenizer, 
             n += k
         tr = Translator(model, tokenizer, max_len=max_len)
         subset = valid_pairs[:n_bleu]
-        hyps = tr.translate([p.src for p in subset], beam_size=1)
+        hyps = tr.translate_ids([e.src for e in valid_examples[:n_bleu]], beam_size=1)  # already cut to max_len
         scores = corpus_scores([h["translation"] for h in hyps], [p.tgt for p in subset])
         return {"valid_loss": total / max(n, 1), "valid_ppl": math.exp(min(total / max(n, 1), 50)),
                 "valid_bleu": scores["bleu"], "valid_chrf": scores["chrf"]}
@@ -223,27 +223,40 @@ class Translator:
         model.float().eval()
         return cls(model, Tokenizer.load(model_dir))
 
-    def encode_sources(self, sentences: Sequence[str]) -> list[list[int]]:
+    def encode_sources(self, sentences: Sequence[str], *, truncate: bool = False) -> list[list[int]]:
+        """Subword ids of each sentence; too long raises ``ValueError`` unless ``truncate``."""
         out = []
         for i, s in enumerate(sentences):
             if not isinstance(s, str) or not s.strip():
                 raise ValueError(f"sentence {i + 1} is empty: give some Spanish text to translate")
             ids = self.tokenizer.encode(s.strip())
             if len(ids) > self.max_src_len:
-                raise ValueError(
-                    f"sentence {i + 1} has {len(ids)} subword tokens, more than this model's maximum of "
-                    f"{self.max_src_len}; split it into shorter sentences"
-                )
+                if not truncate:
+                    raise ValueError(
+                        f"sentence {i + 1} has {len(ids)} subword tokens, more than this model's maximum of "
+                        f"{self.max_src_len}; split it into shorter sentences"
+                    )
+                ids = ids[:self.max_src_len]
             out.append(ids)
         return out
 
-    @torch.no_grad()
     def translate(self, sentences: Sequence[str], *, beam_size: int = 1, length_penalty: float = 0.6,
-                  batch_size: int = 64, return_attention: bool = False) -> list[dict]:
+                  batch_size: int = 64, return_attention: bool = False, truncate: bool = False) -> list[dict]:
         """Translate ``sentences``; each result has ``translation``, ``tokens``, ``score`` and, on
-        request, ``attention (T_out, S_in)`` with the source/target subword pieces."""
+        request, ``attention (T_out, S_in)`` with the source/target subword pieces. Sentences
+        longer than the model's maximum raise ``ValueError`` (or are cut, with ``truncate``)."""
+        ids = self.encode_sources(sentences, truncate=truncate)
+        results = self.translate_ids(ids, beam_size=beam_size, length_penalty=length_penalty,
+                                     batch_size=batch_size, return_attention=return_attention)
+        for r, s in zip(results, sentences):
+            r["source"] = s
+        return results
+
+    @torch.no_grad()
+    def translate_ids(self, ids: Sequence[Sequence[int]], *, beam_size: int = 1, length_penalty: float = 0.6,
+                      batch_size: int = 64, return_attention: bool = False) -> list[dict]:
+        """Translate already-tokenised sources (lists of subword ids), batching similar lengths."""
         self.model.eval()
-        ids = self.encode_sources(sentences)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch
         results: list[dict | None] = [None] * len(ids)
         for start in range(0, len(order), batch_size):
@@ -251,7 +264,7 @@ class Translator:
             lens = torch.tensor([len(ids[i]) for i in chunk])
             src = torch.zeros(len(chunk), int(lens.max()), dtype=torch.long)
             for r, i in enumerate(chunk):
-                src[r, :len(ids[i])] = torch.tensor(ids[i])
+                src[r, :len(ids[i])] = torch.as_tensor(list(ids[i]), dtype=torch.long)
             inputs = {"src": src, "src_lengths": lens}
             max_len = min(self.max_len, int(lens.max()) * 2 + 10)
             if beam_size <= 1:
@@ -261,9 +274,8 @@ class Translator:
                 hyps = [h[0] for h in beam_search(self.model, inputs, beam_size=beam_size, bos_id=self.tokenizer.bos_id,
                                                   eos_id=self.tokenizer.eos_id, max_len=max_len,
                                                   length_penalty=length_penalty, return_attention=return_attention)]
-            for r, (i, h) in enumerate(zip(chunk, hyps)):
-                res = {"source": sentences[i], "translation": self.tokenizer.decode(h.tokens), "tokens": h.tokens,
-                       "score": h.score}
+            for i, h in zip(chunk, hyps):
+                res = {"translation": self.tokenizer.decode(h.tokens), "tokens": h.tokens, "score": h.score}
                 if return_attention and h.attention is not None:
                     res["attention"] = h.attention[:, :len(ids[i])]
                     res["source_pieces"] = [self.tokenizer.id_to_piece(t) for t in ids[i]]
@@ -304,7 +316,7 @@ def evaluate_translation(model_dir: str | Path, *, split: str = "test", limit: i
     tr = Translator.load(model_dir)
     pairs = load_pairs(split, home=home, limit=limit)
     t0 = time.perf_counter()
-    hyps = tr.translate([p.src for p in pairs], beam_size=beam_size)
+    hyps = tr.translate([p.src for p in pairs], beam_size=beam_size, truncate=True)
     elapsed = time.perf_counter() - t0
     out_text = [h["translation"] for h in hyps]
     scores = corpus_scores(out_text, [p.tgt for p in pairs])
