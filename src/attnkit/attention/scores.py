@@ -24,7 +24,9 @@ modules (:class:`Dot`, :class:`ScaledDot`, :class:`Bilinear`, :class:`Additive`)
 
 The additive score is the expensive one: the naive form materialises ``(B, Nq, Nk, A)``.
 :func:`additive_prepared` computes it over blocks of queries that fit in cache and, without
-autograd, in place in one reused buffer, using ``tanh(x) = 2σ(2x) − 1`` only where exact.
+autograd, in place in one reused buffer (no page faults on fresh large temporaries). The
+``tanh(x) = 2σ(2x) − 1`` rewrite was measured too (benchmarks/RESULTS.md) and was not faster with
+this torch build, so the score stays the exact tanh form.
 """
 from __future__ import annotations
 
