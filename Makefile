@@ -34,7 +34,7 @@ demo: setup
 	$(ATTNKIT) demo
 
 test: setup
-	$(PY) -m pytest -q -n 2 -p no:cacheprovider
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 -p no:cacheprovider
 
 bench: setup
 	$(PY) benchmarks/attention.py

@@ -95,13 +95,16 @@ def test_cli_reports_bad_input_without_traceback(trained, tmp_path, capsys):
     assert "looks like English" in capsys.readouterr().err
 
 
-def test_cli_evaluate_json(trained, bible_home, capsys):
+def test_cli_evaluate_json_and_length_plot(trained, bible_home, capsys, tmp_path):
     _, _, out = trained
     code = cli_main(["--home", str(bible_home), "evaluate", "translation", "--model", str(out / "best"),
-                     "--limit", "5", "--json"])
+                     "--limit", "5", "--json", "--plot", str(tmp_path / "by_length.png")])
     assert code == 0
     rep = json.loads(capsys.readouterr().out)
     assert {"bleu", "chrf", "n_sentences", "by_length"} <= rep.keys() and rep["n_sentences"] == 5
+    from PIL import Image
+
+    assert Image.open(tmp_path / "by_length.png").size[0] > 300
 
 
 def test_scores_and_length_buckets():
