@@ -24,6 +24,7 @@ from attnkit import (
     causal_mask,
     padding_mask,
 )
+from attnkit.attention import scores as attnkit_scores
 from attnkit.attention.masks import to_torch_mha_mask
 
 
@@ -88,8 +89,8 @@ def test_mha_average_weights_and_errors():
         MultiHeadAttention(10, 4)
     with pytest.raises(ValueError, match=r"query must have shape \(B, Nq, embed_dim\) with last size 8, got \(2, 3, 7\)"):
         m(torch.randn(2, 3, 7))
-    with pytest.raises(ValueError, match=r"query must have shape .*got \(3, 8\) \(2-D\)"):
-        m(torch.randn(3, 8))
+    with pytest.raises(ValueError, match=r"query must have shape .*got \(1, 2, 3, 8\) \(4-D\)"):
+        m(torch.randn(1, 2, 3, 8))
     with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(B, Nk\) = \(2, 3\), got \(2, 4\)"):
         m(x, key_padding_mask=torch.ones(2, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"query batch size 2 .* key batch size 1"):
@@ -292,3 +293,17 @@ def test_attend_on_mha_heads_matches_manual_heads():
     q, k, v = m._project_qkv(x, x, x)
     for h in range(2):
         torch.testing.assert_close(w[0, h], attend(q[0, h], k[0, h], v[0, h]).weights)
+
+
+def test_mha_accepts_unbatched_inputs_like_torch():
+    torch.manual_seed(0)
+    theirs = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    ours = MultiHeadAttention.from_torch(theirs).eval()
+    x, mem = torch.randn(3, 8), torch.randn(5, 8)
+    ref, ref_w = theirs(x, mem, mem, average_attn_weights=False)
+    out, w = ours(x, mem, mem, need_weights=True)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(w, ref_w, rtol=1e-5, atol=1e-6)
+    import attnkit.scores as module_scores
+
+    assert module_scores.Additive is attnkit_scores.Additive

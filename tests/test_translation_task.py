@@ -126,3 +126,15 @@ def test_console_script_runs():
     r = subprocess.run([sys.executable, "-m", "attnkit.cli", "--version"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("attnkit ")
     assert Path(__file__).resolve().parents[1].joinpath("pyproject.toml").read_text().count('attnkit = "attnkit.cli:main"') == 1
+
+
+def test_resume_with_an_incompatible_config_is_reported(trained, bible_home, tmp_path, capsys):
+    _, _, out = trained
+    run = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(out), str(run)], check=True)
+    code = cli_main(["--home", str(bible_home), "train", "translation", "--model", "rnnsearch", "--out-dir", str(run),
+                     "--resume", "--vocab-size", "1000", "--emb-dim", "16", "--hidden-dim", "8", "--attn-dim", "16",
+                     "--limit-train", "64", "--epochs", "3", "--no-progress", "--threads", "1"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "checkpoint" in err and "shape" in err

@@ -20,5 +20,5 @@ from .attention import (  # noqa: F401  (the public API)
     attend,
     causal_mask,
     padding_mask,
-    scores,
 )
+from . import scores  # noqa: F401,E402  (attnkit.scores: the score functions and modules)

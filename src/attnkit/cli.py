@@ -270,11 +270,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .training.checkpoint import CheckpointError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except CLIError as exc:
+    except (CLIError, CheckpointError) as exc:
         print(f"attnkit: error: {exc}", file=sys.stderr)
         return 2
     except (FileNotFoundError, ValueError) as exc:

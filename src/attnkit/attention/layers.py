@@ -211,6 +211,7 @@ class MultiHeadAttention(nn.Module):
     need_weights=False, average_weights=False, cache=None, static_kv=False)``
 
     - ``query (B, Nq, E)``, ``key (B, Nk, kdim)``, ``value (B, Nk, vdim)``; key/value default to query.
+      Unbatched ``(Nq, E)`` / ``(Nk, kdim)`` inputs work too (as in torch).
     - ``mask``: bool, ``True`` = may attend, ``(Nq, Nk)``, ``(B, Nq, Nk)`` or ``(B, H, Nq, Nk)``;
       ``key_padding_mask``: bool ``(B, Nk)``, ``True`` = real token. ``causal=True`` adds the causal mask.
     - returns ``(output (B, Nq, E), weights)``; weights are ``(B, H, Nq, Nk)`` per head (or
@@ -329,6 +330,16 @@ class MultiHeadAttention(nn.Module):
             key = query
         if value is None and key is not None:
             value = key
+        if isinstance(query, Tensor) and query.dim() == 2:  # unbatched (Nq, E), as torch accepts
+            if (key is not None and key.dim() != 2) or (value is not None and value.dim() != 2):
+                raise ValueError(f"unbatched query {tuple(query.shape)} needs unbatched (Nk, kdim) key and value")
+            out = self.forward(query.unsqueeze(0), None if key is None else key.unsqueeze(0),
+                               None if value is None else value.unsqueeze(0), mask=mask,
+                               key_padding_mask=None if key_padding_mask is None else key_padding_mask.unsqueeze(0),
+                               causal=causal, need_weights=need_weights, average_weights=average_weights,
+                               cache=cache, static_kv=static_kv)
+            return AttentionOutput(out[0].squeeze(0),
+                                   None if out[1] is None else out[1].squeeze(0))
         self._check(query, key, value)
         bsz, nq, _ = query.shape
 
