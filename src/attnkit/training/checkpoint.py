@@ -104,40 +104,8 @@ class Checkpoint:
 # ----------------------------------------------------------------------------- atomic writes
 
 
-def _fsync_dir(path: Path) -> None:
-    """fsync a directory so a rename inside it survives a power cut (no-op where unsupported)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file in the same folder, fsync, ``os.replace``.
-
-    Readers see either the old file or the whole new one, never a prefix.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-    _fsync_dir(path.parent)
+# One implementation for the whole package: temp file in the same folder, fsync, os.replace.
+from ..data.paths import _fsync_dir, atomic_write_bytes  # noqa: E402,F401
 
 
 def _sha256(data: bytes) -> str:

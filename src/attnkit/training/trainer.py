@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import random
 import signal
@@ -40,7 +39,6 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from . import distributed as D
