@@ -63,9 +63,12 @@ def _translation_config(args):
 def cmd_train_translation(args) -> None:
     from .tasks.translation import train_translation
 
+    from .training.distributed import is_main_process
+
     cfg = _translation_config(args)
     summary = train_translation(cfg, resume=args.resume, home=args.home)
-    _print_json(summary)
+    if is_main_process():  # under torchrun, one summary
+        _print_json(summary)
 
 
 def _load_translator(model_dir):

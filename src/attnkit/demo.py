@@ -48,8 +48,9 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo")) -> dict:
         print(f"\n[{p.ref}]  ({len(p.src.split())} words)")
         for label, text in (("source", p.src), ("reference", p.tgt), ("RNNsearch", r["translation"])):
             print(textwrap.fill(text, width=100, initial_indent=f"  {label:>10}: ", subsequent_indent=" " * 14))
-    heat = plot_alignments([(r["attention"], r["source_pieces"], r["target_pieces"], p.ref)
-                            for p, r in zip(picks[:3], results[:3])], out_dir / "alignment.png", ncols=1)
+    shown = [(p, r) for p, r in zip(picks, results) if len(p.src.split()) <= 35][-3:]  # readable sizes
+    heat = plot_alignments([(r["attention"], r["source_pieces"], r["target_pieces"], p.ref) for p, r in shown],
+                           out_dir / "alignment.png", ncols=1)
     print(f"\nalignment heatmaps (target pieces × source pieces): {heat}")
 
     _rule(f"Test BLEU on the first {BLEU_SLICE} test verses (greedy, sacrebleu)")
