@@ -63,11 +63,11 @@ def _translation_config(args):
 def cmd_train_translation(args) -> None:
     from .tasks.translation import train_translation
 
-    from .training.distributed import is_main_process
+    import os
 
     cfg = _translation_config(args)
     summary = train_translation(cfg, resume=args.resume, home=args.home)
-    if is_main_process():  # under torchrun, one summary
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary
         _print_json(summary)
 
 
