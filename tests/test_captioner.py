@@ -306,3 +306,21 @@ def test_collated_word_boxes_align_with_targets():
         assert tgt_items == ds[b]["word_item"].tolist()
         assert all((w in {"tshirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag",
                           "boot"}) == (k >= 0) for w, k in zip(words, tgt_items))
+
+
+def test_classifier_encoder_initialises_the_captioner(tmp_path):
+    from attnkit.models.captioner import ClassifierConfig, FashionClassifier
+    from attnkit.tasks.captioning import PhotoBatches, _load_encoder_trunk
+
+    torch.manual_seed(0)
+    clf = FashionClassifier(ClassifierConfig(channels=[4], feature_dim=8, canvas=32))
+    photos = np.random.default_rng(0).integers(0, 255, (5, 28, 28), dtype=np.uint8)
+    src = PhotoBatches(photos, np.arange(5), batch_size=2, canvas=32, seed=1)
+    batches = list(src)
+    assert len(batches) == 3 and batches[0]["images"].shape == (2, 1, 32, 32)
+    assert clf(batches[0]["images"]).shape == (2, 10)
+    save_checkpoint(tmp_path / "clf", model=clf, config=clf.to_config())
+    cap = _tiny()
+    _load_encoder_trunk(cap, tmp_path / "clf")
+    assert torch.equal(cap.encoder.trunk[0].weight, clf.encoder.trunk[0].weight)
+    assert torch.equal(cap.encoder.head[0].weight, clf.encoder.head[0].weight)

@@ -201,6 +201,18 @@ def cmd_train_captioning(args) -> None:
     _print_json(summary)
 
 
+def cmd_train_classifier(args) -> None:
+    from .tasks.captioning import ClassifierTrainConfig, train_classifier
+
+    cfg = ClassifierTrainConfig()
+    for f in fields(cfg):
+        v = getattr(args, f.name, None)
+        if v is not None:
+            setattr(cfg, f.name, v)
+    cfg.progress = not args.no_progress
+    _print_json(train_classifier(cfg, resume=args.resume))
+
+
 def _load_captioner(model_dir):
     from .tasks.captioning import CaptionModel
     from .training.checkpoint import CheckpointError
@@ -348,6 +360,16 @@ def build_parser() -> argparse.ArgumentParser:
         tc.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ, default=None)
     tc.add_argument("--no-progress", action="store_true")
     tc.set_defaults(func=cmd_train_captioning)
+
+    tk = t.add_parser("classifier", help="Fashion-MNIST classifier (its conv encoder can start a captioner)")
+    tk.add_argument("--out-dir", dest="out_dir", default=None, help="checkpoint folder (default runs/classifier)")
+    tk.add_argument("--resume", action="store_true")
+    for name, typ in (("channels", str), ("feature-dim", int), ("canvas", int), ("batch-size", int), ("lr", float),
+                      ("epochs", int), ("max-steps", int), ("max-time-s", float), ("save-every-steps", int),
+                      ("seed", int), ("threads", int)):
+        tk.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ, default=None)
+    tk.add_argument("--no-progress", action="store_true")
+    tk.set_defaults(func=cmd_train_classifier)
 
     tr = sub.add_parser("translate", help="translate Spanish to English")
     tr.add_argument("text", nargs="*", help="Spanish sentences (or --file, or stdin)")

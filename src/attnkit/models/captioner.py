@@ -307,3 +307,46 @@ class Captioner(nn.Module):
             else:
                 out[k] = v
         return out
+
+
+@dataclass
+class ClassifierConfig:
+    """A Fashion-MNIST classifier whose conv trunk and head have the captioner encoder's layout."""
+
+    channels: list = field(default_factory=lambda: [32, 64, 96])
+    feature_dim: int = 128
+    num_classes: int = 10
+    canvas: int = 32
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@register_model("fashion_classifier")
+class FashionClassifier(nn.Module):
+    """``CNNEncoder`` (conv blocks + head) → global average pool → linear: one photo → 10 classes.
+
+    Trained with ``attnkit train classifier``; ``attnkit train captioning --encoder-from DIR``
+    copies its ``encoder`` into the captioner's, so the grid cells start class-discriminative.
+    """
+
+    model_type = "fashion_classifier"
+
+    def __init__(self, config: ClassifierConfig):
+        super().__init__()
+        self.config = config
+        self.encoder = CNNEncoder(list(config.channels), config.feature_dim, grid=1)
+        self.fc = nn.Linear(config.feature_dim, config.num_classes)
+
+    @classmethod
+    def from_config(cls, config: dict | ClassifierConfig) -> "FashionClassifier":
+        if isinstance(config, dict):
+            config = ClassifierConfig(**{k: v for k, v in config.items() if k in ClassifierConfig.__dataclass_fields__})
+        return cls(config)
+
+    def to_config(self) -> dict:
+        return {**self.config.to_dict(), "model_type": self.model_type}
+
+    def forward(self, images: Tensor) -> Tensor:
+        x = self.encoder.head(self.encoder.trunk(images))  # (B, D, h, w)
+        return self.fc(x.mean((-1, -2)))

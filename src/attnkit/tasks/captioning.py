@@ -433,17 +433,126 @@ def train_captioning(cfg: CaptioningTrainConfig, *, resume: bool = False, home: 
 
 
 def _load_encoder_trunk(model, classifier_dir: str | Path) -> None:
-    """Copy a Fashion-MNIST classifier's conv trunk into the captioner's encoder (same layout)."""
+    """Copy a Fashion-MNIST classifier's conv encoder (trunk and head) into the captioner's."""
     from .. import models  # noqa: F401
 
     clf, _, _ = load_model(classifier_dir)
-    src = getattr(clf, "trunk", None)
-    if src is None:
-        raise CheckpointError(f"{classifier_dir}: not a classifier checkpoint with a conv trunk")
+    src = getattr(clf, "encoder", None)
+    if src is None or not hasattr(src, "trunk"):
+        raise CheckpointError(f"{classifier_dir}: not a classifier checkpoint with a conv encoder")
     try:
-        model.encoder.trunk.load_state_dict(src.state_dict())
+        model.encoder.trunk.load_state_dict(src.trunk.state_dict())
+        model.encoder.head.load_state_dict(src.head.state_dict())
     except RuntimeError as exc:
-        raise CheckpointError(f"{classifier_dir}: its trunk does not fit this encoder ({exc})") from None
+        raise CheckpointError(f"{classifier_dir}: its encoder does not fit this captioner ({exc})") from None
+
+
+@dataclass
+class ClassifierTrainConfig:
+    """``attnkit train classifier``: Fashion-MNIST photos at random offsets on a small canvas."""
+
+    out_dir: str = "runs/classifier"
+    channels: str = "32,64,96"
+    feature_dim: int = 128
+    canvas: int = 32
+    batch_size: int = 128
+    lr: float = 2e-3
+    epochs: int = 2
+    max_steps: int | None = None
+    max_time_s: float | None = None
+    save_every_steps: int = 200
+    seed: int = 0
+    threads: int | None = None
+    progress: bool = True
+
+
+class PhotoBatches:
+    """Resumable batches of Fashion-MNIST photos pasted at random offsets on a ``canvas`` square.
+
+    The offsets of batch ``i`` of epoch ``e`` come from a generator seeded with ``(seed, e, i)``.
+    """
+
+    def __init__(self, photos: np.ndarray, labels: np.ndarray, *, batch_size: int, canvas: int, seed: int,
+                 shuffle: bool = True):
+        self.photos = torch.from_numpy(photos)
+        self.labels = torch.from_numpy(labels.astype(np.int64))
+        self.batch_size, self.canvas, self.seed, self.shuffle = batch_size, canvas, seed, shuffle
+        self.epoch = self.position = 0
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.labels) / self.batch_size)
+
+    def batch(self, epoch: int, i: int) -> dict:
+        n = len(self.labels)
+        order = (torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 7919 + epoch))
+                 if self.shuffle else torch.arange(n))
+        idx = order[i * self.batch_size:(i + 1) * self.batch_size]
+        g = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) * 100_003 + i)
+        slack = self.canvas - 28
+        off = (torch.randint(0, slack + 1, (len(idx), 2), generator=g) if self.shuffle
+               else torch.full((len(idx), 2), slack // 2))
+        images = torch.zeros(len(idx), 1, self.canvas, self.canvas)
+        for k, j in enumerate(idx.tolist()):
+            x, y = off[k].tolist()
+            images[k, 0, y:y + 28, x:x + 28] = self.photos[j].float() / 255.0
+        return {"images": images, "labels": self.labels[idx]}
+
+    def __iter__(self):
+        while self.position < len(self):
+            self.position += 1
+            yield self.batch(self.epoch, self.position - 1)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self.position = int(epoch), 0
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+
+def train_classifier(cfg: ClassifierTrainConfig, *, resume: bool = False) -> dict:
+    """Train the Fashion-MNIST classifier on train photos ``[0, 55000)`` (the scenes' train pool);
+    validate on the held-out ``[55000, 60000)``. Test photos are never seen."""
+    from ..data.idx import load_fashion_mnist
+    from ..data.scenes import VALID_HOLDOUT
+    from ..models.captioner import ClassifierConfig, FashionClassifier
+    from ..training import Trainer
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    photos, labels = load_fashion_mnist("train")
+    cut = len(photos) - VALID_HOLDOUT
+    channels = [int(c) for c in str(cfg.channels).split(",")]
+    torch.manual_seed(cfg.seed)
+    model = FashionClassifier(ClassifierConfig(channels=channels, feature_dim=cfg.feature_dim, canvas=cfg.canvas))
+    valid = PhotoBatches(photos[cut:], labels[cut:], batch_size=500, canvas=cfg.canvas, seed=0, shuffle=False)
+
+    def loss_fn(m, batch):
+        logits = m(batch["images"])
+        loss = F.cross_entropy(logits, batch["labels"], reduction="sum")
+        acc = float((logits.argmax(-1) == batch["labels"]).float().mean())
+        return loss, len(batch["labels"]), {"acc": acc}
+
+    def valid_fn(m):
+        right = n = 0
+        for i in range(len(valid)):
+            b = valid.batch(0, i)
+            right += int((m(b["images"]).argmax(-1) == b["labels"]).sum())
+            n += len(b["labels"])
+        return {"valid_acc": right / n}
+
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    trainer = Trainer(model, torch.optim.Adam(model.parameters(), lr=cfg.lr), loss_fn=loss_fn,
+                      train_batches=PhotoBatches(photos[:cut], labels[:cut], batch_size=cfg.batch_size,
+                                                 canvas=cfg.canvas, seed=cfg.seed),
+                      valid_fn=valid_fn, out_dir=out, save_every_steps=cfg.save_every_steps, max_epochs=cfg.epochs,
+                      max_steps=cfg.max_steps, max_time_s=cfg.max_time_s, metric_for_best="valid_acc",
+                      greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress)
+    return trainer.fit(resume=resume)
 
 
 # ---------------------------------------------------------------------------------------- evaluation
