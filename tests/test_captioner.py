@@ -77,9 +77,9 @@ def test_forward_shapes(attention):
         assert out.log_probs is None and out.locations is None
 
 
-@pytest.mark.parametrize("attention", ["soft", "hard"])
-def test_step_protocol_matches_teacher_forcing(attention):
-    m = _tiny(attention).eval()
+@pytest.mark.parametrize("attention,context_to_lstm", [("soft", False), ("hard", False), ("soft", True)])
+def test_step_protocol_matches_teacher_forcing(attention, context_to_lstm):
+    m = _tiny(attention, context_to_lstm=context_to_lstm).eval()
     images, caps = _batch()
     with torch.no_grad():
         out = m(images, caps[:, :-1])

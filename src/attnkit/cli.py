@@ -358,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
                       ("save-every-steps", int), ("valid-scenes", int), ("limit-train", int), ("encoder-from", str),
                       ("seed", int), ("threads", int)):
         tc.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ, default=None)
+    tc.add_argument("--context-to-lstm", dest="context_to_lstm", action="store_true", default=None,
+                    help="feed the context into the LSTM too (Xu et al.); by default only the output sees it")
     tc.add_argument("--no-progress", action="store_true")
     tc.set_defaults(func=cmd_train_captioning)
 

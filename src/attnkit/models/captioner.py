@@ -13,8 +13,15 @@ the items in reading order.
     α_t   = softmax(e_t)
     z_t   = Σ_i α_ti a_i                     (soft)  |  a_{s_t}, s_t ~ Cat(α_t) (hard; argmax at test)
     β_t   = σ(f_β(h_{t-1}));  ẑ_t = β_t z_t  (gating scalar)
-    h_t, m_t = LSTM([E y_{t-1}; ẑ_t], (h_{t-1}, m_{t-1}))
+    h_t, m_t = LSTM(E y_{t-1}, (h_{t-1}, m_{t-1}))      ([E y_{t-1}; ẑ_t] with context_to_lstm, as in Xu et al.)
     p(y_t) = softmax(W_o tanh(W_d [h_t; ẑ_t; E y_{t-1}]))
+
+Why the context stays out of the LSTM by default: with Xu et al.'s ``[E y_{t-1}; ẑ_t]`` input, our
+first model learned to look at each item while emitting the article "a" before it, stored what it
+saw in its state, and named the item with a diffuse map; its overlays showed attention moving, but
+one word early, and the class word's attention correctness was at the uniform level (0.12 vs
+0.12). Keeping ``ẑ_t`` out of the recurrence means a word can only use what *its own* step looks
+at, so the map of "coat" has to be on the coat (``context_to_lstm=True`` restores the paper's form).
 
 with ``h_0, m_0 = tanh(W_{h,m} · mean_i a_i)``. ``α_t`` is the attention used to *predict*
 ``y_t``, so it is aligned with the target word.
@@ -65,6 +72,10 @@ class CaptionerConfig:
     entropy_coef: float = 0.01  # entropy bonus (hard)
     baseline_decay: float = 0.9  # moving-average reward baseline (hard)
     reinforce_weight: float = 1.0  # λ_r: weight of the REINFORCE term (hard)
+    # Xu et al. feed ẑ_t into the LSTM too. Then the decoder can look at an item one step early (while
+    # emitting "a"), keep it in its state and name it with a diffuse map; off, each word's own map must
+    # find what that word says (see the module docstring).
+    context_to_lstm: bool = False
     max_len: int = 32
     pad_id: int = 0
     bos_id: int = 1
@@ -167,7 +178,7 @@ class Captioner(nn.Module):
         key_proj = c.hidden_dim if score in ("dot", "scaled_dot") else None
         self.attention = Attention(c.hidden_dim, d, score=score, hidden_dim=c.attn_dim, key_proj_dim=key_proj)
         self.f_beta = nn.Linear(c.hidden_dim, 1)
-        self.cell = nn.LSTMCell(c.emb_dim + d, c.hidden_dim)
+        self.cell = nn.LSTMCell(c.emb_dim + (d if c.context_to_lstm else 0), c.hidden_dim)
         self.deep_output = nn.Linear(c.hidden_dim + d + c.emb_dim, c.emb_dim)
         self.out = nn.Linear(c.emb_dim, c.vocab_size)
         self.drop = nn.Dropout(c.dropout)
@@ -234,6 +245,9 @@ class Captioner(nn.Module):
         beta = torch.sigmoid(self.f_beta(h_prev))  # (B, 1)
         return beta * z, alpha, beta.squeeze(-1), logp, ent, loc
 
+    def _cell_input(self, y_emb: Tensor, z: Tensor) -> Tensor:
+        return torch.cat([y_emb, z], dim=-1) if self.config.context_to_lstm else y_emb
+
     def _logits(self, h: Tensor, z: Tensor, y_emb: Tensor) -> Tensor:
         t = torch.tanh(self.deep_output(torch.cat([h, z, y_emb], dim=-1)))
         return self.out(self.drop(t))
@@ -257,7 +271,7 @@ class Captioner(nn.Module):
         h, m = state["h"], state["m"]
         for y_t in y_emb.unbind(1):
             z, alpha, beta, logp, ent, loc = self._attend(h, state, mode, generator)
-            h, m = self.cell(torch.cat([y_t, z], dim=-1), (h, m))
+            h, m = self.cell(self._cell_input(y_t, z), (h, m))
             hs.append(h)
             zs.append(z)
             alphas.append(alpha)
@@ -292,7 +306,7 @@ class Captioner(nn.Module):
         y_emb = self.embedding(prev_tokens)
         mode = None if self.config.attention == "soft" else "argmax"
         z, alpha, beta, _, _, _ = self._attend(state["h"], state, mode)
-        h, m = self.cell(torch.cat([y_emb, z], dim=-1), (state["h"], state["m"]))
+        h, m = self.cell(self._cell_input(y_emb, z), (state["h"], state["m"]))
         new = dict(state)
         new["h"], new["m"] = h, m
         return torch.log_softmax(self._logits(h, z, y_emb), dim=-1), new, alpha

@@ -62,10 +62,11 @@ class CaptioningTrainConfig:
     hidden_dim: int = 256
     attn_dim: int = 128
     dropout: float = 0.1
-    lambda_ds: float = 1.0
+    lambda_ds: float = 0.2
     entropy_coef: float = 0.01
     baseline_decay: float = 0.9
     reinforce_weight: float = 1.0
+    context_to_lstm: bool = False
     batch_size: int = 32
     lr: float = 2e-3
     clip_grad_norm: float = 5.0
@@ -392,7 +393,7 @@ def build_captioner(cfg: CaptioningTrainConfig, vocab_size: int):
         vocab_size=vocab_size, canvas=cfg.canvas, feature_dim=cfg.feature_dim, pos_dim=cfg.pos_dim,
         grid=cfg.canvas // 8, emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim, attn_dim=cfg.attn_dim, score=cfg.score,
         attention=cfg.attention, dropout=cfg.dropout, lambda_ds=cfg.lambda_ds, entropy_coef=cfg.entropy_coef,
-        baseline_decay=cfg.baseline_decay, reinforce_weight=cfg.reinforce_weight,
+        baseline_decay=cfg.baseline_decay, reinforce_weight=cfg.reinforce_weight, context_to_lstm=cfg.context_to_lstm,
     ))
 
 
