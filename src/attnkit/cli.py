@@ -288,7 +288,8 @@ def cmd_evaluate_captioning(args) -> None:
     print(f"  attention correctness (mass inside the named item's box): {fmt(r['attention_correctness'])} "
           f"over {d['n']} generated item words (median {fmt(d.get('quantiles', {}).get('0.5'))}); "
           f"uniform attention {fmt(r['uniform_attention_correctness'])}; "
-          f"teacher-forced {fmt(r['teacher_forced_attention_correctness'])}")
+          f"teacher-forced {fmt(r['teacher_forced_attention_correctness'])}; "
+          f"map of the word before {fmt(r['previous_word_attention_correctness'])}")
 
 
 # ---------------------------------------------------------------- export

@@ -592,13 +592,18 @@ def evaluate_captioning(model_dir: str | Path, *, split: str = "test", limit: in
                                 [it["boxes"].numpy() for it in items], grid, cm.canvas)
     tf = attention_correctness(tf_maps, [it["word_item"].tolist() for it in items],
                                [it["boxes"].numpy() for it in items], grid, cm.canvas)
+    # diagnostic: the map one word *before* each item word (the article "a"), teacher-forced. A decoder
+    # that feeds the context into its LSTM can look at the item there and name it from memory.
+    prev = attention_correctness(tf_maps, [it["word_item"].tolist()[1:] + [-1] for it in items],
+                                 [it["boxes"].numpy() for it in items], grid, cm.canvas)
     return {
         "model": str(model_dir), "attention": cm.config.attention, "score": cm.config.score, "split": split,
         "n_scenes": n, "beam_size": beam_size, **scores,
         "attention_correctness": gen["model"]["mean"],
         "uniform_attention_correctness": gen["uniform"]["mean"],
         "teacher_forced_attention_correctness": tf["model"]["mean"],
-        "attention_correctness_detail": {"generated": gen, "teacher_forced": tf},
+        "previous_word_attention_correctness": prev["model"]["mean"],
+        "attention_correctness_detail": {"generated": gen, "teacher_forced": tf, "previous_word": prev},
         "scenes_per_s": round(n / max(elapsed, 1e-9), 1),
         "examples": [{"reference": r, "output": h} for r, h in list(zip(refs, hyps))[:5]],
     }
