@@ -324,3 +324,16 @@ def test_classifier_encoder_initialises_the_captioner(tmp_path):
     _load_encoder_trunk(cap, tmp_path / "clf")
     assert torch.equal(cap.encoder.trunk[0].weight, clf.encoder.trunk[0].weight)
     assert torch.equal(cap.encoder.head[0].weight, clf.encoder.head[0].weight)
+
+
+def test_warm_start_from_a_context_to_lstm_model(tmp_path):
+    from attnkit.tasks.captioning import warm_start
+
+    src = _tiny(context_to_lstm=True)
+    save_checkpoint(tmp_path / "src", model=src, config=src.to_config())
+    dst = _tiny(context_to_lstm=False)
+    dst.cell.weight_ih.data.zero_()
+    copied = warm_start(dst, tmp_path / "src")
+    assert "cell.weight_ih" in copied and "encoder.trunk.0.weight" in copied
+    assert torch.equal(dst.cell.weight_ih, src.cell.weight_ih[:, :8])  # the emb_dim=8 word columns
+    assert torch.equal(dst.attention.score.v, src.attention.score.v)

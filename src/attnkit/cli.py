@@ -195,8 +195,9 @@ def cmd_train_captioning(args) -> None:
     if args.out_dir is None:
         cfg.out_dir = f"runs/captioner-{cfg.attention}"
     cfg.progress = not args.no_progress
-    if cfg.encoder_from and not Path(cfg.encoder_from).exists():
-        raise CLIError(f"--encoder-from: folder {cfg.encoder_from} does not exist")
+    for opt in ("encoder_from", "init_from"):
+        if getattr(cfg, opt) and not Path(getattr(cfg, opt)).exists():
+            raise CLIError(f"--{opt.replace('_', '-')}: folder {getattr(cfg, opt)} does not exist")
     summary = train_captioning(cfg, resume=args.resume, home=args.home)
     _print_json(summary)
 
@@ -356,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
                       ("entropy-coef", float), ("baseline-decay", float), ("reinforce-weight", float),
                       ("batch-size", int), ("lr", float), ("clip-grad-norm", float), ("epochs", int),
                       ("scenes-per-epoch", int), ("max-steps", int), ("max-time-s", float), ("patience", int),
-                      ("save-every-steps", int), ("valid-scenes", int), ("limit-train", int), ("encoder-from", str),
+                      ("save-every-steps", int), ("valid-scenes", int), ("limit-train", int), ("encoder-from", str), ("init-from", str),
                       ("seed", int), ("threads", int)):
         tc.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ, default=None)
     tc.add_argument("--context-to-lstm", dest="context_to_lstm", action="store_true", default=None,

@@ -79,6 +79,7 @@ class CaptioningTrainConfig:
     valid_scenes: int = 300
     limit_train: int | None = None
     encoder_from: str | None = None  # a `train classifier` checkpoint whose conv trunk initialises the encoder
+    init_from: str | None = None  # warm start from a captioner checkpoint (every weight whose shape fits)
     seed: int = 0
     threads: int | None = None
     progress: bool = True
@@ -415,6 +416,8 @@ def train_captioning(cfg: CaptioningTrainConfig, *, resume: bool = False, home: 
     model = build_captioner(cfg, len(vocab))
     if cfg.encoder_from:
         _load_encoder_trunk(model, cfg.encoder_from)
+    if cfg.init_from:
+        warm_start(model, cfg.init_from)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -446,6 +449,34 @@ def _load_encoder_trunk(model, classifier_dir: str | Path) -> None:
         model.encoder.head.load_state_dict(src.head.state_dict())
     except RuntimeError as exc:
         raise CheckpointError(f"{classifier_dir}: its encoder does not fit this captioner ({exc})") from None
+
+
+def warm_start(model, captioner_dir: str | Path) -> list[str]:
+    """Initialise ``model`` from another captioner's weights; returns the names copied.
+
+    Every tensor whose name and shape match is copied. The LSTM's input weights are copied column
+    by column when only the input size differs (a ``context_to_lstm`` model warm-starting one
+    without: the word-embedding columns come first and are kept, the context columns dropped).
+    """
+    from .. import models  # noqa: F401
+
+    src, _, _ = load_model(captioner_dir, model_type="captioner")
+    theirs, ours = src.state_dict(), model.state_dict()
+    copied = []
+    with torch.no_grad():
+        for k, v in ours.items():
+            if k not in theirs:
+                continue
+            w = theirs[k].to(v.dtype)
+            if w.shape == v.shape:
+                v.copy_(w)
+            elif k == "cell.weight_ih" and w.shape[0] == v.shape[0]:
+                n = min(w.shape[1], v.shape[1])
+                v[:, :n].copy_(w[:, :n])
+            else:
+                continue
+            copied.append(k)
+    return copied
 
 
 @dataclass
