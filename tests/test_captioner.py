@@ -57,7 +57,7 @@ def _batch(b=3, t=7, v=None, seed=0):
 
 @pytest.mark.parametrize("attention", ["soft", "hard"])
 def test_forward_shapes(attention):
-    m = _tiny(attention)
+    m = _tiny(attention, hard_soft_mix=0.0)
     images, caps = _batch()
     m.train()
     out = m(images, caps[:, :-1])
@@ -108,6 +108,16 @@ def test_padding_is_masked_in_the_loss_and_the_penalty():
     assert torch.allclose(doubly_stochastic_penalty(a, mask)[0], doubly_stochastic_penalty(b, mask)[0])
     cov = a[0, :3].sum(0)
     assert torch.allclose(doubly_stochastic_penalty(a, mask)[0], ((1 - cov) ** 2).sum())
+
+
+def test_hard_soft_mix_reads_the_expected_context_for_some_sentences():
+    m = _tiny("hard", hard_soft_mix=0.5).train()
+    images, caps = _batch()
+    g = torch.Generator().manual_seed(0)
+    out = m(images, caps[:, :-1], generator=g)
+    soft_rows = torch.rand(3, generator=torch.Generator().manual_seed(0)) < 0.5
+    assert torch.equal(out.log_probs[soft_rows], torch.zeros_like(out.log_probs[soft_rows]))
+    assert (out.log_probs[~soft_rows] < 0).all()
 
 
 def test_bad_inputs_raise_clear_errors():

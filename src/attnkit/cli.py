@@ -354,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out-dir")
     for name, typ in (("canvas", int), ("score", str), ("feature-dim", int), ("pos-dim", int), ("emb-dim", int),
                       ("hidden-dim", int), ("attn-dim", int), ("dropout", float), ("lambda-ds", float),
-                      ("entropy-coef", float), ("baseline-decay", float), ("reinforce-weight", float),
+                      ("entropy-coef", float), ("baseline-decay", float), ("reinforce-weight", float), ("hard-soft-mix", float),
                       ("batch-size", int), ("lr", float), ("clip-grad-norm", float), ("epochs", int),
                       ("scenes-per-epoch", int), ("max-steps", int), ("max-time-s", float), ("patience", int),
                       ("save-every-steps", int), ("valid-scenes", int), ("limit-train", int), ("encoder-from", str), ("init-from", str),

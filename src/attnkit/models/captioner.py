@@ -76,6 +76,11 @@ class CaptionerConfig:
     # emitting "a"), keep it in its state and name it with a diffuse map; off, each word's own map must
     # find what that word says (see the module docstring).
     context_to_lstm: bool = False
+    # hard, training: the share of sentences that use the expected (soft) context instead of a sampled
+    # cell (Xu et al. 2015, §4.2: "with probability 0.5 … set the sampled attention location to its
+    # expected value"). Without it our hard model settled on the empty background: a constant context
+    # carries no information but no sampling noise either.
+    hard_soft_mix: float = 0.5
     max_len: int = 32
     pad_id: int = 0
     bos_id: int = 1
@@ -237,6 +242,11 @@ class Captioner(nn.Module):
             z, alpha, loc = out.context, out.probs, out.index
             logp = out.log_prob
             ent = -(alpha * torch.log(alpha.clamp_min(1e-12))).sum(-1)
+            soft_rows = state.get("soft_rows")
+            if soft_rows is not None:  # these sentences read the expected context: no sample, no REINFORCE term
+                expected = (alpha.unsqueeze(1) @ state["memory"].values).squeeze(1)
+                z = torch.where(soft_rows.unsqueeze(-1), expected, z)
+                logp = logp.masked_fill(soft_rows, 0.0)
         else:
             z, alpha = self.attention(h_prev, prepared=state["memory"], need_weights=True)
             if mode == "argmax":  # deterministic hard attention: the single most likely cell
@@ -266,6 +276,9 @@ class Captioner(nn.Module):
                              f"{tuple(captions_in.shape)} {captions_in.dtype}")
         mode = self._mode(hard)
         state = self.init_state(self.encode(images))
+        if mode == "sample" and self.training and self.config.hard_soft_mix > 0:
+            u = torch.rand(images.shape[0], generator=generator, device=images.device)
+            state["soft_rows"] = u < self.config.hard_soft_mix
         y_emb = self.drop(self.embedding(captions_in))
         hs, zs, alphas, betas, logps, ents, locs = [], [], [], [], [], [], []
         h, m = state["h"], state["m"]

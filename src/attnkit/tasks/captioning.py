@@ -67,6 +67,7 @@ class CaptioningTrainConfig:
     baseline_decay: float = 0.9
     reinforce_weight: float = 1.0
     context_to_lstm: bool = False
+    hard_soft_mix: float = 0.5
     batch_size: int = 32
     lr: float = 2e-3
     clip_grad_norm: float = 5.0
@@ -395,6 +396,7 @@ def build_captioner(cfg: CaptioningTrainConfig, vocab_size: int):
         grid=cfg.canvas // 8, emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim, attn_dim=cfg.attn_dim, score=cfg.score,
         attention=cfg.attention, dropout=cfg.dropout, lambda_ds=cfg.lambda_ds, entropy_coef=cfg.entropy_coef,
         baseline_decay=cfg.baseline_decay, reinforce_weight=cfg.reinforce_weight, context_to_lstm=cfg.context_to_lstm,
+        hard_soft_mix=cfg.hard_soft_mix,
     ))
 
 
