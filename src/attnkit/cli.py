@@ -14,6 +14,7 @@ from . import __version__
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TRANSLATION_MODEL = REPO_ROOT / "models" / "rnnsearch-es-en"
+DEFAULT_CAPTION_MODEL = REPO_ROOT / "models" / "captioner-soft"
 
 
 class CLIError(Exception):
@@ -185,6 +186,116 @@ def cmd_evaluate_translation(args) -> None:
         print("  BLEU          " + "  ".join(f"{b['bleu']:>6.1f}" for b in r["by_length"]))
 
 
+# ---------------------------------------------------------------- captioning
+def cmd_train_captioning(args) -> None:
+    from .tasks.captioning import CaptioningTrainConfig, train_captioning
+
+    cfg = CaptioningTrainConfig(attention=args.attention)
+    for f in fields(cfg):
+        v = getattr(args, f.name, None)
+        if v is not None and f.name != "attention":
+            setattr(cfg, f.name, v)
+    if args.out_dir is None:
+        cfg.out_dir = f"runs/captioner-{cfg.attention}"
+    cfg.progress = not args.no_progress
+    for opt in ("encoder_from", "init_from"):
+        if getattr(cfg, opt) and not Path(getattr(cfg, opt)).exists():
+            raise CLIError(f"--{opt.replace('_', '-')}: folder {getattr(cfg, opt)} does not exist")
+    summary = train_captioning(cfg, resume=args.resume, home=args.home)
+    _print_json(summary)
+
+
+def cmd_train_classifier(args) -> None:
+    from .tasks.captioning import ClassifierTrainConfig, train_classifier
+
+    cfg = ClassifierTrainConfig()
+    for f in fields(cfg):
+        v = getattr(args, f.name, None)
+        if v is not None:
+            setattr(cfg, f.name, v)
+    cfg.progress = not args.no_progress
+    _print_json(train_classifier(cfg, resume=args.resume))
+
+
+def _load_captioner(model_dir):
+    from .tasks.captioning import CaptionModel
+    from .training.checkpoint import CheckpointError
+
+    path = Path(model_dir) if model_dir else DEFAULT_CAPTION_MODEL
+    if not path.exists():
+        raise CLIError(f"model folder {path} does not exist (train one with `attnkit train captioning`)")
+    try:
+        return CaptionModel.load(path)
+    except CheckpointError as exc:
+        raise CLIError(f"cannot load model: {exc}") from None
+
+
+def cmd_caption(args) -> None:
+    import torch
+
+    from .tasks.captioning import load_image_file
+
+    if args.beam < 1:
+        raise CLIError(f"--beam must be >= 1, got {args.beam}")
+    cm = _load_captioner(args.model)
+    images = []
+    for f in args.images:
+        try:
+            images.append(load_image_file(f, cm.canvas))
+        except (FileNotFoundError, ValueError) as exc:
+            raise CLIError(str(exc)) from None
+    batch = torch.stack(images)
+    greedy = cm.caption(batch, beam_size=1)
+    beam = cm.caption(batch, beam_size=args.beam) if args.beam > 1 else greedy
+    for f, g, b in zip(args.images, greedy, beam):
+        print(f"{f}")
+        print(f"  greedy:    {g['caption']}")
+        if args.beam > 1:
+            print(f"  beam {args.beam:<4} {b['caption']}")
+    if args.plot is not None:
+        if len(args.images) == 1:
+            out = cm.plot(batch[0], beam[0], args.plot)
+            print(f"wrote {out}")
+        else:
+            stem = Path(args.plot)
+            for k, (f, r) in enumerate(zip(args.images, beam)):
+                path = stem.with_name(f"{stem.stem}-{k + 1}{stem.suffix or '.png'}")
+                title = f"{Path(f).name}: {r['caption']}"
+                print(f"wrote {cm.plot(batch[k], r, path, title=title)}")
+
+
+def cmd_evaluate_captioning(args) -> None:
+    from .tasks.captioning import evaluate_captioning
+    from .training.checkpoint import CheckpointError
+
+    m = args.model or str(DEFAULT_CAPTION_MODEL)
+    if not Path(m).exists():
+        raise CLIError(f"model folder {m} does not exist")
+    if args.limit is not None and args.limit < 1:
+        raise CLIError(f"--limit must be >= 1, got {args.limit}")
+    try:
+        r = evaluate_captioning(m, split=args.split, limit=args.limit, beam_size=args.beam, home=args.home)
+    except CheckpointError as exc:
+        raise CLIError(f"cannot load model: {exc}") from None
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(r, indent=2))
+    if args.json:
+        print(json.dumps(r, default=str))
+        return
+    print(f"{r['model']} ({r['attention']} attention, {r['score']} score) on {r['n_scenes']} {r['split']} scenes, "
+          f"beam {r['beam_size']}:")
+    print("  BLEU-1 {bleu1:6.2f}  BLEU-2 {bleu2:6.2f}  BLEU-3 {bleu3:6.2f}  BLEU-4 {bleu4:6.2f}  exact match {exact_match:.3f}"
+          .format(**r))
+    d = r["attention_correctness_detail"]["generated"]["model"]
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    print(f"  attention correctness (mass inside the named item's box): {fmt(r['attention_correctness'])} "
+          f"over {d['n']} generated item words (median {fmt(d.get('quantiles', {}).get('0.5'))}); "
+          f"uniform attention {fmt(r['uniform_attention_correctness'])}; "
+          f"teacher-forced {fmt(r['teacher_forced_attention_correctness'])}; "
+          f"map of the word before {fmt(r['previous_word_attention_correctness'])}")
+
+
 # ---------------------------------------------------------------- export
 def cmd_export(args) -> None:
     import torch
@@ -240,6 +351,33 @@ def build_parser() -> argparse.ArgumentParser:
     tt.add_argument("--no-progress", action="store_true")
     tt.set_defaults(func=cmd_train_translation)
 
+    tc = t.add_parser("captioning", help="Show, Attend and Tell on Fashion-MNIST scenes")
+    tc.add_argument("--attention", choices=["soft", "hard"], default="soft")
+    tc.add_argument("--out-dir", dest="out_dir", default=None, help="checkpoint folder (default runs/captioner-ATTENTION)")
+    tc.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out-dir")
+    for name, typ in (("canvas", int), ("score", str), ("feature-dim", int), ("pos-dim", int), ("emb-dim", int),
+                      ("hidden-dim", int), ("attn-dim", int), ("dropout", float), ("lambda-ds", float),
+                      ("entropy-coef", float), ("baseline-decay", float), ("reinforce-weight", float), ("hard-soft-mix", float),
+                      ("batch-size", int), ("lr", float), ("clip-grad-norm", float), ("epochs", int),
+                      ("scenes-per-epoch", int), ("max-steps", int), ("max-time-s", float), ("patience", int),
+                      ("save-every-steps", int), ("valid-scenes", int), ("limit-train", int), ("encoder-from", str), ("init-from", str),
+                      ("seed", int), ("threads", int)):
+        tc.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ, default=None)
+    tc.add_argument("--context-to-lstm", dest="context_to_lstm", action="store_true", default=None,
+                    help="feed the context into the LSTM too (Xu et al.); by default only the output sees it")
+    tc.add_argument("--no-progress", action="store_true")
+    tc.set_defaults(func=cmd_train_captioning)
+
+    tk = t.add_parser("classifier", help="Fashion-MNIST classifier (its conv encoder can start a captioner)")
+    tk.add_argument("--out-dir", dest="out_dir", default=None, help="checkpoint folder (default runs/classifier)")
+    tk.add_argument("--resume", action="store_true")
+    for name, typ in (("channels", str), ("feature-dim", int), ("canvas", int), ("batch-size", int), ("lr", float),
+                      ("epochs", int), ("max-steps", int), ("max-time-s", float), ("save-every-steps", int),
+                      ("seed", int), ("threads", int)):
+        tk.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ, default=None)
+    tk.add_argument("--no-progress", action="store_true")
+    tk.set_defaults(func=cmd_train_classifier)
+
     tr = sub.add_parser("translate", help="translate Spanish to English")
     tr.add_argument("text", nargs="*", help="Spanish sentences (or --file, or stdin)")
     tr.add_argument("--model", default=None, help=f"model folder (default {DEFAULT_TRANSLATION_MODEL})")
@@ -248,6 +386,13 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--show-attention", action="store_true", help="print the top source pieces of each output piece")
     tr.add_argument("--plot", default=None, help="write the alignment heatmap (or head grid) to this PNG")
     tr.set_defaults(func=cmd_translate)
+
+    ca = sub.add_parser("caption", help="caption images with a Show, Attend and Tell model")
+    ca.add_argument("images", nargs="+", help="image files (any size/colour mode; converted to the model's grayscale canvas)")
+    ca.add_argument("--model", default=None, help=f"model folder (default {DEFAULT_CAPTION_MODEL})")
+    ca.add_argument("--beam", type=int, default=3, help="beam size for the second caption (1 = greedy only)")
+    ca.add_argument("--plot", default=None, help="write the per-word attention overlay grid to this PNG")
+    ca.set_defaults(func=cmd_caption)
 
     e = sub.add_parser("evaluate", help="evaluate a model").add_subparsers(dest="task", required=True)
     et = e.add_parser("translation", help="BLEU/chrF on the Bible test split, and BLEU by source length")
@@ -259,6 +404,15 @@ def build_parser() -> argparse.ArgumentParser:
     et.add_argument("--output", default=None, help="also write the JSON report here")
     et.add_argument("--plot", default=None, help="plot BLEU by source length to this PNG")
     et.set_defaults(func=cmd_evaluate_translation)
+
+    ec = e.add_parser("captioning", help="BLEU-1..4, exact match and attention correctness on the test scenes")
+    ec.add_argument("--model", default=None, help=f"model folder (default {DEFAULT_CAPTION_MODEL})")
+    ec.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    ec.add_argument("--limit", type=int, default=None, help="only the first N scenes")
+    ec.add_argument("--beam", type=int, default=1)
+    ec.add_argument("--json", action="store_true", help="print one JSON object")
+    ec.add_argument("--output", default=None, help="also write the JSON report here")
+    ec.set_defaults(func=cmd_evaluate_captioning)
 
     ex = sub.add_parser("export", help="write a small (fp16) copy of a checkpoint for shipping")
     ex.add_argument("checkpoint", help="checkpoint folder, e.g. runs/rnnsearch/best")

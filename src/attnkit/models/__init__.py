@@ -2,5 +2,6 @@
 
 Importing this package registers every model class for :func:`attnkit.training.load_model`.
 """
+from . import captioner  # noqa: F401
 from . import seq2seq  # noqa: F401
 from . import transformer  # noqa: F401

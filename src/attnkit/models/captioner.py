@@ -1,0 +1,379 @@
+"""Show, Attend and Tell (Xu et al. 2015): an LSTM captioner attending over a CNN feature grid.
+
+**Encoder.** A small CNN turns a grayscale ``C×C`` canvas into an ``h×w`` grid (``L = h·w``
+cells) of content features; a learned position vector per cell is *concatenated* to each cell's
+features, so ``a_i = [CNN(x)_i; p_i]`` (``D = feature_dim + pos_dim``). Content alone cannot
+tell "top left" from "bottom right" (every quadrant is processed by the same filters); the
+position half is what lets the decoder say where an item is, and lets attention step through
+the items in reading order.
+
+**Decoder**, at step ``t`` with previous word ``y_{t-1}`` and LSTM state ``(h_{t-1}, m_{t-1})``::
+
+    e_ti  = f_att(a_i, h_{t-1})              (core Attention, additive by default)
+    α_t   = softmax(e_t)
+    z_t   = Σ_i α_ti a_i                     (soft)  |  a_{s_t}, s_t ~ Cat(α_t) (hard; argmax at test)
+    β_t   = σ(f_β(h_{t-1}));  ẑ_t = β_t z_t  (gating scalar)
+    h_t, m_t = LSTM(E y_{t-1}, (h_{t-1}, m_{t-1}))      ([E y_{t-1}; ẑ_t] with context_to_lstm, as in Xu et al.)
+    p(y_t) = softmax(W_o tanh(W_d [h_t; ẑ_t; E y_{t-1}]))
+
+Why the context stays out of the LSTM by default: with Xu et al.'s ``[E y_{t-1}; ẑ_t]`` input, our
+first model learned to look at each item while emitting the article "a" before it, stored what it
+saw in its state, and named the item with a diffuse map; its overlays showed attention moving, but
+one word early, and the class word's attention correctness was at the uniform level (0.12 vs
+0.12). Keeping ``ẑ_t`` out of the recurrence means a word can only use what *its own* step looks
+at, so the map of "coat" has to be on the coat (``context_to_lstm=True`` restores the paper's form).
+
+with ``h_0, m_0 = tanh(W_{h,m} · mean_i a_i)``. ``α_t`` is the attention used to *predict*
+``y_t``, so it is aligned with the target word.
+
+Losses (computed in :mod:`attnkit.tasks.captioning` from :meth:`Captioner.forward`'s outputs):
+
+- soft: ``NLL + λ Σ_i (1 − Σ_t α_ti)²`` (doubly stochastic regularisation);
+- hard: ``NLL`` of the sampled-context path, plus REINFORCE ``−(R − b) Σ_t log α_{t,s_t}`` with
+  reward ``R = −NLL`` of the sentence and a moving-average baseline ``b`` (a model buffer, so it
+  is checkpointed), minus an entropy bonus ``η Σ_t H(α_t)`` (:func:`reinforce_terms`).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..attention import Attention
+from ..attention.scores import canonical_score_name
+from ..training.checkpoint import register_model
+
+__all__ = ["CaptionerConfig", "CaptionerOutput", "CNNEncoder", "Captioner", "reinforce_terms",
+           "doubly_stochastic_penalty"]
+
+ATTENTION_MODES = ("soft", "hard")
+
+
+@dataclass
+class CaptionerConfig:
+    """Hyper-parameters of the captioner; saved as ``config.json`` beside the weights."""
+
+    vocab_size: int = 32
+    canvas: int = 64
+    channels: list = field(default_factory=lambda: [32, 64, 96])  # one conv block (÷2) each
+    feature_dim: int = 128  # content features per cell
+    pos_dim: int = 32  # learned position vector per cell (0: none)
+    grid: int = 8  # the grid is grid × grid cells
+    emb_dim: int = 64
+    hidden_dim: int = 256
+    attn_dim: int = 128
+    score: str = "additive"
+    attention: str = "soft"  # soft | hard
+    dropout: float = 0.1
+    lambda_ds: float = 1.0  # doubly stochastic regularisation weight (soft)
+    entropy_coef: float = 0.01  # entropy bonus (hard)
+    baseline_decay: float = 0.9  # moving-average reward baseline (hard)
+    reinforce_weight: float = 1.0  # λ_r: weight of the REINFORCE term (hard)
+    # Xu et al. feed ẑ_t into the LSTM too. Then the decoder can look at an item one step early (while
+    # emitting "a"), keep it in its state and name it with a diffuse map; off, each word's own map must
+    # find what that word says (see the module docstring).
+    context_to_lstm: bool = False
+    # hard, training: the share of sentences that use the expected (soft) context instead of a sampled
+    # cell (Xu et al. 2015, §4.2: "with probability 0.5 … set the sampled attention location to its
+    # expected value"). Without it our hard model settled on the empty background: a constant context
+    # carries no information but no sampling noise either.
+    hard_soft_mix: float = 0.5
+    max_len: int = 32
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.attention not in ATTENTION_MODES:
+            raise ValueError(f"attention must be one of {ATTENTION_MODES}, got {self.attention!r}")
+        if self.vocab_size < 4:
+            raise ValueError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
+        if self.canvas < self.grid or self.grid < 1:
+            raise ValueError(f"grid must lie in 1..canvas={self.canvas}, got {self.grid}")
+        self.channels = [int(c) for c in self.channels]
+        if not self.channels or min(self.channels) < 1:
+            raise ValueError(f"channels must be a non-empty list of positive ints, got {self.channels}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CaptionerConfig":
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+class CaptionerOutput(NamedTuple):
+    """Teacher-forced outputs: everything the losses and the metrics need."""
+
+    logits: Tensor  # (B, T, V)
+    alphas: Tensor  # (B, T, L) attention distribution of each step (α_t, soft probabilities)
+    betas: Tensor  # (B, T) gating scalars
+    log_probs: Tensor | None  # (B, T) log α_{t,s_t} of the sampled location (hard, sampling), else None
+    entropies: Tensor | None  # (B, T) H(α_t) (hard, sampling), else None
+    locations: Tensor | None  # (B, T) sampled/argmax cell index (hard), else None
+
+
+class CNNEncoder(nn.Module):
+    """Conv blocks (3×3 conv, batch norm, ReLU, 2×2 max pool), a last 3×3 conv at grid resolution
+    (widens the receptive field to a whole item), then adaptive pooling to ``grid × grid``.
+
+    ``forward(images (B, 1, C, C)) -> (B, feature_dim, grid, grid)``. The conv blocks (``trunk``)
+    have the same layout as the Fashion-MNIST classifier's, so a classifier can initialise them.
+    """
+
+    def __init__(self, channels: list[int], feature_dim: int, grid: int):
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = 1
+        for c in channels:
+            layers += [nn.Conv2d(c_in, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
+                       nn.MaxPool2d(2)]
+            c_in = c
+        self.trunk = nn.Sequential(*layers)
+        self.head = nn.Sequential(nn.Conv2d(c_in, feature_dim, 3, padding=1), nn.ReLU(inplace=True))
+        self.grid = grid
+
+    def forward(self, images: Tensor) -> Tensor:
+        x = self.head(self.trunk(images))
+        if x.shape[-2:] != (self.grid, self.grid):
+            x = F.adaptive_avg_pool2d(x, self.grid)
+        return x
+
+
+def doubly_stochastic_penalty(alphas: Tensor, step_mask: Tensor) -> Tensor:
+    """``Σ_i (1 − Σ_t α_ti)²`` per sentence, over the real (unpadded) steps: ``(B, T, L), (B, T) -> (B,)``."""
+    coverage = (alphas * step_mask.unsqueeze(-1).to(alphas.dtype)).sum(1)  # (B, L)
+    return ((1.0 - coverage) ** 2).sum(-1)
+
+
+def reinforce_terms(nll_per_sentence: Tensor, log_probs: Tensor, step_mask: Tensor, baseline: Tensor | float) -> Tensor:
+    """The REINFORCE surrogate ``−(R − b) Σ_t log p(s_t)`` per sentence, with ``R = −NLL``.
+
+    ``nll_per_sentence (B,)``, ``log_probs (B, T)`` of the sampled locations, ``step_mask (B, T)``
+    bool (real steps), ``baseline`` a scalar. The advantage is detached, so the gradient of the
+    returned ``(B,)`` surrogate is the score-function estimate of ``∇ E_s[NLL(s)]`` (minus the
+    baseline term, whose expectation is zero).
+    """
+    advantage = (-nll_per_sentence.detach()) - baseline
+    logp = (log_probs * step_mask.to(log_probs.dtype)).sum(1)
+    return -advantage * logp
+
+
+@register_model("captioner")
+class Captioner(nn.Module):
+    """Show, Attend and Tell with soft or hard attention (see the module docstring)."""
+
+    model_type = "captioner"
+
+    def __init__(self, config: CaptionerConfig):
+        super().__init__()
+        c = self.config = config
+        self.encoder = CNNEncoder(c.channels, c.feature_dim, c.grid)
+        self.num_cells = c.grid * c.grid
+        self.pos = nn.Parameter(torch.randn(self.num_cells, c.pos_dim)) if c.pos_dim > 0 else None
+        self.annotation_dim = d = c.feature_dim + c.pos_dim
+        self.embedding = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=c.pad_id)
+        self.init_h = nn.Linear(d, c.hidden_dim)
+        self.init_m = nn.Linear(d, c.hidden_dim)
+        score = canonical_score_name(c.score)
+        key_proj = c.hidden_dim if score in ("dot", "scaled_dot") else None
+        self.attention = Attention(c.hidden_dim, d, score=score, hidden_dim=c.attn_dim, key_proj_dim=key_proj)
+        self.f_beta = nn.Linear(c.hidden_dim, 1)
+        self.cell = nn.LSTMCell(c.emb_dim + (d if c.context_to_lstm else 0), c.hidden_dim)
+        self.deep_output = nn.Linear(c.hidden_dim + d + c.emb_dim, c.emb_dim)
+        self.out = nn.Linear(c.emb_dim, c.vocab_size)
+        self.drop = nn.Dropout(c.dropout)
+        # the moving-average reward baseline of hard attention: a buffer, so checkpoints keep it
+        self.register_buffer("reward_baseline", torch.zeros(()))
+        self.register_buffer("baseline_initialised", torch.zeros((), dtype=torch.bool))
+
+    # ---------------------------------------------------------------- config
+    @classmethod
+    def from_config(cls, config: dict | CaptionerConfig) -> "Captioner":
+        return cls(config if isinstance(config, CaptionerConfig) else CaptionerConfig.from_dict(config))
+
+    def to_config(self) -> dict:
+        d = self.config.to_dict()
+        d["model_type"] = self.model_type
+        return d
+
+    @property
+    def grid_shape(self) -> tuple[int, int]:
+        return (self.config.grid, self.config.grid)
+
+    # ---------------------------------------------------------------- pieces
+    def _check_images(self, images: Tensor) -> None:
+        c = self.config.canvas
+        if not isinstance(images, Tensor) or images.dim() != 4 or tuple(images.shape[1:]) != (1, c, c):
+            raise ValueError(f"images must have shape (B, 1, {c}, {c}), got {tuple(getattr(images, 'shape', ()))}")
+
+    def encode(self, images: Tensor) -> Tensor:
+        """``(B, 1, C, C) -> (B, L, D)`` annotation vectors ``a_i = [CNN(x)_i; p_i]`` (row-major cells)."""
+        self._check_images(images)
+        feats = self.encoder(images).flatten(2).transpose(1, 2)  # (B, L, feature_dim)
+        if self.pos is not None:
+            feats = torch.cat([feats, self.pos.unsqueeze(0).expand(feats.shape[0], -1, -1)], dim=-1)
+        return feats
+
+    def init_state(self, annotations: Tensor) -> dict:
+        mean = annotations.mean(1)
+        return {"h": torch.tanh(self.init_h(mean)), "m": torch.tanh(self.init_m(mean)),
+                "annotations": annotations, "memory": self.attention.prepare(annotations)}
+
+    def _mode(self, hard: str | None) -> str | None:
+        """``None`` (soft), ``"sample"`` or ``"argmax"``: hard models sample while training."""
+        if self.config.attention == "soft":
+            return None
+        if hard is not None:
+            if hard not in ("sample", "argmax"):
+                raise ValueError(f"hard must be 'sample', 'argmax' or None, got {hard!r}")
+            return hard
+        return "sample" if self.training else "argmax"
+
+    def _attend(self, h_prev: Tensor, state: dict, mode: str | None, generator=None):
+        """Context ``ẑ_t``, ``α_t``, ``β_t`` and (hard) log-prob, entropy and location."""
+        logp = ent = loc = None
+        if mode == "sample":
+            out = self.attention(h_prev, prepared=state["memory"], hard="sample", generator=generator)
+            z, alpha, loc = out.context, out.probs, out.index
+            logp = out.log_prob
+            ent = -(alpha * torch.log(alpha.clamp_min(1e-12))).sum(-1)
+            soft_rows = state.get("soft_rows")
+            if soft_rows is not None:  # these sentences read the expected context: no sample, no REINFORCE term
+                expected = (alpha.unsqueeze(1) @ state["memory"].values).squeeze(1)
+                z = torch.where(soft_rows.unsqueeze(-1), expected, z)
+                logp = logp.masked_fill(soft_rows, 0.0)
+        else:
+            z, alpha = self.attention(h_prev, prepared=state["memory"], need_weights=True)
+            if mode == "argmax":  # deterministic hard attention: the single most likely cell
+                loc = alpha.argmax(-1)
+                z = state["memory"].values.gather(1, loc.view(-1, 1, 1).expand(-1, 1, z.shape[-1])).squeeze(1)
+        beta = torch.sigmoid(self.f_beta(h_prev))  # (B, 1)
+        return beta * z, alpha, beta.squeeze(-1), logp, ent, loc
+
+    def _cell_input(self, y_emb: Tensor, z: Tensor) -> Tensor:
+        return torch.cat([y_emb, z], dim=-1) if self.config.context_to_lstm else y_emb
+
+    def _logits(self, h: Tensor, z: Tensor, y_emb: Tensor) -> Tensor:
+        t = torch.tanh(self.deep_output(torch.cat([h, z, y_emb], dim=-1)))
+        return self.out(self.drop(t))
+
+    # ---------------------------------------------------------------- teacher forcing
+    def forward(self, images: Tensor, captions_in: Tensor, *, hard: str | None = None,
+                generator: torch.Generator | None = None) -> CaptionerOutput:
+        """Teacher forcing over ``captions_in (B, T)`` (bos + words, without the last token).
+
+        Returns :class:`CaptionerOutput`; ``alphas[:, t]`` is the attention that predicts
+        ``captions_in``'s next token ``y_{t+1}``. Hard models sample locations in training mode
+        (or with ``hard="sample"``) and take the argmax in eval mode (or ``hard="argmax"``).
+        """
+        if captions_in.dim() != 2 or captions_in.shape[0] != images.shape[0] or captions_in.dtype != torch.long:
+            raise ValueError(f"captions_in must be a (B={images.shape[0]}, T) long tensor, got "
+                             f"{tuple(captions_in.shape)} {captions_in.dtype}")
+        mode = self._mode(hard)
+        state = self.init_state(self.encode(images))
+        if mode == "sample" and self.training and self.config.hard_soft_mix > 0:
+            u = torch.rand(images.shape[0], generator=generator, device=images.device)
+            state["soft_rows"] = u < self.config.hard_soft_mix
+        y_emb = self.drop(self.embedding(captions_in))
+        hs, zs, alphas, betas, logps, ents, locs = [], [], [], [], [], [], []
+        h, m = state["h"], state["m"]
+        for y_t in y_emb.unbind(1):
+            z, alpha, beta, logp, ent, loc = self._attend(h, state, mode, generator)
+            h, m = self.cell(self._cell_input(y_t, z), (h, m))
+            hs.append(h)
+            zs.append(z)
+            alphas.append(alpha)
+            betas.append(beta)
+            logps.append(logp)
+            ents.append(ent)
+            locs.append(loc)
+        logits = self._logits(self.drop(torch.stack(hs, 1)), torch.stack(zs, 1), y_emb)
+        stack = lambda xs: torch.stack(xs, 1) if xs[0] is not None else None  # noqa: E731
+        return CaptionerOutput(logits, torch.stack(alphas, 1), torch.stack(betas, 1), stack(logps), stack(ents),
+                               stack(locs))
+
+    @torch.no_grad()
+    def update_baseline(self, mean_reward: float) -> float:
+        """``b ← decay·b + (1 − decay)·R̄`` (the first call sets ``b = R̄``); returns the new ``b``."""
+        decay = self.config.baseline_decay
+        r = torch.as_tensor(float(mean_reward), dtype=self.reward_baseline.dtype)
+        if not bool(self.baseline_initialised):
+            self.reward_baseline.copy_(r)
+            self.baseline_initialised.fill_(True)
+        else:
+            self.reward_baseline.mul_(decay).add_((1.0 - decay) * r)
+        return float(self.reward_baseline)
+
+    # ---------------------------------------------------------------- decoding protocol
+    def start(self, images: Tensor) -> dict:
+        """Encode the images once; the state for :meth:`step`."""
+        return self.init_state(self.encode(images))
+
+    def step(self, prev_tokens: Tensor, state: dict):
+        """``prev_tokens (R,)`` → ``(log_probs (R, V), state, α (R, L))``; hard models use the argmax cell."""
+        y_emb = self.embedding(prev_tokens)
+        mode = None if self.config.attention == "soft" else "argmax"
+        z, alpha, beta, _, _, _ = self._attend(state["h"], state, mode)
+        h, m = self.cell(self._cell_input(y_emb, z), (state["h"], state["m"]))
+        new = dict(state)
+        new["h"], new["m"] = h, m
+        return torch.log_softmax(self._logits(h, z, y_emb), dim=-1), new, alpha
+
+    def reorder(self, state: dict, index: Tensor) -> dict:
+        out = {}
+        for k, v in state.items():
+            if isinstance(v, Tensor):
+                out[k] = v.index_select(0, index)
+            elif isinstance(v, tuple):
+                out[k] = type(v)(*(t.index_select(0, index) for t in v))
+            else:
+                out[k] = v
+        return out
+
+
+@dataclass
+class ClassifierConfig:
+    """A Fashion-MNIST classifier whose conv trunk and head have the captioner encoder's layout."""
+
+    channels: list = field(default_factory=lambda: [32, 64, 96])
+    feature_dim: int = 128
+    num_classes: int = 10
+    canvas: int = 32
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@register_model("fashion_classifier")
+class FashionClassifier(nn.Module):
+    """``CNNEncoder`` (conv blocks + head) → global average pool → linear: one photo → 10 classes.
+
+    Trained with ``attnkit train classifier``; ``attnkit train captioning --encoder-from DIR``
+    copies its ``encoder`` into the captioner's, so the grid cells start class-discriminative.
+    """
+
+    model_type = "fashion_classifier"
+
+    def __init__(self, config: ClassifierConfig):
+        super().__init__()
+        self.config = config
+        self.encoder = CNNEncoder(list(config.channels), config.feature_dim, grid=1)
+        self.fc = nn.Linear(config.feature_dim, config.num_classes)
+
+    @classmethod
+    def from_config(cls, config: dict | ClassifierConfig) -> "FashionClassifier":
+        if isinstance(config, dict):
+            config = ClassifierConfig(**{k: v for k, v in config.items() if k in ClassifierConfig.__dataclass_fields__})
+        return cls(config)
+
+    def to_config(self) -> dict:
+        return {**self.config.to_dict(), "model_type": self.model_type}
+
+    def forward(self, images: Tensor) -> Tensor:
+        x = self.encoder.head(self.encoder.trunk(images))  # (B, D, h, w)
+        return self.fc(x.mean((-1, -2)))
