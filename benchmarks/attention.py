@@ -11,7 +11,8 @@ Measured (medians of interleaved repetitions, so the ratios are robust to backgr
 2. ``MultiHeadAttention`` vs ``torch.nn.MultiheadAttention`` (copied weights), forward+backward,
    B=8, N=512, E=512, H=8, both without weights (fused kernel) and both with weights.
 3. Additive attention at Nq = Nk = 2048, hidden 256: peak memory of attnkit's blocked path vs the
-   direct broadcast form (each in a fresh subprocess, peak RSS growth), and the largest difference.
+   direct broadcast form (each in a fresh subprocess: peak RSS minus the RSS just before the
+   computation, Linux), and the largest difference between the two.
 4. Additive attention at NMT shapes (B=64, Nq=Nk=50, hidden 512) vs the broadcast form of
    OpenNMT-py's ``mlp`` score: inference (no grad) and forward+backward.
 """
@@ -116,7 +117,11 @@ sys.path.insert(0, sys.argv[3])
 from attnkit.attention import scores as S
 mode, n, a = sys.argv[1], int(sys.argv[2]), 256
 q, k, w = torch.randn(1, n, a), torch.randn(1, n, a), torch.randn(a)
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def rss_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+base = rss_kb()  # current resident memory (the peak so far may be higher: imports)
 with torch.no_grad():
     if mode == "direct":
         e = torch.tanh(q.unsqueeze(2) + k.unsqueeze(1)) @ w
