@@ -72,17 +72,19 @@ def cmd_train_translation(args) -> None:
         _print_json(summary)
 
 
+def _load_model(loader, model_dir, default: Path, task: str):
+    """``loader(path)`` for a model folder (``default`` when none is given); a missing folder is a
+    CLIError, and a corrupt one a CheckpointError that ``main`` reports in one line."""
+    path = Path(model_dir) if model_dir else default
+    if not path.exists():
+        raise CLIError(f"model folder {path} does not exist (train one with `attnkit train {task}`)")
+    return loader(path)
+
+
 def _load_translator(model_dir):
     from .tasks.translation import Translator
-    from .training.checkpoint import CheckpointError
 
-    path = Path(model_dir) if model_dir else DEFAULT_TRANSLATION_MODEL
-    if not path.exists():
-        raise CLIError(f"model folder {path} does not exist (train one with `attnkit train translation`)")
-    try:
-        return Translator.load(path)
-    except CheckpointError as exc:
-        raise CLIError(f"cannot load model: {exc}") from None
+    return _load_model(Translator.load, model_dir, DEFAULT_TRANSLATION_MODEL, "translation")
 
 
 def _looks_english(text: str) -> bool:
@@ -219,15 +221,8 @@ def cmd_train_classifier(args) -> None:
 
 def _load_captioner(model_dir):
     from .tasks.captioning import CaptionModel
-    from .training.checkpoint import CheckpointError
 
-    path = Path(model_dir) if model_dir else DEFAULT_CAPTION_MODEL
-    if not path.exists():
-        raise CLIError(f"model folder {path} does not exist (train one with `attnkit train captioning`)")
-    try:
-        return CaptionModel.load(path)
-    except CheckpointError as exc:
-        raise CLIError(f"cannot load model: {exc}") from None
+    return _load_model(CaptionModel.load, model_dir, DEFAULT_CAPTION_MODEL, "captioning")
 
 
 def cmd_caption(args) -> None:
