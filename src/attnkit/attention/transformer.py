@@ -136,8 +136,10 @@ class DecoderOutput(NamedTuple):
     cross_weights: list | None  # per layer (B, H, T, S)
 
 
-class TransformerEncoder(nn.Module):
-    """``num_layers`` encoder layers; a final LayerNorm when ``norm_first`` (pre-norm needs it)."""
+class _LayerStack(nn.Module):
+    """``num_layers`` copies of ``layer_cls``, and a final LayerNorm when ``norm_first`` (pre-norm needs it)."""
+
+    layer_cls: type
 
     def __init__(self, d_model: int, nhead: int, num_layers: int, dim_feedforward: int = 2048, dropout: float = 0.1,
                  *, activation: str = "relu", norm_first: bool = False, bias: bool = True):
@@ -145,10 +147,16 @@ class TransformerEncoder(nn.Module):
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         self.layers = nn.ModuleList(
-            TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout, activation=activation,
-                                    norm_first=norm_first, bias=bias) for _ in range(num_layers)
+            self.layer_cls(d_model, nhead, dim_feedforward, dropout, activation=activation,
+                           norm_first=norm_first, bias=bias) for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(d_model, bias=bias) if norm_first else None
+
+
+class TransformerEncoder(_LayerStack):
+    """``num_layers`` encoder layers; a final LayerNorm when ``norm_first`` (pre-norm needs it)."""
+
+    layer_cls = TransformerEncoderLayer
 
     def forward(self, src: Tensor, *, key_padding_mask: Tensor | None = None, mask: Tensor | None = None,
                 need_weights: bool = False) -> EncoderOutput:
@@ -161,23 +169,14 @@ class TransformerEncoder(nn.Module):
         return EncoderOutput(x, ws if need_weights else None)
 
 
-class TransformerDecoder(nn.Module):
+class TransformerDecoder(_LayerStack):
     """``num_layers`` decoder layers; a final LayerNorm when ``norm_first``.
 
     ``cache``: a list with one dict per layer (make it with :meth:`new_cache`) for incremental
     decoding; ``offset``-free: positions are the caller's business.
     """
 
-    def __init__(self, d_model: int, nhead: int, num_layers: int, dim_feedforward: int = 2048, dropout: float = 0.1,
-                 *, activation: str = "relu", norm_first: bool = False, bias: bool = True):
-        super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-        self.layers = nn.ModuleList(
-            TransformerDecoderLayer(d_model, nhead, dim_feedforward, dropout, activation=activation,
-                                    norm_first=norm_first, bias=bias) for _ in range(num_layers)
-        )
-        self.norm = nn.LayerNorm(d_model, bias=bias) if norm_first else None
+    layer_cls = TransformerDecoderLayer
 
     def new_cache(self) -> list[dict]:
         return [{} for _ in self.layers]
