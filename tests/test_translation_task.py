@@ -13,12 +13,14 @@ from attnkit.tasks.translation import (
     TranslationTrainConfig,
     Translator,
     bleu_by_length,
+    build_optimizer,
+    build_translation_model,
     corpus_scores,
     evaluate_translation,
     get_tokenizer,
     train_translation,
 )
-from attnkit.training.checkpoint import load_checkpoint
+from attnkit.training.checkpoint import list_checkpoints, load_checkpoint
 
 TINY = dict(vocab_size=1000, emb_dim=16, hidden_dim=16, attn_dim=16, batch_size=16, limit_train=64,
             valid_bleu_sentences=8, max_len=80, progress=False, threads=1, dropout=0.1)
@@ -74,6 +76,48 @@ def test_export_translate_and_evaluate(trained, bible_home, tmp_path):
     rep = evaluate_translation(exported, limit=12, home=bible_home)
     assert rep["n_sentences"] == 12 and 0 <= rep["bleu"] <= 100
     assert sum(b["n"] for b in rep["by_length"]) == 12
+
+
+def test_export_average_last_is_the_mean_of_the_last_checkpoints(trained, tmp_path, capsys):
+    _, _, out = trained
+    last = list_checkpoints(out)[-2:]
+    assert len(last) == 2
+    exported = tmp_path / "avg"
+    assert cli_main(["export", str(out), str(exported), "--average-last", "2", "--fp32"]) == 0
+    a, b = (load_checkpoint(d).state_dict for d in last)
+    got = load_checkpoint(exported).state_dict
+    assert got.keys() == a.keys()
+    differs = 0
+    for k in a:
+        want = ((a[k].double() + b[k].double()) / 2).float()
+        torch.testing.assert_close(got[k], want, rtol=0, atol=1e-7, msg=k)
+        differs += not torch.equal(a[k], b[k])
+    assert differs > 0  # the two checkpoints really differ, so the test can tell a mean from a copy
+    capsys.readouterr()
+    assert cli_main(["export", str(out), str(tmp_path / "x"), "--average-last", "99"]) == 2
+    assert "--average-last 99" in capsys.readouterr().err
+    assert cli_main(["export", str(out), str(tmp_path / "x"), "--average-last", "0"]) == 2
+    assert not (tmp_path / "x").exists()
+
+
+def test_transformer_lr_peaks_at_cfg_lr_after_warmup():
+    cfg = TranslationTrainConfig(model="transformer", emb_dim=16, heads=2, layers=1, ff_dim=32, warmup_steps=10,
+                                 lr=2e-3, max_len=20)
+    model = build_translation_model(cfg, 50)
+    opt, sched = build_optimizer(cfg, model)
+    assert opt.defaults["betas"] == (0.9, 0.98)
+    rates = []
+    for _ in range(40):
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    # the k-th step (1-based) uses lr * min(k / w, sqrt(w / k))
+    want = [2e-3 * min(k / 10, (10 / k) ** 0.5) for k in range(1, 41)]
+    assert rates == pytest.approx(want, rel=1e-12)
+    assert max(rates) == pytest.approx(2e-3) and rates.index(max(rates)) == 9
+    rnn_cfg = replace(cfg, model="rnnsearch")
+    opt2, sched2 = build_optimizer(rnn_cfg, build_translation_model(rnn_cfg, 50))
+    assert sched2 is None and opt2.param_groups[0]["lr"] == 2e-3
 
 
 def test_cli_reports_bad_input_without_traceback(trained, tmp_path, capsys):

@@ -296,10 +296,22 @@ def cmd_export(args) -> None:
     import torch
 
     from . import models  # noqa: F401  (registers the model classes)
-    from .training.checkpoint import CheckpointError, load_model, save_checkpoint
+    from .training.checkpoint import (CheckpointError, average_checkpoints, list_checkpoints, load_into,
+                                      load_model, save_checkpoint)
 
+    sources = [Path(args.checkpoint)]
+    if args.average_last is not None:
+        if args.average_last < 1:
+            raise CLIError(f"--average-last must be >= 1, got {args.average_last}")
+        found = list_checkpoints(args.checkpoint)
+        if len(found) < args.average_last:
+            raise CLIError(f"--average-last {args.average_last}: {args.checkpoint} holds {len(found)} complete "
+                           f"step checkpoint(s){': ' + ', '.join(p.name for p in found) if found else ''}")
+        sources = found[-args.average_last:]
     try:
-        model, config, ckpt = load_model(args.checkpoint)
+        model, config, ckpt = load_model(sources[-1])
+        if len(sources) > 1:  # Vaswani et al.: the mean of the last k checkpoints' weights
+            load_into(model, average_checkpoints(sources), source=f"mean of {len(sources)} checkpoints")
     except CheckpointError as exc:
         raise CLIError(f"cannot load checkpoint: {exc}") from None
     extra = {name: Path(p).read_bytes() for name, p in ckpt.files.items()
@@ -307,7 +319,8 @@ def cmd_export(args) -> None:
     dtype = None if args.fp32 else torch.float16
     out = save_checkpoint(args.out, model=model, config=config, extra_files=extra, dtype=dtype)
     size = sum(f.stat().st_size for f in Path(out).iterdir() if f.is_file())
-    print(f"wrote {out} ({size / 1e6:.1f} MB, {'fp32' if args.fp32 else 'fp16'} weights, no trainer state)")
+    what = f"mean of {', '.join(p.name for p in sources)}" if len(sources) > 1 else str(sources[0])
+    print(f"wrote {out} from {what} ({size / 1e6:.1f} MB, {'fp32' if args.fp32 else 'fp16'} weights, no trainer state)")
 
 
 # ---------------------------------------------------------------- demo
@@ -340,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
                       ("dropout", float), ("layers", int), ("heads", int), ("ff-dim", int), ("warmup-steps", int),
                       ("batch-size", int), ("max-tokens", int), ("max-len", int), ("lr", float),
                       ("clip-grad-norm", float), ("label-smoothing", float), ("epochs", int), ("max-steps", int),
-                      ("max-time-s", float), ("patience", int), ("save-every-steps", int),
+                      ("max-time-s", float), ("patience", int), ("save-every-steps", int), ("keep-last", int),
                       ("valid-bleu-sentences", int), ("limit-train", int), ("seed", int), ("threads", int)):
         tt.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ, default=None)
     tt.add_argument("--no-progress", action="store_true")
@@ -410,9 +423,12 @@ def build_parser() -> argparse.ArgumentParser:
     ec.set_defaults(func=cmd_evaluate_captioning)
 
     ex = sub.add_parser("export", help="write a small (fp16) copy of a checkpoint for shipping")
-    ex.add_argument("checkpoint", help="checkpoint folder, e.g. runs/rnnsearch/best")
+    ex.add_argument("checkpoint", help="checkpoint folder, e.g. runs/rnnsearch/best; with --average-last, the run "
+                    "folder, e.g. runs/transformer")
     ex.add_argument("out", help="destination folder, e.g. models/rnnsearch-es-en")
     ex.add_argument("--fp32", action="store_true", help="keep float32 weights")
+    ex.add_argument("--average-last", dest="average_last", type=int, default=None, metavar="K",
+                    help="export the mean weights of the last K step checkpoints in the run folder")
     ex.set_defaults(func=cmd_export)
 
     dm = sub.add_parser("demo", help="the main job: translate held-out verses, plot, score")

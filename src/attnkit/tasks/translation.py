@@ -29,6 +29,7 @@ __all__ = [
     "BatchSource",
     "get_tokenizer",
     "build_translation_model",
+    "build_optimizer",
     "train_translation",
     "Translator",
     "corpus_scores",
@@ -62,7 +63,7 @@ class TranslationTrainConfig:
     batch_size: int = 64
     max_tokens: int | None = None
     max_len: int = 100
-    lr: float = 1e-3
+    lr: float = 1e-3  # Adam's rate; for the Transformer the peak, reached at the end of warm-up
     clip_grad_norm: float = 1.0
     label_smoothing: float = 0.1
     epochs: int = 10
@@ -70,6 +71,7 @@ class TranslationTrainConfig:
     max_time_s: float | None = None
     patience: int | None = 3
     save_every_steps: int = 500
+    keep_last: int = 3  # step checkpoints kept (for checkpoint averaging keep at least k)
     valid_bleu_sentences: int = 300
     limit_train: int | None = None
     seed: int = 0
@@ -164,10 +166,26 @@ def _valid_fn(valid_examples: list[Example], valid_pairs, tokenizer: Tokenizer, 
     return valid_fn
 
 
+def build_optimizer(cfg: TranslationTrainConfig, model: torch.nn.Module):
+    """``(optimizer, scheduler)``: Adam at ``cfg.lr`` for the RNNs; for the Transformer Vaswani et al.'s.
+
+    The Transformer gets Adam(β = (0.9, 0.98), ε = 1e-9) with linear warm-up then 1/√step decay;
+    ``cfg.lr`` is the peak, reached at step ``warmup_steps``:
+    lr(k) = cfg.lr · min(k / warmup, √(warmup / k)), i.e. factor · d^-0.5 · min(k^-0.5, k · warmup^-1.5)
+    with factor = cfg.lr · √(d · warmup).
+    """
+    from ..training.schedules import inverse_sqrt_with_warmup
+
+    if cfg.model != "transformer":
+        return torch.optim.Adam(model.parameters(), lr=cfg.lr), None
+    factor = cfg.lr * (cfg.emb_dim * cfg.warmup_steps) ** 0.5
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    return optimizer, inverse_sqrt_with_warmup(optimizer, cfg.emb_dim, cfg.warmup_steps, factor=factor)
+
+
 def train_translation(cfg: TranslationTrainConfig, *, resume: bool = False, home: str | Path | None = None) -> dict:
     """Train ``cfg.model`` on the Bible training split with the shared trainer; returns its summary."""
     from ..training import Trainer
-    from ..training.schedules import inverse_sqrt_with_warmup
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -178,12 +196,7 @@ def train_translation(cfg: TranslationTrainConfig, *, resume: bool = False, home
     valid_ex = encode_pairs(valid_pairs, tokenizer, cfg.max_len)
     torch.manual_seed(cfg.seed)
     model = build_translation_model(cfg, tokenizer.vocab_size)
-    scheduler = None
-    if cfg.model == "transformer":
-        optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-        scheduler = inverse_sqrt_with_warmup(optimizer, cfg.emb_dim, cfg.warmup_steps, factor=cfg.lr)
-    else:
-        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    optimizer, scheduler = build_optimizer(cfg, model)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
@@ -193,7 +206,7 @@ def train_translation(cfg: TranslationTrainConfig, *, resume: bool = False, home
         train_batches=BatchSource(train_ex, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.seed),
         valid_fn=_valid_fn(valid_ex, valid_pairs, tokenizer, cfg.valid_bleu_sentences, cfg.max_len),
         scheduler=scheduler, clip_grad_norm=cfg.clip_grad_norm, out_dir=out,
-        save_every_steps=cfg.save_every_steps, max_epochs=cfg.epochs, max_steps=cfg.max_steps,
+        save_every_steps=cfg.save_every_steps, keep_last=cfg.keep_last, max_epochs=cfg.epochs, max_steps=cfg.max_steps,
         max_time_s=cfg.max_time_s, early_stopping_patience=cfg.patience, metric_for_best="valid_bleu",
         greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress,
         extra_files={"tokenizer.model": tokenizer.to_bytes()},
