@@ -120,6 +120,28 @@ def test_transformer_lr_peaks_at_cfg_lr_after_warmup():
     assert sched2 is None and opt2.param_groups[0]["lr"] == 2e-3
 
 
+def test_transformer_through_the_cli_train_export_plot_evaluate(bible_home, tmp_path, capsys):
+    out = tmp_path / "tf"
+    tiny = {**TINY, "dropout": 0.0}
+    cfg = TranslationTrainConfig(model="transformer", out_dir=str(out), epochs=1, layers=1, heads=2, ff_dim=32,
+                                 warmup_steps=2, lr=3e-3, save_every_steps=2, keep_last=2, **tiny)
+    summary = train_translation(cfg, home=bible_home)
+    assert summary["steps"] == 4 and len(list_checkpoints(out)) == 2  # keep_last honoured
+    shipped = tmp_path / "shipped"
+    assert cli_main(["export", str(out), str(shipped), "--average-last", "2"]) == 0
+    assert load_checkpoint(shipped).config["model_type"] == "transformer"
+    png = tmp_path / "heads.png"
+    capsys.readouterr()
+    assert cli_main(["--home", str(bible_home), "translate", "--model", str(shipped), "--plot", str(png),
+                     "Y dijo Dios."]) == 0
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
+    assert cli_main(["--home", str(bible_home), "evaluate", "translation", "--model", str(shipped),
+                     "--limit", "5", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["model_type"] == "transformer" and rep["n_sentences"] == 5 and 0 <= rep["bleu"] <= 100
+
+
 def test_cli_reports_bad_input_without_traceback(trained, tmp_path, capsys):
     _, _, out = trained
     model = str(out / "best")

@@ -1,0 +1,102 @@
+"""Training throughput of the three translation models on the same batches, in one run.
+
+    PYTHONPATH=src python benchmarks/train_throughput.py [--steps 30] [--threads 2]
+
+The README's table reports each model's tokens/s over its whole training run, and those runs
+shared the machine differently. This benchmark puts them on equal terms: the same real training
+batches (64 verses, bucketed by length, seed 0), the same thread count, one model after the other
+in one process, each timed over ``--steps`` optimizer steps (forward, label-smoothed loss,
+backward, clipping, Adam) after ``--warmup`` untimed ones. Sizes are those of the shipped models
+(``TranslationTrainConfig`` defaults; Transformer 3+3 layers, d_model 256, 4 heads, FFN 1024).
+Prints target tokens/s and the ratio to RNNsearch; writes ``benchmarks/results/train_throughput.json``.
+Run it with nothing else on the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import platform
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from attnkit.data.batching import encode_pairs  # noqa: E402
+from attnkit.data.bible import load_pairs  # noqa: E402
+from attnkit.tasks.translation import (  # noqa: E402
+    BatchSource,
+    TranslationTrainConfig,
+    _loss_fn,
+    build_optimizer,
+    build_translation_model,
+    get_tokenizer,
+)
+
+MODELS = {
+    "rnnencdec": dict(model="rnnencdec"),
+    "rnnsearch": dict(model="rnnsearch"),
+    "transformer": dict(model="transformer", dropout=0.1, warmup_steps=500, lr=1.5e-3),
+}
+
+
+def time_model(name: str, batches: list[dict], warmup: int, pad_id: int) -> dict:
+    cfg = replace(TranslationTrainConfig(), **MODELS[name])
+    torch.manual_seed(0)
+    model = build_translation_model(cfg, 8000).train()
+    opt, sched = build_optimizer(cfg, model)
+    loss_fn = _loss_fn(pad_id, cfg.label_smoothing)
+
+    def step(batch) -> int:
+        loss_sum, n, _ = loss_fn(model, batch)
+        opt.zero_grad(set_to_none=True)
+        (loss_sum / n).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad_norm)
+        opt.step()
+        if sched is not None:
+            sched.step()
+        return int(n)
+
+    for b in batches[:warmup]:
+        step(b)
+    t = time.perf_counter()
+    tokens = sum(step(b) for b in batches[warmup:])
+    dt = time.perf_counter() - t
+    return {"model": name, "parameters": sum(p.numel() for p in model.parameters()),
+            "timed_steps": len(batches) - warmup, "target_tokens": tokens, "seconds": round(dt, 2),
+            "tokens_per_s": round(tokens / dt, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=30, help="timed steps per model")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "train_throughput.json"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    tok = get_tokenizer(8000)
+    examples = encode_pairs(load_pairs("train"), tok, 100)
+    source = BatchSource(examples, batch_size=64, max_tokens=None, seed=0)
+    source.set_epoch(0)
+    batches = list(itertools.islice(iter(source), args.warmup + args.steps))
+    rows = [time_model(name, batches, args.warmup, tok.pad_id) for name in MODELS]
+    base = next(r for r in rows if r["model"] == "rnnsearch")["tokens_per_s"]
+    for r in rows:
+        r["vs_rnnsearch"] = round(r["tokens_per_s"] / base, 3)
+        print(f"{r['model']:12s} {r['parameters'] / 1e6:5.1f} M params  {r['tokens_per_s']:8.1f} target tok/s  "
+              f"{r['vs_rnnsearch']:.2f}x RNNsearch")
+    out = Path(args.output)
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"machine": platform.platform(), "threads": args.threads, "torch": torch.__version__,
+                               "batch_size": 64, "rows": rows}, indent=2))
+    print(f"wrote {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
