@@ -18,6 +18,7 @@ import itertools
 import json
 import platform
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -32,11 +33,12 @@ from attnkit.data.bible import load_pairs  # noqa: E402
 from attnkit.tasks.translation import (  # noqa: E402
     BatchSource,
     TranslationTrainConfig,
-    _loss_fn,
     build_optimizer,
     build_translation_model,
     get_tokenizer,
+    translation_loss_fn,
 )
+from attnkit.training import ListBatches, Trainer  # noqa: E402
 
 MODELS = {
     "rnnencdec": dict(model="rnnencdec"),
@@ -46,27 +48,21 @@ MODELS = {
 
 
 def time_model(name: str, batches: list[dict], warmup: int, pad_id: int) -> dict:
+    """Time ``Trainer.train_step``, the step training runs, on ``batches[warmup:]``."""
     cfg = replace(TranslationTrainConfig(), **MODELS[name])
     torch.manual_seed(0)
     model = build_translation_model(cfg, 8000).train()
     opt, sched = build_optimizer(cfg, model)
-    loss_fn = _loss_fn(pad_id, cfg.label_smoothing)
-
-    def step(batch) -> int:
-        loss_sum, n, _ = loss_fn(model, batch)
-        opt.zero_grad(set_to_none=True)
-        (loss_sum / n).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad_norm)
-        opt.step()
-        if sched is not None:
-            sched.step()
-        return int(n)
-
-    for b in batches[:warmup]:
-        step(b)
-    t = time.perf_counter()
-    tokens = sum(step(b) for b in batches[warmup:])
-    dt = time.perf_counter() - t
+    with tempfile.TemporaryDirectory() as tmp:  # the trainer wants a folder; nothing is saved here
+        trainer = Trainer(model, opt, loss_fn=translation_loss_fn(pad_id, cfg.label_smoothing),
+                          train_batches=ListBatches(batches), scheduler=sched, clip_grad_norm=cfg.clip_grad_norm,
+                          out_dir=tmp, save_every_steps=10**9, max_epochs=1, seed=0, log_every=10**9,
+                          progress=False)
+        for b in batches[:warmup]:
+            trainer.train_step(b)
+        t = time.perf_counter()
+        tokens = sum(trainer.train_step(b)[1] for b in batches[warmup:])
+        dt = time.perf_counter() - t
     return {"model": name, "parameters": sum(p.numel() for p in model.parameters()),
             "timed_steps": len(batches) - warmup, "target_tokens": tokens, "seconds": round(dt, 2),
             "tokens_per_s": round(tokens / dt, 1)}

@@ -30,6 +30,7 @@ __all__ = [
     "get_tokenizer",
     "build_translation_model",
     "build_optimizer",
+    "translation_loss_fn",
     "train_translation",
     "Translator",
     "corpus_scores",
@@ -135,7 +136,8 @@ def build_translation_model(cfg: TranslationTrainConfig, vocab_size: int) -> tor
     raise ValueError(f"model must be one of rnnsearch, rnnencdec, transformer; got {cfg.model!r}")
 
 
-def _loss_fn(pad_id: int, smoothing: float):
+def translation_loss_fn(pad_id: int, smoothing: float):
+    """The trainer's loss: label-smoothed NLL summed over non-pad target tokens, and their count."""
     def loss_fn(model, batch):
         logits, _ = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
         loss_sum, n = label_smoothed_nll(logits, batch["tgt_out"], pad_id, smoothing)
@@ -202,7 +204,7 @@ def train_translation(cfg: TranslationTrainConfig, *, resume: bool = False, home
     (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
     trainer = Trainer(
         model, optimizer,
-        loss_fn=_loss_fn(tokenizer.pad_id, cfg.label_smoothing),
+        loss_fn=translation_loss_fn(tokenizer.pad_id, cfg.label_smoothing),
         train_batches=BatchSource(train_ex, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.seed),
         valid_fn=_valid_fn(valid_ex, valid_pairs, tokenizer, cfg.valid_bleu_sentences, cfg.max_len),
         scheduler=scheduler, clip_grad_norm=cfg.clip_grad_norm, out_dir=out,

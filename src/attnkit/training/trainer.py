@@ -341,7 +341,13 @@ class Trainer:
         except TypeError:
             return None
 
-    def _train_step(self, batch: Any) -> tuple[float, int, dict, float | None]:
+    def train_step(self, batch: Any) -> tuple[float, int, dict, float | None]:
+        """One optimizer step on ``batch``: ``(loss_sum, n_tokens, metrics, grad_norm)``, summed over ranks.
+
+        The loss is the token mean (over all ranks under DDP); gradients are clipped to
+        ``clip_grad_norm`` and the scheduler steps once. :meth:`fit` calls this for every batch;
+        benchmarks call it to time exactly what training does.
+        """
         self.optimizer.zero_grad(set_to_none=True)
         out = self.loss_fn(self.model, batch)
         if not (isinstance(out, tuple) and len(out) == 3):
@@ -479,7 +485,7 @@ class Trainer:
         try:
             while stop_reason is None and self.epoch < self.max_epochs:
                 for batch in self._rank_batches():
-                    loss_sum, n_tok, metrics, grad_norm = self._train_step(batch)
+                    loss_sum, n_tok, metrics, grad_norm = self.train_step(batch)
                     self.step += 1
                     self.tokens_seen += n_tok
                     run_tokens += n_tok
