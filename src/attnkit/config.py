@@ -1,0 +1,149 @@
+"""Configs are dataclasses; this module turns their fields into command-line flags and back.
+
+One option is one dataclass field: its default, its type and its help text live on the field, and
+the ``attnkit`` command line is generated from them, so adding a field adds a flag (with its help
+and default shown in ``--help``). Nested config dataclasses (a task config holding its model's
+config) are flattened: every leaf field becomes ``--field-name``.
+
+We write this small helper instead of adopting ``tyro`` or ``jsonargparse`` because the command
+keeps its hand-written argparse subcommands (``attnkit train translation``, ``attnkit caption``…),
+which both libraries would want to own; what we need from them is only "fields → flags → fields",
+which is the ~100 lines below.
+
+Usage::
+
+    @dataclass
+    class MyConfig:
+        lr: float = option(1e-3, "Adam's learning rate")
+        name: str = option("x", "a name", choices=("x", "y"))
+        internal: int = option(0, "set by the program", cli=False)
+
+    add_config_arguments(parser, MyConfig)
+    cfg = config_from_args(MyConfig, parser.parse_args())
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from typing import Any, Iterator
+
+__all__ = ["option", "add_config_arguments", "config_from_args", "config_from_dict", "iter_options", "option_names"]
+
+
+def option(default: Any = dataclasses.MISSING, help: str = "", *, choices: tuple | None = None, cli: bool = True,
+           default_factory: Any = dataclasses.MISSING, metavar: str | None = None) -> Any:
+    """A dataclass field that is also a command-line option (``cli=False``: a field only)."""
+    meta = {"help": help, "choices": choices, "cli": cli, "metavar": metavar}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    """``X | None`` -> ``(X, True)``; anything else -> ``(tp, False)``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def iter_options(cls: type, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], dataclasses.Field, Any]]:
+    """Every command-line leaf field of ``cls`` (nested dataclasses flattened): ``(path, field, type)``."""
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            yield from iter_options(tp, prefix + (f.name,))
+        elif f.metadata.get("cli", True) and f.init:
+            yield prefix + (f.name,), f, tp
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
+def add_config_arguments(parser: argparse.ArgumentParser | Any, *classes: type, skip: tuple[str, ...] = ()) -> None:
+    """Add ``--field-name`` for every option of each config class (see :func:`iter_options`).
+
+    Flags default to ``None`` ("not given"), so :func:`config_from_args` keeps the dataclass
+    default; the help text shows that default. A field name that appears in several classes (or in
+    two nested configs) becomes one flag; its help lists each class's default where they differ.
+    """
+    found: dict[str, list[tuple[type, dataclasses.Field, Any]]] = {}
+    for cls in classes:
+        for path, f, tp in iter_options(cls):
+            if path[-1] not in skip:
+                found.setdefault(path[-1], []).append((cls, f, tp))
+    for name, entries in found.items():
+        _, f, tp = entries[0]
+        base, _ = _unwrap_optional(tp)
+        help_text = f.metadata.get("help", "")
+        by_cls = {getattr(c, "flag_label", c.__name__): _default_of(g) for c, g, _ in entries}
+        if len(set(map(repr, by_cls.values()))) > 1:
+            shown = ", ".join(f"{k} {_show(v, base)}" for k, v in by_cls.items())
+        else:
+            shown = _show(_default_of(f), base)
+        kwargs: dict[str, Any] = {"dest": name, "default": None, "help": f"{help_text} (default: {shown})"}
+        if base is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            if base not in (int, float, str):
+                raise TypeError(f"add_config_arguments: {entries[0][0].__name__}.{name} has type {tp!r}; "
+                                "options must be int, float, str or bool (or None-able)")
+            kwargs["type"] = base
+            if f.metadata.get("choices"):
+                kwargs["choices"] = f.metadata["choices"]
+            if f.metadata.get("metavar"):
+                kwargs["metavar"] = f.metadata["metavar"]
+        parser.add_argument("--" + name.replace("_", "-"), **kwargs)
+
+
+def _show(value: Any, base: Any) -> str:
+    if value is None:
+        return "none"
+    if base is bool:
+        return "on" if value else "off"
+    return str(value)
+
+
+def option_names(cls: type) -> set[str]:
+    """The flag names (field names) that :func:`add_config_arguments` makes for ``cls``."""
+    return {path[-1] for path, _, _ in iter_options(cls)}
+
+
+def config_from_dict(cls: type, values: dict[str, Any]) -> Any:
+    """Build ``cls`` from a flat ``{field name: value}`` mapping, nested configs included.
+
+    Names missing from ``values`` (or mapped to ``None`` for a field whose default is not None)
+    keep their defaults; names that are not fields are ignored.
+    """
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[f.name] = config_from_dict(tp, values)
+        elif f.name in values and values[f.name] is not None:
+            kwargs[f.name] = values[f.name]
+    return cls(**kwargs)
+
+
+def config_from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
+    """The config ``cls`` with every flag the user gave (see :func:`add_config_arguments`)."""
+    values = dict(vars(args))
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return config_from_dict(cls, values)
