@@ -6,7 +6,7 @@
 1. Training throughput (target tokens/s) of RNNsearch and RNNencdec at the shipped sizes
    (vocab 8000, emb/hidden/attention 256, batch 64, 32-token sentences), forward+backward+Adam.
 2. Decoding: sentences/s of greedy and beam-5 search on real held-out verses with the shipped
-   model (``models/rnnsearch-es-en``) when present, else a randomly initialised one.
+   model (``attnkit/pretrained/rnnsearch-es-en``) when present, else a randomly initialised one.
 3. Bahdanau's score ``vᵀ tanh(W s_{t-1} + U h_j)``: attnkit computes ``U h_j`` once per sentence
    (``Attention.prepare``); the common tutorial form concatenates ``s_{t-1}`` with every ``h_j``
    and applies ``W_a [s; h]`` at every decoder step. Same weights, same outputs (checked), timed
@@ -107,7 +107,7 @@ def prepared_vs_tutorial(V, dim, B, L, repeats):
 
 
 def decoding_speed(n, quick):
-    model_dir = ROOT / "models" / "rnnsearch-es-en"
+    model_dir = ROOT / "src" / "attnkit" / "pretrained" / "rnnsearch-es-en"
     if model_dir.is_dir() and not quick:
         from attnkit.data.bible import load_pairs
         from attnkit.tasks.translation import Translator

@@ -12,9 +12,7 @@ from pathlib import Path
 
 from . import __version__
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_TRANSLATION_MODEL = REPO_ROOT / "models" / "rnnsearch-es-en"
-DEFAULT_CAPTION_MODEL = REPO_ROOT / "models" / "captioner-soft"
+from .pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
 
 
 class CLIError(Exception):
@@ -72,19 +70,27 @@ def cmd_train_translation(args) -> None:
         _print_json(summary)
 
 
-def _load_model(loader, model_dir, default: Path, task: str):
-    """``loader(path)`` for a model folder (``default`` when none is given); a missing folder is a
-    CLIError, and a corrupt one a CheckpointError that ``main`` reports in one line."""
-    path = Path(model_dir) if model_dir else default
-    if not path.exists():
-        raise CLIError(f"model folder {path} does not exist (train one with `attnkit train {task}`)")
-    return loader(path)
+def _model_path(model: str | None, default: str) -> Path:
+    """The folder a ``--model`` argument means (a folder, a shipped or a local model name);
+    an unknown one is a CLIError that lists the known names."""
+    from .pretrained import UnknownModelError, resolve_model
+
+    try:
+        return resolve_model(model or default)
+    except UnknownModelError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _load_model(loader, model_dir, default: str):
+    """``loader(path)`` for a model name or folder (``default`` when none is given); a corrupt
+    checkpoint is a CheckpointError that ``main`` reports in one line."""
+    return loader(_model_path(model_dir, default))
 
 
 def _load_translator(model_dir):
     from .tasks.translation import Translator
 
-    return _load_model(Translator.load, model_dir, DEFAULT_TRANSLATION_MODEL, "translation")
+    return _load_model(Translator.load, model_dir, DEFAULT_TRANSLATION_MODEL)
 
 
 def _looks_english(text: str) -> bool:
@@ -162,9 +168,8 @@ def cmd_evaluate_translation(args) -> None:
     from .training.checkpoint import CheckpointError
 
     reports = []
-    for m in args.model or [str(DEFAULT_TRANSLATION_MODEL)]:
-        if not Path(m).exists():
-            raise CLIError(f"model folder {m} does not exist")
+    for name in args.model or [DEFAULT_TRANSLATION_MODEL]:
+        m = _model_path(name, DEFAULT_TRANSLATION_MODEL)
         try:
             reports.append(evaluate_translation(m, split=args.split, limit=args.limit, beam_size=args.beam, home=args.home))
         except CheckpointError as exc:
@@ -222,7 +227,7 @@ def cmd_train_classifier(args) -> None:
 def _load_captioner(model_dir):
     from .tasks.captioning import CaptionModel
 
-    return _load_model(CaptionModel.load, model_dir, DEFAULT_CAPTION_MODEL, "captioning")
+    return _load_model(CaptionModel.load, model_dir, DEFAULT_CAPTION_MODEL)
 
 
 def cmd_caption(args) -> None:
@@ -263,9 +268,7 @@ def cmd_evaluate_captioning(args) -> None:
     from .tasks.captioning import evaluate_captioning
     from .training.checkpoint import CheckpointError
 
-    m = args.model or str(DEFAULT_CAPTION_MODEL)
-    if not Path(m).exists():
-        raise CLIError(f"model folder {m} does not exist")
+    m = _model_path(args.model, DEFAULT_CAPTION_MODEL)
     if args.limit is not None and args.limit < 1:
         raise CLIError(f"--limit must be >= 1, got {args.limit}")
     try:
@@ -321,6 +324,23 @@ def cmd_export(args) -> None:
     size = sum(f.stat().st_size for f in Path(out).iterdir() if f.is_file())
     what = f"mean of {', '.join(p.name for p in sources)}" if len(sources) > 1 else str(sources[0])
     print(f"wrote {out} from {what} ({size / 1e6:.1f} MB, {'fp32' if args.fp32 else 'fp16'} weights, no trainer state)")
+
+
+# ---------------------------------------------------------------- models
+def cmd_models(args) -> None:
+    from .pretrained import known_models
+
+    infos = known_models(args.home)
+    if args.json:
+        _print_json([m.to_dict() for m in infos])
+        return
+    print(f"{'name':<22} {'source':<8} {'task':<12} {'kind':<12} {'size':>8}  test score")
+    for m in infos:
+        sc = m.scores
+        score = (f"BLEU {sc['test_bleu']:.2f} ({sc.get('decoding', '')})" if "test_bleu" in sc else
+                 f"BLEU-4 {sc['test_bleu4']:.2f}, attention correctness {sc['test_attention_correctness']:.3f}"
+                 if "test_bleu4" in sc else "not measured")
+        print(f"{m.name:<22} {m.source:<8} {m.task:<12} {m.model_type:<12} {m.size_bytes / 1e6:>6.1f}MB  {score}")
 
 
 # ---------------------------------------------------------------- demo
@@ -388,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("translate", help="translate Spanish to English")
     tr.add_argument("text", nargs="*", help="Spanish sentences (or --file, or stdin)")
-    tr.add_argument("--model", default=None, help=f"model folder (default {DEFAULT_TRANSLATION_MODEL})")
+    tr.add_argument("--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_TRANSLATION_MODEL})")
     tr.add_argument("--file", default=None, help="read sentences from this file, one per line")
     tr.add_argument("--beam", type=int, default=5, help="beam size (1 = greedy)")
     tr.add_argument("--show-attention", action="store_true", help="print the top source pieces of each output piece")
@@ -397,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ca = sub.add_parser("caption", help="caption images with a Show, Attend and Tell model")
     ca.add_argument("images", nargs="+", help="image files (any size/colour mode; converted to the model's grayscale canvas)")
-    ca.add_argument("--model", default=None, help=f"model folder (default {DEFAULT_CAPTION_MODEL})")
+    ca.add_argument("--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_CAPTION_MODEL})")
     ca.add_argument("--beam", type=int, default=3, help="beam size for the second caption (1 = greedy only)")
     ca.add_argument("--plot", default=None, help="write the per-word attention overlay grid to this PNG")
     ca.set_defaults(func=cmd_caption)
@@ -414,7 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     et.set_defaults(func=cmd_evaluate_translation)
 
     ec = e.add_parser("captioning", help="BLEU-1..4, exact match and attention correctness on the test scenes")
-    ec.add_argument("--model", default=None, help=f"model folder (default {DEFAULT_CAPTION_MODEL})")
+    ec.add_argument("--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_CAPTION_MODEL})")
     ec.add_argument("--split", default="test", choices=["train", "valid", "test"])
     ec.add_argument("--limit", type=int, default=None, help="only the first N scenes")
     ec.add_argument("--beam", type=int, default=1)
@@ -430,6 +450,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--average-last", dest="average_last", type=int, default=None, metavar="K",
                     help="export the mean weights of the last K step checkpoints in the run folder")
     ex.set_defaults(func=cmd_export)
+
+    ms = sub.add_parser("models", help="list the shipped and locally trained models ($ATTNKIT_HOME/models)")
+    ms.add_argument("--json", action="store_true", help="print a JSON list (default: a table)")
+    ms.set_defaults(func=cmd_models)
 
     dm = sub.add_parser("demo", help="the main job: translate held-out verses, plot, score")
     dm.add_argument("--out", default="out/demo", help="folder for the pictures")

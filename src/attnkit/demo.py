@@ -13,7 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
-REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
+from .pretrained import PRETRAINED_DIR
 DEMO_VERSES = 5
 BLEU_SLICE = 200
 
@@ -35,7 +35,7 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo")) -> dict:
     test = load_pairs("test", home=home)
     print(f"corpus {path}; {len(test)} held-out test verses (whole chapters never seen in training)")
 
-    model_dir = REPO_MODELS / "rnnsearch-es-en"
+    model_dir = PRETRAINED_DIR / "rnnsearch-es-en"
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"the shipped model {model_dir} is missing; train one with `attnkit train translation`")
     tr = Translator.load(model_dir)
@@ -57,7 +57,7 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo")) -> dict:
     slice_ = test[:BLEU_SLICE]
     scores = {}
     for name in ("rnnsearch-es-en", "rnnencdec-es-en", "transformer-es-en"):
-        d = REPO_MODELS / name
+        d = PRETRAINED_DIR / name
         if not (d / "config.json").is_file():
             continue
         m = tr if name == "rnnsearch-es-en" else Translator.load(d)
@@ -74,11 +74,11 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo")) -> dict:
 
 def _caption_demo(home, out_dir: Path) -> dict | None:
     """Caption a few held-out scenes with the shipped captioners (issue 4), when they exist."""
-    soft = REPO_MODELS / "captioner-soft"
+    soft = PRETRAINED_DIR / "captioner-soft"
     if not (soft / "config.json").is_file():
         return None
     from .tasks.captioning import caption_demo
 
     _rule("Show, Attend and Tell: captioning held-out Fashion-MNIST scenes")
-    return caption_demo(home=home, out_dir=out_dir, model_dirs=[d for d in (soft, REPO_MODELS / "captioner-hard")
+    return caption_demo(home=home, out_dir=out_dir, model_dirs=[d for d in (soft, PRETRAINED_DIR / "captioner-hard")
                                                                 if (d / "config.json").is_file()])

@@ -1,0 +1,125 @@
+"""The models attnkit ships, and how a model name or folder resolves to a checkpoint folder.
+
+The shipped models are package data (``attnkit/pretrained/<name>/``: config.json,
+model.safetensors in fp16, tokenizer or vocabulary, and the COMPLETE manifest), so they travel
+inside the wheel and work after a plain ``pip install``, from any folder. Their test scores live
+in one place, ``index.json`` beside this file, read by ``attnkit models``, the demo and the
+explorer.
+
+A model argument resolves in this order (:func:`resolve_model`):
+
+1. an existing folder (a path: ``runs/rnnsearch/best``, ``./my-model``);
+2. a shipped model name (``transformer-es-en``);
+3. a locally trained model exported under ``$ATTNKIT_HOME/models/<name>``.
+
+An unknown name raises :class:`UnknownModelError`, which lists the names that are known.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from ..data.paths import attnkit_home
+
+__all__ = [
+    "PRETRAINED_DIR",
+    "DEFAULT_TRANSLATION_MODEL",
+    "DEMO_TRANSLATION_MODEL",
+    "DEFAULT_CAPTION_MODEL",
+    "UnknownModelError",
+    "ModelInfo",
+    "shipped_models",
+    "local_models",
+    "known_models",
+    "resolve_model",
+]
+
+PRETRAINED_DIR = Path(__file__).resolve().parent
+DEFAULT_TRANSLATION_MODEL = "transformer-es-en"  # the best shipped translator (test BLEU in index.json)
+DEMO_TRANSLATION_MODEL = "rnnsearch-es-en"  # the demo's picture: Bahdanau's alignment
+DEFAULT_CAPTION_MODEL = "captioner-soft"
+
+
+class UnknownModelError(ValueError):
+    """A model name that is neither a folder, a shipped model nor a local one."""
+
+
+@dataclass
+class ModelInfo:
+    """One model ``attnkit models`` lists: where it is, what it is and how it scored."""
+
+    name: str
+    path: Path
+    source: str  # "shipped" | "local"
+    task: str  # "translation" | "captioning" | "?"
+    model_type: str
+    size_bytes: int
+    scores: dict = field(default_factory=dict)  # e.g. {"test_bleu": 31.23, "test_chrf": 51.99}
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "path": str(self.path), "source": self.source, "task": self.task,
+                "model_type": self.model_type, "size_bytes": self.size_bytes, "scores": self.scores}
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict:
+    return json.loads((PRETRAINED_DIR / "index.json").read_text(encoding="utf-8"))
+
+
+def _is_model_dir(path: Path) -> bool:
+    return (path / "config.json").is_file() and (path / "model.safetensors").is_file()
+
+
+def _info(name: str, path: Path, source: str) -> ModelInfo:
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    model_type = str(config.get("model_type", "?"))
+    entry = _index().get(name, {}) if source == "shipped" else {}
+    task = entry.get("task") or ("translation" if (path / "tokenizer.model").is_file() else
+                                 "captioning" if (path / "vocab.json").is_file() else "?")
+    size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    return ModelInfo(name, path, source, task, model_type, size, dict(entry.get("scores", {})))
+
+
+def shipped_models() -> list[ModelInfo]:
+    """The models inside the package, in ``index.json`` order."""
+    return [_info(name, PRETRAINED_DIR / name, "shipped") for name in _index() if _is_model_dir(PRETRAINED_DIR / name)]
+
+
+def local_models(home: str | os.PathLike | None = None) -> list[ModelInfo]:
+    """Model folders under ``$ATTNKIT_HOME/models`` (``attnkit export RUN $ATTNKIT_HOME/models/NAME``)."""
+    folder = attnkit_home(home) / "models"
+    if not folder.is_dir():
+        return []
+    return [_info(p.name, p, "local") for p in sorted(folder.iterdir()) if p.is_dir() and _is_model_dir(p)]
+
+
+def known_models(home: str | os.PathLike | None = None) -> list[ModelInfo]:
+    """Shipped models, then local ones."""
+    return shipped_models() + local_models(home)
+
+
+def resolve_model(name_or_path: str | os.PathLike, *, home: str | os.PathLike | None = None) -> Path:
+    """The checkpoint folder that ``name_or_path`` means (see the module docstring for the order)."""
+    if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
+        raise TypeError(f"model must be a model name or a folder, got {name_or_path!r}")
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    text = str(name_or_path)
+    if os.sep not in text and "/" not in text:
+        if _is_model_dir(PRETRAINED_DIR / text) and text in _index():
+            return PRETRAINED_DIR / text
+        local = attnkit_home(home) / "models" / text
+        if _is_model_dir(local):
+            return local
+    known = ", ".join(m.name for m in known_models(home)) or "none"
+    if os.sep in text or "/" in text:
+        raise UnknownModelError(f"model folder {text} does not exist (known model names: {known})")
+    raise UnknownModelError(f"model {text!r} is neither a folder nor a known model name (known: {known}; "
+                            "`attnkit models` lists them)")
