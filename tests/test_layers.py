@@ -119,14 +119,19 @@ def test_mha_kv_cache_equals_full_causal_pass():
     m = MultiHeadAttention(8, 2).eval()
     x = torch.randn(2, 5, 8)
     full, _ = m(x, causal=True)
-    cache = {}
+    cache = m.new_cache()
     steps = [m(x[:, t:t + 1], cache=cache)[0] for t in range(5)]
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
+    assert len(cache) == 5
     mem = torch.randn(2, 4, 8)
-    cross = {}
-    a = m(x[:, :1], mem, mem, cache=cross, static_kv=True)[0]
-    b = m(x[:, 1:2], cache=cross, static_kv=True)[0]  # keys/values reused from the cache
+    cross = m.new_cache(static=True)
+    a = m(x[:, :1], mem, mem, cache=cross)[0]
+    b = m(x[:, 1:2], cache=cross)[0]  # keys/values reused from the cache
     torch.testing.assert_close(torch.cat([a, b], 1), m(x[:, :2], mem, mem)[0], rtol=1e-5, atol=1e-5)
+    prefilled = m.new_cache(mem)  # projected once, up front
+    torch.testing.assert_close(m(x[:, 1:2], cache=prefilled)[0], b, rtol=0, atol=0)
+    with pytest.raises(TypeError, match="cache must be a KVCache"):
+        m(x, cache={})
 
 
 # ---- Attention (query over inputs) ------------------------------------------------------------
@@ -261,7 +266,7 @@ def test_decoder_layer_matches_torch_and_cache(norm_first):
         ref = theirs(tgt, mem, tgt_mask=nn.Transformer.generate_square_subsequent_mask(5),
                      memory_key_padding_mask=to_torch_mha_mask(mkpm))
         out, (sw, cw) = ours(tgt, mem, memory_key_padding_mask=mkpm, need_weights=True)
-        cache = {}
+        cache = ours.new_cache()
         steps = [ours(tgt[:, t:t + 1], mem, memory_key_padding_mask=mkpm, cache=cache)[0] for t in range(5)]
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(torch.cat(steps, 1), out, rtol=1e-4, atol=1e-4)

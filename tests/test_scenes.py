@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attnkit.data.idx import FASHION_WORDS, load_fashion_mnist
-from attnkit.data.paths import attnkit_home
+from attnkit.paths import attnkit_home
 from attnkit.data.scenes import (
     VALID_HOLDOUT, CaptionVocab, ScenesDataset, collate_captions, load_scenes,
     make_scenes, parse_caption, prepare_scenes, save_scene_png, scene_caption,

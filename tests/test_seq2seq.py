@@ -41,7 +41,7 @@ def test_rnnencdec_has_one_context_and_no_weights():
     assert logits.shape == (3, 6, V) and w is None
     st = m.start(src, lengths)
     _, st2, attn = m.step(tgt_in[:, 0], st)
-    assert attn is None and torch.equal(st2["context"], st["context"])  # the same c at every step
+    assert attn is None and torch.equal(st2.context, st.context)  # the same c at every step
 
 
 @pytest.mark.parametrize("kind", ["rnnsearch", "rnnencdec"])
@@ -80,14 +80,19 @@ def test_prepared_keys_equal_the_per_step_concatenation_form():
         h, _ = torch.nn.utils.rnn.pad_packed_sequence(m.encoder(packed)[0], batch_first=True, total_length=7)
         sc = m.attention.score
         W = torch.cat([sc.w_query.weight, sc.w_key.weight], 1)  # W_a [s; h] = W s + U h
-        s = state["h"]
+        maps = m.attention_maps(src, lengths, tgt_in)  # the three steps, kept for inspection
+        s = state.h
         for t in range(tgt_in.shape[1]):
             cat = torch.cat([s.unsqueeze(1).expand(-1, 7, -1), h], -1)  # (B, S, H + 2H)
             e = torch.tanh(cat @ W.T + sc.w_key.bias) @ sc.v
             e = e.masked_fill(torch.arange(7) >= lengths.unsqueeze(1), float("-inf"))
             torch.testing.assert_close(torch.softmax(e, -1), w[:, t], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(maps.scores[:, t], e, rtol=1e-5, atol=1e-5)  # before the softmax
+            torch.testing.assert_close(maps.context[:, t], (w[:, t].unsqueeze(1) @ h).squeeze(1), rtol=1e-5, atol=1e-5)
             _, state, _ = m.step(tgt_in[:, t], state)
-            s = state["h"]
+            s = state.h
+        torch.testing.assert_close(maps.alignment, w, rtol=1e-6, atol=1e-7)
+        assert maps.score == "e_j = vᵀ tanh(W s + U h_j + b)"
 
 
 def test_overfits_a_handful_of_pairs_and_beam1_equals_greedy():

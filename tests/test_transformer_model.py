@@ -93,7 +93,7 @@ def test_cached_steps_equal_forward(positional, norm_first, tie):
             attns.append(a)
     torch.testing.assert_close(torch.stack(lps, 1), logits.log_softmax(-1), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(torch.stack(attns, 1), weights, rtol=1e-5, atol=1e-6)
-    assert state["step"] == tgt.shape[1]
+    assert state.step == tgt.shape[1]
 
 
 def test_step_leaves_the_old_state_usable():
@@ -111,8 +111,8 @@ def test_step_leaves_the_old_state_usable():
     torch.testing.assert_close(lp_a, lp_b, rtol=0, atol=0)
     torch.testing.assert_close(lp_a, lp_c, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(lp_r, lp_a[[2, 0, 0]], rtol=1e-6, atol=1e-6)
-    assert s1["cache"][0]["self"]["k"].shape[2] == 1
-    assert r["cache"][0] is not s1["cache"][0] and r["cache"][0]["cross"] is not s1["cache"][0]["cross"]
+    assert len(s1.cache[0].self_attn) == 1 and len(s0.cache[0].self_attn) == 0
+    assert r.cache[0] is not s1.cache[0] and r.cache[0].cross_attn is not s1.cache[0].cross_attn
 
 
 class NoCacheDecoder:
@@ -278,22 +278,25 @@ class _FakeTranslator:
 def test_attention_maps_shapes_and_plot(tmp_path):
     m = tiny(10)
     tokens = [5, 6, 7, 8]
-    maps = m.attention_maps(_FakeTranslator(), "uno dos tres cuatro cinco", tokens)
-    assert maps["enc_self"].shape == (2, 2, 5, 5)
-    assert maps["dec_self"].shape == (2, 2, 4, 4)
-    assert maps["cross"].shape == (2, 2, 4, 5)
-    assert maps["tgt_tokens"] == ["▁w5", "▁w6", "▁w7", "▁w8"] and len(maps["src_tokens"]) == 5
-    torch.testing.assert_close(maps["cross"].sum(-1), torch.ones(2, 2, 4))
-    assert float(maps["dec_self"].triu(1).abs().max()) == 0.0  # causal
-    # rows line up with the step that produced each token: the last layer's mean equals the search's
     ids = _FakeTranslator().encode_sources(["uno dos tres cuatro cinco"])[0]
+    src, lens, tgt_in = torch.tensor([ids]), torch.tensor([len(ids)]), torch.tensor([[BOS] + tokens[:-1]])
+    maps = m.attention_maps(src, lens, tgt_in).map_tensors(lambda t: t[0])
+    assert maps.enc_self.shape == (2, 2, 5, 5)
+    assert maps.dec_self.shape == (2, 2, 4, 4)
+    assert maps.cross.shape == (2, 2, 4, 5)
+    assert maps.scores is None and maps.context is None  # no RNN-style three steps in a Transformer
+    torch.testing.assert_close(maps.cross.sum(-1), torch.ones(2, 2, 4))
+    assert float(maps.dec_self.triu(1).abs().max()) == 0.0  # causal
+    # rows line up with the step that produced each token: the last layer's mean equals the search's
     with torch.no_grad():
-        _, w = m(torch.tensor([ids]), torch.tensor([len(ids)]), torch.tensor([[BOS] + tokens[:-1]]), need_weights=True)
-    torch.testing.assert_close(maps["cross"][-1].mean(0), w[0])
+        _, w = m(src, lens, tgt_in, need_weights=True)
+    torch.testing.assert_close(maps.cross[-1].mean(0), w[0])
+    torch.testing.assert_close(maps.alignment, w[0])
     from attnkit.viz import plot_transformer_heads
 
-    out = plot_transformer_heads(maps["enc_self"], maps["dec_self"], maps["cross"], maps["src_tokens"],
-                                 maps["tgt_tokens"], tmp_path / "heads.png")
+    pieces = _FakeTranslator.tokenizer
+    out = plot_transformer_heads(maps.enc_self, maps.dec_self, maps.cross, [pieces.id_to_piece(t) for t in ids],
+                                 [pieces.id_to_piece(t) for t in tokens], tmp_path / "heads.png")
     assert (tmp_path / "heads.png").stat().st_size > 0 and out is not None
-    with pytest.raises(ValueError, match="tokens is empty"):
-        m.attention_maps(_FakeTranslator(), "uno", [])
+    with pytest.raises(ValueError, match="tgt_in must be"):
+        m.attention_maps(src, lens, torch.tensor([[BOS], [BOS]]))

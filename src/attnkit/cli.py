@@ -142,13 +142,12 @@ def cmd_translate(args) -> None:
 def _plot_translation(tr, results, sentences, path) -> None:
     from .viz import plot_alignment, plot_alignments
 
-    if getattr(tr.model, "model_type", "") == "transformer" and hasattr(tr.model, "attention_maps"):
+    first = tr.attention(sentences[0], results[0]["tokens"]) if results[0]["tokens"] else None
+    if first is not None and first.maps.cross is not None:  # a per-layer, per-head model: the head grid
         from .viz import plot_transformer_heads
 
-        r = results[0]
-        maps = tr.model.attention_maps(tr, sentences[0], r["tokens"])
-        out = plot_transformer_heads(maps["enc_self"], maps["dec_self"], maps["cross"], maps["src_tokens"],
-                                     maps["tgt_tokens"], path)
+        m = first.maps
+        out = plot_transformer_heads(m.enc_self, m.dec_self, m.cross, first.source_pieces, first.target_pieces, path)
         print(f"wrote {out}")
         return
     with_attn = [r for r in results if "attention" in r]
@@ -298,7 +297,6 @@ def cmd_evaluate_captioning(args) -> None:
 def cmd_export(args) -> None:
     import torch
 
-    from . import models  # noqa: F401  (registers the model classes)
     from .training.checkpoint import (CheckpointError, average_checkpoints, list_checkpoints, load_into,
                                       load_model, save_checkpoint)
 

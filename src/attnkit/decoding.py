@@ -17,7 +17,8 @@ A model generates by implementing three methods (the :class:`IncrementalDecoder`
     Select rows: ``index`` (R',) long; row i of the result is row ``index[i]`` of ``state``
     (``index_select`` along the batch dimension of every tensor in the state). Beam search uses
     it to expand B sentences to B*K beams, to follow back-pointers, and to drop finished
-    sentences.
+    sentences. Models keep a typed state (a dataclass of tensors, caches, ints) and implement
+    ``reorder`` with :func:`reorder_state`, which maps ``index_select`` over it.
 
 Results are :class:`Hypothesis` objects: ``tokens`` without bos/eos, ``score`` the summed
 log-probability (including eos when finished), ``attention`` (len(tokens), Nk) with row t the
@@ -32,13 +33,14 @@ Both searches run under ``torch.no_grad``; put the model in eval mode first (dro
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["IncrementalDecoder", "Hypothesis", "greedy_search", "beam_search", "gnmt_length_penalty"]
+__all__ = ["IncrementalDecoder", "Hypothesis", "greedy_search", "beam_search", "gnmt_length_penalty", "reorder_state"]
 
 
 @runtime_checkable
@@ -56,6 +58,31 @@ class IncrementalDecoder(Protocol):
     def reorder(self, state: Any, index: torch.Tensor) -> Any:
         """Rows ``index`` (R',) of ``state``."""
         ...
+
+
+def reorder_state(state: Any, index: torch.Tensor) -> Any:
+    """Rows ``index`` of every batch-first tensor in ``state``, in new containers.
+
+    Walks dataclasses, named tuples, tuples, lists and dicts; anything with an ``index_select``
+    method (tensors, :class:`attnkit.attention.KVCache`) is reordered along dimension 0; other
+    values (ints, strings, ``None``) are kept. The old state is left untouched, so beam search
+    may still read it.
+    """
+    if isinstance(state, torch.Tensor):
+        return state.index_select(0, index)
+    if hasattr(state, "index_select"):
+        return state.index_select(index)
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        return dataclasses.replace(state, **{f.name: reorder_state(getattr(state, f.name), index)
+                                             for f in dataclasses.fields(state) if f.init})
+    if isinstance(state, tuple):
+        items = [reorder_state(v, index) for v in state]
+        return type(state)(*items) if hasattr(state, "_fields") else tuple(items)
+    if isinstance(state, list):
+        return [reorder_state(v, index) for v in state]
+    if isinstance(state, dict):
+        return {k: reorder_state(v, index) for k, v in state.items()}
+    return state
 
 
 @dataclass

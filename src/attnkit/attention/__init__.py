@@ -4,6 +4,7 @@ from .functional import AttentionOutput, SampledAttention, attend, masked_softma
 from .layers import (
     Attention,
     AttentionPooling,
+    KVCache,
     MultiHeadAttention,
     PreparedMemory,
     SelfAttention,
@@ -12,13 +13,22 @@ from .layers import (
 )
 from .masks import causal_mask, check_mask, combine_masks, from_torch_mha_mask, key_mask, padding_mask, to_torch_mha_mask
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_encoding
-from .transformer import TransformerDecoder, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer
+from .transformer import (
+    DecoderLayerCache,
+    DecoderOutput,
+    EncoderOutput,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = [
     "scores", "attend", "masked_softmax", "AttentionOutput", "SampledAttention",
-    "Attention", "PreparedMemory", "SelfAttention", "MultiHeadAttention", "AttentionPooling",
+    "Attention", "PreparedMemory", "KVCache", "SelfAttention", "MultiHeadAttention", "AttentionPooling",
     "SpatialSelfAttention", "SelfAttentiveEncoder",
     "padding_mask", "causal_mask", "key_mask", "combine_masks", "check_mask", "to_torch_mha_mask", "from_torch_mha_mask",
     "SinusoidalPositionalEncoding", "LearnedPositionalEncoding", "sinusoidal_encoding",
     "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
+    "EncoderOutput", "DecoderOutput", "DecoderLayerCache",
 ]

@@ -23,6 +23,7 @@ from .functional import AttentionOutput, attend
 from .masks import causal_mask, check_mask, combine_masks, from_torch_mha_mask, key_mask, padding_mask, to_torch_mha_mask
 
 __all__ = [
+    "KVCache",
     "Attention",
     "PreparedMemory",
     "SelfAttention",
@@ -165,6 +166,19 @@ class Attention(nn.Module):
         return out
 
 
+    def raw_scores(self, query: Tensor, prepared: PreparedMemory, *, key_padding_mask: Tensor | None = None) -> Tensor:
+        """The scores ``e = f(q, k_j)`` before the softmax, ``(B, Nk)`` or ``(B, Nq, Nk)``; keys a
+        query may not attend get ``-inf``. The first of the three steps, for inspection."""
+        _check_rank("query", query, (2, 3), "(B, Dq) or (B, Nq, Dq)")
+        single = query.dim() == 2
+        q = query.unsqueeze(1) if single else query  # (B, Nq, Dq)
+        score = self.score
+        e = self.score.score_prepared(q, prepared.keys)  # (B, Nq, Nk)
+        if key_padding_mask is not None:
+            e = e.masked_fill(~key_padding_mask.unsqueeze(1), float("-inf"))
+        return e.squeeze(1) if single else e
+
+
 class SelfAttention(nn.Module):
     """One head of self-attention with learned projections ``Q = X W_Q``, ``K = X W_K``, ``V = X W_V``.
 
@@ -199,6 +213,56 @@ class SelfAttention(nn.Module):
                       need_weights=need_weights, dropout_p=self.dropout, training=self.training)
 
 
+class KVCache:
+    """The keys and values one attention layer keeps across incremental decoding steps.
+
+    ``k``, ``v``: ``(B, H, N, Dh)`` or ``None`` while empty. A **growing** cache (self-attention)
+    appends each step's keys/values (:meth:`extend`); a **static** cache (cross-attention) holds
+    keys/values projected once from the encoder output and reused by every step.
+
+    Caches are never modified in place by :class:`MultiHeadAttention` other than by rebinding
+    ``k``/``v`` to new tensors, so a :meth:`copy` taken before a step still describes the old
+    state (beam search relies on this).
+    """
+
+    __slots__ = ("k", "v", "static")
+
+    def __init__(self, k: Tensor | None = None, v: Tensor | None = None, *, static: bool = False):
+        if (k is None) != (v is None):
+            raise ValueError("KVCache: give both k and v, or neither")
+        self.k, self.v, self.static = k, v, static
+
+    @property
+    def empty(self) -> bool:
+        return self.k is None
+
+    def __len__(self) -> int:
+        """Cached positions ``N``."""
+        return 0 if self.k is None else self.k.shape[2]
+
+    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append ``(B, H, n, Dh)`` keys/values (or fill a static cache once); returns all of them."""
+        if self.k is not None and not self.static:
+            k = torch.cat([self.k, k], dim=2)  # (B, H, N_past + n, Dh)
+            v = torch.cat([self.v, v], dim=2)
+        self.k, self.v = k, v
+        return k, v
+
+    def copy(self) -> "KVCache":
+        """A new cache object sharing the (never mutated) tensors."""
+        return KVCache(self.k, self.v, static=self.static)
+
+    def index_select(self, index: Tensor) -> "KVCache":
+        """Rows ``index`` of the batch, in a new cache (beam search's reorder)."""
+        if self.k is None:
+            return self.copy()
+        return KVCache(self.k.index_select(0, index), self.v.index_select(0, index), static=self.static)
+
+    def __repr__(self) -> str:
+        shape = None if self.k is None else tuple(self.k.shape)
+        return f"KVCache(static={self.static}, k={shape})"
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: ``MultiHead(Q, K, V) = Concat(head_1..head_H) W_O``,
     ``head_h = softmax(Q W_Q^h (K W_K^h)ᵀ / √d_h) V W_V^h``.
@@ -208,7 +272,7 @@ class MultiHeadAttention(nn.Module):
     so :meth:`from_torch` / :meth:`to_torch` copy weights one to one.
 
     ``forward(query, key=None, value=None, *, mask=None, key_padding_mask=None, causal=False,
-    need_weights=False, average_weights=False, cache=None, static_kv=False)``
+    need_weights=False, average_weights=False, cache=None)``
 
     - ``query (B, Nq, E)``, ``key (B, Nk, kdim)``, ``value (B, Nk, vdim)``; key/value default to query.
       Unbatched ``(Nq, E)`` / ``(Nk, kdim)`` inputs work too (as in torch).
@@ -217,10 +281,11 @@ class MultiHeadAttention(nn.Module):
     - returns ``(output (B, Nq, E), weights)``; weights are ``(B, H, Nq, Nk)`` per head (or
       averaged over heads to ``(B, Nq, Nk)``), ``None`` unless requested. Without weights the
       fused ``scaled_dot_product_attention`` kernel runs.
-    - ``cache``: a dict for incremental decoding. Self-attention (``static_kv=False``): this call's
-      keys/values are appended to ``cache["k"]``/``cache["v"]`` ``(B, H, N, Dh)`` and the query
-      attends over all of them. Cross-attention (``static_kv=True``): keys/values are projected
-      on the first call and reused afterwards (``key``/``value`` may then be ``None``).
+    - ``cache``: a :class:`KVCache` for incremental decoding (make one with :meth:`new_cache`). A
+      growing cache (self-attention): this call's keys/values are appended and the query attends
+      over all of them. A static cache (cross-attention): keys/values are projected on the first
+      call (or by :meth:`new_cache` from the encoder output) and reused afterwards (``key``/
+      ``value`` may then be ``None``).
     """
 
     def __init__(self, embed_dim: int, num_heads: int, *, dropout: float = 0.0, bias: bool = True,
@@ -297,6 +362,14 @@ class MultiHeadAttention(nn.Module):
         k, v = self.project_kv(key, value)
         return self.project_query(query), k, v
 
+    def new_cache(self, key: Tensor | None = None, value: Tensor | None = None, *, static: bool = False) -> KVCache:
+        """An empty growing cache, or (``static=True``) a static one, filled now when ``key`` is given
+        (cross-attention keys/values projected from the encoder output once per sentence)."""
+        if key is None:
+            return KVCache(static=static)
+        k, v = self.project_kv(key, key if value is None else value)  # (B, H, Nk, Dh)
+        return KVCache(k, v, static=True)
+
     # --- forward -----------------------------------------------------------------------------
     def _check(self, query: Tensor, key: Tensor | None, value: Tensor | None) -> None:
         _check_rank("query", query, (3,), "(B, Nq, embed_dim)")
@@ -323,10 +396,12 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         need_weights: bool = False,
         average_weights: bool = False,
-        cache: dict | None = None,
-        static_kv: bool = False,
+        cache: KVCache | None = None,
     ) -> AttentionOutput:
-        if key is None and not (static_kv and cache is not None and "k" in cache):
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache (MultiHeadAttention.new_cache()), got {type(cache).__name__}")
+        reuse = cache is not None and cache.static and not cache.empty
+        if key is None and not reuse:
             key = query
         if value is None and key is not None:
             value = key
@@ -337,21 +412,18 @@ class MultiHeadAttention(nn.Module):
                                None if value is None else value.unsqueeze(0), mask=mask,
                                key_padding_mask=None if key_padding_mask is None else key_padding_mask.unsqueeze(0),
                                causal=causal, need_weights=need_weights, average_weights=average_weights,
-                               cache=cache, static_kv=static_kv)
+                               cache=cache)
             return AttentionOutput(out[0].squeeze(0),
                                    None if out[1] is None else out[1].squeeze(0))
         self._check(query, key, value)
         bsz, nq, _ = query.shape
 
-        if cache is not None and static_kv and "k" in cache:
-            q, k, v = self.project_query(query), cache["k"], cache["v"]
+        if reuse:
+            q, k, v = self.project_query(query), cache.k, cache.v
         else:
             q, k, v = self._project_qkv(query, key, value)
             if cache is not None:
-                if not static_kv and "k" in cache:
-                    k = torch.cat([cache["k"], k], dim=2)  # (B, H, N_past + Nq, Dh)
-                    v = torch.cat([cache["v"], v], dim=2)
-                cache["k"], cache["v"] = k, v
+                k, v = cache.extend(k, v)  # (B, H, N_past + Nq, Dh) for a growing cache
         nk = k.shape[2]
 
         m = _padding_to_mask(key_padding_mask, bsz, nk, heads=True)

@@ -207,6 +207,8 @@ class ScoreModule(nn.Module):
 
     #: True when the score is ``q·k·scale`` and so may use the fused attention kernel.
     is_dot_product: bool = False
+    #: The formula, in the notation of the RNN encoder-decoder (query ``s``, key ``h_j``), for display.
+    formula: str = "e_j = f(s, h_j)"
 
     def prepare_keys(self, key: Tensor) -> Tensor:
         return key
@@ -223,6 +225,7 @@ class Dot(ScoreModule):
 
     is_dot_product = True
     scale = 1.0
+    formula = "e_j = sᵀ h_j"
 
     def score_prepared(self, query: Tensor, prepared_key: Tensor) -> Tensor:
         return dot(query, prepared_key)
@@ -232,6 +235,7 @@ class ScaledDot(ScoreModule):
     """``e = s·h / √d`` (Vaswani et al.), or ``s·h · scale`` with an explicit ``scale``."""
 
     is_dot_product = True
+    formula = "e_j = sᵀ h_j / √d"
 
     def __init__(self, scale: float | None = None):
         super().__init__()
@@ -243,6 +247,8 @@ class ScaledDot(ScoreModule):
 
 class Bilinear(ScoreModule):
     """``e = sᵀ W h`` (Luong's "general"); ``W (query_dim, key_dim)``; keys prepared as ``W h``."""
+
+    formula = "e_j = sᵀ W h_j"
 
     def __init__(self, query_dim: int, key_dim: int | None = None):
         super().__init__()
@@ -266,6 +272,8 @@ class Additive(ScoreModule):
 
     ``hidden_dim`` (A) is the size of the tanh layer. Keys are prepared as ``U h + b`` once.
     """
+
+    formula = "e_j = vᵀ tanh(W s + U h_j + b)"
 
     def __init__(self, query_dim: int, key_dim: int | None = None, hidden_dim: int | None = None):
         super().__init__()

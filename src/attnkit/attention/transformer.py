@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .layers import MultiHeadAttention
+from .layers import KVCache, MultiHeadAttention
 
 __all__ = [
     "TransformerEncoderLayer",
@@ -26,6 +26,7 @@ __all__ = [
     "TransformerDecoder",
     "EncoderOutput",
     "DecoderOutput",
+    "DecoderLayerCache",
 ]
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
@@ -80,9 +81,9 @@ class TransformerDecoderLayer(_FeedForwardMixin, nn.Module):
     memory_key_padding_mask=None, causal=True, cache=None, need_weights=False)`` returns
     ``(out (B, T, D), (self_weights (B, H, T, T'), cross_weights (B, H, T, S)) or (None, None))``.
 
-    ``cache`` (a dict, for incremental decoding) holds this layer's self-attention keys/values
-    and the cross-attention keys/values projected from ``memory`` once; with a cache, ``tgt`` is
-    only the new position(s).
+    ``cache`` (a :class:`DecoderLayerCache`, for incremental decoding) holds this layer's
+    self-attention keys/values and the cross-attention keys/values projected from ``memory`` once;
+    with a cache, ``tgt`` is only the new position(s).
     """
 
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1, *,
@@ -93,13 +94,17 @@ class TransformerDecoderLayer(_FeedForwardMixin, nn.Module):
         self._init_ffn(d_model, dim_feedforward, dropout, activation, bias, layer_norm_eps, n_norms=3)
         self.norm_first = norm_first
 
+    def new_cache(self, memory: Tensor | None = None) -> "DecoderLayerCache":
+        """This layer's empty caches; with ``memory (B, S, D)`` the cross-attention keys/values are
+        projected now (once per sentence) instead of at the first step."""
+        return DecoderLayerCache(self.self_attn.new_cache(), self.multihead_attn.new_cache(memory, static=True))
+
     def forward(self, tgt: Tensor, memory: Tensor, *, tgt_key_padding_mask: Tensor | None = None,
                 memory_key_padding_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
-                causal: bool = True, cache: dict | None = None, need_weights: bool = False):
+                causal: bool = True, cache: "DecoderLayerCache | None" = None, need_weights: bool = False):
         self_cache = cross_cache = None
         if cache is not None:
-            self_cache = cache.setdefault("self", {})
-            cross_cache = cache.setdefault("cross", {})
+            self_cache, cross_cache = cache
 
         def sa(h):
             return self.self_attn(h, h, h, mask=tgt_mask, key_padding_mask=tgt_key_padding_mask, causal=causal,
@@ -107,7 +112,7 @@ class TransformerDecoderLayer(_FeedForwardMixin, nn.Module):
 
         def ca(h):
             return self.multihead_attn(h, memory, memory, key_padding_mask=memory_key_padding_mask,
-                                       need_weights=need_weights, cache=cross_cache, static_kv=cache is not None)
+                                       need_weights=need_weights, cache=cross_cache)
 
         x = tgt
         if self.norm_first:
@@ -125,6 +130,17 @@ class TransformerDecoderLayer(_FeedForwardMixin, nn.Module):
         return x, (ws, wc)
 
 
+class DecoderLayerCache(NamedTuple):
+    """One decoder layer's caches: growing self-attention keys/values, static cross-attention ones."""
+
+    self_attn: KVCache
+    cross_attn: KVCache
+
+    def copy(self) -> "DecoderLayerCache":
+        """New cache objects for a new decoder step (the static cross cache is shared: it never changes)."""
+        return DecoderLayerCache(self.self_attn.copy(), self.cross_attn)
+
+
 class EncoderOutput(NamedTuple):
     output: Tensor  # (B, S, D)
     weights: list | None  # per layer (B, H, S, S)
@@ -132,8 +148,8 @@ class EncoderOutput(NamedTuple):
 
 class DecoderOutput(NamedTuple):
     output: Tensor  # (B, T, D)
-    self_weights: list | None  # per layer (B, H, T, T)
-    cross_weights: list | None  # per layer (B, H, T, S)
+    self_weights: list | None  # per layer (B, H, T, T); None entries for layers not asked
+    cross_weights: list | None  # per layer (B, H, T, S); None entries for layers not asked
 
 
 class _LayerStack(nn.Module):
@@ -172,25 +188,34 @@ class TransformerEncoder(_LayerStack):
 class TransformerDecoder(_LayerStack):
     """``num_layers`` decoder layers; a final LayerNorm when ``norm_first``.
 
-    ``cache``: a list with one dict per layer (make it with :meth:`new_cache`) for incremental
-    decoding; ``offset``-free: positions are the caller's business.
+    ``cache``: a list with one :class:`DecoderLayerCache` per layer (make it with
+    :meth:`new_cache`) for incremental decoding; positions are the caller's business.
+
+    ``need_weights``: ``True`` returns every layer's weights; ``"last"`` only the last layer's
+    (the others keep the fused kernel), the other entries being ``None``.
     """
 
     layer_cls = TransformerDecoderLayer
 
-    def new_cache(self) -> list[dict]:
-        return [{} for _ in self.layers]
+    def new_cache(self, memory: Tensor | None = None) -> list[DecoderLayerCache]:
+        """Empty caches, one per layer; with ``memory (B, S, D)`` the cross-attention keys/values
+        are projected now, once per sentence, instead of at the first step."""
+        return [layer.new_cache(memory) for layer in self.layers]
 
     def forward(self, tgt: Tensor, memory: Tensor, *, tgt_key_padding_mask: Tensor | None = None,
                 memory_key_padding_mask: Tensor | None = None, causal: bool = True, cache: list | None = None,
-                need_weights: bool = False) -> DecoderOutput:
+                need_weights: bool | str = False) -> DecoderOutput:
         if cache is not None and len(cache) != len(self.layers):
-            raise ValueError(f"cache must hold one dict per layer ({len(self.layers)}), got {len(cache)}")
+            raise ValueError(f"cache must hold one DecoderLayerCache per layer ({len(self.layers)}), got {len(cache)}")
+        if need_weights not in (True, False, "last"):
+            raise ValueError(f"need_weights must be True, False or 'last', got {need_weights!r}")
+        last = len(self.layers) - 1
         x, sws, cws = tgt, [], []
         for i, layer in enumerate(self.layers):
+            want = need_weights is True or (need_weights == "last" and i == last)
             x, (sw, cw) = layer(x, memory, tgt_key_padding_mask=tgt_key_padding_mask,
                                 memory_key_padding_mask=memory_key_padding_mask, causal=causal,
-                                cache=None if cache is None else cache[i], need_weights=need_weights)
+                                cache=None if cache is None else cache[i], need_weights=want)
             sws.append(sw)
             cws.append(cw)
         if self.norm is not None:

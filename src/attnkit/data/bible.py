@@ -36,7 +36,7 @@ import unicodedata
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from .paths import atomic_write_text, attnkit_home
+from ..paths import atomic_write_text, attnkit_home
 
 __all__ = [
     "Pair",

@@ -119,7 +119,7 @@ def write_idx(path: str | os.PathLike, array: np.ndarray, *, compress: bool | No
         compress = path.suffix == ".gz"
     if compress:
         body = gzip.compress(body, mtime=0)
-    from .paths import atomic_write_bytes
+    from ..paths import atomic_write_bytes
 
     return atomic_write_bytes(path, body)
 

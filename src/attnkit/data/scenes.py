@@ -42,7 +42,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .idx import FASHION_MNIST_ROOT, FASHION_WORDS, load_fashion_mnist
-from .paths import atomic_write_bytes, attnkit_home
+from ..paths import atomic_write_bytes, attnkit_home
 
 __all__ = [
     "PLACES",

@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 
 import sentencepiece as spm
 
-from .paths import atomic_write_bytes
+from ..paths import atomic_write_bytes
 
 __all__ = ["Tokenizer", "PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "MODEL_FILENAME"]
 

@@ -1,7 +1,10 @@
-"""The models built from attnkit's attention: RNN translators, the captioner, the Transformer.
+"""The models built from attnkit's attention: RNN translators, the Transformer, the captioner.
 
-Importing this package registers every model class for :func:`attnkit.training.load_model`.
+One module per model family, each building from its own config dataclass; :mod:`.registry` maps a
+checkpoint's ``model_type`` to its class, and :mod:`.base` holds what every translation model
+provides (``attention_maps`` → :class:`AttentionMaps`).
 """
-from . import captioner  # noqa: F401
-from . import seq2seq  # noqa: F401
-from . import transformer  # noqa: F401
+from .base import AttentionMaps, TranslationModel
+from .registry import build_model, model_class, register_model, registered_models
+
+__all__ = ["AttentionMaps", "TranslationModel", "build_model", "model_class", "register_model", "registered_models"]

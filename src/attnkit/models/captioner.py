@@ -44,7 +44,7 @@ from torch import Tensor, nn
 
 from ..attention import Attention
 from ..attention.scores import canonical_score_name
-from ..training.checkpoint import register_model
+from .registry import register_model
 
 __all__ = ["CaptionerConfig", "CaptionerOutput", "CNNEncoder", "Captioner", "reinforce_terms",
            "doubly_stochastic_penalty"]

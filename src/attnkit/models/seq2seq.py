@@ -17,17 +17,20 @@ Both models follow the incremental decoding protocol of :mod:`attnkit.decoding`
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..attention import Attention, padding_mask
+from ..attention import Attention, PreparedMemory, padding_mask
 from ..attention.scores import canonical_score_name
-from ..training.checkpoint import register_model
+from ..decoding import reorder_state
+from .base import AttentionMaps
+from .registry import register_model
 
-__all__ = ["Seq2SeqConfig", "RNNEncDec", "RNNSearch", "build_seq2seq"]
+__all__ = ["Seq2SeqConfig", "RNNState", "RNNEncDec", "RNNSearch", "build_seq2seq"]
 
 
 @dataclass
@@ -58,6 +61,21 @@ class Seq2SeqConfig:
         return cls(**known)
 
 
+@dataclass
+class RNNState:
+    """The decoder state of the RNN translators (what :meth:`_RNNTranslator.start` returns).
+
+    ``h (B, H)``: the decoder state ``s_{t-1}``. RNNsearch: ``memory`` (``U h_j + b`` and the
+    annotations ``h_j``, prepared once per sentence) and ``mask (B, S)`` (True at real tokens).
+    RNNencdec: ``context (B, H)``, the one fixed vector ``c``.
+    """
+
+    h: Tensor
+    memory: PreparedMemory | None = None
+    mask: Tensor | None = None
+    context: Tensor | None = None
+
+
 class _RNNTranslator(nn.Module):
     """Shared parts: embeddings, decoder GRU cell, deep output, the training loop over steps."""
 
@@ -80,11 +98,15 @@ class _RNNTranslator(nn.Module):
         self.drop = nn.Dropout(c.dropout)
 
     # -- pieces every model provides ---------------------------------------------------------------
-    def encode(self, src: Tensor, src_lengths: Tensor) -> dict:  # pragma: no cover - abstract
+    def encode(self, src: Tensor, src_lengths: Tensor) -> RNNState:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _context(self, s_prev: Tensor, state: dict, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    def _context(self, s_prev: Tensor, state: RNNState, need_weights: bool) -> tuple[Tensor, Tensor | None]:
         raise NotImplementedError  # pragma: no cover - abstract
+
+    def _raw_scores(self, state: RNNState) -> Tensor | None:
+        """The scores ``e_tj`` before the softmax for the next step ``(B, S)``; None without attention."""
+        return None
 
     # -- shared --------------------------------------------------------------------------------------
     @classmethod
@@ -115,10 +137,10 @@ class _RNNTranslator(nn.Module):
             return self.out_proj(t)
         return F.linear(t, self.embedding.weight, self.out_bias)
 
-    def _decoder_step(self, y_emb: Tensor, state: dict, need_weights: bool):
+    def _decoder_step(self, y_emb: Tensor, state: RNNState, need_weights: bool):
         """One decoder step from ``s_{t-1}``: context, new state. Returns (s_t, c_t, α_t)."""
-        c, alpha = self._context(state["h"], state, need_weights)
-        s = self.decoder_cell(torch.cat([y_emb, c], dim=-1), state["h"])  # (B, H)
+        c, alpha = self._context(state.h, state, need_weights)
+        s = self.decoder_cell(torch.cat([y_emb, c], dim=-1), state.h)  # (B, H)
         return s, c, alpha
 
     def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False):
@@ -132,7 +154,7 @@ class _RNNTranslator(nn.Module):
         states, contexts, alphas = [], [], []
         for y_t in y_emb.unbind(1):  # unbind: one gradient buffer for all steps, not one per slice
             s, c, a = self._decoder_step(y_t, state, need_weights)
-            state["h"] = s
+            state.h = s
             states.append(s)
             contexts.append(c)
             alphas.append(a)
@@ -143,24 +165,51 @@ class _RNNTranslator(nn.Module):
         return logits, weights
 
     # -- incremental decoding protocol (attnkit.decoding) ---------------------------------------
-    def start(self, src: Tensor, src_lengths: Tensor) -> dict:
+    def start(self, src: Tensor, src_lengths: Tensor) -> RNNState:
         """Encode the source once; the state for :meth:`step`."""
         self._check_src(src, src_lengths)
         return self.encode(src, src_lengths)
 
-    def step(self, prev_tokens: Tensor, state: dict):
+    def step(self, prev_tokens: Tensor, state: RNNState):
         """``prev_tokens (B,)`` → ``(log_probs (B, V), state, attention (B, S) or None)``."""
         y_emb = self.embedding(prev_tokens)  # (B, E)
         s, c, alpha = self._decoder_step(y_emb, state, need_weights=True)
-        new_state = dict(state)
-        new_state["h"] = s
-        return torch.log_softmax(self._logits(s, c, y_emb), dim=-1), new_state, alpha
+        return torch.log_softmax(self._logits(s, c, y_emb), dim=-1), dataclasses.replace(state, h=s), alpha
 
-    def reorder(self, state: dict, index: Tensor) -> dict:
-        """Select/reorder batch rows of every tensor in the state (beam search)."""
-        return {k: (v.index_select(0, index) if isinstance(v, Tensor) else
-                    type(v)(*(t.index_select(0, index) for t in v)) if isinstance(v, tuple) else v)
-                for k, v in state.items()}
+    def reorder(self, state: RNNState, index: Tensor) -> RNNState:
+        """Select/reorder batch rows of the state (beam search)."""
+        return reorder_state(state, index)
+
+    # -- inspection ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def attention_maps(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> AttentionMaps:
+        """Teacher-forced pass in eval mode keeping, at every step, the three steps of attention:
+        the raw scores ``e_tj``, the weights ``α_tj`` and the context ``c_t`` (see
+        :class:`attnkit.models.AttentionMaps`). RNNencdec has no attention: only its fixed context."""
+        self._check_src(src, src_lengths)
+        if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(f"tgt_in must be (B={src.shape[0]}, T), got {tuple(tgt_in.shape)}")
+        was_training = self.training
+        self.eval()
+        try:
+            state = self.encode(src, src_lengths)
+            scores, alphas, contexts = [], [], []
+            for y_t in self.embedding(tgt_in).unbind(1):
+                scores.append(self._raw_scores(state))
+                s, c, a = self._decoder_step(y_t, state, need_weights=True)
+                state.h = s
+                alphas.append(a)
+                contexts.append(c)
+        finally:
+            self.train(was_training)
+        has_attention = alphas[0] is not None
+        return AttentionMaps(
+            alignment=torch.stack(alphas, 1) if has_attention else None,  # (B, T, S)
+            scores=torch.stack(scores, 1) if has_attention else None,  # (B, T, S)
+            context=torch.stack(contexts, 1),  # (B, T, C)
+            annotations=state.memory.values if state.memory is not None else None,  # (B, S, C)
+            score=self.attention.score.formula if has_attention else None,
+        )
 
 
 @register_model("rnnencdec")
@@ -175,15 +224,15 @@ class RNNEncDec(_RNNTranslator):
         self.encoder = nn.GRU(c.emb_dim, c.hidden_dim, batch_first=True)
         self.init_state = nn.Linear(c.hidden_dim, c.hidden_dim)
 
-    def encode(self, src: Tensor, src_lengths: Tensor) -> dict:
+    def encode(self, src: Tensor, src_lengths: Tensor) -> RNNState:
         x = self.drop(self.embedding(src))  # (B, S, E)
         packed = nn.utils.rnn.pack_padded_sequence(x, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
         _, h_n = self.encoder(packed)  # (1, B, H): the state after each sentence's last real token
         context = h_n[-1]  # (B, H)
-        return {"h": torch.tanh(self.init_state(context)), "context": context}
+        return RNNState(h=torch.tanh(self.init_state(context)), context=context)
 
     def _context(self, s_prev, state, need_weights):
-        return state["context"], None
+        return state.context, None
 
 
 @register_model("rnnsearch")
@@ -211,10 +260,13 @@ class RNNSearch(_RNNTranslator):
         annotations, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, 2H)
         memory = self.attention.prepare(annotations)  # U h_j + b once per sentence
         mask = padding_mask(src_lengths.to(src.device), src.shape[1])  # (B, S)
-        return {"h": torch.tanh(self.init_state(h_n[1])), "memory": memory, "mask": mask}
+        return RNNState(h=torch.tanh(self.init_state(h_n[1])), memory=memory, mask=mask)
 
     def _context(self, s_prev, state, need_weights):
-        return self.attention(s_prev, prepared=state["memory"], key_padding_mask=state["mask"], need_weights=need_weights)
+        return self.attention(s_prev, prepared=state.memory, key_padding_mask=state.mask, need_weights=need_weights)
+
+    def _raw_scores(self, state):
+        return self.attention.raw_scores(state.h, state.memory, key_padding_mask=state.mask)
 
 
 def build_seq2seq(config: dict | Seq2SeqConfig) -> _RNNTranslator:

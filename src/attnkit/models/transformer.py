@@ -25,19 +25,21 @@ positions from seeing pads, so no target padding mask is needed.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import LearnedPositionalEncoding, SinusoidalPositionalEncoding, padding_mask
-from ..attention.transformer import TransformerDecoder, TransformerEncoder
-from ..training.checkpoint import register_model
+from ..attention.transformer import DecoderLayerCache, TransformerDecoder, TransformerEncoder
+from ..decoding import reorder_state
+from .base import AttentionMaps
+from .registry import register_model
 
-__all__ = ["TransformerConfig", "TransformerTranslator"]
+__all__ = ["TransformerConfig", "TransformerState", "TransformerTranslator"]
 
 _POSITIONAL = ("sinusoidal", "learned")
 
@@ -107,18 +109,20 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be a token id in [0, {self.vocab_size}), got {v!r}")
 
 
-def _map_tensors(obj: Any, fn) -> Any:
-    """Apply ``fn`` to every tensor in nested dicts/lists/tuples, building *new* containers."""
-    if isinstance(obj, Tensor):
-        return fn(obj)
-    if isinstance(obj, dict):
-        return {k: _map_tensors(v, fn) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_map_tensors(v, fn) for v in obj]
-    if isinstance(obj, tuple):
-        return type(obj)(*(_map_tensors(v, fn) for v in obj)) if hasattr(obj, "_fields") else \
-            tuple(_map_tensors(v, fn) for v in obj)
-    return obj
+@dataclass
+class TransformerState:
+    """The decoder state of :class:`TransformerTranslator` (what :meth:`~TransformerTranslator.start` returns).
+
+    ``memory (B, S, D)``: the encoder output; ``memory_mask (B, S)``: True at real tokens;
+    ``cache``: one :class:`DecoderLayerCache` per decoder layer (self-attention keys/values so
+    far, cross-attention keys/values projected once); ``step``: tokens decoded so far, i.e. the
+    position of the next one.
+    """
+
+    memory: Tensor
+    memory_mask: Tensor
+    cache: list[DecoderLayerCache]
+    step: int = 0
 
 
 @register_model("transformer")
@@ -214,22 +218,6 @@ class TransformerTranslator(nn.Module):
         out = self.encoder(x, key_padding_mask=mask, need_weights=need_weights)
         return out.output, mask, out.weights
 
-    def _decode(self, y: Tensor, memory: Tensor, memory_mask: Tensor, *, cache: list | None = None,
-                causal: bool = True, weights_from_last: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Run the decoder layers; only the last layer computes attention weights (when asked),
-        so the others keep the fused kernel. Returns ``(h (B, T, D), cross (B, H, T, S) or None)``."""
-        layers = self.decoder.layers
-        cross = None
-        for i, layer in enumerate(layers):
-            want = weights_from_last and i == len(layers) - 1
-            y, (_, cw) = layer(y, memory, memory_key_padding_mask=memory_mask, causal=causal,
-                               cache=None if cache is None else cache[i], need_weights=want)
-            if want:
-                cross = cw
-        if self.decoder.norm is not None:
-            y = self.decoder.norm(y)
-        return y, cross
-
     # -- teacher forcing -----------------------------------------------------------------------------
     def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False):
         """Teacher forcing: logits ``(B, T, V)`` for ``tgt_in`` (bos + target, right-padded) and,
@@ -239,83 +227,63 @@ class TransformerTranslator(nn.Module):
         if tgt_in.shape[0] != src.shape[0]:
             raise ValueError(f"tgt_in must be (B={src.shape[0]}, T) like src {tuple(src.shape)}, got {tuple(tgt_in.shape)}")
         memory, mask, _ = self.encode(src, src_lengths)
-        h, cross = self._decode(self._embed_tgt(tgt_in), memory, mask, weights_from_last=need_weights)
-        weights = cross.mean(dim=1) if cross is not None else None
-        return self._logits(h), weights
+        out = self.decoder(self._embed_tgt(tgt_in), memory, memory_key_padding_mask=mask,
+                           need_weights="last" if need_weights else False)
+        weights = out.cross_weights[-1].mean(dim=1) if need_weights else None  # (B, T, S)
+        return self._logits(out.output), weights
 
     # -- incremental decoding protocol (attnkit.decoding) ----------------------------------------
-    def start(self, src: Tensor, src_lengths: Tensor) -> dict:
-        """Encode the source once. The state holds ``memory`` (B, S, D), ``memory_mask`` (B, S),
-        ``cache`` (one dict per decoder layer, cross-attention keys/values already projected)
-        and ``step`` (tokens decoded so far = the position of the next one)."""
+    def start(self, src: Tensor, src_lengths: Tensor) -> TransformerState:
+        """Encode the source once, and project every layer's cross-attention keys/values once."""
         self._check_src(src, src_lengths)
         memory, mask, _ = self.encode(src, src_lengths)
-        cache = self.decoder.new_cache()
-        for layer, c in zip(self.decoder.layers, cache):
-            k, v = layer.multihead_attn.project_kv(memory, memory)  # (B, H, S, Dh), once per sentence
-            c["self"], c["cross"] = {}, {"k": k, "v": v}
-        return {"memory": memory, "memory_mask": mask, "cache": cache, "step": 0}
+        return TransformerState(memory, mask, self.decoder.new_cache(memory), 0)
 
-    def step(self, prev_tokens: Tensor, state: dict):
+    def step(self, prev_tokens: Tensor, state: TransformerState):
         """``prev_tokens (B,)`` → ``(log_probs (B, V), new state, attention (B, S))``.
 
-        The new state has its own cache dicts (the old state is left as it was): the layers
+        The new state has its own cache objects (the old state is left as it was): the layers
         append to the copies, and cached tensors are never modified in place.
         """
-        memory = state["memory"]
+        memory = state.memory
         if not isinstance(prev_tokens, Tensor) or prev_tokens.shape != (memory.shape[0],):
             got = tuple(prev_tokens.shape) if isinstance(prev_tokens, Tensor) else type(prev_tokens).__name__
             raise ValueError(f"prev_tokens must have shape (B,) = ({memory.shape[0]},), got {got}")
-        cache = [{k: dict(v) for k, v in c.items()} for c in state["cache"]]
-        y = self._embed_tgt(prev_tokens.unsqueeze(1), offset=state["step"])  # (B, 1, D)
+        cache = [c.copy() for c in state.cache]
+        y = self._embed_tgt(prev_tokens.unsqueeze(1), offset=state.step)  # (B, 1, D)
         # one query at the newest position may see every cached key: no causal mask needed
-        h, cross = self._decode(y, memory, state["memory_mask"], cache=cache, causal=False, weights_from_last=True)
-        log_probs = torch.log_softmax(self._logits(h[:, 0]), dim=-1)
-        new_state = {"memory": memory, "memory_mask": state["memory_mask"], "cache": cache, "step": state["step"] + 1}
-        return log_probs, new_state, cross[:, :, 0].mean(dim=1)
+        out = self.decoder(y, memory, memory_key_padding_mask=state.memory_mask, causal=False, cache=cache,
+                           need_weights="last")
+        log_probs = torch.log_softmax(self._logits(out.output[:, 0]), dim=-1)
+        attention = out.cross_weights[-1][:, :, 0].mean(dim=1)  # (B, S): last layer, heads averaged
+        return log_probs, dataclasses.replace(state, cache=cache, step=state.step + 1), attention
 
-    def reorder(self, state: dict, index: Tensor) -> dict:
-        """Rows ``index`` of every tensor in the state (nested cache dicts included), in new containers."""
-        return _map_tensors(state, lambda t: t.index_select(0, index))
+    def reorder(self, state: TransformerState, index: Tensor) -> TransformerState:
+        """Rows ``index`` of every tensor in the state (caches included), in new containers."""
+        return reorder_state(state, index)
 
-    # -- pictures ------------------------------------------------------------------------------------
+    # -- inspection ----------------------------------------------------------------------------------
     @torch.no_grad()
-    def attention_maps(self, translator, sentence: str, tokens: list[int]) -> dict:
-        """Every layer's and head's attention for one translated sentence (for
-        :func:`attnkit.viz.plot_transformer_heads`).
+    def attention_maps(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> AttentionMaps:
+        """Every layer's and head's attention for one teacher-forced pass (eval mode).
 
-        Runs one teacher-forced pass (eval mode) over the decoder input ``[bos] + tokens[:-1]``,
-        so row ``t`` of the decoder maps is the position whose output is ``tokens[t]``: rows line
-        up with ``tgt_tokens`` (the output pieces). In ``dec_self`` column ``j`` is the same kind
-        of position (the one that produced ``tokens[j]``; its input is the token before it).
-
-        Returns ``enc_self (L_enc, H, S, S)``, ``dec_self (L_dec, H, T, T)``, ``cross
-        (L_dec, H, T, S)`` (CPU float tensors), ``src_tokens`` (S source pieces) and
-        ``tgt_tokens`` (T = len(tokens) output pieces).
+        Row ``t`` of the decoder maps is the position whose input is ``tgt_in[:, t]`` (and whose
+        output is the next token); in ``dec_self`` column ``j`` is the same kind of position.
+        ``alignment`` is the last layer's cross-attention averaged over heads, as the searches
+        report it. Shapes: ``enc_self (B, L, H, S, S)``, ``dec_self (B, L, H, T, T)``,
+        ``cross (B, L, H, T, S)``.
         """
-        tokens = [int(t) for t in tokens]
-        if not tokens:
-            raise ValueError("tokens is empty: there is no output token to show attention for")
-        ids = translator.encode_sources([sentence])[0]
-        device = self.embedding.weight.device
-        src = torch.tensor([ids], dtype=torch.long, device=device)
-        lengths = torch.tensor([len(ids)], dtype=torch.long, device=device)
-        tgt_in = torch.tensor([[self.config.bos_id] + tokens[:-1]], dtype=torch.long, device=device)
-        self._check_src(src, lengths)
-        self._check_ids("tokens", tgt_in, "(T,)")
+        self._check_src(src, src_lengths)
+        self._check_ids("tgt_in", tgt_in, "(B, T)")
+        if tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(f"tgt_in must be (B={src.shape[0]}, T) like src {tuple(src.shape)}, got {tuple(tgt_in.shape)}")
         was_training = self.training
         self.eval()
         try:
-            memory, mask, enc_w = self.encode(src, lengths, need_weights=True)
+            memory, mask, enc_w = self.encode(src, src_lengths, need_weights=True)
             out = self.decoder(self._embed_tgt(tgt_in), memory, memory_key_padding_mask=mask, need_weights=True)
         finally:
             self.train(was_training)
-        stack = lambda ws: torch.stack([w[0] for w in ws]).float().cpu()  # noqa: E731  (L, H, Tq, Tk)
-        tok = translator.tokenizer
-        return {
-            "enc_self": stack(enc_w),
-            "dec_self": stack(out.self_weights),
-            "cross": stack(out.cross_weights),
-            "src_tokens": [tok.id_to_piece(t) for t in ids],
-            "tgt_tokens": [tok.id_to_piece(t) for t in tokens],
-        }
+        cross = torch.stack(out.cross_weights, 1)  # (B, L, H, T, S)
+        return AttentionMaps(alignment=cross[:, -1].mean(dim=1), enc_self=torch.stack(enc_w, 1),
+                             dec_self=torch.stack(out.self_weights, 1), cross=cross, score="e_j = qᵀ k_j / √d_h")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from ..data.paths import attnkit_home
+from ..paths import attnkit_home
 
 __all__ = [
     "PRETRAINED_DIR",

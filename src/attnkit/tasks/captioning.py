@@ -196,7 +196,6 @@ class CaptionModel:
 
     @classmethod
     def load(cls, model_dir: str | Path) -> "CaptionModel":
-        from .. import models  # noqa: F401  (registers the model classes)
 
         model_dir = Path(model_dir)
         model, _, _ = load_model(model_dir, model_type="captioner")
@@ -440,7 +439,6 @@ def train_captioning(cfg: CaptioningTrainConfig, *, resume: bool = False, home: 
 
 def _load_encoder_trunk(model, classifier_dir: str | Path) -> None:
     """Copy a Fashion-MNIST classifier's conv encoder (trunk and head) into the captioner's."""
-    from .. import models  # noqa: F401
 
     clf, _, _ = load_model(classifier_dir)
     src = getattr(clf, "encoder", None)
@@ -460,7 +458,6 @@ def warm_start(model, captioner_dir: str | Path) -> list[str]:
     by column when only the input size differs (a ``context_to_lstm`` model warm-starting one
     without: the word-embedding columns come first and are kept, the context columns dropped).
     """
-    from .. import models  # noqa: F401
 
     src, _, _ = load_model(captioner_dir, model_type="captioner")
     theirs, ours = src.state_dict(), model.state_dict()

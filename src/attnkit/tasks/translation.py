@@ -18,9 +18,10 @@ import torch
 
 from ..data.batching import BucketBatchSampler, Example, collate, encode_pairs
 from ..data.bible import load_pairs
-from ..data.paths import attnkit_home
+from ..paths import attnkit_home
 from ..data.tokenizer import Tokenizer
 from ..decoding import beam_search, greedy_search
+from ..models.base import AttentionMaps
 from ..training.checkpoint import CheckpointError, load_model
 from ..training.losses import label_smoothed_nll
 
@@ -33,6 +34,7 @@ __all__ = [
     "translation_loss_fn",
     "train_translation",
     "Translator",
+    "TranslationAttention",
     "corpus_scores",
     "bleu_by_length",
     "LENGTH_BUCKETS",
@@ -216,6 +218,30 @@ def train_translation(cfg: TranslationTrainConfig, *, resume: bool = False, home
     return trainer.fit(resume=resume)
 
 
+@dataclass
+class TranslationAttention:
+    """Every attention of a translation model for one sentence pair, with the pieces it is over.
+
+    ``maps`` is the model's :class:`attnkit.models.AttentionMaps` with the batch dimension removed
+    (CPU float32): e.g. ``maps.alignment (T, S)``, ``maps.cross (L, H, T, S)``. Row ``t`` belongs
+    to ``target_pieces[t]``, column ``j`` to ``source_pieces[j]``.
+    """
+
+    source_pieces: list[str]
+    target_pieces: list[str]
+    maps: AttentionMaps
+
+    def word_alignment(self) -> tuple[list[str], list[str], torch.Tensor | None]:
+        """``(source words, target words, word attention (T_words, S_words) or None)``: the
+        alignment aggregated over pieces by :func:`attnkit.alignment.word_attention`."""
+        from ..alignment import word_attention, words_from_pieces
+
+        src, tgt = words_from_pieces(self.source_pieces), words_from_pieces(self.target_pieces)
+        if self.maps.alignment is None:
+            return src, tgt, None
+        return src, tgt, word_attention(self.maps.alignment, self.source_pieces, self.target_pieces)
+
+
 class Translator:
     """Translate with a trained model: tokenise, batch, search, detokenise, keep the attention."""
 
@@ -228,7 +254,6 @@ class Translator:
     @classmethod
     def load(cls, model_dir: str | Path) -> "Translator":
         """Load a checkpoint folder (config.json, model.safetensors, tokenizer.model)."""
-        from .. import models  # noqa: F401  (registers the model classes)
 
         model_dir = Path(model_dir)
         model, config, ckpt = load_model(model_dir)
@@ -254,6 +279,30 @@ class Translator:
                 ids = ids[:self.max_src_len]
             out.append(ids)
         return out
+
+    @torch.no_grad()
+    def attention(self, source: str, target: str | Sequence[int]) -> TranslationAttention:
+        """All the model's attention when it reads ``source`` and is forced to write ``target``
+        (teacher forcing): ``target`` is English text (tokenised here, e.g. a reference) or the
+        token ids of a translation (``result["tokens"]``)."""
+        src_ids = self.encode_sources([source])[0]
+        if isinstance(target, str):
+            if not target.strip():
+                raise ValueError("target is empty: give the English text (or token ids) to align with")
+            tgt_ids = self.tokenizer.encode(target.strip())
+        else:
+            tgt_ids = [int(t) for t in target]
+        if not tgt_ids:
+            raise ValueError("target has no tokens: there is no output token to show attention for")
+        device = next(self.model.parameters()).device
+        src = torch.tensor([src_ids], dtype=torch.long, device=device)
+        tgt_in = torch.tensor([[self.tokenizer.bos_id] + tgt_ids[:-1]], dtype=torch.long, device=device)
+        maps = self.model.attention_maps(src, torch.tensor([len(src_ids)], device=device), tgt_in)
+        return TranslationAttention(
+            source_pieces=[self.tokenizer.id_to_piece(t) for t in src_ids],
+            target_pieces=[self.tokenizer.id_to_piece(t) for t in tgt_ids],
+            maps=maps.map_tensors(lambda t: t[0].float().cpu()),
+        )
 
     def translate(self, sentences: Sequence[str], *, beam_size: int = 1, length_penalty: float = 0.6,
                   batch_size: int = 64, return_attention: bool = False, truncate: bool = False) -> list[dict]:

@@ -24,7 +24,7 @@ Why this shape:
   that the model's constructor creates (embedding = output projection) survive the round trip.
 * **Small shipped models.** ``dtype=torch.float16`` casts floating tensors on save; loading into a
   float32 model casts back (``Tensor.copy_``).
-* **Rebuildable.** ``register_model("name")`` maps ``config["model_type"]`` to a class with a
+* **Rebuildable.** the model registry (:mod:`attnkit.models.registry`) maps ``config["model_type"]`` to a class with a
   ``from_config(config: dict)`` classmethod, so :func:`load_model` needs only the folder.
 """
 from __future__ import annotations
@@ -105,7 +105,7 @@ class Checkpoint:
 
 
 # One implementation for the whole package: temp file in the same folder, fsync, os.replace.
-from ..data.paths import _fsync_dir, atomic_write_bytes  # noqa: E402,F401
+from ..paths import atomic_write_bytes, fsync_dir  # noqa: E402
 
 
 def _sha256(data: bytes) -> str:
@@ -131,7 +131,7 @@ def _write_folder(path: Path, files: Mapping[str, bytes]) -> None:
         atomic_write_bytes(tmp / name, data)
         manifest["files"][name] = {"size": len(data), "sha256": _sha256(data)}
     atomic_write_bytes(tmp / COMPLETE_NAME, json.dumps(manifest, indent=1).encode())
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     if path.exists():
         # A directory cannot be os.replace-d onto a non-empty one: move the old one aside first.
         # A crash between the two renames leaves no `path`, only `.old-` and a complete `.tmp-`;
@@ -142,57 +142,11 @@ def _write_folder(path: Path, files: Mapping[str, bytes]) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 # ----------------------------------------------------------------------------- registry
-
-_REGISTRY: dict[str, type] = {}
-
-
-def register_model(name: str) -> Callable[[type], type]:
-    """Class decorator: make ``config["model_type"] == name`` rebuild ``cls`` via ``cls.from_config``.
-
-    The class must define a ``from_config(config: dict)`` classmethod; it receives the whole
-    config.json object (including ``model_type`` and ``attnkit_version``, which it may ignore).
-    The decorator also sets ``cls.model_type = name``, which :func:`save_checkpoint` writes.
-    """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"register_model: name must be a non-empty string, got {name!r}")
-
-    def deco(cls: type) -> type:
-        if not callable(getattr(cls, "from_config", None)):
-            raise TypeError(f"register_model({name!r}): {cls.__name__} must define a from_config(config) classmethod")
-        prev = _REGISTRY.get(name)
-        if prev is not None and prev.__qualname__ != cls.__qualname__:
-            raise ValueError(f"register_model: name {name!r} is already registered to {prev.__qualname__}")
-        _REGISTRY[name] = cls
-        cls.model_type = name
-        return cls
-
-    return deco
-
-
-def registered_models() -> dict[str, type]:
-    """A copy of the name -> class registry."""
-    return dict(_REGISTRY)
-
-
-def build_model(config: Mapping[str, Any]) -> torch.nn.Module:
-    """Build a fresh (untrained) model from a config dict via the registered class's ``from_config``."""
-    if not isinstance(config, Mapping):
-        raise TypeError(f"build_model: config must be a dict, got {type(config).__name__}")
-    model_type = config.get("model_type")
-    if model_type is None:
-        raise ValueError("build_model: config has no 'model_type' key")
-    cls = _REGISTRY.get(model_type)
-    if cls is None:
-        known = ", ".join(sorted(_REGISTRY)) or "none"
-        raise ValueError(
-            f"build_model: config['model_type']={model_type!r} is not registered (known: {known}); "
-            "import the module that defines it, or decorate the class with @register_model"
-        )
-    return cls.from_config(dict(config))
+from ..models.registry import build_model, register_model, registered_models  # noqa: E402,F401  (re-exported)
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:

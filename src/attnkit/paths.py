@@ -1,4 +1,4 @@
-"""Where attnkit keeps its prepared data, and how files there are written.
+"""Where attnkit keeps its data, and how every file it writes is written (atomically).
 
 Everything attnkit prepares (corpora, splits) lives under one folder, ``$ATTNKIT_HOME``
 (default ``~/.cache/attnkit``), so it is prepared once, cached, and easy to delete.
@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["attnkit_home", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["attnkit_home", "atomic_write_bytes", "atomic_write_text", "fsync_dir"]
 
 
 def attnkit_home(home: str | os.PathLike | None = None) -> Path:
@@ -49,7 +49,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
         except FileNotFoundError:
             pass
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return path
 
 
@@ -58,7 +58,7 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
     return atomic_write_bytes(path, text.encode(encoding))
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     """Make the rename itself durable; best effort (not every platform can fsync a folder)."""
     try:
         fd = os.open(folder, os.O_RDONLY)

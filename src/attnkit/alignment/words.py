@@ -1,0 +1,59 @@
+"""From subword pieces to words: which pieces make each word, and word-level attention.
+
+sentencepiece marks the first piece of every whitespace word with ``▁`` (U+2581), so the pieces
+``▁En ▁el ▁princip io`` make the words ``En el principio``. Word attention aggregates pieces by a
+fixed rule:
+
+- over the **source** pieces of a word, **sum**: a word receives all the attention its pieces
+  receive, so each target row still sums to 1;
+- over the **target** pieces of a word, **mean**: a word attends the way its pieces do on
+  average, so the row still sums to 1.
+
+``A_word[i, j] = mean_{t ∈ target word i} Σ_{s ∈ source word j} A_piece[t, s]``
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["WORD_START", "word_spans", "words_from_pieces", "word_attention"]
+
+WORD_START = "\u2581"
+
+
+def word_spans(pieces: Sequence[str]) -> list[list[int]]:
+    """The piece indices of each word, in order: a piece starting with ``▁`` starts a new word
+    (a first piece without it starts one too). ``["▁En", "▁princip", "io"] -> [[0], [1, 2]]``."""
+    spans: list[list[int]] = []
+    for i, p in enumerate(pieces):
+        if not isinstance(p, str):
+            raise TypeError(f"pieces must be strings, got {type(p).__name__} at position {i}")
+        if p.startswith(WORD_START) or not spans:
+            spans.append([i])
+        else:
+            spans[-1].append(i)
+    return spans
+
+
+def words_from_pieces(pieces: Sequence[str]) -> list[str]:
+    """The words the pieces spell (``▁`` removed, pieces of a word joined)."""
+    return ["".join(pieces[i] for i in span).replace(WORD_START, "") for span in word_spans(pieces)]
+
+
+def word_attention(attention: Tensor, source_pieces: Sequence[str], target_pieces: Sequence[str]) -> Tensor:
+    """``(T, S)`` piece attention → ``(T_words, S_words)`` word attention (sum over a source word's
+    pieces, mean over a target word's pieces; see the module docstring)."""
+    if not isinstance(attention, Tensor) or attention.dim() != 2:
+        raise ValueError(f"attention must be a (T, S) tensor, got {getattr(attention, 'shape', type(attention))}")
+    if attention.shape != (len(target_pieces), len(source_pieces)):
+        raise ValueError(f"attention has shape {tuple(attention.shape)}, but there are {len(target_pieces)} target "
+                         f"and {len(source_pieces)} source pieces: expected ({len(target_pieces)}, {len(source_pieces)})")
+    src, tgt = word_spans(source_pieces), word_spans(target_pieces)
+    dtype = attention.dtype if attention.is_floating_point() else torch.float32
+    summed = torch.stack([attention[:, span].sum(dim=1) for span in src], dim=1) if src else \
+        attention.new_zeros(attention.shape[0], 0, dtype=dtype)  # (T, S_words)
+    if not tgt:
+        return summed.new_zeros(0, len(src))
+    return torch.stack([summed[span].mean(dim=0) for span in tgt], dim=0)  # (T_words, S_words)

@@ -1,0 +1,71 @@
+"""What every translation model provides, and the typed record its attention comes in.
+
+A translation model is an ``nn.Module`` with
+
+- ``forward(src (B, S), src_lengths (B,), tgt_in (B, T), *, need_weights=False) -> (logits (B, T, V), weights)``
+  for teacher forcing (training);
+- ``start`` / ``step`` / ``reorder`` for :mod:`attnkit.decoding` (greedy and beam search), with a
+  typed decoder state that :func:`attnkit.decoding.reorder_state` can reorder;
+- ``attention_maps(src, src_lengths, tgt_in) -> AttentionMaps``: every attention the model has, for
+  one teacher-forced pass. The CLI, the plots, the alignment evaluation and the explorer read
+  attention only through this, so none of them branches on the kind of model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Protocol, runtime_checkable
+
+from torch import Tensor
+
+__all__ = ["AttentionMaps", "TranslationModel"]
+
+
+@dataclass
+class AttentionMaps:
+    """The attention of one teacher-forced pass over ``tgt_in`` (row ``t`` is the step whose output
+    is target token ``t``, i.e. whose input is ``tgt_in[:, t]``). Every field is batch-first;
+    ``None`` where the model has no such thing.
+
+    - ``alignment (B, T, S)``: the model's attention over the source per target position, the one
+      shown as "the" alignment: RNNsearch's ``α_tj``; the Transformer's last decoder layer's
+      cross-attention averaged over heads. ``None`` for RNNencdec (it has no attention).
+    - ``scores (B, T, S)``: the raw scores ``e_tj`` before the softmax (RNN attention), ``-inf``
+      at padding.
+    - ``context (B, T, C)``: the context vectors ``c_t = Σ_j α_tj h_j``.
+    - ``annotations (B, S, C)``: the vectors ``h_j`` that are summed (so each source word's
+      contribution ``α_tj h_j`` can be shown).
+    - ``enc_self (B, L, H, S, S)``, ``dec_self (B, L, H, T, T)``, ``cross (B, L, H, T, S)``:
+      every layer's and head's weights (Transformer).
+    - ``score``: the score function's formula (e.g. ``e_j = vᵀ tanh(W s + U h_j + b)``).
+    """
+
+    alignment: Tensor | None
+    scores: Tensor | None = None
+    context: Tensor | None = None
+    annotations: Tensor | None = None
+    enc_self: Tensor | None = None
+    dec_self: Tensor | None = None
+    cross: Tensor | None = None
+    score: str | None = None
+
+    def map_tensors(self, fn) -> "AttentionMaps":
+        """A copy with ``fn`` applied to every tensor field (e.g. ``lambda t: t[0].float().cpu()``)."""
+        return AttentionMaps(**{f.name: (fn(v) if isinstance(v, Tensor) else v)
+                                for f in fields(self) for v in [getattr(self, f.name)]})
+
+
+@runtime_checkable
+class TranslationModel(Protocol):
+    """The interface of every translation model (see the module docstring)."""
+
+    config: Any
+
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False): ...
+
+    def start(self, src: Tensor, src_lengths: Tensor) -> Any: ...
+
+    def step(self, prev_tokens: Tensor, state: Any) -> tuple[Tensor, Any, Tensor | None]: ...
+
+    def reorder(self, state: Any, index: Tensor) -> Any: ...
+
+    def attention_maps(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> AttentionMaps: ...

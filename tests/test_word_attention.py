@@ -1,0 +1,90 @@
+"""Attention through the one interface every translation model implements, and piece → word attention."""
+import hypothesis.strategies as st
+import pytest
+import torch
+from hypothesis import given, settings
+
+from attnkit.alignment import word_attention, word_spans, words_from_pieces
+from attnkit.pretrained import resolve_model
+from attnkit.tasks.translation import Translator
+
+SOURCE = "Y dijo Dios: Sea la luz: y fué la luz."
+REFERENCE = "God said, “Let there be light,” and there was light."
+
+
+@pytest.fixture(scope="module", params=["rnnsearch-es-en", "rnnencdec-es-en", "transformer-es-en"])
+def shipped(request):
+    return request.param, Translator.load(resolve_model(request.param))
+
+
+def test_forced_attention_of_every_shipped_model(shipped):
+    name, tr = shipped
+    ta = tr.attention(SOURCE, REFERENCE)
+    T, S = len(ta.target_pieces), len(ta.source_pieces)
+    assert words_from_pieces(ta.source_pieces) == SOURCE.split()
+    m = ta.maps
+    if name == "rnnencdec-es-en":  # no attention: nothing to show, and it says so by None
+        assert m.alignment is None and m.scores is None and m.cross is None
+        assert ta.word_alignment()[2] is None
+        return
+    assert m.alignment.shape == (T, S)
+    torch.testing.assert_close(m.alignment.sum(-1), torch.ones(T))
+    if name == "transformer-es-en":
+        L, H = m.cross.shape[:2]
+        assert m.cross.shape == (L, H, T, S) and m.enc_self.shape == (L, H, S, S) and m.dec_self.shape[2:] == (T, T)
+        torch.testing.assert_close(m.alignment, m.cross[-1].mean(0))
+    else:  # the three steps: softmax of the raw scores is the weights; the context is their weighted sum
+        torch.testing.assert_close(torch.softmax(m.scores, -1), m.alignment, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(m.context, m.alignment @ m.annotations, rtol=1e-4, atol=1e-5)
+    # forced decoding of the model's own translation reproduces the search's attention
+    r = tr.translate([SOURCE], beam_size=1, return_attention=True)[0]
+    torch.testing.assert_close(tr.attention(SOURCE, r["tokens"]).maps.alignment, r["attention"], rtol=1e-4, atol=1e-5)
+    src_words, tgt_words, wa = ta.word_alignment()
+    assert wa.shape == (len(tgt_words), len(src_words))
+    torch.testing.assert_close(wa.sum(-1), torch.ones(len(tgt_words)))
+
+
+def test_empty_target_is_a_clear_error(shipped):
+    _, tr = shipped
+    with pytest.raises(ValueError, match="target is empty"):
+        tr.attention(SOURCE, "  ")
+    with pytest.raises(ValueError, match="no output token"):
+        tr.attention(SOURCE, [])
+
+
+def _loop_reference(attn, src_pieces, tgt_pieces):
+    """Plain loops over words: mean over a target word's pieces of the sum over a source word's pieces."""
+    def groups(pieces):
+        out = []
+        for i, p in enumerate(pieces):
+            if p.startswith("▁") or not out:
+                out.append([])
+            out[-1].append(i)
+        return out
+
+    sg, tg = groups(src_pieces), groups(tgt_pieces)
+    ref = torch.zeros(len(tg), len(sg), dtype=torch.float64)
+    for a, trow in enumerate(tg):
+        for b, scol in enumerate(sg):
+            ref[a, b] = sum(float(attn[t, s]) for t in trow for s in scol) / len(trow)
+    return ref
+
+
+pieces = st.lists(st.sampled_from(["▁a", "▁bb", "c", "d", "▁", "."]), min_size=1, max_size=9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(src=pieces, tgt=pieces, seed=st.integers(0, 10_000))
+def test_word_attention_equals_a_plain_loop_and_keeps_rows_normalised(src, tgt, seed):
+    g = torch.Generator().manual_seed(seed)
+    attn = torch.rand(len(tgt), len(src), generator=g, dtype=torch.float64).softmax(-1)
+    wa = word_attention(attn, src, tgt)
+    torch.testing.assert_close(wa, _loop_reference(attn, src, tgt))
+    torch.testing.assert_close(wa.sum(-1), torch.ones(len(word_spans(tgt)), dtype=torch.float64))
+
+
+def test_word_helpers_and_errors():
+    assert word_spans(["▁En", "▁el", "▁princip", "io"]) == [[0], [1], [2, 3]]
+    assert words_from_pieces(["▁En", "▁el", "▁princip", "io"]) == ["En", "el", "principio"]
+    with pytest.raises(ValueError, match=r"expected \(1, 2\)"):
+        word_attention(torch.ones(2, 2), ["▁a", "▁b"], ["▁x"])
