@@ -45,7 +45,7 @@ def median_time(fn, repeats, warmup=1):
 
 def train_throughput(kind, V, dim, B, L, repeats):
     torch.manual_seed(0)
-    m = build_seq2seq(Seq2SeqConfig(model_type=kind, vocab_size=V, emb_dim=dim, hidden_dim=dim, attn_dim=dim))
+    m = build_seq2seq(kind, Seq2SeqConfig(vocab_size=V, emb_dim=dim, hidden_dim=dim, attn_dim=dim))
     opt = torch.optim.Adam(m.parameters(), 1e-3)
     src, tgt = torch.randint(4, V, (B, L)), torch.randint(4, V, (B, L))
     lengths = torch.full((B,), L)
@@ -121,7 +121,7 @@ def decoding_speed(n, quick):
             out[f"beam{beam}_sentences_per_s"] = round(len(sents) / (time.perf_counter() - t), 2)
         return out
     torch.manual_seed(0)
-    m = build_seq2seq(Seq2SeqConfig(vocab_size=200, emb_dim=32, hidden_dim=32, attn_dim=32)).eval()
+    m = build_seq2seq("rnnsearch", Seq2SeqConfig(vocab_size=200, emb_dim=32, hidden_dim=32, attn_dim=32)).eval()
     src = torch.randint(4, 200, (n, 12))
     inputs = {"src": src, "src_lengths": torch.full((n,), 12)}
     out = {"model": "random tiny", "sentences": n}

@@ -7,7 +7,7 @@ shared the machine differently. This benchmark puts them on equal terms: the sam
 batches (64 verses, bucketed by length, seed 0), the same thread count, one model after the other
 in one process, each timed over ``--steps`` optimizer steps (forward, label-smoothed loss,
 backward, clipping, Adam) after ``--warmup`` untimed ones. Sizes are those of the shipped models
-(``TranslationTrainConfig`` defaults; Transformer 3+3 layers, d_model 256, 4 heads, FFN 1024).
+(``TranslationConfig`` defaults; Transformer 3+3 layers, d_model 256, 4 heads, FFN 1024).
 Prints target tokens/s and the ratio to RNNsearch; writes ``benchmarks/results/train_throughput.json``.
 Run it with nothing else on the machine.
 """
@@ -20,7 +20,6 @@ import platform
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -32,7 +31,7 @@ from attnkit.data.batching import encode_pairs  # noqa: E402
 from attnkit.data.bible import load_pairs  # noqa: E402
 from attnkit.tasks.translation import (  # noqa: E402
     BatchSource,
-    TranslationTrainConfig,
+    TranslationConfig,
     build_optimizer,
     build_translation_model,
     get_tokenizer,
@@ -49,7 +48,7 @@ MODELS = {
 
 def time_model(name: str, batches: list[dict], warmup: int, pad_id: int) -> dict:
     """Time ``Trainer.train_step``, the step training runs, on ``batches[warmup:]``."""
-    cfg = replace(TranslationTrainConfig(), **MODELS[name])
+    cfg = TranslationConfig.from_options(**MODELS[name])
     torch.manual_seed(0)
     model = build_translation_model(cfg, 8000).train()
     opt, sched = build_optimizer(cfg, model)

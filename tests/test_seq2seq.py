@@ -10,7 +10,7 @@ V = 24
 
 def tiny(kind="rnnsearch", score="additive", dropout=0.0):
     torch.manual_seed(0)
-    return build_seq2seq(Seq2SeqConfig(model_type=kind, vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8,
+    return build_seq2seq(kind, Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8,
                                        score=score, dropout=dropout)).eval()
 
 
@@ -97,7 +97,7 @@ def test_prepared_keys_equal_the_per_step_concatenation_form():
 
 def test_overfits_a_handful_of_pairs_and_beam1_equals_greedy():
     torch.manual_seed(0)
-    m = build_seq2seq(Seq2SeqConfig(vocab_size=V, emb_dim=32, hidden_dim=32, attn_dim=32, dropout=0.0))
+    m = build_seq2seq("rnnsearch", Seq2SeqConfig(vocab_size=V, emb_dim=32, hidden_dim=32, attn_dim=32, dropout=0.0))
     g = torch.Generator().manual_seed(3)
     pairs = [(torch.randint(4, V, (n,), generator=g), torch.randint(4, V, (n + 1,), generator=g)) for n in (3, 4, 5, 6)]
     B, S, T = len(pairs), 6, 8
@@ -142,5 +142,5 @@ def test_bad_inputs_are_reported():
     with pytest.raises(ValueError, match=r"tgt_in must be \(B=3, T\)"):
         m(src, lengths, tgt_in[:2])
     with pytest.raises(ValueError, match=r"model_type must be one of"):
-        build_seq2seq({"model_type": "lstm"})
+        build_seq2seq("lstm", {})
     assert isinstance(tiny(), RNNSearch) and isinstance(tiny("rnnencdec"), RNNEncDec)

@@ -10,7 +10,7 @@ import torch
 
 from attnkit.cli import main as cli_main
 from attnkit.tasks.translation import (
-    TranslationTrainConfig,
+    TranslationConfig,
     Translator,
     bleu_by_length,
     build_optimizer,
@@ -29,7 +29,7 @@ TINY = dict(vocab_size=1000, emb_dim=16, hidden_dim=16, attn_dim=16, batch_size=
 @pytest.fixture(scope="module")
 def trained(bible_home, tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "rnnsearch"
-    cfg = TranslationTrainConfig(model="rnnsearch", out_dir=str(out), epochs=2, save_every_steps=3, **TINY)
+    cfg = TranslationConfig.from_options("rnnsearch", out_dir=str(out), epochs=2, save_every_steps=3, **TINY)
     summary = train_translation(cfg, home=bible_home)
     return cfg, summary, out
 
@@ -45,7 +45,7 @@ def test_training_writes_checkpoints_and_summary(trained):
 
 
 def test_resume_equals_uninterrupted_run(bible_home, tmp_path):
-    base = TranslationTrainConfig(model="rnnsearch", epochs=3, save_every_steps=2, patience=None, **TINY)
+    base = TranslationConfig.from_options("rnnsearch", epochs=3, save_every_steps=2, patience=None, **TINY)
     straight = replace(base, out_dir=str(tmp_path / "a"), max_steps=7)
     train_translation(straight, home=bible_home)
     first = replace(base, out_dir=str(tmp_path / "b"), max_steps=3)
@@ -101,8 +101,8 @@ def test_export_average_last_is_the_mean_of_the_last_checkpoints(trained, tmp_pa
 
 
 def test_transformer_lr_peaks_at_cfg_lr_after_warmup():
-    cfg = TranslationTrainConfig(model="transformer", emb_dim=16, heads=2, layers=1, ff_dim=32, warmup_steps=10,
-                                 lr=2e-3, max_len=20)
+    cfg = TranslationConfig.from_options("transformer", d_model=16, nhead=2, num_encoder_layers=1,
+                                         num_decoder_layers=1, dim_feedforward=32, warmup_steps=10, lr=2e-3, max_len=20)
     model = build_translation_model(cfg, 50)
     opt, sched = build_optimizer(cfg, model)
     assert opt.defaults["betas"] == (0.9, 0.98)
@@ -115,16 +115,17 @@ def test_transformer_lr_peaks_at_cfg_lr_after_warmup():
     want = [2e-3 * min(k / 10, (10 / k) ** 0.5) for k in range(1, 41)]
     assert rates == pytest.approx(want, rel=1e-12)
     assert max(rates) == pytest.approx(2e-3) and rates.index(max(rates)) == 9
-    rnn_cfg = replace(cfg, model="rnnsearch")
+    rnn_cfg = TranslationConfig.from_options("rnnsearch", lr=2e-3, max_len=20)
     opt2, sched2 = build_optimizer(rnn_cfg, build_translation_model(rnn_cfg, 50))
     assert sched2 is None and opt2.param_groups[0]["lr"] == 2e-3
 
 
 def test_transformer_through_the_cli_train_export_plot_evaluate(bible_home, tmp_path, capsys):
     out = tmp_path / "tf"
-    tiny = {**TINY, "dropout": 0.0}
-    cfg = TranslationTrainConfig(model="transformer", out_dir=str(out), epochs=1, layers=1, heads=2, ff_dim=32,
-                                 warmup_steps=2, lr=3e-3, save_every_steps=2, keep_last=2, **tiny)
+    tiny = {**{k: v for k, v in TINY.items() if k not in ("emb_dim", "hidden_dim", "attn_dim")}, "dropout": 0.0}
+    cfg = TranslationConfig.from_options("transformer", out_dir=str(out), epochs=1, d_model=16, num_encoder_layers=1,
+                                         num_decoder_layers=1, nhead=2, dim_feedforward=32, warmup_steps=2, lr=3e-3,
+                                         save_every_steps=2, keep_last=2, **tiny)
     summary = train_translation(cfg, home=bible_home)
     assert summary["steps"] == 4 and len(list_checkpoints(out)) == 2  # keep_last honoured
     shipped = tmp_path / "shipped"

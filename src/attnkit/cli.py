@@ -11,12 +11,13 @@ from dataclasses import fields
 from pathlib import Path
 
 from . import __version__
+from .errors import AttnkitError
 
 from .pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
 
 
-class CLIError(Exception):
-    """A user-facing error: printed as one line, exit status 2."""
+class CLIError(AttnkitError):
+    """A user-facing error found by the command line itself: printed as one line, exit status 2."""
 
 
 def _print_json(obj) -> None:
@@ -46,17 +47,20 @@ def cmd_data_prepare(args) -> None:
 
 # ---------------------------------------------------------------- translation
 def _translation_config(args):
-    from .tasks.translation import TranslationTrainConfig
+    """The TranslationConfig the flags describe; a model option given for another model is an error."""
+    from .config import option_names
+    from .tasks.translation import TRANSLATION_MODELS, TranslationConfig, model_config_class
 
-    cfg = TranslationTrainConfig()
-    for f in fields(cfg):
-        v = getattr(args, f.name, None)
-        if v is not None:
-            setattr(cfg, f.name, v)
-    if args.out_dir is None:
-        cfg.out_dir = f"runs/{cfg.model}"
-    cfg.progress = not args.no_progress
-    return cfg
+    given = {k for k, v in vars(args).items() if v is not None}
+    mine = option_names(model_config_class(args.model))
+    others = set().union(*(option_names(model_config_class(m)) for m in TRANSLATION_MODELS)) - mine
+    foreign = sorted((given & others) - option_names(TranslationConfig))
+    if foreign:
+        flags = ", ".join("--" + f.replace("_", "-") for f in foreign)
+        raise CLIError(f"{flags}: not an option of the {args.model} model (see `attnkit train translation --help`)")
+    options = {k: getattr(args, k) for k in (option_names(TranslationConfig) | mine) - {"model"}
+               if getattr(args, k, None) is not None}
+    return TranslationConfig.from_options(args.model, progress=not args.no_progress, **options)
 
 
 def cmd_train_translation(args) -> None:
@@ -125,10 +129,7 @@ def cmd_translate(args) -> None:
                   file=sys.stderr)
     tr = _load_translator(args.model)
     need_attn = args.show_attention or args.plot is not None
-    try:
-        results = tr.translate(sentences, beam_size=args.beam, return_attention=need_attn)
-    except ValueError as exc:
-        raise CLIError(str(exc)) from None
+    results = tr.translate(sentences, beam_size=args.beam, return_attention=need_attn)
     for r in results:
         print(r["translation"])
         if args.show_attention and "attention" in r:
@@ -363,18 +364,15 @@ def build_parser() -> argparse.ArgumentParser:
     dp.set_defaults(func=cmd_data_prepare)
 
     t = sub.add_parser("train", help="train a model").add_subparsers(dest="task", required=True)
-    tt = t.add_parser("translation", help="Spanish→English on the Bible corpus")
-    tt.add_argument("--model", choices=["rnnsearch", "rnnencdec", "transformer"], default="rnnsearch")
-    tt.add_argument("--out-dir", dest="out_dir", default=None, help="checkpoint folder (default runs/MODEL)")
-    tt.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out-dir")
-    for name, typ in (("vocab-size", int), ("emb-dim", int), ("hidden-dim", int), ("attn-dim", int), ("score", str),
-                      ("dropout", float), ("layers", int), ("heads", int), ("ff-dim", int), ("warmup-steps", int),
-                      ("batch-size", int), ("max-tokens", int), ("max-len", int), ("lr", float),
-                      ("clip-grad-norm", float), ("label-smoothing", float), ("epochs", int), ("max-steps", int),
-                      ("max-time-s", float), ("patience", int), ("save-every-steps", int), ("keep-last", int),
-                      ("valid-bleu-sentences", int), ("limit-train", int), ("seed", int), ("threads", int)):
-        tt.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ, default=None)
-    tt.add_argument("--no-progress", action="store_true")
+    tt = t.add_parser("translation", help="Spanish→English on the Bible corpus",
+                      description="Train a translation model. Model options apply to the model named by --model.")
+    from .config import add_config_arguments
+    from .tasks.translation import TRANSLATION_MODELS, TranslationConfig, model_config_class
+
+    add_config_arguments(tt, TranslationConfig, *dict.fromkeys(model_config_class(m) for m in TRANSLATION_MODELS))
+    tt.set_defaults(model="rnnsearch")
+    tt.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)")
+    tt.add_argument("--no-progress", action="store_true", help="no progress bar (default: off)")
     tt.set_defaults(func=cmd_train_translation)
 
     tc = t.add_parser("captioning", help="Show, Attend and Tell on Fashion-MNIST scenes")
@@ -460,16 +458,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .training.checkpoint import CheckpointError
-
+    """Run the command; bad input (an :class:`attnkit.errors.AttnkitError`, or a file that is not
+    there) is one line on stderr and exit status 2. Any other exception is a bug: it keeps its traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except (CLIError, CheckpointError) as exc:
-        print(f"attnkit: error: {exc}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, ValueError) as exc:
+    except (AttnkitError, FileNotFoundError) as exc:
         print(f"attnkit: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

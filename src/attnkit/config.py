@@ -29,7 +29,8 @@ import types
 import typing
 from typing import Any, Iterator
 
-__all__ = ["option", "add_config_arguments", "config_from_args", "config_from_dict", "iter_options", "option_names"]
+__all__ = ["option", "add_config_arguments", "config_from_args", "config_from_dict", "config_from_json",
+           "iter_options", "option_names"]
 
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices: tuple | None = None, cli: bool = True,
@@ -95,7 +96,9 @@ def add_config_arguments(parser: argparse.ArgumentParser | Any, *classes: type, 
             shown = ", ".join(f"{k} {_show(v, base)}" for k, v in by_cls.items())
         else:
             shown = _show(_default_of(f), base)
-        kwargs: dict[str, Any] = {"dest": name, "default": None, "help": f"{help_text} (default: {shown})"}
+        if "(default:" not in help_text:  # a help text may say its default in its own words
+            help_text = f"{help_text} (default: {shown})"
+        kwargs: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
         if base is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
@@ -124,10 +127,11 @@ def option_names(cls: type) -> set[str]:
 
 
 def config_from_dict(cls: type, values: dict[str, Any]) -> Any:
-    """Build ``cls`` from a flat ``{field name: value}`` mapping, nested configs included.
+    """Build ``cls`` from a flat ``{option name: value}`` mapping (parsed flags), nested configs included.
 
-    Names missing from ``values`` (or mapped to ``None`` for a field whose default is not None)
-    keep their defaults; names that are not fields are ignored.
+    Only command-line options are taken from ``values`` (fields with ``cli=False`` keep their
+    defaults, even when an option of another config has the same name); a name missing or mapped
+    to ``None`` keeps its default; names that are not options are ignored.
     """
     hints = _hints(cls)
     kwargs = {}
@@ -137,8 +141,28 @@ def config_from_dict(cls: type, values: dict[str, Any]) -> Any:
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):
             kwargs[f.name] = config_from_dict(tp, values)
-        elif f.name in values and values[f.name] is not None:
+        elif f.metadata.get("cli", True) and values.get(f.name) is not None:
             kwargs[f.name] = values[f.name]
+    return cls(**kwargs)
+
+
+def config_from_json(cls: type, data: dict[str, Any]) -> Any:
+    """Build ``cls`` from a saved ``config.json`` object: the one place where old files are converted.
+
+    Keys that are not fields are dropped: ``model_type`` and ``attnkit_version`` (the checkpoint's,
+    not the config's), and fields that earlier versions had and this one removed (``extra``,
+    ``max_tgt_len``: never used). Nested config dataclasses are rebuilt from nested objects; lists
+    stay lists.
+    """
+    if not isinstance(data, dict):
+        raise TypeError(f"{cls.__name__}: config must be a JSON object, got {type(data).__name__}")
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.init and f.name in data:
+            tp = hints[f.name]
+            value = data[f.name]
+            kwargs[f.name] = config_from_json(tp, value) if dataclasses.is_dataclass(tp) and isinstance(value, dict) else value
     return cls(**kwargs)
 
 

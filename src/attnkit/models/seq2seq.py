@@ -18,14 +18,16 @@ Both models follow the incremental decoding protocol of :mod:`attnkit.decoding`
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import Attention, PreparedMemory, padding_mask
-from ..attention.scores import canonical_score_name
+from ..attention.scores import SCORE_ALIASES, canonical_score_name
+from ..config import config_from_json, option
+from ..errors import ConfigError
 from ..decoding import reorder_state
 from .base import AttentionMaps
 from .registry import register_model
@@ -35,30 +37,47 @@ __all__ = ["Seq2SeqConfig", "RNNState", "RNNEncDec", "RNNSearch", "build_seq2seq
 
 @dataclass
 class Seq2SeqConfig:
-    """Hyper-parameters of an RNN translator; saved as ``config.json`` beside the weights."""
+    """Hyper-parameters of the RNN translators (RNNencdec and RNNsearch); saved as ``config.json``.
 
-    model_type: str = "rnnsearch"  # "rnnsearch" or "rnnencdec"
-    vocab_size: int = 8000
-    emb_dim: int = 256
-    hidden_dim: int = 256  # per direction in the encoder; the decoder state size
-    attn_dim: int = 256  # additive score's tanh layer
-    score: str = "additive"
-    dropout: float = 0.2
-    tie_embeddings: bool = True  # output projection shares the (joint) embedding matrix
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
-    max_src_len: int = 200
-    max_tgt_len: int = 200
-    extra: dict = field(default_factory=dict)
+    Which of the two a config builds is the checkpoint's ``model_type`` (the model registry), not
+    a field here. The attention options (``attn_dim``, ``score``) apply to RNNsearch only.
+    """
+
+    flag_label = "rnn"  # how --help names this config's defaults
+
+    vocab_size: int = option(8000, "vocabulary size (set from the tokenizer)", cli=False)
+    emb_dim: int = option(256, "RNN: word embedding size")
+    hidden_dim: int = option(256, "RNN: GRU size (per direction in the encoder; the decoder state)")
+    attn_dim: int = option(256, "RNNsearch: size of the additive score's tanh layer")
+    score: str = option("additive", "RNNsearch: the score function", choices=tuple(SCORE_ALIASES))
+    dropout: float = option(0.2, "dropout on embeddings, decoder states and the deep output")
+    tie_embeddings: bool = option(True, "the output projection shares the (joint) embedding matrix")
+    pad_id: int = option(0, "padding token id", cli=False)
+    bos_id: int = option(1, "beginning-of-sentence token id", cli=False)
+    eos_id: int = option(2, "end-of-sentence token id", cli=False)
+    max_src_len: int = option(200, "the longest source (subword tokens) the model accepts", cli=False)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "emb_dim", "hidden_dim", "attn_dim", "max_src_len"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name} must be a positive int, got {v!r}")
+        if self.vocab_size < 4:
+            raise ConfigError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        try:
+            canonical_score_name(self.score)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Seq2SeqConfig":
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+        """From a ``config.json`` object (old files convert through :func:`attnkit.config.config_from_json`)."""
+        return config_from_json(cls, d)
 
 
 @dataclass
@@ -79,13 +98,11 @@ class RNNState:
 class _RNNTranslator(nn.Module):
     """Shared parts: embeddings, decoder GRU cell, deep output, the training loop over steps."""
 
-    model_type = "?"
+    model_type = "?"  # set by @register_model
 
     def __init__(self, config: Seq2SeqConfig, context_dim: int):
         super().__init__()
         c = self.config = config
-        if c.vocab_size < 4:
-            raise ValueError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {c.vocab_size}")
         self.embedding = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=c.pad_id)
         nn.init.normal_(self.embedding.weight, std=c.emb_dim ** -0.5)
         with torch.no_grad():
@@ -109,15 +126,15 @@ class _RNNTranslator(nn.Module):
         return None
 
     # -- shared --------------------------------------------------------------------------------------
+    config_class = Seq2SeqConfig
+
     @classmethod
     def from_config(cls, config: dict | Seq2SeqConfig) -> "_RNNTranslator":
-        cfg = config if isinstance(config, Seq2SeqConfig) else Seq2SeqConfig.from_dict(config)
-        return cls(cfg)
+        return cls(config if isinstance(config, Seq2SeqConfig) else Seq2SeqConfig.from_dict(config))
 
     def to_config(self) -> dict:
-        d = self.config.to_dict()
-        d["model_type"] = self.model_type
-        return d
+        """The checkpoint's config.json: the config's fields and the registered ``model_type``."""
+        return {**self.config.to_dict(), "model_type": self.model_type}
 
     def _check_src(self, src: Tensor, src_lengths: Tensor) -> None:
         if not isinstance(src, Tensor) or src.dim() != 2 or src.dtype != torch.long:
@@ -216,8 +233,6 @@ class _RNNTranslator(nn.Module):
 class RNNEncDec(_RNNTranslator):
     """The encoder-decoder without attention: one context vector ``c`` = the encoder's last state."""
 
-    model_type = "rnnencdec"
-
     def __init__(self, config: Seq2SeqConfig):
         super().__init__(config, context_dim=config.hidden_dim)
         c = config
@@ -238,8 +253,6 @@ class RNNEncDec(_RNNTranslator):
 @register_model("rnnsearch")
 class RNNSearch(_RNNTranslator):
     """Bahdanau et al.'s RNNsearch: bidirectional GRU annotations and attention at every step."""
-
-    model_type = "rnnsearch"
 
     def __init__(self, config: Seq2SeqConfig):
         super().__init__(config, context_dim=2 * config.hidden_dim)
@@ -269,10 +282,9 @@ class RNNSearch(_RNNTranslator):
         return self.attention.raw_scores(state.h, state.memory, key_padding_mask=state.mask)
 
 
-def build_seq2seq(config: dict | Seq2SeqConfig) -> _RNNTranslator:
-    """Build RNNsearch or RNNencdec from a config (``model_type`` picks)."""
-    cfg = config if isinstance(config, Seq2SeqConfig) else Seq2SeqConfig.from_dict(config)
+def build_seq2seq(model_type: str, config: dict | Seq2SeqConfig) -> _RNNTranslator:
+    """Build RNNsearch (``"rnnsearch"``) or RNNencdec (``"rnnencdec"``) from a config."""
     kinds = {"rnnsearch": RNNSearch, "rnnencdec": RNNEncDec}
-    if cfg.model_type not in kinds:
-        raise ValueError(f"model_type must be one of {sorted(kinds)}, got {cfg.model_type!r}")
-    return kinds[cfg.model_type](cfg)
+    if model_type not in kinds:
+        raise ValueError(f"model_type must be one of {sorted(kinds)}, got {model_type!r}")
+    return kinds[model_type].from_config(config)

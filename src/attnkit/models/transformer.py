@@ -35,6 +35,8 @@ from torch import Tensor, nn
 
 from ..attention import LearnedPositionalEncoding, SinusoidalPositionalEncoding, padding_mask
 from ..attention.transformer import DecoderLayerCache, TransformerDecoder, TransformerEncoder
+from ..config import config_from_json, option
+from ..errors import ConfigError
 from ..decoding import reorder_state
 from .base import AttentionMaps
 from .registry import register_model
@@ -51,62 +53,66 @@ class TransformerConfig:
     ``max_len`` is the size of the learned position table (and the initial size of the
     sinusoidal one, which grows on demand). ``max_src_len`` is the longest source the
     :class:`attnkit.tasks.translation.Translator` accepts; ``None`` means ``max_len``.
+    Validated when built.
     """
 
-    model_type: str = "transformer"
-    vocab_size: int = 8000
-    d_model: int = 256
-    nhead: int = 4
-    num_encoder_layers: int = 3
-    num_decoder_layers: int = 3
-    dim_feedforward: int = 1024
-    dropout: float = 0.1
-    norm_first: bool = True
-    positional: str = "sinusoidal"  # "sinusoidal" | "learned"
-    max_len: int = 256
-    tie_embeddings: bool = True  # one joint embedding for source, target and the output projection
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
-    max_src_len: int | None = None
+    flag_label = "transformer"  # how --help names this config's defaults
+
+    vocab_size: int = option(8000, "vocabulary size (set from the tokenizer)", cli=False)
+    d_model: int = option(256, "Transformer: model width (embeddings, every sub-layer)")
+    nhead: int = option(4, "Transformer: attention heads per layer")
+    num_encoder_layers: int = option(3, "Transformer: encoder layers")
+    num_decoder_layers: int = option(3, "Transformer: decoder layers")
+    dim_feedforward: int = option(1024, "Transformer: feed-forward inner size")
+    dropout: float = option(0.1, "dropout on embeddings, attention weights and sub-layer outputs")
+    norm_first: bool = option(True, "Transformer: pre-norm (LayerNorm before each sub-layer)")
+    positional: str = option("sinusoidal", "Transformer: position encoding", choices=_POSITIONAL)
+    max_len: int = option(256, "size of the position table", cli=False)
+    tie_embeddings: bool = option(True, "one joint embedding for source, target and the output projection")
+    pad_id: int = option(0, "padding token id", cli=False)
+    bos_id: int = option(1, "beginning-of-sentence token id", cli=False)
+    eos_id: int = option(2, "end-of-sentence token id", cli=False)
+    max_src_len: int | None = option(None, "the longest source (subword tokens) the model accepts", cli=False)
 
     def __post_init__(self) -> None:
         if self.max_src_len is None:
             self.max_src_len = self.max_len
+        self.validate()
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "TransformerConfig":
-        """Build from a dict, ignoring unknown keys (``attnkit_version`` and the like)."""
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        """From a ``config.json`` object (old files convert through :func:`attnkit.config.config_from_json`)."""
+        return config_from_json(cls, d)
 
     def validate(self) -> None:
+        """Raise :class:`attnkit.errors.ConfigError` naming the first field that is out of range."""
         def pos_int(name):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+                raise ConfigError(f"{name} must be a positive int, got {v!r}")
 
         for name in ("vocab_size", "d_model", "nhead", "num_encoder_layers", "num_decoder_layers",
                      "dim_feedforward", "max_len", "max_src_len"):
             pos_int(name)
         if self.vocab_size < 4:
-            raise ValueError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
+            raise ConfigError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
         if self.d_model % self.nhead != 0:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by nhead ({self.nhead})")
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by nhead ({self.nhead})")
         if self.positional not in _POSITIONAL:
-            raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
+            raise ConfigError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
         if self.positional == "sinusoidal" and self.d_model % 2 != 0:
-            raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
+            raise ConfigError(f"sinusoidal positions need an even d_model, got {self.d_model}")
         if self.positional == "learned" and self.max_src_len > self.max_len:
-            raise ValueError(f"max_src_len ({self.max_src_len}) exceeds the learned position table (max_len={self.max_len})")
+            raise ConfigError(f"max_src_len ({self.max_src_len}) exceeds the learned position table (max_len={self.max_len})")
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         for name in ("pad_id", "bos_id", "eos_id"):
             v = getattr(self, name)
             if not isinstance(v, int) or not 0 <= v < self.vocab_size:
-                raise ValueError(f"{name} must be a token id in [0, {self.vocab_size}), got {v!r}")
+                raise ConfigError(f"{name} must be a token id in [0, {self.vocab_size}), got {v!r}")
 
 
 @dataclass
@@ -134,11 +140,10 @@ class TransformerTranslator(nn.Module):
     cross-attention averaged over heads, ``(B, T, S)``, when ``need_weights`` (else ``None``).
     """
 
-    model_type = "transformer"
+    config_class = TransformerConfig
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        config.validate()
         c = self.config = config
         self.d_model = c.d_model
         self.embed_scale = math.sqrt(c.d_model)
@@ -173,9 +178,8 @@ class TransformerTranslator(nn.Module):
         return cls(cfg)
 
     def to_config(self) -> dict:
-        d = self.config.to_dict()
-        d["model_type"] = self.model_type
-        return d
+        """The checkpoint's config.json: the config's fields and the registered ``model_type``."""
+        return {**self.config.to_dict(), "model_type": self.model_type}
 
     # -- checks ------------------------------------------------------------------------------------
     def _check_ids(self, name: str, ids: Tensor, shape_hint: str) -> None:

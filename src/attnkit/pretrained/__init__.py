@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from ..errors import AttnkitError
 from ..paths import attnkit_home
 
 __all__ = [
@@ -43,7 +44,7 @@ DEMO_TRANSLATION_MODEL = "rnnsearch-es-en"  # the demo's picture: Bahdanau's ali
 DEFAULT_CAPTION_MODEL = "captioner-soft"
 
 
-class UnknownModelError(ValueError):
+class UnknownModelError(AttnkitError, ValueError):
     """A model name that is neither a folder, a shipped model nor a local one."""
 
 

@@ -7,6 +7,7 @@ calls these functions; so can a notebook.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -21,12 +22,19 @@ from ..data.bible import load_pairs
 from ..paths import attnkit_home
 from ..data.tokenizer import Tokenizer
 from ..decoding import beam_search, greedy_search
+from ..config import config_from_dict, config_from_json, option, option_names
+from ..errors import ConfigError, InputError
 from ..models.base import AttentionMaps
+from ..models.registry import model_class
+from ..models.seq2seq import Seq2SeqConfig
+from ..models.transformer import TransformerConfig
 from ..training.checkpoint import CheckpointError, load_model
 from ..training.losses import label_smoothed_nll
 
 __all__ = [
-    "TranslationTrainConfig",
+    "TRANSLATION_MODELS",
+    "TranslationConfig",
+    "model_config_class",
     "BatchSource",
     "get_tokenizer",
     "build_translation_model",
@@ -44,42 +52,85 @@ __all__ = [
 LENGTH_BUCKETS = [(0, 10), (10, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, None)]
 
 
-@dataclass
-class TranslationTrainConfig:
-    """Everything ``attnkit train translation`` takes; saved beside the checkpoints."""
+#: The models ``attnkit train translation --model`` accepts (registry names). A new translation
+#: model is added here and in the registry; the CLI, the decoders and the viewers need no edit.
+TRANSLATION_MODELS = ("rnnsearch", "rnnencdec", "transformer")
 
-    model: str = "rnnsearch"  # rnnsearch | rnnencdec | transformer
-    out_dir: str = "runs/rnnsearch"
-    vocab_size: int = 8000
-    emb_dim: int = 256
-    hidden_dim: int = 256
-    attn_dim: int = 256
-    score: str = "additive"
-    dropout: float = 0.2
-    # transformer only
-    layers: int = 3
-    heads: int = 4
-    ff_dim: int = 1024
-    norm_first: bool = True
-    warmup_steps: int = 2000
-    # optimisation
-    batch_size: int = 64
-    max_tokens: int | None = None
-    max_len: int = 100
-    lr: float = 1e-3  # Adam's rate; for the Transformer the peak, reached at the end of warm-up
-    clip_grad_norm: float = 1.0
-    label_smoothing: float = 0.1
-    epochs: int = 10
-    max_steps: int | None = None
-    max_time_s: float | None = None
-    patience: int | None = 3
-    save_every_steps: int = 500
-    keep_last: int = 3  # step checkpoints kept (for checkpoint averaging keep at least k)
-    valid_bleu_sentences: int = 300
-    limit_train: int | None = None
-    seed: int = 0
-    threads: int | None = None
-    progress: bool = True
+
+def model_config_class(model: str) -> type:
+    """The config dataclass of translation model ``model`` (its class's ``config_class``)."""
+    if model not in TRANSLATION_MODELS:
+        raise ConfigError(f"model must be one of {', '.join(TRANSLATION_MODELS)}; got {model!r}")
+    return model_class(model).config_class
+
+
+@dataclass
+class TranslationConfig:
+    """Everything ``attnkit train translation`` takes: the task's options and, nested, the model's
+    config (``model_config``, a :class:`Seq2SeqConfig` or :class:`TransformerConfig`). Saved as
+    ``train_config.json`` beside the checkpoints.
+
+    Two model fields are derived from the task, in :meth:`sized_model_config` only: the model's
+    ``vocab_size`` is the tokenizer's, and its ``max_src_len`` is ``max_len`` (a Transformer's
+    position table is made at least that long).
+    """
+
+    model: str = option("rnnsearch", "the model to train", choices=TRANSLATION_MODELS)
+    out_dir: str | None = option(None, "checkpoint folder (default: runs/MODEL)")
+    vocab_size: int = option(8000, "size of the joint Spanish+English sentencepiece vocabulary")
+    max_len: int = option(100, "drop training pairs longer than this many subword tokens; the model's longest source")
+    limit_train: int | None = option(None, "train on the first N verse pairs only")
+    batch_size: int = option(64, "verse pairs per batch (when --max-tokens is not given)")
+    max_tokens: int | None = option(None, "batches of about this many tokens instead of --batch-size pairs")
+    lr: float = option(1e-3, "Adam's learning rate; for the Transformer the peak, reached at the end of warm-up")
+    warmup_steps: int = option(2000, "Transformer: linear warm-up steps before the 1/sqrt(step) decay")
+    clip_grad_norm: float = option(1.0, "clip the gradient norm to this")
+    label_smoothing: float = option(0.1, "label smoothing of the cross-entropy")
+    epochs: int = option(10, "at most this many passes over the training data")
+    max_steps: int | None = option(None, "stop after this many optimizer steps")
+    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds")
+    patience: int | None = option(3, "stop after this many validations without a better BLEU")
+    save_every_steps: int = option(500, "write a step checkpoint this often")
+    keep_last: int = option(3, "step checkpoints kept (keep at least K for export --average-last K)")
+    valid_bleu_sentences: int = option(300, "validation verses translated for BLEU at every validation")
+    seed: int = option(0, "random seed (weights, batches, dropout)")
+    threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
+    progress: bool = option(True, "show a progress bar", cli=False)
+    model_config: Seq2SeqConfig | TransformerConfig | None = option(None, "the model's config", cli=False)
+
+    def __post_init__(self) -> None:
+        cls = model_config_class(self.model)
+        if self.model_config is None:
+            self.model_config = cls()
+        elif isinstance(self.model_config, dict):
+            self.model_config = config_from_json(cls, self.model_config)
+        if not isinstance(self.model_config, cls):
+            raise ConfigError(f"model_config must be a {cls.__name__} for model {self.model!r}, "
+                              f"got {type(self.model_config).__name__}")
+        if self.out_dir is None:
+            self.out_dir = f"runs/{self.model}"
+
+    @classmethod
+    def from_options(cls, model: str = "rnnsearch", **options) -> "TranslationConfig":
+        """Build from flat options, as the command line gives them: each name goes to the task or to
+        the model's config, whichever has it (``TranslationConfig.from_options("transformer",
+        d_model=128, lr=5e-4)``). A name neither has is a :class:`ConfigError`."""
+        mcls = model_config_class(model)
+        task_names, model_names = option_names(cls), option_names(mcls)
+        unknown = set(options) - task_names - model_names - {"progress"}
+        if unknown:
+            raise ConfigError(f"{', '.join(sorted(unknown))}: not an option of the {model} model or of training")
+        model_config = config_from_dict(mcls, {k: v for k, v in options.items() if k in model_names})
+        task = {k: v for k, v in options.items() if k in task_names or k == "progress"}
+        return cls(model=model, model_config=model_config, **task)
+
+    def sized_model_config(self, vocab_size: int):
+        """The model config for a tokenizer of ``vocab_size`` (see the class docstring)."""
+        extra = {"max_len": max(self.model_config.max_len, self.max_len)} if hasattr(self.model_config, "max_len") else {}
+        return dataclasses.replace(self.model_config, vocab_size=vocab_size, max_src_len=self.max_len, **extra)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 class BatchSource:
@@ -117,25 +168,9 @@ def get_tokenizer(vocab_size: int = 8000, home: str | Path | None = None) -> Tok
     return Tokenizer.train(texts, folder, vocab_size=vocab_size)
 
 
-def build_translation_model(cfg: TranslationTrainConfig, vocab_size: int) -> torch.nn.Module:
-    """The model ``cfg.model`` names, sized by ``cfg``, for a vocabulary of ``vocab_size``."""
-    if cfg.model in ("rnnsearch", "rnnencdec"):
-        from ..models.seq2seq import Seq2SeqConfig, build_seq2seq
-
-        return build_seq2seq(Seq2SeqConfig(
-            model_type=cfg.model, vocab_size=vocab_size, emb_dim=cfg.emb_dim, hidden_dim=cfg.hidden_dim,
-            attn_dim=cfg.attn_dim, score=cfg.score, dropout=cfg.dropout, max_src_len=cfg.max_len,
-            max_tgt_len=cfg.max_len,
-        ))
-    if cfg.model == "transformer":
-        from ..models.transformer import TransformerConfig, TransformerTranslator
-
-        return TransformerTranslator(TransformerConfig(
-            vocab_size=vocab_size, d_model=cfg.emb_dim, nhead=cfg.heads, num_encoder_layers=cfg.layers,
-            num_decoder_layers=cfg.layers, dim_feedforward=cfg.ff_dim, dropout=cfg.dropout,
-            norm_first=cfg.norm_first, max_len=max(cfg.max_len, 256), max_src_len=cfg.max_len,
-        ))
-    raise ValueError(f"model must be one of rnnsearch, rnnencdec, transformer; got {cfg.model!r}")
+def build_translation_model(cfg: TranslationConfig, vocab_size: int) -> torch.nn.Module:
+    """The model ``cfg.model`` names, built from its nested config, for a vocabulary of ``vocab_size``."""
+    return model_class(cfg.model)(cfg.sized_model_config(vocab_size))
 
 
 def translation_loss_fn(pad_id: int, smoothing: float):
@@ -170,7 +205,7 @@ def _valid_fn(valid_examples: list[Example], valid_pairs, tokenizer: Tokenizer, 
     return valid_fn
 
 
-def build_optimizer(cfg: TranslationTrainConfig, model: torch.nn.Module):
+def build_optimizer(cfg: TranslationConfig, model: torch.nn.Module):
     """``(optimizer, scheduler)``: Adam at ``cfg.lr`` for the RNNs; for the Transformer Vaswani et al.'s.
 
     The Transformer gets Adam(β = (0.9, 0.98), ε = 1e-9) with linear warm-up then 1/√step decay;
@@ -180,14 +215,15 @@ def build_optimizer(cfg: TranslationTrainConfig, model: torch.nn.Module):
     """
     from ..training.schedules import inverse_sqrt_with_warmup
 
-    if cfg.model != "transformer":
+    if not isinstance(cfg.model_config, TransformerConfig):
         return torch.optim.Adam(model.parameters(), lr=cfg.lr), None
-    factor = cfg.lr * (cfg.emb_dim * cfg.warmup_steps) ** 0.5
+    d = cfg.model_config.d_model
+    factor = cfg.lr * (d * cfg.warmup_steps) ** 0.5
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    return optimizer, inverse_sqrt_with_warmup(optimizer, cfg.emb_dim, cfg.warmup_steps, factor=factor)
+    return optimizer, inverse_sqrt_with_warmup(optimizer, d, cfg.warmup_steps, factor=factor)
 
 
-def train_translation(cfg: TranslationTrainConfig, *, resume: bool = False, home: str | Path | None = None) -> dict:
+def train_translation(cfg: TranslationConfig, *, resume: bool = False, home: str | Path | None = None) -> dict:
     """Train ``cfg.model`` on the Bible training split with the shared trainer; returns its summary."""
     from ..training import Trainer
 
@@ -268,11 +304,11 @@ class Translator:
         out = []
         for i, s in enumerate(sentences):
             if not isinstance(s, str) or not s.strip():
-                raise ValueError(f"sentence {i + 1} is empty: give some Spanish text to translate")
+                raise InputError(f"sentence {i + 1} is empty: give some Spanish text to translate")
             ids = self.tokenizer.encode(s.strip())
             if len(ids) > self.max_src_len:
                 if not truncate:
-                    raise ValueError(
+                    raise InputError(
                         f"sentence {i + 1} has {len(ids)} subword tokens, more than this model's maximum of "
                         f"{self.max_src_len}; split it into shorter sentences"
                     )
@@ -288,12 +324,12 @@ class Translator:
         src_ids = self.encode_sources([source])[0]
         if isinstance(target, str):
             if not target.strip():
-                raise ValueError("target is empty: give the English text (or token ids) to align with")
+                raise InputError("target is empty: give the English text (or token ids) to align with")
             tgt_ids = self.tokenizer.encode(target.strip())
         else:
             tgt_ids = [int(t) for t in target]
         if not tgt_ids:
-            raise ValueError("target has no tokens: there is no output token to show attention for")
+            raise InputError("target has no tokens: there is no output token to show attention for")
         device = next(self.model.parameters()).device
         src = torch.tensor([src_ids], dtype=torch.long, device=device)
         tgt_in = torch.tensor([[self.tokenizer.bos_id] + tgt_ids[:-1]], dtype=torch.long, device=device)

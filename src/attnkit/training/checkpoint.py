@@ -48,6 +48,8 @@ from safetensors.torch import save as _st_save
 
 from attnkit import __version__
 
+from ..errors import AttnkitError
+
 __all__ = [
     "CheckpointError",
     "Checkpoint",
@@ -77,7 +79,7 @@ _STEP_RE = re.compile(r"^step-(\d+)$")
 _MAX_KEYS_SHOWN = 5
 
 
-class CheckpointError(Exception):
+class CheckpointError(AttnkitError):
     """A checkpoint folder is missing, incomplete, corrupt or does not fit the model."""
 
 
