@@ -21,4 +21,4 @@ from .attention import (  # noqa: F401  (the public API)
     causal_mask,
     padding_mask,
 )
-from . import scores  # noqa: F401,E402  (attnkit.scores: the score functions and modules)
+from .attention import scores  # noqa: F401,E402  (attnkit.scores: the score functions and modules)

@@ -219,97 +219,33 @@ def beam_search(
     alpha = float(length_penalty)
     K = beam_size
     B, device = _batch_size(inputs)
-
-    def lp(length: int) -> float:
-        return gnmt_length_penalty(length, alpha)
-
     state = model.start(**inputs)
     state = model.reorder(state, torch.arange(B, device=device).repeat_interleave(K))
-    active = list(range(B))  # sentence id of each block of K rows
-    scores = torch.full((B, K), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # at the first step only beam 0 of each sentence is expanded
-    tokens = torch.zeros(B * K, 0, dtype=torch.long, device=device)
-    hist: torch.Tensor | None = None  # (rows, t, Nk) attention history
-    prev = torch.full((B * K,), bos_id, dtype=torch.long, device=device)
+    beams = _Beams(B, K, bos_id, device)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     # penalised scores of each sentence's finished hypotheses, kept sorted (best first)
     fin_pen: list[list[float]] = [[] for _ in range(B)]
 
     for t in range(max_len):
-        A = len(active)
-        log_probs, state, attn = model.step(prev, state)
+        A = len(beams.active)
+        log_probs, state, attn = model.step(beams.prev, state)
         _check_step(log_probs, attn, A * K)
-        V = log_probs.size(1)
-        if return_attention and attn is not None:
+        if not return_attention:
+            attn = None
+        elif attn is not None:
             attn = attn.detach().float()
-        cand = (scores.reshape(-1, 1) + log_probs.float()).reshape(A, K * V)
-        n_cand = min(2 * K, K * V)
-        top_s, top_i = cand.topk(n_cand, dim=1)
-        beam = torch.div(top_i, V, rounding_mode="floor")
-        tok = top_i % V
-        row = beam + torch.arange(A, device=device).unsqueeze(1) * K
+        top_s, row, tok = _top_candidates(beams.scores, log_probs, K)
         is_eos = tok.eq(eos_id)
-
-        # finalise eos candidates that rank among their sentence's top K
-        fin = is_eos & torch.isfinite(top_s)
-        fin[:, K:] = False
-        if bool(fin.any()):
-            length = t + 1
-            for a, j in fin.nonzero().tolist():
-                b = active[a]
-                r = int(row[a, j])
-                s = float(top_s[a, j])
-                att = None
-                if return_attention and attn is not None:
-                    att = hist[r].cpu() if hist is not None else torch.zeros(0, attn.size(-1))
-                finished[b].append(Hypothesis(tokens[r].tolist(), s, att, True))
-                fin_pen[b].append(s / lp(length))
-                fin_pen[b].sort(reverse=True)
-
+        _finalise_eos(beams, top_s, row, is_eos, attn, t + 1, alpha, finished, fin_pen)
         # continue with the best K non-eos candidates
-        cont = top_s.masked_fill(is_eos, float("-inf"))
-        sel_s, sel_j = cont.topk(K, dim=1)
-        sel_row = row.gather(1, sel_j)
-        sel_tok = tok.gather(1, sel_j)
-
-        keep = []
-        last_step = t + 1 == max_len
-        for a in range(A):
-            b = active[a]
-            best_live = float(sel_s[a, 0])
-            nf = len(finished[b])
-            if best_live == float("-inf") or nf >= K:
-                continue
-            if nf >= n_best and not last_step:
-                # a live beam finishes at length >= t + 2 and its raw score can only fall
-                bound = max(best_live / lp(t + 2), best_live / lp(max_len))
-                if fin_pen[b][n_best - 1] >= bound:
-                    continue
-            keep.append(a)
+        sel_s, sel_j = top_s.masked_fill(is_eos, float("-inf")).topk(K, dim=1)
+        keep = _sentences_to_continue(beams.active, sel_s[:, 0].tolist(), finished, fin_pen, K, n_best, alpha,
+                                      t, max_len)
         if not keep:
             break
-        keep_t = torch.tensor(keep, dtype=torch.long, device=device)
-        idx = sel_row.index_select(0, keep_t).reshape(-1)
-        new_tok = sel_tok.index_select(0, keep_t).reshape(-1)
-        tokens = torch.cat([tokens.index_select(0, idx), new_tok.unsqueeze(1)], dim=1)
-        if return_attention and attn is not None:
-            step_att = attn.index_select(0, idx).unsqueeze(1)
-            hist = step_att if hist is None else torch.cat([hist.index_select(0, idx), step_att], dim=1)
-        scores = sel_s.index_select(0, keep_t)
-        active = [active[a] for a in keep]
-        prev = new_tok
-        if last_step:
-            # out of steps: live beams stand in where too few hypotheses finished
-            for a, b in enumerate(active):
-                if len(finished[b]) >= n_best:
-                    continue
-                for k in range(K):
-                    s = float(scores[a, k])
-                    if s == float("-inf"):
-                        continue
-                    r = a * K + k
-                    att = hist[r].cpu() if (return_attention and hist is not None) else None
-                    finished[b].append(Hypothesis(tokens[r].tolist(), s, att, False))
+        idx = beams.advance(keep, row.gather(1, sel_j), tok.gather(1, sel_j), sel_s, attn)
+        if t + 1 == max_len:  # out of steps: live beams stand in where too few hypotheses finished
+            _stand_in_live_beams(beams, finished, n_best)
             break
         state = model.reorder(state, idx)
 
@@ -318,3 +254,101 @@ def beam_search(
         hyps = sorted(finished[b], key=lambda h: (h.finished, h.penalized_score(alpha)), reverse=True)
         results.append(hyps[:n_best])
     return results
+
+
+class _Beams:
+    """The live beams of beam search: K rows per still-active sentence.
+
+    ``active``: the sentence id of each block of K rows; ``scores (A, K)``: raw log-probability of
+    each beam (``-inf`` for empty slots); ``tokens (A*K, t)``: each row's tokens so far;
+    ``hist (A*K, t, Nk)``: each row's attention history (None without attention); ``prev (A*K,)``:
+    each row's last token.
+    """
+
+    def __init__(self, batch: int, k: int, bos_id: int, device):
+        self.k = k
+        self.active = list(range(batch))
+        self.scores = torch.full((batch, k), float("-inf"), device=device)
+        self.scores[:, 0] = 0.0  # at the first step only beam 0 of each sentence is expanded
+        self.tokens = torch.zeros(batch * k, 0, dtype=torch.long, device=device)
+        self.hist: torch.Tensor | None = None
+        self.prev = torch.full((batch * k,), bos_id, dtype=torch.long, device=device)
+
+    def history(self, row: int, nk: int) -> torch.Tensor:
+        """Row ``row``'s attention so far ``(t, Nk)``, on the CPU."""
+        return self.hist[row].cpu() if self.hist is not None else torch.zeros(0, nk)
+
+    def advance(self, keep: list[int], sel_row, sel_tok, sel_s, attn) -> torch.Tensor:
+        """Keep sentences ``keep`` and their selected beams; returns the row index for ``reorder``."""
+        keep_t = torch.tensor(keep, dtype=torch.long, device=sel_row.device)
+        idx = sel_row.index_select(0, keep_t).reshape(-1)
+        new_tok = sel_tok.index_select(0, keep_t).reshape(-1)
+        self.tokens = torch.cat([self.tokens.index_select(0, idx), new_tok.unsqueeze(1)], dim=1)
+        if attn is not None:
+            step_att = attn.index_select(0, idx).unsqueeze(1)
+            self.hist = step_att if self.hist is None else torch.cat([self.hist.index_select(0, idx), step_att], dim=1)
+        self.scores = sel_s.index_select(0, keep_t)
+        self.active = [self.active[a] for a in keep]
+        self.prev = new_tok
+        return idx
+
+
+def _top_candidates(scores: torch.Tensor, log_probs: torch.Tensor, k: int):
+    """Expand every live beam by every token; the best ``2K`` of each sentence: their raw scores
+    ``(A, 2K)``, the row each extends and its token (2K so that K non-eos ones always remain)."""
+    V = log_probs.size(1)
+    cand = (scores.reshape(-1, 1) + log_probs.float()).reshape(scores.shape[0], k * V)  # (A, K*V)
+    top_s, top_i = cand.topk(min(2 * k, k * V), dim=1)
+    beam = torch.div(top_i, V, rounding_mode="floor")
+    row = beam + torch.arange(scores.shape[0], device=scores.device).unsqueeze(1) * k
+    return top_s, row, top_i % V
+
+
+def _finalise_eos(beams: _Beams, top_s, row, is_eos, attn, length: int, alpha: float,
+                  finished: list[list[Hypothesis]], fin_pen: list[list[float]]) -> None:
+    """Finish the eos candidates that rank among their sentence's top K."""
+    fin = is_eos & torch.isfinite(top_s)
+    fin[:, beams.k:] = False
+    if not bool(fin.any()):
+        return
+    lp = gnmt_length_penalty(length, alpha)
+    for a, j in fin.nonzero().tolist():
+        b = beams.active[a]
+        r, s = int(row[a, j]), float(top_s[a, j])
+        att = beams.history(r, attn.size(-1)) if attn is not None else None
+        finished[b].append(Hypothesis(beams.tokens[r].tolist(), s, att, True))
+        fin_pen[b].append(s / lp)
+        fin_pen[b].sort(reverse=True)
+
+
+def _sentences_to_continue(active: list[int], best_live: list[float], finished, fin_pen, k: int, n_best: int,
+                           alpha: float, t: int, max_len: int) -> list[int]:
+    """Positions (in ``active``) of the sentences that go on: not yet K finished hypotheses, and a
+    live beam could still beat the ``n_best``-th finished one (a live beam finishes at length
+    >= t + 2 and its raw score can only fall, so ``score / lp`` at the best reachable length
+    bounds it)."""
+    keep = []
+    for a, b in enumerate(active):
+        nf = len(finished[b])
+        if best_live[a] == float("-inf") or nf >= k:
+            continue
+        if nf >= n_best and t + 1 < max_len:
+            bound = max(best_live[a] / gnmt_length_penalty(t + 2, alpha),
+                        best_live[a] / gnmt_length_penalty(max_len, alpha))
+            if fin_pen[b][n_best - 1] >= bound:
+                continue
+        keep.append(a)
+    return keep
+
+
+def _stand_in_live_beams(beams: _Beams, finished: list[list[Hypothesis]], n_best: int) -> None:
+    """At ``max_len``: live beams stand in (``finished=False``) where fewer than ``n_best`` finished."""
+    for a, b in enumerate(beams.active):
+        if len(finished[b]) >= n_best:
+            continue
+        for k in range(beams.k):
+            s = float(beams.scores[a, k])
+            if s != float("-inf"):
+                r = a * beams.k + k
+                att = beams.hist[r].cpu() if beams.hist is not None else None
+                finished[b].append(Hypothesis(beams.tokens[r].tolist(), s, att, False))

@@ -73,7 +73,7 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo")) -> dict:
 
 
 def _caption_demo(home, out_dir: Path) -> dict | None:
-    """Caption a few held-out scenes with the shipped captioners (issue 4), when they exist."""
+    """Caption a few held-out scenes with the shipped captioners (Show, Attend and Tell), when they exist."""
     soft = PRETRAINED_DIR / "captioner-soft"
     if not (soft / "config.json").is_file():
         return None

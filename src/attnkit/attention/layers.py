@@ -7,7 +7,7 @@
   weights on request, key/value cache for incremental decoding, conversion to and from torch.
 - :class:`AttentionPooling`: ``N_Q`` learned queries summarise ``N_X`` inputs.
 - :class:`SpatialSelfAttention`: self-attention over the positions of a CNN feature map.
-- :class:`SelfAttentiveEncoder`: seed 000 — ``H = L(X)``, ``c_i = Σ_j a_ij h_j``, output ``[h_i; c_i]``.
+- :class:`SelfAttentiveEncoder`: self-attention over the states of an RNN, CNN or linear layer — ``H = L(X)``, ``c_i = Σ_j a_ij h_j``, output ``[h_i; c_i]``.
 """
 from __future__ import annotations
 
@@ -537,7 +537,7 @@ class SpatialSelfAttention(nn.Module):
 
 
 class SelfAttentiveEncoder(nn.Module):
-    """Self-attention over the hidden states of a base layer ``L`` (seed 000).
+    """Self-attention over the hidden states of a base layer ``L``, each state extended with its context.
 
     ``H = (h_1..h_n) = L(X)`` where ``L`` is a GRU, an LSTM, a 1-D CNN or a position-wise linear
     layer; ``e_ij = f(h_i, h_j)``, ``a_ij = softmax_j(e_ij)``, ``c_i = Σ_j a_ij h_j``, and the

@@ -1,6 +1,6 @@
 """RNN encoder-decoders for translation: RNNencdec (one context vector) and RNNsearch (attention).
 
-**RNNencdec** (Cho et al. 2014; seed 003's vanilla seq2seq): a GRU reads the source and its final
+**RNNencdec** (Cho et al. 2014; the plain encoder-decoder of Sutskever et al. 2014): a GRU reads the source and its final
 state is the single context vector ``c``; every decoder step sees the same ``c``:
 ``s_t = GRU([E y_{t-1}; c], s_{t-1})``, ``p(y_t) = softmax(W_out tanh(W_o [s_t; c; E y_{t-1}]))``.
 
