@@ -27,6 +27,31 @@ def test_label_smoothed_nll_matches_cross_entropy(smoothing):
     assert g1[2, 1:].abs().sum() == 0  # pad positions get no gradient
 
 
+def test_label_smoothed_nll_equals_a_float64_loop():
+    """Independent of torch's kernel: -(1-ε) log p(y) - ε/V Σ_v log p(v) summed over real tokens."""
+    import math
+
+    g = torch.Generator().manual_seed(1)
+    B, T, V, pad, eps = 2, 4, 6, 0, 0.2
+    logits = torch.randn(B, T, V, generator=g, dtype=torch.float64)
+    target = torch.randint(1, V, (B, T), generator=g)
+    target[1, 2:] = pad
+    loss, n = label_smoothed_nll(logits, target, pad, eps)
+    ref, count = 0.0, 0
+    for b in range(B):
+        for t in range(T):
+            y = int(target[b, t])
+            if y == pad:
+                continue
+            row = [float(x) for x in logits[b, t]]
+            lse = math.log(sum(math.exp(x) for x in row))
+            logp = [x - lse for x in row]
+            ref += -(1 - eps) * logp[y] - eps / V * sum(logp)
+            count += 1
+    assert n == count
+    assert float(loss) == pytest.approx(ref, rel=1e-12)
+
+
 def test_label_smoothed_nll_errors():
     with pytest.raises(ValueError, match="target"):
         label_smoothed_nll(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long), 0, 0.1)

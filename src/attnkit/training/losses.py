@@ -16,11 +16,12 @@ def label_smoothed_nll(
 ) -> tuple[torch.Tensor, int]:
     """Summed label-smoothed negative log-likelihood over non-pad positions, and their count.
 
-    ``logits`` (B, T, V) unnormalised; ``target`` (B, T) long. Equals
+    ``logits`` (B, T, V) unnormalised; ``target`` (B, T) long. It is
     ``F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), ignore_index=pad_id,
     label_smoothing=smoothing, reduction="sum")``: the target gets ``1 - smoothing`` and the
-    smoothing mass is spread uniformly over all V classes (Szegedy et al. 2016). Computed in
-    float32 at least, so fp16/bf16 logits do not lose the sum.
+    smoothing mass is spread uniformly over all V classes (Szegedy et al. 2016),
+    ``loss_t = -(1 - ε) log p(y_t) - ε/V Σ_v log p(v)``. Computed in float32 at least, so fp16/bf16
+    logits do not lose the sum.
     """
     if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
         raise ValueError(f"label_smoothed_nll: logits must be a (B, T, V) tensor, got shape {getattr(logits, 'shape', None)}")
@@ -32,12 +33,11 @@ def label_smoothed_nll(
         raise TypeError(f"label_smoothed_nll: target must be torch.long, got {target.dtype}")
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"label_smoothed_nll: smoothing must be in [0, 1), got {smoothing}")
-    lp = F.log_softmax(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits, dim=-1)
-    mask = torch.ones_like(target, dtype=torch.bool) if pad_id is None else target.ne(pad_id)
-    safe_target = target.masked_fill(~mask, 0)
-    nll = -lp.gather(-1, safe_target.unsqueeze(-1)).squeeze(-1)
-    loss = (1.0 - smoothing) * nll
-    if smoothing > 0:
-        loss = loss + smoothing * (-lp.mean(dim=-1))
-    loss = loss.masked_fill(~mask, 0.0)
-    return loss.sum(), int(mask.sum())
+    flat = logits.reshape(-1, logits.shape[-1])  # (B*T, V)
+    if flat.dtype in (torch.float16, torch.bfloat16):
+        flat = flat.float()
+    mask = None if pad_id is None else target.ne(pad_id)
+    # torch's fused kernel: one log-softmax, no (B, T, V) gather/mean temporaries of our own
+    loss = F.cross_entropy(flat, target.reshape(-1), ignore_index=-100 if pad_id is None else pad_id,
+                           label_smoothing=smoothing, reduction="sum")
+    return loss, target.numel() if mask is None else int(mask.sum())
