@@ -1,7 +1,7 @@
 """The translation comparison table of the README: shipped models on the Bible test split.
 
     PYTHONPATH=src python benchmarks/translation_table.py \
-        --model models/rnnencdec-es-en --model models/rnnsearch-es-en [--run runs/rnnencdec --run runs/rnnsearch]
+        --model rnnencdec-es-en --model rnnsearch-es-en [--run runs/rnnencdec --run runs/rnnsearch]
 
 For each model: parameters, test BLEU/chrF (sacrebleu, greedy, all test verses), BLEU by source
 length, decoding sentences/s (greedy and beam 5, on the first ``--speed-sentences`` test verses),

@@ -289,9 +289,11 @@ class Translator:
 
     @classmethod
     def load(cls, model_dir: str | Path) -> "Translator":
-        """Load a checkpoint folder (config.json, model.safetensors, tokenizer.model)."""
+        """Load a model by name (``"transformer-es-en"``, see ``attnkit models``) or from a checkpoint
+        folder (config.json, model.safetensors, tokenizer.model)."""
+        from ..pretrained import resolve_model
 
-        model_dir = Path(model_dir)
+        model_dir = resolve_model(model_dir)
         model, config, ckpt = load_model(model_dir)
         tok_path = model_dir / "tokenizer.model"
         if not tok_path.is_file():
