@@ -1,0 +1,52 @@
+"""Shipped models are package data, resolved by name; `attnkit models` lists them with their scores."""
+import json
+
+import pytest
+
+from attnkit.cli import main as cli_main
+from attnkit.pretrained import (DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL, PRETRAINED_DIR,
+                                UnknownModelError, known_models, resolve_model, shipped_models)
+from attnkit.training.checkpoint import load_checkpoint
+
+SHIPPED = ["transformer-es-en", "rnnsearch-es-en", "rnnencdec-es-en", "captioner-soft", "captioner-hard"]
+
+
+def test_every_shipped_model_is_listed_complete_and_verifiable():
+    infos = {m.name: m for m in shipped_models()}
+    assert list(infos) == SHIPPED
+    for name, m in infos.items():
+        assert m.path == PRETRAINED_DIR / name and m.source == "shipped"
+        ck = load_checkpoint(m.path)  # sizes and sha256 of the COMPLETE manifest checked
+        assert ck.config["model_type"] == m.model_type
+        assert m.size_bytes == sum(f.stat().st_size for f in m.path.iterdir() if f.is_file())
+    # the default translator is the best shipped one by test BLEU
+    bleu = {n: m.scores["test_bleu"] for n, m in infos.items() if "test_bleu" in m.scores}
+    assert DEFAULT_TRANSLATION_MODEL == max(bleu, key=bleu.get)
+    assert infos[DEFAULT_CAPTION_MODEL].task == "captioning"
+
+
+def test_names_paths_and_local_models_resolve(tmp_path):
+    assert resolve_model("rnnsearch-es-en") == PRETRAINED_DIR / "rnnsearch-es-en"
+    assert resolve_model(str(PRETRAINED_DIR / "rnnsearch-es-en")) == PRETRAINED_DIR / "rnnsearch-es-en"
+    local = tmp_path / "models" / "mine"
+    local.mkdir(parents=True)
+    for f in ("config.json", "model.safetensors"):
+        (local / f).write_bytes((PRETRAINED_DIR / "rnnsearch-es-en" / f).read_bytes())
+    assert resolve_model("mine", home=tmp_path) == local
+    assert [m.name for m in known_models(tmp_path)][-1] == "mine"
+    with pytest.raises(UnknownModelError, match="known: transformer-es-en, .*mine"):
+        resolve_model("nope", home=tmp_path)
+    with pytest.raises(UnknownModelError, match="folder .*does not exist"):
+        resolve_model(str(tmp_path / "missing"))
+
+
+def test_models_command(capsys):
+    assert cli_main(["models", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows][:5] == SHIPPED
+    assert rows[0]["scores"]["test_bleu"] == pytest.approx(31.23)
+    assert cli_main(["models"]) == 0
+    table = capsys.readouterr().out
+    assert "transformer-es-en" in table and "BLEU 31.23" in table
+    assert cli_main(["translate", "--model", "no-such-model", "Hola."]) == 2
+    assert "known: transformer-es-en" in capsys.readouterr().err
