@@ -74,6 +74,15 @@ def cmd_train_translation(args) -> None:
         _print_json(summary)
 
 
+def _add_device_flags(parser: argparse.ArgumentParser) -> None:
+    """``--device`` and ``--precision`` for a command that runs a model (see :mod:`attnkit.device`)."""
+    parser.add_argument("--device", default="auto",
+                        help="where to run: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps (default: auto)")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16", "auto"],
+                        help="weights and arithmetic: fp32, bf16, fp16, or auto (bf16 where it is measured "
+                             "faster) (default: fp32)")
+
+
 def _model_path(model: str | None, default: str) -> Path:
     """The folder a ``--model`` argument means (a folder, a shipped or a local model name);
     an unknown one is a CLIError that lists the known names."""
@@ -85,16 +94,10 @@ def _model_path(model: str | None, default: str) -> Path:
         raise CLIError(str(exc)) from None
 
 
-def _load_model(loader, model_dir, default: str):
-    """``loader(path)`` for a model name or folder (``default`` when none is given); a corrupt
-    checkpoint is a CheckpointError that ``main`` reports in one line."""
-    return loader(_model_path(model_dir, default))
-
-
-def _load_translator(model_dir):
+def _load_translator(args):
     from .tasks.translation import Translator
 
-    return _load_model(Translator.load, model_dir, DEFAULT_TRANSLATION_MODEL)
+    return Translator.load(_model_path(args.model, DEFAULT_TRANSLATION_MODEL), device=args.device, dtype=args.precision)
 
 
 def _looks_english(text: str) -> bool:
@@ -127,7 +130,7 @@ def cmd_translate(args) -> None:
         if _looks_english(s):
             print(f"attnkit: warning: this looks like English, but the model translates Spanish → English: {s[:60]!r}",
                   file=sys.stderr)
-    tr = _load_translator(args.model)
+    tr = _load_translator(args)
     need_attn = args.show_attention or args.plot is not None
     results = tr.translate(sentences, beam_size=args.beam, return_attention=need_attn)
     for r in results:
@@ -171,7 +174,8 @@ def cmd_evaluate_translation(args) -> None:
     for name in args.model or [DEFAULT_TRANSLATION_MODEL]:
         m = _model_path(name, DEFAULT_TRANSLATION_MODEL)
         try:
-            reports.append(evaluate_translation(m, split=args.split, limit=args.limit, beam_size=args.beam, home=args.home))
+            reports.append(evaluate_translation(m, split=args.split, limit=args.limit, beam_size=args.beam, home=args.home,
+                                                device=args.device, dtype=args.precision))
         except CheckpointError as exc:
             raise CLIError(f"cannot load model: {exc}") from None
     if args.output:
@@ -224,10 +228,10 @@ def cmd_train_classifier(args) -> None:
     _print_json(train_classifier(cfg, resume=args.resume))
 
 
-def _load_captioner(model_dir):
+def _load_captioner(args):
     from .tasks.captioning import CaptionModel
 
-    return _load_model(CaptionModel.load, model_dir, DEFAULT_CAPTION_MODEL)
+    return CaptionModel.load(_model_path(args.model, DEFAULT_CAPTION_MODEL), device=args.device, dtype=args.precision)
 
 
 def cmd_caption(args) -> None:
@@ -237,7 +241,7 @@ def cmd_caption(args) -> None:
 
     if args.beam < 1:
         raise CLIError(f"--beam must be >= 1, got {args.beam}")
-    cm = _load_captioner(args.model)
+    cm = _load_captioner(args)
     images = []
     for f in args.images:
         try:
@@ -272,7 +276,8 @@ def cmd_evaluate_captioning(args) -> None:
     if args.limit is not None and args.limit < 1:
         raise CLIError(f"--limit must be >= 1, got {args.limit}")
     try:
-        r = evaluate_captioning(m, split=args.split, limit=args.limit, beam_size=args.beam, home=args.home)
+        r = evaluate_captioning(m, split=args.split, limit=args.limit, beam_size=args.beam, home=args.home,
+                                device=args.device, dtype=args.precision)
     except CheckpointError as exc:
         raise CLIError(f"cannot load model: {exc}") from None
     if args.output:
@@ -350,9 +355,22 @@ def cmd_demo(args) -> None:
 
 
 # ---------------------------------------------------------------- parser
+class _VersionAction(argparse.Action):
+    """``--version``: attnkit's version, torch's, and the device ``--device auto`` would use."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .device import describe
+
+        print(f"attnkit {__version__} ({describe()})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnkit", description="Attention mechanisms for PyTorch, and the models built from them.")
-    p.add_argument("--version", action="version", version=f"attnkit {__version__}")
+    p.add_argument("--version", action=_VersionAction, help="print the attnkit and torch versions and the device auto picks")
     p.add_argument("--home", default=None, help="data and cache folder (default $ATTNKIT_HOME or ~/.cache/attnkit)")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -385,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
                       ("batch-size", int), ("lr", float), ("clip-grad-norm", float), ("epochs", int),
                       ("scenes-per-epoch", int), ("max-steps", int), ("max-time-s", float), ("patience", int),
                       ("save-every-steps", int), ("valid-scenes", int), ("limit-train", int), ("encoder-from", str), ("init-from", str),
-                      ("seed", int), ("threads", int)):
+                      ("seed", int), ("threads", int), ("device", str), ("precision", str)):
         tc.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ, default=None)
     tc.add_argument("--context-to-lstm", dest="context_to_lstm", action="store_true", default=None,
                     help="feed the context into the LSTM too (Xu et al.); by default only the output sees it")
@@ -397,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     tk.add_argument("--resume", action="store_true")
     for name, typ in (("channels", str), ("feature-dim", int), ("canvas", int), ("batch-size", int), ("lr", float),
                       ("epochs", int), ("max-steps", int), ("max-time-s", float), ("save-every-steps", int),
-                      ("seed", int), ("threads", int)):
+                      ("seed", int), ("threads", int), ("device", str), ("precision", str)):
         tk.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ, default=None)
     tk.add_argument("--no-progress", action="store_true")
     tk.set_defaults(func=cmd_train_classifier)
@@ -409,6 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--beam", type=int, default=5, help="beam size (1 = greedy)")
     tr.add_argument("--show-attention", action="store_true", help="print the top source pieces of each output piece")
     tr.add_argument("--plot", default=None, help="write the alignment heatmap (or head grid) to this PNG")
+    _add_device_flags(tr)
     tr.set_defaults(func=cmd_translate)
 
     ca = sub.add_parser("caption", help="caption images with a Show, Attend and Tell model")
@@ -416,6 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_CAPTION_MODEL})")
     ca.add_argument("--beam", type=int, default=3, help="beam size for the second caption (1 = greedy only)")
     ca.add_argument("--plot", default=None, help="write the per-word attention overlay grid to this PNG")
+    _add_device_flags(ca)
     ca.set_defaults(func=cmd_caption)
 
     e = sub.add_parser("evaluate", help="evaluate a model").add_subparsers(dest="task", required=True)
@@ -427,6 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     et.add_argument("--json", action="store_true", help="print one JSON object")
     et.add_argument("--output", default=None, help="also write the JSON report here")
     et.add_argument("--plot", default=None, help="plot BLEU by source length to this PNG")
+    _add_device_flags(et)
     et.set_defaults(func=cmd_evaluate_translation)
 
     ec = e.add_parser("captioning", help="BLEU-1..4, exact match and attention correctness on the test scenes")
@@ -436,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     ec.add_argument("--beam", type=int, default=1)
     ec.add_argument("--json", action="store_true", help="print one JSON object")
     ec.add_argument("--output", default=None, help="also write the JSON report here")
+    _add_device_flags(ec)
     ec.set_defaults(func=cmd_evaluate_captioning)
 
     ex = sub.add_parser("export", help="write a small (fp16) copy of a checkpoint for shipping")

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from ..data.idx import FASHION_WORDS
 from ..data.scenes import PLACES, CaptionVocab, ScenesDataset, collate_captions, load_scenes
 from ..decoding import beam_search, greedy_search
+from ..device import to_device
 from ..training.checkpoint import CheckpointError, load_model
 
 __all__ = [
@@ -83,6 +84,8 @@ class CaptioningTrainConfig:
     init_from: str | None = None  # warm start from a captioner checkpoint (every weight whose shape fits)
     seed: int = 0
     threads: int | None = None
+    device: str = "auto"  # where to train (see attnkit.device)
+    precision: str = "fp32"  # fp32, bf16, fp16 (autocast) or auto
     progress: bool = True
 
 
@@ -195,15 +198,23 @@ class CaptionModel:
         self.config = model.config
 
     @classmethod
-    def load(cls, model_dir: str | Path) -> "CaptionModel":
+    def load(cls, model_dir: str | Path, *, device: str | torch.device | None = "cpu",
+             dtype: str | torch.dtype | None = None) -> "CaptionModel":
+        """Load a captioner by name (``"captioner-soft"``) or folder, onto ``device`` in ``dtype``
+        (as :meth:`attnkit.tasks.translation.Translator.load`)."""
+        from ..device import place
+        from ..pretrained import resolve_model
 
-        model_dir = Path(model_dir)
+        model_dir = resolve_model(model_dir)
         model, _, _ = load_model(model_dir, model_type="captioner")
         vocab_path = model_dir / VOCAB_FILE
         if not vocab_path.is_file():
             raise CheckpointError(f"{vocab_path}: the checkpoint has no {VOCAB_FILE}; is {model_dir} a captioner?")
-        model.float().eval()
-        return cls(model, CaptionVocab.load(vocab_path))
+        return cls(place(model, device, dtype), CaptionVocab.load(vocab_path))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
     @property
     def canvas(self) -> int:
@@ -218,7 +229,8 @@ class CaptionModel:
         max_len = max_len or self.config.max_len
         results = []
         for s in range(0, len(images), batch_size):
-            inputs = {"images": images[s:s + batch_size]}
+            first = next(self.model.parameters())
+            inputs = {"images": images[s:s + batch_size].to(device=first.device, dtype=first.dtype)}
             if beam_size <= 1:
                 hyps = greedy_search(self.model, inputs, bos_id=self.config.bos_id, eos_id=self.config.eos_id,
                                      max_len=max_len, return_attention=True)
@@ -378,7 +390,7 @@ def _valid_fn(dataset: ScenesDataset, n: int, vocab: CaptionVocab):
     batch = collate_captions(subset)
 
     def valid_fn(model):
-        out = caption_loss(model, batch)
+        out = caption_loss(model, to_device(batch, next(model.parameters()).device))
         cm = CaptionModel(model, vocab)
         hyps = [r["caption"] for r in cm.caption(batch["images"])]
         sc = caption_scores(hyps, batch["texts"])
@@ -432,7 +444,7 @@ def train_captioning(cfg: CaptioningTrainConfig, *, resume: bool = False, home: 
         save_every_steps=cfg.save_every_steps, max_epochs=cfg.epochs, max_steps=cfg.max_steps,
         max_time_s=cfg.max_time_s, early_stopping_patience=cfg.patience, metric_for_best="valid_bleu4",
         greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress,
-        extra_files={VOCAB_FILE: vocab_bytes},
+        extra_files={VOCAB_FILE: vocab_bytes}, device=cfg.device, precision=cfg.precision,
     )
     return trainer.fit(resume=resume)
 
@@ -494,6 +506,8 @@ class ClassifierTrainConfig:
     save_every_steps: int = 200
     seed: int = 0
     threads: int | None = None
+    device: str = "auto"  # where to train (see attnkit.device)
+    precision: str = "fp32"  # fp32, bf16, fp16 (autocast) or auto
     progress: bool = True
 
 
@@ -569,7 +583,7 @@ def train_classifier(cfg: ClassifierTrainConfig, *, resume: bool = False) -> dic
     def valid_fn(m):
         right = n = 0
         for i in range(len(valid)):
-            b = valid.batch(0, i)
+            b = to_device(valid.batch(0, i), next(m.parameters()).device)
             right += int((m(b["images"]).argmax(-1) == b["labels"]).sum())
             n += len(b["labels"])
         return {"valid_acc": right / n}
@@ -582,7 +596,8 @@ def train_classifier(cfg: ClassifierTrainConfig, *, resume: bool = False) -> dic
                                                  canvas=cfg.canvas, seed=cfg.seed),
                       valid_fn=valid_fn, out_dir=out, save_every_steps=cfg.save_every_steps, max_epochs=cfg.epochs,
                       max_steps=cfg.max_steps, max_time_s=cfg.max_time_s, metric_for_best="valid_acc",
-                      greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress)
+                      greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress,
+                      device=cfg.device, precision=cfg.precision)
     return trainer.fit(resume=resume)
 
 
@@ -592,13 +607,16 @@ def train_classifier(cfg: ClassifierTrainConfig, *, resume: bool = False) -> dic
 def _teacher_forced_alphas(model, batch) -> torch.Tensor:
     model.eval()
     with torch.no_grad():
-        return model(batch["images"], batch["captions"][:, :-1]).alphas  # (B, T, L), row t predicts token t+1
+        p = next(model.parameters())
+        images, captions = batch["images"].to(p.device, p.dtype), batch["captions"].to(p.device)
+        return model(images, captions[:, :-1]).alphas.float().cpu()  # (B, T, L), row t predicts token t+1
 
 
 def evaluate_captioning(model_dir: str | Path, *, split: str = "test", limit: int | None = None, beam_size: int = 1,
-                        home: str | Path | None = None) -> dict:
+                        home: str | Path | None = None, device: str | None = "cpu",
+                        dtype: str | torch.dtype | None = None) -> dict:
     """BLEU-1..4, exact match and attention correctness (vs uniform) of a captioner on the scenes."""
-    cm = CaptionModel.load(model_dir)
+    cm = CaptionModel.load(model_dir, device=device, dtype=dtype)
     data = load_scenes(split, home, canvas=cm.canvas)
     if data.vocab != cm.vocab:
         raise ValueError(f"{model_dir}: the model's vocabulary differs from the scenes' vocabulary")

@@ -22,6 +22,7 @@ from ..data.bible import load_pairs
 from ..paths import attnkit_home
 from ..data.tokenizer import Tokenizer
 from ..decoding import beam_search, greedy_search
+from ..device import to_device
 from ..config import config_from_dict, config_from_json, option, option_names
 from ..errors import ConfigError, InputError
 from ..models.base import AttentionMaps
@@ -95,6 +96,9 @@ class TranslationConfig:
     valid_bleu_sentences: int = option(300, "validation verses translated for BLEU at every validation")
     seed: int = option(0, "random seed (weights, batches, dropout)")
     threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
+    device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
+    precision: str = option("fp32", "training precision: fp32, bf16 or fp16 (autocast; fp32 master weights), "
+                            "or auto (bf16 where it is measured faster)", choices=("fp32", "bf16", "fp16", "auto"))
     progress: bool = option(True, "show a progress bar", cli=False)
     model_config: Seq2SeqConfig | TransformerConfig | None = option(None, "the model's config", cli=False)
 
@@ -189,8 +193,9 @@ def _valid_fn(valid_examples: list[Example], valid_pairs, tokenizer: Tokenizer, 
 
     def valid_fn(model):
         total, n = 0.0, 0
+        device = next(model.parameters()).device
         for batch in batches.sampler.batches(0):
-            b = collate([valid_examples[i] for i in batch])
+            b = to_device(collate([valid_examples[i] for i in batch]), device)
             logits, _ = model(b["src"], b["src_lengths"], b["tgt_in"])
             s, k = label_smoothed_nll(logits, b["tgt_out"], tokenizer.pad_id, 0.0)
             total += float(s)
@@ -248,7 +253,8 @@ def train_translation(cfg: TranslationConfig, *, resume: bool = False, home: str
         scheduler=scheduler, clip_grad_norm=cfg.clip_grad_norm, out_dir=out,
         save_every_steps=cfg.save_every_steps, keep_last=cfg.keep_last, max_epochs=cfg.epochs, max_steps=cfg.max_steps,
         max_time_s=cfg.max_time_s, early_stopping_patience=cfg.patience, metric_for_best="valid_bleu",
-        greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress,
+        greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress, device=cfg.device,
+        precision=cfg.precision,
         extra_files={"tokenizer.model": tokenizer.to_bytes()},
     )
     return trainer.fit(resume=resume)
@@ -288,9 +294,13 @@ class Translator:
         self.max_src_len = getattr(getattr(model, "config", None), "max_src_len", None) or max_len
 
     @classmethod
-    def load(cls, model_dir: str | Path) -> "Translator":
+    def load(cls, model_dir: str | Path, *, device: str | torch.device | None = "cpu",
+             dtype: str | torch.dtype | None = None) -> "Translator":
         """Load a model by name (``"transformer-es-en"``, see ``attnkit models``) or from a checkpoint
-        folder (config.json, model.safetensors, tokenizer.model)."""
+        folder (config.json, model.safetensors, tokenizer.model), onto ``device`` (``"auto"``: cuda,
+        then mps, then cpu) with weights in ``dtype`` (``torch.bfloat16`` or ``"bf16"``, ``"fp16"``,
+        ``"auto"``; default float32)."""
+        from ..device import place
         from ..pretrained import resolve_model
 
         model_dir = resolve_model(model_dir)
@@ -298,8 +308,11 @@ class Translator:
         tok_path = model_dir / "tokenizer.model"
         if not tok_path.is_file():
             raise CheckpointError(f"{tok_path}: the checkpoint has no tokenizer.model; is {model_dir} a translation model?")
-        model.float().eval()
-        return cls(model, Tokenizer.load(model_dir))
+        return cls(place(model, device, dtype), Tokenizer.load(model_dir))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
     def encode_sources(self, sentences: Sequence[str], *, truncate: bool = False) -> list[list[int]]:
         """Subword ids of each sentence; too long raises ``ValueError`` unless ``truncate``."""
@@ -332,7 +345,7 @@ class Translator:
             tgt_ids = [int(t) for t in target]
         if not tgt_ids:
             raise InputError("target has no tokens: there is no output token to show attention for")
-        device = next(self.model.parameters()).device
+        device = self.device
         src = torch.tensor([src_ids], dtype=torch.long, device=device)
         tgt_in = torch.tensor([[self.tokenizer.bos_id] + tgt_ids[:-1]], dtype=torch.long, device=device)
         maps = self.model.attention_maps(src, torch.tensor([len(src_ids)], device=device), tgt_in)
@@ -367,7 +380,7 @@ class Translator:
             src = torch.zeros(len(chunk), int(lens.max()), dtype=torch.long)
             for r, i in enumerate(chunk):
                 src[r, :len(ids[i])] = torch.as_tensor(list(ids[i]), dtype=torch.long)
-            inputs = {"src": src, "src_lengths": lens}
+            inputs = {"src": src.to(self.device), "src_lengths": lens.to(self.device)}
             max_len = min(self.max_len, int(lens.max()) * 2 + 10)
             if beam_size <= 1:
                 hyps = greedy_search(self.model, inputs, bos_id=self.tokenizer.bos_id, eos_id=self.tokenizer.eos_id,
@@ -413,9 +426,10 @@ def bleu_by_length(sources: Sequence[str], hypotheses: Sequence[str], references
 
 
 def evaluate_translation(model_dir: str | Path, *, split: str = "test", limit: int | None = None,
-                         beam_size: int = 1, home: str | Path | None = None) -> dict:
+                         beam_size: int = 1, home: str | Path | None = None, device: str | None = "cpu",
+                         dtype: str | torch.dtype | None = None) -> dict:
     """BLEU/chrF of a model on a split (optionally its first ``limit`` verses), and BLEU by length."""
-    tr = Translator.load(model_dir)
+    tr = Translator.load(model_dir, device=device, dtype=dtype)
     pairs = load_pairs(split, home=home, limit=limit)
     t0 = time.perf_counter()
     hyps = tr.translate([p.src for p in pairs], beam_size=beam_size, truncate=True)

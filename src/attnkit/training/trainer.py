@@ -19,7 +19,14 @@ the model, optimizer, scheduler, python/numpy/torch RNG states (per rank), the d
 position and all counters, so that ``fit`` for N steps, then ``fit(resume=True)`` for M more,
 gives bit-for-bit the weights of N+M steps in one run.
 
-Under ``torchrun`` (``WORLD_SIZE`` > 1) the trainer initialises the gloo process group, wraps the
+**Device and precision.** ``device`` (``"auto"``, ``"cpu"``, ``"cuda"``, ...; see
+:mod:`attnkit.device`) is where the model and every batch go; ``precision`` (``"fp32"``, ``"bf16"``,
+``"fp16"``, ``"auto"``) runs forward and loss under ``torch.autocast`` while the weights stay fp32 (the
+master copy); fp16 adds a gradient scaler, saved and restored with the rest. Checkpoints hold CPU
+tensors, so a run started on CUDA resumes on a CPU and the other way round.
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1) the trainer initialises the process group (nccl on CUDA, gloo
+on the CPU), wraps the
 model in ``DistributedDataParallel`` and gives rank r every ``world_size``-th batch (the last
 incomplete group of an epoch is dropped, so all ranks take the same number of steps); only rank
 0 writes checkpoints, the JSON-lines log and the progress bar.
@@ -41,6 +48,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from .. import device as DV
 from . import distributed as D
 from .checkpoint import (
     CheckpointError,
@@ -118,6 +126,9 @@ class Trainer:
         extra_files: ``{name: bytes}`` copied into every checkpoint (tokenizer files).
         config: the model config written as config.json; default ``model.to_config()`` if the
             model has one, else ``{}`` (``model_type`` is filled in from the registry).
+        device: where to train (``None``: where the model's parameters already are; ``"auto"``: cuda,
+            then mps, then cpu). Under torchrun on CUDA each rank takes ``cuda:LOCAL_RANK``.
+        precision: ``"fp32"``, ``"bf16"``, ``"fp16"`` (autocast; fp16 with a gradient scaler) or ``"auto"``.
     """
 
     def __init__(
@@ -144,6 +155,8 @@ class Trainer:
         progress: bool = True,
         extra_files: Mapping[str, bytes] | None = None,
         config: Mapping[str, Any] | None = None,
+        device: str | torch.device | None = None,
+        precision: str = "fp32",
     ):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"Trainer: model must be a torch.nn.Module, got {type(model).__name__}")
@@ -174,11 +187,19 @@ class Trainer:
         if early_stopping_patience is not None and valid_fn is None:
             raise ValueError("Trainer: early_stopping_patience needs a valid_fn to compute metric_for_best")
 
-        self.rank, self.world_size = D.init_distributed()
+        if device is None:
+            first = next(iter(model.parameters()), None)
+            device = first.device if first is not None else torch.device("cpu")
+        self.device = DV.resolve_device(device)
+        self.amp_dtype = DV.resolve_precision(precision, self.device)
+        self.rank, self.world_size = D.init_distributed("nccl" if self.device.type == "cuda" else "gloo")
+        if self.world_size > 1 and self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", D.local_rank())
         self.is_main = self.rank == 0
-        self.raw_model = model
+        self.raw_model = model.to(self.device)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
         if self.world_size > 1 and not isinstance(model, DistributedDataParallel):
-            model = DistributedDataParallel(model)
+            model = DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
@@ -247,6 +268,7 @@ class Trainer:
             "early_stopped": self.early_stopped,
             "tokens_seen": self.tokens_seen,
             "seed": self.seed,
+            "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
         }
 
     def _restore(self, ckpt_path: Path) -> None:
@@ -262,6 +284,8 @@ class Trainer:
                     raise CheckpointError(f"checkpoint {ckpt_path}: trainer_state has no scheduler state")
                 self.scheduler.load_state_dict(ts["scheduler"])
             self.train_batches.load_state_dict(ts["sampler"])
+            if self.scaler.is_enabled() and ts.get("scaler"):
+                self.scaler.load_state_dict(ts["scaler"])
         except (KeyError, ValueError, RuntimeError) as e:
             raise CheckpointError(f"checkpoint {ckpt_path}: trainer_state.pt does not fit this run: {e}") from e
         per_rank = ts.get("rng_per_rank")
@@ -349,7 +373,9 @@ class Trainer:
         benchmarks call it to time exactly what training does.
         """
         self.optimizer.zero_grad(set_to_none=True)
-        out = self.loss_fn(self.model, batch)
+        batch = DV.to_device(batch, self.device)
+        with DV.autocast(self.device, self.amp_dtype):
+            out = self.loss_fn(self.model, batch)
         if not (isinstance(out, tuple) and len(out) == 3):
             raise TypeError("Trainer: loss_fn must return (loss_sum: Tensor, n_tokens: int, metrics: dict)")
         loss_sum, n_tokens, metrics = out
@@ -357,18 +383,21 @@ class Trainer:
             raise TypeError(f"Trainer: loss_fn's loss_sum must be a scalar tensor, got {type(loss_sum).__name__}")
         n_tokens = int(n_tokens)
         if self.world_size > 1:
-            stats = torch.tensor([float(n_tokens), loss_sum.detach().double().item()], dtype=torch.float64)
+            stats = torch.tensor([float(n_tokens), loss_sum.detach().double().item()], dtype=torch.float64,
+                                 device=self.device)
             D.all_reduce_sum(stats)
             global_tokens, global_loss_sum = int(stats[0].item()), float(stats[1].item())
             loss = loss_sum * (self.world_size / max(global_tokens, 1))
         else:
             global_tokens, global_loss_sum = n_tokens, float(loss_sum.detach().item())
             loss = loss_sum / max(n_tokens, 1)
-        loss.backward()
+        self.scaler.scale(loss).backward()  # the scaler is a pass-through unless fp16
         grad_norm = None
         if self.clip_grad_norm is not None:
+            self.scaler.unscale_(self.optimizer)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.clip_grad_norm))
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         if self.scheduler is not None:
             self.scheduler.step()
         return global_loss_sum, global_tokens, dict(metrics or {}), grad_norm
@@ -377,7 +406,7 @@ class Trainer:
         """Whether any rank was asked to stop (so all ranks stop at the same step)."""
         if self.world_size == 1:
             return self._stop_requested
-        flag = torch.tensor([1.0 if self._stop_requested else 0.0])
+        flag = torch.tensor([1.0 if self._stop_requested else 0.0], device=self.device)
         D.all_reduce_sum(flag)
         self._stop_requested = bool(flag.item() > 0)
         return self._stop_requested

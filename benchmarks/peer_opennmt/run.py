@@ -1,0 +1,224 @@
+"""attnkit against OpenNMT-py 3.5.1 on equal terms: same split, same subwords, same size, same threads,
+same wall-clock budget, trained at the same time; then both decode the same test verses.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/peer_opennmt/run.py --model rnn --minutes 60
+    PYTHONPATH=src .venv/bin/python benchmarks/peer_opennmt/run.py --model transformer --minutes 60
+
+What it does, in order (everything under --work, default runs/peer_opennmt/MODEL):
+
+1. OpenNMT-py in its own virtualenv (setup.sh: --no-deps beside torch 2.13.0, stub spacy/fasttext).
+2. The data: attnkit's Bible split, each verse written as attnkit's 8k joint sentencepiece pieces, so
+   both toolkits read identical subwords; OpenNMT builds its vocabulary from those files (shared).
+3. Training: both start together, one process each with --threads threads, for --minutes. attnkit
+   stops itself (--max-time-s) with a checkpoint; OpenNMT saves every 100 steps and is stopped at the
+   budget; its last checkpoint written within the budget is the one scored.
+4. Decoding: both translate the test verses greedily and with beam 5 (attnkit: its last step
+   checkpoint; no test data is used for choosing), timed as sentences/s including model loading,
+   scored with sacrebleu (attnkit's corpus_scores) after turning pieces back into text.
+5. One table (BLEU greedy / beam, training target tokens/s, decoding sentences/s), also as JSON.
+
+Model sizes: RNN: bidirectional GRU encoder and GRU decoder, embeddings 256, additive ("mlp")
+attention, no input feeding. attnkit's GRUs are 256 per direction; OpenNMT's ``brnn`` splits
+``hidden_size`` over the two directions, so it gets hidden_size 512 for 256 per direction and a 512
+decoder, which makes it the larger model: the table prints both parameter counts. Transformer: 3+3
+layers, d 256, 4 heads, FFN 1024, shared embeddings, on both sides. Each toolkit otherwise uses its
+own default recipe (attnkit's `train translation` defaults; OpenNMT's defaults plus Adam 1e-3 and
+2,048-token batches for the RNN, its Noam recipe for the Transformer), as the comparison in the
+README describes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from attnkit.data.bible import load_pairs  # noqa: E402
+from attnkit.tasks.translation import corpus_scores, get_tokenizer  # noqa: E402
+
+ONMT_RNN = {
+    "encoder_type": "brnn", "decoder_type": "rnn", "rnn_type": "GRU", "layers": 1, "hidden_size": 512,
+    "word_vec_size": 256, "global_attention": "mlp", "input_feed": 0, "bridge": True,
+    "optim": "adam", "learning_rate": 0.001, "batch_type": "tokens", "batch_size": 2048,
+}
+ONMT_TRANSFORMER = {
+    "encoder_type": "transformer", "decoder_type": "transformer", "layers": 3, "hidden_size": 256,
+    "word_vec_size": 256, "heads": 4, "transformer_ff": 1024, "dropout": [0.1], "attention_dropout": [0.1],
+    "position_encoding": True, "share_embeddings": True, "share_decoder_embeddings": True,
+    "optim": "adam", "adam_beta2": 0.98, "decay_method": "noam", "warmup_steps": 500, "learning_rate": 2.0,
+    "label_smoothing": 0.1, "param_init": 0.0, "param_init_glorot": True, "normalization": "tokens",
+    "batch_type": "tokens", "batch_size": 2048, "max_grad_norm": 0.0,
+}
+ATTNKIT_MODEL = {"rnn": "rnnsearch", "transformer": "transformer"}
+
+
+def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    print("$", " ".join(map(str, cmd)), flush=True)
+    return subprocess.run(list(map(str, cmd)), check=True, **kw)
+
+
+def prepare_data(work: Path) -> dict:
+    """attnkit's split as piece files (one verse a line), and the test references as text."""
+    data = work / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    tok = get_tokenizer(8000)
+    files = {}
+    for split in ("train", "valid", "test"):
+        pairs = load_pairs(split)
+        for side, attr in (("es", "src"), ("en", "tgt")):
+            path = data / f"{split}.{side}"
+            if not path.exists():
+                path.write_text("".join(" ".join(tok.id_to_piece(i) for i in tok.encode(getattr(p, attr))) + "\n"
+                                        for p in pairs), encoding="utf-8")
+            files[f"{split}.{side}"] = path
+        (data / f"{split}.en.txt").write_text("".join(p.tgt + "\n" for p in pairs), encoding="utf-8")
+    return files
+
+
+def onmt_env(threads: int) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env["PYTHONPATH"] = str(HERE / "stubs")
+    return env
+
+
+def onmt_config(work: Path, files: dict, model: str, seed: int) -> Path:
+    cfg = {
+        "save_data": str(work / "onmt" / "data"), "src_vocab": str(work / "onmt" / "vocab.src"),
+        "tgt_vocab": str(work / "onmt" / "vocab.tgt"), "share_vocab": True, "overwrite": True,
+        "data": {"corpus_1": {"path_src": str(files["train.es"]), "path_tgt": str(files["train.en"]),
+                              "transforms": ["filtertoolong"]},
+                 "valid": {"path_src": str(files["valid.es"]), "path_tgt": str(files["valid.en"])}},
+        "src_seq_length": 100, "tgt_seq_length": 100, "src_vocab_size": 9000, "tgt_vocab_size": 9000,
+        "save_model": str(work / "onmt" / "model"), "save_checkpoint_steps": 100, "keep_checkpoint": -1,
+        "train_steps": 10_000_000, "valid_steps": 10_000_000, "report_every": 50, "seed": seed,
+        "num_workers": 0, "log_file": str(work / "onmt" / "train.log"),
+        **(ONMT_RNN if model == "rnn" else ONMT_TRANSFORMER),
+    }
+    (work / "onmt").mkdir(parents=True, exist_ok=True)
+    path = work / "onmt" / "config.yaml"
+    path.write_text(json.dumps(cfg, indent=1))  # JSON is YAML
+    return path
+
+
+def train_both(work: Path, files: dict, args) -> dict:
+    """Start both trainings together; stop OpenNMT at the budget; return both runs' facts."""
+    venv = work.parent / "onmt-venv"
+    if not (venv / "bin" / "onmt_train").exists():
+        sh(["bash", HERE / "setup.sh", venv])
+    env = onmt_env(args.threads)
+    cfg = onmt_config(work, files, args.model, args.seed)
+    sh([venv / "bin" / "onmt_build_vocab", "-config", cfg, "-n_sample", "-1"], env=env)
+    budget = args.minutes * 60
+    ours_dir = work / "attnkit"
+    ours_cmd = [sys.executable, "-m", "attnkit.cli", "train", "translation", "--model", ATTNKIT_MODEL[args.model],
+                "--out-dir", ours_dir, "--max-time-s", budget, "--threads", args.threads, "--seed", args.seed,
+                "--epochs", 1000, "--patience", 1000, "--no-progress", *args.attnkit_args.split()]
+    theirs_cmd = [venv / "bin" / "onmt_train", "-config", cfg]
+    t0 = time.time()
+    ours = subprocess.Popen(list(map(str, ours_cmd)), env=dict(os.environ, OMP_NUM_THREADS=str(args.threads),
+                                                             PYTHONPATH=str(ROOT / "src")),
+                            stdout=open(work / "attnkit.log", "w"), stderr=subprocess.STDOUT)
+    theirs = subprocess.Popen(list(map(str, theirs_cmd)), env=env, stdout=open(work / "onmt.log", "w"),
+                              stderr=subprocess.STDOUT)
+    while time.time() - t0 < budget and theirs.poll() is None:
+        time.sleep(5)
+    if theirs.poll() is None:
+        theirs.send_signal(signal.SIGTERM)
+        theirs.wait(timeout=120)
+    ours.wait()
+    if ours.returncode != 0:
+        raise SystemExit(f"attnkit training failed; see {work / 'attnkit.log'}")
+    ckpts = sorted((work / "onmt").glob("model_step_*.pt"), key=lambda p: int(re.findall(r"\d+", p.name)[-1]))
+    in_budget = [p for p in ckpts if p.stat().st_mtime - t0 <= budget + 5]
+    if not in_budget:
+        raise SystemExit("OpenNMT-py saved no checkpoint within the budget")
+    ours_steps = sorted(ours_dir.glob("step-*"))
+    return {"budget_s": budget, "onmt_checkpoint": str(in_budget[-1]), "attnkit_checkpoint": str(ours_steps[-1]),
+            "onmt_tokens_per_s": onmt_target_tokens_per_s(work / "onmt" / "train.log"),
+            "attnkit_tokens_per_s": attnkit_tokens_per_s(work / "attnkit.log")}
+
+
+def onmt_target_tokens_per_s(log: Path) -> float | None:
+    """Mean of OpenNMT's reported target tokens/s ("... src/tgt tok/s" in its step reports)."""
+    rates = [float(m.group(2)) for m in re.finditer(r"(\d+)/\s*(\d+) tok/s", log.read_text(errors="replace"))]
+    return sum(rates) / len(rates) if rates else None
+
+
+def attnkit_tokens_per_s(log: Path) -> float | None:
+    """attnkit's whole-run target tokens/s, from the summary JSON it prints last."""
+    text = log.read_text(errors="replace")
+    start = text.rfind("\n{")
+    try:
+        return float(json.loads(text[start:])["tokens_per_s"])
+    except (ValueError, KeyError):
+        return None
+
+
+def decode_both(work: Path, files: dict, facts: dict, args) -> list[dict]:
+    tok = get_tokenizer(8000)
+    refs = (work / "data" / "test.en.txt").read_text(encoding="utf-8").splitlines()
+    srcs = files["test.es"].read_text(encoding="utf-8").splitlines()
+    n = len(refs) if args.test_limit is None else min(args.test_limit, len(refs))
+    (work / "test.es").write_text("\n".join(srcs[:n]) + "\n", encoding="utf-8")
+    venv = work.parent / "onmt-venv"
+    rows = []
+    for beam in (1, args.beam):
+        out = work / f"onmt.beam{beam}.txt"
+        t = time.perf_counter()
+        sh([venv / "bin" / "onmt_translate", "-model", facts["onmt_checkpoint"], "-src", work / "test.es",
+            "-output", out, "-beam_size", beam, "-batch_size", 64, "-batch_type", "sents", "-max_length", 250],
+           env=onmt_env(args.threads), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        secs = time.perf_counter() - t
+        hyps = [tok.decode([tok.piece_to_id(p) for p in line.split()]) for line in out.read_text(encoding="utf-8").splitlines()]
+        rows.append({"toolkit": "OpenNMT-py 3.5.1", "beam": beam, **corpus_scores(hyps, refs[:n]),
+                     "sentences_per_s": round(n / secs, 2)})
+        t = time.perf_counter()
+        res = subprocess.run([sys.executable, "-m", "attnkit.cli", "evaluate", "translation", "--model",
+                              facts["attnkit_checkpoint"], "--beam", str(beam), "--limit", str(n), "--json"],
+                             env=dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(ROOT / "src")),
+                             check=True, capture_output=True, text=True)
+        secs = time.perf_counter() - t
+        rep = json.loads(res.stdout)
+        rows.append({"toolkit": "attnkit", "beam": beam, "bleu": rep["bleu"], "chrf": rep["chrf"],
+                     "n_sentences": rep["n_sentences"], "sentences_per_s": round(n / secs, 2)})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=["rnn", "transformer"], default="rnn")
+    ap.add_argument("--minutes", type=float, default=60.0, help="training budget for each toolkit (default 60)")
+    ap.add_argument("--threads", type=int, default=1, help="threads for each toolkit (default 1)")
+    ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--test-limit", type=int, default=None, help="decode only the first N test verses")
+    ap.add_argument("--attnkit-args", default="", help="extra flags for `attnkit train translation`")
+    ap.add_argument("--work", default=None, help="work folder (default runs/peer_opennmt/MODEL)")
+    args = ap.parse_args()
+    work = Path(args.work or ROOT / "runs" / "peer_opennmt" / args.model).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    files = prepare_data(work)
+    facts = train_both(work, files, args)
+    rows = decode_both(work, files, facts, args)
+    report = {"model": args.model, "minutes": args.minutes, "threads": args.threads, **facts, "rows": rows}
+    (work / "report.json").write_text(json.dumps(report, indent=2))
+    print(f"\n{args.model}: {args.minutes:g} min each, {args.threads} thread(s) each, trained at the same time")
+    print(f"{'toolkit':<18} {'beam':>4} {'BLEU':>6} {'chrF':>6} {'sent/s':>7}  train tgt tok/s")
+    for r in rows:
+        tps = facts["attnkit_tokens_per_s"] if r["toolkit"] == "attnkit" else facts["onmt_tokens_per_s"]
+        print(f"{r['toolkit']:<18} {r['beam']:>4} {r['bleu']:>6.2f} {r['chrf']:>6.2f} {r['sentences_per_s']:>7.1f}  "
+              f"{tps if tps is None else round(tps)}")
+    print(f"report: {work / 'report.json'}")
+
+
+if __name__ == "__main__":
+    main()

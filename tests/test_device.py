@@ -1,0 +1,156 @@
+"""--device and --precision: resolution, autocast training (bf16, fp16 with a scaler) on the CPU,
+checkpoints that move between precisions, and the CUDA paths (run only where CUDA is)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnkit import device as DV
+from attnkit.cli import main as cli_main
+from attnkit.errors import ConfigError
+from attnkit.models.seq2seq import RNNSearch, Seq2SeqConfig
+from attnkit.training import ListBatches, Trainer, load_checkpoint
+from attnkit.training.losses import label_smoothed_nll
+
+torch.set_num_threads(1)
+def cuda(test):
+    """A test for a CUDA device: marked ``cuda`` and skipped, with the reason, where there is none."""
+    skip = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is False)")
+    return pytest.mark.cuda(skip(test))
+V = 40
+
+
+def test_resolve_device_and_its_errors():
+    auto = DV.resolve_device("auto")
+    assert auto.type == ("cuda" if torch.cuda.is_available() else "mps" if DV._mps_available() else "cpu")
+    assert DV.resolve_device("cpu") == torch.device("cpu") and DV.resolve_device(None) == auto
+    with pytest.raises(ConfigError, match="not a device name"):
+        DV.resolve_device("gpu0")
+    with pytest.raises(ConfigError, match="attnkit runs on cpu, cuda or mps"):
+        DV.resolve_device("meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="CUDA is not available on this machine"):
+            DV.resolve_device("cuda:0")
+
+
+def test_resolve_precision_auto_follows_the_measured_speed(monkeypatch):
+    cpu = torch.device("cpu")
+    assert [DV.resolve_precision(p, cpu) for p in ("fp32", "bf16", "fp16")] == \
+        [torch.float32, torch.bfloat16, torch.float16]
+    monkeypatch.setattr(DV, "cpu_bf16_speedup", lambda: 0.02)  # an emulating CPU: 50x slower
+    assert DV.resolve_precision("auto", cpu) == torch.float32
+    monkeypatch.setattr(DV, "cpu_bf16_speedup", lambda: 2.4)  # AVX512-BF16: faster
+    assert DV.resolve_precision("auto", cpu) == torch.bfloat16
+    with pytest.raises(ConfigError, match="precision must be one of"):
+        DV.resolve_precision("int8", cpu)
+
+
+def _batches(n=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        src = torch.randint(3, V, (4, 7), generator=g)
+        tgt = torch.randint(3, V, (4, 6), generator=g)
+        out.append({"src": src, "src_lengths": torch.tensor([7, 6, 5, 7]), "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]})
+    return out
+
+
+class _Recorder:
+    """A loss that records the dtype the model's logits were computed in."""
+
+    def __init__(self):
+        self.dtypes = []
+
+    def __call__(self, model, batch):
+        logits, _ = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
+        self.dtypes.append(logits.dtype)
+        loss, n = label_smoothed_nll(logits, batch["tgt_out"], 0, 0.0)
+        return loss, n, {}
+
+
+def _train(tmp_path, precision, steps, *, resume=False, name=None, seed=0):
+    torch.manual_seed(seed)
+    model = RNNSearch(Seq2SeqConfig(vocab_size=V, emb_dim=16, hidden_dim=16, attn_dim=16, dropout=0.0))
+    rec = _Recorder()
+    tr = Trainer(model, torch.optim.Adam(model.parameters(), 1e-2), loss_fn=rec, train_batches=ListBatches(_batches()),
+                 out_dir=tmp_path / (name or precision), save_every_steps=2, max_epochs=10, max_steps=steps, seed=0,
+                 log_every=1, progress=False, device="cpu", precision=precision)
+    summary = tr.fit(resume=resume)
+    return model, rec, summary
+
+
+def test_bf16_autocast_trains_on_cpu_with_fp32_master_weights(tmp_path):
+    m32, rec32, _ = _train(tmp_path, "fp32", 6)
+    m16, rec16, s = _train(tmp_path, "bf16", 6)
+    assert set(rec32.dtypes) == {torch.float32} and set(rec16.dtypes) == {torch.bfloat16}  # autocast really ran
+    assert all(p.dtype == torch.float32 for p in m16.parameters())  # the master copy stays fp32
+    assert s["steps"] == 6
+    # the same training in bf16 lands near the fp32 one, not on it
+    diffs = [float((a - b).detach().abs().max()) for a, b in zip(m32.parameters(), m16.parameters())]
+    assert 0 < max(diffs) < 0.1
+    ck = load_checkpoint(tmp_path / "bf16" / "step-00000006")
+    assert all(t.dtype == torch.float32 and t.device.type == "cpu" for t in ck.state_dict.values())
+
+
+def test_fp16_uses_a_gradient_scaler_that_is_saved_and_restored(tmp_path):
+    _, rec, _ = _train(tmp_path, "fp16", 4, name="a")
+    assert set(rec.dtypes) == {torch.float16}
+    ts = load_checkpoint(tmp_path / "a" / "step-00000004").trainer_state
+    assert ts["scaler"] is not None and ts["scaler"]["scale"] > 0
+    _train(tmp_path, "fp16", 2, name="b")
+    resumed, _, s = _train(tmp_path, "fp16", 4, name="b", resume=True)
+    straight, _, _ = _train(tmp_path, "fp16", 4, name="c")
+    assert s["resumed_from"].endswith("step-00000002")
+    for a, b in zip(straight.parameters(), resumed.parameters()):
+        assert torch.equal(a, b)  # resume is exact under fp16 too
+
+
+def test_a_bf16_run_resumes_in_fp32_and_its_checkpoint_serves_both_precisions(tmp_path):
+    _train(tmp_path, "bf16", 2, name="mixed")
+    _, rec, s = _train(tmp_path, "fp32", 4, name="mixed", resume=True)  # precision is not part of a checkpoint
+    assert s["steps"] == 4 and set(rec.dtypes) == {torch.float32}
+    ck = load_checkpoint(tmp_path / "mixed" / "step-00000004")
+    b = _batches()[0]
+    outs = {}
+    for dt in (torch.float32, torch.bfloat16):
+        model = RNNSearch(Seq2SeqConfig(vocab_size=V, emb_dim=16, hidden_dim=16, attn_dim=16, dropout=0.0))
+        model.load_state_dict(ck.state_dict)
+        DV.place(model, "cpu", dt)
+        assert next(model.parameters()).dtype == dt
+        with torch.no_grad():
+            outs[dt] = model(b["src"], b["src_lengths"], b["tgt_in"])[0].float().log_softmax(-1)
+    torch.testing.assert_close(outs[torch.bfloat16], outs[torch.float32], rtol=0, atol=0.15)  # bf16: ~3 digits
+
+
+def test_cli_device_errors_are_one_line(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert cli_main(["translate", "--device", "cuda", "Hola."]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "CUDA is not available" in err
+    assert cli_main(["caption", "--device", "mps", "x.png"]) == 2
+
+
+@cuda
+def test_cuda_translate_matches_cpu():
+    from attnkit.tasks.translation import Translator
+
+    text = ["Y dijo Dios: Sea la luz: y fué la luz."]
+    on_gpu = Translator.load("rnnsearch-es-en", device="cuda").translate(text, beam_size=5)
+    on_cpu = Translator.load("rnnsearch-es-en", device="cpu").translate(text, beam_size=5)
+    assert on_gpu[0]["tokens"] == on_cpu[0]["tokens"]
+
+
+@cuda
+def test_cuda_training_resumes_on_cpu(tmp_path):
+    torch.manual_seed(0)
+    model = RNNSearch(Seq2SeqConfig(vocab_size=V, emb_dim=16, hidden_dim=16, attn_dim=16, dropout=0.0))
+    tr = Trainer(model, torch.optim.Adam(model.parameters(), 1e-2), loss_fn=_Recorder(),
+                 train_batches=ListBatches(_batches()), out_dir=tmp_path / "run", save_every_steps=2, max_epochs=10,
+                 max_steps=2, seed=0, log_every=1, progress=False, device="cuda", precision="bf16")
+    tr.fit()
+    model2 = RNNSearch(Seq2SeqConfig(vocab_size=V, emb_dim=16, hidden_dim=16, attn_dim=16, dropout=0.0))
+    tr2 = Trainer(model2, torch.optim.Adam(model2.parameters(), 1e-2), loss_fn=_Recorder(),
+                  train_batches=ListBatches(_batches()), out_dir=tmp_path / "run", save_every_steps=2, max_epochs=10,
+                  max_steps=4, seed=0, log_every=1, progress=False, device="cpu")
+    s = tr2.fit(resume=True)
+    assert s["steps"] == 4 and next(model2.parameters()).device.type == "cpu"
