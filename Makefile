@@ -7,16 +7,17 @@ ATTNKIT := $(VENV)/bin/attnkit
 DEB_PACKAGES := sword-text-sparv sword-text-web dataset-fashion-mnist
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup venv data-packages data demo test bench clean
+.PHONY: setup venv data-packages data demo test bench wheel wheel-check clean
 
 setup: venv data-packages
 
-# The virtualenv, rebuilt when pyproject.toml changes. torch first, pinned, so pip takes the CPU build from disk.
+# The virtualenv, rebuilt when pyproject.toml or the lock change. torch first, pinned, so pip takes the CPU
+# build from disk; then the project with the exact versions it is tested with (constraints.txt).
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $@
 
 # The Debian packages that carry the real data (the Bibles and Fashion-MNIST); installed only when missing.
@@ -36,8 +37,22 @@ demo: setup
 test: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 -p no:cacheprovider
 
+# The wheel and sdist, with the shipped models inside (dist/).
+wheel: venv
+	rm -rf dist && $(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist .
+
+# What a user gets: a fresh virtualenv, torch==2.13.0 first (any other torch spec pulls a CUDA build here),
+# then the built wheel with its declared ranges (no lock), and `attnkit translate` from an unrelated folder.
+wheel-check: wheel data-packages
+	rm -rf /tmp/attnkit-wheel-check && $(PYTHON) -m venv /tmp/attnkit-wheel-check
+	/tmp/attnkit-wheel-check/bin/pip install -q --disable-pip-version-check torch==2.13.0
+	/tmp/attnkit-wheel-check/bin/pip install -q --disable-pip-version-check dist/attnkit-*.whl
+	cd /tmp && /tmp/attnkit-wheel-check/bin/attnkit --version && \
+	  /tmp/attnkit-wheel-check/bin/attnkit translate "En el principio creó Dios los cielos y la tierra." && \
+	  /tmp/attnkit-wheel-check/bin/attnkit models
+
 bench: setup
 	$(PY) benchmarks/attention.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis
