@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from attnkit.data.batching import encode_pairs  # noqa: E402
 from attnkit.data.bible import load_pairs  # noqa: E402
 from attnkit.tasks.translation import (  # noqa: E402
-    BatchSource,
+    translation_batches,
     TranslationConfig,
     build_optimizer,
     build_translation_model,
@@ -77,7 +77,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     tok = get_tokenizer(8000)
     examples = encode_pairs(load_pairs("train"), tok, 100)
-    source = BatchSource(examples, batch_size=64, max_tokens=None, seed=0)
+    source = translation_batches(examples, batch_size=64, max_tokens=None, seed=0)
     source.set_epoch(0)
     batches = list(itertools.islice(iter(source), args.warmup + args.steps))
     rows = [time_model(name, batches, args.warmup, tok.pad_id) for name in MODELS]

@@ -12,7 +12,7 @@ from attnkit.data.scenes import CaptionVocab, ScenesDataset, collate_captions, m
 from attnkit.decoding import beam_search, greedy_search
 from attnkit.models.captioner import (Captioner, CaptionerConfig, doubly_stochastic_penalty,
                                       reinforce_terms)
-from attnkit.tasks.captioning import (CaptionModel, SceneBatches, attention_correctness, attention_mass_in_box,
+from attnkit.tasks.captioning import (CaptionModel, scene_batches, scene_order, attention_correctness, attention_mass_in_box,
                                       caption_loss, caption_scores, load_image_file, words_to_items)
 from attnkit.training.checkpoint import load_model, save_checkpoint
 
@@ -239,7 +239,7 @@ def test_caption_scores():
 
 def test_scene_batches_resume_and_collate():
     ds = _scenes(10)
-    src = SceneBatches(ds, batch_size=3, seed=5, scenes_per_epoch=7)
+    src = scene_batches(ds, batch_size=3, seed=5, scenes_per_epoch=7)
     assert len(src) == 3
     full = [b["texts"] for b in src]
     assert sum(len(t) for t in full) == 7
@@ -248,11 +248,11 @@ def test_scene_batches_resume_and_collate():
     next(it)
     state = src.state_dict()
     rest = [b["texts"] for b in it]
-    src2 = SceneBatches(ds, batch_size=3, seed=5, scenes_per_epoch=7)
+    src2 = scene_batches(ds, batch_size=3, seed=5, scenes_per_epoch=7)
     src2.load_state_dict(state)
     assert [b["texts"] for b in src2] == rest == full[1:]
     # epochs are consecutive stretches of the permutation stream: 10 scenes in 7 + the first 3 of epoch 1
-    assert len(set(src.indices(0) + src.indices(1)[:3])) == 10
+    assert len(set(scene_order(10, 7, 5, 0) + scene_order(10, 7, 5, 1)[:3])) == 10
 
 
 def test_load_image_file_converts_and_rejects(tmp_path):
@@ -320,12 +320,12 @@ def test_collated_word_boxes_align_with_targets():
 
 def test_classifier_encoder_initialises_the_captioner(tmp_path):
     from attnkit.models.captioner import ClassifierConfig, FashionClassifier
-    from attnkit.tasks.captioning import PhotoBatches, _load_encoder_trunk
+    from attnkit.tasks.captioning import _load_encoder_trunk, photo_batches
 
     torch.manual_seed(0)
     clf = FashionClassifier(ClassifierConfig(channels=[4], feature_dim=8, canvas=32))
     photos = np.random.default_rng(0).integers(0, 255, (5, 28, 28), dtype=np.uint8)
-    src = PhotoBatches(photos, np.arange(5), batch_size=2, canvas=32, seed=1)
+    src = photo_batches(photos, np.arange(5), batch_size=2, canvas=32, seed=1)
     batches = list(src)
     assert len(batches) == 3 and batches[0]["images"].shape == (2, 1, 32, 32)
     assert clf(batches[0]["images"]).shape == (2, 10)

@@ -2,7 +2,6 @@
 checkpoints that move between precisions, and the CUDA paths (run only where CUDA is)."""
 import pytest
 import torch
-import torch.nn.functional as F
 
 from attnkit import device as DV
 from attnkit.cli import main as cli_main

@@ -172,7 +172,6 @@ class Attention(nn.Module):
         _check_rank("query", query, (2, 3), "(B, Dq) or (B, Nq, Dq)")
         single = query.dim() == 2
         q = query.unsqueeze(1) if single else query  # (B, Nq, Dq)
-        score = self.score
         e = self.score.score_prepared(q, prepared.keys)  # (B, Nq, Nk)
         if key_padding_mask is not None:
             e = e.masked_fill(~key_padding_mask.unsqueeze(1), float("-inf"))

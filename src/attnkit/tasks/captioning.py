@@ -14,7 +14,6 @@ the uniform-attention baseline.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,11 +27,14 @@ from ..data.idx import FASHION_WORDS
 from ..data.scenes import PLACES, CaptionVocab, ScenesDataset, collate_captions, load_scenes
 from ..decoding import beam_search, greedy_search
 from ..device import to_device
+from ..training.data import Batches, shuffled
 from ..training.checkpoint import CheckpointError, load_model
 
 __all__ = [
     "CaptioningTrainConfig",
-    "SceneBatches",
+    "scene_batches",
+    "scene_order",
+    "photo_batches",
     "caption_loss",
     "train_captioning",
     "build_captioner",
@@ -89,60 +91,34 @@ class CaptioningTrainConfig:
     progress: bool = True
 
 
-class SceneBatches:
-    """Resumable source of collated scene batches (see :mod:`attnkit.training.data`).
+def scene_order(n: int, per_epoch: int, seed: int, epoch: int, shuffle: bool = True) -> list[int]:
+    """The scene indices of ``epoch``: the stretch ``[e·S, (e+1)·S)`` (``S = per_epoch``) of an endless
+    stream of permutations of the ``n`` scenes (permutation ``k`` drawn from ``(seed, k)``), so a
+    short "epoch" still sees every scene in turn."""
+    start, stop = epoch * per_epoch, (epoch + 1) * per_epoch
+    out: list[int] = []
+    while start < stop:
+        k, off = divmod(start, n)
+        take = min(n - off, stop - start)
+        perm = shuffled(n, seed, k) if shuffle else list(range(n))
+        out += perm[off:off + take]
+        start += take
+    return out
 
-    The scenes are visited in an endless stream of permutations (permutation ``k`` drawn from
-    ``(seed, k)``); epoch ``e`` is the stretch ``[e·S, (e+1)·S)`` of that stream, with ``S =
-    scenes_per_epoch`` (default: all scenes), so a short "epoch" still sees every scene in turn.
-    """
 
-    def __init__(self, dataset: ScenesDataset, *, batch_size: int, seed: int, scenes_per_epoch: int | None = None,
-                 shuffle: bool = True):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.dataset, self.batch_size, self.seed, self.shuffle = dataset, int(batch_size), int(seed), shuffle
-        self.per_epoch = int(scenes_per_epoch) if scenes_per_epoch else len(dataset)
-        self.epoch = 0
-        self.position = 0  # batches handed out in this epoch
+def scene_batches(dataset: ScenesDataset, *, batch_size: int, seed: int, scenes_per_epoch: int | None = None,
+                  shuffle: bool = True) -> Batches:
+    """Resumable batches of collated scenes (see :func:`scene_order` for what an epoch is)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    n, per_epoch = len(dataset), int(scenes_per_epoch) if scenes_per_epoch else len(dataset)
 
-    def __len__(self) -> int:
-        return math.ceil(self.per_epoch / self.batch_size)
+    def plan(epoch):
+        idx = scene_order(n, per_epoch, seed, epoch, shuffle)
+        return [idx[i:i + batch_size] for i in range(0, len(idx), batch_size)]
 
-    def _perm(self, k: int) -> torch.Tensor:
-        n = len(self.dataset)
-        if not self.shuffle:
-            return torch.arange(n)
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + k)
-        return torch.randperm(n, generator=g)
-
-    def indices(self, epoch: int) -> list[int]:
-        """The scene indices of ``epoch``, in visiting order."""
-        n = len(self.dataset)
-        start, stop = epoch * self.per_epoch, (epoch + 1) * self.per_epoch
-        out: list[int] = []
-        while start < stop:
-            k, off = divmod(start, n)
-            take = min(n - off, stop - start)
-            out += self._perm(k)[off:off + take].tolist()
-            start += take
-        return out
-
-    def __iter__(self):
-        idx = self.indices(self.epoch)
-        while self.position * self.batch_size < len(idx):
-            chunk = idx[self.position * self.batch_size:(self.position + 1) * self.batch_size]
-            self.position += 1
-            yield collate_captions([self.dataset[i] for i in chunk])
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch, self.position = int(epoch), 0
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "per_epoch": self.per_epoch}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+    return Batches(plan, lambda idx, epoch, i: collate_captions([dataset[j] for j in idx]),
+                   fingerprint={"seed": seed, "per_epoch": per_epoch})
 
 
 # ---------------------------------------------------------------------------------------- loss
@@ -438,8 +414,8 @@ def train_captioning(cfg: CaptioningTrainConfig, *, resume: bool = False, home: 
     vocab_bytes = json.dumps({"type": "CaptionVocab", "itos": vocab.itos}, indent=1).encode()
     trainer = Trainer(
         model, optimizer, loss_fn=caption_loss,
-        train_batches=SceneBatches(train, batch_size=cfg.batch_size, seed=cfg.seed,
-                                   scenes_per_epoch=cfg.scenes_per_epoch),
+        train_batches=scene_batches(train, batch_size=cfg.batch_size, seed=cfg.seed,
+                                    scenes_per_epoch=cfg.scenes_per_epoch),
         valid_fn=_valid_fn(valid, cfg.valid_scenes, vocab), clip_grad_norm=cfg.clip_grad_norm, out_dir=out,
         save_every_steps=cfg.save_every_steps, max_epochs=cfg.epochs, max_steps=cfg.max_steps,
         max_time_s=cfg.max_time_s, early_stopping_patience=cfg.patience, metric_for_best="valid_bleu4",
@@ -511,50 +487,30 @@ class ClassifierTrainConfig:
     progress: bool = True
 
 
-class PhotoBatches:
-    """Resumable batches of Fashion-MNIST photos pasted at random offsets on a ``canvas`` square.
+def photo_batches(photos: np.ndarray, labels: np.ndarray, *, batch_size: int, canvas: int, seed: int,
+                  shuffle: bool = True) -> Batches:
+    """Resumable batches of Fashion-MNIST photos pasted at random offsets on a ``canvas`` square (the
+    offsets of batch ``i`` of epoch ``e`` drawn from ``(seed, e, i)``; ``shuffle=False``: in order, centred)."""
+    photos_t = torch.from_numpy(photos)
+    labels_t = torch.from_numpy(labels.astype(np.int64))
+    n = len(labels_t)
 
-    The offsets of batch ``i`` of epoch ``e`` come from a generator seeded with ``(seed, e, i)``.
-    """
+    def plan(epoch):
+        order = shuffled(n, seed * 7919, epoch) if shuffle else list(range(n))
+        return [order[i:i + batch_size] for i in range(0, n, batch_size)]
 
-    def __init__(self, photos: np.ndarray, labels: np.ndarray, *, batch_size: int, canvas: int, seed: int,
-                 shuffle: bool = True):
-        self.photos = torch.from_numpy(photos)
-        self.labels = torch.from_numpy(labels.astype(np.int64))
-        self.batch_size, self.canvas, self.seed, self.shuffle = batch_size, canvas, seed, shuffle
-        self.epoch = self.position = 0
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.labels) / self.batch_size)
-
-    def batch(self, epoch: int, i: int) -> dict:
-        n = len(self.labels)
-        order = (torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 7919 + epoch))
-                 if self.shuffle else torch.arange(n))
-        idx = order[i * self.batch_size:(i + 1) * self.batch_size]
-        g = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) * 100_003 + i)
-        slack = self.canvas - 28
-        off = (torch.randint(0, slack + 1, (len(idx), 2), generator=g) if self.shuffle
+    def make(idx, epoch, i):
+        g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 100_003 + i)
+        slack = canvas - 28
+        off = (torch.randint(0, slack + 1, (len(idx), 2), generator=g) if shuffle
                else torch.full((len(idx), 2), slack // 2))
-        images = torch.zeros(len(idx), 1, self.canvas, self.canvas)
-        for k, j in enumerate(idx.tolist()):
+        images = torch.zeros(len(idx), 1, canvas, canvas)
+        for k, j in enumerate(idx):
             x, y = off[k].tolist()
-            images[k, 0, y:y + 28, x:x + 28] = self.photos[j].float() / 255.0
-        return {"images": images, "labels": self.labels[idx]}
+            images[k, 0, y:y + 28, x:x + 28] = photos_t[j].float() / 255.0
+        return {"images": images, "labels": labels_t[list(idx)]}
 
-    def __iter__(self):
-        while self.position < len(self):
-            self.position += 1
-            yield self.batch(self.epoch, self.position - 1)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch, self.position = int(epoch), 0
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+    return Batches(plan, make, fingerprint={"seed": seed})
 
 
 def train_classifier(cfg: ClassifierTrainConfig, *, resume: bool = False) -> dict:
@@ -572,7 +528,7 @@ def train_classifier(cfg: ClassifierTrainConfig, *, resume: bool = False) -> dic
     channels = [int(c) for c in str(cfg.channels).split(",")]
     torch.manual_seed(cfg.seed)
     model = FashionClassifier(ClassifierConfig(channels=channels, feature_dim=cfg.feature_dim, canvas=cfg.canvas))
-    valid = PhotoBatches(photos[cut:], labels[cut:], batch_size=500, canvas=cfg.canvas, seed=0, shuffle=False)
+    valid = photo_batches(photos[cut:], labels[cut:], batch_size=500, canvas=cfg.canvas, seed=0, shuffle=False)
 
     def loss_fn(m, batch):
         logits = m(batch["images"])
@@ -582,8 +538,9 @@ def train_classifier(cfg: ClassifierTrainConfig, *, resume: bool = False) -> dic
 
     def valid_fn(m):
         right = n = 0
-        for i in range(len(valid)):
-            b = to_device(valid.batch(0, i), next(m.parameters()).device)
+        valid.set_epoch(0)
+        for b in valid:
+            b = to_device(b, next(m.parameters()).device)
             right += int((m(b["images"]).argmax(-1) == b["labels"]).sum())
             n += len(b["labels"])
         return {"valid_acc": right / n}
@@ -592,8 +549,8 @@ def train_classifier(cfg: ClassifierTrainConfig, *, resume: bool = False) -> dic
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
     trainer = Trainer(model, torch.optim.Adam(model.parameters(), lr=cfg.lr), loss_fn=loss_fn,
-                      train_batches=PhotoBatches(photos[:cut], labels[:cut], batch_size=cfg.batch_size,
-                                                 canvas=cfg.canvas, seed=cfg.seed),
+                      train_batches=photo_batches(photos[:cut], labels[:cut], batch_size=cfg.batch_size,
+                                                  canvas=cfg.canvas, seed=cfg.seed),
                       valid_fn=valid_fn, out_dir=out, save_every_steps=cfg.save_every_steps, max_epochs=cfg.epochs,
                       max_steps=cfg.max_steps, max_time_s=cfg.max_time_s, metric_for_best="valid_acc",
                       greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress,

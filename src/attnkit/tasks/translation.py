@@ -22,6 +22,7 @@ from ..data.bible import load_pairs
 from ..paths import attnkit_home
 from ..data.tokenizer import Tokenizer
 from ..decoding import beam_search, greedy_search
+from ..training.data import Batches
 from ..device import to_device
 from ..config import config_from_dict, config_from_json, option, option_names
 from ..errors import ConfigError, InputError
@@ -36,7 +37,7 @@ __all__ = [
     "TRANSLATION_MODELS",
     "TranslationConfig",
     "model_config_class",
-    "BatchSource",
+    "translation_batches",
     "get_tokenizer",
     "build_translation_model",
     "build_optimizer",
@@ -137,29 +138,15 @@ class TranslationConfig:
         return asdict(self)
 
 
-class BatchSource:
-    """Resumable source of collated batches: a :class:`BucketBatchSampler` over encoded examples."""
-
-    def __init__(self, examples: Sequence[Example], *, batch_size: int | None, max_tokens: int | None, seed: int):
-        self.examples = list(examples)
-        lengths = [max(len(e.src), len(e.tgt) + 1) for e in self.examples]
-        self.sampler = BucketBatchSampler(lengths, batch_size=batch_size, max_tokens=max_tokens, seed=seed)
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-    def __iter__(self):
-        for idx in self.sampler:  # the sampler advances its position before yielding
-            yield collate([self.examples[i] for i in idx])
-
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)
-
-    def state_dict(self) -> dict:
-        return self.sampler.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.sampler.load_state_dict(state)
+def translation_batches(examples: Sequence[Example], *, batch_size: int | None, max_tokens: int | None, seed: int,
+                        shuffle: bool = True) -> Batches:
+    """Resumable batches of similar-length pairs (:class:`BucketBatchSampler` plans each epoch;
+    ``shuffle=False``: one fixed order, for validation)."""
+    examples = list(examples)
+    lengths = [max(len(e.src), len(e.tgt) + 1) for e in examples]
+    sampler = BucketBatchSampler(lengths, batch_size=batch_size, max_tokens=max_tokens, seed=seed, shuffle=shuffle)
+    return Batches(sampler.batches, lambda idx, epoch, i: collate([examples[j] for j in idx]),
+                   fingerprint={"num_examples": len(examples), "seed": seed})
 
 
 def get_tokenizer(vocab_size: int = 8000, home: str | Path | None = None) -> Tokenizer:
@@ -188,14 +175,14 @@ def translation_loss_fn(pad_id: int, smoothing: float):
 
 
 def _valid_fn(valid_examples: list[Example], valid_pairs, tokenizer: Tokenizer, n_bleu: int, max_len: int):
-    batches = BatchSource(valid_examples, batch_size=64, max_tokens=None, seed=0)
-    batches.sampler.shuffle = False
+    batches = translation_batches(valid_examples, batch_size=64, max_tokens=None, seed=0, shuffle=False)
 
     def valid_fn(model):
         total, n = 0.0, 0
         device = next(model.parameters()).device
-        for batch in batches.sampler.batches(0):
-            b = to_device(collate([valid_examples[i] for i in batch]), device)
+        batches.set_epoch(0)
+        for b in batches:
+            b = to_device(b, device)
             logits, _ = model(b["src"], b["src_lengths"], b["tgt_in"])
             s, k = label_smoothed_nll(logits, b["tgt_out"], tokenizer.pad_id, 0.0)
             total += float(s)
@@ -248,7 +235,7 @@ def train_translation(cfg: TranslationConfig, *, resume: bool = False, home: str
     trainer = Trainer(
         model, optimizer,
         loss_fn=translation_loss_fn(tokenizer.pad_id, cfg.label_smoothing),
-        train_batches=BatchSource(train_ex, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.seed),
+        train_batches=translation_batches(train_ex, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.seed),
         valid_fn=_valid_fn(valid_ex, valid_pairs, tokenizer, cfg.valid_bleu_sentences, cfg.max_len),
         scheduler=scheduler, clip_grad_norm=cfg.clip_grad_norm, out_dir=out,
         save_every_steps=cfg.save_every_steps, keep_last=cfg.keep_last, max_epochs=cfg.epochs, max_steps=cfg.max_steps,

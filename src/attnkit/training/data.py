@@ -15,20 +15,74 @@ Under DDP every rank iterates the same full order and keeps batches ``i % world_
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-__all__ = ["ListBatches"]
+__all__ = ["Batches", "ListBatches", "shuffled"]
 
 
-class ListBatches:
-    """Reference resumable batch source over a list of ready-made batches.
+def shuffled(n: int, seed: int, epoch: int) -> list[int]:
+    """A permutation of ``range(n)`` that is a pure function of ``(seed, epoch)`` (a private
+    generator: the global RNG is untouched)."""
+    g = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
+    return torch.randperm(n, generator=g).tolist()
 
-    Each epoch visits every batch once, in an order that is a deterministic function of
-    ``(shuffle_seed, epoch)`` (a private ``torch.Generator``, so the global RNG is untouched),
-    or in list order when ``shuffle_seed`` is None.
+
+class Batches:
+    """The resumable batch source: every task's training and validation batches come through it.
+
+    ``plan(epoch) -> list of index groups`` says which examples make each batch of ``epoch``, in
+    visiting order (a pure function of the epoch, so a resumed run sees the same order);
+    ``make(indices, epoch, i) -> batch`` builds batch ``i`` from its group (collate, paste images).
+    This class keeps the position: it hands out batches from the saved position on, advancing
+    before each ``yield``, and saves/restores ``{"epoch", "position"}`` plus a ``fingerprint``
+    (e.g. the data size, the shuffle seed) that must match on resume.
     """
+
+    def __init__(self, plan: Callable[[int], Sequence[Sequence[int]]], make: Callable[[Sequence[int], int, int], Any], *,
+                 fingerprint: dict | None = None):
+        if not callable(plan) or not callable(make):
+            raise TypeError("Batches: plan and make must be callables")
+        self.plan, self.make = plan, make
+        self.fingerprint = dict(fingerprint or {})
+        self.epoch = 0
+        self.position = 0
+        self._planned: tuple[int, Sequence[Sequence[int]]] | None = None
+
+    def batches(self, epoch: int) -> Sequence[Sequence[int]]:
+        """The index groups of ``epoch`` (planned once per epoch)."""
+        if self._planned is None or self._planned[0] != epoch:
+            self._planned = (epoch, self.plan(epoch))
+        return self._planned[1]
+
+    def __len__(self) -> int:
+        return len(self.batches(self.epoch))
+
+    def __iter__(self) -> Iterator[Any]:
+        groups = self.batches(self.epoch)
+        while self.position < len(groups):
+            i = self.position
+            self.position += 1  # counted as handed out before the trainer uses it
+            yield self.make(groups[i], self.epoch, i)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its first batch."""
+        self.epoch, self.position = int(epoch), 0
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, **self.fingerprint}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in self.fingerprint.items():
+            if state.get(k, v) != v:
+                raise ValueError(f"batch source state was saved with {k}={state.get(k)!r}, this one has {v!r}")
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+
+class ListBatches(Batches):
+    """Ready-made batches: each epoch visits all of them, shuffled from ``(shuffle_seed, epoch)``,
+    or in list order when ``shuffle_seed`` is None."""
 
     def __init__(self, batches: Sequence[Any], shuffle_seed: int | None = None):
         if not isinstance(batches, Sequence) or isinstance(batches, (str, bytes)):
@@ -37,42 +91,12 @@ class ListBatches:
             raise ValueError("ListBatches: batches must not be empty")
         if shuffle_seed is not None and not isinstance(shuffle_seed, int):
             raise TypeError(f"ListBatches: shuffle_seed must be an int or None, got {type(shuffle_seed).__name__}")
-        self.batches = list(batches)
+        items = list(batches)
+        n = len(items)
+        super().__init__(lambda e: [[i] for i in (range(n) if shuffle_seed is None else shuffled(n, shuffle_seed, e))],
+                         lambda idx, e, i: items[idx[0]], fingerprint={"shuffle_seed": shuffle_seed})
         self.shuffle_seed = shuffle_seed
-        self.epoch = 0
-        self.position = 0
-
-    def __len__(self) -> int:
-        return len(self.batches)
 
     def order(self, epoch: int) -> list[int]:
         """The batch indices of ``epoch`` in visiting order."""
-        n = len(self.batches)
-        if self.shuffle_seed is None:
-            return list(range(n))
-        g = torch.Generator().manual_seed(self.shuffle_seed * 1_000_003 + epoch)
-        return torch.randperm(n, generator=g).tolist()
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` from its first batch."""
-        self.epoch = int(epoch)
-        self.position = 0
-
-    def __iter__(self) -> Iterator[Any]:
-        order = self.order(self.epoch)
-        while self.position < len(order):
-            i = order[self.position]
-            self.position += 1
-            yield self.batches[i]
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position, "shuffle_seed": self.shuffle_seed}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state.get("shuffle_seed", self.shuffle_seed) != self.shuffle_seed:
-            raise ValueError(
-                f"ListBatches.load_state_dict: state has shuffle_seed={state.get('shuffle_seed')}, "
-                f"this source has {self.shuffle_seed}"
-            )
-        self.epoch = int(state["epoch"])
-        self.position = int(state["position"])
+        return [g[0] for g in self.batches(epoch)]
