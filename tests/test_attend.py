@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 
-from attnkit import attend, causal_mask, padding_mask
+from attnkit import attend, attend_hard, causal_mask, padding_mask
 from attnkit.attention import scores as S
 from attnkit.attention.masks import check_mask, from_torch_mha_mask, to_torch_mha_mask
 
@@ -247,7 +247,7 @@ def test_hard_sample_distribution_and_log_prob():
     g = torch.Generator().manual_seed(123)
     counts = torch.zeros(4)
     for _ in range(4000):
-        r = attend(q, k, v, hard="sample", mask=mask, generator=g)
+        r = attend_hard(q, k, v, mode="sample", mask=mask, generator=g)
         j = int(r.index[0, 0])
         counts[j] += 1
         torch.testing.assert_close(r.context[0, 0], v[0, j])
@@ -255,6 +255,25 @@ def test_hard_sample_distribution_and_log_prob():
     probs = attend(q, k, v, mask=mask).weights[0, 0]
     assert counts[2] == 0
     torch.testing.assert_close(counts / counts.sum(), probs, atol=0.03, rtol=0)
+
+
+def test_hard_argmax_through_both_entry_points_and_one_return_type():
+    torch.manual_seed(0)
+    q, k, v = make(B=2, Nq=3, Nk=5, Dq=4, Dk=4, Dv=2)
+    mask = torch.ones(2, 3, 5, dtype=torch.bool)
+    mask[1, 2] = False  # a query with nothing to attend
+    soft = attend(q, k, v, mask=mask)
+    arg = attend(q, k, v, mask=mask, hard="argmax")
+    h = attend_hard(q, k, v, mask=mask, mode="argmax")
+    assert type(soft) is type(arg)  # attend has one return type
+    torch.testing.assert_close(h.context, arg.context)
+    torch.testing.assert_close(h.weights, arg.weights)
+    torch.testing.assert_close(h.probs, soft.weights)  # the distribution the choice came from
+    torch.testing.assert_close(h.expected, soft.context)  # and the soft (expected) context
+    assert torch.equal(h.index[0], soft.weights[0].argmax(-1))
+    assert float(h.context[1, 2].abs().sum()) == 0.0 and float(h.log_prob[1, 2]) == 0.0
+    with pytest.raises(ValueError, match="use attend_hard"):
+        attend(q, k, v, hard="sample")
 
 
 def test_hard_sample_log_prob_gradient_is_score_function():
@@ -266,7 +285,7 @@ def test_hard_sample_log_prob_gradient_is_score_function():
     exact = torch.autograd.grad((attend(q, k, v).weights[0, 0] * f).sum(), q)[0]
     g = torch.Generator().manual_seed(7)
     n = 20000
-    r = attend(q.expand(n, 1, 3), k.expand(n, 5, 3), v.expand(n, 5, 2), hard="sample", generator=g)
+    r = attend_hard(q.expand(n, 1, 3), k.expand(n, 5, 3), v.expand(n, 5, 2), mode="sample", generator=g)
     est = torch.autograd.grad((f[r.index[:, 0]] * r.log_prob[:, 0]).mean(), q)[0]
     torch.testing.assert_close(est, exact, atol=0.05, rtol=0.1)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnkit.attention import attend
+from attnkit.attention import attend_hard
 from attnkit.cli import main as cli_main
 from attnkit.data.scenes import CaptionVocab, ScenesDataset, collate_captions, make_scenes, scene_caption
 from attnkit.decoding import beam_search, greedy_search
@@ -145,7 +145,7 @@ def test_hard_baseline_is_a_checkpointed_buffer(tmp_path):
 
 
 def test_reinforce_estimate_matches_exact_gradient_of_expected_loss():
-    """Locations l ~ α = softmax(K q) (the core's hard="sample"); loss(l) fixed. The mean of many
+    """Locations l ~ α = softmax(K q) (the core's attend_hard); loss(l) fixed. The mean of many
     REINFORCE estimates of ∇_q E[loss] equals the exact gradient of Σ_l α_l loss(l)."""
     torch.manual_seed(0)
     L, D, N = 5, 3, 200_000
@@ -159,8 +159,8 @@ def test_reinforce_estimate_matches_exact_gradient_of_expected_loss():
     exact = exact_q.grad
 
     g = torch.Generator().manual_seed(1)
-    out = attend(q.expand(N, 1, D), keys.expand(N, L, D), torch.eye(L).expand(N, L, L), score="dot", hard="sample",
-                 generator=g)
+    out = attend_hard(q.expand(N, 1, D), keys.expand(N, L, D), torch.eye(L).expand(N, L, L), score="dot",
+                      mode="sample", generator=g)
     nll = loss_of[out.index.squeeze(1)]  # the "NLL" of the sampled path; reward = −NLL
     baseline = -float(nll.mean())
     surrogate = reinforce_terms(nll, out.log_prob, torch.ones(N, 1, dtype=torch.bool), baseline)

@@ -161,8 +161,13 @@ def test_attention_layer_projections_hard_and_errors():
     assert ctx.shape == (2, 3, 2) and w.shape == (2, 3, 7)
     ctx_h, w_h = att(q, h, v, need_weights=True, hard="argmax")
     assert torch.all(w_h.sum(-1) == 1)
-    r = att(q, h, v, hard="sample", generator=torch.Generator().manual_seed(0))
+    r = att.hard(q, h, v, mode="sample", generator=torch.Generator().manual_seed(0))
     assert r.log_prob.shape == (2, 3) and torch.all(r.log_prob <= 0)
+    a = att.hard(q, h, v, mode="argmax")
+    torch.testing.assert_close(a.context, ctx_h)
+    torch.testing.assert_close(a.probs, w)
+    single = att.hard(q[:, 0], prepared=att.prepare(h, v), mode="argmax")  # one query per row, as a decoder step
+    torch.testing.assert_close(single.context, ctx_h[:, 0])
     with pytest.raises(ValueError, match=r"inputs must have shape \(B, Nk, Dk\) with last size 5, got \(2, 7, 4\)"):
         att(q, torch.randn(2, 7, 4), v)
     with pytest.raises(ValueError, match=r"query batch size 1"):

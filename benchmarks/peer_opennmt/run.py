@@ -85,8 +85,12 @@ def prepare_data(work: Path) -> dict:
 
 
 def onmt_env(threads: int) -> dict:
+    """OpenNMT-py's environment: the threads, the stubs, and torch.load as OpenNMT-py 3.5.1 expects it
+    (it pickles argparse.Namespace into its own checkpoints, which torch >= 2.6 refuses by default;
+    these are checkpoints this script just wrote)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     env["PYTHONPATH"] = str(HERE / "stubs")
+    env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
     return env
 
 
@@ -143,7 +147,7 @@ def train_both(work: Path, files: dict, args) -> dict:
         raise SystemExit("OpenNMT-py saved no checkpoint within the budget")
     ours_steps = sorted(ours_dir.glob("step-*"))
     return {"budget_s": budget, "onmt_checkpoint": str(in_budget[-1]), "attnkit_checkpoint": str(ours_steps[-1]),
-            "onmt_tokens_per_s": onmt_target_tokens_per_s(work / "onmt" / "train.log"),
+            "onmt_tokens_per_s": onmt_target_tokens_per_s(work / "onmt.log"),
             "attnkit_tokens_per_s": attnkit_tokens_per_s(work / "attnkit.log")}
 
 
@@ -203,11 +207,16 @@ def main() -> None:
     ap.add_argument("--test-limit", type=int, default=None, help="decode only the first N test verses")
     ap.add_argument("--attnkit-args", default="", help="extra flags for `attnkit train translation`")
     ap.add_argument("--work", default=None, help="work folder (default runs/peer_opennmt/MODEL)")
+    ap.add_argument("--decode-only", action="store_true", help="skip training: decode the checkpoints of a finished run")
     args = ap.parse_args()
     work = Path(args.work or ROOT / "runs" / "peer_opennmt" / args.model).resolve()
     work.mkdir(parents=True, exist_ok=True)
     files = prepare_data(work)
-    facts = train_both(work, files, args)
+    if args.decode_only:
+        facts = json.loads((work / "train_facts.json").read_text())
+    else:
+        facts = train_both(work, files, args)
+        (work / "train_facts.json").write_text(json.dumps(facts, indent=2))
     rows = decode_both(work, files, facts, args)
     report = {"model": args.model, "minutes": args.minutes, "threads": args.threads, **facts, "rows": rows}
     (work / "report.json").write_text(json.dumps(report, indent=2))

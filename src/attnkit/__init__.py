@@ -18,6 +18,7 @@ from .attention import (  # noqa: F401  (the public API)
     TransformerEncoder,
     TransformerEncoderLayer,
     attend,
+    attend_hard,
     causal_mask,
     padding_mask,
 )

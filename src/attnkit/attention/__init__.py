@@ -1,6 +1,6 @@
 """The attention core: score functions, ``attend``, masks, layers, positions, Transformer blocks."""
 from . import scores
-from .functional import AttentionOutput, SampledAttention, attend, masked_softmax
+from .functional import AttentionOutput, HardAttention, attend, attend_hard, masked_softmax
 from .layers import (
     Attention,
     AttentionPooling,
@@ -24,7 +24,7 @@ from .transformer import (
 )
 
 __all__ = [
-    "scores", "attend", "masked_softmax", "AttentionOutput", "SampledAttention",
+    "scores", "attend", "attend_hard", "masked_softmax", "AttentionOutput", "HardAttention",
     "Attention", "PreparedMemory", "KVCache", "SelfAttention", "MultiHeadAttention", "AttentionPooling",
     "SpatialSelfAttention", "SelfAttentiveEncoder",
     "padding_mask", "causal_mask", "key_mask", "combine_masks", "check_mask", "to_torch_mha_mask", "from_torch_mha_mask",

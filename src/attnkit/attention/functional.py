@@ -4,8 +4,8 @@ Given queries ``Q (B, Nq, Dq)``, keys ``K (B, Nk, Dk)`` and values ``V (B, Nk, D
 
 1. **score**   ``e_ij = f(q_i, k_j)`` (see :mod:`attnkit.attention.scores`),
 2. **normalise** ``α_ij = softmax_j(e_ij)`` over the keys the mask allows (soft attention), or a
-   hard choice of one key: the best (``hard="argmax"``) or one sampled from ``α``
-   (``hard="sample"``, Show, Attend and Tell's stochastic hard attention),
+   hard choice of one key: the best (``hard="argmax"``), or, with :func:`attend_hard`, one sampled
+   from ``α`` (Show, Attend and Tell's stochastic hard attention, with what REINFORCE needs),
 3. **sum**     ``c_i = Σ_j α_ij v_j``.
 
 Heads are just more batch dimensions: ``(B, H, N, D)`` inputs work unchanged.
@@ -25,9 +25,9 @@ from torch import Tensor
 from . import scores as S
 from .masks import check_mask
 
-__all__ = ["attend", "AttentionOutput", "SampledAttention", "masked_softmax", "HARD_MODES"]
+__all__ = ["attend", "attend_hard", "AttentionOutput", "HardAttention", "masked_softmax", "HARD_MODES"]
 
-HARD_MODES = (None, "argmax", "sample")
+HARD_MODES = (None, "argmax")
 
 
 class AttentionOutput(NamedTuple):
@@ -37,12 +37,13 @@ class AttentionOutput(NamedTuple):
     weights: Tensor | None  # (B, [H,] Nq, Nk)
 
 
-class SampledAttention(NamedTuple):
-    """Result of ``hard="sample"``: the context of one sampled key per query.
+class HardAttention(NamedTuple):
+    """Result of :func:`attend_hard`: the context of one chosen key per query, and what led to it.
 
-    ``weights`` is the one-hot choice, ``probs`` the soft distribution it was drawn from and
-    ``log_prob`` ``log α_{i,s_i}`` of the chosen key (0 for a query with no allowed key),
-    which REINFORCE multiplies by the reward.
+    ``weights`` is the one-hot choice ``s_i``; ``probs`` the soft distribution ``α_i`` it was drawn
+    from (or whose argmax it is); ``log_prob`` ``log α_{i,s_i}`` (0 for a query with no allowed
+    key), which REINFORCE multiplies by the reward; ``expected`` the soft context ``Σ_j α_ij v_j``
+    (Xu et al.'s expected context, which some training steps use instead of the sample).
     """
 
     context: Tensor  # (B, [H,] Nq, Dv)
@@ -50,6 +51,7 @@ class SampledAttention(NamedTuple):
     log_prob: Tensor  # (B, [H,] Nq)
     probs: Tensor  # (B, [H,] Nq, Nk)
     index: Tensor  # (B, [H,] Nq) long
+    expected: Tensor  # (B, [H,] Nq, Dv)
 
 
 def masked_softmax(scores: Tensor, mask: Tensor | None, dim: int = -1) -> Tensor:
@@ -129,8 +131,7 @@ def attend(
     training: bool = False,
     score_params: dict | None = None,
     chunk_size: int | None = None,
-    generator: torch.Generator | None = None,
-) -> AttentionOutput | SampledAttention:
+) -> AttentionOutput:
     """Attend from ``query`` over ``key``/``value``: ``c_i = Σ_j α_ij v_j`` with ``α = norm(f(q_i, k_j))``.
 
     Args:
@@ -141,8 +142,8 @@ def attend(
             ``"additive"``/``"concat"``/``"bahdanau"``/``"mlp"``, a score module from
             :mod:`attnkit.attention.scores`, or any callable ``(q, k) -> (..., Nq, Nk)``.
         mask: bool, ``True`` = may attend, broadcastable to ``(B, [H,] Nq, Nk)``.
-        hard: ``None`` (soft), ``"argmax"`` (context = value of the best key) or ``"sample"``
-            (one key drawn from the soft weights; returns :class:`SampledAttention`).
+        hard: ``None`` (soft) or ``"argmax"`` (context = value of the best key). To draw a key at
+            random (and get its log-probability), use :func:`attend_hard`.
         need_weights: return the weights; when ``False`` and the score is a dot product, the
             fused kernel runs and ``weights`` is ``None``.
         scale: multiplier of ``q·k`` for ``scaled_dot`` (default ``1/√d``).
@@ -150,12 +151,13 @@ def attend(
         score_params: explicit parameters for a learned score named by string:
             ``{"weight": W}`` for bilinear, ``{"w_query", "w_key", "v", ["bias"]}`` for additive.
         chunk_size: compute over blocks of this many queries (bounded memory; same result).
-        generator: random generator for ``hard="sample"``.
 
     Returns:
-        :class:`AttentionOutput` ``(context (B, [H,] Nq, Dv), weights (B, [H,] Nq, Nk) or None)``,
-        or :class:`SampledAttention` for ``hard="sample"``.
+        :class:`AttentionOutput` ``(context (B, [H,] Nq, Dv), weights (B, [H,] Nq, Nk) or None)``.
     """
+    if hard == "sample":
+        raise ValueError("hard='sample' draws a key at random and returns its log-probability too: "
+                         "use attend_hard(query, key, value, mode='sample')")
     if hard not in HARD_MODES:
         raise ValueError(f"hard must be one of {HARD_MODES}, got {hard!r}")
     if not 0.0 <= dropout_p < 1.0:
@@ -202,7 +204,7 @@ def attend(
         score_fn = lambda q, k: S.scaled_dot(q, k, scale)  # noqa: E731 - dot is scale 1.0
 
     nq = query.shape[-2]
-    if chunk_size is not None and chunk_size < nq and hard != "sample":
+    if chunk_size is not None and chunk_size < nq:
         parts = []
         for i in range(0, nq, chunk_size):
             m = None
@@ -215,8 +217,6 @@ def attend(
         ctx = torch.cat([p[0] for p in parts], dim=-2)
         weights = torch.cat([p[1] for p in parts], dim=-2) if need_weights else None
         out = AttentionOutput(ctx, weights)
-    elif hard == "sample":
-        out = _sample(query, key, value, score_fn, mask, generator)
     else:
         out = AttentionOutput(*_attend_block(query, key, value, score_fn, mask, hard, need_weights, dropout_p, training))
     if unbatched:
@@ -247,16 +247,54 @@ def _argmax_weights(scores: Tensor, mask: Tensor | None) -> Tensor:
     return weights.detach()
 
 
-def _sample(query, key, value, score_fn, mask, generator) -> SampledAttention:
+def attend_hard(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    mode: str = "sample",
+    score="scaled_dot",
+    mask: Tensor | None = None,
+    scale: float | None = None,
+    score_params: dict | None = None,
+    generator: torch.Generator | None = None,
+) -> HardAttention:
+    """Hard attention: each query reads the value of ONE key, ``c_i = v_{s_i}``.
+
+    ``mode="sample"`` draws ``s_i ~ α_i = softmax_j f(q_i, k_j)`` (Xu et al.'s stochastic hard
+    attention, trained with REINFORCE from :attr:`HardAttention.log_prob`); ``mode="argmax"`` takes
+    ``s_i = argmax_j α_ij`` (its deterministic test-time form). Arguments as in :func:`attend`.
+    """
+    if mode not in ("sample", "argmax"):
+        raise ValueError(f"mode must be 'sample' or 'argmax', got {mode!r}")
+    _check_inputs(query, key, value)
+    unbatched = query.dim() == 2
+    if unbatched:
+        query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+        if mask is not None and mask.dim() == 2:
+            mask = mask.unsqueeze(0)
+    if mask is not None:
+        check_mask(mask, (*query.shape[:-1], key.shape[-2]), name="mask")
+    name, score_fn = _resolve_score(score, score_params)
+    if score_fn is None:
+        if name == "dot":
+            scale = 1.0
+        s = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+        score_fn = lambda q, k: S.scaled_dot(q, k, s)  # noqa: E731
     scores = score_fn(query, key)  # (B, [H,] Nq, Nk)
     probs = masked_softmax(scores, mask)
     flat = probs.detach().reshape(-1, probs.shape[-1])
     alive = flat.sum(-1) > 0
-    safe = torch.where(alive.unsqueeze(-1), flat, torch.ones_like(flat))  # any row works where nothing is allowed
-    index = torch.multinomial(safe, 1, generator=generator).reshape(probs.shape[:-1])  # (B, [H,] Nq)
+    if mode == "sample":
+        safe = torch.where(alive.unsqueeze(-1), flat, torch.ones_like(flat))  # any row works where nothing is allowed
+        index = torch.multinomial(safe, 1, generator=generator).reshape(probs.shape[:-1])  # (B, [H,] Nq)
+    else:
+        index = flat.argmax(-1).reshape(probs.shape[:-1])
     alive = alive.reshape(probs.shape[:-1])
     onehot = torch.zeros_like(probs).scatter_(-1, index.unsqueeze(-1), 1.0) * alive.unsqueeze(-1)
     chosen = probs.gather(-1, index.unsqueeze(-1)).squeeze(-1)
     log_prob = torch.where(alive, torch.log(chosen.clamp_min(torch.finfo(chosen.dtype).tiny)), torch.zeros_like(chosen))
-    ctx = onehot @ value
-    return SampledAttention(ctx, onehot, log_prob, probs, index)
+    out = HardAttention(onehot.detach() @ value, onehot.detach(), log_prob, probs, index, probs @ value)
+    if unbatched:
+        out = HardAttention(*(t.squeeze(0) for t in out))
+    return out

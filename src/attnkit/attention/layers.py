@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import scores as S
-from .functional import AttentionOutput, attend
+from .functional import AttentionOutput, HardAttention, attend, attend_hard
 from .masks import causal_mask, check_mask, combine_masks, from_torch_mha_mask, key_mask, padding_mask, to_torch_mha_mask
 
 __all__ = [
@@ -140,8 +140,44 @@ class Attention(nn.Module):
         need_weights: bool = False,
         hard: str | None = None,
         prepared: PreparedMemory | None = None,
-        generator: torch.Generator | None = None,
     ):
+        prepared, query, single, m = self._setup(query, inputs, values, key_padding_mask, mask, prepared)
+        out = attend(
+            query, prepared.keys, prepared.values, score=self._score_fn(), mask=m, hard=hard,
+            need_weights=need_weights, dropout_p=self.dropout, training=self.training,
+        )
+        if single:
+            out = type(out)(*(t.squeeze(1) if t is not None and t.dim() > 1 else t for t in out))
+        return out
+
+
+    def hard(
+        self,
+        query: Tensor,
+        inputs: Tensor | None = None,
+        values: Tensor | None = None,
+        *,
+        mode: str = "sample",
+        key_padding_mask: Tensor | None = None,
+        mask: Tensor | None = None,
+        prepared: PreparedMemory | None = None,
+        generator: torch.Generator | None = None,
+    ) -> HardAttention:
+        """Hard attention through this layer's score (:func:`attnkit.attention.attend_hard`): one
+        input per query, sampled (``mode="sample"``) or the best (``"argmax"``); shapes as in forward."""
+        prepared, query, single, m = self._setup(query, inputs, values, key_padding_mask, mask, prepared)
+        out = attend_hard(query, prepared.keys, prepared.values, mode=mode, score=self._score_fn(), mask=m,
+                          generator=generator)
+        if single:
+            out = HardAttention(*(t.squeeze(1) for t in out))
+        return out
+
+    def _score_fn(self):
+        score = self.score
+        return score if score.is_dot_product else (lambda q, k: score.score_prepared(q, k))
+
+    def _setup(self, query, inputs, values, key_padding_mask, mask, prepared):
+        """Prepared keys, the query as ``(B, Nq, Dq)``, whether it was one per row, and the mask."""
         if prepared is None:
             if inputs is None:
                 raise ValueError("pass inputs (B, Nk, Dk) or prepared=attention.prepare(inputs)")
@@ -154,17 +190,7 @@ class Attention(nn.Module):
         bsz, nk = prepared.values.shape[:2]
         if query.shape[0] != bsz:
             raise ValueError(f"query batch size {query.shape[0]} (shape {tuple(query.shape)}) != inputs batch size {bsz}")
-        m = combine_masks(_padding_to_mask(key_padding_mask, bsz, nk, heads=False), mask)
-        score = self.score
-        score_fn = score if score.is_dot_product else (lambda q, k: score.score_prepared(q, k))
-        out = attend(
-            query, prepared.keys, prepared.values, score=score_fn, mask=m, hard=hard,
-            need_weights=need_weights, dropout_p=self.dropout, training=self.training, generator=generator,
-        )
-        if single:
-            out = type(out)(*(t.squeeze(1) if t is not None and t.dim() > 1 else t for t in out))
-        return out
-
+        return prepared, query, single, combine_masks(_padding_to_mask(key_padding_mask, bsz, nk, heads=False), mask)
 
     def raw_scores(self, query: Tensor, prepared: PreparedMemory, *, key_padding_mask: Tensor | None = None) -> Tensor:
         """The scores ``e = f(q, k_j)`` before the softmax, ``(B, Nk)`` or ``(B, Nq, Nk)``; keys a

@@ -235,23 +235,21 @@ class Captioner(nn.Module):
         return "sample" if self.training else "argmax"
 
     def _attend(self, h_prev: Tensor, state: dict, mode: str | None, generator=None):
-        """Context ``ẑ_t``, ``α_t``, ``β_t`` and (hard) log-prob, entropy and location."""
+        """Context ``ẑ_t``, ``α_t``, ``β_t`` and (hard) log-prob, entropy and location, all from the
+        core: soft attention, or one cell sampled / the argmax cell (:meth:`Attention.hard`)."""
         logp = ent = loc = None
-        if mode == "sample":
-            out = self.attention(h_prev, prepared=state["memory"], hard="sample", generator=generator)
-            z, alpha, loc = out.context, out.probs, out.index
-            logp = out.log_prob
-            ent = -(alpha * torch.log(alpha.clamp_min(1e-12))).sum(-1)
-            soft_rows = state.get("soft_rows")
-            if soft_rows is not None:  # these sentences read the expected context: no sample, no REINFORCE term
-                expected = (alpha.unsqueeze(1) @ state["memory"].values).squeeze(1)
-                z = torch.where(soft_rows.unsqueeze(-1), expected, z)
-                logp = logp.masked_fill(soft_rows, 0.0)
-        else:
+        if mode is None:
             z, alpha = self.attention(h_prev, prepared=state["memory"], need_weights=True)
-            if mode == "argmax":  # deterministic hard attention: the single most likely cell
-                loc = alpha.argmax(-1)
-                z = state["memory"].values.gather(1, loc.view(-1, 1, 1).expand(-1, 1, z.shape[-1])).squeeze(1)
+        else:
+            out = self.attention.hard(h_prev, prepared=state["memory"], mode=mode, generator=generator)
+            z, alpha, loc = out.context, out.probs, out.index
+            if mode == "sample":
+                logp = out.log_prob
+                ent = -(alpha * torch.log(alpha.clamp_min(1e-12))).sum(-1)
+                soft_rows = state.get("soft_rows")
+                if soft_rows is not None:  # these sentences read the expected context: no sample, no REINFORCE term
+                    z = torch.where(soft_rows.unsqueeze(-1), out.expected, z)
+                    logp = logp.masked_fill(soft_rows, 0.0)
         beta = torch.sigmoid(self.f_beta(h_prev))  # (B, 1)
         return beta * z, alpha, beta.squeeze(-1), logp, ent, loc
 
