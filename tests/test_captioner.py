@@ -13,7 +13,8 @@ from attnkit.decoding import beam_search, greedy_search
 from attnkit.models.captioner import (Captioner, CaptionerConfig, doubly_stochastic_penalty,
                                       reinforce_terms)
 from attnkit.tasks.captioning import (CaptionModel, scene_batches, scene_order, attention_correctness, attention_mass_in_box,
-                                      caption_loss, caption_scores, load_image_file, words_to_items)
+                                      caption_loss_fn, caption_scores, load_image_file, update_reward_baseline,
+                                      words_to_items)
 from attnkit.training.checkpoint import load_model, save_checkpoint
 
 torch.set_num_threads(1)
@@ -94,11 +95,11 @@ def test_padding_is_masked_in_the_loss_and_the_penalty():
     m = _tiny().eval()
     images, caps = _batch()
     batch = {"images": images, "captions": caps}
-    loss, n, metrics = caption_loss(m, batch)
+    loss, n, metrics = caption_loss_fn(m.config)(m, batch)
     assert n == int((caps[:, 1:] != 0).sum())
     # padding after a sentence's eos changes nothing for that sentence (the decoder is causal)
     longer = torch.cat([caps, torch.zeros(3, 4, dtype=torch.long)], 1)
-    loss2, n2, _ = caption_loss(m, {"images": images, "captions": longer})
+    loss2, n2, _ = caption_loss_fn(m.config)(m, {"images": images, "captions": longer})
     assert n2 == n and torch.allclose(loss, loss2, atol=1e-4)
     # the doubly stochastic term ignores padded steps
     a = torch.softmax(torch.randn(2, 5, 4), -1)
@@ -131,10 +132,13 @@ def test_bad_inputs_raise_clear_errors():
 def test_hard_baseline_is_a_checkpointed_buffer(tmp_path):
     m = _tiny("hard").train()
     images, caps = _batch()
-    caption_loss(m, {"images": images, "captions": caps})
+    loss_fn = caption_loss_fn(m.config)
+    _, _, metrics = loss_fn(m, {"images": images, "captions": caps})
+    assert not bool(m.baseline_initialised)  # the loss only reads the baseline
+    update_reward_baseline(m, metrics)  # the training step moves it
     b1 = float(m.reward_baseline)
-    assert bool(m.baseline_initialised) and b1 < 0
-    caption_loss(m, {"images": images, "captions": caps})
+    assert bool(m.baseline_initialised) and b1 < 0 and b1 == pytest.approx(metrics["reward"])
+    update_reward_baseline(m, loss_fn(m, {"images": images, "captions": caps})[2])
     assert float(m.reward_baseline) != b1  # moving average moved
     save_checkpoint(tmp_path / "ck", model=m, config=m.to_config())
     m2, _, _ = load_model(tmp_path / "ck")

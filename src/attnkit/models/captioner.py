@@ -115,6 +115,7 @@ class CaptionerOutput(NamedTuple):
     log_probs: Tensor | None  # (B, T) log α_{t,s_t} of the sampled location (hard, sampling), else None
     entropies: Tensor | None  # (B, T) H(α_t) (hard, sampling), else None
     locations: Tensor | None  # (B, T) sampled/argmax cell index (hard), else None
+    baseline: Tensor | None = None  # () the REINFORCE reward baseline b (hard, once set), detached
 
 
 class CNNEncoder(nn.Module):
@@ -292,8 +293,9 @@ class Captioner(nn.Module):
             locs.append(loc)
         logits = self._logits(self.drop(torch.stack(hs, 1)), torch.stack(zs, 1), y_emb)
         stack = lambda xs: torch.stack(xs, 1) if xs[0] is not None else None  # noqa: E731
+        baseline = self.reward_baseline.detach().clone() if bool(self.baseline_initialised) else None
         return CaptionerOutput(logits, torch.stack(alphas, 1), torch.stack(betas, 1), stack(logps), stack(ents),
-                               stack(locs))
+                               stack(locs), baseline)
 
     @torch.no_grad()
     def update_baseline(self, mean_reward: float) -> float:

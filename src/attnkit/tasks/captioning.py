@@ -35,7 +35,8 @@ __all__ = [
     "scene_batches",
     "scene_order",
     "photo_batches",
-    "caption_loss",
+    "caption_loss_fn",
+    "update_reward_baseline",
     "train_captioning",
     "build_captioner",
     "CaptionModel",
@@ -124,42 +125,51 @@ def scene_batches(dataset: ScenesDataset, *, batch_size: int, seed: int, scenes_
 # ---------------------------------------------------------------------------------------- loss
 
 
-def caption_loss(model, batch: dict, *, generator: torch.Generator | None = None) -> tuple[torch.Tensor, int, dict]:
-    """``(loss_sum, n_tokens, metrics)`` for the trainer (which divides by ``n_tokens``).
+def caption_loss_fn(config, *, generator: torch.Generator | None = None):
+    """The trainer's loss for a captioner with ``config``: ``loss_fn(model, batch) -> (loss_sum, n_tokens, metrics)``.
 
     soft: ``Σ NLL + λ Σ_sentences Σ_i (1 − Σ_t α_ti)²``;
     hard: ``Σ NLL(sampled path) + λ_r Σ_sentences −(R − b) Σ_t log p(s_t) − η Σ_t H(α_t)``, with
-    ``R = −NLL`` of the sentence; the baseline buffer is updated after the batch.
+    ``R = −NLL`` of the sentence and ``b`` the model's moving-average baseline (the batch's mean
+    reward until it is set). The loss only reads ``b``; the training step moves it
+    (:func:`update_reward_baseline`, the trainer's ``after_step``), from ``metrics["reward"]``.
     """
     from ..models.captioner import doubly_stochastic_penalty, reinforce_terms
 
-    core = getattr(model, "module", model)
-    cfg = core.config
-    caps = batch["captions"]
-    inp, tgt = caps[:, :-1], caps[:, 1:]
-    out = model(batch["images"], inp, generator=generator) if generator is not None else model(batch["images"], inp)
-    mask = tgt != cfg.pad_id
-    nll_tok = F.cross_entropy(out.logits.transpose(1, 2), tgt, ignore_index=cfg.pad_id, reduction="none")
-    nll_sent = nll_tok.sum(1)
-    n = int(mask.sum())
-    loss = nll_sent.sum()
-    metrics = {"nll": float(loss.detach()) / max(n, 1)}
-    if cfg.attention == "soft":
-        if cfg.lambda_ds:
-            ds = doubly_stochastic_penalty(out.alphas, mask)
-            loss = loss + cfg.lambda_ds * ds.sum()
-            metrics["ds"] = float(ds.detach().mean())
-    elif out.log_probs is not None:  # hard attention, sampling
-        baseline = core.reward_baseline.detach() if bool(core.baseline_initialised) else (-nll_sent.detach()).mean()
-        rf = reinforce_terms(nll_sent, out.log_probs, mask, baseline)
-        ent = (out.entropies * mask).sum()
-        loss = loss + cfg.reinforce_weight * rf.sum() - cfg.entropy_coef * ent
-        if core.training:
-            core.update_baseline(float((-nll_sent.detach()).mean()))
-        metrics.update({"reward": float((-nll_sent.detach()).mean()), "baseline": float(core.reward_baseline),
-                        "entropy": float(ent.detach()) / max(n, 1)})
-    metrics["beta"] = float((out.betas.detach() * mask).sum()) / max(n, 1)
-    return loss, n, metrics
+    def loss_fn(model, batch: dict):
+        caps = batch["captions"]
+        inp, tgt = caps[:, :-1], caps[:, 1:]
+        out = model(batch["images"], inp, generator=generator) if generator is not None else model(batch["images"], inp)
+        mask = tgt != config.pad_id
+        nll_tok = F.cross_entropy(out.logits.transpose(1, 2), tgt, ignore_index=config.pad_id, reduction="none")
+        nll_sent = nll_tok.sum(1)  # (B,)
+        n = int(mask.sum())
+        loss = nll_sent.sum()
+        metrics = {"nll": float(loss.detach()) / max(n, 1)}
+        if config.attention == "soft":
+            if config.lambda_ds:
+                ds = doubly_stochastic_penalty(out.alphas, mask)
+                loss = loss + config.lambda_ds * ds.sum()
+                metrics["ds"] = float(ds.detach().mean())
+        elif out.log_probs is not None:  # hard attention, sampling
+            reward = (-nll_sent.detach()).mean()
+            baseline = out.baseline if out.baseline is not None else reward
+            rf = reinforce_terms(nll_sent, out.log_probs, mask, baseline)
+            ent = (out.entropies * mask).sum()
+            loss = loss + config.reinforce_weight * rf.sum() - config.entropy_coef * ent
+            metrics.update({"reward": float(reward), "baseline": float(baseline),
+                            "entropy": float(ent.detach()) / max(n, 1)})
+        metrics["beta"] = float((out.betas.detach() * mask).sum()) / max(n, 1)
+        return loss, n, metrics
+
+    return loss_fn
+
+
+def update_reward_baseline(model, metrics: dict) -> None:
+    """The training step's REINFORCE bookkeeping: ``b ← decay·b + (1 − decay)·R̄`` from the step's
+    mean reward (hard attention only; a soft captioner reports no reward)."""
+    if "reward" in metrics:
+        model.update_baseline(metrics["reward"])
 
 
 # ---------------------------------------------------------------------------------------- model wrapper
@@ -366,7 +376,7 @@ def _valid_fn(dataset: ScenesDataset, n: int, vocab: CaptionVocab):
     batch = collate_captions(subset)
 
     def valid_fn(model):
-        out = caption_loss(model, to_device(batch, next(model.parameters()).device))
+        out = caption_loss_fn(model.config)(model, to_device(batch, next(model.parameters()).device))
         cm = CaptionModel(model, vocab)
         hyps = [r["caption"] for r in cm.caption(batch["images"])]
         sc = caption_scores(hyps, batch["texts"])
@@ -413,7 +423,7 @@ def train_captioning(cfg: CaptioningTrainConfig, *, resume: bool = False, home: 
     (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
     vocab_bytes = json.dumps({"type": "CaptionVocab", "itos": vocab.itos}, indent=1).encode()
     trainer = Trainer(
-        model, optimizer, loss_fn=caption_loss,
+        model, optimizer, loss_fn=caption_loss_fn(model.config), after_step=update_reward_baseline,
         train_batches=scene_batches(train, batch_size=cfg.batch_size, seed=cfg.seed,
                                     scenes_per_epoch=cfg.scenes_per_epoch),
         valid_fn=_valid_fn(valid, cfg.valid_scenes, vocab), clip_grad_norm=cfg.clip_grad_norm, out_dir=out,

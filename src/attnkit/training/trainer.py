@@ -126,6 +126,9 @@ class Trainer:
         extra_files: ``{name: bytes}`` copied into every checkpoint (tokenizer files).
         config: the model config written as config.json; default ``model.to_config()`` if the
             model has one, else ``{}`` (``model_type`` is filled in from the registry).
+        after_step: ``after_step(model, metrics)`` after every optimizer step, with the unwrapped
+            model and the loss's metrics: state that training moves outside the optimizer (e.g. a
+            REINFORCE baseline) is updated here, so the loss stays a pure function.
         device: where to train (``None``: where the model's parameters already are; ``"auto"``: cuda,
             then mps, then cpu). Under torchrun on CUDA each rank takes ``cuda:LOCAL_RANK``.
         precision: ``"fp32"``, ``"bf16"``, ``"fp16"`` (autocast; fp16 with a gradient scaler) or ``"auto"``.
@@ -155,6 +158,7 @@ class Trainer:
         progress: bool = True,
         extra_files: Mapping[str, bytes] | None = None,
         config: Mapping[str, Any] | None = None,
+        after_step: Callable[[torch.nn.Module, dict], None] | None = None,
         device: str | torch.device | None = None,
         precision: str = "fp32",
     ):
@@ -203,6 +207,9 @@ class Trainer:
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
+        if after_step is not None and not callable(after_step):
+            raise TypeError("Trainer: after_step must be callable (model, metrics) or None")
+        self.after_step = after_step
         self.train_batches = train_batches
         self.valid_fn = valid_fn
         self.scheduler = scheduler
@@ -400,7 +407,10 @@ class Trainer:
         self.scaler.update()
         if self.scheduler is not None:
             self.scheduler.step()
-        return global_loss_sum, global_tokens, dict(metrics or {}), grad_norm
+        metrics = dict(metrics or {})
+        if self.after_step is not None:
+            self.after_step(self.raw_model, metrics)
+        return global_loss_sum, global_tokens, metrics, grad_norm
 
     def _agree_to_stop(self) -> bool:
         """Whether any rank was asked to stop (so all ranks stop at the same step)."""
