@@ -10,9 +10,9 @@ from attnkit.attention import attend_hard
 from attnkit.cli import main as cli_main
 from attnkit.data.scenes import CaptionVocab, ScenesDataset, collate_captions, make_scenes, scene_caption
 from attnkit.decoding import beam_search, greedy_search
-from attnkit.models.captioner import (Captioner, CaptionerConfig, doubly_stochastic_penalty,
+from attnkit.models.captioner import (ShowAttendTell, CaptionerConfig, doubly_stochastic_penalty,
                                       reinforce_terms)
-from attnkit.tasks.captioning import (CaptionModel, scene_batches, scene_order, attention_correctness, attention_mass_in_box,
+from attnkit.tasks.captioning import (Captioner, scene_batches, scene_order, attention_correctness, attention_mass_in_box,
                                       caption_loss_fn, caption_scores, load_image_file, update_reward_baseline,
                                       words_to_items)
 from attnkit.training.checkpoint import load_model, save_checkpoint
@@ -30,7 +30,7 @@ def _tiny(attention="soft", **kw):
     torch.manual_seed(0)
     cfg = CaptionerConfig(vocab_size=len(_vocab()), canvas=16, channels=[4], feature_dim=8, pos_dim=4, grid=4,
                           emb_dim=8, hidden_dim=16, attn_dim=8, attention=attention, dropout=0.0, max_len=12, **kw)
-    return Captioner(cfg)
+    return ShowAttendTell(cfg)
 
 
 def _scenes(n=6, canvas=64, seed=0):
@@ -191,7 +191,7 @@ def test_beam_one_equals_greedy(attention):
         assert gh.tokens == bh[0].tokens
         assert gh.score == pytest.approx(bh[0].score, abs=1e-4)
         assert torch.allclose(gh.attention, bh[0].attention, atol=1e-6)
-    cm = CaptionModel(m, _vocab())
+    cm = Captioner(m, _vocab())
     res = cm.caption(images, beam_size=1, max_len=10)
     assert [r["tokens"] for r in res] == [h.tokens for h in g]
     assert all(r["attention"].shape == (len(r["words"]), 16) for r in res)
@@ -323,8 +323,9 @@ def test_collated_word_boxes_align_with_targets():
 
 
 def test_classifier_encoder_initialises_the_captioner(tmp_path):
-    from attnkit.models.captioner import ClassifierConfig, FashionClassifier
-    from attnkit.tasks.captioning import _load_encoder_trunk, photo_batches
+    from attnkit.models.classifier import ClassifierConfig, FashionClassifier
+    from attnkit.tasks.captioning.train import _load_encoder_trunk
+    from attnkit.tasks.classification import photo_batches
 
     torch.manual_seed(0)
     clf = FashionClassifier(ClassifierConfig(channels=[4], feature_dim=8, canvas=32))

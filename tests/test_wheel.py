@@ -7,6 +7,7 @@ declared requirement ranges are checked against those installed versions. ``make
 by CI) does the networked version: a fresh venv that installs the wheel's ranges from PyPI.
 """
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -21,8 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wheel")
+    proj = tmp / "project"  # a copy: the build writes build/ and *.egg-info, and xdist workers may build at once
+    shutil.copytree(ROOT / "src", proj / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    for f in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / f, proj / f)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "-w", tmp / "dist", ROOT], check=True, capture_output=True)
+                    "--disable-pip-version-check", "-w", tmp / "dist", proj], check=True, capture_output=True)
     wheel = next((tmp / "dist").glob("attnkit-*.whl"))
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 from . import __version__
@@ -199,15 +198,10 @@ def cmd_evaluate_translation(args) -> None:
 
 # ---------------------------------------------------------------- captioning
 def cmd_train_captioning(args) -> None:
-    from .tasks.captioning import CaptioningTrainConfig, train_captioning
+    from .config import config_from_args
+    from .tasks.captioning import CaptioningConfig, train_captioning
 
-    cfg = CaptioningTrainConfig(attention=args.attention)
-    for f in fields(cfg):
-        v = getattr(args, f.name, None)
-        if v is not None and f.name != "attention":
-            setattr(cfg, f.name, v)
-    if args.out_dir is None:
-        cfg.out_dir = f"runs/captioner-{cfg.attention}"
+    cfg = config_from_args(CaptioningConfig, args)
     cfg.progress = not args.no_progress
     for opt in ("encoder_from", "init_from"):
         if getattr(cfg, opt) and not Path(getattr(cfg, opt)).exists():
@@ -217,21 +211,18 @@ def cmd_train_captioning(args) -> None:
 
 
 def cmd_train_classifier(args) -> None:
-    from .tasks.captioning import ClassifierTrainConfig, train_classifier
+    from .config import config_from_args
+    from .tasks.classification import ClassifierTaskConfig, train_classifier
 
-    cfg = ClassifierTrainConfig()
-    for f in fields(cfg):
-        v = getattr(args, f.name, None)
-        if v is not None:
-            setattr(cfg, f.name, v)
+    cfg = config_from_args(ClassifierTaskConfig, args)
     cfg.progress = not args.no_progress
     _print_json(train_classifier(cfg, resume=args.resume))
 
 
 def _load_captioner(args):
-    from .tasks.captioning import CaptionModel
+    from .tasks.captioning import Captioner
 
-    return CaptionModel.load(_model_path(args.model, DEFAULT_CAPTION_MODEL), device=args.device, dtype=args.precision)
+    return Captioner.load(_model_path(args.model, DEFAULT_CAPTION_MODEL), device=args.device, dtype=args.precision)
 
 
 def cmd_caption(args) -> None:
@@ -394,30 +385,18 @@ def build_parser() -> argparse.ArgumentParser:
     tt.set_defaults(func=cmd_train_translation)
 
     tc = t.add_parser("captioning", help="Show, Attend and Tell on Fashion-MNIST scenes")
-    tc.add_argument("--attention", choices=["soft", "hard"], default="soft")
-    tc.add_argument("--out-dir", dest="out_dir", default=None, help="checkpoint folder (default runs/captioner-ATTENTION)")
-    tc.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out-dir")
-    for name, typ in (("canvas", int), ("score", str), ("feature-dim", int), ("pos-dim", int), ("emb-dim", int),
-                      ("hidden-dim", int), ("attn-dim", int), ("dropout", float), ("lambda-ds", float),
-                      ("entropy-coef", float), ("baseline-decay", float), ("reinforce-weight", float), ("hard-soft-mix", float),
-                      ("batch-size", int), ("lr", float), ("clip-grad-norm", float), ("epochs", int),
-                      ("scenes-per-epoch", int), ("max-steps", int), ("max-time-s", float), ("patience", int),
-                      ("save-every-steps", int), ("valid-scenes", int), ("limit-train", int), ("encoder-from", str), ("init-from", str),
-                      ("seed", int), ("threads", int), ("device", str), ("precision", str)):
-        tc.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ, default=None)
-    tc.add_argument("--context-to-lstm", dest="context_to_lstm", action="store_true", default=None,
-                    help="feed the context into the LSTM too (Xu et al.); by default only the output sees it")
-    tc.add_argument("--no-progress", action="store_true")
+    from .tasks.captioning import CaptioningConfig
+    from .tasks.classification import ClassifierTaskConfig
+
+    add_config_arguments(tc, CaptioningConfig)
+    tc.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)")
+    tc.add_argument("--no-progress", action="store_true", help="no progress bar (default: off)")
     tc.set_defaults(func=cmd_train_captioning)
 
     tk = t.add_parser("classifier", help="Fashion-MNIST classifier (its conv encoder can start a captioner)")
-    tk.add_argument("--out-dir", dest="out_dir", default=None, help="checkpoint folder (default runs/classifier)")
-    tk.add_argument("--resume", action="store_true")
-    for name, typ in (("channels", str), ("feature-dim", int), ("canvas", int), ("batch-size", int), ("lr", float),
-                      ("epochs", int), ("max-steps", int), ("max-time-s", float), ("save-every-steps", int),
-                      ("seed", int), ("threads", int), ("device", str), ("precision", str)):
-        tk.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ, default=None)
-    tk.add_argument("--no-progress", action="store_true")
+    add_config_arguments(tk, ClassifierTaskConfig)
+    tk.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)")
+    tk.add_argument("--no-progress", action="store_true", help="no progress bar (default: off)")
     tk.set_defaults(func=cmd_train_classifier)
 
     tr = sub.add_parser("translate", help="translate Spanish to English")

@@ -26,7 +26,7 @@ at, so the map of "coat" has to be on the coat (``context_to_lstm=True`` restore
 with ``h_0, m_0 = tanh(W_{h,m} · mean_i a_i)``. ``α_t`` is the attention used to *predict*
 ``y_t``, so it is aligned with the target word.
 
-Losses (computed in :mod:`attnkit.tasks.captioning` from :meth:`Captioner.forward`'s outputs):
+Losses (computed in :mod:`attnkit.tasks.captioning` from :meth:`ShowAttendTell.forward`'s outputs):
 
 - soft: ``NLL + λ Σ_i (1 − Σ_t α_ti)²`` (doubly stochastic regularisation);
 - hard: ``NLL`` of the sampled-context path, plus REINFORCE ``−(R − b) Σ_t log α_{t,s_t}`` with
@@ -35,18 +35,22 @@ Losses (computed in :mod:`attnkit.tasks.captioning` from :meth:`Captioner.forwar
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import dataclasses
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..attention import Attention
-from ..attention.scores import canonical_score_name
+from ..attention import Attention, PreparedMemory
+from ..decoding import reorder_state
+from ..attention.scores import SCORE_ALIASES, canonical_score_name
+from ..config import config_from_json, option
+from ..errors import ConfigError
 from .registry import register_model
 
-__all__ = ["CaptionerConfig", "CaptionerOutput", "CNNEncoder", "Captioner", "reinforce_terms",
+__all__ = ["CaptionerConfig", "CaptionerOutput", "CaptionerState", "CNNEncoder", "ShowAttendTell", "reinforce_terms",
            "doubly_stochastic_penalty"]
 
 ATTENTION_MODES = ("soft", "hard")
@@ -54,56 +58,74 @@ ATTENTION_MODES = ("soft", "hard")
 
 @dataclass
 class CaptionerConfig:
-    """Hyper-parameters of the captioner; saved as ``config.json`` beside the weights."""
+    """Hyper-parameters of Show, Attend and Tell; saved as ``config.json`` beside the weights.
 
-    vocab_size: int = 32
-    canvas: int = 64
-    channels: list = field(default_factory=lambda: [32, 64, 96])  # one conv block (÷2) each
-    feature_dim: int = 128  # content features per cell
-    pos_dim: int = 32  # learned position vector per cell (0: none)
-    grid: int = 8  # the grid is grid × grid cells
-    emb_dim: int = 64
-    hidden_dim: int = 256
-    attn_dim: int = 128
-    score: str = "additive"
-    attention: str = "soft"  # soft | hard
-    dropout: float = 0.1
-    lambda_ds: float = 1.0  # doubly stochastic regularisation weight (soft)
-    entropy_coef: float = 0.01  # entropy bonus (hard)
-    baseline_decay: float = 0.9  # moving-average reward baseline (hard)
-    reinforce_weight: float = 1.0  # λ_r: weight of the REINFORCE term (hard)
-    # Xu et al. feed ẑ_t into the LSTM too. Then the decoder can look at an item one step early (while
-    # emitting "a"), keep it in its state and name it with a diffuse map; off, each word's own map must
-    # find what that word says (see the module docstring).
-    context_to_lstm: bool = False
-    # hard, training: the share of sentences that use the expected (soft) context instead of a sampled
-    # cell (Xu et al. 2015, §4.2: "with probability 0.5 … set the sampled attention location to its
-    # expected value"). Without it our hard model settled on the empty background: a constant context
-    # carries no information but no sampling noise either.
-    hard_soft_mix: float = 0.5
-    max_len: int = 32
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
-    extra: dict = field(default_factory=dict)
+    ``context_to_lstm``: Xu et al. feed ẑ_t into the LSTM too. Then the decoder can look at an item
+    one step early (while emitting "a"), keep it in its state and name it with a diffuse map; off,
+    each word's own map must find what that word says (see the module docstring).
+    ``hard_soft_mix``: hard attention, training: the share of sentences that use the expected
+    (soft) context instead of a sampled cell (Xu et al. 2015, §4.2: "with probability 0.5 … set the
+    sampled attention location to its expected value"). Without it our hard model settled on the
+    empty background: a constant context carries no information but no sampling noise either.
+    """
+
+    vocab_size: int = option(32, "vocabulary size (set from the scenes' vocabulary)", cli=False)
+    canvas: int = option(64, "canvas size in pixels (the scenes' and the input images')")
+    channels: list = option(default_factory=lambda: [32, 64, 96], help="conv block widths (each halves the image)",
+                            cli=False)
+    feature_dim: int = option(128, "content features per grid cell")
+    pos_dim: int = option(32, "learned position vector per cell (0: none)")
+    grid: int = option(8, "the grid is grid × grid cells (set from the canvas)", cli=False)
+    emb_dim: int = option(64, "word embedding size")
+    hidden_dim: int = option(256, "LSTM size")
+    attn_dim: int = option(128, "the additive score's tanh layer size")
+    score: str = option("additive", "the score function", choices=tuple(SCORE_ALIASES))
+    attention: str = option("soft", "soft (deterministic) or hard (stochastic, REINFORCE) attention",
+                            choices=ATTENTION_MODES)
+    dropout: float = option(0.1, "dropout on embeddings and the deep output")
+    lambda_ds: float = option(0.2, "weight of the doubly stochastic regularisation (soft)")
+    entropy_coef: float = option(0.01, "entropy bonus (hard)")
+    baseline_decay: float = option(0.9, "decay of the moving-average reward baseline (hard)")
+    reinforce_weight: float = option(1.0, "weight λ_r of the REINFORCE term (hard)")
+    context_to_lstm: bool = option(False, "feed the context into the LSTM too (Xu et al.); by default only the "
+                                   "output sees it")
+    hard_soft_mix: float = option(0.5, "hard, training: share of sentences that read the expected context")
+    max_len: int = option(32, "longest caption generated", cli=False)
+    pad_id: int = option(0, "padding token id", cli=False)
+    bos_id: int = option(1, "beginning-of-caption token id", cli=False)
+    eos_id: int = option(2, "end-of-caption token id", cli=False)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_MODES:
-            raise ValueError(f"attention must be one of {ATTENTION_MODES}, got {self.attention!r}")
+            raise ConfigError(f"attention must be one of {ATTENTION_MODES}, got {self.attention!r}")
         if self.vocab_size < 4:
-            raise ValueError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
+            raise ConfigError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
         if self.canvas < self.grid or self.grid < 1:
-            raise ValueError(f"grid must lie in 1..canvas={self.canvas}, got {self.grid}")
+            raise ConfigError(f"grid must lie in 1..canvas={self.canvas}, got {self.grid}")
         self.channels = [int(c) for c in self.channels]
         if not self.channels or min(self.channels) < 1:
-            raise ValueError(f"channels must be a non-empty list of positive ints, got {self.channels}")
+            raise ConfigError(f"channels must be a non-empty list of positive ints, got {self.channels}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "CaptionerConfig":
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        """From a ``config.json`` object (old files convert through :func:`attnkit.config.config_from_json`)."""
+        return config_from_json(cls, d)
+
+
+@dataclass
+class CaptionerState:
+    """The decoder state: LSTM ``h``, ``m`` ``(B, H)``; the annotations prepared once (keys ``U a_i + b``
+    and values ``a_i``); ``soft_rows (B,)``, in hard training, the sentences that read the expected context."""
+
+    h: Tensor
+    m: Tensor
+    memory: PreparedMemory
+    soft_rows: Tensor | None = None
 
 
 class CaptionerOutput(NamedTuple):
@@ -165,7 +187,7 @@ def reinforce_terms(nll_per_sentence: Tensor, log_probs: Tensor, step_mask: Tens
 
 
 @register_model("captioner")
-class Captioner(nn.Module):
+class ShowAttendTell(nn.Module):
     """Show, Attend and Tell with soft or hard attention (see the module docstring)."""
 
     model_type = "captioner"
@@ -194,7 +216,7 @@ class Captioner(nn.Module):
 
     # ---------------------------------------------------------------- config
     @classmethod
-    def from_config(cls, config: dict | CaptionerConfig) -> "Captioner":
+    def from_config(cls, config: dict | CaptionerConfig) -> "ShowAttendTell":
         return cls(config if isinstance(config, CaptionerConfig) else CaptionerConfig.from_dict(config))
 
     def to_config(self) -> dict:
@@ -220,10 +242,10 @@ class Captioner(nn.Module):
             feats = torch.cat([feats, self.pos.unsqueeze(0).expand(feats.shape[0], -1, -1)], dim=-1)
         return feats
 
-    def init_state(self, annotations: Tensor) -> dict:
-        mean = annotations.mean(1)
-        return {"h": torch.tanh(self.init_h(mean)), "m": torch.tanh(self.init_m(mean)),
-                "annotations": annotations, "memory": self.attention.prepare(annotations)}
+    def init_state(self, annotations: Tensor) -> CaptionerState:
+        mean = annotations.mean(1)  # (B, D)
+        return CaptionerState(torch.tanh(self.init_h(mean)), torch.tanh(self.init_m(mean)),
+                              self.attention.prepare(annotations))
 
     def _mode(self, hard: str | None) -> str | None:
         """``None`` (soft), ``"sample"`` or ``"argmax"``: hard models sample while training."""
@@ -235,19 +257,19 @@ class Captioner(nn.Module):
             return hard
         return "sample" if self.training else "argmax"
 
-    def _attend(self, h_prev: Tensor, state: dict, mode: str | None, generator=None):
+    def _attend(self, h_prev: Tensor, state: CaptionerState, mode: str | None, generator=None):
         """Context ``ẑ_t``, ``α_t``, ``β_t`` and (hard) log-prob, entropy and location, all from the
         core: soft attention, or one cell sampled / the argmax cell (:meth:`Attention.hard`)."""
         logp = ent = loc = None
         if mode is None:
-            z, alpha = self.attention(h_prev, prepared=state["memory"], need_weights=True)
+            z, alpha = self.attention(h_prev, prepared=state.memory, need_weights=True)
         else:
-            out = self.attention.hard(h_prev, prepared=state["memory"], mode=mode, generator=generator)
+            out = self.attention.hard(h_prev, prepared=state.memory, mode=mode, generator=generator)
             z, alpha, loc = out.context, out.probs, out.index
             if mode == "sample":
                 logp = out.log_prob
                 ent = -(alpha * torch.log(alpha.clamp_min(1e-12))).sum(-1)
-                soft_rows = state.get("soft_rows")
+                soft_rows = state.soft_rows
                 if soft_rows is not None:  # these sentences read the expected context: no sample, no REINFORCE term
                     z = torch.where(soft_rows.unsqueeze(-1), out.expected, z)
                     logp = logp.masked_fill(soft_rows, 0.0)
@@ -277,10 +299,10 @@ class Captioner(nn.Module):
         state = self.init_state(self.encode(images))
         if mode == "sample" and self.training and self.config.hard_soft_mix > 0:
             u = torch.rand(images.shape[0], generator=generator, device=images.device)
-            state["soft_rows"] = u < self.config.hard_soft_mix
+            state.soft_rows = u < self.config.hard_soft_mix
         y_emb = self.drop(self.embedding(captions_in))
         hs, zs, alphas, betas, logps, ents, locs = [], [], [], [], [], [], []
-        h, m = state["h"], state["m"]
+        h, m = state.h, state.m
         for y_t in y_emb.unbind(1):
             z, alpha, beta, logp, ent, loc = self._attend(h, state, mode, generator)
             h, m = self.cell(self._cell_input(y_t, z), (h, m))
@@ -310,70 +332,17 @@ class Captioner(nn.Module):
         return float(self.reward_baseline)
 
     # ---------------------------------------------------------------- decoding protocol
-    def start(self, images: Tensor) -> dict:
+    def start(self, images: Tensor) -> CaptionerState:
         """Encode the images once; the state for :meth:`step`."""
         return self.init_state(self.encode(images))
 
-    def step(self, prev_tokens: Tensor, state: dict):
+    def step(self, prev_tokens: Tensor, state: CaptionerState):
         """``prev_tokens (R,)`` → ``(log_probs (R, V), state, α (R, L))``; hard models use the argmax cell."""
         y_emb = self.embedding(prev_tokens)
         mode = None if self.config.attention == "soft" else "argmax"
-        z, alpha, beta, _, _, _ = self._attend(state["h"], state, mode)
-        h, m = self.cell(self._cell_input(y_emb, z), (state["h"], state["m"]))
-        new = dict(state)
-        new["h"], new["m"] = h, m
-        return torch.log_softmax(self._logits(h, z, y_emb), dim=-1), new, alpha
+        z, alpha, beta, _, _, _ = self._attend(state.h, state, mode)
+        h, m = self.cell(self._cell_input(y_emb, z), (state.h, state.m))
+        return torch.log_softmax(self._logits(h, z, y_emb), dim=-1), dataclasses.replace(state, h=h, m=m), alpha
 
-    def reorder(self, state: dict, index: Tensor) -> dict:
-        out = {}
-        for k, v in state.items():
-            if isinstance(v, Tensor):
-                out[k] = v.index_select(0, index)
-            elif isinstance(v, tuple):
-                out[k] = type(v)(*(t.index_select(0, index) for t in v))
-            else:
-                out[k] = v
-        return out
-
-
-@dataclass
-class ClassifierConfig:
-    """A Fashion-MNIST classifier whose conv trunk and head have the captioner encoder's layout."""
-
-    channels: list = field(default_factory=lambda: [32, 64, 96])
-    feature_dim: int = 128
-    num_classes: int = 10
-    canvas: int = 32
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@register_model("fashion_classifier")
-class FashionClassifier(nn.Module):
-    """``CNNEncoder`` (conv blocks + head) → global average pool → linear: one photo → 10 classes.
-
-    Trained with ``attnkit train classifier``; ``attnkit train captioning --encoder-from DIR``
-    copies its ``encoder`` into the captioner's, so the grid cells start class-discriminative.
-    """
-
-    model_type = "fashion_classifier"
-
-    def __init__(self, config: ClassifierConfig):
-        super().__init__()
-        self.config = config
-        self.encoder = CNNEncoder(list(config.channels), config.feature_dim, grid=1)
-        self.fc = nn.Linear(config.feature_dim, config.num_classes)
-
-    @classmethod
-    def from_config(cls, config: dict | ClassifierConfig) -> "FashionClassifier":
-        if isinstance(config, dict):
-            config = ClassifierConfig(**{k: v for k, v in config.items() if k in ClassifierConfig.__dataclass_fields__})
-        return cls(config)
-
-    def to_config(self) -> dict:
-        return {**self.config.to_dict(), "model_type": self.model_type}
-
-    def forward(self, images: Tensor) -> Tensor:
-        x = self.encoder.head(self.encoder.trunk(images))  # (B, D, h, w)
-        return self.fc(x.mean((-1, -2)))
+    def reorder(self, state: CaptionerState, index: Tensor) -> CaptionerState:
+        return reorder_state(state, index)

@@ -19,8 +19,8 @@ BUILTIN: dict[str, str] = {
     "rnnsearch": "seq2seq:RNNSearch",
     "rnnencdec": "seq2seq:RNNEncDec",
     "transformer": "transformer:TransformerTranslator",
-    "captioner": "captioner:Captioner",
-    "fashion_classifier": "captioner:FashionClassifier",
+    "captioner": "captioner:ShowAttendTell",
+    "fashion_classifier": "classifier:FashionClassifier",
 }
 
 _REGISTRY: dict[str, type] = {}

@@ -1,0 +1,57 @@
+"""What ``attnkit train captioning`` takes: the task's options and, nested, the model's config."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ...config import option
+from ...errors import ConfigError
+from ...models.captioner import CaptionerConfig
+
+VOCAB_FILE = "vocab.json"
+
+
+def _default_model() -> CaptionerConfig:
+    return CaptionerConfig()
+
+
+@dataclass
+class CaptioningConfig:
+    """The training options of a captioner and its model's config (``model_config``, whose fields
+    are flags too: ``--attention hard``, ``--hidden-dim 256``). Saved as ``train_config.json``.
+
+    The model's ``vocab_size`` comes from the scenes' vocabulary and its ``grid`` from the canvas
+    (one conv block halves it: ``canvas / 2^len(channels)``), in :func:`attnkit.tasks.captioning.build_captioner`.
+    """
+
+    out_dir: str | None = option(None, "checkpoint folder (default: runs/captioner-ATTENTION)")
+    batch_size: int = option(32, "scenes per batch")
+    lr: float = option(2e-3, "Adam's learning rate")
+    clip_grad_norm: float = option(5.0, "clip the gradient norm to this")
+    epochs: int = option(30, "at most this many epochs (of --scenes-per-epoch scenes)")
+    scenes_per_epoch: int | None = option(4000, "scenes per epoch: a validation and a `best` checkpoint this often")
+    max_steps: int | None = option(None, "stop after this many optimizer steps")
+    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds")
+    patience: int | None = option(None, "stop after this many validations without a better BLEU-4")
+    save_every_steps: int = option(200, "write a step checkpoint this often")
+    valid_scenes: int = option(300, "validation scenes captioned at every validation")
+    limit_train: int | None = option(None, "train on the first N scenes only")
+    encoder_from: str | None = option(None, "a `train classifier` checkpoint whose conv trunk starts the encoder")
+    init_from: str | None = option(None, "warm start from a captioner checkpoint (every weight whose shape fits)")
+    seed: int = option(0, "random seed (weights, batches, sampling)")
+    threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
+    device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
+    precision: str = option("fp32", "training precision: fp32, bf16 or fp16 (autocast), or auto",
+                            choices=("fp32", "bf16", "fp16", "auto"))
+    progress: bool = option(True, "show a progress bar", cli=False)
+    model_config: CaptionerConfig = option(default_factory=_default_model, help="the model's config")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.model_config, dict):
+            self.model_config = CaptionerConfig.from_dict(self.model_config)
+        if not isinstance(self.model_config, CaptionerConfig):
+            raise ConfigError(f"model_config must be a CaptionerConfig, got {type(self.model_config).__name__}")
+        if self.out_dir is None:
+            self.out_dir = f"runs/captioner-{self.model_config.attention}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,82 @@
+"""The inference wrapper: a trained captioner with its vocabulary."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ...data.scenes import CaptionVocab
+from ...decoding import beam_search, greedy_search
+from ...training.checkpoint import CheckpointError, load_model
+from .config import VOCAB_FILE
+
+
+# ---------------------------------------------------------------------------------------- model wrapper
+
+
+class Captioner:
+    """A trained captioner with its vocabulary: caption image tensors or files, keep the attention."""
+
+    def __init__(self, model, vocab: CaptionVocab):
+        self.model = model
+        self.vocab = vocab
+        self.config = model.config
+
+    @classmethod
+    def load(cls, model_dir: str | Path, *, device: str | torch.device | None = "cpu",
+             dtype: str | torch.dtype | None = None) -> "Captioner":
+        """Load a captioner by name (``"captioner-soft"``) or folder, onto ``device`` in ``dtype``
+        (as :meth:`attnkit.tasks.translation.Translator.load`)."""
+        from ...device import place
+        from ...pretrained import resolve_model
+
+        model_dir = resolve_model(model_dir)
+        model, _, _ = load_model(model_dir, model_type="captioner")
+        vocab_path = model_dir / VOCAB_FILE
+        if not vocab_path.is_file():
+            raise CheckpointError(f"{vocab_path}: the checkpoint has no {VOCAB_FILE}; is {model_dir} a captioner?")
+        return cls(place(model, device, dtype), CaptionVocab.load(vocab_path))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def canvas(self) -> int:
+        return self.config.canvas
+
+    @torch.no_grad()
+    def caption(self, images: torch.Tensor, *, beam_size: int = 1, batch_size: int = 128,
+                max_len: int | None = None) -> list[dict]:
+        """Caption ``images (N, 1, C, C)`` in [0, 1]; each result has ``caption``, ``words``,
+        ``tokens``, ``score`` and ``attention (len(words), L)`` (row t predicted word t)."""
+        self.model.eval()
+        max_len = max_len or self.config.max_len
+        results = []
+        for s in range(0, len(images), batch_size):
+            first = next(self.model.parameters())
+            inputs = {"images": images[s:s + batch_size].to(device=first.device, dtype=first.dtype)}
+            if beam_size <= 1:
+                hyps = greedy_search(self.model, inputs, bos_id=self.config.bos_id, eos_id=self.config.eos_id,
+                                     max_len=max_len, return_attention=True)
+            else:
+                hyps = [h[0] for h in beam_search(self.model, inputs, beam_size=beam_size, bos_id=self.config.bos_id,
+                                                  eos_id=self.config.eos_id, max_len=max_len, length_penalty=0.0,
+                                                  return_attention=True)]
+            for h in hyps:
+                words = [self.vocab.itos[t] for t in h.tokens]
+                results.append({"caption": " ".join(words), "words": words, "tokens": h.tokens, "score": h.score,
+                                "attention": h.attention})
+        return results
+
+    def plot(self, image: torch.Tensor, result: dict, path, *, boxes=None, title: str | None = None):
+        """The per-word attention overlay of one captioned image (Xu et al., Fig. 2)."""
+        from ...viz import plot_caption_attention
+
+        words = result["words"]
+        att = result["attention"]
+        if not words:
+            raise ValueError("the caption is empty: nothing to plot")
+        return plot_caption_attention(image[0], words, att, path, grid_shape=self.model.grid_shape, boxes=boxes,
+                                      title=title or result["caption"], normalize="per_word")
+

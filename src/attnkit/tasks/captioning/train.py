@@ -1,0 +1,123 @@
+"""Training a soft or hard captioner with the shared trainer (warm starts included)."""
+from __future__ import annotations
+
+import dataclasses
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from ...data.scenes import CaptionVocab, ScenesDataset, collate_captions, load_scenes
+from ...device import to_device
+from ...training.checkpoint import CheckpointError, load_model
+from .config import VOCAB_FILE, CaptioningConfig
+from .data import scene_batches
+from .inference import Captioner
+from .loss import caption_loss_fn, update_reward_baseline
+from .metrics import caption_scores
+
+
+# ---------------------------------------------------------------------------------------- training
+
+
+def _valid_fn(dataset: ScenesDataset, n: int, vocab: CaptionVocab):
+    subset = [dataset[i] for i in range(min(n, len(dataset)))]
+    batch = collate_captions(subset)
+
+    def valid_fn(model):
+        out = caption_loss_fn(model.config)(model, to_device(batch, next(model.parameters()).device))
+        cm = Captioner(model, vocab)
+        hyps = [r["caption"] for r in cm.caption(batch["images"])]
+        sc = caption_scores(hyps, batch["texts"])
+        return {"valid_nll": out[2]["nll"], "valid_bleu4": sc["bleu4"], "valid_exact_match": sc["exact_match"]}
+
+    return valid_fn
+
+
+def build_captioner(cfg: CaptioningConfig, vocab_size: int):
+    """Show, Attend and Tell from ``cfg.model_config``, for a vocabulary of ``vocab_size``; the grid
+    follows the canvas (each conv block halves it)."""
+    from ...models.captioner import ShowAttendTell
+
+    mc = cfg.model_config
+    return ShowAttendTell(dataclasses.replace(mc, vocab_size=vocab_size, grid=mc.canvas // 2 ** len(mc.channels)))
+
+
+def train_captioning(cfg: CaptioningConfig, *, resume: bool = False, home: str | Path | None = None) -> dict:
+    """Train a soft or hard captioner on the scenes with the shared trainer; returns its summary."""
+    from ...training import Trainer
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    train = load_scenes("train", home, canvas=cfg.model_config.canvas)
+    valid = load_scenes("valid", home, canvas=cfg.model_config.canvas)
+    vocab = train.vocab
+    if cfg.limit_train:
+        train = ScenesDataset({k: (v[:cfg.limit_train] if getattr(v, "ndim", 0) and len(v) == len(train) else v)
+                               for k, v in train.arrays.items()}, vocab)
+    torch.manual_seed(cfg.seed)
+    model = build_captioner(cfg, len(vocab))
+    if cfg.encoder_from:
+        _load_encoder_trunk(model, cfg.encoder_from)
+    if cfg.init_from:
+        warm_start(model, cfg.init_from)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    vocab_bytes = json.dumps({"type": "CaptionVocab", "itos": vocab.itos}, indent=1).encode()
+    trainer = Trainer(
+        model, optimizer, loss_fn=caption_loss_fn(model.config), after_step=update_reward_baseline,
+        train_batches=scene_batches(train, batch_size=cfg.batch_size, seed=cfg.seed,
+                                    scenes_per_epoch=cfg.scenes_per_epoch),
+        valid_fn=_valid_fn(valid, cfg.valid_scenes, vocab), clip_grad_norm=cfg.clip_grad_norm, out_dir=out,
+        save_every_steps=cfg.save_every_steps, max_epochs=cfg.epochs, max_steps=cfg.max_steps,
+        max_time_s=cfg.max_time_s, early_stopping_patience=cfg.patience, metric_for_best="valid_bleu4",
+        greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress,
+        extra_files={VOCAB_FILE: vocab_bytes}, device=cfg.device, precision=cfg.precision,
+    )
+    return trainer.fit(resume=resume)
+
+
+def _load_encoder_trunk(model, classifier_dir: str | Path) -> None:
+    """Copy a Fashion-MNIST classifier's conv encoder (trunk and head) into the captioner's."""
+
+    clf, _, _ = load_model(classifier_dir)
+    src = getattr(clf, "encoder", None)
+    if src is None or not hasattr(src, "trunk"):
+        raise CheckpointError(f"{classifier_dir}: not a classifier checkpoint with a conv encoder")
+    try:
+        model.encoder.trunk.load_state_dict(src.trunk.state_dict())
+        model.encoder.head.load_state_dict(src.head.state_dict())
+    except RuntimeError as exc:
+        raise CheckpointError(f"{classifier_dir}: its encoder does not fit this captioner ({exc})") from None
+
+
+def warm_start(model, captioner_dir: str | Path) -> list[str]:
+    """Initialise ``model`` from another captioner's weights; returns the names copied.
+
+    Every tensor whose name and shape match is copied. The LSTM's input weights are copied column
+    by column when only the input size differs (a ``context_to_lstm`` model warm-starting one
+    without: the word-embedding columns come first and are kept, the context columns dropped).
+    """
+
+    src, _, _ = load_model(captioner_dir, model_type="captioner")
+    theirs, ours = src.state_dict(), model.state_dict()
+    copied = []
+    with torch.no_grad():
+        for k, v in ours.items():
+            if k not in theirs:
+                continue
+            w = theirs[k].to(v.dtype)
+            if w.shape == v.shape:
+                v.copy_(w)
+            elif k == "cell.weight_ih" and w.shape[0] == v.shape[0]:
+                n = min(w.shape[1], v.shape[1])
+                v[:, :n].copy_(w[:, :n])
+            else:
+                continue
+            copied.append(k)
+    return copied
+

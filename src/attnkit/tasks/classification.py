@@ -1,0 +1,118 @@
+"""Classifying Fashion-MNIST photos: a classifier whose conv encoder can start a captioner's."""
+from __future__ import annotations
+
+__all__ = ["ClassifierTaskConfig", "photo_batches", "train_classifier"]
+
+import dataclasses
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..config import option
+from ..device import to_device
+from ..errors import ConfigError
+from ..models.classifier import ClassifierConfig, FashionClassifier
+from ..training.data import Batches, shuffled
+
+
+@dataclass
+class ClassifierTaskConfig:
+    """``attnkit train classifier``: Fashion-MNIST photos at random offsets on a small canvas, and the
+    classifier's config nested (``model_config``; ``--channels`` gives its conv widths)."""
+
+    out_dir: str = option("runs/classifier", "checkpoint folder")
+    channels: str = option("32,64,96", "conv block widths, comma-separated (the captioner encoder's layout)")
+    batch_size: int = option(128, "photos per batch")
+    lr: float = option(2e-3, "Adam's learning rate")
+    epochs: int = option(2, "passes over the 55,000 training photos")
+    max_steps: int | None = option(None, "stop after this many optimizer steps")
+    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds")
+    save_every_steps: int = option(200, "write a step checkpoint this often")
+    seed: int = option(0, "random seed (weights, batches, offsets)")
+    threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
+    device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
+    precision: str = option("fp32", "training precision: fp32, bf16 or fp16 (autocast), or auto",
+                            choices=("fp32", "bf16", "fp16", "auto"))
+    progress: bool = option(True, "show a progress bar", cli=False)
+    model_config: ClassifierConfig = option(default_factory=ClassifierConfig, help="the classifier's config")
+
+    def __post_init__(self) -> None:
+        try:
+            channels = [int(c) for c in str(self.channels).split(",")]
+        except ValueError:
+            raise ConfigError(f"channels must be comma-separated ints such as 32,64,96, got {self.channels!r}") from None
+        self.model_config = dataclasses.replace(self.model_config, channels=channels)
+
+
+def photo_batches(photos: np.ndarray, labels: np.ndarray, *, batch_size: int, canvas: int, seed: int,
+                  shuffle: bool = True) -> Batches:
+    """Resumable batches of Fashion-MNIST photos pasted at random offsets on a ``canvas`` square (the
+    offsets of batch ``i`` of epoch ``e`` drawn from ``(seed, e, i)``; ``shuffle=False``: in order, centred)."""
+    photos_t = torch.from_numpy(photos)
+    labels_t = torch.from_numpy(labels.astype(np.int64))
+    n = len(labels_t)
+
+    def plan(epoch):
+        order = shuffled(n, seed * 7919, epoch) if shuffle else list(range(n))
+        return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+
+    def make(idx, epoch, i):
+        g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 100_003 + i)
+        slack = canvas - 28
+        off = (torch.randint(0, slack + 1, (len(idx), 2), generator=g) if shuffle
+               else torch.full((len(idx), 2), slack // 2))
+        images = torch.zeros(len(idx), 1, canvas, canvas)
+        for k, j in enumerate(idx):
+            x, y = off[k].tolist()
+            images[k, 0, y:y + 28, x:x + 28] = photos_t[j].float() / 255.0
+        return {"images": images, "labels": labels_t[list(idx)]}
+
+    return Batches(plan, make, fingerprint={"seed": seed})
+
+
+def train_classifier(cfg: ClassifierTaskConfig, *, resume: bool = False) -> dict:
+    """Train the Fashion-MNIST classifier on train photos ``[0, 55000)`` (the scenes' train pool);
+    validate on the held-out ``[55000, 60000)``. Test photos are never seen."""
+    from ..data.idx import load_fashion_mnist
+    from ..data.scenes import VALID_HOLDOUT
+    from ..training import Trainer
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    photos, labels = load_fashion_mnist("train")
+    cut = len(photos) - VALID_HOLDOUT
+    torch.manual_seed(cfg.seed)
+    model = FashionClassifier(cfg.model_config)
+    valid = photo_batches(photos[cut:], labels[cut:], batch_size=500, canvas=cfg.model_config.canvas, seed=0, shuffle=False)
+
+    def loss_fn(m, batch):
+        logits = m(batch["images"])
+        loss = F.cross_entropy(logits, batch["labels"], reduction="sum")
+        acc = float((logits.argmax(-1) == batch["labels"]).float().mean())
+        return loss, len(batch["labels"]), {"acc": acc}
+
+    def valid_fn(m):
+        right = n = 0
+        valid.set_epoch(0)
+        for b in valid:
+            b = to_device(b, next(m.parameters()).device)
+            right += int((m(b["images"]).argmax(-1) == b["labels"]).sum())
+            n += len(b["labels"])
+        return {"valid_acc": right / n}
+
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    trainer = Trainer(model, torch.optim.Adam(model.parameters(), lr=cfg.lr), loss_fn=loss_fn,
+                      train_batches=photo_batches(photos[:cut], labels[:cut], batch_size=cfg.batch_size,
+                                                  canvas=cfg.model_config.canvas, seed=cfg.seed),
+                      valid_fn=valid_fn, out_dir=out, save_every_steps=cfg.save_every_steps, max_epochs=cfg.epochs,
+                      max_steps=cfg.max_steps, max_time_s=cfg.max_time_s, metric_for_best="valid_acc",
+                      greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress,
+                      device=cfg.device, precision=cfg.precision)
+    return trainer.fit(resume=resume)
+
