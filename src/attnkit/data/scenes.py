@@ -32,7 +32,6 @@ import hashlib
 import io
 import json
 import os
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -53,6 +52,7 @@ __all__ = [
     "make_scenes",
     "scene_caption",
     "parse_caption",
+    "scan_caption",
     "prepare_scenes",
     "load_scenes",
     "ScenesDataset",
@@ -146,24 +146,33 @@ def scene_caption(classes: Sequence[int], places: Sequence[int]) -> tuple[str, l
     return " ".join(words), word_item
 
 
-_PHRASE = re.compile(r"a (\w+) at the (top|bottom) (left|right)")
+def scan_caption(words: Sequence[str]) -> list[tuple[int, int, int | None]]:
+    """Every item a caption names, read leniently (a generated caption may break the grammar):
+    ``[(word position, class id, place id or None), ...]``, one per class word, with the place the
+    words ``at the <row> <col>`` right after it give (None when they do not)."""
+    out = []
+    for i, w in enumerate(words):
+        if w in FASHION_WORDS:
+            tail = list(words[i + 1:i + 5])
+            where = f"{tail[2]} {tail[3]}" if len(tail) == 4 and tail[:2] == ["at", "the"] else None
+            out.append((i, FASHION_WORDS.index(w), PLACES.index(where) if where in PLACES else None))
+    return out
 
 
 def parse_caption(text: str) -> list[tuple[int, int]]:
-    """Parse a caption of the scene grammar back into ``[(class id, place id), ...]``.
-
-    Useful to score generated captions (are the named items and places right?).
-    Raises ValueError, quoting the caption, when it does not follow the grammar.
+    """Parse a caption of the scene grammar (``a <class> at the <row> <col>`` joined by ``and``) back
+    into ``[(class id, place id), ...]``: :func:`scan_caption`, then a check that the caption is
+    exactly the grammar's rendering of what was found. Raises ValueError, quoting the caption,
+    when it does not follow the grammar.
     """
     if not isinstance(text, str):
         raise TypeError(f"text: expected str, got {type(text).__name__}")
-    out = []
-    for phrase in text.split(" and "):
-        m = _PHRASE.fullmatch(phrase)
-        if not m or m.group(1) not in FASHION_WORDS:
-            raise ValueError(f"text: not a scene caption: {text!r} (bad phrase {phrase!r})")
-        out.append((FASHION_WORDS.index(m.group(1)), PLACES.index(f"{m.group(2)} {m.group(3)}")))
-    return out
+    found = scan_caption(text.split())
+    items = [(c, p) for _, c, p in found if p is not None]
+    canonical = " and ".join(f"a {FASHION_WORDS[c]} at the {PLACES[p]}" for c, p in items)
+    if not items or len(items) != len(found) or canonical != text:
+        raise ValueError(f"text: not a scene caption: {text!r}")
+    return items
 
 
 # --------------------------------------------------------------------------- generation

@@ -14,8 +14,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ...data.idx import FASHION_WORDS
-from ...data.scenes import PLACES
+from ...data.scenes import scan_caption
 
 
 # ---------------------------------------------------------------------------------------- metrics
@@ -24,24 +23,17 @@ from ...data.scenes import PLACES
 def words_to_items(words: Sequence[str], classes: Sequence[int], places: Sequence[int]) -> list[int]:
     """For each caption word, the index of the scene item it names, or -1.
 
-    A class word names the item of that class at the place the caption gives next
-    (``<class> at the <row> <col>``); failing that, the only item of that class. A class word
-    that matches no item (a wrong word) names nothing.
+    A class word (found by :func:`attnkit.data.scenes.scan_caption`) names the item of that class
+    at the place the caption gives next (``<class> at the <row> <col>``); failing that, the only
+    item of that class. A class word that matches no item (a wrong word) names nothing.
     """
     classes, places = [int(c) for c in classes], [int(p) for p in places]
-    out = []
-    for i, w in enumerate(words):
-        if w not in FASHION_WORDS:
-            out.append(-1)
-            continue
-        c = FASHION_WORDS.index(w)
-        tail = list(words[i + 1:i + 5])
-        place = PLACES.index(f"{tail[2]} {tail[3]}") if (len(tail) == 4 and tail[:2] == ["at", "the"]
-                                                          and f"{tail[2]} {tail[3]}" in PLACES) else None
+    out = [-1] * len(words)
+    for i, c, place in scan_caption(words):
         match = [k for k, (ck, pk) in enumerate(zip(classes, places)) if ck == c and (place is None or pk == place)]
         if not match and place is not None:
             match = [k for k, ck in enumerate(classes) if ck == c]
-        out.append(match[0] if len(match) == 1 else -1)
+        out[i] = match[0] if len(match) == 1 else -1
     return out
 
 
