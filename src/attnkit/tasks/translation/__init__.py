@@ -1,0 +1,23 @@
+"""Spanish → English translation on the verse-aligned Bible: data, training, translating, evaluating.
+
+The glue between the corpus (:mod:`attnkit.data.bible`), the models
+(:mod:`attnkit.models.seq2seq`, :mod:`attnkit.models.transformer`), the shared trainer and the
+shared decoding, in the shape every task has: ``config`` (the task's options nesting the model's
+config), ``data`` (tokenizer, batches), ``loss``, ``inference`` (the wrapper people use:
+:class:`Translator`), ``metrics``, ``evaluate`` and ``train``. The CLI (``attnkit train
+translation``, ``translate``, ``evaluate translation``) calls these; so can a notebook.
+"""
+from .config import TRANSLATION_MODELS, TranslationConfig, model_config_class
+from .data import get_tokenizer, read_lines, translation_batches
+from .evaluate import evaluate_translation
+from .inference import TranslationAttention, Translator
+from .loss import translation_loss_fn
+from .metrics import LENGTH_BUCKETS, bleu_by_length, corpus_scores
+from .train import build_optimizer, build_translation_model, train_translation
+
+__all__ = [
+    "TRANSLATION_MODELS", "TranslationConfig", "model_config_class", "get_tokenizer", "read_lines",
+    "translation_batches", "evaluate_translation", "TranslationAttention", "Translator", "translation_loss_fn",
+    "LENGTH_BUCKETS", "bleu_by_length", "corpus_scores", "build_optimizer", "build_translation_model",
+    "train_translation",
+]

@@ -1,0 +1,98 @@
+"""What ``attnkit train translation`` takes: the task's options and, nested, the model's config."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass
+
+
+from ...config import config_from_dict, config_from_json, option, option_names
+from ...errors import ConfigError
+from ...models.registry import model_class
+from ...models.seq2seq import Seq2SeqConfig
+from ...models.transformer import TransformerConfig
+
+
+
+#: The models ``attnkit train translation --model`` accepts (registry names). A new translation
+#: model is added here and in the registry; the CLI, the decoders and the viewers need no edit.
+TRANSLATION_MODELS = ("rnnsearch", "rnnencdec", "transformer")
+
+
+def model_config_class(model: str) -> type:
+    """The config dataclass of translation model ``model`` (its class's ``config_class``)."""
+    if model not in TRANSLATION_MODELS:
+        raise ConfigError(f"model must be one of {', '.join(TRANSLATION_MODELS)}; got {model!r}")
+    return model_class(model).config_class
+
+
+@dataclass
+class TranslationConfig:
+    """Everything ``attnkit train translation`` takes: the task's options and, nested, the model's
+    config (``model_config``, a :class:`Seq2SeqConfig` or :class:`TransformerConfig`). Saved as
+    ``train_config.json`` beside the checkpoints.
+
+    Two model fields are derived from the task, in :meth:`sized_model_config` only: the model's
+    ``vocab_size`` is the tokenizer's, and its ``max_src_len`` is ``max_len`` (a Transformer's
+    position table is made at least that long).
+    """
+
+    model: str = option("rnnsearch", "the model to train", choices=TRANSLATION_MODELS)
+    out_dir: str | None = option(None, "checkpoint folder (default: runs/MODEL)")
+    vocab_size: int = option(8000, "size of the joint Spanish+English sentencepiece vocabulary")
+    max_len: int = option(100, "drop training pairs longer than this many subword tokens; the model's longest source")
+    limit_train: int | None = option(None, "train on the first N verse pairs only")
+    batch_size: int = option(64, "verse pairs per batch (when --max-tokens is not given)")
+    max_tokens: int | None = option(None, "batches of about this many tokens instead of --batch-size pairs")
+    lr: float = option(1e-3, "Adam's learning rate; for the Transformer the peak, reached at the end of warm-up")
+    warmup_steps: int = option(2000, "Transformer: linear warm-up steps before the 1/sqrt(step) decay")
+    clip_grad_norm: float = option(1.0, "clip the gradient norm to this")
+    label_smoothing: float = option(0.1, "label smoothing of the cross-entropy")
+    epochs: int = option(10, "at most this many passes over the training data")
+    max_steps: int | None = option(None, "stop after this many optimizer steps")
+    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds")
+    patience: int | None = option(3, "stop after this many validations without a better BLEU")
+    save_every_steps: int = option(500, "write a step checkpoint this often")
+    keep_last: int = option(3, "step checkpoints kept (keep at least K for export --average-last K)")
+    valid_bleu_sentences: int = option(300, "validation verses translated for BLEU at every validation")
+    seed: int = option(0, "random seed (weights, batches, dropout)")
+    threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
+    device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
+    precision: str = option("fp32", "training precision: fp32, bf16 or fp16 (autocast; fp32 master weights), "
+                            "or auto (bf16 where it is measured faster)", choices=("fp32", "bf16", "fp16", "auto"))
+    progress: bool = option(True, "show a progress bar", cli=False)
+    model_config: Seq2SeqConfig | TransformerConfig | None = option(None, "the model's config", cli=False)
+
+    def __post_init__(self) -> None:
+        cls = model_config_class(self.model)
+        if self.model_config is None:
+            self.model_config = cls()
+        elif isinstance(self.model_config, dict):
+            self.model_config = config_from_json(cls, self.model_config)
+        if not isinstance(self.model_config, cls):
+            raise ConfigError(f"model_config must be a {cls.__name__} for model {self.model!r}, "
+                              f"got {type(self.model_config).__name__}")
+        if self.out_dir is None:
+            self.out_dir = f"runs/{self.model}"
+
+    @classmethod
+    def from_options(cls, model: str = "rnnsearch", **options) -> "TranslationConfig":
+        """Build from flat options, as the command line gives them: each name goes to the task or to
+        the model's config, whichever has it (``TranslationConfig.from_options("transformer",
+        d_model=128, lr=5e-4)``). A name neither has is a :class:`ConfigError`."""
+        mcls = model_config_class(model)
+        task_names, model_names = option_names(cls), option_names(mcls)
+        unknown = set(options) - task_names - model_names - {"progress"}
+        if unknown:
+            raise ConfigError(f"{', '.join(sorted(unknown))}: not an option of the {model} model or of training")
+        model_config = config_from_dict(mcls, {k: v for k, v in options.items() if k in model_names})
+        task = {k: v for k, v in options.items() if k in task_names or k == "progress"}
+        return cls(model=model, model_config=model_config, **task)
+
+    def sized_model_config(self, vocab_size: int):
+        """The model config for a tokenizer of ``vocab_size`` (see the class docstring)."""
+        extra = {"max_len": max(self.model_config.max_len, self.max_len)} if hasattr(self.model_config, "max_len") else {}
+        return dataclasses.replace(self.model_config, vocab_size=vocab_size, max_src_len=self.max_len, **extra)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+

@@ -1,0 +1,154 @@
+"""The inference wrapper: a trained translation model with its tokenizer, and its attention."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ...data.tokenizer import Tokenizer
+from ...decoding import beam_search, greedy_search
+from ...errors import InputError
+from ...models.base import AttentionMaps
+from ...training.checkpoint import CheckpointError, load_model
+
+
+@dataclass
+class TranslationAttention:
+    """Every attention of a translation model for one sentence pair, with the pieces it is over.
+
+    ``maps`` is the model's :class:`attnkit.models.AttentionMaps` with the batch dimension removed
+    (CPU float32): e.g. ``maps.alignment (T, S)``, ``maps.cross (L, H, T, S)``. Row ``t`` belongs
+    to ``target_pieces[t]``, column ``j`` to ``source_pieces[j]``.
+    """
+
+    source_pieces: list[str]
+    target_pieces: list[str]
+    maps: AttentionMaps
+
+    def word_alignment(self) -> tuple[list[str], list[str], torch.Tensor | None]:
+        """``(source words, target words, word attention (T_words, S_words) or None)``: the
+        alignment aggregated over pieces by :func:`attnkit.alignment.word_attention`."""
+        from ...alignment import word_attention, words_from_pieces
+
+        src, tgt = words_from_pieces(self.source_pieces), words_from_pieces(self.target_pieces)
+        if self.maps.alignment is None:
+            return src, tgt, None
+        return src, tgt, word_attention(self.maps.alignment, self.source_pieces, self.target_pieces)
+
+
+class Translator:
+    """Translate with a trained model: tokenise, batch, search, detokenise, keep the attention."""
+
+    def __init__(self, model, tokenizer: Tokenizer, *, max_len: int = 200):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_len = max_len
+        self.max_src_len = getattr(getattr(model, "config", None), "max_src_len", None) or max_len
+
+    @classmethod
+    def load(cls, model_dir: str | Path, *, device: str | torch.device | None = "cpu",
+             dtype: str | torch.dtype | None = None) -> "Translator":
+        """Load a model by name (``"transformer-es-en"``, see ``attnkit models``) or from a checkpoint
+        folder (config.json, model.safetensors, tokenizer.model), onto ``device`` (``"auto"``: cuda,
+        then mps, then cpu) with weights in ``dtype`` (``torch.bfloat16`` or ``"bf16"``, ``"fp16"``,
+        ``"auto"``; default float32)."""
+        from ...device import place
+        from ...pretrained import resolve_model
+
+        model_dir = resolve_model(model_dir)
+        model, config, ckpt = load_model(model_dir)
+        tok_path = model_dir / "tokenizer.model"
+        if not tok_path.is_file():
+            raise CheckpointError(f"{tok_path}: the checkpoint has no tokenizer.model; is {model_dir} a translation model?")
+        return cls(place(model, device, dtype), Tokenizer.load(model_dir))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def encode_sources(self, sentences: Sequence[str], *, truncate: bool = False) -> list[list[int]]:
+        """Subword ids of each sentence; too long raises ``ValueError`` unless ``truncate``."""
+        out = []
+        for i, s in enumerate(sentences):
+            if not isinstance(s, str) or not s.strip():
+                raise InputError(f"sentence {i + 1} is empty: give some Spanish text to translate")
+            ids = self.tokenizer.encode(s.strip())
+            if len(ids) > self.max_src_len:
+                if not truncate:
+                    raise InputError(
+                        f"sentence {i + 1} has {len(ids)} subword tokens, more than this model's maximum of "
+                        f"{self.max_src_len}; split it into shorter sentences"
+                    )
+                ids = ids[:self.max_src_len]
+            out.append(ids)
+        return out
+
+    @torch.no_grad()
+    def attention(self, source: str, target: str | Sequence[int]) -> TranslationAttention:
+        """All the model's attention when it reads ``source`` and is forced to write ``target``
+        (teacher forcing): ``target`` is English text (tokenised here, e.g. a reference) or the
+        token ids of a translation (``result["tokens"]``)."""
+        src_ids = self.encode_sources([source])[0]
+        if isinstance(target, str):
+            if not target.strip():
+                raise InputError("target is empty: give the English text (or token ids) to align with")
+            tgt_ids = self.tokenizer.encode(target.strip())
+        else:
+            tgt_ids = [int(t) for t in target]
+        if not tgt_ids:
+            raise InputError("target has no tokens: there is no output token to show attention for")
+        device = self.device
+        src = torch.tensor([src_ids], dtype=torch.long, device=device)
+        tgt_in = torch.tensor([[self.tokenizer.bos_id] + tgt_ids[:-1]], dtype=torch.long, device=device)
+        maps = self.model.attention_maps(src, torch.tensor([len(src_ids)], device=device), tgt_in)
+        return TranslationAttention(
+            source_pieces=[self.tokenizer.id_to_piece(t) for t in src_ids],
+            target_pieces=[self.tokenizer.id_to_piece(t) for t in tgt_ids],
+            maps=maps.map_tensors(lambda t: t[0].float().cpu()),
+        )
+
+    def translate(self, sentences: Sequence[str], *, beam_size: int = 1, length_penalty: float = 0.6,
+                  batch_size: int = 64, return_attention: bool = False, truncate: bool = False) -> list[dict]:
+        """Translate ``sentences``; each result has ``translation``, ``tokens``, ``score`` and, on
+        request, ``attention (T_out, S_in)`` with the source/target subword pieces. Sentences
+        longer than the model's maximum raise ``ValueError`` (or are cut, with ``truncate``)."""
+        ids = self.encode_sources(sentences, truncate=truncate)
+        results = self.translate_ids(ids, beam_size=beam_size, length_penalty=length_penalty,
+                                     batch_size=batch_size, return_attention=return_attention)
+        for r, s in zip(results, sentences):
+            r["source"] = s
+        return results
+
+    @torch.no_grad()
+    def translate_ids(self, ids: Sequence[Sequence[int]], *, beam_size: int = 1, length_penalty: float = 0.6,
+                      batch_size: int = 64, return_attention: bool = False) -> list[dict]:
+        """Translate already-tokenised sources (lists of subword ids), batching similar lengths."""
+        self.model.eval()
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch
+        results: list[dict | None] = [None] * len(ids)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            lens = torch.tensor([len(ids[i]) for i in chunk])
+            src = torch.zeros(len(chunk), int(lens.max()), dtype=torch.long)
+            for r, i in enumerate(chunk):
+                src[r, :len(ids[i])] = torch.as_tensor(list(ids[i]), dtype=torch.long)
+            inputs = {"src": src.to(self.device), "src_lengths": lens.to(self.device)}
+            max_len = min(self.max_len, int(lens.max()) * 2 + 10)
+            if beam_size <= 1:
+                hyps = greedy_search(self.model, inputs, bos_id=self.tokenizer.bos_id, eos_id=self.tokenizer.eos_id,
+                                     max_len=max_len, return_attention=return_attention)
+            else:
+                hyps = [h[0] for h in beam_search(self.model, inputs, beam_size=beam_size, bos_id=self.tokenizer.bos_id,
+                                                  eos_id=self.tokenizer.eos_id, max_len=max_len,
+                                                  length_penalty=length_penalty, return_attention=return_attention)]
+            for i, h in zip(chunk, hyps):
+                res = {"translation": self.tokenizer.decode(h.tokens), "tokens": h.tokens, "score": h.score}
+                if return_attention and h.attention is not None:
+                    res["attention"] = h.attention[:, :len(ids[i])]
+                    res["source_pieces"] = [self.tokenizer.id_to_piece(t) for t in ids[i]]
+                    res["target_pieces"] = [self.tokenizer.id_to_piece(t) for t in h.tokens]
+                results[i] = res
+        return results  # type: ignore[return-value]
+

@@ -1,0 +1,101 @@
+"""Training a translation model with the shared trainer: model, optimizer and schedule, validation."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from ...data.batching import Example, encode_pairs
+from ...data.bible import load_pairs
+from ...data.tokenizer import Tokenizer
+from ...device import to_device
+from ...models.registry import model_class
+from ...models.transformer import TransformerConfig
+from ...training.losses import label_smoothed_nll
+from .config import TranslationConfig
+from .data import get_tokenizer, translation_batches
+from .inference import Translator
+from .loss import translation_loss_fn
+from .metrics import corpus_scores
+
+
+def build_translation_model(cfg: TranslationConfig, vocab_size: int) -> torch.nn.Module:
+    """The model ``cfg.model`` names, built from its nested config, for a vocabulary of ``vocab_size``."""
+    return model_class(cfg.model)(cfg.sized_model_config(vocab_size))
+
+
+def _valid_fn(valid_examples: list[Example], valid_pairs, tokenizer: Tokenizer, n_bleu: int, max_len: int):
+    batches = translation_batches(valid_examples, batch_size=64, max_tokens=None, seed=0, shuffle=False)
+
+    def valid_fn(model):
+        total, n = 0.0, 0
+        device = next(model.parameters()).device
+        batches.set_epoch(0)
+        for b in batches:
+            b = to_device(b, device)
+            logits, _ = model(b["src"], b["src_lengths"], b["tgt_in"])
+            s, k = label_smoothed_nll(logits, b["tgt_out"], tokenizer.pad_id, 0.0)
+            total += float(s)
+            n += k
+        tr = Translator(model, tokenizer, max_len=max_len)
+        subset = valid_pairs[:n_bleu]
+        hyps = tr.translate_ids([e.src for e in valid_examples[:n_bleu]], beam_size=1)  # already cut to max_len
+        scores = corpus_scores([h["translation"] for h in hyps], [p.tgt for p in subset])
+        return {"valid_loss": total / max(n, 1), "valid_ppl": math.exp(min(total / max(n, 1), 50)),
+                "valid_bleu": scores["bleu"], "valid_chrf": scores["chrf"]}
+
+    return valid_fn
+
+
+def build_optimizer(cfg: TranslationConfig, model: torch.nn.Module):
+    """``(optimizer, scheduler)``: Adam at ``cfg.lr`` for the RNNs; for the Transformer Vaswani et al.'s.
+
+    The Transformer gets Adam(β = (0.9, 0.98), ε = 1e-9) with linear warm-up then 1/√step decay;
+    ``cfg.lr`` is the peak, reached at step ``warmup_steps``:
+    lr(k) = cfg.lr · min(k / warmup, √(warmup / k)), i.e. factor · d^-0.5 · min(k^-0.5, k · warmup^-1.5)
+    with factor = cfg.lr · √(d · warmup).
+    """
+    from ...training.schedules import inverse_sqrt_with_warmup
+
+    if not isinstance(cfg.model_config, TransformerConfig):
+        return torch.optim.Adam(model.parameters(), lr=cfg.lr), None
+    d = cfg.model_config.d_model
+    factor = cfg.lr * (d * cfg.warmup_steps) ** 0.5
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    return optimizer, inverse_sqrt_with_warmup(optimizer, d, cfg.warmup_steps, factor=factor)
+
+
+def train_translation(cfg: TranslationConfig, *, resume: bool = False, home: str | Path | None = None) -> dict:
+    """Train ``cfg.model`` on the Bible training split with the shared trainer; returns its summary."""
+    from ...training import Trainer
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    tokenizer = get_tokenizer(cfg.vocab_size, home)
+    train_pairs = load_pairs("train", home=home, limit=cfg.limit_train)
+    valid_pairs = load_pairs("valid", home=home)
+    train_ex = encode_pairs(train_pairs, tokenizer, cfg.max_len)
+    valid_ex = encode_pairs(valid_pairs, tokenizer, cfg.max_len)
+    torch.manual_seed(cfg.seed)
+    model = build_translation_model(cfg, tokenizer.vocab_size)
+    optimizer, scheduler = build_optimizer(cfg, model)
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    trainer = Trainer(
+        model, optimizer,
+        loss_fn=translation_loss_fn(tokenizer.pad_id, cfg.label_smoothing),
+        train_batches=translation_batches(train_ex, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.seed),
+        valid_fn=_valid_fn(valid_ex, valid_pairs, tokenizer, cfg.valid_bleu_sentences, cfg.max_len),
+        scheduler=scheduler, clip_grad_norm=cfg.clip_grad_norm, out_dir=out,
+        save_every_steps=cfg.save_every_steps, keep_last=cfg.keep_last, max_epochs=cfg.epochs, max_steps=cfg.max_steps,
+        max_time_s=cfg.max_time_s, early_stopping_patience=cfg.patience, metric_for_best="valid_bleu",
+        greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress, device=cfg.device,
+        precision=cfg.precision,
+        extra_files={"tokenizer.model": tokenizer.to_bytes()},
+    )
+    return trainer.fit(resume=resume)
+
