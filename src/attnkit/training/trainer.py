@@ -477,6 +477,29 @@ class Trainer:
         ``tokens``, ``tokens_per_s``, ``best_metric``, ``best_step``, ``stop_reason``,
         ``last_checkpoint`` and ``best_checkpoint``.
         """
+        resumed_from = self._start(resume)
+        pbar = self._progress_bar()
+        previous_handlers = self._install_signal_handlers()
+        self.raw_model.train()
+        run = _RunStats(t0=time.perf_counter())
+        stop_reason = "early_stopping" if self.early_stopped else \
+            "max_steps" if self.max_steps is not None and self.step >= self.max_steps else None
+        try:
+            while stop_reason is None and self.epoch < self.max_epochs:
+                stop_reason = self._train_epoch(run, pbar) or self._end_epoch(pbar)
+            stop_reason = stop_reason or "max_epochs"
+            if self._saved_at != (self.step, self.epoch):
+                self.save()
+        finally:
+            for sig, h in previous_handlers.items():
+                if h is not None:
+                    signal.signal(sig, h)
+            if pbar is not None:
+                pbar.close()
+        return self._finish(run, stop_reason, resumed_from)
+
+    def _start(self, resume: bool) -> Path | None:
+        """Prepare ``out_dir``; restore the newest checkpoint (``resume``) or seed a fresh start; open the log."""
         if self.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(self.out_dir)
@@ -494,109 +517,80 @@ class Trainer:
             self._log_file = open(self.out_dir / LOG_NAME, "a")
         self._log({"event": "resume" if resumed_from else "start", "step": self.step, "epoch": self.epoch,
                    "from": str(resumed_from) if resumed_from else None, "world_size": self.world_size})
+        return resumed_from
+
+    def _progress_bar(self):
+        """A tqdm bar over the steps this run will take (rank 0, when ``progress``), or None."""
+        if not (self.progress and self.is_main):
+            return None
+        from tqdm import tqdm
 
         spe = self._steps_per_epoch()
-        total = None
-        if spe is not None:
-            total = spe * self.max_epochs
+        total = None if spe is None else spe * self.max_epochs
         if self.max_steps is not None:
             total = self.max_steps if total is None else min(total, self.max_steps)
-        pbar = None
-        if self.progress and self.is_main:
-            from tqdm import tqdm
+        return tqdm(total=total, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
 
-            pbar = tqdm(total=total, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
-
-        previous_handlers = self._install_signal_handlers()
-        self.raw_model.train()
-        t0 = time.perf_counter()
-        run_tokens = 0
-        win_loss = 0.0
-        win_tokens = 0
-        win_t = t0
-        win_metrics: dict[str, float] = {}
-        win_steps = 0
-        stop_reason = None
-        if self.early_stopped:
-            stop_reason = "early_stopping"
-        elif self.max_steps is not None and self.step >= self.max_steps:
-            stop_reason = "max_steps"
-        try:
-            while stop_reason is None and self.epoch < self.max_epochs:
-                for batch in self._rank_batches():
-                    loss_sum, n_tok, metrics, grad_norm = self.train_step(batch)
-                    self.step += 1
-                    self.tokens_seen += n_tok
-                    run_tokens += n_tok
-                    win_loss += loss_sum
-                    win_tokens += n_tok
-                    win_steps += 1
-                    for k, v in metrics.items():
-                        win_metrics[k] = win_metrics.get(k, 0.0) + float(v)
-                    if self.step % self.log_every == 0:
-                        now = time.perf_counter()
-                        rec = {
-                            "event": "train",
-                            "step": self.step,
-                            "epoch": self.epoch,
-                            "loss": win_loss / max(win_tokens, 1),
-                            "tokens_per_s": win_tokens / max(now - win_t, 1e-9),
-                            "lr": self.optimizer.param_groups[0]["lr"],
-                            "grad_norm": grad_norm,
-                            **{k: v / win_steps for k, v in win_metrics.items()},
-                        }
-                        self._log(rec)
-                        if pbar is not None:
-                            pbar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['tokens_per_s']:.0f}", epoch=self.epoch)
-                        win_loss, win_tokens, win_steps, win_t, win_metrics = 0.0, 0, 0, now, {}
-                    if pbar is not None:
-                        pbar.update(1)
-                    if self.step % self.save_every_steps == 0:
-                        self.save()
-                    if self._agree_to_stop():
-                        stop_reason = "interrupted"
-                        break
-                    if self.max_steps is not None and self.step >= self.max_steps:
-                        stop_reason = "max_steps"
-                        break
-                    if self.max_time_s is not None and time.perf_counter() - t0 >= self.max_time_s:
-                        stop_reason = "max_time"  # this run's time budget; resume continues it
-                        break
-                if stop_reason is not None:
-                    break
-                # end of epoch: validate, then move the data source to the next epoch and save
-                improved = False
-                if self.valid_fn is not None:
-                    metrics, improved = self._validate()
-                    self._log({"event": "valid", "step": self.step, "epoch": self.epoch, **metrics,
-                               "best_metric": self.best_metric, "bad_epochs": self.bad_epochs})
-                    if pbar is not None:
-                        pbar.write(f"epoch {self.epoch}: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
-                self.epoch += 1
-                self.train_batches.set_epoch(self.epoch)
-                self.save(best=improved)
-                if self.early_stopped:
-                    stop_reason = "early_stopping"
-                elif self._agree_to_stop():
-                    stop_reason = "interrupted"
-            if stop_reason is None:
-                stop_reason = "max_epochs"
-            if self._saved_at != (self.step, self.epoch):
-                self.save()
-        finally:
-            for sig, h in previous_handlers.items():
-                if h is not None:
-                    signal.signal(sig, h)
+    def _train_epoch(self, run: "_RunStats", pbar) -> str | None:
+        """Train on the rest of the current epoch; a stop reason if training must stop within it."""
+        for batch in self._rank_batches():
+            loss_sum, n_tok, metrics, grad_norm = self.train_step(batch)
+            self.step += 1
+            self.tokens_seen += n_tok
+            run.add(loss_sum, n_tok, metrics)
+            if self.step % self.log_every == 0:
+                self._log_window(run, grad_norm, pbar)
             if pbar is not None:
-                pbar.close()
-        elapsed = time.perf_counter() - t0
+                pbar.update(1)
+            if self.step % self.save_every_steps == 0:
+                self.save()
+            if self._agree_to_stop():
+                return "interrupted"
+            if self.max_steps is not None and self.step >= self.max_steps:
+                return "max_steps"
+            if self.max_time_s is not None and time.perf_counter() - run.t0 >= self.max_time_s:
+                return "max_time"  # this run's time budget; resume continues it
+        return None
+
+    def _log_window(self, run: "_RunStats", grad_norm: float | None, pbar) -> None:
+        """One ``train`` line of the log (the mean loss and tokens/s since the last one)."""
+        now = time.perf_counter()
+        rec = {"event": "train", "step": self.step, "epoch": self.epoch,
+               "loss": run.win_loss / max(run.win_tokens, 1),
+               "tokens_per_s": run.win_tokens / max(now - run.win_t, 1e-9),
+               "lr": self.optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
+               **{k: v / run.win_steps for k, v in run.win_metrics.items()}}
+        self._log(rec)
+        if pbar is not None:
+            pbar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['tokens_per_s']:.0f}", epoch=self.epoch)
+        run.new_window(now)
+
+    def _end_epoch(self, pbar) -> str | None:
+        """Validate, move the data source to the next epoch and save; a stop reason if one applies."""
+        improved = False
+        if self.valid_fn is not None:
+            metrics, improved = self._validate()
+            self._log({"event": "valid", "step": self.step, "epoch": self.epoch, **metrics,
+                       "best_metric": self.best_metric, "bad_epochs": self.bad_epochs})
+            if pbar is not None:
+                pbar.write(f"epoch {self.epoch}: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+        self.epoch += 1
+        self.train_batches.set_epoch(self.epoch)
+        self.save(best=improved)
+        if self.early_stopped:
+            return "early_stopping"
+        return "interrupted" if self._agree_to_stop() else None
+
+    def _finish(self, run: "_RunStats", stop_reason: str, resumed_from: Path | None) -> dict:
+        """The run's summary (also the log's last line); closes the log."""
+        elapsed = time.perf_counter() - run.t0
         last = self.out_dir / step_dir_name(self.step)
         summary = {
             "steps": self.step,
             "epochs": self.epoch,
             "time_s": elapsed,
-            "tokens": run_tokens,
-            "tokens_per_s": run_tokens / max(elapsed, 1e-9),
+            "tokens": run.tokens,
+            "tokens_per_s": run.tokens / max(elapsed, 1e-9),
             "metric_for_best": self.metric_for_best,
             "best_metric": self.best_metric,
             "best_step": self.best_step,
@@ -611,3 +605,30 @@ class Trainer:
             self._log_file = None
         self._stop_requested = False
         return summary
+
+
+@dataclasses.dataclass
+class _RunStats:
+    """Counters of one ``fit`` call: its start, its tokens, and the window since the last log line."""
+
+    t0: float
+    tokens: int = 0
+    win_loss: float = 0.0
+    win_tokens: int = 0
+    win_steps: int = 0
+    win_metrics: dict = dataclasses.field(default_factory=dict)
+    win_t: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.win_t = self.t0
+
+    def add(self, loss_sum: float, n_tokens: int, metrics: Mapping) -> None:
+        self.tokens += n_tokens
+        self.win_loss += loss_sum
+        self.win_tokens += n_tokens
+        self.win_steps += 1
+        for k, v in metrics.items():
+            self.win_metrics[k] = self.win_metrics.get(k, 0.0) + float(v)
+
+    def new_window(self, now: float) -> None:
+        self.win_loss, self.win_tokens, self.win_steps, self.win_t, self.win_metrics = 0.0, 0, 0, now, {}
