@@ -82,6 +82,15 @@ def _add_device_flags(parser: argparse.ArgumentParser) -> None:
                              "faster) (default: fp32)")
 
 
+def _add_evaluate_flags(parser: argparse.ArgumentParser, unit: str) -> None:
+    """The flags every ``attnkit evaluate`` command shares."""
+    parser.add_argument("--split", default="test", choices=["train", "valid", "test"], help="which split (default: test)")
+    parser.add_argument("--limit", type=int, default=None, help=f"only the first N {unit} (default: all)")
+    parser.add_argument("--beam", type=int, default=1, help="beam size, 1 = greedy (default: 1)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
+    parser.add_argument("--output", default=None, help="also write the JSON report here (default: none)")
+
+
 def _model_path(model: str | None, default: str) -> Path:
     """The folder a ``--model`` argument means (a folder, a shipped or a local model name);
     an unknown one is a CLIError that lists the known names."""
@@ -420,22 +429,14 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evaluate", help="evaluate a model").add_subparsers(dest="task", required=True)
     et = e.add_parser("translation", help="BLEU/chrF on the Bible test split, and BLEU by source length")
     et.add_argument("--model", action="append", help=f"a model name or folder; repeat to compare models (default: {DEFAULT_TRANSLATION_MODEL})")
-    et.add_argument("--split", default="test", choices=["train", "valid", "test"], help="which split (default: test)")
-    et.add_argument("--limit", type=int, default=None, help="only the first N verses (default: all)")
-    et.add_argument("--beam", type=int, default=1, help="beam size, 1 = greedy (default: 1)")
-    et.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
-    et.add_argument("--output", default=None, help="also write the JSON report here (default: none)")
+    _add_evaluate_flags(et, "verses")
     et.add_argument("--plot", default=None, help="plot BLEU by source length to this PNG (default: none)")
     _add_device_flags(et)
     et.set_defaults(func=cmd_evaluate_translation)
 
     ec = e.add_parser("captioning", help="BLEU-1..4, exact match and attention correctness on the test scenes")
     ec.add_argument("--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_CAPTION_MODEL})")
-    ec.add_argument("--split", default="test", choices=["train", "valid", "test"], help="which split (default: test)")
-    ec.add_argument("--limit", type=int, default=None, help="only the first N scenes (default: all)")
-    ec.add_argument("--beam", type=int, default=1, help="beam size, 1 = greedy (default: 1)")
-    ec.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
-    ec.add_argument("--output", default=None, help="also write the JSON report here (default: none)")
+    _add_evaluate_flags(ec, "scenes")
     _add_device_flags(ec)
     ec.set_defaults(func=cmd_evaluate_captioning)
 

@@ -164,15 +164,7 @@ def attend(
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
-    _check_inputs(query, key, value)
-    unbatched = query.dim() == 2
-    if unbatched:
-        query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
-        if mask is not None and mask.dim() == 2:
-            mask = mask.unsqueeze(0)
-    score_shape = (*query.shape[:-1], key.shape[-2])  # (B, [H,] Nq, Nk)
-    if mask is not None:
-        check_mask(mask, score_shape, name="mask")
+    query, key, value, mask, unbatched = _batched(query, key, value, mask)
 
     if isinstance(score, S.ScaledDot):  # parameter-free modules take the named path (fused kernel)
         score, scale = "scaled_dot", score.scale if scale is None else scale
@@ -224,6 +216,20 @@ def attend(
     return out
 
 
+def _batched(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None):
+    """Checked inputs with a batch dimension (unbatched ``(N, D)`` ones get one, as torch allows),
+    the mask checked against the scores' shape ``(B, [H,] Nq, Nk)``, and whether they were unbatched."""
+    _check_inputs(query, key, value)
+    unbatched = query.dim() == 2
+    if unbatched:
+        query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+        if mask is not None and mask.dim() == 2:
+            mask = mask.unsqueeze(0)
+    if mask is not None:
+        check_mask(mask, (*query.shape[:-1], key.shape[-2]), name="mask")
+    return query, key, value, mask, unbatched
+
+
 def _attend_block(query, key, value, score_fn, mask, hard, need_weights, dropout_p, training):
     scores = score_fn(query, key)  # (B, [H,] nq, Nk)
     if hard == "argmax":
@@ -267,14 +273,7 @@ def attend_hard(
     """
     if mode not in ("sample", "argmax"):
         raise ValueError(f"mode must be 'sample' or 'argmax', got {mode!r}")
-    _check_inputs(query, key, value)
-    unbatched = query.dim() == 2
-    if unbatched:
-        query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
-        if mask is not None and mask.dim() == 2:
-            mask = mask.unsqueeze(0)
-    if mask is not None:
-        check_mask(mask, (*query.shape[:-1], key.shape[-2]), name="mask")
+    query, key, value, mask, unbatched = _batched(query, key, value, mask)
     name, score_fn = _resolve_score(score, score_params)
     if score_fn is None:
         if name == "dot":
