@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 ATTNKIT := $(VENV)/bin/attnkit
-DEB_PACKAGES := sword-text-sparv sword-text-web dataset-fashion-mnist
+DEB_PACKAGES := sword-text-sparv sword-text-web dataset-fashion-mnist chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup venv data-packages data demo test bench wheel wheel-check clean
@@ -20,7 +20,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $@
 
-# The Debian packages that carry the real data (the Bibles and Fashion-MNIST); installed only when missing.
+# The Debian packages that carry the real data (the Bibles and Fashion-MNIST), and the browser the explorer's
+# tests drive (Playwright cannot download one here); installed only when missing.
 data-packages:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

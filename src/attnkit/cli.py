@@ -149,6 +149,13 @@ def cmd_translate(args) -> None:
             print(format_top_alignments(r["attention"], r["source_pieces"], r["target_pieces"], k=3))
     if args.plot is not None:
         _plot_translation(tr, results, sentences, args.plot)
+    if args.html is not None:
+        from .explorer import translation_payload, write_explorer_html
+
+        name = _model_path(args.model, DEFAULT_TRANSLATION_MODEL).name
+        payloads = [translation_payload(tr, s, beam=args.beam, heads=True, model=name, result=r)
+                    for s, r in zip(sentences, results)]
+        print(f"wrote {write_explorer_html(args.html, translations=payloads)}")
 
 
 def _plot_translation(tr, results, sentences, path) -> None:
@@ -266,6 +273,12 @@ def cmd_caption(args) -> None:
                 path = stem.with_name(f"{stem.stem}-{k + 1}{stem.suffix or '.png'}")
                 title = f"{Path(f).name}: {r['caption']}"
                 print(f"wrote {cm.plot(batch[k], r, path, title=title)}")
+    if args.html is not None:
+        from .explorer import caption_payload, write_explorer_html
+
+        name = _model_path(args.model, DEFAULT_CAPTION_MODEL).name
+        payloads = [caption_payload(cm, img, model=name, beam=args.beam) for img in batch]
+        print(f"wrote {write_explorer_html(args.html, captions=payloads)}")
 
 
 def cmd_evaluate_captioning(args) -> None:
@@ -328,6 +341,19 @@ def cmd_export(args) -> None:
     size = sum(f.stat().st_size for f in Path(out).iterdir() if f.is_file())
     what = f"mean of {', '.join(p.name for p in sources)}" if len(sources) > 1 else str(sources[0])
     print(f"wrote {out} from {what} ({size / 1e6:.1f} MB, {'fp32' if args.fp32 else 'fp16'} weights, no trainer state)")
+
+
+# ---------------------------------------------------------------- serve
+def cmd_serve(args) -> None:
+    import uvicorn
+
+    from .explorer.app import create_app, load_models
+
+    models = load_models(args.model, device=args.device, dtype=args.precision)
+    loaded = ", ".join(f"{n} ({i['task']})" for n, i in models.info.items())
+    print(f"attnkit explorer: {loaded}")
+    print(f"open http://{args.host}:{args.port}/  (API docs at /docs; Ctrl-C stops)", flush=True)
+    uvicorn.run(create_app(models, home=args.home), host=args.host, port=args.port, log_level="warning")
 
 
 # ---------------------------------------------------------------- models
@@ -415,6 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--beam", type=int, default=5, help="beam size, 1 = greedy (default: 5)")
     tr.add_argument("--show-attention", action="store_true", help="print the top source pieces of each output piece (default: off)")
     tr.add_argument("--plot", default=None, help="write the alignment heatmap (or head grid) to this PNG (default: none)")
+    tr.add_argument("--html", default=None, help="write the explorer's views of these translations to this "
+                    "self-contained HTML file (opens offline) (default: none)")
     _add_device_flags(tr)
     tr.set_defaults(func=cmd_translate)
 
@@ -423,6 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_CAPTION_MODEL})")
     ca.add_argument("--beam", type=int, default=3, help="beam size for the second caption, 1 = greedy only (default: 3)")
     ca.add_argument("--plot", default=None, help="write the per-word attention overlay grid to this PNG (default: none)")
+    ca.add_argument("--html", default=None, help="write the explorer's views of these captions to this "
+                    "self-contained HTML file (opens offline) (default: none)")
     _add_device_flags(ca)
     ca.set_defaults(func=cmd_caption)
 
@@ -448,6 +478,15 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--average-last", dest="average_last", type=int, default=None, metavar="K",
                     help="export the mean weights of the last K step checkpoints in the run folder (default: none: one checkpoint)")
     ex.set_defaults(func=cmd_export)
+
+    sv = sub.add_parser("serve", help="the attention explorer: a local web page and JSON API over the models")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind; anything but 127.0.0.1 exposes the "
+                    "server to the network and must be given explicitly (default: 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    sv.add_argument("--model", action="append", default=None, help="a model name or folder to load; repeat for "
+                    "several (default: every shipped model)")
+    _add_device_flags(sv)
+    sv.set_defaults(func=cmd_serve)
 
     ms = sub.add_parser("models", help="list the shipped and locally trained models ($ATTNKIT_HOME/models)")
     ms.add_argument("--json", action="store_true", help="print a JSON list (default: a table)")

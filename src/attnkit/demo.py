@@ -5,7 +5,8 @@
    source, reference and output;
 3. write their alignment heatmaps (target words × source words) to a PNG;
 4. score RNNsearch (and RNNencdec, when shipped) on a 200-verse slice of the test split;
-5. caption a few held-out Fashion-MNIST scenes with the shipped captioners, when present.
+5. caption a few held-out Fashion-MNIST scenes with the shipped captioners, when present;
+6. write ``explorer.html``, the attention explorer's offline page for those verses and scenes.
 """
 from __future__ import annotations
 
@@ -68,8 +69,34 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo")) -> dict:
         print(f"  {name:<20} BLEU {sc['bleu']:6.2f}   chrF {sc['chrf']:6.2f}   ({time.perf_counter() - t1:.1f} s)")
 
     captions = _caption_demo(home, out_dir)
+    explorer = _explorer_page(home, out_dir, [p.src for p, _ in shown])
     print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s; pictures in {out_dir}/")
-    return {"scores": scores, "alignment_png": str(heat), "captions": captions}
+    return {"scores": scores, "alignment_png": str(heat), "captions": captions, "explorer": str(explorer)}
+
+
+def _explorer_page(home, out_dir: Path, sources: list[str]) -> Path:
+    """The explorer's offline page for the demo verses (every shipped translator) and scenes (every
+    shipped captioner), and the command that serves the live one."""
+    from .data.scenes import load_scenes
+    from .explorer import caption_payload, translation_payload, write_explorer_html
+    from .explorer.app import load_models
+    from .tasks.captioning.demo import _demo_picks
+
+    _rule("The attention explorer")
+    models = load_models()
+    translations = [translation_payload(tr, src, beam=5, heads=True, model=name)
+                    for src in sources for name, tr in models.translators.items()]
+    captions = []
+    if models.captioners:
+        data = load_scenes("test", home, canvas=next(iter(models.captioners.values())).canvas)
+        for i in _demo_picks(data)[:2]:
+            captions += [caption_payload(cm, data[i]["image"], model=name, scene=data[i])
+                         for name, cm in models.captioners.items()]
+    path = write_explorer_html(out_dir / "explorer.html", translations=translations, captions=captions,
+                               models=list(models.info.values()))
+    print(f"offline page for these verses and scenes (opens in any browser, no server): {path}")
+    print("explore any sentence or image live: attnkit serve   (then open http://127.0.0.1:8000/)")
+    return path
 
 
 def _caption_demo(home, out_dir: Path) -> dict | None:

@@ -39,13 +39,26 @@ def scene_batches(dataset: ScenesDataset, *, batch_size: int, seed: int, scenes_
     return Batches(plan, lambda idx, epoch, i: collate_captions([dataset[j] for j in idx]),
                    fingerprint={"seed": seed, "per_epoch": per_epoch})
 
-def load_image_file(path: str | Path, canvas: int) -> torch.Tensor:
-    """Read an image file as a ``(1, canvas, canvas)`` float tensor in [0, 1] (grayscale, resized).
+def image_to_canvas(im, canvas: int) -> torch.Tensor:
+    """A PIL image as the captioner's ``(1, canvas, canvas)`` float input in [0, 1]: any size or colour
+    mode, converted to grayscale (``L``) and resized bilinearly; transparency composited on black
+    (the scenes' background)."""
+    from PIL import Image
 
-    Any size or colour mode PIL reads is converted (``L`` mode, bilinear resize); transparency is
-    composited on black (the scenes' background). Raises ``FileNotFoundError`` or ``ValueError``
-    naming the file.
-    """
+    im.load()
+    if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
+        im = im.convert("RGBA")
+        im = Image.alpha_composite(Image.new("RGBA", im.size, (0, 0, 0, 255)), im)
+    im = im.convert("L")
+    if im.size != (canvas, canvas):
+        im = im.resize((canvas, canvas), Image.BILINEAR)
+    arr = np.asarray(im, dtype=np.float32) / 255.0
+    return torch.from_numpy(arr.copy()).unsqueeze(0)
+
+
+def load_image_file(path: str | Path, canvas: int) -> torch.Tensor:
+    """Read an image file as :func:`image_to_canvas` converts it. Raises ``FileNotFoundError`` or
+    ``ValueError`` naming the file."""
     from PIL import Image, UnidentifiedImageError
 
     path = Path(path)
@@ -53,16 +66,6 @@ def load_image_file(path: str | Path, canvas: int) -> torch.Tensor:
         raise FileNotFoundError(f"image {path} does not exist")
     try:
         with Image.open(path) as im:
-            im.load()
-            if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
-                im = im.convert("RGBA")
-                bg = Image.new("RGBA", im.size, (0, 0, 0, 255))
-                im = Image.alpha_composite(bg, im)
-            im = im.convert("L")
-            if im.size != (canvas, canvas):
-                im = im.resize((canvas, canvas), Image.BILINEAR)
-            arr = np.asarray(im, dtype=np.float32) / 255.0
+            return image_to_canvas(im, canvas)
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:
         raise ValueError(f"cannot read image {path}: not a readable image file ({type(exc).__name__}: {exc})") from None
-    return torch.from_numpy(arr.copy()).unsqueeze(0)
-

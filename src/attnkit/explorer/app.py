@@ -1,0 +1,275 @@
+"""``attnkit serve``: the attention explorer, a local web app over every loaded model, and its JSON API.
+
+The page (``static/``) uses only the API below; every script and style comes from the package, so
+it works with no network. The JSON is :mod:`attnkit.explorer.payload`'s, the same that ``--html``
+exports embed.
+
+- ``GET  /api/models``     the loaded models: name, task, kind, config, test scores, has_attention
+- ``GET  /api/verses``     held-out test verses to pick from (with their references)
+- ``GET  /api/scenes``     held-out test scenes to pick from (with thumbnails)
+- ``POST /api/translate``  ``{"text", "model", "beam", "heads"}`` → a translation payload
+- ``POST /api/caption``    a multipart upload (field ``image``; form fields ``model``, ``beam``)
+                           or ``{"scene": index, "model", "beam"}`` → a caption payload
+- ``GET  /docs``           the OpenAPI docs
+
+**Bad input** gets a 4xx with ``{"error": "..."}`` a person can read, never a traceback, and the
+server keeps serving: empty text, text over the length limit, an unknown model, a scene index out
+of range, a non-image upload, an upload over :data:`MAX_UPLOAD_BYTES`, malformed JSON.
+
+**Concurrency.** Handlers are plain functions, so FastAPI runs requests concurrently in its thread
+pool; the models are shared without a lock. That is safe because inference mutates nothing shared:
+it runs under ``torch.no_grad`` in eval mode, and every request's decoder state and key/value caches
+are objects of its own. **Uploads** are read into memory (the multipart body is parsed from the raw
+request bytes, after a size check), never written to disk.
+"""
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import AttnkitError
+from .payload import caption_payload, image_data_url, translation_payload
+
+__all__ = ["MAX_UPLOAD_BYTES", "MAX_TEXT_CHARS", "LoadedModels", "load_models", "create_app"]
+
+STATIC = Path(__file__).resolve().parent / "static"
+MAX_UPLOAD_BYTES = 8 * 1024 * 1024  # a phone photo fits; the captioner reads a 64×64 canvas anyway
+MAX_TEXT_CHARS = 2000  # far above the models' subword limit, which is checked (and reported) too
+MAX_BEAM = 16
+
+
+class ApiError(Exception):
+    """An error the API reports as ``{"error": message}`` with ``status``."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class TranslateRequest(BaseModel):
+    text: str = Field(description="Spanish text (one sentence or verse)")
+    model: str | None = Field(None, description="a loaded translation model's name (default: the first)")
+    beam: int = Field(5, ge=1, le=MAX_BEAM, description="beam size (1 = greedy)")
+    heads: bool = Field(False, description="also return every layer's and head's maps, and the rollout")
+
+
+class SceneRequest(BaseModel):
+    scene: int = Field(description="index of a held-out test scene (see /api/scenes)")
+    model: str | None = Field(None, description="a loaded captioner's name (default: the first)")
+    beam: int = Field(1, ge=1, le=MAX_BEAM, description="beam size (1 = greedy)")
+
+
+@dataclass
+class LoadedModels:
+    """The models a server (or an export) uses, by name, loaded once."""
+
+    translators: dict[str, Any] = field(default_factory=dict)
+    captioners: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, dict] = field(default_factory=dict)
+
+
+def load_models(names: list[str] | None = None, *, device: str = "cpu", dtype: str | None = None) -> LoadedModels:
+    """Load models by name or folder (default: every shipped model). The task is the model's own."""
+    from ..pretrained import known_models, resolve_model, shipped_models
+    from ..tasks.captioning import Captioner
+    from ..tasks.translation import Translator
+
+    infos = {m.name: m for m in known_models()}
+    chosen = names or [m.name for m in shipped_models()]
+    loaded = LoadedModels()
+    for name in chosen:
+        path = resolve_model(name)
+        label = path.name if name not in infos else name
+        info = infos.get(name)
+        is_translation = (path / "tokenizer.model").is_file()
+        if is_translation:
+            tr = Translator.load(path, device=device, dtype=dtype)
+            loaded.translators[label] = tr
+            probe = tr.attention("Hola.", "Hello.").maps.alignment is not None
+            config = getattr(tr.model.config, "to_dict", lambda: {})()
+        else:
+            cm = Captioner.load(path, device=device, dtype=dtype)
+            loaded.captioners[label] = cm
+            probe = True
+            config = cm.config.to_dict()
+        loaded.info[label] = {"name": label, "task": "translation" if is_translation else "captioning",
+                              "kind": json.loads((path / "config.json").read_text()).get("model_type", "?"),
+                              "scores": dict(info.scores) if info else {}, "has_attention": probe, "config": config}
+    return loaded
+
+
+def _pick(models: dict, name: str | None, task: str):
+    if not models:
+        raise ApiError(404, f"no {task} model is loaded")
+    if name is None:
+        return next(iter(models.items()))
+    if name not in models:
+        raise ApiError(404, f"unknown {task} model {name!r}; loaded: {', '.join(models)}")
+    return name, models[name]
+
+
+def _multipart_image(body: bytes, content_type: str) -> tuple[bytes, dict]:
+    """The ``image`` file and the text fields of a multipart body, parsed in memory (stdlib email)."""
+    msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        f"Content-Type: {content_type}\r\n\r\n".encode("latin-1") + body)
+    if not msg.is_multipart():
+        raise ApiError(400, "expected a multipart/form-data upload with an 'image' file field")
+    image, fields = None, {}
+    for part in msg.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if name == "image":
+            image = part.get_payload(decode=True) or b""
+        elif name:
+            fields[name] = (part.get_payload(decode=True) or b"").decode("utf-8", "replace")
+    if image is None:
+        raise ApiError(400, "the upload has no 'image' file field")
+    return image, fields
+
+
+def _decode_image(data: bytes, canvas: int) -> torch.Tensor:
+    """Upload bytes → the captioner's ``(1, canvas, canvas)`` input, converted as ``attnkit caption`` does."""
+    from PIL import Image, UnidentifiedImageError
+
+    from ..tasks.captioning.data import image_to_canvas
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            if im.format not in ("PNG", "JPEG"):
+                raise ApiError(415, f"the upload is a {im.format} image; send a PNG or JPEG")
+            return image_to_canvas(im, canvas)
+    except (UnidentifiedImageError, OSError, SyntaxError):
+        raise ApiError(415, "the upload is not an image: send a PNG or JPEG file") from None
+
+
+def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, verses=None) -> FastAPI:
+    """The FastAPI app over ``models`` (the page at ``/``, the API under ``/api``). The held-out
+    verses and scenes come from ``home`` (prepared on first use) unless given (``scenes``: a
+    :class:`attnkit.data.scenes.ScenesDataset`; ``verses``: bible ``Pair`` objects)."""
+    app = FastAPI(title="attnkit explorer", description="Where each attention model looks, word by word.")
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    state: dict[str, Any] = {}
+    if scenes is not None:
+        state["scenes"] = scenes
+    if verses is not None:
+        state["verses"] = [{"ref": p.ref, "source": p.src, "reference": p.tgt} for p in verses]
+
+    @app.exception_handler(ApiError)
+    def _api_error(request, exc: ApiError):
+        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(AttnkitError)
+    def _input_error(request, exc: AttnkitError):
+        return JSONResponse({"error": str(exc)}, status_code=400)
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(request, exc: RequestValidationError):
+        if any(e.get("type") == "json_invalid" for e in exc.errors()):
+            return JSONResponse({"error": "the request body is not valid JSON"}, status_code=422)
+        parts = []
+        for e in exc.errors():
+            where = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+            parts.append(f"{where}: {e.get('msg')}" if where else str(e.get("msg")))
+        return JSONResponse({"error": "bad request: " + "; ".join(parts)}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    def _http(request, exc: StarletteHTTPException):
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    def _bug(request, exc: Exception):  # a bug: say so, without a traceback, and keep serving
+        return JSONResponse({"error": f"internal error ({type(exc).__name__}); the server keeps running"},
+                            status_code=500)
+
+    @app.get("/", include_in_schema=False)
+    def index():
+        return FileResponse(STATIC / "index.html")
+
+    @app.get("/api/models")
+    def list_models():
+        """The loaded models: name, task, kind, config, test scores, and whether they have attention."""
+        return {"models": list(models.info.values())}
+
+    @app.get("/api/verses")
+    def verses(limit: int = 40):
+        """Held-out test verses (a spread of lengths) with their reference translations."""
+        if "verses" not in state:
+            from ..data.bible import load_pairs
+
+            test = load_pairs("test", home=home)
+            picks = sorted(test[::max(1, len(test) // 120)], key=lambda p: len(p.src.split()))
+            state["verses"] = [{"ref": p.ref, "source": p.src, "reference": p.tgt} for p in picks]
+        return {"verses": state["verses"][:max(1, min(limit, 200))]}
+
+    def _scenes():
+        if "scenes" not in state:
+            from ..data.scenes import load_scenes
+
+            canvas = next(iter(models.captioners.values())).canvas if models.captioners else 64
+            state["scenes"] = load_scenes("test", home, canvas=canvas)
+        return state["scenes"]
+
+    @app.get("/api/scenes")
+    def scenes(limit: int = 12):
+        """Held-out test scenes to caption: index, reference caption and a thumbnail."""
+        data = _scenes()
+        return {"scenes": [{"index": i, "caption": data[i]["caption"], "image": image_data_url(data[i]["image"])}
+                           for i in range(min(max(1, limit), 48, len(data)))]}
+
+    @app.post("/api/translate")
+    def translate(req: TranslateRequest):
+        """Translate Spanish text with one loaded model; every attention it has, in the payload format."""
+        text = req.text.strip()
+        if not text:
+            raise ApiError(400, "the text is empty: type or paste a Spanish sentence")
+        if len(text) > MAX_TEXT_CHARS:
+            raise ApiError(413, f"the text has {len(text)} characters; the limit is {MAX_TEXT_CHARS} "
+                                "(and each model reads at most its own number of subword tokens)")
+        name, tr = _pick(models.translators, req.model, "translation")
+        return translation_payload(tr, text, beam=req.beam, heads=req.heads, model=name)
+
+    @app.post("/api/caption")
+    async def caption(request: Request):
+        """Caption an uploaded PNG/JPEG (multipart, field ``image``) or a test scene (``{"scene": i}``)."""
+        ctype = request.headers.get("content-type", "")
+        declared = int(request.headers.get("content-length") or 0)
+        if declared > MAX_UPLOAD_BYTES:
+            raise ApiError(413, f"the upload has {declared} bytes; the limit is {MAX_UPLOAD_BYTES}")
+        body = await request.body()
+        if len(body) > MAX_UPLOAD_BYTES:
+            raise ApiError(413, f"the upload has {len(body)} bytes; the limit is {MAX_UPLOAD_BYTES}")
+        if ctype.startswith("multipart/form-data"):
+            data, fields = _multipart_image(body, ctype)
+            try:
+                beam = int(fields.get("beam", "1"))
+            except ValueError:
+                raise ApiError(422, f"beam must be an integer, got {fields.get('beam')!r}") from None
+            if not 1 <= beam <= MAX_BEAM:
+                raise ApiError(422, f"beam must be in 1..{MAX_BEAM}, got {beam}")
+            name, cm = _pick(models.captioners, fields.get("model") or None, "captioning")
+            return caption_payload(cm, _decode_image(data, cm.canvas), model=name, beam=beam)
+        try:
+            req = SceneRequest.model_validate_json(body)
+        except ValueError as exc:
+            raise ApiError(422, "expected multipart/form-data with an 'image' file, or JSON {\"scene\": index}: "
+                                + str(exc).splitlines()[0]) from None
+        name, cm = _pick(models.captioners, req.model, "captioning")
+        data = _scenes()
+        if not 0 <= req.scene < len(data):
+            raise ApiError(404, f"scene {req.scene} does not exist; there are {len(data)} test scenes (0..{len(data) - 1})")
+        item = data[req.scene]
+        return caption_payload(cm, item["image"], model=name, beam=req.beam, scene=item)
+
+    return app

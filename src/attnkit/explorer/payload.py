@@ -1,0 +1,126 @@
+"""The explorer's one JSON format: everything a page needs to show where a model looks.
+
+The server's ``/api/translate`` and ``/api/caption`` return these objects, and ``--html`` exports
+embed the very same ones. Every matrix is a list of rows (row = target position), rounded to 5
+decimals. A translation payload is built from the translation wrapper's interface only
+(:meth:`attnkit.tasks.translation.Translator.attention` → :class:`attnkit.models.AttentionMaps`), so
+it never asks what kind of model it has: it shows the maps that are there.
+
+Translation::
+
+    {"model", "kind", "has_attention", "source", "translation", "beam",
+     "source_pieces" [S], "target_pieces" [T], "attention" [T][S] | null,
+     "words": {"source" [Sw], "target" [Tw], "attention" [Tw][Sw] | null, "rule"},
+     "diagnostics": {"entropy" [T], "eos_mass" [T], "punctuation_mass" [T], "eos_position"} | null,
+     "steps": {"formula", "scores" [T][S], "weights" [T][S], "context_norm" [T],
+               "contributions" [T][S]} | null,                      (models with RNN-style attention)
+     "heads": {"enc_self" [L][H][S][S], "dec_self" [L][H][T][T], "cross" [L][H][T][S],
+               "rollout" [S][S]} | null}                             (per-layer, per-head models; on request)
+
+Caption::
+
+    {"model", "kind", "attention_type", "caption", "words" [T], "grid" [h, w], "canvas",
+     "attention" [T][h][w], "image" (PNG data URL), "boxes" [[x0, y0, x1, y1], ...] | null,
+     "word_items" [T] | null, "correctness" [T] | null, "scene" | null}
+"""
+from __future__ import annotations
+
+import base64
+import io
+import torch
+from torch import Tensor
+
+from ..alignment import attention_diagnostics, attention_rollout, word_attention, words_from_pieces
+
+__all__ = ["WORD_RULE", "translation_payload", "caption_payload", "image_data_url"]
+
+WORD_RULE = ("word attention = the mean over a target word's pieces of the sum over a source word's pieces "
+             "(each row still sums to 1)")
+
+
+def _rows(t: Tensor | None, digits: int = 5):
+    if t is None:
+        return None
+    return torch.round(t.double(), decimals=digits).tolist()  # float64: 0.66881, not 0.6688100099563599
+
+
+def translation_payload(translator, source: str, *, beam: int = 5, heads: bool = False, model: str = "",
+                        result: dict | None = None) -> dict:
+    """Translate ``source`` with ``beam`` and describe every attention the model has (see the module
+    docstring). ``result``: a translation already made (``Translator.translate`` output) to reuse."""
+    if result is None:
+        result = translator.translate([source], beam_size=beam)[0]
+    tokens = result["tokens"]
+    src_pieces = [translator.tokenizer.id_to_piece(t) for t in translator.encode_sources([source])[0]]
+    out = {
+        "model": model, "kind": getattr(translator.model, "model_type", "?"), "source": source,
+        "translation": result["translation"], "beam": beam, "source_pieces": src_pieces,
+        "target_pieces": [translator.tokenizer.id_to_piece(t) for t in tokens],
+        "has_attention": False, "attention": None,
+        "words": {"source": words_from_pieces(src_pieces), "target": [], "attention": None, "rule": WORD_RULE},
+        "diagnostics": None, "steps": None, "heads": None,
+    }
+    if not tokens:  # an empty translation: nothing to align
+        return out
+    ta = translator.attention(source, tokens)  # forced decoding of the search's own output
+    m = ta.maps
+    out["words"]["target"] = words_from_pieces(ta.target_pieces)
+    if m.alignment is None:
+        return out
+    out["has_attention"] = True
+    out["attention"] = _rows(m.alignment)
+    out["words"]["attention"] = _rows(word_attention(m.alignment, ta.source_pieces, ta.target_pieces))
+    out["diagnostics"] = attention_diagnostics(m.alignment, ta.source_pieces)
+    out["diagnostics"] = {k: (_rows(torch.tensor(v)) if isinstance(v, list) else v) for k, v in out["diagnostics"].items()}
+    if m.scores is not None and m.context is not None:
+        norms = m.annotations.norm(dim=-1) if m.annotations is not None else None  # (S,)
+        out["steps"] = {
+            "formula": m.score, "scores": _rows(m.scores.masked_fill(torch.isinf(m.scores), -1e9)),
+            "weights": _rows(m.alignment), "context_norm": _rows(m.context.norm(dim=-1)),
+            # ‖α_tj h_j‖ = α_tj ‖h_j‖: how much source piece j contributes to c_t
+            "contributions": _rows(m.alignment * norms) if norms is not None else None,
+        }
+    if heads and m.cross is not None:
+        out["heads"] = {"enc_self": _rows(m.enc_self, 4), "dec_self": _rows(m.dec_self, 4), "cross": _rows(m.cross, 4),
+                        "rollout": _rows(attention_rollout(m.enc_self)) if m.enc_self is not None else None}
+    return out
+
+
+def image_data_url(image: Tensor) -> str:
+    """A ``(1, H, W)`` image in [0, 1] as a PNG data URL (what the page draws the maps over)."""
+    from PIL import Image
+
+    arr = (image[0].clamp(0, 1) * 255).round().byte().cpu().numpy()
+    buf = io.BytesIO()
+    Image.fromarray(arr, mode="L").save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def caption_payload(captioner, image: Tensor, *, model: str = "", beam: int = 1, scene: dict | None = None) -> dict:
+    """Caption ``image (1, C, C)`` and give each word's attention map over the grid; with a test
+    ``scene`` (a :class:`attnkit.data.scenes.ScenesDataset` item) also its boxes and the
+    attention correctness of each word that names an item (mass inside that item's box)."""
+    from ..tasks.captioning import attention_mass_in_box, words_to_items
+
+    r = captioner.caption(image.unsqueeze(0), beam_size=beam)[0]
+    h, w = captioner.model.grid_shape
+    att = r["attention"].float()  # (T, L)
+    out = {
+        "model": model, "kind": getattr(captioner.model, "model_type", "?"),
+        "attention_type": captioner.config.attention, "caption": r["caption"], "words": r["words"],
+        "grid": [h, w], "canvas": captioner.canvas,
+        "attention": _rows(att.reshape(len(r["words"]), h, w)) if r["words"] else [],
+        "image": image_data_url(image), "boxes": None, "word_items": None, "correctness": None, "scene": None,
+    }
+    if scene is not None:
+        items = words_to_items(r["words"], scene["classes"].tolist(), scene["places"].tolist())
+        boxes = scene["boxes"].numpy()
+        correct: list[float | None] = [None] * len(items)
+        named = [t for t, k in enumerate(items) if k >= 0]
+        if named:
+            mass = attention_mass_in_box(att[named].numpy(), (h, w), captioner.canvas, boxes[[items[t] for t in named]])
+            for t, v in zip(named, mass):
+                correct[t] = round(float(v), 4)
+        out.update({"boxes": boxes.tolist(), "word_items": items, "correctness": correct,
+                    "scene": {"index": scene["index"], "reference": scene["caption"]}})
+    return out

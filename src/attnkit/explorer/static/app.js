@@ -1,0 +1,355 @@
+// attnkit explorer: renders the payloads of /api/translate and /api/caption (or, in an exported
+// file, the ones in window.ATTNKIT_DATA). No framework, no network beyond this server.
+"use strict";
+
+const DATA = window.ATTNKIT_DATA || null;
+const SVGNS = "http://www.w3.org/2000/svg";
+const state = { models: DATA ? DATA.models || [] : [], translations: [], captions: [], words: false };
+
+function el(tag, attrs = {}, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v; else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (v !== null && v !== undefined) e.setAttribute(k, v);
+  }
+  for (const k of kids.flat()) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  return e;
+}
+function sv(tag, attrs = {}, ...kids) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  for (const k of kids.flat()) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  return e;
+}
+const blue = (w) => `rgba(31,119,180,${Math.max(0, Math.min(1, w)).toFixed(3)})`;
+const fmt = (x, d = 3) => (x === null || x === undefined ? "–" : Number(x).toFixed(d));
+const clean = (p) => p.replace(/\u2581/g, " ").trim() || p;
+
+async function api(path, options) {
+  const r = await fetch(path, options);
+  let body;
+  try { body = await r.json(); } catch (e) { throw new Error(`${r.status} ${r.statusText}`); }
+  if (!r.ok) throw new Error(body.error || `${r.status} ${r.statusText}`);
+  return body;
+}
+function modelInfo(name) { return state.models.find((m) => m.name === name) || { name, scores: {} }; }
+
+// ---------------------------------------------------------------- one matrix, in SVG
+function matrixSvg(att, rows, cols, cell = 14) {
+  const left = 8 + 6.2 * Math.max(...rows.map((r) => r.length), 1);
+  const top = 8 + 6.2 * Math.max(...cols.map((c) => c.length), 1);
+  const W = left + cols.length * cell + 4, H = top + rows.length * cell + 4;
+  const svg = sv("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "matrix" });
+  svg.append(sv("rect", { x: 0, y: 0, width: W, height: H, fill: "#fff" }));
+  cols.forEach((c, j) => svg.append(sv("text", { x: left + j * cell + cell * 0.7, y: top - 4,
+    transform: `rotate(-60 ${left + j * cell + cell * 0.7} ${top - 4})` }, c)));
+  rows.forEach((r, i) => svg.append(sv("text", { x: left - 4, y: top + i * cell + cell * 0.75, "text-anchor": "end" }, r)));
+  att.forEach((row, i) => row.forEach((w, j) => {
+    const rect = sv("rect", { x: left + j * cell, y: top + i * cell, width: cell - 1, height: cell - 1,
+      fill: blue(w), class: "cell", "data-r": i, "data-c": j, "data-w": w });
+    rect.append(sv("title", {}, `${rows[i]} → ${cols[j]}: ${fmt(w)}`));
+    svg.append(rect);
+  }));
+  return svg;
+}
+
+function heatCanvas(mat, px = 3) {
+  const n = mat.length, m = mat[0] ? mat[0].length : 0;
+  const c = el("canvas", { width: Math.max(1, m * px), height: Math.max(1, n * px), class: "hcell" });
+  const g = c.getContext("2d");
+  mat.forEach((row, i) => row.forEach((w, j) => { g.fillStyle = blue(w); g.fillRect(j * px, i * px, px, px); }));
+  return c;
+}
+
+// ---------------------------------------------------------------- translation cards
+function currentView(p) {
+  if (state.words) return { src: p.words.source, tgt: p.words.target, att: p.words.attention, words: true };
+  return { src: p.source_pieces.map(clean), tgt: p.target_pieces.map(clean), att: p.attention, words: false };
+}
+
+function renderTranslation(p) {
+  const info = modelInfo(p.model);
+  const bleu = info.scores && info.scores.test_bleu !== undefined ? `test BLEU ${fmt(info.scores.test_bleu, 2)}` : "";
+  const card = el("div", { class: "card model-card", "data-model": p.model, "data-kind": p.kind });
+  card.append(el("h3", {}, `${p.model} `, el("span", { class: "score" }, `${p.kind} · ${bleu} · beam ${p.beam}`)));
+  card.append(el("div", { class: "translation" }, p.translation));
+  const v = currentView(p);
+  if (!p.has_attention) {
+    card.append(el("p", { class: "no-attention" }, `${p.model} has no attention. It reads the whole Spanish ` +
+      "sentence into one fixed vector and writes every English word from that same vector, so there is no " +
+      "alignment to show: that is the point of the comparison (compare its long sentences with the others')."));
+    card.append(exportsFor(card, p, "translation"));
+    return card;
+  }
+  const status = el("div", { class: "status" }, "hover a word or a cell");
+  const srcRow = el("div", { class: "tokens src" }, v.src.map((t, j) => el("span", { class: "tok", "data-i": j }, t)));
+  const tgtRow = el("div", { class: "tokens tgt" }, v.tgt.map((t, i) => el("span", { class: "tok", "data-i": i }, t)));
+  card.append(el("div", { class: "label" }, "source (Spanish)"), srcRow, el("div", { class: "label" },
+    "target (English) — hover to see where it looks, click for that decoder step"), tgtRow);
+  const svg = matrixSvg(v.att, v.tgt, v.src);
+  card.append(el("div", { class: "label" }, "alignment matrix: rows = target, columns = source"), svg, status);
+
+  const clear = () => card.querySelectorAll(".tok").forEach((t) => { t.style.background = ""; t.classList.remove("hl", "focus");
+    const w = t.querySelector(".w"); if (w) w.remove(); });
+  const mark = (tok, w) => { tok.style.background = blue(w); tok.classList.add("hl"); tok.dataset.w = w;
+    tok.append(el("span", { class: "w" }, fmt(w, 2))); };
+  const showRow = (i) => { clear(); tgtRow.children[i].classList.add("focus");
+    v.att[i].forEach((w, j) => mark(srcRow.children[j], w));
+    status.textContent = `“${v.tgt[i]}” attends most to “${v.src[argmax(v.att[i])]}” (${fmt(Math.max(...v.att[i]))})`; };
+  const showCol = (j) => { clear(); srcRow.children[j].classList.add("focus");
+    v.att.forEach((row, i) => mark(tgtRow.children[i], row[j]));
+    status.textContent = `target words attending to “${v.src[j]}”`; };
+  tgtRow.querySelectorAll(".tok").forEach((t) => t.addEventListener("mouseenter", () => showRow(+t.dataset.i)));
+  srcRow.querySelectorAll(".tok").forEach((t) => t.addEventListener("mouseenter", () => showCol(+t.dataset.i)));
+  svg.querySelectorAll(".cell").forEach((c) => c.addEventListener("mouseenter", () => {
+    showRow(+c.dataset.r); status.textContent = `${v.tgt[+c.dataset.r]} → ${v.src[+c.dataset.c]}: ${fmt(c.dataset.w)}`; }));
+
+  if (p.steps) {
+    const steps = el("div", { class: "steps" });
+    const show = (t) => renderStep(steps, p, t);
+    tgtRow.querySelectorAll(".tok").forEach((t) => t.addEventListener("click", () => {
+      if (v.words) { steps.textContent = "The three steps are per subword piece: switch off “whole words” to see them."; return; }
+      show(+t.dataset.i); }));
+    card.append(el("details", { open: "" }, el("summary", {}, "The three steps of one decoder step"), steps));
+    if (!v.words) show(0);
+  }
+  if (p.diagnostics) card.append(renderDiagnostics(p));
+  if (p.heads) card.append(renderHeads(p));
+  card.append(exportsFor(card, p, "translation"));
+  return card;
+}
+
+function argmax(a) { let b = 0; a.forEach((x, i) => { if (x > a[b]) b = i; }); return b; }
+
+function renderStep(box, p, t) {
+  const s = p.steps, src = p.source_pieces.map(clean);
+  const order = src.map((_, j) => j).sort((a, b) => s.weights[t][b] - s.weights[t][a]);
+  const top = order.slice(0, 3).map((j) => `“${src[j]}” (${fmt(s.contributions ? s.contributions[t][j] : s.weights[t][j], 2)})`);
+  box.replaceChildren(
+    el("p", {}, `Step ${t + 1}, writing “${clean(p.target_pieces[t])}”. `,
+      el("b", {}, "1. score: "), el("span", { class: "formula" }, s.formula.replace("e_j", "e_tj").replace(" s", " s_{t−1}")),
+      el("b", {}, "  2. normalise: "), el("span", { class: "formula" }, "α_tj = exp(e_tj) / Σ_k exp(e_tk)"),
+      el("b", {}, "  3. sum: "), el("span", { class: "formula" }, "c_t = Σ_j α_tj h_j"),
+      `. ‖c_t‖ = ${fmt(s.context_norm[t], 2)}; largest contributions ‖α_tj h_j‖: ${top.join(", ")}.`),
+    el("table", { class: "steps-table", "data-step": t },
+      el("tr", {}, el("th", {}, "source piece j"), el("th", {}, "e_tj (score)"), el("th", {}, "α_tj (weight)"),
+        el("th", {}, "‖α_tj h_j‖")),
+      src.map((w, j) => el("tr", {}, el("td", {}, w), el("td", {}, fmt(s.scores[t][j])), el("td", {}, fmt(s.weights[t][j])),
+        el("td", {}, s.contributions ? fmt(s.contributions[t][j]) : "–")))));
+}
+
+function renderDiagnostics(p) {
+  const d = p.diagnostics, tgt = p.target_pieces.map(clean);
+  return el("details", { class: "diag" }, el("summary", {}, "Diagnostics per target piece"),
+    el("p", { class: "rule" }, "entropy of the attention (nats; 0 = one source piece), mass on the sentence-final source " +
+      "piece (where attention parks when it has nothing to align: attnkit's sources have no </s> token, so the final " +
+      "piece plays that role), and mass on punctuation"),
+    el("table", {}, el("tr", {}, el("th", {}, "target"), el("th", {}, "entropy"), el("th", {}, "final-piece mass"),
+      el("th", {}, "punctuation mass")),
+    tgt.map((w, t) => el("tr", {}, el("td", {}, w), el("td", {}, fmt(d.entropy[t], 2)), el("td", {}, fmt(d.eos_mass[t], 2)),
+      el("td", {}, fmt(d.punctuation_mass[t], 2))))));
+}
+
+function meanHeads(layer) { // (H, n, m) -> (n, m)
+  return layer[0].map((row, i) => row.map((_, j) => layer.reduce((s, h) => s + h[i][j], 0) / layer.length));
+}
+
+function renderHeads(p) {
+  const src = p.source_pieces.map(clean), tgt = p.target_pieces.map(clean), H = p.heads;
+  const box = el("details", { class: "heads", open: "" }, el("summary", {}, "Every layer and head (click one to enlarge)"));
+  const kinds = [["enc_self", "encoder self-attention", src, src], ["dec_self", "decoder self-attention", tgt, tgt],
+    ["cross", "cross-attention (decoder → encoder)", tgt, src]];
+  for (const [key, title, rows, cols] of kinds) {
+    const maps = H[key], L = maps.length, nh = maps[0].length;
+    const grid = el("div", { class: "heads-grid", style: `grid-template-columns: 60px repeat(${nh + 1}, max-content)` });
+    grid.append(el("span", {}, ""), ...Array.from({ length: nh }, (_, h) => el("span", { class: "label" }, `head ${h + 1}`)),
+      el("span", { class: "label" }, "mean"));
+    maps.forEach((layer, l) => {
+      grid.append(el("span", { class: "label" }, `layer ${l + 1}`));
+      [...layer, meanHeads(layer)].forEach((mat, h) => {
+        const c = heatCanvas(mat); c.dataset.kind = key; c.dataset.layer = l; c.dataset.head = h < nh ? h : "mean";
+        c.title = `${title}, layer ${l + 1}, ${h < nh ? "head " + (h + 1) : "mean of the heads"}`;
+        c.addEventListener("click", () => enlarge(`${c.title}`, mat, rows, cols));
+        grid.append(c);
+      });
+    });
+    box.append(el("div", { class: "label" }, title), grid);
+  }
+  if (H.rollout) {
+    const c = heatCanvas(H.rollout, 4); c.title = "encoder attention rollout";
+    c.addEventListener("click", () => enlarge("encoder attention rollout (Abnar & Zuidema 2020)", H.rollout, src, src));
+    box.append(el("div", { class: "label" }, "encoder attention rollout: Â_l = rownorm(A_l + I) (A_l = the layer's head " +
+      "average, I for the residual), R = Â_L ⋯ Â_1"), c);
+  }
+  return box;
+}
+
+function enlarge(title, mat, rows, cols) {
+  const box = document.getElementById("enlarged");
+  const close = el("button", { onclick: () => { box.hidden = true; } }, "close");
+  box.replaceChildren(el("h3", {}, title, " "), close, matrixSvg(mat, rows, cols, 16));
+  box.hidden = false;
+}
+
+// ---------------------------------------------------------------- caption cards
+function renderCaption(p) {
+  const info = modelInfo(p.model);
+  const card = el("div", { class: "card caption-card", "data-model": p.model });
+  const sc = info.scores && info.scores.test_bleu4 !== undefined ? `test BLEU-4 ${fmt(info.scores.test_bleu4, 1)}` : "";
+  card.append(el("h3", {}, `${p.model} `, el("span", { class: "score" }, `${p.attention_type} attention · ${sc}`)));
+  if (p.scene) card.append(el("div", { class: "reference" }, `reference: ${p.scene.reference}`));
+  const words = el("div", { class: "tokens caption" }, p.words.map((w, t) => el("span", { class: "cword", "data-t": t }, w)));
+  const size = 256, [gh, gw] = p.grid;
+  const svg = sv("svg", { width: size, height: size, viewBox: `0 0 ${size} ${size}`, class: "overlay" });
+  svg.append(sv("image", { href: p.image, x: 0, y: 0, width: size, height: size, style: "image-rendering: pixelated" }));
+  const heat = sv("g", { class: "heat" });
+  svg.append(heat);
+  const scale = size / p.canvas;
+  (p.boxes || []).forEach((b) => svg.append(sv("rect", { x: b[0] * scale, y: b[1] * scale, width: (b[2] - b[0]) * scale,
+    height: (b[3] - b[1]) * scale, fill: "none", stroke: "#2ca02c", "stroke-width": 2, class: "box" })));
+  const status = el("div", { class: "status" }, "hover a word to see where it looked");
+  const show = (t) => {
+    words.querySelectorAll(".cword").forEach((w) => w.classList.toggle("focus", +w.dataset.t === t));
+    const m = p.attention[t], mx = Math.max(...m.flat(), 1e-9);
+    heat.replaceChildren(...m.flatMap((row, i) => row.map((w, j) => sv("rect", { x: j * size / gw, y: i * size / gh,
+      width: size / gw, height: size / gh, fill: "rgb(214,96,39)", "fill-opacity": (0.75 * w / mx).toFixed(3),
+      class: "hcell-map", "data-w": w }))));
+    const corr = p.correctness && p.correctness[t] !== null && p.correctness[t] !== undefined ?
+      `; attention correctness (mass in the item's box) ${fmt(p.correctness[t], 2)}` : "";
+    status.textContent = `“${p.words[t]}”: the map that predicted it (peak ${fmt(mx, 2)})${corr}`;
+  };
+  words.querySelectorAll(".cword").forEach((w) => w.addEventListener("mouseenter", () => show(+w.dataset.t)));
+  card.append(el("div", { class: "caption" }, p.caption), words, svg, status);
+  if (p.correctness) {
+    const rows = p.words.map((w, t) => [w, p.correctness[t]]).filter(([, c]) => c !== null);
+    card.append(el("table", { class: "diag" }, el("tr", {}, el("th", {}, "item word"), el("th", {}, "attention correctness")),
+      rows.map(([w, c]) => el("tr", {}, el("td", {}, w), el("td", {}, fmt(c, 3))))));
+  }
+  if (p.words.length) show(0);
+  card.append(exportsFor(card, p, "caption"));
+  return card;
+}
+
+// ---------------------------------------------------------------- export: HTML, SVG, PNG
+async function assetText(id, path) {
+  const inline = document.getElementById(id);
+  if (inline) return inline.textContent;
+  return (await fetch(path)).text();
+}
+function download(name, blob) {
+  const a = el("a", { href: URL.createObjectURL(blob), download: name });
+  document.body.append(a); a.click(); a.remove();
+}
+async function exportHtml(data, name) {
+  const css = await assetText("app-css", "static/app.css"), js = await assetText("app-js", "static/app.js");
+  const html = window.ATTNKIT_TEMPLATE || await (await fetch("static/index.html")).text();
+  download(name, new Blob([standalone(html, css, js, data)], { type: "text/html" }));
+}
+function standalone(html, css, js, data) {
+  const json = JSON.stringify(data).replace(/</g, "\\u003c");
+  return html.replace('<link rel="stylesheet" href="static/app.css">', `<style id="app-css">${css}</style>`)
+    .replace('<script src="static/app.js"></script>', `<script>window.ATTNKIT_DATA = ${json};\n` +
+      `window.ATTNKIT_TEMPLATE = ${JSON.stringify(html).replace(/</g, "\\u003c")};</script>\n` +
+      `<script id="app-js">${js.replace(/<\/script/g, "<\\/script")}</script>`);
+}
+function svgBlob(svg) {
+  const copy = svg.cloneNode(true);
+  copy.setAttribute("xmlns", SVGNS);
+  const style = document.createElementNS(SVGNS, "style");
+  style.textContent = "text { font: 10px sans-serif; }";
+  copy.prepend(style);
+  return new Blob([new XMLSerializer().serializeToString(copy)], { type: "image/svg+xml" });
+}
+function exportsFor(card, payload, kind) {
+  const name = `${payload.model || "view"}-${kind}`;
+  const data = { models: state.models, translations: kind === "translation" ? [payload] : [], captions: kind === "caption" ? [payload] : [] };
+  const mainSvg = () => card.querySelector("svg.matrix, svg.overlay");
+  return el("div", { class: "exports" },
+    el("button", { class: "export", "data-format": "html", onclick: () => exportHtml(data, `${name}.html`) }, "HTML"),
+    el("button", { class: "export", "data-format": "svg", onclick: () => { const s = mainSvg(); if (s) download(`${name}.svg`, svgBlob(s)); } }, "SVG"),
+    el("button", { class: "export", "data-format": "png", onclick: () => { const s = mainSvg(); if (s) svgToPng(s, `${name}.png`); } }, "PNG"));
+}
+function svgToPng(svg, name) {
+  const img = new Image(), url = URL.createObjectURL(svgBlob(svg));
+  img.onload = () => {
+    const c = el("canvas", { width: svg.width.baseVal.value * 2, height: svg.height.baseVal.value * 2 });
+    const g = c.getContext("2d"); g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height); g.scale(2, 2); g.drawImage(img, 0, 0);
+    c.toBlob((b) => download(name, b), "image/png");
+  };
+  img.src = url;
+}
+
+// ---------------------------------------------------------------- wiring
+function redrawTranslations() {
+  document.getElementById("results").replaceChildren(...state.translations.map(renderTranslation));
+  const any = state.translations.find((p) => p.words);
+  document.getElementById("rule").textContent = any ? `Word view: ${any.words.rule}.` : "";
+}
+function redrawCaptions() { document.getElementById("captions").replaceChildren(...state.captions.map(renderCaption)); }
+
+async function translateAll() {
+  const text = document.getElementById("text").value, beam = +document.getElementById("beam").value;
+  const err = document.getElementById("error"); err.textContent = "";
+  const names = state.models.filter((m) => m.task === "translation").map((m) => m.name);
+  document.getElementById("results").replaceChildren(el("p", { class: "status" }, "translating…"));
+  const results = await Promise.all(names.map((model) => api("api/translate", { method: "POST",
+    headers: { "Content-Type": "application/json" }, body: JSON.stringify({ text, model, beam, heads: true }) })
+    .catch((e) => ({ error: e.message }))));
+  const failed = results.find((r) => r.error);
+  if (failed) err.textContent = failed.error;
+  state.translations = results.filter((r) => !r.error);
+  redrawTranslations();
+}
+
+async function captionAll(upload) {
+  const err = document.getElementById("caption-error"); err.textContent = "";
+  const names = state.models.filter((m) => m.task === "captioning").map((m) => m.name);
+  const scene = document.getElementById("scene").value;
+  const one = (model) => {
+    if (upload) {
+      const form = new FormData(); form.append("image", upload); form.append("model", model);
+      return api("api/caption", { method: "POST", body: form });
+    }
+    return api("api/caption", { method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ scene: +scene, model }) });
+  };
+  const results = await Promise.all(names.map((m) => one(m).catch((e) => ({ error: e.message }))));
+  const failed = results.find((r) => r.error);
+  if (failed) err.textContent = failed.error;
+  state.captions = results.filter((r) => !r.error);
+  redrawCaptions();
+}
+
+async function init() {
+  document.getElementById("words").addEventListener("change", (e) => { state.words = e.target.checked; redrawTranslations(); });
+  if (DATA) {
+    document.body.classList.add("offline");
+    state.translations = DATA.translations || []; state.captions = DATA.captions || [];
+    redrawTranslations(); redrawCaptions();
+    if (!state.captions.length) document.getElementById("caption-panel").hidden = true;
+    if (!state.translations.length) document.getElementById("translate-panel").hidden = true;
+    return;
+  }
+  state.models = (await api("api/models")).models;
+  const verseSel = document.getElementById("verse");
+  const verses = (await api("api/verses").catch(() => ({ verses: [] }))).verses;
+  verses.forEach((v, i) => verseSel.append(el("option", { value: i }, `${v.ref} (${v.source.split(" ").length} words)`)));
+  verseSel.addEventListener("change", () => {
+    const v = verses[+verseSel.value];
+    document.getElementById("reference").textContent = v ? `reference: ${v.reference}` : "";
+    if (v) { document.getElementById("text").value = v.source; translateAll(); }
+  });
+  document.getElementById("translate").addEventListener("click", () => {
+    document.getElementById("reference").textContent = ""; translateAll(); });
+  if (state.models.some((m) => m.task === "captioning")) {
+    const sceneSel = document.getElementById("scene");
+    (await api("api/scenes").catch(() => ({ scenes: [] }))).scenes.forEach((s) =>
+      sceneSel.append(el("option", { value: s.index }, `#${s.index}: ${s.caption}`)));
+    document.getElementById("caption-btn").addEventListener("click", () => captionAll(null));
+    document.getElementById("upload").addEventListener("change", (e) => { if (e.target.files[0]) captionAll(e.target.files[0]); });
+  } else document.getElementById("caption-panel").hidden = true;
+  if (state.models.some((m) => m.task === "translation")) translateAll();
+  else document.getElementById("translate-panel").hidden = true;
+}
+
+init().catch((e) => { document.getElementById("error").textContent = `could not start: ${e.message}`; });

@@ -1,0 +1,175 @@
+"""The explorer's JSON API (FastAPI TestClient): every field against the models' own interface, rollout
+and diagnostics against independent references, every bad input gets its 4xx and the server goes on."""
+import io
+from concurrent.futures import ThreadPoolExecutor
+
+import hypothesis.strategies as st
+import pytest
+import torch
+from hypothesis import given, settings
+from PIL import Image
+
+from attnkit.alignment import attention_diagnostics, attention_rollout, word_attention
+from attnkit.data.bible import load_pairs
+from attnkit.data.scenes import load_scenes
+from attnkit.explorer.app import MAX_TEXT_CHARS, MAX_UPLOAD_BYTES, create_app, load_models
+
+fastapi_testclient = pytest.importorskip("fastapi.testclient")
+SOURCE = "Y dijo Dios: Sea la luz: y fué la luz."
+
+
+@pytest.fixture(scope="module")
+def served(bible_home, tmp_path_factory):
+    models = load_models()  # every shipped model, loaded once
+    scenes = load_scenes("test", tmp_path_factory.mktemp("scenes"), n_train=40, n_valid=10, n_test=24)
+    app = create_app(models, scenes=scenes, verses=load_pairs("test", home=bible_home)[:10])
+    return fastapi_testclient.TestClient(app), models, scenes
+
+
+def post(client, text, model, beam=5, heads=False):
+    return client.post("/api/translate", json={"text": text, "model": model, "beam": beam, "heads": heads})
+
+
+def test_models_verses_scenes_and_docs(served):
+    client, _, _ = served
+    models = {m["name"]: m for m in client.get("/api/models").json()["models"]}
+    assert set(models) == {"transformer-es-en", "rnnsearch-es-en", "rnnencdec-es-en", "captioner-soft", "captioner-hard"}
+    assert [n for n, m in models.items() if not m["has_attention"]] == ["rnnencdec-es-en"]
+    assert models["transformer-es-en"]["scores"]["test_bleu"] == pytest.approx(31.23)
+    assert models["transformer-es-en"]["config"]["nhead"] == 4 and models["captioner-hard"]["task"] == "captioning"
+    verses = client.get("/api/verses").json()["verses"]
+    assert len(verses) == 10 and {"ref", "source", "reference"} <= verses[0].keys()
+    scenes = client.get("/api/scenes?limit=5").json()["scenes"]
+    assert len(scenes) == 5 and scenes[0]["image"].startswith("data:image/png;base64,")
+    assert client.get("/docs").status_code == 200 and client.get("/openapi.json").json()["paths"]["/api/translate"]
+
+
+@pytest.mark.parametrize("name", ["rnnsearch-es-en", "transformer-es-en", "rnnencdec-es-en"])
+def test_translation_payload_equals_the_models_own_attention(served, name):
+    client, models, _ = served
+    tr = models.translators[name]
+    r = post(client, SOURCE, name, beam=5, heads=True)
+    assert r.status_code == 200, r.text
+    p = r.json()
+    ref = tr.translate([SOURCE], beam_size=5)[0]
+    assert p["translation"] == ref["translation"] and p["model"] == name and p["beam"] == 5
+    assert p["target_pieces"] == [tr.tokenizer.id_to_piece(t) for t in ref["tokens"]]
+    ta = tr.attention(SOURCE, ref["tokens"])
+    assert p["source_pieces"] == ta.source_pieces
+    if ta.maps.alignment is None:
+        assert not p["has_attention"] and p["attention"] is None and p["heads"] is None and p["steps"] is None
+        return
+    att = ta.maps.alignment
+    torch.testing.assert_close(torch.tensor(p["attention"], dtype=torch.float64), att.double(), atol=1e-5, rtol=0)
+    wa = word_attention(att, ta.source_pieces, ta.target_pieces)
+    torch.testing.assert_close(torch.tensor(p["words"]["attention"], dtype=torch.float64), wa.double(), atol=1e-5, rtol=0)
+    assert p["words"]["source"] == SOURCE.split() and "mean over a target word's pieces" in p["words"]["rule"]
+    d = p["diagnostics"]
+    ent = [-sum(a * torch.log(torch.tensor(a)).item() for a in row if a > 0) for row in att.double().tolist()]
+    assert d["entropy"] == pytest.approx(ent, abs=1e-4)
+    assert d["eos_mass"] == pytest.approx(att[:, -1].tolist(), abs=1e-5)
+    assert d["eos_position"] == len(ta.source_pieces) - 1
+    if name == "rnnsearch-es-en":  # the three steps, as the seeds teach them
+        s = p["steps"]
+        assert s["formula"] == "e_j = vᵀ tanh(W s + U h_j + b)"
+        torch.testing.assert_close(torch.tensor(s["scores"]).softmax(-1), torch.tensor(s["weights"]), atol=1e-4, rtol=0)
+        norms = ta.maps.annotations.norm(dim=-1)
+        torch.testing.assert_close(torch.tensor(s["contributions"]), att * norms, atol=1e-3, rtol=1e-4)
+        torch.testing.assert_close(torch.tensor(s["context_norm"]), ta.maps.context.norm(dim=-1), atol=1e-3, rtol=1e-4)
+        assert p["heads"] is None
+    else:  # every layer and head, and the rollout
+        h = p["heads"]
+        L, H = len(h["cross"]), len(h["cross"][0])
+        assert (L, H) == tuple(ta.maps.cross.shape[:2]) and len(h["enc_self"][0][0]) == len(ta.source_pieces)
+        torch.testing.assert_close(torch.tensor(h["cross"]), ta.maps.cross, atol=1e-4, rtol=0)
+        torch.testing.assert_close(torch.tensor(h["rollout"], dtype=torch.float64), _rollout_loop(ta.maps.enc_self),
+                                   atol=1e-4, rtol=0)
+        assert p["steps"] is None
+
+
+def _rollout_loop(enc_self):
+    """Abnar & Zuidema's rollout with plain loops in float64."""
+    a = enc_self.double().mean(1)  # (L, S, S)
+    S = a.shape[-1]
+    r = [[1.0 if i == j else 0.0 for j in range(S)] for i in range(S)]
+    for layer in a.tolist():
+        hat = [[layer[i][j] + (1.0 if i == j else 0.0) for j in range(S)] for i in range(S)]
+        hat = [[x / sum(row) for x in row] for row in hat]
+        r = [[sum(hat[i][k] * r[k][j] for k in range(S)) for j in range(S)] for i in range(S)]
+    return torch.tensor(r, dtype=torch.float64)
+
+
+@settings(max_examples=25, deadline=None)
+@given(L=st.integers(1, 4), H=st.integers(1, 3), S=st.integers(1, 7), seed=st.integers(0, 1000))
+def test_rollout_equals_a_loop_and_keeps_rows_normalised(L, H, S, seed):
+    maps = torch.rand(L, H, S, S, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).softmax(-1)
+    out = attention_rollout(maps)
+    torch.testing.assert_close(out, _rollout_loop(maps))
+    torch.testing.assert_close(out.sum(-1), torch.ones(S, dtype=torch.float64))
+
+
+def test_diagnostics_by_hand():
+    att = torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
+    d = attention_diagnostics(att, ["▁Hola", "▁mundo", "."])
+    assert d["entropy"] == pytest.approx([0.693147, 0.0], abs=1e-6)
+    assert d["eos_mass"] == [0.0, 1.0] and d["punctuation_mass"] == [0.0, 1.0] and d["eos_position"] == 2
+
+
+def _png(mode="RGBA", size=(100, 50), fmt="PNG"):
+    buf = io.BytesIO()
+    Image.new(mode, size, (255, 255, 255) if mode == "RGB" else None).save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def test_caption_a_test_scene_and_uploads(served):
+    client, models, scenes = served
+    r = client.post("/api/caption", json={"scene": 3, "model": "captioner-hard"})
+    assert r.status_code == 200, r.text
+    p = r.json()
+    want = models.captioners["captioner-hard"].caption(scenes[3]["image"].unsqueeze(0))[0]
+    assert p["caption"] == want["caption"] and p["grid"] == [8, 8] and p["scene"]["reference"] == scenes[3]["caption"]
+    att = torch.tensor(p["attention"])
+    assert att.shape == (len(p["words"]), 8, 8)
+    torch.testing.assert_close(att.flatten(1), want["attention"], atol=1e-5, rtol=0)
+    assert len(p["boxes"]) == len(scenes[3]["classes"]) and len(p["correctness"]) == len(p["words"])
+    named = [c for c in p["correctness"] if c is not None]
+    assert named and all(0.0 <= c <= 1.0 for c in named)
+    for data, ctype in ((_png("RGBA", (100, 50)), "image/png"), (_png("RGB", (300, 200), "JPEG"), "image/jpeg")):
+        r = client.post("/api/caption", files={"image": ("x", data, ctype)}, data={"model": "captioner-soft", "beam": "3"})
+        assert r.status_code == 200, r.text
+        assert r.json()["boxes"] is None and r.json()["words"]
+
+
+def test_every_bad_input_gets_its_4xx_and_the_server_goes_on(served):
+    client, _, _ = served
+    cases = [
+        (post(client, "   ", "rnnsearch-es-en"), 400, "empty"),
+        (post(client, "a" * (MAX_TEXT_CHARS + 1), "rnnsearch-es-en"), 413, "limit"),
+        (post(client, "palabra " * 150, "transformer-es-en"), 400, "more than this model's maximum"),
+        (post(client, "Hola.", "no-such-model"), 404, "unknown translation model"),
+        (post(client, "Hola.", "rnnsearch-es-en", beam=0), 422, "beam"),
+        (client.post("/api/translate", content=b"{not json", headers={"Content-Type": "application/json"}), 422, "not valid JSON"),
+        (client.post("/api/translate", json={"beam": 2}), 422, "text"),
+        (client.post("/api/caption", files={"image": ("x.png", b"not an image", "image/png")}), 415, "not an image"),
+        (client.post("/api/caption", files={"image": ("x.gif", _png("L", (8, 8), "GIF"), "image/gif")}), 415, "PNG or JPEG"),
+        (client.post("/api/caption", files={"image": ("x.png", b"0" * (MAX_UPLOAD_BYTES + 1), "image/png")}), 413, "limit"),
+        (client.post("/api/caption", files={"other": ("x.png", _png(), "image/png")}), 400, "'image'"),
+        (client.post("/api/caption", json={"scene": 10_000}), 404, "does not exist"),
+        (client.post("/api/caption", json={"scene": 1, "model": "captioner-x"}), 404, "unknown captioning model"),
+        (client.post("/api/caption", content=b"[1, 2", headers={"Content-Type": "application/json"}), 422, "JSON"),
+    ]
+    for r, status, words in cases:
+        assert r.status_code == status, (status, r.text)
+        body = r.json()
+        assert set(body) == {"error"} and words in body["error"] and "Traceback" not in body["error"]
+        assert post(client, "Jesús lloró.", "rnnsearch-es-en", beam=1).json()["translation"] == "Jesus wept."
+
+
+def test_concurrent_requests_answer_as_sequential_ones(served):
+    client, _, _ = served
+    jobs = [("rnnsearch-es-en", SOURCE), ("transformer-es-en", "Jesús lloró."), ("rnnencdec-es-en", SOURCE),
+            ("transformer-es-en", SOURCE), ("rnnsearch-es-en", "Jesús lloró."), ("transformer-es-en", "Y Dios vió la luz.")]
+    sequential = [post(client, t, m, beam=3).json() for m, t in jobs]
+    with ThreadPoolExecutor(6) as pool:
+        parallel = list(pool.map(lambda j: post(client, j[1], j[0], beam=3).json(), jobs))
+    assert parallel == sequential

@@ -1,0 +1,143 @@
+"""The explorer in a real browser: `attnkit serve` on 127.0.0.1, Debian's chromium driven by Playwright.
+
+Types a verse, waits for the translations, hovers a target word and checks that the source words get
+the model's own weights, switches to words, opens a Transformer head, uploads a scene and hovers a
+caption word, exports a view as HTML and opens it offline. Screenshots go to out/explorer/.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (apt-get install chromium)")
+playwright = pytest.importorskip("playwright.sync_api")
+SHOTS = Path(__file__).resolve().parents[1] / "out" / "explorer"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+VERSE = "Y vió Dios que la luz era buena: y apartó Dios la luz de las tinieblas."
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(bible_home):
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "attnkit.cli", "--home", str(bible_home), "serve", "--port", str(port)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(240):
+        try:
+            urllib.request.urlopen(url + "api/models", timeout=1)
+            break
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(proc.stdout.read())
+            time.sleep(0.5)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+def _api(url, path, body):
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=120).read())
+
+
+def test_translate_hover_words_heads(server, browser, tmp_path):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server)
+    page.fill("#text", VERSE)
+    page.select_option("#beam", "5")
+    page.click("#translate")
+    card = page.locator(".model-card[data-model='rnnsearch-es-en']")
+    page.wait_for_function(f"document.querySelector('.model-card .translation') && "
+                           f"[...document.querySelectorAll('.model-card')].length === 3 && "
+                           f"document.body.innerText.indexOf('translating') < 0", timeout=120_000)
+    assert page.locator(".model-card[data-model='rnnencdec-es-en'] .no-attention").count() == 1
+    want = _api(server, "api/translate", {"text": VERSE, "model": "rnnsearch-es-en", "beam": 5})
+    assert card.locator(".translation").inner_text() == want["translation"]
+    t = 2  # hover the third target piece: the source pieces light up with the model's weights
+    card.locator(f".tokens.tgt .tok[data-i='{t}']").hover()
+    weights = card.locator(".tokens.src .tok").evaluate_all("els => els.map(e => parseFloat(e.dataset.w))")
+    assert weights == pytest.approx(want["attention"][t], abs=1e-4)
+    best = max(range(len(weights)), key=weights.__getitem__)
+    assert "hl" in card.locator(f".tokens.src .tok[data-i='{best}']").get_attribute("class")
+    card.locator(".matrix .cell[data-r='0'][data-c='0']").hover()
+    assert "→" in card.locator(".status").inner_text()
+    page.screenshot(path=str(SHOTS / "translate.png"), full_page=True)
+
+    page.check("#words")  # whole words: sum over a source word's pieces, mean over a target word's pieces
+    card = page.locator(".model-card[data-model='rnnsearch-es-en']")
+    assert card.locator(".tokens.src .tok").count() == len(VERSE.split())
+    card.locator(".tokens.tgt .tok[data-i='1']").hover()
+    wweights = card.locator(".tokens.src .tok").evaluate_all("els => els.map(e => parseFloat(e.dataset.w))")
+    assert wweights == pytest.approx(want["words"]["attention"][1], abs=1e-4)
+    assert "mean over a target word's pieces" in page.locator("#rule").inner_text()
+    page.uncheck("#words")
+
+    tf = page.locator(".model-card[data-model='transformer-es-en']")
+    tf.locator("canvas.hcell[data-kind='cross'][data-layer='2'][data-head='1']").click()
+    enlarged = page.locator("#enlarged")
+    assert enlarged.is_visible() and "cross-attention" in enlarged.inner_text()
+    assert enlarged.locator(".cell").count() > 20
+    page.screenshot(path=str(SHOTS / "head.png"))
+    enlarged.locator("button").click()
+
+    with page.expect_download() as dl:  # the view as a self-contained HTML file, opened with no server
+        card.locator("button.export[data-format='html']").click()
+    exported = tmp_path / "view.html"
+    dl.value.save_as(exported)
+    offline = browser.new_page()
+    offline.goto(exported.as_uri())
+    offline.wait_for_selector(".model-card[data-model='rnnsearch-es-en'] .matrix")
+    assert offline.locator(".model-card").count() == 1 and offline.locator("#translate").is_hidden()
+    with page.expect_download() as dl:
+        card.locator("button.export[data-format='svg']").click()
+    dl.value.save_as(tmp_path / "view.svg")
+    assert (tmp_path / "view.svg").read_text().startswith("<svg")
+
+
+def test_caption_upload_and_hover(server, browser, tmp_path):
+    from PIL import Image
+
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server)
+    page.wait_for_function("document.querySelectorAll('#scene option').length > 0", timeout=120_000)
+    page.select_option("#scene", "2")
+    page.click("#caption-btn")
+    page.wait_for_selector(".caption-card[data-model='captioner-hard'] .cword", timeout=60_000)
+    hard = page.locator(".caption-card[data-model='captioner-hard']")
+    assert hard.locator(".box").count() >= 1  # a test scene shows its ground-truth boxes
+    hard.locator(".cword[data-t='1']").hover()
+    assert hard.locator(".heat rect").count() == 64 and "correctness" in hard.locator(".status").inner_text()
+    page.screenshot(path=str(SHOTS / "caption-scene.png"), full_page=True)
+    img = tmp_path / "mine.png"
+    Image.new("RGB", (120, 90), (250, 250, 250)).save(img)
+    page.set_input_files("#upload", str(img))
+    page.wait_for_function("document.querySelectorAll('.caption-card .box').length === 0 && "
+                           "document.querySelectorAll('.caption-card').length === 2", timeout=60_000)
+    soft = page.locator(".caption-card[data-model='captioner-soft']")
+    soft.locator(".cword[data-t='0']").hover()
+    assert soft.locator(".heat rect").count() == 64
+    page.screenshot(path=str(SHOTS / "caption-upload.png"), full_page=True)
