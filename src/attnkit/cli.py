@@ -312,6 +312,31 @@ def cmd_evaluate_captioning(args) -> None:
           f"map of the word before {fmt(r['previous_word_attention_correctness'])}")
 
 
+def cmd_evaluate_alignment(args) -> None:
+    from .alignment.evaluate import evaluate_alignment
+
+    if args.head is not None and args.layer is None:
+        raise CLIError("--head needs --layer (heads are numbered within a layer)")
+    try:
+        r = evaluate_alignment(_model_path(args.model, DEFAULT_TRANSLATION_MODEL), layer=args.layer, head=args.head,
+                               all_heads=args.all_heads, threshold=args.threshold,
+                               references=not args.no_references, home=args.home)
+    except ValueError as exc:  # a model without attention, a layer it does not have
+        raise CLIError(str(exc)) from None
+    if args.json:
+        print(json.dumps(r, ensure_ascii=False))
+        return
+    print(f"{r['model']}: alignment of the reference translation, {r['scored_verses']} scored gold verses "
+          f"({r['dev_verses']} more for choosing heads); {r['rule']}")
+    print(f"  {'':<52} {'AER':>6} {'prec.':>6} {'recall':>6}")
+    rows = r["rows"] + ([r["best_head"]] if r["best_head"] else []) + r["references"]
+    for row in rows:
+        if row.get("skipped"):
+            print(f"  {row['name']}")
+            continue
+        print(f"  {row['name']:<52} {row['aer']:>6.3f} {row['precision']:>6.3f} {row['recall']:>6.3f}")
+
+
 # ---------------------------------------------------------------- export
 def cmd_export(args) -> None:
     import torch
@@ -469,6 +494,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_evaluate_flags(ec, "scenes")
     _add_device_flags(ec)
     ec.set_defaults(func=cmd_evaluate_captioning)
+
+    ea = e.add_parser("alignment", help="does attention align? AER against the hand-made gold alignments")
+    ea.add_argument("--model", default=None, help=f"a translation model name or folder (default: {DEFAULT_TRANSLATION_MODEL})")
+    ea.add_argument("--layer", type=int, default=None, help="score this cross-attention layer (1-based) instead of "
+                    "the model's alignment; with --head one head, else the layer's head mean (default: none)")
+    ea.add_argument("--head", type=int, default=None, help="with --layer: the head (1-based) (default: none)")
+    ea.add_argument("--all-heads", action="store_true", help="score every layer × head, each layer's mean, and the "
+                    "best head chosen on the 50 dev verses (default: off)")
+    ea.add_argument("--threshold", type=float, default=None, help="also link every word pair with attention at least "
+                    "this (default: none: argmax links only)")
+    ea.add_argument("--no-references", action="store_true", help="skip the diagonal baseline and eflomal (default: off)")
+    ea.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
+    ea.set_defaults(func=cmd_evaluate_alignment)
 
     ex = sub.add_parser("export", help="write a small (fp16) copy of a checkpoint for shipping")
     ex.add_argument("checkpoint", help="checkpoint folder, e.g. runs/rnnsearch/best; with --average-last, the run "

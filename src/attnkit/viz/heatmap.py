@@ -75,7 +75,7 @@ def _panel_geometry(src: list[str], tgt: list[str], title: str | None) -> _Panel
 def _draw_alignment(lay: InchLayout, x: float, y: float, geo: _Panel, w: np.ndarray,
                     src: list[str], tgt: list[str], title: str | None, cmap: str,
                     vmin: float | None, vmax: float | None, xlabel: str | None = None,
-                    ylabel: str | None = None) -> None:
+                    ylabel: str | None = None, gold: tuple | None = None) -> None:
     """Draw one alignment panel with its top-left corner at (x, y) inches."""
     lo, hi = color_limits(w, vmin, vmax)
     gx, gy = x + geo.left_labels, y + geo.title_h + geo.top_labels
@@ -92,6 +92,16 @@ def _draw_alignment(lay: InchLayout, x: float, y: float, geo: _Panel, w: np.ndar
     if max(len(src), len(tgt)) <= 60:
         ax.grid(which="minor", color="white", linewidth=0.4, alpha=0.6)
     ax.tick_params(which="minor", length=0)
+    if gold is not None:  # gold links (source, target): sure as squares, possible-only as dots
+        sure, possible = set(gold[0]), set(gold[1]) - set(gold[0])
+        if sure:
+            ax.scatter([i for i, _ in sure], [j for _, j in sure], marker="s", s=40, facecolors="none",
+                       edgecolors="#d62728", linewidths=1.2, label="sure")
+        if possible:
+            ax.scatter([i for i, _ in possible], [j for _, j in possible], marker="o", s=10, color="#ff7f0e",
+                       label="possible")
+        ax.set_xlim(-0.5, len(src) - 0.5)
+        ax.set_ylim(len(tgt) - 0.5, -0.5)
     for side in ax.spines.values():
         side.set_linewidth(0.6)
     if xlabel:
@@ -111,8 +121,11 @@ def _draw_alignment(lay: InchLayout, x: float, y: float, geo: _Panel, w: np.ndar
 def plot_alignment(weights: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str], path: Any,
                    *, title: str | None = None, cmap: str = "gray_r",
                    vmin: float | None = None, vmax: float | None = None,
-                   dpi: float = DEFAULT_DPI):
+                   dpi: float = DEFAULT_DPI, sure=None, possible=None):
     """Draw a (T_tgt, T_src) attention matrix as an alignment heatmap and write it as a PNG.
+
+    ``sure`` / ``possible``: gold links ``(source index, target index)`` drawn over the cells
+    (sure as red squares, possible-only as orange dots), to compare attention with a gold standard.
 
     Source tokens label the top x axis (rotated 90 degrees), target tokens the y axis, with
     one square cell per pair and a colour bar; the figure size follows the token counts, so a
@@ -126,7 +139,8 @@ def plot_alignment(weights: Any, src_tokens: Sequence[str], tgt_tokens: Sequence
     w, src, tgt = _check_alignment(weights, src_tokens, tgt_tokens)
     geo = _panel_geometry(src, tgt, title)
     fig = new_figure(geo.width + 2 * _MARGIN, geo.height + _MARGIN)
-    _draw_alignment(InchLayout(fig), _MARGIN, _MARGIN, geo, w, src, tgt, title, cmap, vmin, vmax)
+    gold = None if sure is None and possible is None else (sure or set(), (possible or set()) | (sure or set()))
+    _draw_alignment(InchLayout(fig), _MARGIN, _MARGIN, geo, w, src, tgt, title, cmap, vmin, vmax, gold=gold)
     return save_png(fig, path, dpi)
 
 

@@ -4,7 +4,7 @@ Deterministic: verses of the Bible corpus's test split, stratified by book and b
 (in whitespace words: under 15, 15-24, 25-40, over 40), then shuffled and split into a 50-verse
 dev part (lines 1-50: choosing heads/layers) and a 100-verse scored part (lines 51-150).
 
-    PYTHONPATH=src python data/gold-alignments/select_verses.py
+    PYTHONPATH=src python src/attnkit/alignment/gold/select_verses.py
 """
 import random
 from collections import defaultdict

@@ -1,0 +1,92 @@
+"""The hand-made Spanish–English gold word alignments of held-out Bible verses, and their checks.
+
+Files (``data/gold-alignments/`` in the repository, package data in an installed attnkit):
+``es-en.es`` / ``es-en.en`` (one verse a line, whitespace tokens), ``es-en.refs`` (verse references),
+``es-en.sure`` / ``es-en.possible`` (Pharaoh format: ``i-j`` links, ``i`` a Spanish token index,
+``j`` an English one, 0-based, space-separated; every sure link is also possible). Lines 1–50
+are the **dev** part (for choosing a layer or head), lines 51–150 the **scored** part.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+__all__ = ["GOLD_DIR", "DEV_VERSES", "GoldVerse", "parse_links", "format_links", "load_gold", "validate_gold"]
+
+GOLD_DIR = Path(__file__).resolve().parent / "gold"
+DEV_VERSES = 50
+
+Link = tuple[int, int]
+
+
+@dataclass
+class GoldVerse:
+    """One verse pair with its gold links (sets of ``(spanish index, english index)``)."""
+
+    ref: str
+    source: list[str]
+    target: list[str]
+    sure: set[Link]
+    possible: set[Link]
+
+    def to_dict(self) -> dict:
+        """For the explorer: the words and the links, as lists."""
+        return {"ref": self.ref, "source": self.source, "target": self.target,
+                "sure": sorted(self.sure), "possible": sorted(self.possible)}
+
+
+def parse_links(line: str, *, where: str = "") -> set[Link]:
+    """``"0-0 1-2"`` → ``{(0, 0), (1, 2)}``; a malformed link is a ValueError naming ``where``."""
+    links = set()
+    for item in line.split():
+        a, sep, b = item.partition("-")
+        if not sep or not a.isdigit() or not b.isdigit():
+            raise ValueError(f"{where}: {item!r} is not a link i-j of two non-negative integers")
+        links.add((int(a), int(b)))
+    return links
+
+
+def format_links(links: Iterable[Link]) -> str:
+    return " ".join(f"{i}-{j}" for i, j in sorted(links))
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def load_gold(folder: str | Path | None = None) -> list[GoldVerse]:
+    """Every gold verse, in file order (dev first), with sure and possible links as sets."""
+    folder = Path(folder) if folder is not None else GOLD_DIR
+    refs, es, en = (_lines(folder / f"es-en.{x}") for x in ("refs", "es", "en"))
+    sure, possible = _lines(folder / "es-en.sure"), _lines(folder / "es-en.possible")
+    sizes = {len(refs), len(es), len(en), len(sure), len(possible)}
+    if len(sizes) != 1:
+        raise ValueError(f"{folder}: the five files must have one line per verse; they have "
+                         f"refs {len(refs)}, es {len(es)}, en {len(en)}, sure {len(sure)}, possible {len(possible)}")
+    return [GoldVerse(r, s.split(), t.split(), parse_links(a, where=f"es-en.sure line {k + 1}"),
+                      parse_links(b, where=f"es-en.possible line {k + 1}"))
+            for k, (r, s, t, a, b) in enumerate(zip(refs, es, en, sure, possible))]
+
+
+def validate_gold(verses: list[GoldVerse], corpus: dict[str, tuple[str, str]] | None = None) -> list[str]:
+    """Every problem found (an empty list when the set is sound): indices in range, sure ⊆ possible,
+    no verse without links, and (given ``corpus``: ref → (spanish, english)) tokens equal to the
+    corpus text of that verse."""
+    problems = []
+    for k, v in enumerate(verses, 1):
+        for name, links in (("sure", v.sure), ("possible", v.possible)):
+            bad = [f"{i}-{j}" for i, j in links if not (0 <= i < len(v.source) and 0 <= j < len(v.target))]
+            if bad:
+                problems.append(f"line {k} ({v.ref}): {name} links out of range "
+                                f"({len(v.source)} es × {len(v.target)} en tokens): {' '.join(bad)}")
+        if not v.sure <= v.possible:
+            problems.append(f"line {k} ({v.ref}): sure links not in possible: {format_links(v.sure - v.possible)}")
+        if not v.possible:
+            problems.append(f"line {k} ({v.ref}): no links")
+        if corpus is not None:
+            if v.ref not in corpus:
+                problems.append(f"line {k}: {v.ref} is not a verse of the corpus split")
+            elif corpus[v.ref][0].split() != v.source or corpus[v.ref][1].split() != v.target:
+                problems.append(f"line {k} ({v.ref}): tokens differ from the corpus text")
+    return problems
