@@ -173,3 +173,22 @@ def test_concurrent_requests_answer_as_sequential_ones(served):
     with ThreadPoolExecutor(6) as pool:
         parallel = list(pool.map(lambda j: post(client, j[1], j[0], beam=3).json(), jobs))
     assert parallel == sequential
+
+
+def test_forcing_the_reference_of_a_gold_verse_brings_its_gold_links(served):
+    from attnkit.alignment.gold import load_gold
+
+    client, models, _ = served
+    v = load_gold()[60]
+    src, ref = " ".join(v.source), " ".join(v.target)
+    p = client.post("/api/translate", json={"text": src, "model": "rnnsearch-es-en", "target": ref}).json()
+    assert p["forced"] and p["translation"] == ref and p["words"]["target"] == v.target
+    assert p["gold"]["ref"] == v.ref and sorted(map(tuple, p["gold"]["sure"])) == sorted(v.sure)
+    ta = models.translators["rnnsearch-es-en"].attention(src, ref)  # the same forced decoding
+    torch.testing.assert_close(torch.tensor(p["attention"], dtype=torch.float64), ta.maps.alignment.double(),
+                               atol=1e-5, rtol=0)
+    other = client.post("/api/translate", json={"text": "Jesús lloró.", "model": "rnnsearch-es-en",
+                                                "target": "Jesus wept."}).json()
+    assert other["forced"] and other["gold"] is None
+    r = client.post("/api/translate", json={"text": src, "model": "rnnsearch-es-en", "target": "  "})
+    assert r.status_code == 400 and "target is empty" in r.json()["error"]

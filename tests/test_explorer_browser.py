@@ -118,6 +118,25 @@ def test_translate_hover_words_heads(server, browser, tmp_path):
     assert (tmp_path / "view.svg").read_text().startswith("<svg")
 
 
+def test_a_gold_verse_with_its_reference_shows_the_gold_links(server, browser):
+    from attnkit.alignment.gold import load_gold
+
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server)
+    page.wait_for_function("document.querySelectorAll('#verse option').length > 1", timeout=120_000)
+    page.check("#force")
+    page.check("#words")
+    page.select_option("#verse", "0")  # the first scored gold verse
+    first = load_gold()[50]
+    card = page.locator(".model-card[data-model='transformer-es-en']")
+    page.wait_for_function("document.querySelector(\".model-card[data-model='transformer-es-en'] .gold-sure\")",
+                           timeout=120_000)
+    assert card.locator(".translation").inner_text() == " ".join(first.target)
+    assert card.locator(".gold-sure").count() == len(first.sure)
+    assert card.locator(".gold-possible").count() == len(first.possible - first.sure)
+    page.screenshot(path=str(SHOTS / "gold.png"), full_page=False)
+
+
 def test_caption_upload_and_hover(server, browser, tmp_path):
     from PIL import Image
 

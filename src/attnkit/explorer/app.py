@@ -64,6 +64,8 @@ class TranslateRequest(BaseModel):
     model: str | None = Field(None, description="a loaded translation model's name (default: the first)")
     beam: int = Field(5, ge=1, le=MAX_BEAM, description="beam size (1 = greedy)")
     heads: bool = Field(False, description="also return every layer's and head's maps, and the rollout")
+    target: str | None = Field(None, description="English to force instead of translating (e.g. the reference); "
+                                                 "gold verses then come with their hand-made links")
 
 
 class SceneRequest(BaseModel):
@@ -164,7 +166,7 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
     if scenes is not None:
         state["scenes"] = scenes
     if verses is not None:
-        state["verses"] = [{"ref": p.ref, "source": p.src, "reference": p.tgt} for p in verses]
+        state["verses"] = [{"ref": p.ref, "source": p.src, "reference": p.tgt, "gold": False} for p in verses]
 
     @app.exception_handler(ApiError)
     def _api_error(request, exc: ApiError):
@@ -203,15 +205,19 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
         return {"models": list(models.info.values())}
 
     @app.get("/api/verses")
-    def verses(limit: int = 40):
+    def verses(limit: int = 200):
         """Held-out test verses (a spread of lengths) with their reference translations."""
         if "verses" not in state:
             from ..data.bible import load_pairs
 
+            from ..alignment.gold import load_gold
+
+            gold = [{"ref": v.ref, "source": " ".join(v.source), "reference": " ".join(v.target), "gold": True}
+                    for v in load_gold()[50:]]  # the scored gold verses first: they have hand-made links
             test = load_pairs("test", home=home)
             picks = sorted(test[::max(1, len(test) // 120)], key=lambda p: len(p.src.split()))
-            state["verses"] = [{"ref": p.ref, "source": p.src, "reference": p.tgt} for p in picks]
-        return {"verses": state["verses"][:max(1, min(limit, 200))]}
+            state["verses"] = gold + [{"ref": p.ref, "source": p.src, "reference": p.tgt, "gold": False} for p in picks]
+        return {"verses": state["verses"][:max(1, min(limit, 300))]}
 
     def _scenes():
         if "scenes" not in state:
@@ -238,7 +244,9 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
             raise ApiError(413, f"the text has {len(text)} characters; the limit is {MAX_TEXT_CHARS} "
                                 "(and each model reads at most its own number of subword tokens)")
         name, tr = _pick(models.translators, req.model, "translation")
-        return translation_payload(tr, text, beam=req.beam, heads=req.heads, model=name)
+        if req.target is not None and not req.target.strip():
+            raise ApiError(400, "the target is empty: give the English to force, or leave it out to translate")
+        return translation_payload(tr, text, beam=req.beam, heads=req.heads, model=name, target=req.target)
 
     @app.post("/api/caption")
     async def caption(request: Request):

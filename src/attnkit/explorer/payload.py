@@ -15,7 +15,10 @@ Translation::
      "steps": {"formula", "scores" [T][S], "weights" [T][S], "context_norm" [T],
                "contributions" [T][S]} | null,                      (models with RNN-style attention)
      "heads": {"enc_self" [L][H][S][S], "dec_self" [L][H][T][T], "cross" [L][H][T][S],
-               "rollout" [S][S]} | null}                             (per-layer, per-head models; on request)
+               "rollout" [S][S]} | null,                             (per-layer, per-head models; on request)
+     "forced": bool,                                                 (the target was given, not searched)
+     "gold": {"ref", "source" [Sw], "target" [Tw], "sure" [[i, j]], "possible" [[i, j]]} | null}
+                                                                      (hand-made links of a gold verse)
 
 Caption::
 
@@ -44,11 +47,35 @@ def _rows(t: Tensor | None, digits: int = 5):
     return torch.round(t.double(), decimals=digits).tolist()  # float64: 0.66881, not 0.6688100099563599
 
 
+def gold_for(source: str, target: str) -> dict | None:
+    """The hand-made gold links of this verse pair, if it is one of the gold verses (word indices)."""
+    from ..alignment.gold import load_gold
+
+    key = (" ".join(source.split()), " ".join(target.split()))
+    for v in _gold_verses(load_gold):
+        if (" ".join(v.source), " ".join(v.target)) == key:
+            return v.to_dict()
+    return None
+
+
+_GOLD_CACHE: list = []
+
+
+def _gold_verses(loader):
+    if not _GOLD_CACHE:
+        _GOLD_CACHE.extend(loader())
+    return _GOLD_CACHE
+
+
 def translation_payload(translator, source: str, *, beam: int = 5, heads: bool = False, model: str = "",
-                        result: dict | None = None) -> dict:
+                        result: dict | None = None, target: str | None = None) -> dict:
     """Translate ``source`` with ``beam`` and describe every attention the model has (see the module
-    docstring). ``result``: a translation already made (``Translator.translate`` output) to reuse."""
-    if result is None:
+    docstring). ``result``: a translation already made (``Translator.translate`` output) to reuse.
+    ``target``: English to force instead of searching (teacher forcing; e.g. the reference), which
+    also adds ``"gold"`` (the gold links, word indices) when the pair is one of the gold verses."""
+    if target is not None:
+        result = {"tokens": translator.tokenizer.encode(target.strip()), "translation": target.strip()}
+    elif result is None:
         result = translator.translate([source], beam_size=beam)[0]
     tokens = result["tokens"]
     src_pieces = [translator.tokenizer.id_to_piece(t) for t in translator.encode_sources([source])[0]]
@@ -58,7 +85,8 @@ def translation_payload(translator, source: str, *, beam: int = 5, heads: bool =
         "target_pieces": [translator.tokenizer.id_to_piece(t) for t in tokens],
         "has_attention": False, "attention": None,
         "words": {"source": words_from_pieces(src_pieces), "target": [], "attention": None, "rule": WORD_RULE},
-        "diagnostics": None, "steps": None, "heads": None,
+        "diagnostics": None, "steps": None, "heads": None, "forced": target is not None,
+        "gold": gold_for(source, target) if target is not None else None,
     }
     if not tokens:  # an empty translation: nothing to align
         return out

@@ -35,10 +35,10 @@ async function api(path, options) {
 function modelInfo(name) { return state.models.find((m) => m.name === name) || { name, scores: {} }; }
 
 // ---------------------------------------------------------------- one matrix, in SVG
-function matrixSvg(att, rows, cols, cell = 14) {
+function matrixSvg(att, rows, cols, cell = 14, gold = null) {
   const left = 8 + 6.2 * Math.max(...rows.map((r) => r.length), 1);
   const top = 8 + 6.2 * Math.max(...cols.map((c) => c.length), 1);
-  const W = left + cols.length * cell + 4, H = top + rows.length * cell + 4;
+  const W = left + cols.length * cell + 40, H = top + rows.length * cell + 4;  // room for the last rotated label
   const svg = sv("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "matrix" });
   svg.append(sv("rect", { x: 0, y: 0, width: W, height: H, fill: "#fff" }));
   cols.forEach((c, j) => svg.append(sv("text", { x: left + j * cell + cell * 0.7, y: top - 4,
@@ -50,6 +50,16 @@ function matrixSvg(att, rows, cols, cell = 14) {
     rect.append(sv("title", {}, `${rows[i]} → ${cols[j]}: ${fmt(w)}`));
     svg.append(rect);
   }));
+  if (gold) { // gold links [source word, target word]: sure as squares, possible-only as dots
+    const sure = new Set(gold.sure.map(([a, b]) => `${a}-${b}`));
+    gold.possible.forEach(([a, b]) => {
+      const x = left + a * cell, y = top + b * cell;
+      svg.append(sure.has(`${a}-${b}`)
+        ? sv("rect", { x: x + 2, y: y + 2, width: cell - 5, height: cell - 5, fill: "none", stroke: "#d62728",
+            "stroke-width": 1.5, class: "gold-sure" })
+        : sv("circle", { cx: x + cell / 2 - 0.5, cy: y + cell / 2 - 0.5, r: 2, fill: "#ff7f0e", class: "gold-possible" }));
+    });
+  }
   return svg;
 }
 
@@ -86,8 +96,11 @@ function renderTranslation(p) {
   const tgtRow = el("div", { class: "tokens tgt" }, v.tgt.map((t, i) => el("span", { class: "tok", "data-i": i }, t)));
   card.append(el("div", { class: "label" }, "source (Spanish)"), srcRow, el("div", { class: "label" },
     "target (English) — hover to see where it looks, click for that decoder step"), tgtRow);
-  const svg = matrixSvg(v.att, v.tgt, v.src);
-  card.append(el("div", { class: "label" }, "alignment matrix: rows = target, columns = source"), svg, status);
+  const gold = v.words && p.gold ? p.gold : null;
+  const svg = matrixSvg(v.att, v.tgt, v.src, 14, gold);
+  card.append(el("div", { class: "label" }, "alignment matrix: rows = target, columns = source" +
+    (p.gold ? (gold ? ` — gold links of ${p.gold.ref}: red squares sure, orange dots possible` :
+      " — switch to whole words to see this verse's gold links") : "")), svg, status);
 
   const clear = () => card.querySelectorAll(".tok").forEach((t) => { t.style.background = ""; t.classList.remove("hl", "focus");
     const w = t.querySelector(".w"); if (w) w.remove(); });
@@ -289,11 +302,13 @@ function redrawCaptions() { document.getElementById("captions").replaceChildren(
 
 async function translateAll() {
   const text = document.getElementById("text").value, beam = +document.getElementById("beam").value;
+  const reference = document.getElementById("reference").dataset.text;
+  const target = document.getElementById("force").checked && reference ? reference : null;
   const err = document.getElementById("error"); err.textContent = "";
   const names = state.models.filter((m) => m.task === "translation").map((m) => m.name);
   document.getElementById("results").replaceChildren(el("p", { class: "status" }, "translating…"));
   const results = await Promise.all(names.map((model) => api("api/translate", { method: "POST",
-    headers: { "Content-Type": "application/json" }, body: JSON.stringify({ text, model, beam, heads: true }) })
+    headers: { "Content-Type": "application/json" }, body: JSON.stringify({ text, model, beam, heads: true, target }) })
     .catch((e) => ({ error: e.message }))));
   const failed = results.find((r) => r.error);
   if (failed) err.textContent = failed.error;
@@ -333,14 +348,18 @@ async function init() {
   state.models = (await api("api/models")).models;
   const verseSel = document.getElementById("verse");
   const verses = (await api("api/verses").catch(() => ({ verses: [] }))).verses;
-  verses.forEach((v, i) => verseSel.append(el("option", { value: i }, `${v.ref} (${v.source.split(" ").length} words)`)));
+  verses.forEach((v, i) => verseSel.append(el("option", { value: i },
+    `${v.ref} (${v.source.split(" ").length} words${v.gold ? ", gold links" : ""})`)));
+  const ref = document.getElementById("reference");
   verseSel.addEventListener("change", () => {
     const v = verses[+verseSel.value];
-    document.getElementById("reference").textContent = v ? `reference: ${v.reference}` : "";
+    ref.textContent = v ? `reference: ${v.reference}` : "";
+    ref.dataset.text = v ? v.reference : "";
     if (v) { document.getElementById("text").value = v.source; translateAll(); }
   });
-  document.getElementById("translate").addEventListener("click", () => {
-    document.getElementById("reference").textContent = ""; translateAll(); });
+  document.getElementById("text").addEventListener("input", () => { ref.textContent = ""; ref.dataset.text = ""; });
+  document.getElementById("force").addEventListener("change", translateAll);
+  document.getElementById("translate").addEventListener("click", translateAll);
   if (state.models.some((m) => m.task === "captioning")) {
     const sceneSel = document.getElementById("scene");
     (await api("api/scenes").catch(() => ({ scenes: [] }))).scenes.forEach((s) =>
