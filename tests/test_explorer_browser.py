@@ -71,9 +71,9 @@ def test_translate_hover_words_heads(server, browser, tmp_path):
     page.select_option("#beam", "5")
     page.click("#translate")
     card = page.locator(".model-card[data-model='rnnsearch-es-en']")
-    page.wait_for_function(f"document.querySelector('.model-card .translation') && "
-                           f"[...document.querySelectorAll('.model-card')].length === 3 && "
-                           f"document.body.innerText.indexOf('translating') < 0", timeout=120_000)
+    page.wait_for_function("document.querySelector('.model-card .translation') && "
+                           "[...document.querySelectorAll('.model-card')].length === 3 && "
+                           "document.body.innerText.indexOf('translating') < 0", timeout=120_000)
     assert page.locator(".model-card[data-model='rnnencdec-es-en'] .no-attention").count() == 1
     want = _api(server, "api/translate", {"text": VERSE, "model": "rnnsearch-es-en", "beam": 5})
     assert card.locator(".translation").inner_text() == want["translation"]

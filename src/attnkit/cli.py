@@ -320,7 +320,8 @@ def cmd_evaluate_alignment(args) -> None:
     try:
         r = evaluate_alignment(_model_path(args.model, DEFAULT_TRANSLATION_MODEL), layer=args.layer, head=args.head,
                                all_heads=args.all_heads, threshold=args.threshold,
-                               references=not args.no_references, home=args.home)
+                               references=not args.no_references, home=args.home, device=args.device,
+                               dtype=args.precision)
     except ValueError as exc:  # a model without attention, a layer it does not have
         raise CLIError(str(exc)) from None
     if args.json:
@@ -402,7 +403,7 @@ def cmd_models(args) -> None:
 def cmd_demo(args) -> None:
     from .demo import run_demo
 
-    run_demo(home=args.home, out_dir=Path(args.out))
+    run_demo(home=args.home, out_dir=Path(args.out), device=args.device, dtype=args.precision)
 
 
 # ---------------------------------------------------------------- parser
@@ -506,6 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "this (default: none: argmax links only)")
     ea.add_argument("--no-references", action="store_true", help="skip the diagonal baseline and eflomal (default: off)")
     ea.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
+    _add_device_flags(ea)
     ea.set_defaults(func=cmd_evaluate_alignment)
 
     ex = sub.add_parser("export", help="write a small (fp16) copy of a checkpoint for shipping")
@@ -532,6 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     dm = sub.add_parser("demo", help="the main job: translate held-out verses, plot, score")
     dm.add_argument("--out", default="out/demo", help="folder for the pictures (default: out/demo)")
+    _add_device_flags(dm)
     dm.set_defaults(func=cmd_demo)
     return p
 

@@ -23,7 +23,7 @@ def _rule(title: str) -> None:
     print(f"\n== {title} " + "=" * max(0, 74 - len(title)))
 
 
-def run_demo(*, home=None, out_dir: Path = Path("out/demo")) -> dict:
+def run_demo(*, home=None, out_dir: Path = Path("out/demo"), device: str = "cpu", dtype=None) -> dict:
     from .data.bible import load_pairs, prepare_bible
     from .tasks.translation import Translator, corpus_scores
     from .viz import plot_alignments
@@ -39,7 +39,7 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo")) -> dict:
     model_dir = PRETRAINED_DIR / "rnnsearch-es-en"
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"the shipped model {model_dir} is missing; train one with `attnkit train translation`")
-    tr = Translator.load(model_dir)
+    tr = Translator.load(model_dir, device=device, dtype=dtype)
     _rule(f"Translating {DEMO_VERSES} held-out verses with RNNsearch (beam 5)")
     # a spread of lengths: short to long, where attention matters most
     by_len = sorted(test[:400], key=lambda p: len(p.src.split()))
@@ -61,7 +61,7 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo")) -> dict:
         d = PRETRAINED_DIR / name
         if not (d / "config.json").is_file():
             continue
-        m = tr if name == "rnnsearch-es-en" else Translator.load(d)
+        m = tr if name == "rnnsearch-es-en" else Translator.load(d, device=device, dtype=dtype)
         t1 = time.perf_counter()
         hyps = [h["translation"] for h in m.translate([p.src for p in slice_], beam_size=1)]
         sc = corpus_scores(hyps, [p.tgt for p in slice_])
@@ -69,12 +69,12 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo")) -> dict:
         print(f"  {name:<20} BLEU {sc['bleu']:6.2f}   chrF {sc['chrf']:6.2f}   ({time.perf_counter() - t1:.1f} s)")
 
     captions = _caption_demo(home, out_dir)
-    explorer = _explorer_page(home, out_dir, [p.src for p, _ in shown])
+    explorer = _explorer_page(home, out_dir, [p.src for p, _ in shown], device, dtype)
     print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s; pictures in {out_dir}/")
     return {"scores": scores, "alignment_png": str(heat), "captions": captions, "explorer": str(explorer)}
 
 
-def _explorer_page(home, out_dir: Path, sources: list[str]) -> Path:
+def _explorer_page(home, out_dir: Path, sources: list[str], device="cpu", dtype=None) -> Path:
     """The explorer's offline page for the demo verses (every shipped translator) and scenes (every
     shipped captioner), and the command that serves the live one."""
     from .data.scenes import load_scenes
@@ -83,7 +83,7 @@ def _explorer_page(home, out_dir: Path, sources: list[str]) -> Path:
     from .tasks.captioning.demo import _demo_picks
 
     _rule("The attention explorer")
-    models = load_models()
+    models = load_models(device=device, dtype=dtype)
     translations = [translation_payload(tr, src, beam=5, heads=True, model=name)
                     for src in sources for name, tr in models.translators.items()]
     captions = []

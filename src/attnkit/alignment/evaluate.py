@@ -84,7 +84,7 @@ def eflomal_links(verses: list[GoldVerse], *, home=None) -> list[set] | None:
 
 def evaluate_alignment(model, *, layer: int | None = None, head: int | None = None, all_heads: bool = False,
                        threshold: float | None = None, references: bool = True, gold_dir=None, home=None,
-                       device: str = "cpu") -> dict:
+                       device: str = "cpu", dtype=None) -> dict:
     """The AER table of a model (see the module docstring). ``layer``/``head`` (1-based) score one
     cross-attention head instead of the model's alignment; ``threshold`` adds links above it."""
     from ..pretrained import resolve_model
@@ -93,7 +93,7 @@ def evaluate_alignment(model, *, layer: int | None = None, head: int | None = No
     verses = load_gold(gold_dir)
     dev, scored = verses[:DEV_VERSES], verses[DEV_VERSES:]
     path = resolve_model(model)
-    tr = Translator.load(path, device=device)
+    tr = Translator.load(path, device=device, dtype=dtype)
     rows = []
     maps = [verse_word_maps(tr, v, all_heads=all_heads or layer is not None) for v in verses]
     if not maps[0]:
