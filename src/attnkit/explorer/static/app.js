@@ -300,7 +300,9 @@ function redrawTranslations() {
 }
 function redrawCaptions() { document.getElementById("captions").replaceChildren(...state.captions.map(renderCaption)); }
 
+let translateRun = 0; // answers of an older request that arrive late are dropped
 async function translateAll() {
+  const run = ++translateRun;
   const text = document.getElementById("text").value, beam = +document.getElementById("beam").value;
   const reference = document.getElementById("reference").dataset.text;
   const target = document.getElementById("force").checked && reference ? reference : null;
@@ -310,13 +312,16 @@ async function translateAll() {
   const results = await Promise.all(names.map((model) => api("api/translate", { method: "POST",
     headers: { "Content-Type": "application/json" }, body: JSON.stringify({ text, model, beam, heads: true, target }) })
     .catch((e) => ({ error: e.message }))));
+  if (run !== translateRun) return;
   const failed = results.find((r) => r.error);
   if (failed) err.textContent = failed.error;
   state.translations = results.filter((r) => !r.error);
   redrawTranslations();
 }
 
+let captionRun = 0;
 async function captionAll(upload) {
+  const run = ++captionRun;
   const err = document.getElementById("caption-error"); err.textContent = "";
   const names = state.models.filter((m) => m.task === "captioning").map((m) => m.name);
   const scene = document.getElementById("scene").value;
@@ -329,6 +334,7 @@ async function captionAll(upload) {
       body: JSON.stringify({ scene: +scene, model }) });
   };
   const results = await Promise.all(names.map((m) => one(m).catch((e) => ({ error: e.message }))));
+  if (run !== captionRun) return;
   const failed = results.find((r) => r.error);
   if (failed) err.textContent = failed.error;
   state.captions = results.filter((r) => !r.error);
