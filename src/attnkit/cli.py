@@ -1,4 +1,4 @@
-"""The ``attnkit`` command: data, train, translate, caption, evaluate, demo.
+"""The ``attnkit`` command: data, train, translate, caption, evaluate, export, models, serve, demo.
 
 Every subcommand reports bad input as one clear line on stderr (exit status 2), never a traceback.
 """
@@ -11,7 +11,6 @@ from pathlib import Path
 
 from . import __version__
 from .errors import AttnkitError
-
 from .pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
 
 
