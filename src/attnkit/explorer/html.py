@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from ..paths import atomic_write_text
+from .schema import ExplorerData
 
 __all__ = ["standalone_html", "write_explorer_html"]
 
@@ -20,8 +21,8 @@ def _json(obj) -> str:
 
 
 def standalone_html(data: dict) -> str:
-    """The page with ``data`` (``{"models", "translations", "captions"}``, payloads of
-    :mod:`attnkit.explorer.payload`) inline: no server, no network."""
+    """The page with ``data`` (an :class:`~attnkit.explorer.schema.ExplorerData` as JSON: the
+    payloads of :mod:`attnkit.explorer.payload`) inline: no server, no network."""
     html = (STATIC / "index.html").read_text(encoding="utf-8")
     css = (STATIC / "app.css").read_text(encoding="utf-8")
     js = (STATIC / "app.js").read_text(encoding="utf-8").replace("</script", "<\\/script")
@@ -34,7 +35,8 @@ def standalone_html(data: dict) -> str:
 def write_explorer_html(path: str | Path, *, translations: list | None = None, captions: list | None = None,
                         models: list | None = None) -> Path:
     """Write the offline page for these payloads to ``path`` (atomically); returns the path."""
-    data = {"models": models or [], "translations": translations or [], "captions": captions or []}
-    out = atomic_write_text(path, standalone_html(data))
+    data = ExplorerData.model_validate({"models": models or [], "translations": translations or [],
+                                        "captions": captions or []})  # the API's format, checked
+    out = atomic_write_text(path, standalone_html(data.model_dump(mode="json")))
     out.chmod(0o644)  # a page to open and share, not a private temporary
     return out

@@ -1,30 +1,12 @@
-"""The explorer's one JSON format: everything a page needs to show where a model looks.
+"""The explorer's one JSON format, built: everything a page needs to show where a model looks.
 
 The server's ``/api/translate`` and ``/api/caption`` return these objects, and ``--html`` exports
-embed the very same ones. Every matrix is a list of rows (row = target position), rounded to 5
-decimals. A translation payload is built from the translation wrapper's interface only
-(:meth:`attnkit.tasks.translation.Translator.attention` → :class:`attnkit.models.AttentionMaps`), so
-it never asks what kind of model it has: it shows the maps that are there.
-
-Translation::
-
-    {"model", "kind", "has_attention", "source", "translation", "beam",
-     "source_pieces" [S], "target_pieces" [T], "attention" [T][S] | null,
-     "words": {"source" [Sw], "target" [Tw], "attention" [Tw][Sw] | null, "rule"},
-     "diagnostics": {"entropy" [T], "eos_mass" [T], "punctuation_mass" [T], "eos_position"} | null,
-     "steps": {"formula", "scores" [T][S], "weights" [T][S], "context_norm" [T],
-               "contributions" [T][S]} | null,                      (models with RNN-style attention)
-     "heads": {"enc_self" [L][H][S][S], "dec_self" [L][H][T][T], "cross" [L][H][T][S],
-               "rollout" [S][S]} | null,                             (per-layer, per-head models; on request)
-     "forced": bool,                                                 (the target was given, not searched)
-     "gold": {"ref", "source" [Sw], "target" [Tw], "sure" [[i, j]], "possible" [[i, j]]} | null}
-                                                                      (hand-made links of a gold verse)
-
-Caption::
-
-    {"model", "kind", "attention_type", "caption", "words" [T], "grid" [h, w], "canvas",
-     "attention" [T][h][w], "image" (PNG data URL), "boxes" [[x0, y0, x1, y1], ...] | null,
-     "word_items" [T] | null, "correctness" [T] | null, "scene" | null}
+embed the very same ones; :mod:`attnkit.explorer.schema` defines them field by field
+(:class:`~attnkit.explorer.schema.Translation`, :class:`~attnkit.explorer.schema.Caption`). Every
+matrix is a list of rows (row = target position), rounded to 5 decimals. A translation payload is
+built from the translation wrapper's interface only (:meth:`attnkit.tasks.translation.Translator.attention`
+→ :class:`attnkit.models.AttentionMaps`), so it never asks what kind of model it has: it shows the
+maps that are there.
 """
 from __future__ import annotations
 

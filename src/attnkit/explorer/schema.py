@@ -1,0 +1,169 @@
+"""The explorer's one JSON format, as pydantic models: what ``/api`` returns (FastAPI validates every
+answer against these and shows them at ``/docs``) and what ``--html`` exports embed
+(:func:`attnkit.explorer.html.write_explorer_html` validates its data with :class:`ExplorerData`).
+
+:mod:`attnkit.explorer.payload` builds the objects; this module says what they are. Every matrix is
+a list of rows (row = target position, or image row), values rounded to 5 decimals (4 for the
+per-head maps). Fields that a model does not have are ``null``: RNNencdec has no ``attention``; only
+models with RNN-style attention have ``steps``; only models with per-layer, per-head maps have
+``heads``. The page asks which fields are there, never what kind of model it has.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Matrix", "WordView", "Diagnostics", "Steps", "Heads", "GoldLinks", "Translation", "SceneRef", "Caption",
+           "ModelInfo", "ModelList", "Verse", "VerseList", "SceneThumb", "SceneList", "ApiErrorBody", "ExplorerData"]
+
+Matrix = list[list[float]]
+PerHead = list[list[Matrix]]  # [layer][head][row][column]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WordView(_Strict):
+    """Whole words instead of subword pieces: ``attention[i][j]`` is the mean over target word i's
+    pieces of the sum over source word j's pieces (rows still sum to 1)."""
+
+    source: list[str] = Field(description="source words (Sw)")
+    target: list[str] = Field(description="target words (Tw)")
+    attention: Matrix | None = Field(description="word attention, Tw × Sw; null without attention")
+    rule: str = Field(description="the aggregation rule, in words (the page shows it)")
+
+
+class Diagnostics(_Strict):
+    """Per target piece t: signs of attention gone wrong (see :mod:`attnkit.alignment.diagnostics`)."""
+
+    entropy: list[float] = Field(description="H_t = −Σ_j α_tj log α_tj in nats (0 = one source piece)")
+    eos_mass: list[float] = Field(description="α on the final source piece, which plays the role of </s> "
+                                              "(attnkit's sources carry no end-of-sentence token)")
+    punctuation_mass: list[float] = Field(description="α on source pieces made only of punctuation")
+    eos_position: int = Field(description="index of the final source piece")
+
+
+class Steps(_Strict):
+    """Bahdanau's three steps at every decoder step t: score, normalise, sum."""
+
+    formula: str = Field(description="the score function, e.g. e_j = vᵀ tanh(W s + U h_j + b)")
+    scores: Matrix = Field(description="raw scores e_tj before the softmax, T × S")
+    weights: Matrix = Field(description="α_tj = softmax_j(e_tj), T × S")
+    context_norm: list[float] = Field(description="‖c_t‖ with c_t = Σ_j α_tj h_j")
+    contributions: Matrix | None = Field(description="‖α_tj h_j‖ = α_tj ‖h_j‖: source piece j's share of c_t")
+
+
+class Heads(_Strict):
+    """Every layer and head (on request, ``"heads": true``), and the encoder's attention rollout."""
+
+    enc_self: PerHead | None = Field(description="encoder self-attention, L × H × S × S")
+    dec_self: PerHead | None = Field(description="decoder self-attention, L × H × T × T")
+    cross: PerHead = Field(description="cross-attention, L × H × T × S")
+    rollout: Matrix | None = Field(description="attention rollout of the encoder (Abnar & Zuidema 2020), S × S: "
+                                               "R = Â_L ⋯ Â_1 with Â_l = rownorm(mean_heads(A_l) + I)")
+
+
+class GoldLinks(_Strict):
+    """A hand-aligned verse's gold links, as (source word, target word) index pairs."""
+
+    ref: str
+    source: list[str]
+    target: list[str]
+    sure: list[tuple[int, int]]
+    possible: list[tuple[int, int]] = Field(description="possible links (every sure link is also possible)")
+
+
+class Translation(_Strict):
+    """One model's translation of one source, with every attention it has."""
+
+    model: str = Field(description="the model's name")
+    kind: str = Field(description="the model's type (from its config), for display only")
+    has_attention: bool
+    source: str
+    translation: str
+    beam: int = Field(description="beam size (1 = greedy)")
+    source_pieces: list[str] = Field(description="the encoder's input: subword pieces (S)")
+    target_pieces: list[str] = Field(description="the output's subword pieces (T), end-of-sentence excluded")
+    attention: Matrix | None = Field(description="the alignment, T × S: RNN attention's α_tj, or the last layer's "
+                                                 "cross-attention averaged over heads; null without attention")
+    words: WordView
+    diagnostics: Diagnostics | None
+    steps: Steps | None = Field(description="the three steps (models with RNN-style attention)")
+    heads: Heads | None = Field(description="every layer and head (per-head models, on request)")
+    forced: bool = Field(description="true when the target was given (teacher forcing), not searched")
+    gold: GoldLinks | None = Field(description="hand-made links, when a forced pair is a gold verse")
+
+
+class SceneRef(_Strict):
+    index: int = Field(description="the held-out test scene's index")
+    reference: str = Field(description="its ground-truth caption")
+
+
+class Caption(_Strict):
+    """One captioner's caption of one image, with the map behind every word."""
+
+    model: str
+    kind: str
+    attention_type: str = Field(description="soft or hard (Xu et al. 2015)")
+    caption: str
+    words: list[str] = Field(description="the caption's words (T)")
+    grid: tuple[int, int] = Field(description="the attention grid (h, w)")
+    canvas: int = Field(description="the model's input size in pixels (the image is canvas × canvas)")
+    attention: list[Matrix] = Field(description="per word, its attention map over the grid, T × h × w")
+    image: str = Field(description="the image the model read, as a PNG data URL")
+    boxes: list[list[float]] | None = Field(description="a test scene's ground-truth boxes [x0, y0, x1, y1] "
+                                                        "in canvas pixels; null for uploads")
+    word_items: list[int] | None = Field(description="per word, the index of the box it names, or -1")
+    correctness: list[float | None] | None = Field(description="per word that names an item, the attention mass "
+                                                               "inside that item's box (attention correctness)")
+    scene: SceneRef | None
+
+
+class ModelInfo(_Strict):
+    name: str
+    task: Literal["translation", "captioning"]
+    kind: str
+    scores: dict[str, Any] = Field(description="test scores from the model index (e.g. test_bleu)")
+    has_attention: bool
+    config: dict[str, Any]
+
+
+class ModelList(_Strict):
+    models: list[ModelInfo]
+
+
+class Verse(_Strict):
+    ref: str = Field(description="book chapter:verse")
+    source: str
+    reference: str = Field(description="the reference translation (World English Bible)")
+    gold: bool = Field(description="true when the verse has hand-made gold links")
+
+
+class VerseList(_Strict):
+    verses: list[Verse]
+
+
+class SceneThumb(_Strict):
+    index: int
+    caption: str = Field(description="the ground-truth caption")
+    image: str = Field(description="PNG data URL")
+
+
+class SceneList(_Strict):
+    scenes: list[SceneThumb]
+
+
+class ApiErrorBody(_Strict):
+    """Every 4xx (and the 500 of a bug) has this body and nothing else."""
+
+    error: str = Field(description="what was wrong, in words a person understands")
+
+
+class ExplorerData(_Strict):
+    """What an exported page embeds (``window.ATTNKIT_DATA``)."""
+
+    models: list[ModelInfo] = []
+    translations: list[Translation] = []
+    captions: list[Caption] = []
