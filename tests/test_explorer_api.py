@@ -12,7 +12,8 @@ from PIL import Image
 from attnkit.alignment import attention_diagnostics, attention_rollout, word_attention
 from attnkit.data.bible import load_pairs
 from attnkit.data.scenes import load_scenes
-from attnkit.explorer.app import MAX_TEXT_CHARS, MAX_UPLOAD_BYTES, create_app, load_models
+from attnkit.explorer import schema
+from attnkit.explorer.app import MAX_TEXT_CHARS, MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, create_app, load_models
 
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
 SOURCE = "Y dijo Dios: Sea la luz: y fué la luz."
@@ -41,7 +42,14 @@ def test_models_verses_scenes_and_docs(served):
     assert len(verses) == 10 and {"ref", "source", "reference"} <= verses[0].keys()
     scenes = client.get("/api/scenes?limit=5").json()["scenes"]
     assert len(scenes) == 5 and scenes[0]["image"].startswith("data:image/png;base64,")
-    assert client.get("/docs").status_code == 200 and client.get("/openapi.json").json()["paths"]["/api/translate"]
+    assert client.get("/docs").status_code == 200
+    api = client.get("/openapi.json").json()  # the one format, documented: every answer and the error body
+    assert {"Translation", "Caption", "Heads", "Steps", "Diagnostics", "ApiErrorBody"} <= api["components"]["schemas"].keys()
+    ok = api["paths"]["/api/translate"]["post"]["responses"]
+    assert ok["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/Translation")
+    assert ok["413"]["content"]["application/json"]["schema"]["$ref"].endswith("/ApiErrorBody")
+    bodies = api["paths"]["/api/caption"]["post"]["requestBody"]["content"]
+    assert set(bodies) == {"multipart/form-data", "application/json"}
 
 
 @pytest.mark.parametrize("name", ["rnnsearch-es-en", "transformer-es-en", "rnnencdec-es-en"])
@@ -121,6 +129,21 @@ def _png(mode="RGBA", size=(100, 50), fmt="PNG"):
     return buf.getvalue()
 
 
+def _chunks(n, size=1 << 20):
+    """A body of n bytes sent in chunks, without a Content-Length."""
+    for start in range(0, n, size):
+        yield b" " * min(size, n - start)
+
+
+def _huge_png():
+    """A small file that decodes to more pixels than the limit (a 1-bit blank image compresses to ~10 KB)."""
+    side = int(MAX_UPLOAD_PIXELS ** 0.5) + 100
+    buf = io.BytesIO()
+    Image.new("1", (side, side)).save(buf, format="PNG")
+    assert len(buf.getvalue()) < MAX_UPLOAD_BYTES
+    return buf.getvalue()
+
+
 def test_caption_a_test_scene_and_uploads(served):
     client, models, scenes = served
     r = client.post("/api/caption", json={"scene": 3, "model": "captioner-hard"})
@@ -157,6 +180,14 @@ def test_every_bad_input_gets_its_4xx_and_the_server_goes_on(served):
         (client.post("/api/caption", json={"scene": 10_000}), 404, "does not exist"),
         (client.post("/api/caption", json={"scene": 1, "model": "captioner-x"}), 404, "unknown captioning model"),
         (client.post("/api/caption", content=b"[1, 2", headers={"Content-Type": "application/json"}), 422, "JSON"),
+        (client.post("/api/caption", files={"image": ("x.png", _png(), "image/png")}, data={"beam": "many"}), 422, "beam"),
+        (client.post("/api/caption", files={"image": ("x.png", _png(), "image/png")}, data={"model": "nope"}), 404,
+         "unknown captioning model"),
+        (client.post("/api/caption", content=b"--x\r\nnot a part", headers={"Content-Type": "multipart/form-data"}),
+         400, "no boundary"),
+        (client.post("/api/caption", content=_chunks(MAX_UPLOAD_BYTES + 1),  # no Content-Length: counted as it streams
+                     headers={"Content-Type": "application/json"}), 413, "more than"),
+        (client.post("/api/caption", files={"image": ("big.png", _huge_png(), "image/png")}), 413, "pixels"),
     ]
     for r, status, words in cases:
         assert r.status_code == status, (status, r.text)
@@ -169,10 +200,18 @@ def test_concurrent_requests_answer_as_sequential_ones(served):
     client, _, _ = served
     jobs = [("rnnsearch-es-en", SOURCE), ("transformer-es-en", "Jesús lloró."), ("rnnencdec-es-en", SOURCE),
             ("transformer-es-en", SOURCE), ("rnnsearch-es-en", "Jesús lloró."), ("transformer-es-en", "Y Dios vió la luz.")]
-    sequential = [post(client, t, m, beam=3).json() for m, t in jobs]
-    with ThreadPoolExecutor(6) as pool:
-        parallel = list(pool.map(lambda j: post(client, j[1], j[0], beam=3).json(), jobs))
-    assert parallel == sequential
+    jobs += [("captioner-soft", 1), ("captioner-hard", 2), ("captioner-soft", 5)]
+
+    def ask(job):
+        model, what = job
+        if model.startswith("captioner"):
+            return client.post("/api/caption", json={"scene": what, "model": model}).json()
+        return post(client, what, model, beam=3).json()
+
+    sequential = [ask(j) for j in jobs]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        parallel = list(pool.map(ask, jobs))
+    assert all("error" not in r for r in sequential) and parallel == sequential
 
 
 def test_forcing_the_reference_of_a_gold_verse_brings_its_gold_links(served):
@@ -192,3 +231,56 @@ def test_forcing_the_reference_of_a_gold_verse_brings_its_gold_links(served):
     assert other["forced"] and other["gold"] is None
     r = client.post("/api/translate", json={"text": src, "model": "rnnsearch-es-en", "target": "  "})
     assert r.status_code == 400 and "target is empty" in r.json()["error"]
+
+
+def _fetched(page: str) -> list[str]:
+    """Every src/href of the page's own tags (an HTML parser, so the script's text doesn't count)."""
+    from html.parser import HTMLParser
+
+    found = []
+
+    class Tags(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.extend(v for k, v in attrs if k in ("src", "href"))
+
+    Tags().feed(page)
+    return found
+
+
+def test_the_html_export_embeds_the_apis_own_answers(served, tmp_path):
+    """--html, the demo and the page's export write the same format the API returns."""
+    import json
+    import re
+
+    from attnkit.explorer import write_explorer_html
+
+    client, _, _ = served
+    t = post(client, SOURCE, "transformer-es-en", beam=2, heads=True).json()
+    c = client.post("/api/caption", json={"scene": 4, "model": "captioner-soft"}).json()
+    m = client.get("/api/models").json()["models"]
+    page = write_explorer_html(tmp_path / "x.html", translations=[t], captions=[c], models=m).read_text()
+    data = json.loads(re.search(r"window\.ATTNKIT_DATA = (.*);\n", page).group(1))
+    assert data == {"models": m, "translations": [t], "captions": [c]}
+    assert _fetched(page) == ["docs"]  # script and style inline, nothing fetched (but the footer's link): offline
+    with pytest.raises(ValueError, match="translations"):
+        write_explorer_html(tmp_path / "y.html", translations=[{**t, "attention": "not a matrix"}])
+
+
+def test_translate_and_caption_write_html_from_the_command_line(served, tmp_path, capsys):
+    import json
+    import re
+
+    from attnkit.cli import main as cli_main
+
+    _, models, scenes = served
+    out = tmp_path / "t.html"
+    assert cli_main(["translate", "--model", "rnnsearch-es-en", "--beam", "1", "--html", str(out), "Jesús lloró."]) == 0
+    data = schema.ExplorerData.model_validate_json(re.search(r"window\.ATTNKIT_DATA = (.*);\n", out.read_text()).group(1))
+    assert [p.translation for p in data.translations] == ["Jesus wept."] and data.translations[0].steps is not None
+    png = tmp_path / "scene.png"
+    Image.fromarray((scenes[0]["image"][0].numpy() * 255).round().astype("uint8"), mode="L").save(png)
+    out = tmp_path / "c.html"
+    assert cli_main(["caption", "--model", "captioner-hard", "--html", str(out), str(png)]) == 0
+    data = json.loads(re.search(r"window\.ATTNKIT_DATA = (.*);\n", out.read_text()).group(1))
+    assert data["captions"][0]["caption"] == models.captioners["captioner-hard"].caption(
+        scenes[0]["image"].unsqueeze(0))[0]["caption"]

@@ -377,6 +377,9 @@ def cmd_serve(args) -> None:
     models = load_models(args.model, device=args.device, dtype=args.precision)
     loaded = ", ".join(f"{n} ({i['task']})" for n, i in models.info.items())
     print(f"attnkit explorer: {loaded}")
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: --host {args.host} lets other machines reach this server, which has no authentication",
+              file=sys.stderr)
     print(f"open http://{args.host}:{args.port}/  (API docs at /docs; Ctrl-C stops)", flush=True)
     uvicorn.run(create_app(models, home=args.home), host=args.host, port=args.port, log_level="warning")
 

@@ -1,8 +1,8 @@
 """``attnkit serve``: the attention explorer, a local web app over every loaded model, and its JSON API.
 
 The page (``static/``) uses only the API below; every script and style comes from the package, so
-it works with no network. The JSON is :mod:`attnkit.explorer.payload`'s, the same that ``--html``
-exports embed.
+it works with no network. The JSON is one format (:mod:`attnkit.explorer.schema`, built by
+:mod:`attnkit.explorer.payload`), the same that ``--html`` exports embed.
 
 - ``GET  /api/models``     the loaded models: name, task, kind, config, test scores, has_attention
 - ``GET  /api/verses``     held-out test verses to pick from (with their references)
@@ -10,7 +10,7 @@ exports embed.
 - ``POST /api/translate``  ``{"text", "model", "beam", "heads"}`` → a translation payload
 - ``POST /api/caption``    a multipart upload (field ``image``; form fields ``model``, ``beam``)
                            or ``{"scene": index, "model", "beam"}`` → a caption payload
-- ``GET  /docs``           the OpenAPI docs
+- ``GET  /docs``           the OpenAPI docs (every answer's schema: :mod:`attnkit.explorer.schema`)
 
 **Bad input** gets a 4xx with ``{"error": "..."}`` a person can read, never a traceback, and the
 server keeps serving: empty text, text over the length limit, an unknown model, a scene index out
@@ -19,15 +19,21 @@ of range, a non-image upload, an upload over :data:`MAX_UPLOAD_BYTES`, malformed
 **Concurrency.** Handlers are plain functions, so FastAPI runs requests concurrently in its thread
 pool; the models are shared without a lock. That is safe because inference mutates nothing shared:
 it runs under ``torch.no_grad`` in eval mode, and every request's decoder state and key/value caches
-are objects of its own. **Uploads** are read into memory (the multipart body is parsed from the raw
-request bytes, after a size check), never written to disk.
+are objects of its own (torch's grad mode is per thread). A lock would only serialise requests
+that can safely overlap. The caption endpoint reads its body asynchronously and then runs the
+model in the same thread pool, so a caption never blocks the event loop.
+
+**Uploads** are read into memory under :data:`MAX_UPLOAD_BYTES` (declared length checked first,
+then counted as the body streams in, before any decoding) and never written to disk
+(:mod:`attnkit.explorer.uploads`).
+
+Every answer is validated against :mod:`attnkit.explorer.schema`, which ``/docs`` shows.
 """
 from __future__ import annotations
 
-import email.parser
-import email.policy
 import io
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,17 +42,21 @@ import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
+from starlette.concurrency import run_in_threadpool
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import AttnkitError
+from . import schema
 from .payload import caption_payload, image_data_url, translation_payload
+from .uploads import UploadError, read_body
 
-__all__ = ["MAX_UPLOAD_BYTES", "MAX_TEXT_CHARS", "LoadedModels", "load_models", "create_app"]
+__all__ = ["MAX_UPLOAD_BYTES", "MAX_UPLOAD_PIXELS", "MAX_TEXT_CHARS", "LoadedModels", "load_models", "create_app"]
 
 STATIC = Path(__file__).resolve().parent / "static"
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024  # a phone photo fits; the captioner reads a 64×64 canvas anyway
+MAX_UPLOAD_PIXELS = 40_000_000  # checked from the header, before decoding: a small file can hold a huge image
 MAX_TEXT_CHARS = 2000  # far above the models' subword limit, which is checked (and reported) too
 MAX_BEAM = 16
 
@@ -68,10 +78,13 @@ class TranslateRequest(BaseModel):
                                                  "gold verses then come with their hand-made links")
 
 
-class SceneRequest(BaseModel):
-    scene: int = Field(description="index of a held-out test scene (see /api/scenes)")
+class CaptionOptions(BaseModel):
     model: str | None = Field(None, description="a loaded captioner's name (default: the first)")
     beam: int = Field(1, ge=1, le=MAX_BEAM, description="beam size (1 = greedy)")
+
+
+class SceneRequest(CaptionOptions):
+    scene: int = Field(description="index of a held-out test scene (see /api/scenes)")
 
 
 @dataclass
@@ -123,24 +136,6 @@ def _pick(models: dict, name: str | None, task: str):
     return name, models[name]
 
 
-def _multipart_image(body: bytes, content_type: str) -> tuple[bytes, dict]:
-    """The ``image`` file and the text fields of a multipart body, parsed in memory (stdlib email)."""
-    msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-        f"Content-Type: {content_type}\r\n\r\n".encode("latin-1") + body)
-    if not msg.is_multipart():
-        raise ApiError(400, "expected a multipart/form-data upload with an 'image' file field")
-    image, fields = None, {}
-    for part in msg.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        if name == "image":
-            image = part.get_payload(decode=True) or b""
-        elif name:
-            fields[name] = (part.get_payload(decode=True) or b"").decode("utf-8", "replace")
-    if image is None:
-        raise ApiError(400, "the upload has no 'image' file field")
-    return image, fields
-
-
 def _decode_image(data: bytes, canvas: int) -> torch.Tensor:
     """Upload bytes → the captioner's ``(1, canvas, canvas)`` input, converted as ``attnkit caption`` does."""
     from PIL import Image, UnidentifiedImageError
@@ -148,12 +143,53 @@ def _decode_image(data: bytes, canvas: int) -> torch.Tensor:
     from ..tasks.captioning.data import image_to_canvas
 
     try:
-        with Image.open(io.BytesIO(data)) as im:
+        with Image.open(io.BytesIO(data)) as im:  # reads the header only; pixels are decoded below
             if im.format not in ("PNG", "JPEG"):
                 raise ApiError(415, f"the upload is a {im.format} image; send a PNG or JPEG")
+            if im.width * im.height > MAX_UPLOAD_PIXELS:
+                raise ApiError(413, f"the image is {im.width}×{im.height} pixels; the limit is {MAX_UPLOAD_PIXELS} "
+                                    "pixels (the captioner reads a small canvas anyway)")
             return image_to_canvas(im, canvas)
+    except Image.DecompressionBombError:
+        raise ApiError(413, f"the image has far more than {MAX_UPLOAD_PIXELS} pixels, the limit") from None
     except (UnidentifiedImageError, OSError, SyntaxError):
         raise ApiError(415, "the upload is not an image: send a PNG or JPEG file") from None
+
+
+def _describe(errors) -> str:
+    """pydantic's validation errors as one line a person can read."""
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return "the request body is not valid JSON"
+    parts = []
+    for e in errors:
+        where = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+        parts.append(f"{where}: {e.get('msg')}" if where else str(e.get("msg")))
+    return "bad request: " + "; ".join(parts)
+
+
+def _held_out_verses(home) -> list[dict]:
+    """The scored gold verses first (they have hand-made links), then a spread of test verses by length."""
+    from ..alignment.gold import load_gold
+    from ..data.bible import load_pairs
+
+    gold = [{"ref": v.ref, "source": " ".join(v.source), "reference": " ".join(v.target), "gold": True}
+            for v in load_gold()[50:]]
+    test = load_pairs("test", home=home)
+    picks = sorted(test[::max(1, len(test) // 120)], key=lambda p: len(p.src.split()))
+    return gold + [{"ref": p.ref, "source": p.src, "reference": p.tgt, "gold": False} for p in picks]
+
+
+ERRORS = {code: {"model": schema.ApiErrorBody, "description": what} for code, what in (
+    (400, "empty or too long input, a malformed upload"), (404, "an unknown model or scene"),
+    (413, "text or upload over the limit"), (415, "an upload that is not a PNG or JPEG"),
+    (422, "malformed JSON or a field of the wrong type"))}
+
+CAPTION_BODY = {"requestBody": {"required": True, "content": {
+    "multipart/form-data": {"schema": {"type": "object", "required": ["image"], "properties": {
+        "image": {"type": "string", "format": "binary", "description": f"a PNG or JPEG, at most {MAX_UPLOAD_BYTES} bytes"},
+        "model": {"type": "string", "description": "a loaded captioner's name (default: the first)"},
+        "beam": {"type": "integer", "default": 1, "minimum": 1, "maximum": MAX_BEAM}}}},
+    "application/json": {"schema": SceneRequest.model_json_schema()}}}}
 
 
 def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, verses=None) -> FastAPI:
@@ -163,6 +199,7 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
     app = FastAPI(title="attnkit explorer", description="Where each attention model looks, word by word.")
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     state: dict[str, Any] = {}
+    state_lock = threading.Lock()
     if scenes is not None:
         state["scenes"] = scenes
     if verses is not None:
@@ -178,13 +215,7 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
 
     @app.exception_handler(RequestValidationError)
     def _invalid(request, exc: RequestValidationError):
-        if any(e.get("type") == "json_invalid" for e in exc.errors()):
-            return JSONResponse({"error": "the request body is not valid JSON"}, status_code=422)
-        parts = []
-        for e in exc.errors():
-            where = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
-            parts.append(f"{where}: {e.get('msg')}" if where else str(e.get("msg")))
-        return JSONResponse({"error": "bad request: " + "; ".join(parts)}, status_code=422)
+        return JSONResponse({"error": _describe(exc.errors())}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     def _http(request, exc: StarletteHTTPException):
@@ -199,42 +230,36 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
     def index():
         return FileResponse(STATIC / "index.html")
 
-    @app.get("/api/models")
+    @app.get("/api/models", response_model=schema.ModelList)
     def list_models():
         """The loaded models: name, task, kind, config, test scores, and whether they have attention."""
         return {"models": list(models.info.values())}
 
-    @app.get("/api/verses")
+    @app.get("/api/verses", response_model=schema.VerseList)
     def verses(limit: int = 200):
         """Held-out test verses (a spread of lengths) with their reference translations."""
-        if "verses" not in state:
-            from ..data.bible import load_pairs
-
-            from ..alignment.gold import load_gold
-
-            gold = [{"ref": v.ref, "source": " ".join(v.source), "reference": " ".join(v.target), "gold": True}
-                    for v in load_gold()[50:]]  # the scored gold verses first: they have hand-made links
-            test = load_pairs("test", home=home)
-            picks = sorted(test[::max(1, len(test) // 120)], key=lambda p: len(p.src.split()))
-            state["verses"] = gold + [{"ref": p.ref, "source": p.src, "reference": p.tgt, "gold": False} for p in picks]
+        with state_lock:
+            if "verses" not in state:
+                state["verses"] = _held_out_verses(home)
         return {"verses": state["verses"][:max(1, min(limit, 300))]}
 
     def _scenes():
-        if "scenes" not in state:
-            from ..data.scenes import load_scenes
+        with state_lock:  # one thread prepares them; the others wait instead of doing it again
+            if "scenes" not in state:
+                from ..data.scenes import load_scenes
 
-            canvas = next(iter(models.captioners.values())).canvas if models.captioners else 64
-            state["scenes"] = load_scenes("test", home, canvas=canvas)
+                canvas = next(iter(models.captioners.values())).canvas if models.captioners else 64
+                state["scenes"] = load_scenes("test", home, canvas=canvas)
         return state["scenes"]
 
-    @app.get("/api/scenes")
+    @app.get("/api/scenes", response_model=schema.SceneList)
     def scenes(limit: int = 12):
         """Held-out test scenes to caption: index, reference caption and a thumbnail."""
         data = _scenes()
         return {"scenes": [{"index": i, "caption": data[i]["caption"], "image": image_data_url(data[i]["image"])}
                            for i in range(min(max(1, limit), 48, len(data)))]}
 
-    @app.post("/api/translate")
+    @app.post("/api/translate", response_model=schema.Translation, responses=ERRORS)
     def translate(req: TranslateRequest):
         """Translate Spanish text with one loaded model; every attention it has, in the payload format."""
         text = req.text.strip()
@@ -248,36 +273,36 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
             raise ApiError(400, "the target is empty: give the English to force, or leave it out to translate")
         return translation_payload(tr, text, beam=req.beam, heads=req.heads, model=name, target=req.target)
 
-    @app.post("/api/caption")
+    @app.post("/api/caption", response_model=schema.Caption, responses=ERRORS, openapi_extra=CAPTION_BODY)
     async def caption(request: Request):
-        """Caption an uploaded PNG/JPEG (multipart, field ``image``) or a test scene (``{"scene": i}``)."""
-        ctype = request.headers.get("content-type", "")
-        declared = int(request.headers.get("content-length") or 0)
-        if declared > MAX_UPLOAD_BYTES:
-            raise ApiError(413, f"the upload has {declared} bytes; the limit is {MAX_UPLOAD_BYTES}")
-        body = await request.body()
-        if len(body) > MAX_UPLOAD_BYTES:
-            raise ApiError(413, f"the upload has {len(body)} bytes; the limit is {MAX_UPLOAD_BYTES}")
-        if ctype.startswith("multipart/form-data"):
-            data, fields = _multipart_image(body, ctype)
-            try:
-                beam = int(fields.get("beam", "1"))
-            except ValueError:
-                raise ApiError(422, f"beam must be an integer, got {fields.get('beam')!r}") from None
-            if not 1 <= beam <= MAX_BEAM:
-                raise ApiError(422, f"beam must be in 1..{MAX_BEAM}, got {beam}")
-            name, cm = _pick(models.captioners, fields.get("model") or None, "captioning")
-            return caption_payload(cm, _decode_image(data, cm.canvas), model=name, beam=beam)
+        """Caption an uploaded PNG/JPEG (multipart, field ``image``; form fields ``model``, ``beam``) or
+        a held-out test scene (JSON ``{"scene": index, "model", "beam"}``, which adds its boxes and the
+        attention correctness of each item word)."""
         try:
-            req = SceneRequest.model_validate_json(body)
-        except ValueError as exc:
+            upload = await read_body(request, MAX_UPLOAD_BYTES)
+        except UploadError as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        if upload.multipart:
+            if "image" not in upload.files:
+                raise ApiError(400, "the upload has no 'image' file field")
+            try:
+                req = CaptionOptions.model_validate({"model": upload.fields.get("model") or None,
+                                                     "beam": upload.fields.get("beam", "1")})
+            except ValidationError as exc:
+                raise ApiError(422, _describe(exc.errors())) from None
+            name, cm = _pick(models.captioners, req.model, "captioning")
+            image = await run_in_threadpool(_decode_image, upload.files["image"], cm.canvas)
+            return await run_in_threadpool(caption_payload, cm, image, model=name, beam=req.beam)
+        try:
+            req = SceneRequest.model_validate_json(upload.body)
+        except ValidationError as exc:
             raise ApiError(422, "expected multipart/form-data with an 'image' file, or JSON {\"scene\": index}: "
-                                + str(exc).splitlines()[0]) from None
+                                + _describe(exc.errors())) from None
         name, cm = _pick(models.captioners, req.model, "captioning")
-        data = _scenes()
+        data = await run_in_threadpool(_scenes)
         if not 0 <= req.scene < len(data):
             raise ApiError(404, f"scene {req.scene} does not exist; there are {len(data)} test scenes (0..{len(data) - 1})")
         item = data[req.scene]
-        return caption_payload(cm, item["image"], model=name, beam=req.beam, scene=item)
+        return await run_in_threadpool(caption_payload, cm, item["image"], model=name, beam=req.beam, scene=item)
 
     return app
