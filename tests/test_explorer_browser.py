@@ -4,6 +4,8 @@ Types a verse, waits for the translations, hovers a target word and checks that 
 the model's own weights, switches to words, opens a Transformer head, uploads a scene and hovers a
 caption word, exports a view as HTML and opens it offline. Screenshots go to out/explorer/.
 """
+import base64
+import io
 import json
 import os
 import socket
@@ -13,7 +15,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+import httpx
 import pytest
+import torch
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (apt-get install chromium)")
@@ -59,7 +63,9 @@ def browser():
 
 
 def _api(url, path, body):
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    """GET (body None) or POST JSON to the running server."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
     return json.loads(urllib.request.urlopen(req, timeout=120).read())
 
 
@@ -101,8 +107,12 @@ def test_translate_hover_words_heads(server, browser, tmp_path):
     enlarged = page.locator("#enlarged")
     assert enlarged.is_visible() and "cross-attention" in enlarged.inner_text()
     assert enlarged.locator(".cell").count() > 20
+    enlarged.locator(".cell[data-r='1'][data-c='0']").hover()
+    head = _api(server, "api/translate", {"text": VERSE, "model": "transformer-es-en", "beam": 5, "heads": True})
+    assert enlarged.locator(".status").inner_text().endswith(f"{head['heads']['cross'][2][1][1][0]:.3f}")
     page.screenshot(path=str(SHOTS / "head.png"))
-    enlarged.locator("button").click()
+    page.keyboard.press("Escape")
+    assert enlarged.is_hidden()
 
     with page.expect_download() as dl:  # the view as a self-contained HTML file, opened with no server
         card.locator("button.export[data-format='html']").click()
@@ -116,6 +126,22 @@ def test_translate_hover_words_heads(server, browser, tmp_path):
         card.locator("button.export[data-format='svg']").click()
     dl.value.save_as(tmp_path / "view.svg")
     assert (tmp_path / "view.svg").read_text().startswith("<svg")
+    svg_w = card.locator("svg.matrix").evaluate("s => s.width.baseVal.value")
+    _png_download(page, card, tmp_path / "view.png", width=2 * svg_w)
+
+
+def _png_download(page, card, path, width):
+    """Click the card's PNG export; the file is a PNG drawn from the SVG at twice its size, not blank."""
+    from PIL import Image
+
+    with page.expect_download() as dl:
+        card.locator("button.export[data-format='png']").click()
+    dl.value.save_as(path)
+    with Image.open(path) as im:
+        assert im.format == "PNG" and im.width == round(width)
+        lo, hi = im.convert("L").getextrema()
+        assert hi - lo > 50
+    return path
 
 
 def test_a_gold_verse_with_its_reference_shows_the_gold_links(server, browser):
@@ -149,14 +175,32 @@ def test_caption_upload_and_hover(server, browser, tmp_path):
     hard = page.locator(".caption-card[data-model='captioner-hard']")
     assert hard.locator(".box").count() >= 1  # a test scene shows its ground-truth boxes
     hard.locator(".cword[data-t='1']").hover()
-    assert hard.locator(".heat rect").count() == 64 and "correctness" in hard.locator(".status").inner_text()
+    assert hard.locator(".heat image.heat-map").get_attribute("data-t") == "1"
+    assert "correctness" in hard.locator(".status").inner_text()
     page.screenshot(path=str(SHOTS / "caption-scene.png"), full_page=True)
+    # the browser's bilinear upsampling is torch's (align_corners=False), and nearest shows the cells
+    grid = [[float((3 * i + 5 * j) % 7) for j in range(8)] for i in range(8)]
+    for mode in ("bilinear", "nearest"):
+        js = page.evaluate("([g, m]) => Array.from(upsample(g, 64, 48, m))", [grid, mode])
+        want = torch.nn.functional.interpolate(torch.tensor(grid, dtype=torch.float64)[None, None], size=(64, 48),
+                                               mode=mode, **({"align_corners": False} if mode == "bilinear" else {}))
+        assert js == pytest.approx(want.flatten().tolist(), abs=1e-9)
+    hard.locator(".cells-toggle").check()
+    assert hard.locator(".heat image.heat-map").get_attribute("data-mode") == "nearest"
+    _png_download(page, hard, tmp_path / "overlay.png", width=512)
+
+    # upload the scene as a bigger RGB PNG: the page sends the file, the server converts it as
+    # `attnkit caption` does, and the page shows what the API answers for the same bytes
+    scene = _api(server, "api/scenes?limit=3", None)["scenes"][2]
     img = tmp_path / "mine.png"
-    Image.new("RGB", (120, 90), (250, 250, 250)).save(img)
+    Image.open(io.BytesIO(base64.b64decode(scene["image"].split(",")[1]))).convert("RGB").resize((192, 192)).save(img)
+    want = httpx.post(server + "api/caption", files={"image": ("mine.png", img.read_bytes(), "image/png")},
+                      data={"model": "captioner-soft"}, timeout=120).json()
     page.set_input_files("#upload", str(img))
     page.wait_for_function("document.querySelectorAll('.caption-card .box').length === 0 && "
                            "document.querySelectorAll('.caption-card').length === 2", timeout=60_000)
     soft = page.locator(".caption-card[data-model='captioner-soft']")
-    soft.locator(".cword[data-t='0']").hover()
-    assert soft.locator(".heat rect").count() == 64
+    assert soft.locator("div.caption:not(.tokens)").inner_text() == want["caption"]
+    soft.locator(".cword[data-t='1']").hover()
+    assert soft.locator(".heat image.heat-map").get_attribute("data-t") == "1"
     page.screenshot(path=str(SHOTS / "caption-upload.png"), full_page=True)

@@ -35,15 +35,17 @@ async function api(path, options) {
 function modelInfo(name) { return state.models.find((m) => m.name === name) || { name, scores: {} }; }
 
 // ---------------------------------------------------------------- one matrix, in SVG
-function matrixSvg(att, rows, cols, cell = 14, gold = null) {
-  const left = 8 + 6.2 * Math.max(...rows.map((r) => r.length), 1);
-  const top = 8 + 6.2 * Math.max(...cols.map((c) => c.length), 1);
-  const W = left + cols.length * cell + 40, H = top + rows.length * cell + 4;  // room for the last rotated label
-  const svg = sv("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "matrix" });
+function matrixSvg(att, rows, cols, cell = 14, gold = null, font = 10) {
+  const left = 8 + 0.62 * font * Math.max(...rows.map((r) => r.length), 1);
+  const top = 8 + 0.62 * font * Math.max(...cols.map((c) => c.length), 1);
+  const W = left + cols.length * cell + 4 * font, H = top + rows.length * cell + 4;  // room for the last rotated label
+  const svg = sv("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "matrix", "font-size": font,
+    "font-family": "system-ui, sans-serif" });
   svg.append(sv("rect", { x: 0, y: 0, width: W, height: H, fill: "#fff" }));
-  cols.forEach((c, j) => svg.append(sv("text", { x: left + j * cell + cell * 0.7, y: top - 4,
-    transform: `rotate(-60 ${left + j * cell + cell * 0.7} ${top - 4})` }, c)));
-  rows.forEach((r, i) => svg.append(sv("text", { x: left - 4, y: top + i * cell + cell * 0.75, "text-anchor": "end" }, r)));
+  const cx = (j) => left + j * cell + cell / 2 + 0.3 * font;  // a rotated label's foot, centred on its column
+  cols.forEach((c, j) => svg.append(sv("text", { x: cx(j), y: top - 4, transform: `rotate(-60 ${cx(j)} ${top - 4})` }, c)));
+  rows.forEach((r, i) => svg.append(sv("text", { x: left - 4, y: top + i * cell + cell / 2, "text-anchor": "end",
+    "dominant-baseline": "central" }, r)));
   att.forEach((row, i) => row.forEach((w, j) => {
     const rect = sv("rect", { x: left + j * cell, y: top + i * cell, width: cell - 1, height: cell - 1,
       fill: blue(w), class: "cell", "data-r": i, "data-c": j, "data-w": w });
@@ -112,10 +114,12 @@ function renderTranslation(p) {
   const showCol = (j) => { clear(); srcRow.children[j].classList.add("focus");
     v.att.forEach((row, i) => mark(tgtRow.children[i], row[j]));
     status.textContent = `target words attending to “${v.src[j]}”`; };
-  tgtRow.querySelectorAll(".tok").forEach((t) => t.addEventListener("mouseenter", () => showRow(+t.dataset.i)));
-  srcRow.querySelectorAll(".tok").forEach((t) => t.addEventListener("mouseenter", () => showCol(+t.dataset.i)));
-  svg.querySelectorAll(".cell").forEach((c) => c.addEventListener("mouseenter", () => {
-    showRow(+c.dataset.r); status.textContent = `${v.tgt[+c.dataset.r]} → ${v.src[+c.dataset.c]}: ${fmt(c.dataset.w)}`; }));
+  for (const ev of ["mouseenter", "click"]) { // hover with a mouse, tap on a touch screen
+    tgtRow.querySelectorAll(".tok").forEach((t) => t.addEventListener(ev, () => showRow(+t.dataset.i)));
+    srcRow.querySelectorAll(".tok").forEach((t) => t.addEventListener(ev, () => showCol(+t.dataset.i)));
+  }
+  svg.querySelectorAll(".cell").forEach((c) => ["mouseenter", "click"].forEach((ev) => c.addEventListener(ev, () => {
+    showRow(+c.dataset.r); status.textContent = `${v.tgt[+c.dataset.r]} → ${v.src[+c.dataset.c]}: ${fmt(c.dataset.w)}`; })));
 
   if (p.steps) {
     const steps = el("div", { class: "steps" });
@@ -199,12 +203,53 @@ function renderHeads(p) {
 
 function enlarge(title, mat, rows, cols) {
   const box = document.getElementById("enlarged");
-  const close = el("button", { onclick: () => { box.hidden = true; } }, "close");
-  box.replaceChildren(el("h3", {}, title, " "), close, matrixSvg(mat, rows, cols, 16));
+  const close = el("button", { class: "close", title: "close (Esc)", onclick: () => { box.hidden = true; } }, "close ✕");
+  // cells as large as the window allows (between 12 and 32 px), so a long verse still fits
+  const room = Math.min(window.innerWidth * 0.8 - 160, window.innerHeight * 0.9 - 200);
+  const cell = Math.max(12, Math.min(32, Math.floor(room / Math.max(rows.length, cols.length, 1))));
+  const svg = matrixSvg(mat, rows, cols, cell, null, Math.max(10, Math.min(14, cell * 0.5)));
+  const status = el("div", { class: "status" }, "hover a cell for its value");
+  svg.querySelectorAll(".cell").forEach((c) => c.addEventListener("mouseenter", () => {
+    status.textContent = `${rows[+c.dataset.r]} → ${cols[+c.dataset.c]}: ${fmt(c.dataset.w)}`; }));
+  box.replaceChildren(el("div", { class: "enlarged-head" }, el("h3", {}, title), close), svg, status,
+    el("div", { class: "exports" },
+      el("button", { class: "export", "data-format": "svg", onclick: () => download("head.svg", svgBlob(svg)) }, "SVG"),
+      el("button", { class: "export", "data-format": "png", onclick: () => svgToPng(svg, "head.png") }, "PNG")));
   box.hidden = false;
 }
+document.addEventListener("keydown", (e) => { if (e.key === "Escape") document.getElementById("enlarged").hidden = true; });
 
 // ---------------------------------------------------------------- caption cards
+// A (h, w) attention grid at (H, W) pixels, as torch.nn.functional.interpolate does it: "bilinear"
+// with align_corners=False (source coordinate (y + 0.5)·h/H − 0.5, clamped at the borders: the smooth
+// maps of Xu et al.'s figures and attnkit.viz.upsample_attention), or "nearest" (the true cells).
+function upsample(grid, H, W, mode = "bilinear") {
+  const h = grid.length, w = grid[0].length, out = new Float64Array(H * W);
+  for (let y = 0; y < H; y++) {
+    const sy = Math.max(0, (y + 0.5) * h / H - 0.5);
+    const y0 = mode === "nearest" ? Math.min(h - 1, Math.floor(y * h / H)) : Math.min(h - 1, Math.floor(sy));
+    const y1 = Math.min(h - 1, y0 + 1), fy = mode === "nearest" ? 0 : sy - y0;
+    for (let x = 0; x < W; x++) {
+      const sx = Math.max(0, (x + 0.5) * w / W - 0.5);
+      const x0 = mode === "nearest" ? Math.min(w - 1, Math.floor(x * w / W)) : Math.min(w - 1, Math.floor(sx));
+      const x1 = Math.min(w - 1, x0 + 1), fx = mode === "nearest" ? 0 : sx - x0;
+      out[y * W + x] = (1 - fy) * ((1 - fx) * grid[y0][x0] + fx * grid[y0][x1]) +
+        fy * ((1 - fx) * grid[y1][x0] + fx * grid[y1][x1]);
+    }
+  }
+  return out;
+}
+// The upsampled map as a PNG data URL to blend over the image: warm colour, opacity ∝ weight / peak.
+function heatImage(grid, size, mode) {
+  const up = upsample(grid, size, size, mode);
+  let mx = 1e-9; for (const v of up) mx = Math.max(mx, v);
+  const c = document.createElement("canvas"); c.width = size; c.height = size;
+  const g = c.getContext("2d"), img = g.createImageData(size, size);
+  up.forEach((v, k) => { img.data.set([214, 96, 39, Math.round(200 * v / mx)], 4 * k); });
+  g.putImageData(img, 0, 0);
+  return c.toDataURL("image/png");
+}
+
 function renderCaption(p) {
   const info = modelInfo(p.model);
   const card = el("div", { class: "card caption-card", "data-model": p.model });
@@ -221,18 +266,30 @@ function renderCaption(p) {
   (p.boxes || []).forEach((b) => svg.append(sv("rect", { x: b[0] * scale, y: b[1] * scale, width: (b[2] - b[0]) * scale,
     height: (b[3] - b[1]) * scale, fill: "none", stroke: "#2ca02c", "stroke-width": 2, class: "box" })));
   const status = el("div", { class: "status" }, "hover a word to see where it looked");
+  let current = 0, mode = "bilinear";
   const show = (t) => {
+    current = t;
     words.querySelectorAll(".cword").forEach((w) => w.classList.toggle("focus", +w.dataset.t === t));
     const m = p.attention[t], mx = Math.max(...m.flat(), 1e-9);
-    heat.replaceChildren(...m.flatMap((row, i) => row.map((w, j) => sv("rect", { x: j * size / gw, y: i * size / gh,
-      width: size / gw, height: size / gh, fill: "rgb(214,96,39)", "fill-opacity": (0.75 * w / mx).toFixed(3),
-      class: "hcell-map", "data-w": w }))));
+    heat.replaceChildren(sv("image", { href: heatImage(m, size, mode), x: 0, y: 0, width: size, height: size,
+      class: "heat-map", "data-t": t, "data-mode": mode }));
     const corr = p.correctness && p.correctness[t] !== null && p.correctness[t] !== undefined ?
       `; attention correctness (mass in the item's box) ${fmt(p.correctness[t], 2)}` : "";
     status.textContent = `“${p.words[t]}”: the map that predicted it (peak ${fmt(mx, 2)})${corr}`;
   };
-  words.querySelectorAll(".cword").forEach((w) => w.addEventListener("mouseenter", () => show(+w.dataset.t)));
-  card.append(el("div", { class: "caption" }, p.caption), words, svg, status);
+  svg.addEventListener("mousemove", (e) => { // the grid cell under the pointer, and its weight
+    const r = svg.getBoundingClientRect(), m = p.attention[current];
+    if (!m) return;
+    const i = Math.min(gh - 1, Math.floor((e.clientY - r.top) / r.height * gh));
+    const j = Math.min(gw - 1, Math.floor((e.clientX - r.left) / r.width * gw));
+    status.textContent = `“${p.words[current]}”, grid cell (${i + 1}, ${j + 1}): α = ${fmt(m[i][j])}`;
+  });
+  const cells = el("label", { class: "cells-switch" }, el("input", { type: "checkbox", class: "cells-toggle",
+    onchange: (e) => { mode = e.target.checked ? "nearest" : "bilinear"; show(current); } }),
+    ` show the ${gh}×${gw} grid cells instead of the smooth (bilinear) upsampling`);
+  words.querySelectorAll(".cword").forEach((w) => ["mouseenter", "click"].forEach((ev) =>
+    w.addEventListener(ev, () => show(+w.dataset.t))));
+  card.append(el("div", { class: "caption" }, p.caption), words, svg, status, cells);
   if (p.correctness) {
     const rows = p.words.map((w, t) => [w, p.correctness[t]]).filter(([, c]) => c !== null);
     card.append(el("table", { class: "diag" }, el("tr", {}, el("th", {}, "item word"), el("th", {}, "attention correctness")),
@@ -268,9 +325,6 @@ function standalone(html, css, js, data) {
 function svgBlob(svg) {
   const copy = svg.cloneNode(true);
   copy.setAttribute("xmlns", SVGNS);
-  const style = document.createElementNS(SVGNS, "style");
-  style.textContent = "text { font: 10px sans-serif; }";
-  copy.prepend(style);
   return new Blob([new XMLSerializer().serializeToString(copy)], { type: "image/svg+xml" });
 }
 function exportsFor(card, payload, kind) {
@@ -352,11 +406,22 @@ async function init() {
     return;
   }
   state.models = (await api("api/models")).models;
-  const verseSel = document.getElementById("verse");
+  // translate at once; the verse and scene lists fill in meanwhile (scenes may be prepared on first use)
+  document.getElementById("force").addEventListener("change", translateAll);
+  document.getElementById("translate").addEventListener("click", translateAll);
+  if (state.models.some((m) => m.task === "translation")) translateAll();
+  else document.getElementById("translate-panel").hidden = true;
+  if (state.models.some((m) => m.task === "captioning")) {
+    document.getElementById("caption-btn").addEventListener("click", () => captionAll(null));
+    document.getElementById("upload").addEventListener("change", (e) => { if (e.target.files[0]) captionAll(e.target.files[0]); });
+    api("api/scenes").then((r) => r.scenes.forEach((sc) => document.getElementById("scene").append(
+      el("option", { value: sc.index }, `#${sc.index}: ${sc.caption}`))))
+      .catch((e) => { document.getElementById("caption-error").textContent = `no test scenes: ${e.message}`; });
+  } else document.getElementById("caption-panel").hidden = true;
+  const verseSel = document.getElementById("verse"), ref = document.getElementById("reference");
   const verses = (await api("api/verses").catch(() => ({ verses: [] }))).verses;
   verses.forEach((v, i) => verseSel.append(el("option", { value: i },
     `${v.ref} (${v.source.split(" ").length} words${v.gold ? ", gold links" : ""})`)));
-  const ref = document.getElementById("reference");
   verseSel.addEventListener("change", () => {
     const v = verses[+verseSel.value];
     ref.textContent = v ? `reference: ${v.reference}` : "";
@@ -364,17 +429,6 @@ async function init() {
     if (v) { document.getElementById("text").value = v.source; translateAll(); }
   });
   document.getElementById("text").addEventListener("input", () => { ref.textContent = ""; ref.dataset.text = ""; });
-  document.getElementById("force").addEventListener("change", translateAll);
-  document.getElementById("translate").addEventListener("click", translateAll);
-  if (state.models.some((m) => m.task === "captioning")) {
-    const sceneSel = document.getElementById("scene");
-    (await api("api/scenes").catch(() => ({ scenes: [] }))).scenes.forEach((s) =>
-      sceneSel.append(el("option", { value: s.index }, `#${s.index}: ${s.caption}`)));
-    document.getElementById("caption-btn").addEventListener("click", () => captionAll(null));
-    document.getElementById("upload").addEventListener("change", (e) => { if (e.target.files[0]) captionAll(e.target.files[0]); });
-  } else document.getElementById("caption-panel").hidden = true;
-  if (state.models.some((m) => m.task === "translation")) translateAll();
-  else document.getElementById("translate-panel").hidden = true;
 }
 
 init().catch((e) => { document.getElementById("error").textContent = `could not start: ${e.message}`; });
