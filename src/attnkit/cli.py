@@ -525,8 +525,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1", help="address to bind; anything but 127.0.0.1 exposes the "
                     "server to the network and must be given explicitly (default: 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
-    sv.add_argument("--model", action="append", default=None, help="a model name or folder to load; repeat for "
-                    "several (default: every shipped model)")
+    sv.add_argument("--model", action="extend", nargs="+", default=None, metavar="MODEL",
+                    help="model names or folders to load (--model a b, or --model a --model b) "
+                    "(default: every shipped model)")
     _add_device_flags(sv)
     sv.set_defaults(func=cmd_serve)
 
