@@ -92,6 +92,8 @@ def test_translate_hover_words_heads(server, browser, tmp_path):
     card.locator(".matrix .cell[data-r='0'][data-c='0']").hover()
     assert "→" in card.locator(".status").inner_text()
     page.screenshot(path=str(SHOTS / "translate.png"), full_page=True)
+    card.locator(".tokens.tgt .tok[data-i='4']").hover()  # "light" → "luz"
+    page.screenshot(path=str(SHOTS / "readme.png"))  # docs/explorer.png
 
     page.check("#words")  # whole words: sum over a source word's pieces, mean over a target word's pieces
     card = page.locator(".model-card[data-model='rnnsearch-es-en']")
