@@ -206,3 +206,24 @@ def test_caption_upload_and_hover(server, browser, tmp_path):
     soft.locator(".cword[data-t='1']").hover()
     assert soft.locator(".heat image.heat-map").get_attribute("data-t") == "1"
     page.screenshot(path=str(SHOTS / "caption-upload.png"), full_page=True)
+
+
+def test_the_real_server_answers_bad_input_with_4xx_and_goes_on(server):
+    """uvicorn itself (not the test client): refusals mid-upload, malformed bodies, then a normal answer."""
+    from attnkit.explorer.app import MAX_UPLOAD_BYTES
+
+    def chunks():
+        for _ in range(MAX_UPLOAD_BYTES // (1 << 20) + 2):
+            yield b"\0" * (1 << 20)
+
+    with httpx.Client(base_url=server, timeout=120) as c:
+        answers = [
+            c.post("api/caption", content=chunks(), headers={"Content-Type": "image/png"}),
+            c.post("api/caption", files={"image": ("x.png", b"GIF89a not really", "image/png")}),
+            c.post("api/translate", content=b'{"text": ', headers={"Content-Type": "application/json"}),
+            c.post("api/translate", json={"text": "", "model": "rnnsearch-es-en"}),
+        ]
+        assert [r.status_code for r in answers] == [413, 415, 422, 400]
+        assert all(set(r.json()) == {"error"} for r in answers)
+        ok = c.post("api/translate", json={"text": "Jesús lloró.", "model": "rnnsearch-es-en", "beam": 1})
+        assert ok.status_code == 200 and ok.json()["translation"] == "Jesus wept."
