@@ -299,6 +299,22 @@ def test_cli_caption_png_and_plot(tiny_model_dir, tmp_path, capsys):
     assert plot.is_file() and plot.stat().st_size > 1000
 
 
+def test_task_wrappers_load_and_name_what_is_missing(tiny_model_dir, tmp_path):
+    from attnkit.tasks.translation import Translator
+    from attnkit.training.checkpoint import CheckpointError
+
+    cm = Captioner.load(tiny_model_dir)
+    assert cm.vocab == _vocab() and cm.device == torch.device("cpu") and type(cm.model) is ShowAttendTell
+    m = _tiny()
+    save_checkpoint(tmp_path / "bare", model=m, config=m.to_config())  # weights, but no vocabulary beside them
+    with pytest.raises(CheckpointError, match=r"has no vocab.json; is .*bare a captioner\?"):
+        Captioner.load(tmp_path / "bare")
+    with pytest.raises(CheckpointError, match=r"has no tokenizer.model; is .*bare a translation model\?"):
+        Translator.load(tmp_path / "bare")
+    with pytest.raises(CheckpointError, match="model_type='rnnsearch', expected 'captioner'"):
+        Captioner.load("rnnsearch-es-en")
+
+
 def test_cli_caption_errors(tiny_model_dir, tmp_path, capsys):
     (tmp_path / "broken.png").write_bytes(b"\x89PNG garbage")
     assert cli_main(["caption", "--model", str(tiny_model_dir), str(tmp_path / "broken.png")]) == 2
