@@ -357,6 +357,30 @@ def test_classifier_encoder_initialises_the_captioner(tmp_path):
     assert torch.equal(cap.encoder.head[0].weight, clf.encoder.head[0].weight)
 
 
+@pytest.mark.skipif(not __import__("pathlib").Path("/usr/share/datasets/fashion-mnist").is_dir(),
+                    reason="dataset-fashion-mnist not installed")
+def test_cli_train_classifier_then_start_a_captioner_from_it(tmp_path, capsys):
+    from attnkit.models.classifier import ClassifierConfig
+
+    out = tmp_path / "clf"
+    assert cli_main(["train", "classifier", "--out-dir", str(out), "--max-steps", "2", "--batch-size", "8",
+                     "--channels", "4,8", "--feature-dim", "8", "--device", "cpu", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] == 2 and summary["stop_reason"] == "max_steps"
+    clf, config, _ = load_model(summary["last_checkpoint"])
+    assert config["model_type"] == "fashion_classifier" and clf.config == ClassifierConfig(channels=[4, 8], feature_dim=8)
+    from attnkit.tasks.captioning.train import _load_encoder_trunk
+
+    cap = ShowAttendTell(CaptionerConfig(vocab_size=8, canvas=16, channels=[4, 8], feature_dim=8, grid=4))
+    _load_encoder_trunk(cap, summary["last_checkpoint"])
+    assert torch.equal(cap.encoder.trunk[4].weight, clf.encoder.trunk[4].weight)
+    # bad options: one line, exit status 2
+    assert cli_main(["train", "classifier", "--out-dir", str(out), "--canvas", "20"]) == 2
+    assert "canvas must be >= 28" in capsys.readouterr().err
+    assert cli_main(["train", "classifier", "--out-dir", str(out), "--channels", "4,0"]) == 2
+    assert "channels must be a non-empty list of positive ints" in capsys.readouterr().err
+
+
 def test_warm_start_from_a_context_to_lstm_model(tmp_path):
     from attnkit.tasks.captioning import warm_start
 
