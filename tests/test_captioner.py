@@ -381,6 +381,19 @@ def test_cli_train_classifier_then_start_a_captioner_from_it(tmp_path, capsys):
     assert "channels must be a non-empty list of positive ints" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["train", "captioning", "--batch-size", "0"], "batch_size must be > 0, got 0"),
+    (["train", "captioning", "--patience", "0"], "patience must be > 0, got 0"),
+    (["train", "captioning", "--captions", "x.json"], "captions and images go together"),
+    (["train", "classifier", "--lr", "-1"], "lr must be > 0, got -1.0"),
+])
+def test_train_options_are_checked_when_the_config_is_built(tmp_path, capsys, argv, message):
+    assert cli_main(argv + ["--out-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_warm_start_from_a_context_to_lstm_model(tmp_path):
     from attnkit.tasks.captioning import warm_start
 

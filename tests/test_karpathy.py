@@ -110,10 +110,8 @@ def test_train_two_steps_then_caption(flickr, tmp_path, capsys):
     assert "greedy:" in capsys.readouterr().out
 
 
-def test_train_needs_both_files_and_a_val_split(flickr, tmp_path, capsys):
+def test_train_needs_a_val_split(flickr, tmp_path, capsys):
     jp, imgs = flickr
-    assert cli_main(["train", "captioning", "--captions", str(jp), "--out-dir", str(tmp_path / "r")]) == 2
-    assert "captions and images go together" in capsys.readouterr().err
     data = json.loads(jp.read_text())
     data["images"] = [im for im in data["images"] if im["split"] != "val"]
     jp.write_text(json.dumps(data))

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..config import option
+from ..config import option, require_positive
 from ..data.scenes import PHOTO
 from ..device import to_device
 from ..errors import ConfigError
@@ -44,6 +44,7 @@ class ClassifierTaskConfig:
     model_config: ClassifierConfig = option(default_factory=ClassifierConfig, help="the classifier's config")
 
     def __post_init__(self) -> None:
+        require_positive(self, "batch_size", "lr", "epochs", "max_steps", "max_time_s", "save_every_steps", "threads")
         if self.channels is not None:
             try:
                 channels = [int(c) for c in str(self.channels).split(",")]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ...config import option
+from ...config import option, require_positive
 from ...errors import ConfigError
 from ...models.captioner import CaptionerConfig
 
@@ -31,7 +31,7 @@ class CaptioningConfig:
     clip_grad_norm: float = option(5.0, "clip the gradient norm to this")
     epochs: int = option(30, "at most this many epochs (of --scenes-per-epoch scenes)")
     scenes_per_epoch: int | None = option(4000, "scenes (or image-caption pairs, with --captions) per epoch: a "
-                                          "validation and a `best` checkpoint this often; none: one pass")
+                                          "validation and a `best` checkpoint this often; 0: one whole pass")
     max_steps: int | None = option(None, "stop after this many optimizer steps")
     max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds")
     patience: int | None = option(None, "stop after this many validations without a better BLEU-4")
@@ -57,6 +57,8 @@ class CaptioningConfig:
             self.model_config = CaptionerConfig.from_dict(self.model_config)
         if not isinstance(self.model_config, CaptionerConfig):
             raise ConfigError(f"model_config must be a CaptionerConfig, got {type(self.model_config).__name__}")
+        require_positive(self, "batch_size", "lr", "epochs", "max_steps", "max_time_s", "patience", "save_every_steps",
+                         "valid_scenes", "limit_train", "threads")
         if (self.captions is None) != (self.images is None):
             raise ConfigError("captions and images go together: give both (a Karpathy JSON and its image folder) "
                               "or neither (the scenes)")

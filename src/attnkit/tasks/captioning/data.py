@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from ...data.karpathy import KarpathyImage
-from ...errors import InputError
 from ...data.scenes import CaptionVocab, ScenesDataset, collate_captions, pad_captions
+from ...errors import InputError
 from ...training.data import Batches, shuffled
 
 
@@ -66,6 +66,7 @@ def photo_caption_batches(images: Sequence[KarpathyImage], vocab: CaptionVocab, 
     pairs = [(im, c) for im in images for c in im.captions]
     return _stream_batches(len(pairs), lambda idx: collate_photo_captions([pairs[j] for j in idx], vocab, canvas),
                            batch_size=batch_size, seed=seed, per_epoch=pairs_per_epoch, shuffle=shuffle)
+
 
 def image_to_canvas(im, canvas: int) -> torch.Tensor:
     """A PIL image as the captioner's ``(1, canvas, canvas)`` float input in [0, 1]: any size or colour
