@@ -299,6 +299,22 @@ def test_cli_caption_png_and_plot(tiny_model_dir, tmp_path, capsys):
     assert plot.is_file() and plot.stat().st_size > 1000
 
 
+def test_task_wrappers_load_and_name_what_is_missing(tiny_model_dir, tmp_path):
+    from attnkit.tasks.translation import Translator
+    from attnkit.training.checkpoint import CheckpointError
+
+    cm = Captioner.load(tiny_model_dir)
+    assert cm.vocab == _vocab() and cm.device == torch.device("cpu") and type(cm.model) is ShowAttendTell
+    m = _tiny()
+    save_checkpoint(tmp_path / "bare", model=m, config=m.to_config())  # weights, but no vocabulary beside them
+    with pytest.raises(CheckpointError, match=r"has no vocab.json; is .*bare a captioner\?"):
+        Captioner.load(tmp_path / "bare")
+    with pytest.raises(CheckpointError, match=r"has no tokenizer.model; is .*bare a translation model\?"):
+        Translator.load(tmp_path / "bare")
+    with pytest.raises(CheckpointError, match="model_type='rnnsearch', expected 'captioner'"):
+        Captioner.load("rnnsearch-es-en")
+
+
 def test_cli_caption_errors(tiny_model_dir, tmp_path, capsys):
     (tmp_path / "broken.png").write_bytes(b"\x89PNG garbage")
     assert cli_main(["caption", "--model", str(tiny_model_dir), str(tmp_path / "broken.png")]) == 2
@@ -339,6 +355,43 @@ def test_classifier_encoder_initialises_the_captioner(tmp_path):
     _load_encoder_trunk(cap, tmp_path / "clf")
     assert torch.equal(cap.encoder.trunk[0].weight, clf.encoder.trunk[0].weight)
     assert torch.equal(cap.encoder.head[0].weight, clf.encoder.head[0].weight)
+
+
+@pytest.mark.skipif(not __import__("pathlib").Path("/usr/share/datasets/fashion-mnist").is_dir(),
+                    reason="dataset-fashion-mnist not installed")
+def test_cli_train_classifier_then_start_a_captioner_from_it(tmp_path, capsys):
+    from attnkit.models.classifier import ClassifierConfig
+
+    out = tmp_path / "clf"
+    assert cli_main(["train", "classifier", "--out-dir", str(out), "--max-steps", "2", "--batch-size", "8",
+                     "--channels", "4,8", "--feature-dim", "8", "--device", "cpu", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] == 2 and summary["stop_reason"] == "max_steps"
+    clf, config, _ = load_model(summary["last_checkpoint"])
+    assert config["model_type"] == "fashion_classifier" and clf.config == ClassifierConfig(channels=[4, 8], feature_dim=8)
+    from attnkit.tasks.captioning.train import _load_encoder_trunk
+
+    cap = ShowAttendTell(CaptionerConfig(vocab_size=8, canvas=16, channels=[4, 8], feature_dim=8, grid=4))
+    _load_encoder_trunk(cap, summary["last_checkpoint"])
+    assert torch.equal(cap.encoder.trunk[4].weight, clf.encoder.trunk[4].weight)
+    # bad options: one line, exit status 2
+    assert cli_main(["train", "classifier", "--out-dir", str(out), "--canvas", "20"]) == 2
+    assert "canvas must be >= 28" in capsys.readouterr().err
+    assert cli_main(["train", "classifier", "--out-dir", str(out), "--channels", "4,0"]) == 2
+    assert "channels must be a non-empty list of positive ints" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "captioning", "--batch-size", "0"], "batch_size must be > 0, got 0"),
+    (["train", "captioning", "--patience", "0"], "patience must be > 0, got 0"),
+    (["train", "captioning", "--captions", "x.json"], "captions and images go together"),
+    (["train", "classifier", "--lr", "-1"], "lr must be > 0, got -1.0"),
+])
+def test_train_options_are_checked_when_the_config_is_built(tmp_path, capsys, argv, message):
+    assert cli_main(argv + ["--out-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
 
 
 def test_warm_start_from_a_context_to_lstm_model(tmp_path):

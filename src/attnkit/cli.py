@@ -447,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     tt.add_argument("--no-progress", action="store_true", help="no progress bar (default: off)")
     tt.set_defaults(func=cmd_train_translation)
 
-    tc = t.add_parser("captioning", help="Show, Attend and Tell on Fashion-MNIST scenes")
+    tc = t.add_parser("captioning", help="Show, Attend and Tell on Fashion-MNIST scenes, or on photos (--captions, --images)")
     from .tasks.captioning import CaptioningConfig
     from .tasks.classification import ClassifierTaskConfig
 

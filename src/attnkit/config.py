@@ -29,7 +29,7 @@ import types
 import typing
 from typing import Any, Iterator
 
-__all__ = ["option", "add_config_arguments", "config_from_args", "config_from_dict", "config_from_json",
+__all__ = ["option", "ConfigRecord", "require_positive", "add_config_arguments", "config_from_args", "config_from_dict", "config_from_json",
            "iter_options", "option_names"]
 
 
@@ -144,6 +144,29 @@ def config_from_dict(cls: type, values: dict[str, Any]) -> Any:
         elif f.metadata.get("cli", True) and values.get(f.name) is not None:
             kwargs[f.name] = values[f.name]
     return cls(**kwargs)
+
+
+class ConfigRecord:
+    """Base of the model configs: :meth:`to_dict` is the object a checkpoint's ``config.json`` holds,
+    :meth:`from_dict` reads one back (old files converted by :func:`config_from_json`)."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Any:
+        return config_from_json(cls, d)
+
+
+def require_positive(config: Any, *names: str) -> None:
+    """Raise :class:`attnkit.errors.ConfigError` naming the first of ``names`` whose value is neither
+    ``None`` nor a positive number (for a config's ``__post_init__``: counts, sizes, rates)."""
+    from .errors import ConfigError
+
+    for name in names:
+        value = getattr(config, name)
+        if value is not None and (isinstance(value, bool) or not value > 0):
+            raise ConfigError(f"{name} must be > 0, got {value!r}")
 
 
 def config_from_json(cls: type, data: dict[str, Any]) -> Any:

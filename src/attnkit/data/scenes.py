@@ -57,6 +57,7 @@ __all__ = [
     "load_scenes",
     "ScenesDataset",
     "CaptionVocab",
+    "pad_captions",
     "collate_captions",
     "save_scene_png",
 ]
@@ -350,8 +351,11 @@ class CaptionVocab:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the vocabulary as JSON (atomically)."""
-        blob = json.dumps({"type": "CaptionVocab", "itos": self.itos}, indent=1).encode()
-        return atomic_write_bytes(path, blob)
+        return atomic_write_bytes(path, self.to_bytes())
+
+    def to_bytes(self) -> bytes:
+        """The JSON that :meth:`save` writes and :meth:`load` reads (a checkpoint's ``vocab.json``)."""
+        return json.dumps({"type": "CaptionVocab", "itos": self.itos}, indent=1).encode()
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CaptionVocab":
@@ -503,6 +507,16 @@ def load_scenes(split: str, home: str | os.PathLike | None = None, **config: Any
     return ScenesDataset.from_npz(folder / f"{split}.npz", CaptionVocab.load(folder / "vocab.json"))
 
 
+def pad_captions(ids: Sequence[Sequence[int] | torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Encoded captions (bos, words, eos) as one long ``(B, T)`` tensor padded with ``CaptionVocab.PAD``,
+    and their lengths ``(B,)``."""
+    lengths = torch.tensor([len(x) for x in ids], dtype=torch.long)
+    captions = torch.full((len(ids), int(lengths.max())), CaptionVocab.PAD, dtype=torch.long)  # (B, T)
+    for b, x in enumerate(ids):
+        captions[b, : len(x)] = torch.as_tensor(x, dtype=torch.long)
+    return captions, lengths
+
+
 def collate_captions(batch: Sequence[dict[str, Any]], vocab: CaptionVocab | None = None) -> dict[str, Any]:
     """Batch ScenesDataset items for a captioner.
 
@@ -525,13 +539,12 @@ def collate_captions(batch: Sequence[dict[str, Any]], vocab: CaptionVocab | None
             ids.append(torch.tensor(vocab.encode(it["caption"]), dtype=torch.long))
         else:
             raise ValueError("vocab: items have no caption_ids; pass a CaptionVocab or give the dataset one")
-    B, T = len(batch), max(len(x) for x in ids)
-    captions = torch.zeros(B, T, dtype=torch.long)
+    captions, lengths = pad_captions(ids)
+    B, T = captions.shape
     word_item = torch.full((B, T), -1, dtype=torch.long)
     boxes = torch.full((B, MAX_PLACES, 4), -1, dtype=torch.long)
     n_items = torch.zeros(B, dtype=torch.long)
     for b, (it, x) in enumerate(zip(batch, ids)):
-        captions[b, : len(x)] = x
         wi = it["word_item"]
         if len(wi) != len(x) - 2:
             raise ValueError(f"batch: item {b} has {len(wi)} word_item entries for {len(x) - 2} caption words")
@@ -545,7 +558,7 @@ def collate_captions(batch: Sequence[dict[str, Any]], vocab: CaptionVocab | None
     return {
         "images": torch.stack([it["image"] for it in batch]),
         "captions": captions,
-        "lengths": torch.tensor([len(x) for x in ids], dtype=torch.long),
+        "lengths": lengths,
         "word_item": word_item,
         "word_boxes": word_boxes,
         "word_has_box": has,

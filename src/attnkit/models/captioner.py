@@ -36,7 +36,7 @@ Losses (computed in :mod:`attnkit.tasks.captioning` from :meth:`ShowAttendTell.f
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -46,18 +46,32 @@ from torch import Tensor, nn
 from ..attention import Attention, PreparedMemory
 from ..decoding import reorder_state
 from ..attention.scores import SCORE_ALIASES, canonical_score_name
-from ..config import config_from_json, option
+from ..config import ConfigRecord, option
 from ..errors import ConfigError
-from .registry import register_model
+from .registry import ConfiguredModel, register_model
 
-__all__ = ["CaptionerConfig", "CaptionerOutput", "CaptionerState", "CNNEncoder", "ShowAttendTell", "reinforce_terms",
+__all__ = ["ENCODER_CHANNELS", "encoder_channels", "CaptionerConfig", "CaptionerOutput", "CaptionerState", "CNNEncoder", "ShowAttendTell", "reinforce_terms",
            "doubly_stochastic_penalty"]
 
 ATTENTION_MODES = ("soft", "hard")
+#: The conv blocks' widths of the encoder (the captioner's and the Fashion-MNIST classifier's, so one can
+#: start the other's trunk).
+ENCODER_CHANNELS = (32, 64, 96)
+
+
+def encoder_channels(channels) -> list[int]:
+    """``channels`` as a list of conv block widths; raises ``ConfigError`` unless they are positive ints."""
+    try:
+        out = [int(c) for c in channels]
+    except (TypeError, ValueError):
+        out = []
+    if not out or min(out) < 1:
+        raise ConfigError(f"channels must be a non-empty list of positive ints, got {channels!r}")
+    return out
 
 
 @dataclass
-class CaptionerConfig:
+class CaptionerConfig(ConfigRecord):
     """Hyper-parameters of Show, Attend and Tell; saved as ``config.json`` beside the weights.
 
     ``context_to_lstm``: Xu et al. feed ẑ_t into the LSTM too. Then the decoder can look at an item
@@ -71,8 +85,8 @@ class CaptionerConfig:
 
     vocab_size: int = option(32, "vocabulary size (set from the scenes' vocabulary)", cli=False)
     canvas: int = option(64, "canvas size in pixels (the scenes' and the input images')")
-    channels: list = option(default_factory=lambda: [32, 64, 96], help="conv block widths (each halves the image)",
-                            cli=False)
+    channels: list = option(default_factory=lambda: list(ENCODER_CHANNELS),
+                            help="conv block widths (each halves the image)", cli=False)
     feature_dim: int = option(128, "content features per grid cell")
     pos_dim: int = option(32, "learned position vector per cell (0: none)")
     grid: int = option(8, "the grid is grid × grid cells (set from the canvas)", cli=False)
@@ -102,19 +116,9 @@ class CaptionerConfig:
             raise ConfigError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
         if self.canvas < self.grid or self.grid < 1:
             raise ConfigError(f"grid must lie in 1..canvas={self.canvas}, got {self.grid}")
-        self.channels = [int(c) for c in self.channels]
-        if not self.channels or min(self.channels) < 1:
-            raise ConfigError(f"channels must be a non-empty list of positive ints, got {self.channels}")
+        self.channels = encoder_channels(self.channels)
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "CaptionerConfig":
-        """From a ``config.json`` object (old files convert through :func:`attnkit.config.config_from_json`)."""
-        return config_from_json(cls, d)
 
 
 @dataclass
@@ -187,10 +191,10 @@ def reinforce_terms(nll_per_sentence: Tensor, log_probs: Tensor, step_mask: Tens
 
 
 @register_model("captioner")
-class ShowAttendTell(nn.Module):
+class ShowAttendTell(ConfiguredModel, nn.Module):
     """Show, Attend and Tell with soft or hard attention (see the module docstring)."""
 
-    model_type = "captioner"
+    config_class = CaptionerConfig
 
     def __init__(self, config: CaptionerConfig):
         super().__init__()
@@ -213,16 +217,6 @@ class ShowAttendTell(nn.Module):
         # the moving-average reward baseline of hard attention: a buffer, so checkpoints keep it
         self.register_buffer("reward_baseline", torch.zeros(()))
         self.register_buffer("baseline_initialised", torch.zeros((), dtype=torch.bool))
-
-    # ---------------------------------------------------------------- config
-    @classmethod
-    def from_config(cls, config: dict | CaptionerConfig) -> "ShowAttendTell":
-        return cls(config if isinstance(config, CaptionerConfig) else CaptionerConfig.from_dict(config))
-
-    def to_config(self) -> dict:
-        d = self.config.to_dict()
-        d["model_type"] = self.model_type
-        return d
 
     @property
     def grid_shape(self) -> tuple[int, int]:

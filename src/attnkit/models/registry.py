@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-__all__ = ["BUILTIN", "register_model", "registered_models", "model_class", "build_model"]
+__all__ = ["BUILTIN", "ConfiguredModel", "register_model", "registered_models", "model_class", "build_model"]
 
 #: attnkit's models: model_type → "module:Class" (relative to attnkit.models).
 BUILTIN: dict[str, str] = {
@@ -24,6 +24,23 @@ BUILTIN: dict[str, str] = {
 }
 
 _REGISTRY: dict[str, type] = {}
+
+
+class ConfiguredModel:
+    """Mixin of a model built from one config dataclass (``config_class``, a
+    :class:`attnkit.config.ConfigRecord`): :meth:`from_config` takes the dataclass or a ``config.json``
+    object, :meth:`to_config` is what a checkpoint saves (the config's fields and ``model_type``)."""
+
+    config_class: type
+    model_type: str
+    config: Any
+
+    @classmethod
+    def from_config(cls, config: Any) -> Any:
+        return cls(config if isinstance(config, cls.config_class) else cls.config_class.from_dict(config))
+
+    def to_config(self) -> dict:
+        return {**self.config.to_dict(), "model_type": self.model_type}
 
 
 def register_model(name: str) -> Callable[[type], type]:

@@ -12,9 +12,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..config import option
+from ..config import option, require_positive
+from ..data.scenes import PHOTO
 from ..device import to_device
 from ..errors import ConfigError
+from ..models.captioner import ENCODER_CHANNELS
 from ..models.classifier import ClassifierConfig, FashionClassifier
 from ..training.data import Batches, shuffled
 
@@ -25,7 +27,8 @@ class ClassifierTaskConfig:
     classifier's config nested (``model_config``; ``--channels`` gives its conv widths)."""
 
     out_dir: str = option("runs/classifier", "checkpoint folder")
-    channels: str = option("32,64,96", "conv block widths, comma-separated (the captioner encoder's layout)")
+    channels: str | None = option(None, "conv block widths, comma-separated (default: "
+                                  f"{','.join(map(str, ENCODER_CHANNELS))}, the captioner encoder's layout)")
     batch_size: int = option(128, "photos per batch")
     lr: float = option(2e-3, "Adam's learning rate")
     epochs: int = option(2, "passes over the 55,000 training photos")
@@ -41,11 +44,15 @@ class ClassifierTaskConfig:
     model_config: ClassifierConfig = option(default_factory=ClassifierConfig, help="the classifier's config")
 
     def __post_init__(self) -> None:
-        try:
-            channels = [int(c) for c in str(self.channels).split(",")]
-        except ValueError:
-            raise ConfigError(f"channels must be comma-separated ints such as 32,64,96, got {self.channels!r}") from None
-        self.model_config = dataclasses.replace(self.model_config, channels=channels)
+        require_positive(self, "batch_size", "lr", "epochs", "max_steps", "max_time_s", "save_every_steps", "threads")
+        if self.channels is not None:
+            try:
+                channels = [int(c) for c in str(self.channels).split(",")]
+            except ValueError:
+                raise ConfigError(f"channels must be comma-separated ints such as 32,64,96, got {self.channels!r}") from None
+            self.model_config = dataclasses.replace(self.model_config, channels=channels)
+        if self.model_config.canvas < PHOTO:
+            raise ConfigError(f"canvas must be >= {PHOTO} (the photos' side), got {self.model_config.canvas}")
 
 
 def photo_batches(photos: np.ndarray, labels: np.ndarray, *, batch_size: int, canvas: int, seed: int,
@@ -62,13 +69,13 @@ def photo_batches(photos: np.ndarray, labels: np.ndarray, *, batch_size: int, ca
 
     def make(idx, epoch, i):
         g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 100_003 + i)
-        slack = canvas - 28
+        slack = canvas - PHOTO
         off = (torch.randint(0, slack + 1, (len(idx), 2), generator=g) if shuffle
                else torch.full((len(idx), 2), slack // 2))
         images = torch.zeros(len(idx), 1, canvas, canvas)
         for k, j in enumerate(idx):
             x, y = off[k].tolist()
-            images[k, 0, y:y + 28, x:x + 28] = photos_t[j].float() / 255.0
+            images[k, 0, y:y + PHOTO, x:x + PHOTO] = photos_t[j].float() / 255.0
         return {"images": images, "labels": labels_t[list(idx)]}
 
     return Batches(plan, make, fingerprint={"seed": seed})

@@ -1,14 +1,14 @@
-"""Captioning Fashion-MNIST scenes with Show, Attend and Tell: data, training, captioning, evaluating.
+"""Captioning with Show, Attend and Tell: data, training, captioning, evaluating.
 
-The glue between the scenes (:mod:`attnkit.data.scenes`), the model
-(:mod:`attnkit.models.captioner`), the shared trainer and the shared decoding, in the shape every
+The glue between the Fashion-MNIST scenes (:mod:`attnkit.data.scenes`) or photos with Karpathy-format
+captions (:mod:`attnkit.data.karpathy`), the model (:mod:`attnkit.models.captioner`), the shared trainer and the shared decoding, in the shape every
 task has: ``config`` (the task's options nesting the model's config), ``data`` (batches, input
 files), ``loss``, ``inference`` (the wrapper people use: :class:`Captioner`), ``metrics``,
 ``evaluate``, ``train``, and the ``demo`` part. The CLI (``attnkit train captioning``, ``caption``,
 ``evaluate captioning``) and ``make demo`` call these.
 """
 from .config import VOCAB_FILE, CaptioningConfig
-from .data import load_image_file, scene_batches, scene_order
+from .data import collate_photo_captions, load_image_file, photo_caption_batches, scene_batches, scene_order
 from .demo import caption_demo, overlay_for_scene
 from .evaluate import evaluate_captioning
 from .inference import Captioner
@@ -17,7 +17,8 @@ from .metrics import attention_correctness, attention_mass_in_box, caption_score
 from .train import build_captioner, train_captioning, warm_start
 
 __all__ = [
-    "VOCAB_FILE", "CaptioningConfig", "load_image_file", "scene_batches", "scene_order", "caption_demo",
+    "VOCAB_FILE", "CaptioningConfig", "collate_photo_captions", "load_image_file", "photo_caption_batches",
+    "scene_batches", "scene_order", "caption_demo",
     "overlay_for_scene", "evaluate_captioning", "Captioner", "caption_loss_fn", "update_reward_baseline",
     "attention_correctness", "attention_mass_in_box", "caption_scores", "words_to_items", "build_captioner",
     "train_captioning", "warm_start",

@@ -1,45 +1,30 @@
 """The inference wrapper: a trained captioner with its vocabulary."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 
 from ...data.scenes import CaptionVocab
 from ...decoding import beam_search, greedy_search
-from ...training.checkpoint import CheckpointError, load_model
+from ..wrapper import InferenceWrapper
 from .config import VOCAB_FILE
 
 
 # ---------------------------------------------------------------------------------------- model wrapper
 
 
-class Captioner:
-    """A trained captioner with its vocabulary: caption image tensors or files, keep the attention."""
+class Captioner(InferenceWrapper):
+    """A trained captioner with its vocabulary: caption image tensors or files, keep the attention.
+    :meth:`load` takes a name (``"captioner-soft"``) or a folder holding ``vocab.json``."""
+
+    companion_file, kind, model_type = VOCAB_FILE, "a captioner", "captioner"
 
     def __init__(self, model, vocab: CaptionVocab):
         self.model = model
         self.vocab = vocab
         self.config = model.config
 
-    @classmethod
-    def load(cls, model_dir: str | Path, *, device: str | torch.device | None = "cpu",
-             dtype: str | torch.dtype | None = None) -> "Captioner":
-        """Load a captioner by name (``"captioner-soft"``) or folder, onto ``device`` in ``dtype``
-        (as :meth:`attnkit.tasks.translation.Translator.load`)."""
-        from ...device import place
-        from ...pretrained import resolve_model
-
-        model_dir = resolve_model(model_dir)
-        model, _, _ = load_model(model_dir, model_type="captioner")
-        vocab_path = model_dir / VOCAB_FILE
-        if not vocab_path.is_file():
-            raise CheckpointError(f"{vocab_path}: the checkpoint has no {VOCAB_FILE}; is {model_dir} a captioner?")
-        return cls(place(model, device, dtype), CaptionVocab.load(vocab_path))
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+    read_companion = staticmethod(CaptionVocab.load)
 
     @property
     def canvas(self) -> int:

@@ -1,19 +1,21 @@
-"""Training a soft or hard captioner with the shared trainer (warm starts included)."""
+"""Training a soft or hard captioner with the shared trainer, on the scenes or on Karpathy-format photos."""
 from __future__ import annotations
 
 import dataclasses
-
 import json
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
+from ...data.karpathy import karpathy_split, read_karpathy
 from ...data.scenes import CaptionVocab, ScenesDataset, collate_captions, load_scenes
 from ...device import to_device
+from ...errors import InputError
 from ...training.checkpoint import CheckpointError, load_model
+from ...training.data import Batches
 from .config import VOCAB_FILE, CaptioningConfig
-from .data import scene_batches
+from .data import collate_photo_captions, photo_caption_batches, scene_batches
 from .inference import Captioner
 from .loss import caption_loss_fn, update_reward_baseline
 from .metrics import caption_scores
@@ -22,9 +24,8 @@ from .metrics import caption_scores
 # ---------------------------------------------------------------------------------------- training
 
 
-def _valid_fn(dataset: ScenesDataset, n: int, vocab: CaptionVocab):
-    subset = [dataset[i] for i in range(min(n, len(dataset)))]
-    batch = collate_captions(subset)
+def _valid_fn(batch: dict, vocab: CaptionVocab):
+    """Validation: the NLL of ``batch``'s captions and the BLEU-4 / exact match of greedy captions against them."""
 
     def valid_fn(model):
         out = caption_loss_fn(model.config)(model, to_device(batch, next(model.parameters()).device))
@@ -34,6 +35,33 @@ def _valid_fn(dataset: ScenesDataset, n: int, vocab: CaptionVocab):
         return {"valid_nll": out[2]["nll"], "valid_bleu4": sc["bleu4"], "valid_exact_match": sc["exact_match"]}
 
     return valid_fn
+
+
+def _scene_data(cfg: CaptioningConfig, home) -> tuple[Batches, dict, CaptionVocab]:
+    """Training batches, the validation batch and the vocabulary of the Fashion-MNIST scenes."""
+    train = load_scenes("train", home, canvas=cfg.model_config.canvas)
+    valid = load_scenes("valid", home, canvas=cfg.model_config.canvas)
+    if cfg.limit_train:
+        train = ScenesDataset({k: (v[:cfg.limit_train] if getattr(v, "ndim", 0) and len(v) == len(train) else v)
+                               for k, v in train.arrays.items()}, train.vocab)
+    batches = scene_batches(train, batch_size=cfg.batch_size, seed=cfg.seed, scenes_per_epoch=cfg.scenes_per_epoch)
+    return batches, collate_captions([valid[i] for i in range(min(cfg.valid_scenes, len(valid)))]), train.vocab
+
+
+def _photo_data(cfg: CaptioningConfig) -> tuple[Batches, dict, CaptionVocab]:
+    """The same from a Karpathy-split caption set: train on every (train or restval image, caption) pair,
+    with a vocabulary of the training captions' words; validate on the first ``valid_scenes`` val images,
+    each against its first caption."""
+    images = read_karpathy(cfg.captions, cfg.images)
+    train, valid = karpathy_split(images, "train")[:cfg.limit_train or None], karpathy_split(images, "val")
+    if not train or not valid:
+        raise InputError(f"{cfg.captions}: training needs 'train' (or 'restval') and 'val' images; "
+                         f"it has {len(train)} and {len(valid)}")
+    vocab = CaptionVocab.from_captions(c for im in train for c in im.captions)
+    canvas = cfg.model_config.canvas
+    batches = photo_caption_batches(train, vocab, canvas=canvas, batch_size=cfg.batch_size, seed=cfg.seed,
+                                    pairs_per_epoch=cfg.scenes_per_epoch)
+    return batches, collate_photo_captions([(im, im.captions[0]) for im in valid[:cfg.valid_scenes]], vocab, canvas), vocab
 
 
 def build_captioner(cfg: CaptioningConfig, vocab_size: int):
@@ -46,17 +74,13 @@ def build_captioner(cfg: CaptioningConfig, vocab_size: int):
 
 
 def train_captioning(cfg: CaptioningConfig, *, resume: bool = False, home: str | Path | None = None) -> dict:
-    """Train a soft or hard captioner on the scenes with the shared trainer; returns its summary."""
+    """Train a soft or hard captioner with the shared trainer, on the scenes or (``cfg.captions``) on
+    Karpathy-format photos; returns the trainer's summary."""
     from ...training import Trainer
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    train = load_scenes("train", home, canvas=cfg.model_config.canvas)
-    valid = load_scenes("valid", home, canvas=cfg.model_config.canvas)
-    vocab = train.vocab
-    if cfg.limit_train:
-        train = ScenesDataset({k: (v[:cfg.limit_train] if getattr(v, "ndim", 0) and len(v) == len(train) else v)
-                               for k, v in train.arrays.items()}, vocab)
+    train_batches, valid_batch, vocab = _photo_data(cfg) if cfg.captions else _scene_data(cfg, home)
     torch.manual_seed(cfg.seed)
     model = build_captioner(cfg, len(vocab))
     if cfg.encoder_from:
@@ -67,16 +91,13 @@ def train_captioning(cfg: CaptioningConfig, *, resume: bool = False, home: str |
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    vocab_bytes = json.dumps({"type": "CaptionVocab", "itos": vocab.itos}, indent=1).encode()
     trainer = Trainer(
         model, optimizer, loss_fn=caption_loss_fn(model.config), after_step=update_reward_baseline,
-        train_batches=scene_batches(train, batch_size=cfg.batch_size, seed=cfg.seed,
-                                    scenes_per_epoch=cfg.scenes_per_epoch),
-        valid_fn=_valid_fn(valid, cfg.valid_scenes, vocab), clip_grad_norm=cfg.clip_grad_norm, out_dir=out,
-        save_every_steps=cfg.save_every_steps, max_epochs=cfg.epochs, max_steps=cfg.max_steps,
+        train_batches=train_batches, valid_fn=_valid_fn(valid_batch, vocab), clip_grad_norm=cfg.clip_grad_norm,
+        out_dir=out, save_every_steps=cfg.save_every_steps, max_epochs=cfg.epochs, max_steps=cfg.max_steps,
         max_time_s=cfg.max_time_s, early_stopping_patience=cfg.patience, metric_for_best="valid_bleu4",
         greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress,
-        extra_files={VOCAB_FILE: vocab_bytes}, device=cfg.device, precision=cfg.precision,
+        extra_files={VOCAB_FILE: vocab.to_bytes()}, device=cfg.device, precision=cfg.precision,
     )
     return trainer.fit(resume=resume)
 

@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from ...data.tokenizer import Tokenizer
+from ...data.tokenizer import MODEL_FILENAME, Tokenizer
 from ...decoding import beam_search, greedy_search
 from ...errors import InputError
 from ...models.base import AttentionMaps
-from ...training.checkpoint import CheckpointError, load_model
+from ..wrapper import InferenceWrapper
 
 
 @dataclass
@@ -38,8 +37,11 @@ class TranslationAttention:
         return src, tgt, word_attention(self.maps.alignment, self.source_pieces, self.target_pieces)
 
 
-class Translator:
-    """Translate with a trained model: tokenise, batch, search, detokenise, keep the attention."""
+class Translator(InferenceWrapper):
+    """Translate with a trained model: tokenise, batch, search, detokenise, keep the attention.
+    :meth:`load` takes a name (``"transformer-es-en"``) or a folder holding ``tokenizer.model``."""
+
+    companion_file, kind = MODEL_FILENAME, "a translation model"
 
     def __init__(self, model, tokenizer: Tokenizer, *, max_len: int = 200):
         self.model = model
@@ -47,26 +49,7 @@ class Translator:
         self.max_len = max_len
         self.max_src_len = getattr(getattr(model, "config", None), "max_src_len", None) or max_len
 
-    @classmethod
-    def load(cls, model_dir: str | Path, *, device: str | torch.device | None = "cpu",
-             dtype: str | torch.dtype | None = None) -> "Translator":
-        """Load a model by name (``"transformer-es-en"``, see ``attnkit models``) or from a checkpoint
-        folder (config.json, model.safetensors, tokenizer.model), onto ``device`` (``"auto"``: cuda,
-        then mps, then cpu) with weights in ``dtype`` (``torch.bfloat16`` or ``"bf16"``, ``"fp16"``,
-        ``"auto"``; default float32)."""
-        from ...device import place
-        from ...pretrained import resolve_model
-
-        model_dir = resolve_model(model_dir)
-        model, config, ckpt = load_model(model_dir)
-        tok_path = model_dir / "tokenizer.model"
-        if not tok_path.is_file():
-            raise CheckpointError(f"{tok_path}: the checkpoint has no tokenizer.model; is {model_dir} a translation model?")
-        return cls(place(model, device, dtype), Tokenizer.load(model_dir))
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+    read_companion = staticmethod(Tokenizer.load)
 
     def encode_sources(self, sentences: Sequence[str], *, truncate: bool = False) -> list[list[int]]:
         """Subword ids of each sentence; too long raises ``ValueError`` unless ``truncate``."""
