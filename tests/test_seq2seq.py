@@ -144,3 +144,27 @@ def test_bad_inputs_are_reported():
     with pytest.raises(ValueError, match=r"model_type must be one of"):
         build_seq2seq("lstm", {})
     assert isinstance(tiny(), RNNSearch) and isinstance(tiny("rnnencdec"), RNNEncDec)
+
+
+@pytest.mark.parametrize("kind", ["rnnsearch", "rnnencdec"])
+def test_param_init_draws_every_weight_from_the_uniform_range(kind):
+    torch.manual_seed(0)
+    cfg = Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8, param_init=0.3)
+    m = build_seq2seq(kind, cfg)
+    for name, p in m.named_parameters():
+        bound = p.detach().abs().max().item()
+        assert bound <= 0.3, name
+        if p.numel() >= 50 and name != "embedding.weight":
+            assert bound > 0.25, f"{name} does not fill [-0.3, 0.3] (max |w| = {bound:.3f})"  # PyTorch's own are ≤ 1/√10
+    assert torch.all(m.embedding.weight[cfg.pad_id] == 0)
+
+
+def test_param_init_zero_keeps_pytorch_defaults_and_bad_values_are_refused():
+    from attnkit.errors import ConfigError
+
+    torch.manual_seed(0)
+    m = build_seq2seq("rnnsearch", Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=100, attn_dim=8, param_init=0.0))
+    assert m.encoder.weight_hh_l0.abs().max() <= 100 ** -0.5  # nn.GRU's U(-1/√H, 1/√H)
+    for bad in (-0.1, 1.5, "0.1", True):
+        with pytest.raises(ConfigError, match="param_init"):
+            Seq2SeqConfig(param_init=bad)

@@ -20,6 +20,7 @@ from attnkit.tasks.translation import (
     get_tokenizer,
     train_translation,
 )
+from attnkit.errors import ConfigError
 from attnkit.training.checkpoint import list_checkpoints, load_checkpoint
 
 TINY = dict(vocab_size=1000, emb_dim=16, hidden_dim=16, attn_dim=16, batch_size=16, limit_train=64,
@@ -195,13 +196,38 @@ def test_console_script_runs():
     assert Path(__file__).resolve().parents[1].joinpath("pyproject.toml").read_text().count('attnkit = "attnkit.cli:main"') == 1
 
 
-def test_resume_with_an_incompatible_config_is_reported(trained, bible_home, tmp_path, capsys):
-    _, _, out = trained
+def _resume_a_copy(out, bible_home, tmp_path, *flags) -> int:
+    """``train translation --resume`` on a copy of the run in ``out``, with ``flags``; the exit code."""
     run = tmp_path / "run"
     subprocess.run(["cp", "-r", str(out), str(run)], check=True)
-    code = cli_main(["--home", str(bible_home), "train", "translation", "--model", "rnnsearch", "--out-dir", str(run),
-                     "--resume", "--vocab-size", "1000", "--emb-dim", "16", "--hidden-dim", "8", "--attn-dim", "16",
-                     "--limit-train", "64", "--epochs", "3", "--no-progress", "--threads", "1"])
+    return cli_main(["--home", str(bible_home), "train", "translation", "--model", "rnnsearch", "--out-dir", str(run),
+                     "--resume", "--vocab-size", "1000", "--emb-dim", "16", "--attn-dim", "16", "--limit-train", "64",
+                     "--epochs", "3", "--no-progress", "--threads", "1", *flags])
+
+
+def test_resume_with_an_incompatible_config_is_reported(trained, bible_home, tmp_path, capsys):
+    code = _resume_a_copy(trained[2], bible_home, tmp_path, "--hidden-dim", "8")
     err = capsys.readouterr().err
     assert code == 2
     assert "checkpoint" in err and "shape" in err
+
+
+def test_each_model_gets_its_recipe_unless_the_options_are_given():
+    rnn = TranslationConfig.from_options("rnnsearch")
+    assert (rnn.lr, rnn.max_tokens, rnn.batch_size) == (3e-3, 2048, None)
+    tf = TranslationConfig.from_options("transformer")
+    assert (tf.lr, tf.max_tokens, tf.batch_size) == (1e-3, None, 64)
+    given = TranslationConfig.from_options("rnnsearch", lr=5e-4, batch_size=32)
+    assert (given.lr, given.max_tokens, given.batch_size) == (5e-4, None, 32)
+    with pytest.raises(ConfigError, match="max_tokens"):
+        TranslationConfig.from_options("rnnsearch", max_tokens=0)
+    with pytest.raises(ConfigError, match="lr"):
+        TranslationConfig.from_options("rnnsearch", lr=-1.0)
+
+
+def test_resume_with_other_batches_is_refused(trained, bible_home, tmp_path, capsys):
+    code = _resume_a_copy(trained[2], bible_home, tmp_path, "--hidden-dim", "16", "--max-len", "80", "--dropout", "0.1",
+                          "--batch-size", "16", "--max-tokens", "400")
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "max_tokens=None" in err and "400" in err

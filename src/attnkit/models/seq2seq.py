@@ -52,6 +52,8 @@ class Seq2SeqConfig:
     score: str = option("additive", "RNNsearch: the score function", choices=tuple(SCORE_ALIASES))
     dropout: float = option(0.2, "dropout on embeddings, decoder states and the deep output")
     tie_embeddings: bool = option(True, "the output projection shares the (joint) embedding matrix")
+    param_init: float = option(0.1, "RNN: draw every weight uniformly from [-x, x] (as OpenNMT-py's -param_init); "
+                               "0 keeps each layer's PyTorch default")
     pad_id: int = option(0, "padding token id", cli=False)
     bos_id: int = option(1, "beginning-of-sentence token id", cli=False)
     eos_id: int = option(2, "end-of-sentence token id", cli=False)
@@ -66,6 +68,8 @@ class Seq2SeqConfig:
             raise ConfigError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        if isinstance(self.param_init, bool) or not isinstance(self.param_init, (int, float)) or not 0.0 <= self.param_init < 1.0:
+            raise ConfigError(f"param_init must be a number in [0, 1), got {self.param_init!r}")
         try:
             canonical_score_name(self.score)
         except ValueError as exc:
@@ -113,6 +117,16 @@ class _RNNTranslator(nn.Module):
         self.out_proj = None if c.tie_embeddings else nn.Linear(c.emb_dim, c.vocab_size)
         self.out_bias = nn.Parameter(torch.zeros(c.vocab_size)) if c.tie_embeddings else None
         self.drop = nn.Dropout(c.dropout)
+
+    def _init_parameters(self) -> None:
+        """Uniform ``U(-x, x)`` for every weight when ``param_init = x > 0`` (Sutskever et al. 2014 and
+        OpenNMT-py use 0.1; every layer's scale is then the same); the padding row stays zero."""
+        x = float(self.config.param_init)
+        if x > 0:
+            with torch.no_grad():
+                for p in self.parameters():
+                    p.uniform_(-x, x)
+                self.embedding.weight[self.config.pad_id].zero_()
 
     # -- pieces every model provides ---------------------------------------------------------------
     def encode(self, src: Tensor, src_lengths: Tensor) -> RNNState:  # pragma: no cover - abstract
@@ -238,6 +252,7 @@ class RNNEncDec(_RNNTranslator):
         c = config
         self.encoder = nn.GRU(c.emb_dim, c.hidden_dim, batch_first=True)
         self.init_state = nn.Linear(c.hidden_dim, c.hidden_dim)
+        self._init_parameters()
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> RNNState:
         x = self.drop(self.embedding(src))  # (B, S, E)
@@ -265,6 +280,7 @@ class RNNSearch(_RNNTranslator):
             key_proj = c.hidden_dim  # dot products need keys of the decoder state's size (Luong)
         self.attention = Attention(c.hidden_dim, 2 * c.hidden_dim, score=score, hidden_dim=c.attn_dim,
                                    key_proj_dim=key_proj)
+        self._init_parameters()
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> dict:
         x = self.drop(self.embedding(src))  # (B, S, E)

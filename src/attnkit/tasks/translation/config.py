@@ -17,6 +17,16 @@ from ...models.transformer import TransformerConfig
 #: model is added here and in the registry; the CLI, the decoders and the viewers need no edit.
 TRANSLATION_MODELS = ("rnnsearch", "rnnencdec", "transformer")
 
+#: Each model's training recipe: what ``lr`` and the batching are when they are not given. The RNNs'
+#: were measured (``benchmarks/rnn_recipe.py``, benchmarks/RESULTS.md): Adam at 3e-3 on batches of
+#: 2,048 tokens learns far faster per second than 1e-3 on 64 verses. The Transformer keeps its
+#: warm-up peak of 1e-3 on 64-verse batches.
+RECIPES = {
+    "rnnsearch": {"lr": 3e-3, "max_tokens": 2048},
+    "rnnencdec": {"lr": 3e-3, "max_tokens": 2048},
+    "transformer": {"lr": 1e-3, "batch_size": 64},
+}
+
 
 def model_config_class(model: str) -> type:
     """The config dataclass of translation model ``model`` (its class's ``config_class``)."""
@@ -41,9 +51,12 @@ class TranslationConfig:
     vocab_size: int = option(8000, "size of the joint Spanish+English sentencepiece vocabulary")
     max_len: int = option(100, "drop training pairs longer than this many subword tokens; the model's longest source")
     limit_train: int | None = option(None, "train on the first N verse pairs only")
-    batch_size: int = option(64, "verse pairs per batch (when --max-tokens is not given)")
-    max_tokens: int | None = option(None, "batches of about this many tokens instead of --batch-size pairs")
-    lr: float = option(1e-3, "Adam's learning rate; for the Transformer the peak, reached at the end of warm-up")
+    batch_size: int | None = option(None, "at most this many verse pairs per batch (with neither this nor "
+                                    "--max-tokens: the model's recipe, 2,048 tokens for the RNNs, 64 pairs "
+                                    "for the Transformer)")
+    max_tokens: int | None = option(None, "at most about this many padded tokens per batch")
+    lr: float | None = option(None, "Adam's learning rate; for the Transformer the peak, reached at the end of "
+                              "warm-up (default: the model's recipe, 3e-3 for the RNNs, 1e-3 for the Transformer)")
     warmup_steps: int = option(2000, "Transformer: linear warm-up steps before the 1/sqrt(step) decay")
     clip_grad_norm: float = option(1.0, "clip the gradient norm to this")
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy")
@@ -73,6 +86,17 @@ class TranslationConfig:
                               f"got {type(self.model_config).__name__}")
         if self.out_dir is None:
             self.out_dir = f"runs/{self.model}"
+        recipe = RECIPES[self.model]
+        if self.lr is None:
+            self.lr = recipe["lr"]
+        if self.batch_size is None and self.max_tokens is None:
+            self.batch_size, self.max_tokens = recipe.get("batch_size"), recipe.get("max_tokens")
+        for name in ("batch_size", "max_tokens"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ConfigError(f"{name} must be a positive int, got {v!r}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0:
+            raise ConfigError(f"lr must be a positive number, got {self.lr!r}")
 
     @classmethod
     def from_options(cls, model: str = "rnnsearch", **options) -> "TranslationConfig":

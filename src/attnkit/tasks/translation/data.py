@@ -20,7 +20,8 @@ def translation_batches(examples: Sequence[Example], *, batch_size: int | None, 
     lengths = [max(len(e.src), len(e.tgt) + 1) for e in examples]
     sampler = BucketBatchSampler(lengths, batch_size=batch_size, max_tokens=max_tokens, seed=seed, shuffle=shuffle)
     return Batches(sampler.batches, lambda idx, epoch, i: collate([examples[j] for j in idx]),
-                   fingerprint={"num_examples": len(examples), "seed": seed})
+                   fingerprint={"num_examples": len(examples), "seed": seed, "batch_size": batch_size,
+                                "max_tokens": max_tokens})  # resuming with other batches is refused
 
 
 def get_tokenizer(vocab_size: int = 8000, home: str | Path | None = None) -> Tokenizer:
