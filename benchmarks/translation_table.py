@@ -3,10 +3,10 @@
     PYTHONPATH=src python benchmarks/translation_table.py \
         --model rnnencdec-es-en --model rnnsearch-es-en [--run runs/rnnencdec --run runs/rnnsearch]
 
-For each model: parameters, test BLEU/chrF (sacrebleu, greedy, all test verses), BLEU by source
-length, decoding sentences/s (greedy and beam 5, on the first ``--speed-sentences`` test verses),
-and, when its training run folder is given, training time and tokens/s read from
-``train_log.jsonl`` (every ``end`` event of the run, resumed pieces included). Writes
+For each model: parameters, test BLEU/chrF (sacrebleu, all test verses) greedy and with beam 5,
+BLEU by source length (greedy), decoding sentences/s (greedy and beam 5, on the first
+``--speed-sentences`` test verses), and, when its training run folder is given, training time and
+tokens/s read from ``train_log.jsonl`` (every ``end`` event of the run, resumed pieces included). Writes
 ``benchmarks/results/translation.json``, ``docs/bleu_by_length.png`` and prints a Markdown table.
 """
 from __future__ import annotations
@@ -47,6 +47,8 @@ def main() -> None:
     speed_src = [p.src for p in load_pairs("test")[:args.speed_sentences]]
     for i, m in enumerate(args.model):
         rep = evaluate_translation(m, limit=args.limit)
+        b5 = evaluate_translation(m, limit=args.limit, beam_size=5)
+        rep.update(beam5_bleu=b5["bleu"], beam5_chrf=b5["chrf"])
         tr = Translator.load(m)
         rep["parameters"] = sum(p.numel() for p in tr.model.parameters())
         for beam in (1, 5):
@@ -56,17 +58,19 @@ def main() -> None:
         if i < len(args.run):
             rep.update(training_stats(Path(args.run[i])))
         rows.append(rep)
-        print(f"{m}: BLEU {rep['bleu']} chrF {rep['chrf']}", file=sys.stderr)
+        print(f"{m}: BLEU {rep['bleu']} chrF {rep['chrf']} (beam 5: {rep['beam5_bleu']})", file=sys.stderr)
     out = ROOT / "benchmarks" / "results" / "translation.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(rows, indent=2, ensure_ascii=False))
     plot_bleu_by_length(rows, args.plot)
     buckets = [b["bucket"] for b in rows[0]["by_length"]]
-    print("| model | params | train time | train tok/s | test BLEU | test chrF | greedy sent/s | beam-5 sent/s |")
+    print("| model | params | train time | train tok/s | test BLEU greedy / beam 5 | test chrF greedy / beam 5 "
+          "| greedy sent/s | beam-5 sent/s |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['model_type']} | {r['parameters'] / 1e6:.1f} M | {r.get('train_time_min', '?')} min | "
-              f"{r.get('train_tokens_per_s', '?')} | {r['bleu']:.2f} | {r['chrf']:.2f} | "
+              f"{r.get('train_tokens_per_s', '?')} | {r['bleu']:.2f} / {r['beam5_bleu']:.2f} | "
+              f"{r['chrf']:.2f} / {r['beam5_chrf']:.2f} | "
               f"{r['beam1_sentences_per_s']} | {r['beam5_sentences_per_s']} |")
     print()
     print("| BLEU by source length (words) | " + " | ".join(buckets) + " |")
