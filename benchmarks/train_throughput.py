@@ -7,7 +7,8 @@ shared the machine differently. This benchmark puts them on equal terms: the sam
 batches (64 verses, bucketed by length, seed 0), the same thread count, one model after the other
 in one process, each timed over ``--steps`` optimizer steps (forward, label-smoothed loss,
 backward, clipping, Adam) after ``--warmup`` untimed ones. Sizes are those of the shipped models
-(``TranslationConfig`` defaults; Transformer 3+3 layers, d_model 256, 4 heads, FFN 1024).
+(``TranslationConfig`` defaults; Transformer 3+3 layers, d_model 256, 4 heads, FFN 1024), and
+RNNsearch with ``rnn_attention="luong"`` (the same sizes, attention after the GRU step).
 Prints target tokens/s and the ratio to RNNsearch; writes ``benchmarks/results/train_throughput.json``.
 Run it with nothing else on the machine.
 """
@@ -42,6 +43,7 @@ from attnkit.training import ListBatches, Trainer  # noqa: E402
 MODELS = {
     "rnnencdec": dict(model="rnnencdec"),
     "rnnsearch": dict(model="rnnsearch"),
+    "rnnsearch-luong": dict(model="rnnsearch", rnn_attention="luong"),  # attention after the GRU step
     "transformer": dict(model="transformer", dropout=0.1, warmup_steps=500, lr=1.5e-3),
 }
 

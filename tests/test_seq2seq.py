@@ -3,15 +3,18 @@ import pytest
 import torch
 
 from attnkit.decoding import beam_search, greedy_search
+from attnkit.errors import ConfigError
 from attnkit.models.seq2seq import RNNEncDec, RNNSearch, Seq2SeqConfig, build_seq2seq
 
 V = 24
 
 
 def tiny(kind="rnnsearch", score="additive", dropout=0.0):
+    """``kind``: rnnsearch, rnnencdec or rnnsearch-luong (attention after the GRU step)."""
     torch.manual_seed(0)
-    return build_seq2seq(kind, Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8,
-                                       score=score, dropout=dropout)).eval()
+    kind, _, step = kind.partition("-")
+    return build_seq2seq(kind, Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8, score=score,
+                                             dropout=dropout, rnn_attention=step or "bahdanau")).eval()
 
 
 def batch():
@@ -24,9 +27,10 @@ def batch():
     return src, lengths, tgt_in
 
 
+@pytest.mark.parametrize("kind", ["rnnsearch", "rnnsearch-luong"])
 @pytest.mark.parametrize("score", ["additive", "dot", "general", "scaled_dot"])
-def test_rnnsearch_weights_are_distributions_over_real_source_tokens(score):
-    m = tiny(score=score)
+def test_rnnsearch_weights_are_distributions_over_real_source_tokens(score, kind):
+    m = tiny(kind, score=score)
     src, lengths, tgt_in = batch()
     logits, w = m(src, lengths, tgt_in, need_weights=True)
     assert logits.shape == (3, 6, V) and w.shape == (3, 6, 7)
@@ -44,7 +48,7 @@ def test_rnnencdec_has_one_context_and_no_weights():
     assert attn is None and torch.equal(st2.context, st.context)  # the same c at every step
 
 
-@pytest.mark.parametrize("kind", ["rnnsearch", "rnnencdec"])
+@pytest.mark.parametrize("kind", ["rnnsearch", "rnnencdec", "rnnsearch-luong"])
 def test_incremental_steps_equal_teacher_forcing(kind):
     m = tiny(kind)
     src, lengths, tgt_in = batch()
@@ -58,7 +62,7 @@ def test_incremental_steps_equal_teacher_forcing(kind):
                 torch.testing.assert_close(attn, w[:, t], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["rnnsearch", "rnnencdec"])
+@pytest.mark.parametrize("kind", ["rnnsearch", "rnnencdec", "rnnsearch-luong"])
 def test_padding_does_not_change_real_outputs(kind):
     m = tiny(kind)
     src, lengths, tgt_in = batch()
@@ -95,9 +99,46 @@ def test_prepared_keys_equal_the_per_step_concatenation_form():
         assert maps.score == "e_j = vᵀ tanh(W s + U h_j + b)"
 
 
-def test_overfits_a_handful_of_pairs_and_beam1_equals_greedy():
+def test_luong_attention_scores_the_new_state_as_a_plain_loop_does():
+    """rnn_attention="luong", checked against a float64 loop written from the formulas:
+    s_t = GRU(E y_{t-1}, s_{t-1}); e_tj = vᵀ tanh(W s_t + U h_j + b); c_t = Σ_j α_tj h_j."""
+    m = tiny("rnnsearch-luong").double()
+    src, lengths, tgt_in = batch()
+    with torch.no_grad():
+        logits, w = m(src, lengths, tgt_in, need_weights=True)
+        maps = m.attention_maps(src, lengths, tgt_in)
+        state = m.start(src, lengths)
+        h = state.memory.values  # (B, S, 2H) annotations
+        g, sc = m.decoder_rnn, m.attention.score
+        s = state.h
+        for t in range(tgt_in.shape[1]):
+            x = m.embedding(tgt_in[:, t])
+            r, z, n = (x @ g.weight_ih_l0.T + g.bias_ih_l0).chunk(3, -1)
+            hr, hz, hn = (s @ g.weight_hh_l0.T + g.bias_hh_l0).chunk(3, -1)
+            r, z = torch.sigmoid(r + hr), torch.sigmoid(z + hz)
+            s = (1 - z) * torch.tanh(n + r * hn) + z * s  # (B, H)
+            e = torch.tanh((s @ sc.w_query.weight.T).unsqueeze(1) + h @ sc.w_key.weight.T + sc.w_key.bias) @ sc.v
+            e = e.masked_fill(torch.arange(7) >= lengths.unsqueeze(1), float("-inf"))  # (B, S)
+            a = torch.softmax(e, -1)
+            torch.testing.assert_close(w[:, t], a)
+            torch.testing.assert_close(maps.scores[:, t], e)
+            torch.testing.assert_close(maps.context[:, t], (a.unsqueeze(1) @ h).squeeze(1))
+            out = torch.tanh(m.deep_output(torch.cat([s, maps.context[:, t], x], -1)))
+            torch.testing.assert_close(logits[:, t], out @ m.embedding.weight.T + m.out_bias)
+
+
+def test_rnn_attention_is_checked_and_is_for_rnnsearch_only():
+    with pytest.raises(ConfigError, match="rnn_attention"):
+        Seq2SeqConfig(rnn_attention="input_feed")
+    with pytest.raises(ConfigError, match="RNNsearch"):
+        build_seq2seq("rnnencdec", Seq2SeqConfig(vocab_size=V, rnn_attention="luong"))
+
+
+@pytest.mark.parametrize("rnn_attention", ["bahdanau", "luong"])
+def test_overfits_a_handful_of_pairs_and_beam1_equals_greedy(rnn_attention):
     torch.manual_seed(0)
-    m = build_seq2seq("rnnsearch", Seq2SeqConfig(vocab_size=V, emb_dim=32, hidden_dim=32, attn_dim=32, dropout=0.0))
+    m = build_seq2seq("rnnsearch", Seq2SeqConfig(vocab_size=V, emb_dim=32, hidden_dim=32, attn_dim=32, dropout=0.0,
+                                                 rnn_attention=rnn_attention))
     g = torch.Generator().manual_seed(3)
     pairs = [(torch.randint(4, V, (n,), generator=g), torch.randint(4, V, (n + 1,), generator=g)) for n in (3, 4, 5, 6)]
     B, S, T = len(pairs), 6, 8
@@ -160,8 +201,6 @@ def test_param_init_draws_every_weight_from_the_uniform_range(kind):
 
 
 def test_param_init_zero_keeps_pytorch_defaults_and_bad_values_are_refused():
-    from attnkit.errors import ConfigError
-
     torch.manual_seed(0)
     m = build_seq2seq("rnnsearch", Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=100, attn_dim=8, param_init=0.0))
     assert m.encoder.weight_hh_l0.abs().max() <= 100 ** -0.5  # nn.GRU's U(-1/√H, 1/√H)

@@ -12,6 +12,12 @@ state is the single context vector ``c``; every decoder step sees the same ``c``
 (:meth:`attnkit.attention.Attention.prepare`), not once per step. The score is a constructor
 option (``additive``, ``dot``, ``general``, ``scaled_dot``): Luong-style variants for free.
 
+``rnn_attention="luong"`` moves the attention after the GRU step (Luong et al. 2015's global
+attention without input feeding; OpenNMT-py's ``-input_feed 0``): ``s_t = GRU(E y_{t-1}, s_{t-1})``,
+``e_tj = vᵀ tanh(W s_t + U h_j)``, and ``c_t`` enters only the output. The GRU then no longer waits
+for the context, so teacher forcing runs it over the whole target in one call and scores every step's
+attention at once (the fused additive score), instead of a Python loop of single steps.
+
 Both models follow the incremental decoding protocol of :mod:`attnkit.decoding`
 (``start`` / ``step`` / ``reorder``) and return every step's attention weights on request.
 """
@@ -50,6 +56,10 @@ class Seq2SeqConfig:
     hidden_dim: int = option(256, "RNN: GRU size (per direction in the encoder; the decoder state)")
     attn_dim: int = option(256, "RNNsearch: size of the additive score's tanh layer")
     score: str = option("additive", "RNNsearch: the score function", choices=tuple(SCORE_ALIASES))
+    rnn_attention: str = option("bahdanau", "RNNsearch: 'bahdanau' scores s_{t-1} and feeds c_t into the GRU; "
+                                "'luong' scores the new s_t after the GRU (no input feeding), so training "
+                                "runs the GRU and the attention over all steps at once",
+                                choices=("bahdanau", "luong"))
     dropout: float = option(0.2, "dropout on embeddings, decoder states and the deep output")
     tie_embeddings: bool = option(True, "the output projection shares the (joint) embedding matrix")
     param_init: float = option(0.1, "RNN: draw every weight uniformly from [-x, x] (as OpenNMT-py's -param_init); "
@@ -70,6 +80,8 @@ class Seq2SeqConfig:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         if isinstance(self.param_init, bool) or not isinstance(self.param_init, (int, float)) or not 0.0 <= self.param_init < 1.0:
             raise ConfigError(f"param_init must be a number in [0, 1), got {self.param_init!r}")
+        if self.rnn_attention not in ("bahdanau", "luong"):
+            raise ConfigError(f"rnn_attention must be 'bahdanau' or 'luong', got {self.rnn_attention!r}")
         try:
             canonical_score_name(self.score)
         except ValueError as exc:
@@ -112,7 +124,11 @@ class _RNNTranslator(nn.Module):
         with torch.no_grad():
             self.embedding.weight[c.pad_id].zero_()
         self.context_dim = context_dim
-        self.decoder_cell = nn.GRUCell(c.emb_dim + context_dim, c.hidden_dim)
+        self.input_feed = c.rnn_attention == "bahdanau"  # c_t is an input of the GRU
+        if self.input_feed:
+            self.decoder_cell = nn.GRUCell(c.emb_dim + context_dim, c.hidden_dim)
+        else:  # one module for the whole target (training) and for one step (decoding)
+            self.decoder_rnn = nn.GRU(c.emb_dim, c.hidden_dim, batch_first=True)
         self.deep_output = nn.Linear(c.hidden_dim + context_dim + c.emb_dim, c.emb_dim)
         self.out_proj = None if c.tie_embeddings else nn.Linear(c.emb_dim, c.vocab_size)
         self.out_bias = nn.Parameter(torch.zeros(c.vocab_size)) if c.tie_embeddings else None
@@ -135,8 +151,8 @@ class _RNNTranslator(nn.Module):
     def _context(self, s_prev: Tensor, state: RNNState, need_weights: bool) -> tuple[Tensor, Tensor | None]:
         raise NotImplementedError  # pragma: no cover - abstract
 
-    def _raw_scores(self, state: RNNState) -> Tensor | None:
-        """The scores ``e_tj`` before the softmax for the next step ``(B, S)``; None without attention."""
+    def _raw_scores(self, query: Tensor, state: RNNState) -> Tensor | None:
+        """The scores ``e_tj`` before the softmax for ``query (B, H)``: ``(B, S)``; None without attention."""
         return None
 
     # -- shared --------------------------------------------------------------------------------------
@@ -170,6 +186,10 @@ class _RNNTranslator(nn.Module):
 
     def _decoder_step(self, y_emb: Tensor, state: RNNState, need_weights: bool):
         """One decoder step from ``s_{t-1}``: context, new state. Returns (s_t, c_t, α_t)."""
+        if not self.input_feed:  # Luong: the step first, then attention from s_t
+            s = self.decoder_rnn(y_emb.unsqueeze(1), state.h.unsqueeze(0))[1][0]  # (B, H)
+            c, alpha = self._context(s, state, need_weights)
+            return s, c, alpha
         c, alpha = self._context(state.h, state, need_weights)
         s = self.decoder_cell(torch.cat([y_emb, c], dim=-1), state.h)  # (B, H)
         return s, c, alpha
@@ -182,6 +202,10 @@ class _RNNTranslator(nn.Module):
             raise ValueError(f"tgt_in must be (B={src.shape[0]}, T), got {tuple(tgt_in.shape)}")
         state = self.encode(src, src_lengths)
         y_emb = self.drop(self.embedding(tgt_in))  # (B, T, E)
+        if not self.input_feed:  # every step at once: one GRU call, one attention call
+            s_all, _ = self.decoder_rnn(y_emb, state.h.unsqueeze(0).contiguous())  # (B, T, H)
+            c_all, weights = self._context(s_all, state, need_weights)  # (B, T, C), (B, T, S)
+            return self._logits(self.drop(s_all), c_all, y_emb), weights
         states, contexts, alphas = [], [], []
         for y_t in y_emb.unbind(1):  # unbind: one gradient buffer for all steps, not one per slice
             s, c, a = self._decoder_step(y_t, state, need_weights)
@@ -226,8 +250,9 @@ class _RNNTranslator(nn.Module):
             state = self.encode(src, src_lengths)
             scores, alphas, contexts = [], [], []
             for y_t in self.embedding(tgt_in).unbind(1):
-                scores.append(self._raw_scores(state))
+                s_prev = state.h
                 s, c, a = self._decoder_step(y_t, state, need_weights=True)
+                scores.append(self._raw_scores(s_prev if self.input_feed else s, state))  # the scored query
                 state.h = s
                 alphas.append(a)
                 contexts.append(c)
@@ -248,6 +273,8 @@ class RNNEncDec(_RNNTranslator):
     """The encoder-decoder without attention: one context vector ``c`` = the encoder's last state."""
 
     def __init__(self, config: Seq2SeqConfig):
+        if config.rnn_attention != "bahdanau":
+            raise ConfigError(f"rnn_attention={config.rnn_attention!r} is for RNNsearch; RNNencdec has no attention")
         super().__init__(config, context_dim=config.hidden_dim)
         c = config
         self.encoder = nn.GRU(c.emb_dim, c.hidden_dim, batch_first=True)
@@ -294,8 +321,8 @@ class RNNSearch(_RNNTranslator):
     def _context(self, s_prev, state, need_weights):
         return self.attention(s_prev, prepared=state.memory, key_padding_mask=state.mask, need_weights=need_weights)
 
-    def _raw_scores(self, state):
-        return self.attention.raw_scores(state.h, state.memory, key_padding_mask=state.mask)
+    def _raw_scores(self, query, state):
+        return self.attention.raw_scores(query, state.memory, key_padding_mask=state.mask)
 
 
 def build_seq2seq(model_type: str, config: dict | Seq2SeqConfig) -> _RNNTranslator:
