@@ -27,6 +27,10 @@ FFN 1024, shared embeddings, on both sides. Both get batches of 2,048 tokens (at
 ``--max-tokens 2048``). Each toolkit otherwise uses its own default recipe (attnkit's
 `train translation` defaults; OpenNMT's defaults plus Adam 1e-3 for the RNN, its Noam recipe for the
 Transformer).
+
+attnkit's RNNsearch is Bahdanau's by default (the context enters the GRU; OpenNMT-py calls that
+input feeding). ``--attnkit-args "--rnn-attention luong"`` gives it OpenNMT-py's ``input_feed 0``
+decoder instead (attention after the GRU step), the same architecture on both sides.
 """
 from __future__ import annotations
 
