@@ -38,6 +38,9 @@ from ..decoding import reorder_state
 from .base import AttentionMaps
 from .registry import register_model
 
+#: Where RNNsearch's attention sits in the decoder step (see the module docstring).
+RNN_ATTENTION = ("bahdanau", "luong")
+
 __all__ = ["Seq2SeqConfig", "RNNState", "RNNEncDec", "RNNSearch", "build_seq2seq"]
 
 
@@ -59,7 +62,7 @@ class Seq2SeqConfig:
     rnn_attention: str = option("bahdanau", "RNNsearch: 'bahdanau' scores s_{t-1} and feeds c_t into the GRU; "
                                 "'luong' scores the new s_t after the GRU (no input feeding), so training "
                                 "runs the GRU and the attention over all steps at once",
-                                choices=("bahdanau", "luong"))
+                                choices=RNN_ATTENTION)
     dropout: float = option(0.2, "dropout on embeddings, decoder states and the deep output")
     tie_embeddings: bool = option(True, "the output projection shares the (joint) embedding matrix")
     param_init: float = option(0.1, "RNN: draw every weight uniformly from [-x, x] (as OpenNMT-py's -param_init); "
@@ -80,8 +83,8 @@ class Seq2SeqConfig:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         if isinstance(self.param_init, bool) or not isinstance(self.param_init, (int, float)) or not 0.0 <= self.param_init < 1.0:
             raise ConfigError(f"param_init must be a number in [0, 1), got {self.param_init!r}")
-        if self.rnn_attention not in ("bahdanau", "luong"):
-            raise ConfigError(f"rnn_attention must be 'bahdanau' or 'luong', got {self.rnn_attention!r}")
+        if self.rnn_attention not in RNN_ATTENTION:
+            raise ConfigError(f"rnn_attention must be one of {RNN_ATTENTION}, got {self.rnn_attention!r}")
         try:
             canonical_score_name(self.score)
         except ValueError as exc:
@@ -203,7 +206,7 @@ class _RNNTranslator(nn.Module):
         state = self.encode(src, src_lengths)
         y_emb = self.drop(self.embedding(tgt_in))  # (B, T, E)
         if not self.input_feed:  # every step at once: one GRU call, one attention call
-            s_all, _ = self.decoder_rnn(y_emb, state.h.unsqueeze(0).contiguous())  # (B, T, H)
+            s_all, _ = self.decoder_rnn(y_emb, state.h.unsqueeze(0))  # (B, T, H)
             c_all, weights = self._context(s_all, state, need_weights)  # (B, T, C), (B, T, S)
             return self._logits(self.drop(s_all), c_all, y_emb), weights
         states, contexts, alphas = [], [], []
