@@ -6,7 +6,9 @@
 For each model: parameters, test BLEU/chrF (sacrebleu, all test verses) greedy and with beam 5,
 BLEU by source length (greedy), decoding sentences/s (greedy and beam 5, on the first
 ``--speed-sentences`` test verses), and, when its training run folder is given, training time and
-tokens/s read from ``train_log.jsonl`` (every ``end`` event of the run, resumed pieces included). Writes
+tokens/s read from ``train_log.jsonl`` (every ``end`` event of the run, resumed pieces included). A run
+given as ``-`` keeps that model's training facts from the previous ``translation.json`` (for a model that
+was not retrained, whose run folder is gone: run folders are not committed). Writes
 ``benchmarks/results/translation.json``, ``docs/bleu_by_length.png`` and prints a Markdown table.
 """
 from __future__ import annotations
@@ -23,6 +25,9 @@ sys.path.insert(0, str(ROOT / "src"))
 from attnkit.data.bible import load_pairs  # noqa: E402
 from attnkit.tasks.translation import Translator, evaluate_translation  # noqa: E402
 from attnkit.viz.curves import plot_bleu_by_length  # noqa: E402
+
+
+TRAINING_KEYS = ("train_time_min", "train_tokens_per_s", "steps", "epochs", "best_valid_bleu")
 
 
 def training_stats(run: Path) -> dict:
@@ -43,6 +48,8 @@ def main() -> None:
     ap.add_argument("--speed-sentences", type=int, default=100)
     ap.add_argument("--plot", default=str(ROOT / "docs" / "bleu_by_length.png"))
     args = ap.parse_args()
+    out = ROOT / "benchmarks" / "results" / "translation.json"
+    previous = {r["model_type"]: r for r in json.loads(out.read_text())} if out.exists() else {}
     rows = []
     speed_src = [p.src for p in load_pairs("test")[:args.speed_sentences]]
     for i, m in enumerate(args.model):
@@ -55,11 +62,13 @@ def main() -> None:
             t = time.perf_counter()
             tr.translate(speed_src, beam_size=beam, truncate=True)
             rep[f"beam{beam}_sentences_per_s"] = round(len(speed_src) / (time.perf_counter() - t), 2)
-        if i < len(args.run):
+        if i < len(args.run) and args.run[i] == "-":
+            old = previous.get(rep["model_type"], {})
+            rep.update({k: old[k] for k in TRAINING_KEYS if k in old})
+        elif i < len(args.run):
             rep.update(training_stats(Path(args.run[i])))
         rows.append(rep)
         print(f"{m}: BLEU {rep['bleu']} chrF {rep['chrf']} (beam 5: {rep['beam5_bleu']})", file=sys.stderr)
-    out = ROOT / "benchmarks" / "results" / "translation.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(rows, indent=2, ensure_ascii=False))
     plot_bleu_by_length(rows, args.plot)
