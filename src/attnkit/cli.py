@@ -395,7 +395,8 @@ def cmd_models(args) -> None:
     print(f"{'name':<22} {'source':<8} {'task':<12} {'kind':<12} {'size':>8}  test score")
     for m in infos:
         sc = m.scores
-        score = (f"BLEU {sc['test_bleu']:.2f} ({sc.get('decoding', '')})" if "test_bleu" in sc else
+        beam5 = f", {sc['test_beam5_bleu']:.2f} beam 5" if "test_beam5_bleu" in sc else ""
+        score = (f"BLEU {sc['test_bleu']:.2f} {sc.get('decoding', '')}{beam5}" if "test_bleu" in sc else
                  f"BLEU-4 {sc['test_bleu4']:.2f}, attention correctness {sc['test_attention_correctness']:.3f}"
                  if "test_bleu4" in sc else "not measured")
         print(f"{m.name:<22} {m.source:<8} {m.task:<12} {m.model_type:<12} {m.size_bytes / 1e6:>6.1f}MB  {score}")
