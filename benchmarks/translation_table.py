@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from attnkit.data.bible import load_pairs  # noqa: E402
 from attnkit.tasks.translation import Translator, evaluate_translation  # noqa: E402
+from attnkit.training.trainer import run_totals  # noqa: E402
 from attnkit.viz.curves import plot_bleu_by_length  # noqa: E402
 
 
@@ -31,13 +32,9 @@ TRAINING_KEYS = ("train_time_min", "train_tokens_per_s", "steps", "epochs", "bes
 
 
 def training_stats(run: Path) -> dict:
-    ends = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
-    ends = [e for e in ends if e.get("event") == "end"]
-    t = sum(e["time_s"] for e in ends)
-    tok = sum(e["tokens"] for e in ends)
-    last = ends[-1] if ends else {}
-    return {"train_time_min": round(t / 60, 1), "train_tokens_per_s": round(tok / max(t, 1e-9), 1),
-            "steps": last.get("steps"), "epochs": last.get("epochs"), "best_valid_bleu": last.get("best_metric")}
+    t = run_totals(run)
+    return {"train_time_min": round(t["time_s"] / 60, 1), "train_tokens_per_s": round(t["tokens_per_s"] or 0.0, 1),
+            "steps": t["steps"], "epochs": t["epochs"], "best_valid_bleu": t["best_metric"]}
 
 
 def main() -> None:

@@ -154,7 +154,7 @@ def train_both(work: Path, files: dict, args) -> dict:
     ours_steps = sorted(ours_dir.glob("step-*"))
     return {"budget_s": budget, "onmt_checkpoint": str(in_budget[-1]), "attnkit_checkpoint": str(ours_steps[-1]),
             "onmt_tokens_per_s": onmt_target_tokens_per_s(work / "onmt.log"),
-            "attnkit_tokens_per_s": attnkit_tokens_per_s(work / "attnkit.log")}
+            "attnkit_tokens_per_s": attnkit_tokens_per_s(ours_dir)}
 
 
 def parameter_counts(facts: dict, venv: Path) -> dict:
@@ -175,14 +175,11 @@ def onmt_target_tokens_per_s(log: Path) -> float | None:
     return sum(rates) / len(rates) if rates else None
 
 
-def attnkit_tokens_per_s(log: Path) -> float | None:
-    """attnkit's whole-run target tokens/s, from the summary JSON it prints last."""
-    text = log.read_text(errors="replace")
-    start = text.rfind("\n{")
-    try:
-        return float(json.loads(text[start:])["tokens_per_s"])
-    except (ValueError, KeyError):
-        return None
+def attnkit_tokens_per_s(run: Path) -> float | None:
+    """attnkit's whole-run target tokens/s, from its run folder's ``train_log.jsonl``."""
+    from attnkit.training.trainer import run_totals
+
+    return run_totals(run)["tokens_per_s"]
 
 
 def decode_both(work: Path, files: dict, facts: dict, args) -> list[dict]:
@@ -232,6 +229,7 @@ def main() -> None:
     files = prepare_data(work)
     if args.decode_only:
         facts = json.loads((work / "train_facts.json").read_text())
+        facts["attnkit_tokens_per_s"] = attnkit_tokens_per_s(work / "attnkit")
     else:
         facts = train_both(work, files, args)
         (work / "train_facts.json").write_text(json.dumps(facts, indent=2))

@@ -61,10 +61,24 @@ from .checkpoint import (
     step_dir_name,
 )
 
-__all__ = ["Trainer", "get_rng_state", "set_rng_state"]
+__all__ = ["Trainer", "get_rng_state", "set_rng_state", "run_totals"]
 
 LOG_NAME = "train_log.jsonl"
 BEST_NAME = "best"
+
+
+def run_totals(out_dir) -> dict:
+    """A whole run's training facts from its ``train_log.jsonl``: every ``end`` event counts (a resumed
+    run has one per piece), so ``tokens_per_s`` = all target tokens / all training seconds.
+    ``steps``, ``epochs`` and ``best_metric`` are the last piece's."""
+    path = Path(out_dir) / LOG_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"out_dir: {out_dir} has no {LOG_NAME} (not a training run folder)")
+    ends = [e for e in map(json.loads, path.read_text().splitlines()) if e.get("event") == "end"]
+    time_s, tokens = sum(e["time_s"] for e in ends), sum(e["tokens"] for e in ends)
+    last = ends[-1] if ends else {}
+    return {"time_s": time_s, "tokens": tokens, "tokens_per_s": tokens / time_s if time_s > 0 else None,
+            "steps": last.get("steps"), "epochs": last.get("epochs"), "best_metric": last.get("best_metric")}
 
 
 def get_rng_state() -> dict:
