@@ -33,7 +33,8 @@ TRAINING_KEYS = ("train_time_min", "train_tokens_per_s", "steps", "epochs", "bes
 
 def training_stats(run: Path) -> dict:
     t = run_totals(run)
-    return {"train_time_min": round(t["time_s"] / 60, 1), "train_tokens_per_s": round(t["tokens_per_s"] or 0.0, 1),
+    tps = t["tokens_per_s"]
+    return {"train_time_min": round(t["time_s"] / 60, 1), "train_tokens_per_s": None if tps is None else round(tps, 1),
             "steps": t["steps"], "epochs": t["epochs"], "best_valid_bleu": t["best_metric"]}
 
 

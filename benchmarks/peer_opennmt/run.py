@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from attnkit.data.bible import load_pairs  # noqa: E402
 from attnkit.tasks.translation import corpus_scores, get_tokenizer  # noqa: E402
+from attnkit.training.trainer import run_totals  # noqa: E402
 
 ONMT_RNN = {
     "encoder_type": "brnn", "decoder_type": "rnn", "rnn_type": "GRU", "layers": 1, "hidden_size": 256,
@@ -153,8 +154,7 @@ def train_both(work: Path, files: dict, args) -> dict:
         raise SystemExit("OpenNMT-py saved no checkpoint within the budget")
     ours_steps = sorted(ours_dir.glob("step-*"))
     return {"budget_s": budget, "onmt_checkpoint": str(in_budget[-1]), "attnkit_checkpoint": str(ours_steps[-1]),
-            "onmt_tokens_per_s": onmt_target_tokens_per_s(work / "onmt.log"),
-            "attnkit_tokens_per_s": attnkit_tokens_per_s(ours_dir)}
+            "onmt_tokens_per_s": onmt_target_tokens_per_s(work / "onmt.log")}
 
 
 def parameter_counts(facts: dict, venv: Path) -> dict:
@@ -173,13 +173,6 @@ def onmt_target_tokens_per_s(log: Path) -> float | None:
     """Mean of OpenNMT's reported target tokens/s ("... src/tgt tok/s" in its step reports)."""
     rates = [float(m.group(2)) for m in re.finditer(r"(\d+)/\s*(\d+) tok/s", log.read_text(errors="replace"))]
     return sum(rates) / len(rates) if rates else None
-
-
-def attnkit_tokens_per_s(run: Path) -> float | None:
-    """attnkit's whole-run target tokens/s, from its run folder's ``train_log.jsonl``."""
-    from attnkit.training.trainer import run_totals
-
-    return run_totals(run)["tokens_per_s"]
 
 
 def decode_both(work: Path, files: dict, facts: dict, args) -> list[dict]:
@@ -229,10 +222,10 @@ def main() -> None:
     files = prepare_data(work)
     if args.decode_only:
         facts = json.loads((work / "train_facts.json").read_text())
-        facts["attnkit_tokens_per_s"] = attnkit_tokens_per_s(work / "attnkit")
     else:
         facts = train_both(work, files, args)
         (work / "train_facts.json").write_text(json.dumps(facts, indent=2))
+    facts["attnkit_tokens_per_s"] = run_totals(work / "attnkit")["tokens_per_s"]  # its run folder's own log
     rows = decode_both(work, files, facts, args)
     facts.update(parameter_counts(facts, work.parent / "onmt-venv"))
     report = {"model": args.model, "minutes": args.minutes, "threads": args.threads, **facts, "rows": rows}
