@@ -166,3 +166,74 @@ def test_argument_errors():
         greedy_search(object(), inputs, bos_id=BOS, eos_id=EOS, max_len=3)
     with pytest.raises(ValueError, match="batch-first tensor"):
         greedy_search(model, {}, bos_id=BOS, eos_id=EOS, max_len=3)
+
+
+# -- beams_only: per-source state is shared, not copied, while no sentence leaves ---------------------
+from dataclasses import dataclass, field  # noqa: E402
+
+from attnkit.attention import KVCache  # noqa: E402
+from attnkit.decoding import PER_SOURCE, reorder_state  # noqa: E402
+
+
+@dataclass
+class _State:
+    bias: torch.Tensor = field(metadata=PER_SOURCE)  # (R, V) the same for every beam of a sentence
+    ex: torch.Tensor = field(metadata=PER_SOURCE)
+    t: torch.Tensor = None  # (R,) per beam
+
+
+class SharingMarkovDecoder(MarkovDecoder):
+    """The Markov decoder with a typed state whose source part is marked PER_SOURCE; records how
+    beam search called reorder."""
+
+    def __init__(self, seed=0):
+        super().__init__(seed)
+        self.reorders = []  # (rows in, rows out, beams_only)
+
+    def start(self, bias):
+        d = super().start(bias)
+        return _State(d["bias"], d["ex"], d["t"])
+
+    def step(self, prev, state):
+        lp, new, attn = super().step(prev, {"bias": state.bias, "ex": state.ex, "t": state.t})
+        return lp, _State(state.bias, state.ex, new["t"]), attn
+
+    def reorder(self, state, index, *, beams_only=False):
+        self.reorders.append((state.t.shape[0], index.shape[0], beams_only))
+        return reorder_state(state, index, beams_only=beams_only)
+
+
+def test_reorder_state_beams_only_shares_per_source_parts():
+    s = _State(torch.arange(6.0).reshape(3, 2), torch.arange(3), torch.tensor([7, 8, 9]))
+    idx = torch.tensor([1, 1, 0])
+    shared = reorder_state(s, idx, beams_only=True)
+    assert shared.bias is s.bias and shared.ex is s.ex  # kept, not copied
+    assert shared.t.tolist() == [8, 8, 7]  # per-beam rows follow the index
+    copied = reorder_state(s, idx)
+    assert copied.bias.tolist() == [[2.0, 3.0], [2.0, 3.0], [0.0, 1.0]] and copied.ex.tolist() == [1, 1, 0]
+    # a static (cross-attention) cache is per source; a growing (self-attention) one is per beam
+    k = torch.arange(3.0).reshape(3, 1, 1, 1)
+    caches = [KVCache(k, k + 10, static=True), KVCache(k, k + 10)]
+    kept = reorder_state(caches, idx, beams_only=True)
+    assert kept[0] is caches[0] and kept[1].k.flatten().tolist() == [1.0, 1.0, 0.0]
+    assert reorder_state(caches, idx)[0].k.flatten().tolist() == [1.0, 1.0, 0.0]
+
+
+def test_beams_only_reorders_give_the_same_search():
+    """Sentences finish at different steps (some beams_only steps, some not); a per-source row kept
+    when a sentence left would give another sentence's bias, so results would differ."""
+    inputs = make_inputs(B=6, seed=21)
+    inputs["bias"][0, EOS] += 3.0  # some sentences end early, others late
+    inputs["bias"][3, EOS] -= 3.0
+    kw = dict(beam_size=3, bos_id=BOS, eos_id=EOS, max_len=8, length_penalty=0.6, n_best=2, return_attention=True)
+    plain = beam_search(MarkovDecoder(seed=20), inputs, **kw)
+    sharing_model = SharingMarkovDecoder(seed=20)
+    shared = beam_search(sharing_model, inputs, **kw)
+    for hs_a, hs_b in zip(plain, shared):
+        assert len(hs_a) == len(hs_b)
+        for a, b in zip(hs_a, hs_b):
+            assert a.tokens == b.tokens and a.score == b.score and torch.equal(a.attention, b.attention)
+    calls = sharing_model.reorders
+    assert calls[0] == (6, 18, False)  # the expansion to beams
+    assert any(only for _, _, only in calls) and any(n_in != n_out for n_in, n_out, _ in calls[1:])
+    assert all(n_in == n_out for n_in, n_out, only in calls if only)  # never while sentences leave

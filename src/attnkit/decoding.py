@@ -20,6 +20,15 @@ A model generates by implementing three methods (the :class:`IncrementalDecoder`
     sentences. Models keep a typed state (a dataclass of tensors, caches, ints) and implement
     ``reorder`` with :func:`reorder_state`, which maps ``index_select`` over it.
 
+    Optionally ``model.reorder(state, index, beams_only=True)``: beam search's promise that
+    ``index`` only moves rows among the beams of one sentence and keeps every sentence in place.
+    What depends on the source alone (the encoder output, its mask, cross-attention keys) is then
+    the same before and after, and a model may keep it instead of copying it: at every step but the
+    first and those where sentences finish, that copy is most of the reorder (``B*K x S x D``).
+    :func:`reorder_state` does this for dataclass fields marked :data:`PER_SOURCE` and for objects
+    whose ``per_source`` attribute is true. A model whose ``reorder`` has no ``beams_only`` keyword
+    is always called without it.
+
 Results are :class:`Hypothesis` objects: ``tokens`` without bos/eos, ``score`` the summed
 log-probability (including eos when finished), ``attention`` (len(tokens), Nk) with row t the
 attention of the step that produced ``tokens[t]`` (None unless ``return_attention``), and
@@ -34,13 +43,19 @@ Both searches run under ``torch.no_grad``; put the model in eval mode first (dro
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["IncrementalDecoder", "Hypothesis", "greedy_search", "beam_search", "gnmt_length_penalty", "reorder_state"]
+__all__ = ["IncrementalDecoder", "Hypothesis", "greedy_search", "beam_search", "gnmt_length_penalty", "reorder_state",
+           "PER_SOURCE"]
+
+#: Dataclass field metadata of a decoder state field that depends on the source alone (the same rows
+#: for every beam of a sentence): ``memory: Tensor = field(metadata=PER_SOURCE)``. See :func:`reorder_state`.
+PER_SOURCE = {"per_source": True}
 
 
 @runtime_checkable
@@ -60,29 +75,47 @@ class IncrementalDecoder(Protocol):
         ...
 
 
-def reorder_state(state: Any, index: torch.Tensor) -> Any:
+def reorder_state(state: Any, index: torch.Tensor, *, beams_only: bool = False) -> Any:
     """Rows ``index`` of every batch-first tensor in ``state``, in new containers.
 
     Walks dataclasses, named tuples, tuples, lists and dicts; anything with an ``index_select``
     method (tensors, :class:`attnkit.attention.KVCache`) is reordered along dimension 0; other
     values (ints, strings, ``None``) are kept. The old state is left untouched, so beam search
     may still read it.
+
+    ``beams_only``: ``index`` moves rows only among the beams of each sentence (see the module
+    docstring), so what depends on the source alone is kept, shared, not copied: dataclass fields
+    with :data:`PER_SOURCE` metadata and objects with a true ``per_source`` attribute (a static
+    :class:`~attnkit.attention.KVCache`). Those are never modified in place, so sharing is safe.
     """
+    if beams_only and getattr(state, "per_source", False):
+        return state
     if isinstance(state, torch.Tensor):
         return state.index_select(0, index)
     if hasattr(state, "index_select"):
         return state.index_select(index)
     if dataclasses.is_dataclass(state) and not isinstance(state, type):
-        return dataclasses.replace(state, **{f.name: reorder_state(getattr(state, f.name), index)
-                                             for f in dataclasses.fields(state) if f.init})
+        return dataclasses.replace(state, **{
+            f.name: getattr(state, f.name) if beams_only and f.metadata.get("per_source")
+            else reorder_state(getattr(state, f.name), index, beams_only=beams_only)
+            for f in dataclasses.fields(state) if f.init})
     if isinstance(state, tuple):
-        items = [reorder_state(v, index) for v in state]
+        items = [reorder_state(v, index, beams_only=beams_only) for v in state]
         return type(state)(*items) if hasattr(state, "_fields") else tuple(items)
     if isinstance(state, list):
-        return [reorder_state(v, index) for v in state]
+        return [reorder_state(v, index, beams_only=beams_only) for v in state]
     if isinstance(state, dict):
-        return {k: reorder_state(v, index) for k, v in state.items()}
+        return {k: reorder_state(v, index, beams_only=beams_only) for k, v in state.items()}
     return state
+
+
+def _takes_beams_only(model: Any) -> bool:
+    """Whether ``model.reorder`` accepts the optional ``beams_only`` keyword."""
+    try:
+        params = inspect.signature(model.reorder).parameters
+    except (TypeError, ValueError):
+        return False
+    return "beams_only" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 @dataclass
@@ -221,6 +254,7 @@ def beam_search(
     B, device = _batch_size(inputs)
     state = model.start(**inputs)
     state = model.reorder(state, torch.arange(B, device=device).repeat_interleave(K))
+    beams_only_ok = _takes_beams_only(model)
     beams = _Beams(B, K, bos_id, device)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     # penalised scores of each sentence's finished hypotheses, kept sorted (best first)
@@ -247,7 +281,10 @@ def beam_search(
         if t + 1 == max_len:  # out of steps: live beams stand in where too few hypotheses finished
             _stand_in_live_beams(beams, finished, n_best)
             break
-        state = model.reorder(state, idx)
+        if beams_only_ok and len(keep) == A:  # every sentence goes on: rows move within their beams only
+            state = model.reorder(state, idx, beams_only=True)
+        else:
+            state = model.reorder(state, idx)
 
     results = []
     for b in range(B):

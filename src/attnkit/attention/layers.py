@@ -261,6 +261,12 @@ class KVCache:
     def empty(self) -> bool:
         return self.k is None
 
+    @property
+    def per_source(self) -> bool:
+        """A static cache holds the source's keys/values: the same for every beam of a sentence
+        (:func:`attnkit.decoding.reorder_state` shares it instead of copying it)."""
+        return self.static
+
     def __len__(self) -> int:
         """Cached positions ``N``."""
         return 0 if self.k is None else self.k.shape[2]

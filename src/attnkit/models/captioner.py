@@ -36,7 +36,7 @@ Losses (computed in :mod:`attnkit.tasks.captioning` from :meth:`ShowAttendTell.f
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import Attention, PreparedMemory
-from ..decoding import reorder_state
+from ..decoding import PER_SOURCE, reorder_state
 from ..attention.scores import SCORE_ALIASES, canonical_score_name
 from ..config import ConfigRecord, option
 from ..errors import ConfigError
@@ -128,7 +128,7 @@ class CaptionerState:
 
     h: Tensor
     m: Tensor
-    memory: PreparedMemory
+    memory: PreparedMemory = field(metadata=PER_SOURCE)
     soft_rows: Tensor | None = None
 
 
@@ -338,5 +338,5 @@ class ShowAttendTell(ConfiguredModel, nn.Module):
         h, m = self.cell(self._cell_input(y_emb, z), (state.h, state.m))
         return torch.log_softmax(self._logits(h, z, y_emb), dim=-1), dataclasses.replace(state, h=h, m=m), alpha
 
-    def reorder(self, state: CaptionerState, index: Tensor) -> CaptionerState:
-        return reorder_state(state, index)
+    def reorder(self, state: CaptionerState, index: Tensor, *, beams_only: bool = False) -> CaptionerState:
+        return reorder_state(state, index, beams_only=beams_only)

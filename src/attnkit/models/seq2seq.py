@@ -24,7 +24,7 @@ Both models follow the incremental decoding protocol of :mod:`attnkit.decoding`
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +34,7 @@ from ..attention import Attention, PreparedMemory, padding_mask
 from ..attention.scores import SCORE_ALIASES, canonical_score_name
 from ..config import config_from_json, option
 from ..errors import ConfigError
-from ..decoding import reorder_state
+from ..decoding import PER_SOURCE, reorder_state
 from .base import AttentionMaps
 from .registry import register_model
 
@@ -109,9 +109,9 @@ class RNNState:
     """
 
     h: Tensor
-    memory: PreparedMemory | None = None
-    mask: Tensor | None = None
-    context: Tensor | None = None
+    memory: PreparedMemory | None = field(default=None, metadata=PER_SOURCE)
+    mask: Tensor | None = field(default=None, metadata=PER_SOURCE)
+    context: Tensor | None = field(default=None, metadata=PER_SOURCE)
 
 
 class _RNNTranslator(nn.Module):
@@ -234,9 +234,9 @@ class _RNNTranslator(nn.Module):
         s, c, alpha = self._decoder_step(y_emb, state, need_weights=True)
         return torch.log_softmax(self._logits(s, c, y_emb), dim=-1), dataclasses.replace(state, h=s), alpha
 
-    def reorder(self, state: RNNState, index: Tensor) -> RNNState:
-        """Select/reorder batch rows of the state (beam search)."""
-        return reorder_state(state, index)
+    def reorder(self, state: RNNState, index: Tensor, *, beams_only: bool = False) -> RNNState:
+        """Select/reorder batch rows of the state (beam search; see :func:`attnkit.decoding.reorder_state`)."""
+        return reorder_state(state, index, beams_only=beams_only)
 
     # -- inspection ------------------------------------------------------------------------------
     @torch.no_grad()

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +37,7 @@ from ..attention import LearnedPositionalEncoding, SinusoidalPositionalEncoding,
 from ..attention.transformer import DecoderLayerCache, TransformerDecoder, TransformerEncoder
 from ..config import config_from_json, option
 from ..errors import ConfigError
-from ..decoding import reorder_state
+from ..decoding import PER_SOURCE, reorder_state
 from .base import AttentionMaps
 from .registry import register_model
 
@@ -125,8 +125,8 @@ class TransformerState:
     position of the next one.
     """
 
-    memory: Tensor
-    memory_mask: Tensor
+    memory: Tensor = field(metadata=PER_SOURCE)
+    memory_mask: Tensor = field(metadata=PER_SOURCE)
     cache: list[DecoderLayerCache]
     step: int = 0
 
@@ -262,9 +262,11 @@ class TransformerTranslator(nn.Module):
         attention = out.cross_weights[-1][:, :, 0].mean(dim=1)  # (B, S): last layer, heads averaged
         return log_probs, dataclasses.replace(state, cache=cache, step=state.step + 1), attention
 
-    def reorder(self, state: TransformerState, index: Tensor) -> TransformerState:
-        """Rows ``index`` of every tensor in the state (caches included), in new containers."""
-        return reorder_state(state, index)
+    def reorder(self, state: TransformerState, index: Tensor, *, beams_only: bool = False) -> TransformerState:
+        """Rows ``index`` of every tensor in the state (caches included), in new containers; with
+        ``beams_only`` the source's tensors and cross-attention caches are shared (see
+        :func:`attnkit.decoding.reorder_state`)."""
+        return reorder_state(state, index, beams_only=beams_only)
 
     # -- inspection ----------------------------------------------------------------------------------
     @torch.no_grad()
