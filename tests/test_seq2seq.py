@@ -9,12 +9,13 @@ from attnkit.models.seq2seq import RNNEncDec, RNNSearch, Seq2SeqConfig, build_se
 V = 24
 
 
-def tiny(kind="rnnsearch", score="additive", dropout=0.0):
+def tiny(kind="rnnsearch", score="additive", dropout=0.0, encoder_dim=None):
     """``kind``: rnnsearch, rnnencdec or rnnsearch-luong (attention after the GRU step)."""
     torch.manual_seed(0)
     kind, _, step = kind.partition("-")
     return build_seq2seq(kind, Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8, score=score,
-                                             dropout=dropout, rnn_attention=step or "bahdanau")).eval()
+                                             dropout=dropout, rnn_attention=step or "bahdanau",
+                                             encoder_dim=encoder_dim)).eval()
 
 
 def batch():
@@ -207,3 +208,31 @@ def test_param_init_zero_keeps_pytorch_defaults_and_bad_values_are_refused():
     for bad in (-0.1, 1.5, "0.1", True):
         with pytest.raises(ConfigError, match="param_init"):
             Seq2SeqConfig(param_init=bad)
+
+
+@pytest.mark.parametrize("kind", ["rnnsearch", "rnnsearch-luong", "rnnencdec"])
+def test_encoder_dim_sets_the_encoder_width_and_steps_still_equal_teacher_forcing(kind):
+    m = tiny(kind, encoder_dim=6)  # decoder 10, encoder 6 (per direction)
+    assert m.encoder.hidden_size == 6
+    src, lengths, tgt_in = batch()
+    with torch.no_grad():
+        logits, _ = m(src, lengths, tgt_in)
+        state = m.start(src, lengths)
+        assert state.h.shape == (3, 10)
+        if kind.startswith("rnnsearch"):
+            assert state.memory.values.shape == (3, 7, 12)  # annotations [h→; h←], 2 x 6
+        for t in range(tgt_in.shape[1]):
+            lp, state, _ = m.step(tgt_in[:, t], state)
+            torch.testing.assert_close(lp, torch.log_softmax(logits[:, t], -1), rtol=1e-5, atol=1e-5)
+    again = build_seq2seq(m.model_type, m.to_config())  # config.json round trip keeps the width
+    assert again.encoder.hidden_size == 6
+
+
+def test_encoder_dim_defaults_to_hidden_dim_and_is_checked():
+    old = Seq2SeqConfig(vocab_size=V, hidden_dim=10).to_dict()
+    del old["encoder_dim"]  # a config.json written before the option existed
+    assert Seq2SeqConfig.from_dict(old).enc_dim == 10
+    assert build_seq2seq("rnnsearch", old).encoder.hidden_size == 10
+    for bad in (0, -3, 2.5, True, "8"):
+        with pytest.raises(ConfigError, match="encoder_dim"):
+            Seq2SeqConfig(vocab_size=V, encoder_dim=bad)

@@ -56,7 +56,9 @@ class Seq2SeqConfig:
 
     vocab_size: int = option(8000, "vocabulary size (set from the tokenizer)", cli=False)
     emb_dim: int = option(256, "RNN: word embedding size")
-    hidden_dim: int = option(256, "RNN: GRU size (per direction in the encoder; the decoder state)")
+    hidden_dim: int = option(256, "RNN: GRU size (the decoder state; per encoder direction unless --encoder-dim)")
+    encoder_dim: int | None = option(None, "RNN: encoder GRU size (per direction for RNNsearch; default hidden_dim). "
+                                     "OpenNMT-py's brnn of size H has H/2 per direction")
     attn_dim: int = option(256, "RNNsearch: size of the additive score's tanh layer")
     score: str = option("additive", "RNNsearch: the score function", choices=tuple(SCORE_ALIASES))
     rnn_attention: str = option("bahdanau", "RNNsearch: 'bahdanau' scores s_{t-1} and feeds c_t into the GRU; "
@@ -77,6 +79,9 @@ class Seq2SeqConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name} must be a positive int, got {v!r}")
+        v = self.encoder_dim
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ConfigError(f"encoder_dim must be a positive int or None (= hidden_dim), got {v!r}")
         if self.vocab_size < 4:
             raise ConfigError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
         if not 0.0 <= self.dropout < 1.0:
@@ -89,6 +94,11 @@ class Seq2SeqConfig:
             canonical_score_name(self.score)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+
+    @property
+    def enc_dim(self) -> int:
+        """The encoder GRU's size (per direction): ``encoder_dim``, or ``hidden_dim`` when not set."""
+        return self.encoder_dim or self.hidden_dim
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -278,10 +288,10 @@ class RNNEncDec(_RNNTranslator):
     def __init__(self, config: Seq2SeqConfig):
         if config.rnn_attention != "bahdanau":
             raise ConfigError(f"rnn_attention={config.rnn_attention!r} is for RNNsearch; RNNencdec has no attention")
-        super().__init__(config, context_dim=config.hidden_dim)
+        super().__init__(config, context_dim=config.enc_dim)
         c = config
-        self.encoder = nn.GRU(c.emb_dim, c.hidden_dim, batch_first=True)
-        self.init_state = nn.Linear(c.hidden_dim, c.hidden_dim)
+        self.encoder = nn.GRU(c.emb_dim, c.enc_dim, batch_first=True)
+        self.init_state = nn.Linear(c.enc_dim, c.hidden_dim)
         self._init_parameters()
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> RNNState:
@@ -300,15 +310,15 @@ class RNNSearch(_RNNTranslator):
     """Bahdanau et al.'s RNNsearch: bidirectional GRU annotations and attention at every step."""
 
     def __init__(self, config: Seq2SeqConfig):
-        super().__init__(config, context_dim=2 * config.hidden_dim)
+        super().__init__(config, context_dim=2 * config.enc_dim)
         c = config
-        self.encoder = nn.GRU(c.emb_dim, c.hidden_dim, batch_first=True, bidirectional=True)
-        self.init_state = nn.Linear(c.hidden_dim, c.hidden_dim)  # s_0 = tanh(W_s h←_1)
+        self.encoder = nn.GRU(c.emb_dim, c.enc_dim, batch_first=True, bidirectional=True)
+        self.init_state = nn.Linear(c.enc_dim, c.hidden_dim)  # s_0 = tanh(W_s h←_1)
         score = canonical_score_name(c.score)
         key_proj = None
         if score in ("dot", "scaled_dot"):
             key_proj = c.hidden_dim  # dot products need keys of the decoder state's size (Luong)
-        self.attention = Attention(c.hidden_dim, 2 * c.hidden_dim, score=score, hidden_dim=c.attn_dim,
+        self.attention = Attention(c.hidden_dim, 2 * c.enc_dim, score=score, hidden_dim=c.attn_dim,
                                    key_proj_dim=key_proj)
         self._init_parameters()
 
@@ -316,7 +326,7 @@ class RNNSearch(_RNNTranslator):
         x = self.drop(self.embedding(src))  # (B, S, E)
         packed = nn.utils.rnn.pack_padded_sequence(x, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
         out, h_n = self.encoder(packed)
-        annotations, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, 2H)
+        annotations, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, 2 enc_dim)
         memory = self.attention.prepare(annotations)  # U h_j + b once per sentence
         mask = padding_mask(src_lengths.to(src.device), src.shape[1])  # (B, S)
         return RNNState(h=torch.tanh(self.init_state(h_n[1])), memory=memory, mask=mask)
