@@ -19,6 +19,7 @@ from attnkit.tasks.translation import (
     evaluate_translation,
     get_tokenizer,
     train_translation,
+    translation_loss_fn,
 )
 from attnkit.errors import ConfigError
 from attnkit.training.checkpoint import list_checkpoints, load_checkpoint
@@ -231,3 +232,42 @@ def test_resume_with_other_batches_is_refused(trained, bible_home, tmp_path, cap
     err = capsys.readouterr().err
     assert code == 2
     assert "max_tokens=None" in err and "400" in err
+
+
+@pytest.mark.parametrize("kind", ["rnnsearch", "rnnsearch-luong", "rnnencdec", "transformer"])
+def test_fused_loss_equals_the_logits_loss(kind):
+    """The training loss projects only non-pad rows, in chunks; loss and gradients must equal the
+    plain path: full (B, T, V) logits, then label_smoothed_nll ignoring padding (float64)."""
+    from attnkit.models.seq2seq import Seq2SeqConfig, build_seq2seq
+    from attnkit.models.transformer import TransformerConfig, TransformerTranslator
+    from attnkit.training.losses import label_smoothed_nll
+
+    torch.manual_seed(0)
+    V = 30
+    name, _, step = kind.partition("-")
+    if name == "transformer":
+        model = TransformerTranslator(TransformerConfig(vocab_size=V, d_model=16, nhead=2, num_encoder_layers=1,
+                                                        num_decoder_layers=1, dim_feedforward=32, dropout=0.0))
+    else:
+        model = build_seq2seq(name, Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8, dropout=0.0,
+                                                  rnn_attention=step or "bahdanau", encoder_dim=6))
+    model.double()
+    g = torch.Generator().manual_seed(3)
+    src = torch.randint(4, V, (3, 6), generator=g)
+    src[1, 4:] = 0
+    tgt = torch.randint(4, V, (3, 5), generator=g)
+    tgt[2, 3:] = 0  # padded target positions
+    batch = {"src": src, "src_lengths": torch.tensor([6, 4, 6]),
+             "tgt_in": torch.cat([torch.ones(3, 1, dtype=torch.long), tgt[:, :-1]], 1), "tgt_out": tgt}
+    loss, n, _ = translation_loss_fn(0, 0.1)(model, batch)
+    fused = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+    logits, _ = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
+    ref, n_ref = label_smoothed_nll(logits, tgt, 0, 0.1)
+    plain = torch.autograd.grad(ref, list(model.parameters()), allow_unused=True)
+    assert n == n_ref == 13
+    torch.testing.assert_close(loss, ref)
+    for (name_, _), a, b in zip(model.named_parameters(), fused, plain):
+        if b is None:
+            assert a is None or not a.any(), name_
+        else:
+            torch.testing.assert_close(a, b, msg=name_)

@@ -3,7 +3,10 @@
 A translation model is an ``nn.Module`` with
 
 - ``forward(src (B, S), src_lengths (B,), tgt_in (B, T), *, need_weights=False) -> (logits (B, T, V), weights)``
-  for teacher forcing (training);
+  for teacher forcing (training); with ``features_only=True`` it returns the output layer's inputs
+  ``(B, T, E)`` instead of the logits, and ``output_layer() -> (weight (V, E), bias (V,) or None)``
+  is that layer, so the loss can project only the real target positions, in chunks
+  (:func:`attnkit.training.linear_cross_entropy.linear_cross_entropy`);
 - ``start`` / ``step`` / ``reorder`` for :mod:`attnkit.decoding` (greedy and beam search), with a
   typed decoder state that :func:`attnkit.decoding.reorder_state` can reorder;
 - ``attention_maps(src, src_lengths, tgt_in) -> AttentionMaps``: every attention the model has, for
@@ -60,7 +63,10 @@ class TranslationModel(Protocol):
 
     config: Any
 
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False): ...
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False,
+                features_only: bool = False): ...
+
+    def output_layer(self) -> tuple[Tensor, Tensor | None]: ...
 
     def start(self, src: Tensor, src_lengths: Tensor) -> Any: ...
 

@@ -189,13 +189,20 @@ class _RNNTranslator(nn.Module):
         if int(src.max()) >= self.config.vocab_size or int(src.min()) < 0:
             raise ValueError(f"src token ids must lie in [0, {self.config.vocab_size}), got [{int(src.min())}, {int(src.max())}]")
 
+    def _features(self, s: Tensor, c: Tensor, y_emb: Tensor) -> Tensor:
+        """The deep output ``tanh(W_o [s_t; c_t; E y_{t-1}])``: ``(..., H), (..., C), (..., E) -> (..., E)``."""
+        return self.drop(torch.tanh(self.deep_output(torch.cat([s, c, y_emb], dim=-1))))
+
+    def output_layer(self) -> tuple[Tensor, Tensor | None]:
+        """``(weight (V, E), bias (V,))`` of the output projection: ``logits = features @ weight.T + bias``
+        (the tied embedding matrix unless ``tie_embeddings`` is off)."""
+        if self.out_proj is not None:
+            return self.out_proj.weight, self.out_proj.bias
+        return self.embedding.weight, self.out_bias
+
     def _logits(self, s: Tensor, c: Tensor, y_emb: Tensor) -> Tensor:
         """``W_out tanh(W_o [s_t; c_t; E y_{t-1}])``. ``(..., H), (..., C), (..., E) -> (..., V)``."""
-        t = torch.tanh(self.deep_output(torch.cat([s, c, y_emb], dim=-1)))
-        t = self.drop(t)
-        if self.out_proj is not None:
-            return self.out_proj(t)
-        return F.linear(t, self.embedding.weight, self.out_bias)
+        return F.linear(self._features(s, c, y_emb), *self.output_layer())
 
     def _decoder_step(self, y_emb: Tensor, state: RNNState, need_weights: bool):
         """One decoder step from ``s_{t-1}``: context, new state. Returns (s_t, c_t, α_t)."""
@@ -207,9 +214,13 @@ class _RNNTranslator(nn.Module):
         s = self.decoder_cell(torch.cat([y_emb, c], dim=-1), state.h)  # (B, H)
         return s, c, alpha
 
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False):
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False,
+                features_only: bool = False):
         """Teacher forcing: logits ``(B, T, V)`` for ``tgt_in`` (bos + target), and the weights
-        ``(B, T, S)`` of every step when ``need_weights`` (``None`` for RNNencdec)."""
+        ``(B, T, S)`` of every step when ``need_weights`` (``None`` for RNNencdec). With
+        ``features_only``: the output layer's inputs ``(B, T, E)`` instead of the logits (the loss
+        then projects only the real target positions, :meth:`output_layer`)."""
+        out = self._features if features_only else self._logits
         self._check_src(src, src_lengths)
         if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
             raise ValueError(f"tgt_in must be (B={src.shape[0]}, T), got {tuple(tgt_in.shape)}")
@@ -218,7 +229,7 @@ class _RNNTranslator(nn.Module):
         if not self.input_feed:  # every step at once: one GRU call, one attention call
             s_all, _ = self.decoder_rnn(y_emb, state.h.unsqueeze(0))  # (B, T, H)
             c_all, weights = self._context(s_all, state, need_weights)  # (B, T, C), (B, T, S)
-            return self._logits(self.drop(s_all), c_all, y_emb), weights
+            return out(self.drop(s_all), c_all, y_emb), weights
         states, contexts, alphas = [], [], []
         for y_t in y_emb.unbind(1):  # unbind: one gradient buffer for all steps, not one per slice
             s, c, a = self._decoder_step(y_t, state, need_weights)
@@ -228,7 +239,7 @@ class _RNNTranslator(nn.Module):
             alphas.append(a)
         s_all = self.drop(torch.stack(states, 1))  # (B, T, H)
         c_all = torch.stack(contexts, 1)  # (B, T, C)
-        logits = self._logits(s_all, c_all, y_emb)  # (B, T, V): one big GEMM after the loop
+        logits = out(s_all, c_all, y_emb)  # (B, T, V) (or E): one big GEMM after the loop
         weights = torch.stack(alphas, 1) if need_weights and alphas[0] is not None else None
         return logits, weights
 

@@ -210,10 +210,15 @@ class TransformerTranslator(nn.Module):
         emb = self.embedding if self.tgt_embedding is None else self.tgt_embedding
         return self.positions(emb(tokens) * self.embed_scale, offset)
 
-    def _logits(self, h: Tensor) -> Tensor:
+    def output_layer(self) -> tuple[Tensor, Tensor | None]:
+        """``(weight (V, D), bias (V,))`` of the output projection: ``logits = features @ weight.T + bias``
+        (the tied embedding matrix unless ``tie_embeddings`` is off)."""
         if self.out_proj is not None:
-            return self.out_proj(h)
-        return F.linear(h, self.embedding.weight, self.out_bias)
+            return self.out_proj.weight, self.out_proj.bias
+        return self.embedding.weight, self.out_bias
+
+    def _logits(self, h: Tensor) -> Tensor:
+        return F.linear(h, *self.output_layer())
 
     def encode(self, src: Tensor, src_lengths: Tensor, *, need_weights: bool = False):
         """``(B, S), (B,) -> (memory (B, S, D), mask (B, S) True at real tokens, per-layer weights)``."""
@@ -223,9 +228,12 @@ class TransformerTranslator(nn.Module):
         return out.output, mask, out.weights
 
     # -- teacher forcing -----------------------------------------------------------------------------
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False):
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False,
+                features_only: bool = False):
         """Teacher forcing: logits ``(B, T, V)`` for ``tgt_in`` (bos + target, right-padded) and,
-        when ``need_weights``, the last decoder layer's cross-attention averaged over heads ``(B, T, S)``."""
+        when ``need_weights``, the last decoder layer's cross-attention averaged over heads ``(B, T, S)``.
+        With ``features_only``: the decoder's output ``(B, T, D)`` instead of the logits (see
+        :meth:`output_layer`)."""
         self._check_src(src, src_lengths)
         self._check_ids("tgt_in", tgt_in, "(B, T)")
         if tgt_in.shape[0] != src.shape[0]:
@@ -234,7 +242,7 @@ class TransformerTranslator(nn.Module):
         out = self.decoder(self._embed_tgt(tgt_in), memory, memory_key_padding_mask=mask,
                            need_weights="last" if need_weights else False)
         weights = out.cross_weights[-1].mean(dim=1) if need_weights else None  # (B, T, S)
-        return self._logits(out.output), weights
+        return (out.output if features_only else self._logits(out.output)), weights
 
     # -- incremental decoding protocol (attnkit.decoding) ----------------------------------------
     def start(self, src: Tensor, src_lengths: Tensor) -> TransformerState:

@@ -1,17 +1,33 @@
 """The training loss of every translation model: label-smoothed NLL per target token."""
 from __future__ import annotations
 
+import torch
 
-
+from ...training.linear_cross_entropy import linear_cross_entropy
 from ...training.losses import label_smoothed_nll
 
 
 def translation_loss_fn(pad_id: int, smoothing: float):
-    """The trainer's loss: label-smoothed NLL summed over non-pad target tokens, and their count."""
+    """The trainer's loss: label-smoothed NLL summed over non-pad target tokens, and their count.
+
+    Models with an ``output_layer`` (every attnkit translator) are trained in full precision
+    through :func:`~attnkit.training.linear_cross_entropy.linear_cross_entropy`: the model returns
+    the output layer's inputs, and only the real (non-pad) target positions are projected onto
+    the vocabulary, in chunks, so the ``(B, T, V)`` logits are never made and padding costs no
+    output GEMM. Under autocast (bf16/fp16 training) the plain logits path keeps the big GEMM in
+    the low precision.
+    """
     def loss_fn(model, batch):
-        logits, _ = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
-        loss_sum, n = label_smoothed_nll(logits, batch["tgt_out"], pad_id, smoothing)
+        core = getattr(model, "module", model)  # the model inside DistributedDataParallel
+        src, lengths, tgt_in, tgt_out = batch["src"], batch["src_lengths"], batch["tgt_in"], batch["tgt_out"]
+        if hasattr(core, "output_layer") and not torch.is_autocast_enabled(tgt_out.device.type):
+            feats, _ = model(src, lengths, tgt_in, features_only=True)  # (B, T, E)
+            real = tgt_out.ne(pad_id)  # (B, T)
+            weight, bias = core.output_layer()
+            loss_sum = linear_cross_entropy(feats[real], weight, bias, tgt_out[real], smoothing=smoothing)  # (N, E)
+            return loss_sum, int(real.sum()), {}
+        logits, _ = model(src, lengths, tgt_in)
+        loss_sum, n = label_smoothed_nll(logits, tgt_out, pad_id, smoothing)
         return loss_sum, n, {}
 
     return loss_fn
-
