@@ -8,7 +8,8 @@ batches (64 verses, bucketed by length, seed 0), the same thread count, one mode
 in one process, each timed over ``--steps`` optimizer steps (forward, label-smoothed loss,
 backward, clipping, Adam) after ``--warmup`` untimed ones. Sizes are those of the shipped models
 (``TranslationConfig`` defaults; Transformer 3+3 layers, d_model 256, 4 heads, FFN 1024), and
-RNNsearch with ``rnn_attention="luong"`` (the same sizes, attention after the GRU step).
+RNNsearch with ``rnn_attention="luong"`` (the same sizes, attention after the GRU step), and that
+with ``encoder_dim=128`` (OpenNMT-py's ``brnn`` 256: 128 units per encoder direction).
 Prints target tokens/s and the ratio to RNNsearch; writes ``benchmarks/results/train_throughput.json``.
 Run it with nothing else on the machine.
 """
@@ -44,6 +45,8 @@ MODELS = {
     "rnnencdec": dict(model="rnnencdec"),
     "rnnsearch": dict(model="rnnsearch"),
     "rnnsearch-luong": dict(model="rnnsearch", rnn_attention="luong"),  # attention after the GRU step
+    # OpenNMT-py's brnn 256 with input_feed 0: the same decoder, 128 units per encoder direction
+    "rnnsearch-brnn": dict(model="rnnsearch", rnn_attention="luong", encoder_dim=128),
     "transformer": dict(model="transformer", dropout=0.1, warmup_steps=500, lr=1.5e-3),
 }
 

@@ -20,17 +20,22 @@ What it does, in order (everything under --work, default runs/peer_opennmt/MODEL
 Model sizes: RNN: bidirectional GRU encoder and GRU decoder, embeddings 256, additive ("mlp")
 attention, no input feeding, the issue's sizes: 256 units in each toolkit's terms. OpenNMT's ``brnn``
 splits ``hidden_size`` 256 over the two directions (128 each) and has a 256 decoder and separate
-source/target embeddings and generator; attnkit has 256 per direction, a 256 decoder and one tied
+source/target embeddings and generator; attnkit has 256 per direction by default (``--encoder-dim`` sets it), a 256 decoder and one tied
 embedding matrix; the table prints both parameter counts. (A 512 OpenNMT model, 256 per direction,
 was slower per step and lower in BLEU at the same budget.) Transformer: 3+3 layers, d 256, 4 heads,
 FFN 1024, shared embeddings, on both sides. Both get batches of 2,048 tokens (attnkit:
 ``--max-tokens 2048``). Each toolkit otherwise uses its own default recipe (attnkit's
-`train translation` defaults; OpenNMT's defaults plus Adam 1e-3 for the RNN, its Noam recipe for the
-Transformer).
+`train translation` defaults; OpenNMT's defaults plus Adam 1e-3 for the RNN). The Transformer's
+schedule is the same on both sides: 500 warm-up steps to a peak of 1e-3, then 1/sqrt(step)
+(``TRANSFORMER_WARMUP``, ``TRANSFORMER_PEAK_LR``).
 
 attnkit's RNNsearch is Bahdanau's by default (the context enters the GRU; OpenNMT-py calls that
 input feeding). ``--attnkit-args "--rnn-attention luong"`` gives it OpenNMT-py's ``input_feed 0``
-decoder instead (attention after the GRU step), the same architecture on both sides.
+decoder instead (attention after the GRU step); adding ``--encoder-dim 128`` gives its encoder
+OpenNMT-py's ``brnn`` width (128 per direction), so both models are then the same network:
+
+    PYTHONPATH=src .venv/bin/python benchmarks/peer_opennmt/run.py --model rnn --minutes 60 \
+        --attnkit-args "--rnn-attention luong --encoder-dim 128" --work runs/peer_opennmt/rnn-brnn
 """
 from __future__ import annotations
 
@@ -57,15 +62,23 @@ ONMT_RNN = {
     "word_vec_size": 256, "global_attention": "mlp", "input_feed": 0, "bridge": True,
     "optim": "adam", "learning_rate": 0.001, "batch_type": "tokens", "batch_size": 2048,
 }
+#: The Transformer's schedule, the same on both sides: a 60-minute budget on one thread is about 2,500
+#: steps of 2,048 tokens, so both warm up for 500 steps to a peak of 1e-3 (attnkit's default peak), then
+#: decay as 1/sqrt(step). OpenNMT-py's noam rate is ``learning_rate * (d * warmup) ** -0.5`` at its peak;
+#: its WMT recipe (learning_rate 2, warmup 8,000, d 512) peaks at 9.9e-4. (A first run with
+#: learning_rate 2 and warmup 500, a 5.6e-3 peak, left OpenNMT-py at perplexity 89 and 2 BLEU.)
+TRANSFORMER_WARMUP, TRANSFORMER_PEAK_LR = 500, 1e-3
 ONMT_TRANSFORMER = {
     "encoder_type": "transformer", "decoder_type": "transformer", "layers": 3, "hidden_size": 256,
     "word_vec_size": 256, "heads": 4, "transformer_ff": 1024, "dropout": [0.1], "attention_dropout": [0.1],
     "position_encoding": True, "share_embeddings": True, "share_decoder_embeddings": True,
-    "optim": "adam", "adam_beta2": 0.98, "decay_method": "noam", "warmup_steps": 500, "learning_rate": 2.0,
+    "optim": "adam", "adam_beta2": 0.98, "decay_method": "noam", "warmup_steps": TRANSFORMER_WARMUP,
+    "learning_rate": TRANSFORMER_PEAK_LR * (256 * TRANSFORMER_WARMUP) ** 0.5,
     "label_smoothing": 0.1, "param_init": 0.0, "param_init_glorot": True, "normalization": "tokens",
     "batch_type": "tokens", "batch_size": 2048, "max_grad_norm": 0.0,
 }
 ATTNKIT_MODEL = {"rnn": "rnnsearch", "transformer": "transformer"}
+ATTNKIT_RECIPE = {"rnn": [], "transformer": ["--warmup-steps", TRANSFORMER_WARMUP, "--lr", TRANSFORMER_PEAK_LR]}
 
 
 def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
@@ -132,7 +145,7 @@ def train_both(work: Path, files: dict, args) -> dict:
     ours_dir = work / "attnkit"
     ours_cmd = [sys.executable, "-m", "attnkit.cli", "train", "translation", "--model", ATTNKIT_MODEL[args.model],
                 "--out-dir", ours_dir, "--max-time-s", budget, "--threads", args.threads, "--seed", args.seed,
-                "--epochs", 1000, "--patience", 1000, "--max-tokens", 2048, "--no-progress", *args.attnkit_args.split()]
+                "--epochs", 1000, "--patience", 1000, "--max-tokens", 2048, "--no-progress", *ATTNKIT_RECIPE[args.model], *args.attnkit_args.split()]
     theirs_cmd = [venv / "bin" / "onmt_train", "-config", cfg]
     t0 = time.time()
     ours = subprocess.Popen(list(map(str, ours_cmd)), env=dict(os.environ, OMP_NUM_THREADS=str(args.threads),
