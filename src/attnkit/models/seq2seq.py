@@ -18,6 +18,11 @@ attention without input feeding; OpenNMT-py's ``-input_feed 0``): ``s_t = GRU(E 
 for the context, so teacher forcing runs it over the whole target in one call and scores every step's
 attention at once (the fused additive score), instead of a Python loop of single steps.
 
+``encoder_dim`` sets the encoder GRU's width apart from the decoder's (by default both are
+``hidden_dim``, so the annotations have ``2 hidden_dim`` units). OpenNMT-py's ``brnn`` of size ``H``
+is ``hidden_dim=H, encoder_dim=H/2``: annotations of ``H`` units, a quarter of the encoder's
+multiply-adds per direction.
+
 Both models follow the incremental decoding protocol of :mod:`attnkit.decoding`
 (``start`` / ``step`` / ``reorder``) and return every step's attention weights on request.
 """
