@@ -24,7 +24,8 @@ def translation_loss_fn(pad_id: int, smoothing: float):
             feats, _ = model(src, lengths, tgt_in, features_only=True)  # (B, T, E)
             real = tgt_out.ne(pad_id)  # (B, T)
             weight, bias = core.output_layer()
-            loss_sum = linear_cross_entropy(feats[real], weight, bias, tgt_out[real], smoothing=smoothing)  # (N, E)
+            # feats[real]: (N, E), the N real target positions only
+            loss_sum = linear_cross_entropy(feats[real], weight, bias, tgt_out[real], smoothing=smoothing)
             return loss_sum, int(real.sum()), {}
         logits, _ = model(src, lengths, tgt_in)
         loss_sum, n = label_smoothed_nll(logits, tgt_out, pad_id, smoothing)
