@@ -20,8 +20,8 @@ What it does, in order (everything under --work, default runs/peer_opennmt/MODEL
 Model sizes: RNN: bidirectional GRU encoder and GRU decoder, embeddings 256, additive ("mlp")
 attention, no input feeding, the issue's sizes: 256 units in each toolkit's terms. OpenNMT's ``brnn``
 splits ``hidden_size`` 256 over the two directions (128 each) and has a 256 decoder and separate
-source/target embeddings and generator; attnkit has 256 per direction by default (``--encoder-dim`` sets it), a 256 decoder and one tied
-embedding matrix; the table prints both parameter counts. (A 512 OpenNMT model, 256 per direction,
+source/target embeddings and generator; attnkit has 256 per direction by default (``--encoder-dim``
+sets it), a 256 decoder and one tied embedding matrix; the table prints both parameter counts. (A 512 OpenNMT model, 256 per direction,
 was slower per step and lower in BLEU at the same budget.) Transformer: 3+3 layers, d 256, 4 heads,
 FFN 1024, shared embeddings, on both sides. Both get batches of 2,048 tokens (attnkit:
 ``--max-tokens 2048``). Each toolkit otherwise uses its own default recipe (attnkit's
@@ -145,7 +145,8 @@ def train_both(work: Path, files: dict, args) -> dict:
     ours_dir = work / "attnkit"
     ours_cmd = [sys.executable, "-m", "attnkit.cli", "train", "translation", "--model", ATTNKIT_MODEL[args.model],
                 "--out-dir", ours_dir, "--max-time-s", budget, "--threads", args.threads, "--seed", args.seed,
-                "--epochs", 1000, "--patience", 1000, "--max-tokens", 2048, "--no-progress", *ATTNKIT_RECIPE[args.model], *args.attnkit_args.split()]
+                "--epochs", 1000, "--patience", 1000, "--max-tokens", 2048, "--no-progress",
+                *ATTNKIT_RECIPE[args.model], *args.attnkit_args.split()]
     theirs_cmd = [venv / "bin" / "onmt_train", "-config", cfg]
     t0 = time.time()
     ours = subprocess.Popen(list(map(str, ours_cmd)), env=dict(os.environ, OMP_NUM_THREADS=str(args.threads),

@@ -20,7 +20,18 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
-__all__ = ["AttentionMaps", "TranslationModel"]
+__all__ = ["AttentionMaps", "TranslationModel", "TiedOutputLayer"]
+
+
+class TiedOutputLayer:
+    """Mixin for the translators' output projection: ``out_proj`` (an ``nn.Linear``, untied) or, when
+    it is None, the embedding matrix ``embedding.weight`` with its own ``out_bias`` (tied)."""
+
+    def output_layer(self) -> tuple[Tensor, Tensor | None]:
+        """``(weight (V, E), bias (V,))`` of the output projection: ``logits = features @ weight.T + bias``."""
+        if self.out_proj is not None:
+            return self.out_proj.weight, self.out_proj.bias
+        return self.embedding.weight, self.out_bias
 
 
 @dataclass

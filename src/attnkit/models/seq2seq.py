@@ -40,7 +40,7 @@ from ..attention.scores import SCORE_ALIASES, canonical_score_name
 from ..config import config_from_json, option
 from ..errors import ConfigError
 from ..decoding import PER_SOURCE, reorder_state
-from .base import AttentionMaps
+from .base import AttentionMaps, TiedOutputLayer
 from .registry import register_model
 
 #: Where RNNsearch's attention sits in the decoder step (see the module docstring).
@@ -129,7 +129,7 @@ class RNNState:
     context: Tensor | None = field(default=None, metadata=PER_SOURCE)
 
 
-class _RNNTranslator(nn.Module):
+class _RNNTranslator(TiedOutputLayer, nn.Module):
     """Shared parts: embeddings, decoder GRU cell, deep output, the training loop over steps."""
 
     model_type = "?"  # set by @register_model
@@ -197,13 +197,6 @@ class _RNNTranslator(nn.Module):
     def _features(self, s: Tensor, c: Tensor, y_emb: Tensor) -> Tensor:
         """The deep output ``tanh(W_o [s_t; c_t; E y_{t-1}])``: ``(..., H), (..., C), (..., E) -> (..., E)``."""
         return self.drop(torch.tanh(self.deep_output(torch.cat([s, c, y_emb], dim=-1))))
-
-    def output_layer(self) -> tuple[Tensor, Tensor | None]:
-        """``(weight (V, E), bias (V,))`` of the output projection: ``logits = features @ weight.T + bias``
-        (the tied embedding matrix unless ``tie_embeddings`` is off)."""
-        if self.out_proj is not None:
-            return self.out_proj.weight, self.out_proj.bias
-        return self.embedding.weight, self.out_bias
 
     def _logits(self, s: Tensor, c: Tensor, y_emb: Tensor) -> Tensor:
         """``W_out tanh(W_o [s_t; c_t; E y_{t-1}])``. ``(..., H), (..., C), (..., E) -> (..., V)``."""

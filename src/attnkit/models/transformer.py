@@ -38,7 +38,7 @@ from ..attention.transformer import DecoderLayerCache, TransformerDecoder, Trans
 from ..config import config_from_json, option
 from ..errors import ConfigError
 from ..decoding import PER_SOURCE, reorder_state
-from .base import AttentionMaps
+from .base import AttentionMaps, TiedOutputLayer
 from .registry import register_model
 
 __all__ = ["TransformerConfig", "TransformerState", "TransformerTranslator"]
@@ -132,7 +132,7 @@ class TransformerState:
 
 
 @register_model("transformer")
-class TransformerTranslator(nn.Module):
+class TransformerTranslator(TiedOutputLayer, nn.Module):
     """Encoder-decoder Transformer translator (see the module docstring).
 
     ``forward(src (B, S) long, src_lengths (B,), tgt_in (B, T) long, *, need_weights=False)``
@@ -209,13 +209,6 @@ class TransformerTranslator(nn.Module):
     def _embed_tgt(self, tokens: Tensor, offset: int = 0) -> Tensor:
         emb = self.embedding if self.tgt_embedding is None else self.tgt_embedding
         return self.positions(emb(tokens) * self.embed_scale, offset)
-
-    def output_layer(self) -> tuple[Tensor, Tensor | None]:
-        """``(weight (V, D), bias (V,))`` of the output projection: ``logits = features @ weight.T + bias``
-        (the tied embedding matrix unless ``tie_embeddings`` is off)."""
-        if self.out_proj is not None:
-            return self.out_proj.weight, self.out_proj.bias
-        return self.embedding.weight, self.out_bias
 
     def _logits(self, h: Tensor) -> Tensor:
         return F.linear(h, *self.output_layer())

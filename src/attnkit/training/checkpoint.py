@@ -52,6 +52,7 @@ from ..errors import AttnkitError
 
 __all__ = [
     "CheckpointError",
+    "unwrap_model",
     "Checkpoint",
     "save_checkpoint",
     "load_checkpoint",
@@ -151,7 +152,7 @@ def _write_folder(path: Path, files: Mapping[str, bytes]) -> None:
 from ..models.registry import build_model, register_model, registered_models  # noqa: E402,F401  (re-exported)
 
 
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
     """The module inside DistributedDataParallel/DataParallel wrappers."""
     while hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
         model = model.module
@@ -193,7 +194,7 @@ def save_checkpoint(
         raise ValueError(f"save_checkpoint: dtype must be a floating torch.dtype or None, got {dtype!r}")
     if trainer_state is not None and not isinstance(trainer_state, dict):
         raise TypeError(f"save_checkpoint: trainer_state must be a dict or None, got {type(trainer_state).__name__}")
-    model = _unwrap(model)
+    model = unwrap_model(model)
     cfg = dict(config)
     own_type = _model_type_of(model)
     if "model_type" in cfg and getattr(type(model), "model_type", None) and cfg["model_type"] != own_type:
@@ -342,7 +343,7 @@ def load_into(
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"load_into: model must be a torch.nn.Module, got {type(model).__name__}")
-    model = _unwrap(model)
+    model = unwrap_model(model)
     own = model.state_dict()
     where = f"checkpoint {source}" if source is not None else "state_dict"
     missing = set(own) - set(state_dict)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from ...training.checkpoint import unwrap_model
 from ...training.linear_cross_entropy import linear_cross_entropy
 from ...training.losses import label_smoothed_nll
 
@@ -18,7 +19,7 @@ def translation_loss_fn(pad_id: int, smoothing: float):
     the low precision.
     """
     def loss_fn(model, batch):
-        core = getattr(model, "module", model)  # the model inside DistributedDataParallel
+        core = unwrap_model(model)  # the model inside DistributedDataParallel
         src, lengths, tgt_in, tgt_out = batch["src"], batch["src_lengths"], batch["tgt_in"], batch["tgt_out"]
         if hasattr(core, "output_layer") and not torch.is_autocast_enabled(tgt_out.device.type):
             feats, _ = model(src, lengths, tgt_in, features_only=True)  # (B, T, E)
