@@ -3,12 +3,21 @@
 ``e_ij = vᵀ tanh(a_i + b_j)`` with projected queries ``a (B, Nq, A)`` and keys ``b (B, Nk, A)``.
 Autograd would keep the whole ``t = tanh(a_i + b_j)`` for the backward pass. Here the forward
 computes the scores block by block in one reused buffer and keeps only ``a``, ``b`` and ``v``;
-the backward recomputes each block's ``t`` and reduces it at once. With ``g = ∂L/∂e``:
+the backward recomputes each block and reduces it at once.
 
-    ∂L/∂v   = Σ_{b,i,j} g_ij t_ij
-    z_ij    = g_ij · v ⊙ (1 − t_ij²)          (the gradient at the tanh's input, per block)
-    ∂L/∂a_i = Σ_j z_ij        ∂L/∂b_j = Σ_i z_ij
+The tanh goes through the logistic sigmoid, ``tanh(x) = 2σ(2x) − 1``: PyTorch's CPU ``sigmoid``
+runs about 7× faster than its ``tanh`` (0.36 against 2.6 ns per float here, one thread), and the
+``− 1`` and the ``2`` fold into small tensors: with ``s_ij = σ(2a_i + 2b_j)``,
 
+    e_ij    = (2v)ᵀ s_ij − Σ_k v_k
+    ∂L/∂v   = Σ_{b,i,j} g_ij t_ij = 2 Σ g_ij s_ij − Σ g_ij
+    ∂L/∂a_i = Σ_j g_ij v ⊙ (1 − t_ij²) = 4 v ⊙ Σ_j g_ij s_ij (1 − s_ij)    (1 − t² = 4 s (1 − s))
+    ∂L/∂b_j = 4 v ⊙ Σ_i g_ij s_ij (1 − s_ij)
+
+with ``g = ∂L/∂e``; a block is turned into ``g s (1 − s)`` in place, and no second block-sized
+tensor is made. (Against float64 ``tanh`` the sigmoid form is within 2e-7, ``tanh`` itself 3e-8.)
+A block (:func:`block_plan`) is at most :data:`BLOCK_ELEMS` floats, whole batch items when one item
+fits and otherwise query rows of one item, so every pass after the first reads from the L2 cache.
 Peak memory is one block, whatever Nq and Nk.
 """
 from __future__ import annotations
@@ -16,15 +25,61 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["AdditiveScores", "additive_scores"]
+__all__ = ["AdditiveScores", "additive_scores", "scores_by_blocks", "block_plan", "BLOCK_ELEMS"]
 
-_BLOCK_ELEMS = 1 << 20  # floats per block buffer (4 MiB)
+#: Floats in one block of the tanh layer: 256K = 1 MiB, the L2 cache of one core here; measured
+#: best among 2^14..2^22 at decoder-step and NMT shapes (forward without autograd, and forward+backward).
+BLOCK_ELEMS = 1 << 18
 
 
-def _blocks(bsz: int, nq: int, nk: int, a: int):
-    per_item = max(1, nq * nk * a)
-    step = max(1, _BLOCK_ELEMS // per_item)
-    return [(b0, min(bsz, b0 + step)) for b0 in range(0, bsz, step)]
+def block_plan(bsz: int, nq: int, nk: int, a: int, elems: int | None = None) -> list[tuple[int, int, int, int]]:
+    """The blocks ``(b0, b1, q0, q1)`` of a ``(B, Nq, Nk, A)`` tanh layer, each of at most ``elems``
+    floats where a single query row allows: several whole batch items when one item fits, else
+    query rows of one item (whose score rows ``out[b, q0:q1]`` are then contiguous)."""
+    elems = BLOCK_ELEMS if elems is None else elems
+    per_item = nq * nk * a
+    if per_item <= elems:
+        nb = max(1, elems // max(1, per_item))
+        return [(b0, min(bsz, b0 + nb), 0, nq) for b0 in range(0, bsz, nb)]
+    rows = max(1, elems // max(1, nk * a))
+    return [(b, b + 1, q0, min(nq, q0 + rows)) for b in range(bsz) for q0 in range(0, nq, rows)]
+
+
+def _block(flat: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """A contiguous view of the first ``prod(shape)`` floats of the reused buffer ``flat``."""
+    n = 1
+    for s in shape:
+        n *= s
+    return flat[:n].view(shape)
+
+
+def _sigmoid_layer(a2: Tensor, b: Tensor, blk: tuple[int, int, int, int], flat: Tensor) -> Tensor:
+    """``s = σ(2a_i + 2b_j)`` of one block from ``a2 = 2a`` and ``b``, in the buffer: ``(nb, r, Nk, A)``.
+    (The keys are doubled inside the add: at a decoder step ``b`` is as large as the block.)"""
+    b0, b1, q0, q1 = blk
+    s = _block(flat, (b1 - b0, q1 - q0, b.shape[1], a2.shape[2]))
+    torch.add(a2[b0:b1, q0:q1].unsqueeze(2), b[b0:b1].unsqueeze(1), alpha=2, out=s)  # (nb, r, Nk, A)
+    return s.sigmoid_()
+
+
+def _buffer(a: Tensor, plan, nk: int) -> Tensor:
+    size = max((b1 - b0) * (q1 - q0) for b0, b1, q0, q1 in plan) * nk * a.shape[2]
+    return a.new_empty(size)
+
+
+def scores_by_blocks(a: Tensor, b: Tensor, v: Tensor) -> Tensor:
+    """``e (B, Nq, Nk)`` for ``a (B, Nq, A)``, ``b (B, Nk, A)``, block by block in one reused buffer
+    (no autograd: the forward pass of :class:`AdditiveScores`, and inference)."""
+    bsz, nq, A = a.shape
+    nk = b.shape[1]
+    out = a.new_empty(bsz, nq, nk)
+    plan = block_plan(bsz, nq, nk, A)
+    flat = _buffer(a, plan, nk)
+    a2, v2 = a * 2, v * 2
+    for b0, b1, q0, q1 in plan:
+        s = _sigmoid_layer(a2, b, (b0, b1, q0, q1), flat)
+        torch.matmul(s, v2, out=out[b0:b1, q0:q1])  # (nb, r, Nk)
+    return out.sub_(v.sum())
 
 
 class AdditiveScores(torch.autograd.Function):
@@ -32,19 +87,8 @@ class AdditiveScores(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a: Tensor, b: Tensor, v: Tensor) -> Tensor:
-        bsz, nq, A = a.shape
-        nk = b.shape[1]
-        out = a.new_empty(bsz, nq, nk)
-        buf = None
-        for b0, b1 in _blocks(bsz, nq, nk, A):
-            if buf is None or buf.shape[0] < b1 - b0:
-                buf = a.new_empty(b1 - b0, nq, nk, A)
-            t = buf[: b1 - b0]
-            torch.add(a[b0:b1].unsqueeze(2), b[b0:b1].unsqueeze(1), out=t)  # (nb, Nq, Nk, A)
-            t.tanh_()
-            torch.matmul(t, v, out=out[b0:b1])  # (nb, Nq, Nk)
         ctx.save_for_backward(a, b, v)
-        return out
+        return scores_by_blocks(a, b, v)
 
     @staticmethod
     def backward(ctx, g: Tensor):
@@ -52,25 +96,26 @@ class AdditiveScores(torch.autograd.Function):
         bsz, nq, A = a.shape
         nk = b.shape[1]
         g = g.contiguous()
-        grad_a = torch.empty_like(a) if ctx.needs_input_grad[0] else None
-        grad_b = torch.empty_like(b) if ctx.needs_input_grad[1] else None
+        need_a, need_b, need_v = ctx.needs_input_grad[:3]
+        grad_a = torch.empty_like(a) if need_a else None
+        grad_b = torch.zeros_like(b) if need_b else None
         grad_v = torch.zeros_like(v)
-        buf = None
-        for b0, b1 in _blocks(bsz, nq, nk, A):
-            n = b1 - b0
-            if buf is None or buf.shape[0] < n:
-                buf = a.new_empty(n, nq, nk, A)
-            t = buf[:n]
-            torch.add(a[b0:b1].unsqueeze(2), b[b0:b1].unsqueeze(1), out=t)
-            t.tanh_()  # recomputed, not kept from the forward pass
-            gb = g[b0:b1]  # (nb, Nq, Nk)
-            grad_v.addmv_(t.reshape(-1, A).t(), gb.reshape(-1))  # Σ g t
-            t = torch.ops.aten.tanh_backward(gb.unsqueeze(-1) * v, t)  # z = g v (1 − t²), one fused pass
-            if grad_a is not None:
-                torch.sum(t, dim=2, out=grad_a[b0:b1])  # (nb, Nq, A)
-            if grad_b is not None:
-                torch.sum(t, dim=1, out=grad_b[b0:b1])  # (nb, Nk, A)
-        return grad_a, grad_b, (grad_v if ctx.needs_input_grad[2] else None)
+        plan = block_plan(bsz, nq, nk, A)
+        flat = _buffer(a, plan, nk)
+        a2, v4 = a * 2, v * 4
+        for b0, b1, q0, q1 in plan:
+            s = _sigmoid_layer(a2, b, (b0, b1, q0, q1), flat)  # recomputed, not kept from the forward pass
+            gb = g[b0:b1, q0:q1]  # (nb, r, Nk)
+            if need_v:
+                grad_v.addmv_(s.reshape(-1, A).t(), gb.reshape(-1), alpha=2)  # 2 Σ g s
+            s.addcmul_(s, s, value=-1).mul_(gb.unsqueeze(-1))  # g s (1 − s), in place
+            if need_a:
+                torch.mul(s.sum(2), v4, out=grad_a[b0:b1, q0:q1])  # (nb, r, A)
+            if need_b:  # summed over the query blocks of an item
+                grad_b[b0:b1] += s.sum(1) * v4  # (nb, Nk, A)
+        if need_v:
+            grad_v -= g.sum()
+        return grad_a, grad_b, (grad_v if need_v else None)
 
 
 def additive_scores(a: Tensor, b: Tensor, v: Tensor) -> Tensor:
