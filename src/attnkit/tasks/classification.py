@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..models.captioner import ENCODER_CHANNELS
 from ..models.classifier import ClassifierConfig, FashionClassifier
 from ..training.data import Batches, shuffled
+from ..training.optim import adam
 
 
 @dataclass
@@ -114,7 +115,7 @@ def train_classifier(cfg: ClassifierTaskConfig, *, resume: bool = False) -> dict
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    trainer = Trainer(model, torch.optim.Adam(model.parameters(), lr=cfg.lr), loss_fn=loss_fn,
+    trainer = Trainer(model, adam(model.parameters(), lr=cfg.lr), loss_fn=loss_fn,
                       train_batches=photo_batches(photos[:cut], labels[:cut], batch_size=cfg.batch_size,
                                                   canvas=cfg.model_config.canvas, seed=cfg.seed),
                       valid_fn=valid_fn, out_dir=out, save_every_steps=cfg.save_every_steps, max_epochs=cfg.epochs,

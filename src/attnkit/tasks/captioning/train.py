@@ -14,6 +14,7 @@ from ...device import to_device
 from ...errors import InputError
 from ...training.checkpoint import CheckpointError, load_model
 from ...training.data import Batches
+from ...training.optim import adam
 from .config import VOCAB_FILE, CaptioningConfig
 from .data import collate_photo_captions, photo_caption_batches, scene_batches
 from .inference import Captioner
@@ -87,7 +88,7 @@ def train_captioning(cfg: CaptioningConfig, *, resume: bool = False, home: str |
         _load_encoder_trunk(model, cfg.encoder_from)
     if cfg.init_from:
         warm_start(model, cfg.init_from)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    optimizer = adam(model.parameters(), lr=cfg.lr)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))

@@ -58,13 +58,14 @@ def build_optimizer(cfg: TranslationConfig, model: torch.nn.Module):
     lr(k) = cfg.lr · min(k / warmup, √(warmup / k)), i.e. factor · d^-0.5 · min(k^-0.5, k · warmup^-1.5)
     with factor = cfg.lr · √(d · warmup).
     """
+    from ...training.optim import adam
     from ...training.schedules import inverse_sqrt_with_warmup
 
     if not isinstance(cfg.model_config, TransformerConfig):
-        return torch.optim.Adam(model.parameters(), lr=cfg.lr), None
+        return adam(model.parameters(), lr=cfg.lr), None
     d = cfg.model_config.d_model
     factor = cfg.lr * (d * cfg.warmup_steps) ** 0.5
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    optimizer = adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     return optimizer, inverse_sqrt_with_warmup(optimizer, d, cfg.warmup_steps, factor=factor)
 
 

@@ -1,0 +1,23 @@
+"""The optimizer every attnkit task trains with: Adam (Kingma & Ba 2015), fused where PyTorch can.
+
+PyTorch's default Adam on the CPU updates each parameter tensor with about ten separate
+element-wise ops; ``fused=True`` does the whole update in one kernel per tensor (CPU and CUDA,
+float parameters). The arithmetic is the same; only the number of passes over memory changes.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+__all__ = ["adam"]
+
+_FUSED_DEVICES = ("cpu", "cuda")
+
+
+def adam(params: Iterable[torch.nn.Parameter], **kwargs) -> torch.optim.Adam:
+    """``torch.optim.Adam(params, **kwargs)`` with ``fused=True`` when every parameter is a floating
+    point tensor on a device the fused kernel supports (otherwise PyTorch's default implementation)."""
+    params = list(params)
+    fused = bool(params) and all(p.is_floating_point() and p.device.type in _FUSED_DEVICES for p in params)
+    return torch.optim.Adam(params, fused=fused or None, **kwargs)
