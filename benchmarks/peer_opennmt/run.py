@@ -16,6 +16,8 @@ What it does, in order (everything under --work, default runs/peer_opennmt/MODEL
    checkpoint; no test data is used for choosing), timed as sentences/s including model loading,
    scored with sacrebleu (attnkit's corpus_scores) after turning pieces back into text.
 5. One table (BLEU greedy / beam, training target tokens/s, decoding sentences/s), also as JSON.
+   Training tokens/s is, for both, all target tokens of the run over its training seconds (attnkit's
+   include its per-epoch validation; OpenNMT-py validates only every 10,000 steps, so never here).
 
 Model sizes: RNN: bidirectional GRU encoder and GRU decoder, embeddings 256, additive ("mlp")
 attention, no input feeding, the issue's sizes: 256 units in each toolkit's terms. OpenNMT's ``brnn``
@@ -172,21 +174,29 @@ def train_both(work: Path, files: dict, args) -> dict:
 
 
 def parameter_counts(facts: dict, venv: Path) -> dict:
-    """Trainable parameters of both scored checkpoints (OpenNMT-py's model plus its generator)."""
+    """Trainable parameters of both scored checkpoints (OpenNMT-py's model plus its generator; a
+    matrix its state dicts list twice, shared embeddings or a tied generator, counts once)."""
     from attnkit.training.checkpoint import load_model
 
     ours = sum(p.numel() for p in load_model(facts["attnkit_checkpoint"])[0].parameters())
     code = ("import sys, torch; c = torch.load(sys.argv[1], map_location='cpu', weights_only=False); "
-            "print(sum(t.numel() for k in ('model', 'generator') for n, t in c[k].items() if not n.endswith('.pe')))")
+            "print(sum({(t.untyped_storage().data_ptr(), t.storage_offset(), t.shape): t.numel() "
+            "for k in ('model', 'generator') for n, t in c[k].items() if not n.endswith('.pe')}.values()))")
     theirs = int(subprocess.run([venv / "bin" / "python", "-c", code, facts["onmt_checkpoint"]], check=True,
                                 capture_output=True, text=True, env=onmt_env(1)).stdout.split()[-1])
     return {"attnkit_parameters": ours, "onmt_parameters": theirs}
 
 
 def onmt_target_tokens_per_s(log: Path) -> float | None:
-    """Mean of OpenNMT's reported target tokens/s ("... src/tgt tok/s" in its step reports)."""
-    rates = [float(m.group(2)) for m in re.finditer(r"(\d+)/\s*(\d+) tok/s", log.read_text(errors="replace"))]
-    return sum(rates) / len(rates) if rates else None
+    """OpenNMT's target tokens over its whole run / its training seconds, as attnkit's ``run_totals``
+    counts: from its step reports ("Step N/...; bsz: src/tgt/sents; ...; S sec"), each window's
+    steps times its mean target tokens per batch, over the seconds at the last report."""
+    reports = re.findall(r"Step (\d+)/.*?bsz:\s*[\d.]+/\s*([\d.]+)/.*?;\s*(\d+) sec", log.read_text(errors="replace"))
+    tokens, last_step = 0.0, 0
+    for step, tgt_per_batch, _ in reports:
+        tokens += (int(step) - last_step) * float(tgt_per_batch)
+        last_step = int(step)
+    return tokens / int(reports[-1][2]) if reports else None
 
 
 def decode_both(work: Path, files: dict, facts: dict, args) -> list[dict]:
