@@ -27,8 +27,8 @@ from torch import Tensor
 
 __all__ = ["AdditiveScores", "additive_scores", "scores_by_blocks", "block_plan", "BLOCK_ELEMS"]
 
-#: Floats in one block of the tanh layer: 256K = 1 MiB, the L2 cache of one core here; measured
-#: best among 2^14..2^22 at decoder-step and NMT shapes (forward without autograd, and forward+backward).
+#: Floats in one block of the tanh layer: 256K = 1 MiB, the L2 cache of one core here; measured best
+#: among 2^14..2^22 at decoder-step and NMT shapes for the forward pass without autograd.
 BLOCK_ELEMS = 1 << 18
 
 
@@ -63,7 +63,7 @@ def _sigmoid_layer(a2: Tensor, b: Tensor, blk: tuple[int, int, int, int], flat: 
 
 
 def _buffer(a: Tensor, plan, nk: int) -> Tensor:
-    size = max((b1 - b0) * (q1 - q0) for b0, b1, q0, q1 in plan) * nk * a.shape[2]
+    size = max(((b1 - b0) * (q1 - q0) for b0, b1, q0, q1 in plan), default=0) * nk * a.shape[2]
     return a.new_empty(size)
 
 
