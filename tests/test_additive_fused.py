@@ -29,13 +29,16 @@ def test_equals_the_broadcast_form_in_value_and_gradient(B, Nq, Nk, A, seed):
     base = [torch.randn(B, Nq, A, generator=g), torch.randn(B, Nk, A, generator=g), torch.randn(A, generator=g)]
     x1 = [t.clone().requires_grad_() for t in base]
     x2 = [t.clone().requires_grad_() for t in base]
+    x3 = [t.clone().requires_grad_() for t in base]  # the one-query path's sigmoid-form broadcast
     w = torch.randn(B, Nq, Nk, generator=g)
-    e1, e2 = additive_scores(*x1), _broadcast(*x2)
+    e1, e2, e3 = additive_scores(*x1), _broadcast(*x2), additive_fused.broadcast_scores(*x3)
     torch.testing.assert_close(e1, e2, rtol=1e-5, atol=1e-5)
-    (e1 * w).sum().backward()
-    (e2 * w).sum().backward()
-    for p, q in zip(x1, x2):
+    torch.testing.assert_close(e3, e2, rtol=1e-5, atol=1e-5)
+    for e in (e1, e2, e3):
+        (e * w).sum().backward()
+    for p, q, r in zip(x1, x2, x3):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(r.grad, q.grad, rtol=1e-4, atol=1e-4)
 
 
 @settings(max_examples=40, deadline=None)

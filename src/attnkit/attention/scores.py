@@ -165,10 +165,8 @@ def additive_prepared(query_proj: Tensor, key_proj: Tensor, v: Tensor) -> Tensor
             # (benchmarks/RESULTS.md: 1.65× faster and a tenth of the memory at B=64, 50×50, A=512).
             return additive_fused.additive_scores(q, k, v).reshape(*batch, nq, nk)
         # One query per step (a decoder step): autograd's broadcast form is faster there (the fused
-        # function recomputes the layer: 114 against 72 ms for 50 steps at B=64, Nk=50, A=256, two
-        # threads). The tanh in additive_fused's sigmoid form (7× cheaper on this CPU): 2σ(2x) − 1.
-        s = torch.sigmoid(torch.add((q * 2).unsqueeze(2), k.unsqueeze(1), alpha=2))  # (B*, Nq, Nk, A)
-        return (s @ (v * 2) - v.sum()).reshape(*batch, nq, nk)  # (B*, Nq, Nk)
+        # function recomputes the layer: 114 against 72 ms for 50 steps at B=64, Nk=50, A=256, two threads).
+        return additive_fused.broadcast_scores(q, k, v).reshape(*batch, nq, nk)
 
     return additive_fused.scores_by_blocks(q, k, v).reshape(*batch, nq, nk)  # blocks in one reused buffer, updated in place
 

@@ -1,8 +1,8 @@
 """The optimizer every attnkit task trains with: Adam (Kingma & Ba 2015), fused where PyTorch can.
 
 PyTorch's default Adam on the CPU updates each parameter tensor with about ten separate
-element-wise ops; ``fused=True`` does the whole update in one kernel per tensor (CPU and CUDA,
-float parameters). The arithmetic is the same; only the number of passes over memory changes.
+element-wise ops; ``fused=True`` does the whole update in one kernel per tensor (CPU, CUDA and
+MPS, float parameters). The arithmetic is the same; only the number of passes over memory changes.
 """
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import torch
 
 __all__ = ["adam"]
 
-_FUSED_DEVICES = ("cpu", "cuda")
+#: Every device attnkit runs on has the fused kernel, so an optimizer built before the Trainer moves
+#: the model (from the CPU to cuda or mps) stays valid after the move.
+_FUSED_DEVICES = ("cpu", "cuda", "mps")
 
 
 def adam(params: Iterable[torch.nn.Parameter], **kwargs) -> torch.optim.Adam:
