@@ -8,7 +8,9 @@ A translation model is an ``nn.Module`` with
   is that layer, so the loss can project only the real target positions, in chunks
   (:func:`attnkit.training.linear_cross_entropy.linear_cross_entropy`);
 - ``start`` / ``step`` / ``reorder`` for :mod:`attnkit.decoding` (greedy and beam search), with a
-  typed decoder state that :func:`attnkit.decoding.reorder_state` can reorder;
+  typed decoder state that :func:`attnkit.decoding.reorder_state` can reorder; ``step`` is
+  ``step_features`` (the output layer's input for one step) followed by the output layer, so a
+  search can also project onto a shortlist of the vocabulary (:class:`attnkit.decoding.ShortlistDecoder`);
 - ``attention_maps(src, src_lengths, tgt_in) -> AttentionMaps``: every attention the model has, for
   one teacher-forced pass. The CLI, the plots, the alignment evaluation and the explorer read
   attention only through this, so none of them branches on the kind of model.
@@ -18,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Protocol, runtime_checkable
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = ["AttentionMaps", "TranslationModel", "TiedOutputLayer"]
@@ -32,6 +36,14 @@ class TiedOutputLayer:
         if self.out_proj is not None:
             return self.out_proj.weight, self.out_proj.bias
         return self.embedding.weight, self.out_bias
+
+    def step(self, prev_tokens: Tensor, state: Any) -> tuple[Tensor, Any, Tensor | None]:
+        """One step of :mod:`attnkit.decoding`: ``log_softmax(W f + b)`` of the model's
+        ``step_features(prev_tokens, state) -> (f (B, E), state, attention)``. The output layer
+        is a separate stage so that :class:`attnkit.decoding.ShortlistDecoder` can project onto a
+        subset of the vocabulary instead."""
+        features, state, attn = self.step_features(prev_tokens, state)
+        return torch.log_softmax(F.linear(features, *self.output_layer()), dim=-1), state, attn  # (B, V)
 
 
 @dataclass
@@ -82,6 +94,8 @@ class TranslationModel(Protocol):
     def start(self, src: Tensor, src_lengths: Tensor) -> Any: ...
 
     def step(self, prev_tokens: Tensor, state: Any) -> tuple[Tensor, Any, Tensor | None]: ...
+
+    def step_features(self, prev_tokens: Tensor, state: Any) -> tuple[Tensor, Any, Tensor | None]: ...
 
     def reorder(self, state: Any, index: Tensor, *, beams_only: bool = False) -> Any: ...
 

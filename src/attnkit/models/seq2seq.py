@@ -247,11 +247,12 @@ class _RNNTranslator(TiedOutputLayer, nn.Module):
         self._check_src(src, src_lengths)
         return self.encode(src, src_lengths)
 
-    def step(self, prev_tokens: Tensor, state: RNNState):
-        """``prev_tokens (B,)`` → ``(log_probs (B, V), state, attention (B, S) or None)``."""
+    def step_features(self, prev_tokens: Tensor, state: RNNState):
+        """``prev_tokens (B,)`` → ``(output-layer input (B, E), state, attention (B, S) or None)``;
+        :meth:`step` projects it onto the vocabulary."""
         y_emb = self.embedding(prev_tokens)  # (B, E)
         s, c, alpha = self._decoder_step(y_emb, state, need_weights=True)
-        return torch.log_softmax(self._logits(s, c, y_emb), dim=-1), dataclasses.replace(state, h=s), alpha
+        return self._features(s, c, y_emb), dataclasses.replace(state, h=s), alpha
 
     def reorder(self, state: RNNState, index: Tensor, *, beams_only: bool = False) -> RNNState:
         """Select/reorder batch rows of the state (beam search; see :func:`attnkit.decoding.reorder_state`)."""

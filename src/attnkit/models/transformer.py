@@ -244,8 +244,9 @@ class TransformerTranslator(TiedOutputLayer, nn.Module):
         memory, mask, _ = self.encode(src, src_lengths)
         return TransformerState(memory, mask, self.decoder.new_cache(memory), 0)
 
-    def step(self, prev_tokens: Tensor, state: TransformerState):
-        """``prev_tokens (B,)`` → ``(log_probs (B, V), new state, attention (B, S))``.
+    def step_features(self, prev_tokens: Tensor, state: TransformerState):
+        """``prev_tokens (B,)`` → ``(decoder output (B, D), new state, attention (B, S))``; :meth:`step`
+        projects the output onto the vocabulary.
 
         The new state has its own cache objects (the old state is left as it was): the layers
         append to the copies, and cached tensors are never modified in place.
@@ -259,9 +260,8 @@ class TransformerTranslator(TiedOutputLayer, nn.Module):
         # one query at the newest position may see every cached key: no causal mask needed
         out = self.decoder(y, memory, memory_key_padding_mask=state.memory_mask, causal=False, cache=cache,
                            need_weights="last")
-        log_probs = torch.log_softmax(self._logits(out.output[:, 0]), dim=-1)
         attention = out.cross_weights[-1][:, :, 0].mean(dim=1)  # (B, S): last layer, heads averaged
-        return log_probs, dataclasses.replace(state, cache=cache, step=state.step + 1), attention
+        return out.output[:, 0], dataclasses.replace(state, cache=cache, step=state.step + 1), attention
 
     def reorder(self, state: TransformerState, index: Tensor, *, beams_only: bool = False) -> TransformerState:
         """Rows ``index`` of every tensor in the state (caches included), in new containers; with
