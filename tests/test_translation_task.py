@@ -10,6 +10,8 @@ import torch
 
 from attnkit.cli import main as cli_main
 from attnkit.tasks.translation import (
+    LexicalShortlist,
+    ShortlistError,
     TranslationConfig,
     Translator,
     bleu_by_length,
@@ -271,3 +273,39 @@ def test_fused_loss_equals_the_logits_loss(kind):
             assert a is None or not a.any(), name_
         else:
             torch.testing.assert_close(a, b, msg=name_)
+
+
+def test_shortlist_cli_build_translate_evaluate(trained, bible_home, capsys, tmp_path):
+    """`attnkit shortlist` builds the file; translate/evaluate --shortlist use it; a shortlist that
+    holds every piece translates exactly as the whole vocabulary; errors are one line."""
+    _, _, out = trained
+    model, path = str(out / "best"), tmp_path / "sl.safetensors"
+    assert cli_main(["--home", str(bible_home), "shortlist", "--model", model, "--split", "valid",
+                     "--frequent", "50", "--per-source", "5", "--output", str(path)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    sentences = ["En el principio creó Dios los cielos y la tierra.", "Y dijo Dios: Sea la luz: y fué la luz."]
+    assert cli_main(["translate", "--model", model, "--shortlist", str(path), "--beam", "3", *sentences]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    tr = Translator.load(model)
+    sl = LexicalShortlist.load(path)
+    ids = sl.ids_for(tr.encode_sources(sentences), always=(1, 2, 3))
+    for r in tr.translate(sentences, beam_size=3, shortlist=sl):
+        assert set(r["tokens"]) <= set(ids.tolist())  # only shortlisted pieces come out
+    everything = LexicalShortlist(torch.arange(len(tr.tokenizer), dtype=torch.int32), sl.table, sl.tokenizer_sha256)
+    for beam in (1, 3):
+        full = tr.translate(sentences, beam_size=beam)
+        listed = tr.translate(sentences, beam_size=beam, shortlist=everything)
+        assert [r["tokens"] for r in listed] == [r["tokens"] for r in full]
+    assert cli_main(["--home", str(bible_home), "evaluate", "translation", "--model", model, "--limit", "4",
+                     "--beam", "2", "--shortlist", str(path), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["shortlist"] is True and rep["n_sentences"] == 4
+    with pytest.raises(ShortlistError, match="another tokenizer"):
+        tr.translate(sentences, shortlist=LexicalShortlist(sl.frequent, sl.table, "0" * 64))
+    assert cli_main(["translate", "--model", model, "--shortlist", str(tmp_path / "none.safetensors"), "Hola"]) == 2
+    assert "no such shortlist file" in capsys.readouterr().err
+    assert cli_main(["--home", str(bible_home), "shortlist", "--model", model, "--split", "valid", "--per-source", "0",
+                     "--output", str(path)]) == 2
+    assert "per_source must be an int >= 1" in capsys.readouterr().err
+    assert cli_main(["translate", "--model", model, "--truncate", "palabra " * 200]) == 0
+    capsys.readouterr()

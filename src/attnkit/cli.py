@@ -107,6 +107,32 @@ def _load_translator(args):
     return Translator.load(_model_path(args.model, DEFAULT_TRANSLATION_MODEL), device=args.device, dtype=args.precision)
 
 
+def _load_shortlist(path: str | None):
+    """The ``--shortlist`` file (None without one); a missing or corrupt one is a ShortlistError."""
+    if path is None:
+        return None
+    from .tasks.translation import LexicalShortlist
+
+    return LexicalShortlist.load(path)
+
+
+def cmd_shortlist(args) -> None:
+    from .data.bible import load_pairs
+
+    tr = _load_translator(args)
+    out = Path(args.output) if args.output else _model_path(args.model, DEFAULT_TRANSLATION_MODEL) / "shortlist.safetensors"
+    try:
+        shortlist = tr.build_shortlist(load_pairs(args.split, home=args.home), frequent=args.frequent,
+                                       per_source=args.per_source)
+    except ValueError as exc:  # --frequent / --per-source out of range
+        raise CLIError(str(exc)) from None
+    try:
+        shortlist.save(out)
+    except OSError as exc:
+        raise CLIError(f"cannot write {out}: {exc.strerror}; choose another place with --output") from None
+    print(f"wrote {out} ({len(shortlist.frequent)} frequent pieces, up to {shortlist.table.shape[1]} per source piece)")
+
+
 def _looks_english(text: str) -> bool:
     """A cheap guard: share of very common English function words among the words."""
     words = [w.strip(".,;:!?\"'()").lower() for w in text.split()]
@@ -139,7 +165,8 @@ def cmd_translate(args) -> None:
                   file=sys.stderr)
     tr = _load_translator(args)
     need_attn = args.show_attention or args.plot is not None
-    results = tr.translate(sentences, beam_size=args.beam, return_attention=need_attn)
+    results = tr.translate(sentences, beam_size=args.beam, return_attention=need_attn, truncate=args.truncate,
+                           shortlist=_load_shortlist(args.shortlist))
     for r in results:
         print(r["translation"])
         if args.show_attention and "attention" in r:
@@ -189,7 +216,8 @@ def cmd_evaluate_translation(args) -> None:
         m = _model_path(name, DEFAULT_TRANSLATION_MODEL)
         try:
             reports.append(evaluate_translation(m, split=args.split, limit=args.limit, beam_size=args.beam, home=args.home,
-                                                device=args.device, dtype=args.precision))
+                                                device=args.device, dtype=args.precision,
+                                                shortlist=_load_shortlist(args.shortlist)))
         except CheckpointError as exc:
             raise CLIError(f"cannot load model: {exc}") from None
     if args.output:
@@ -473,7 +501,23 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--html", default=None, help="write the explorer's views of these translations to this "
                     "self-contained HTML file (opens offline) (default: none)")
     _add_device_flags(tr)
+    tr.add_argument("--shortlist", default=None, metavar="FILE", help="search only each batch's lexical shortlist "
+                    "of the vocabulary (faster), from `attnkit shortlist` (default: none: the whole vocabulary)")
+    tr.add_argument("--truncate", action="store_true", help="cut sentences longer than the model's maximum instead of "
+                    "stopping (default: off)")
     tr.set_defaults(func=cmd_translate)
+
+    sl = sub.add_parser("shortlist", help="build a translation model's lexical shortlist (for translate --shortlist)")
+    sl.add_argument("--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_TRANSLATION_MODEL})")
+    sl.add_argument("--output", default=None, help="where to write it (default: shortlist.safetensors in the model's folder)")
+    sl.add_argument("--split", default="train", choices=["train", "valid", "test"],
+                    help="the Bible pairs to count (default: train)")
+    sl.add_argument("--frequent", type=int, default=1000, help="the most common English pieces always in the list "
+                    "(default: 1000)")
+    sl.add_argument("--per-source", type=int, default=20, help="English pieces per Spanish piece, by Dice "
+                    "association (default: 20)")
+    _add_device_flags(sl)
+    sl.set_defaults(func=cmd_shortlist)
 
     ca = sub.add_parser("caption", help="caption images with a Show, Attend and Tell model")
     ca.add_argument("images", nargs="+", help="image files (any size/colour mode; converted to the model's grayscale canvas)")
@@ -491,6 +535,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_evaluate_flags(et, "verses")
     et.add_argument("--plot", default=None, help="plot BLEU by source length to this PNG (default: none)")
     _add_device_flags(et)
+    et.add_argument("--shortlist", default=None, metavar="FILE", help="search only each batch's lexical shortlist "
+                    "of the vocabulary (faster), from `attnkit shortlist` (default: none: the whole vocabulary)")
     et.set_defaults(func=cmd_evaluate_translation)
 
     ec = e.add_parser("captioning", help="BLEU-1..4, exact match and attention correctness on the test scenes")

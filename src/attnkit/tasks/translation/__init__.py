@@ -11,13 +11,15 @@ from .config import TRANSLATION_MODELS, TranslationConfig, model_config_class
 from .data import get_tokenizer, read_lines, translation_batches
 from .evaluate import evaluate_translation
 from .inference import TranslationAttention, Translator
+from .lexical_shortlist import LexicalShortlist, ShortlistError
 from .loss import translation_loss_fn
 from .metrics import LENGTH_BUCKETS, bleu_by_length, corpus_scores
 from .train import build_optimizer, build_translation_model, train_translation
 
 __all__ = [
     "TRANSLATION_MODELS", "TranslationConfig", "model_config_class", "get_tokenizer", "read_lines",
-    "translation_batches", "evaluate_translation", "TranslationAttention", "Translator", "translation_loss_fn",
+    "translation_batches", "evaluate_translation", "TranslationAttention", "Translator",
+    "LexicalShortlist", "ShortlistError", "translation_loss_fn",
     "LENGTH_BUCKETS", "bleu_by_length", "corpus_scores", "build_optimizer", "build_translation_model",
     "train_translation",
 ]

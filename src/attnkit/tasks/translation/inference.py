@@ -7,10 +7,11 @@ from typing import Sequence
 import torch
 
 from ...data.tokenizer import MODEL_FILENAME, Tokenizer
-from ...decoding import beam_search, greedy_search
+from ...decoding import ShortlistDecoder, beam_search, greedy_search
 from ...errors import InputError
 from ...models.base import AttentionMaps
 from ..wrapper import InferenceWrapper
+from .lexical_shortlist import LexicalShortlist, ShortlistError, tokenizer_digest
 
 
 @dataclass
@@ -50,6 +51,22 @@ class Translator(InferenceWrapper):
         self.max_src_len = getattr(getattr(model, "config", None), "max_src_len", None) or max_len
 
     read_companion = staticmethod(Tokenizer.load)
+
+    def check_shortlist(self, shortlist: LexicalShortlist) -> None:
+        """``ShortlistError`` unless ``shortlist`` was built with this model's tokenizer."""
+        if not isinstance(shortlist, LexicalShortlist):
+            raise TypeError(f"shortlist must be a LexicalShortlist, got {type(shortlist).__name__}")
+        if shortlist.tokenizer_sha256 != tokenizer_digest(self.tokenizer):
+            raise ShortlistError("the shortlist was built with another tokenizer than this model's; "
+                                 "build it for this model with `attnkit shortlist --model MODEL`")
+
+    def build_shortlist(self, pairs: Sequence, *, frequent: int = 1000, per_source: int = 20) -> LexicalShortlist:
+        """A :class:`LexicalShortlist` counted over ``pairs`` (objects with ``src`` and ``tgt`` text,
+        e.g. :func:`attnkit.data.bible.load_pairs` of the training split), with this model's tokenizer."""
+        tok = self.tokenizer
+        return LexicalShortlist.build(tok.encode_batch([p.src for p in pairs]), tok.encode_batch([p.tgt for p in pairs]),
+                                      vocab_size=len(tok), tokenizer_sha256=tokenizer_digest(tok),
+                                      frequent=frequent, per_source=per_source)
 
     def encode_sources(self, sentences: Sequence[str], *, truncate: bool = False) -> list[list[int]]:
         """Subword ids of each sentence; too long raises ``ValueError`` unless ``truncate``."""
@@ -93,22 +110,29 @@ class Translator(InferenceWrapper):
         )
 
     def translate(self, sentences: Sequence[str], *, beam_size: int = 1, length_penalty: float = 0.6,
-                  batch_size: int = 64, return_attention: bool = False, truncate: bool = False) -> list[dict]:
+                  batch_size: int = 64, return_attention: bool = False, truncate: bool = False,
+                  shortlist: LexicalShortlist | None = None) -> list[dict]:
         """Translate ``sentences``; each result has ``translation``, ``tokens``, ``score`` and, on
         request, ``attention (T_out, S_in)`` with the source/target subword pieces. Sentences
-        longer than the model's maximum raise ``ValueError`` (or are cut, with ``truncate``)."""
+        longer than the model's maximum raise ``ValueError`` (or are cut, with ``truncate``).
+        ``shortlist``: search over each batch's lexical shortlist instead of the whole vocabulary
+        (faster; ``score`` is then normalised over the shortlist)."""
         ids = self.encode_sources(sentences, truncate=truncate)
         results = self.translate_ids(ids, beam_size=beam_size, length_penalty=length_penalty,
-                                     batch_size=batch_size, return_attention=return_attention)
+                                     batch_size=batch_size, return_attention=return_attention, shortlist=shortlist)
         for r, s in zip(results, sentences):
             r["source"] = s
         return results
 
     @torch.no_grad()
     def translate_ids(self, ids: Sequence[Sequence[int]], *, beam_size: int = 1, length_penalty: float = 0.6,
-                      batch_size: int = 64, return_attention: bool = False) -> list[dict]:
+                      batch_size: int = 64, return_attention: bool = False,
+                      shortlist: LexicalShortlist | None = None) -> list[dict]:
         """Translate already-tokenised sources (lists of subword ids), batching similar lengths."""
         self.model.eval()
+        if shortlist is not None:
+            self.check_shortlist(shortlist)
+        tok = self.tokenizer
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch
         results: list[dict | None] = [None] * len(ids)
         for start in range(0, len(order), batch_size):
@@ -119,13 +143,20 @@ class Translator(InferenceWrapper):
                 src[r, :len(ids[i])] = torch.as_tensor(list(ids[i]), dtype=torch.long)
             inputs = {"src": src.to(self.device), "src_lengths": lens.to(self.device)}
             max_len = min(self.max_len, int(lens.max()) * 2 + 10)
+            model, bos, eos = self.model, tok.bos_id, tok.eos_id
+            if shortlist is not None:  # search in the shortlist's token space, map back after
+                model = ShortlistDecoder(self.model, shortlist.ids_for(src, always=(tok.bos_id, tok.eos_id, tok.unk_id)))
+                bos, eos = model.index_of(bos), model.index_of(eos)
             if beam_size <= 1:
-                hyps = greedy_search(self.model, inputs, bos_id=self.tokenizer.bos_id, eos_id=self.tokenizer.eos_id,
-                                     max_len=max_len, return_attention=return_attention)
+                hyps = greedy_search(model, inputs, bos_id=bos, eos_id=eos, max_len=max_len,
+                                     return_attention=return_attention)
             else:
-                hyps = [h[0] for h in beam_search(self.model, inputs, beam_size=beam_size, bos_id=self.tokenizer.bos_id,
-                                                  eos_id=self.tokenizer.eos_id, max_len=max_len,
-                                                  length_penalty=length_penalty, return_attention=return_attention)]
+                hyps = [h[0] for h in beam_search(model, inputs, beam_size=beam_size, bos_id=bos, eos_id=eos,
+                                                  max_len=max_len, length_penalty=length_penalty,
+                                                  return_attention=return_attention)]
+            if shortlist is not None:
+                for h in hyps:
+                    h.tokens = model.vocabulary_ids(h.tokens)
             for i, h in zip(chunk, hyps):
                 res = {"translation": self.tokenizer.decode(h.tokens), "tokens": h.tokens, "score": h.score}
                 if return_attention and h.attention is not None:

@@ -1,0 +1,181 @@
+"""Vocabulary shortlists: the shortlist decoder against the whole vocabulary and against a masked
+softmax, the lexical shortlist against a plain-Python Dice count, its file, and its errors."""
+import itertools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnkit.decoding import ShortlistDecoder, beam_search, greedy_search
+from attnkit.models.seq2seq import Seq2SeqConfig, build_seq2seq
+from attnkit.models.transformer import TransformerConfig, TransformerTranslator
+from attnkit.tasks.translation import LexicalShortlist, ShortlistError
+
+V, PAD, BOS, EOS = 30, 0, 1, 2
+
+
+def model(kind: str, seed: int = 0):
+    torch.manual_seed(seed)
+    if kind == "transformer":
+        return TransformerTranslator(TransformerConfig(vocab_size=V, d_model=16, nhead=2, num_encoder_layers=1,
+                                                       num_decoder_layers=1, dim_feedforward=32, dropout=0.0,
+                                                       max_len=64)).eval()
+    return build_seq2seq("rnnsearch", Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8, dropout=0.0,
+                                                    param_init=0.5)).eval()
+
+
+def inputs(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, V, (3, 6), generator=g)
+    lengths = torch.tensor([6, 4, 2])
+    for b, n in enumerate(lengths.tolist()):
+        src[b, n:] = PAD
+    return {"src": src, "src_lengths": lengths}
+
+
+class MaskedVocabulary:
+    """The reference: the model's own step with every logit outside ``ids`` set to -inf before the softmax."""
+
+    def __init__(self, m, ids):
+        self.m, self.outside = m, torch.ones(V, dtype=torch.bool)
+        self.outside[ids] = False
+
+    def start(self, **kw):
+        return self.m.start(**kw)
+
+    def step(self, prev, state):
+        f, state, attn = self.m.step_features(prev, state)
+        logits = torch.nn.functional.linear(f, *self.m.output_layer()).masked_fill(self.outside, float("-inf"))
+        return torch.log_softmax(logits, dim=-1), state, attn
+
+    def reorder(self, state, index):
+        return self.m.reorder(state, index)
+
+
+def search(m, bos, eos, beam, **kw):
+    if beam == 1:
+        return [[h] for h in greedy_search(m, inputs(), bos_id=bos, eos_id=eos, max_len=12, **kw)]
+    return beam_search(m, inputs(), beam_size=beam, bos_id=bos, eos_id=eos, max_len=12, n_best=2, **kw)
+
+
+@pytest.mark.parametrize("kind,beam", list(itertools.product(["rnnsearch", "transformer"], [1, 3])))
+def test_the_whole_vocabulary_is_the_models_own_search(kind, beam):
+    m = model(kind)
+    sl = ShortlistDecoder(m, torch.arange(V))
+    want = search(m, BOS, EOS, beam, return_attention=True)
+    got = search(sl, sl.index_of(BOS), sl.index_of(EOS), beam, return_attention=True)
+    for hs_w, hs_g in zip(want, got):
+        for w, g in zip(hs_w, hs_g, strict=True):
+            assert w.tokens == sl.vocabulary_ids(g.tokens) and w.finished == g.finished
+            assert g.score == pytest.approx(w.score, abs=1e-5)
+            torch.testing.assert_close(g.attention, w.attention)
+
+
+@settings(max_examples=25, deadline=None)
+@given(kind=st.sampled_from(["rnnsearch", "transformer"]), beam=st.sampled_from([1, 2, 3]),
+       seed=st.integers(0, 10_000), size=st.integers(6, V - 1))
+def test_a_subset_is_the_search_under_a_masked_softmax(kind, beam, seed, size):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.cat([torch.tensor([BOS, EOS]), 3 + torch.randperm(V - 3, generator=g)[:size - 2]])
+    ids = ids[torch.randperm(len(ids), generator=g)]  # any order: the search works in the shortlist's own indices
+    m = model(kind, seed % 3)
+    sl = ShortlistDecoder(m, ids)
+    want = search(MaskedVocabulary(m, ids), BOS, EOS, beam)
+    got = search(sl, sl.index_of(BOS), sl.index_of(EOS), beam)
+    for hs_w, hs_g in zip(want, got):
+        for w, h in zip(hs_w, hs_g, strict=True):
+            assert sl.vocabulary_ids(h.tokens) == w.tokens
+            assert set(w.tokens) <= set(ids.tolist())
+            assert h.score == pytest.approx(w.score, abs=1e-4)
+
+
+def test_shortlist_decoder_rejects_bad_ids_and_models():
+    m = model("rnnsearch")
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, 30\)"):
+        ShortlistDecoder(m, torch.tensor([1, 2, 30]))
+    with pytest.raises(ValueError, match="must not repeat"):
+        ShortlistDecoder(m, torch.tensor([1, 2, 2]))
+    with pytest.raises(ValueError, match="non-empty 1-D integer"):
+        ShortlistDecoder(m, torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match="token id 7 is not in the shortlist"):
+        ShortlistDecoder(m, torch.tensor([1, 2])).index_of(7)
+    with pytest.raises(TypeError, match=r"must provide step_features\(\).*MaskedVocabulary does not"):
+        ShortlistDecoder(MaskedVocabulary(m, torch.tensor([1, 2])), torch.tensor([1, 2]))  # a whole-step model only
+
+
+# ---------------------------------------------------------------- the lexical shortlist
+def reference_shortlist(src, tgt, vocab, frequent, per_source):
+    """Dice and frequencies counted with dicts, in float64, ranked by (-score, id)."""
+    c_s, c_t, c_st, tokens = {}, {}, {}, {}
+    for s, t in zip(src, tgt):
+        for a in set(s):
+            c_s[a] = c_s.get(a, 0) + 1
+        for b in set(t):
+            c_t[b] = c_t.get(b, 0) + 1
+        for a in set(s):
+            for b in set(t):
+                c_st[a, b] = c_st.get((a, b), 0) + 1
+        for b in t:
+            tokens[b] = tokens.get(b, 0) + 1
+    table = []
+    for a in range(vocab):
+        ranked = sorted((-(2.0 * n / (c_s[a] + c_t[b])), b) for (x, b), n in c_st.items() if x == a)
+        table.append([b for _, b in ranked[:per_source]])
+    top = [b for _, b in sorted((-n, b) for b, n in tokens.items())[:frequent]]
+    return top, table
+
+
+corpora = st.lists(st.tuples(st.lists(st.integers(0, 11), max_size=6), st.lists(st.integers(0, 11), max_size=6)),
+                   min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(corpus=corpora, frequent=st.integers(0, 6), per_source=st.integers(1, 5))
+def test_lexical_shortlist_counts_dice_like_a_plain_loop(corpus, frequent, per_source):
+    src, tgt = [c[0] for c in corpus], [c[1] for c in corpus]
+    sl = LexicalShortlist.build(src, tgt, vocab_size=12, tokenizer_sha256="x", frequent=frequent, per_source=per_source)
+    top, table = reference_shortlist(src, tgt, 12, frequent, per_source)
+    assert sl.frequent.tolist() == top
+    assert sl.table.shape == (12, per_source)
+    for a in range(12):
+        row = sl.table[a].tolist()
+        assert row == table[a] + [-1] * (per_source - len(table[a]))
+    batch = src[:3]
+    want = set(top) | {b for s in batch for a in s for b in table[a]} | {1, 2}
+    assert sl.ids_for(batch, always=(1, 2)).tolist() == sorted(want)
+
+
+def test_lexical_shortlist_file_round_trip_and_corruption(tmp_path):
+    sl = LexicalShortlist.build([[3, 4], [4, 5]], [[6], [6, 7]], vocab_size=10, tokenizer_sha256="abc",
+                                frequent=2, per_source=2)
+    path = sl.save(tmp_path / "sl.safetensors")
+    back = LexicalShortlist.load(path)
+    assert torch.equal(back.frequent, sl.frequent) and torch.equal(back.table, sl.table)
+    assert back.tokenizer_sha256 == "abc"
+    with pytest.raises(ShortlistError, match="no such shortlist file"):
+        LexicalShortlist.load(tmp_path / "missing.safetensors")
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(path.read_bytes()[:-7])
+    with pytest.raises(ShortlistError, match="corrupt shortlist file"):
+        LexicalShortlist.load(cut)
+    from safetensors.torch import save_file
+
+    save_file({"weight": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
+    with pytest.raises(ShortlistError, match="not an attnkit shortlist"):
+        LexicalShortlist.load(tmp_path / "other.safetensors")
+    bad = LexicalShortlist(sl.frequent, torch.full((10, 2), 99, dtype=torch.int32), "abc").save(tmp_path / "b.safetensors")
+    with pytest.raises(ShortlistError, match="ids out of range"):
+        LexicalShortlist.load(bad)
+
+
+def test_lexical_shortlist_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="per_source must be an int >= 1"):
+        LexicalShortlist.build([[1]], [[1]], vocab_size=4, tokenizer_sha256="x", per_source=0)
+    with pytest.raises(ValueError, match=r"src_ids has 1 sentences but tgt_ids has 2"):
+        LexicalShortlist.build([[1]], [[1], [2]], vocab_size=4, tokenizer_sha256="x")
+    with pytest.raises(ValueError, match=r"tgt_ids\[0\] has ids outside \[0, 4\)"):
+        LexicalShortlist.build([[1]], [[9]], vocab_size=4, tokenizer_sha256="x")
+    sl = LexicalShortlist.build([[1]], [[2]], vocab_size=4, tokenizer_sha256="x")
+    with pytest.raises(ValueError, match=r"src_ids must lie in \[0, 4\)"):
+        sl.ids_for([[5]])
