@@ -13,8 +13,12 @@ What it does, in order (everything under --work, default runs/peer_opennmt/MODEL
    stops itself (--max-time-s) with a checkpoint; OpenNMT saves every 100 steps and is stopped at the
    budget; its last checkpoint written within the budget is the one scored.
 4. Decoding: both translate the test verses greedily and with beam 5 (attnkit: its last step
-   checkpoint; no test data is used for choosing), timed as sentences/s including model loading,
-   scored with sacrebleu (attnkit's corpus_scores) after turning pieces back into text.
+   checkpoint; no test data is used for choosing) with their own translate command
+   (``onmt_translate``, ``attnkit translate --file``), timed as sentences/s of the whole process
+   (loading included), scored afterwards with sacrebleu (attnkit's corpus_scores) after turning
+   pieces back into text. With beam 5 attnkit also decodes over a lexical shortlist of the
+   vocabulary (``attnkit shortlist``: the 1,000 most frequent English pieces and each Spanish
+   piece's 20 best by Dice over the training pairs), a row of its own.
 5. One table (BLEU greedy / beam, training target tokens/s, decoding sentences/s), also as JSON.
    Training tokens/s is, for both, all target tokens of the run over its training seconds (attnkit's
    include its per-epoch validation; OpenNMT-py validates only every 10,000 steps, so never here).
@@ -200,32 +204,49 @@ def onmt_target_tokens_per_s(log: Path) -> float | None:
 
 
 def decode_both(work: Path, files: dict, facts: dict, args) -> list[dict]:
+    """Each toolkit's own translate command on the same source file, timed as a whole process
+    (loading included), its output scored afterwards the same way for both. attnkit decodes
+    twice with beam > 1: over the whole vocabulary (as OpenNMT-py does), and over each batch's
+    lexical shortlist (``attnkit shortlist``, built once from the training pairs and timed apart)."""
     tok = get_tokenizer(8000)
     refs = (work / "data" / "test.en.txt").read_text(encoding="utf-8").splitlines()
     srcs = files["test.es"].read_text(encoding="utf-8").splitlines()
     n = len(refs) if args.test_limit is None else min(args.test_limit, len(refs))
     (work / "test.es").write_text("\n".join(srcs[:n]) + "\n", encoding="utf-8")
+    plain = [p.src for p in load_pairs("test")][:n]  # attnkit reads text and tokenises it itself
+    (work / "test.es.txt").write_text("\n".join(plain) + "\n", encoding="utf-8")
     venv = work.parent / "onmt-venv"
+    attnkit_env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(ROOT / "src"))
+    attnkit = [sys.executable, "-m", "attnkit.cli"]
+    shortlist = work / "attnkit.shortlist.safetensors"
+    t = time.perf_counter()
+    subprocess.run([*attnkit, "shortlist", "--model", facts["attnkit_checkpoint"], "--output", shortlist],
+                   env=attnkit_env, check=True, stdout=subprocess.DEVNULL)
+    facts["attnkit_shortlist_build_s"] = round(time.perf_counter() - t, 1)
     rows = []
+
+    def timed(cmd, env, stdout_to: Path | None = None) -> float:
+        t = time.perf_counter()
+        with open(stdout_to or os.devnull, "w", encoding="utf-8") as fh:
+            subprocess.run([str(c) for c in cmd], env=env, stdout=fh, stderr=subprocess.DEVNULL, check=True)
+        return time.perf_counter() - t
+
     for beam in (1, args.beam):
         out = work / f"onmt.beam{beam}.txt"
-        t = time.perf_counter()
-        sh([venv / "bin" / "onmt_translate", "-model", facts["onmt_checkpoint"], "-src", work / "test.es",
-            "-output", out, "-beam_size", beam, "-batch_size", 64, "-batch_type", "sents", "-max_length", 250],
-           env=onmt_env(args.threads), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        secs = time.perf_counter() - t
+        secs = timed([venv / "bin" / "onmt_translate", "-model", facts["onmt_checkpoint"], "-src", work / "test.es",
+                      "-output", out, "-beam_size", beam, "-batch_size", 64, "-batch_type", "sents",
+                      "-max_length", 250], onmt_env(args.threads))
         hyps = [tok.decode([tok.piece_to_id(p) for p in line.split()]) for line in out.read_text(encoding="utf-8").splitlines()]
         rows.append({"toolkit": "OpenNMT-py 3.5.1", "beam": beam, **corpus_scores(hyps, refs[:n]),
                      "sentences_per_s": round(n / secs, 2)})
-        t = time.perf_counter()
-        res = subprocess.run([sys.executable, "-m", "attnkit.cli", "evaluate", "translation", "--model",
-                              facts["attnkit_checkpoint"], "--beam", str(beam), "--limit", str(n), "--json"],
-                             env=dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(ROOT / "src")),
-                             check=True, capture_output=True, text=True)
-        secs = time.perf_counter() - t
-        rep = json.loads(res.stdout)
-        rows.append({"toolkit": "attnkit", "beam": beam, "bleu": rep["bleu"], "chrf": rep["chrf"],
-                     "n_sentences": rep["n_sentences"], "sentences_per_s": round(n / secs, 2)})
+        for listed in ([False, True] if beam > 1 else [False]):
+            out = work / f"attnkit.beam{beam}{'.shortlist' if listed else ''}.txt"
+            cmd = [*attnkit, "translate", "--model", facts["attnkit_checkpoint"], "--file", work / "test.es.txt",
+                   "--beam", beam, "--truncate", "--device", "cpu"] + (["--shortlist", shortlist] if listed else [])
+            secs = timed(cmd, attnkit_env, out)
+            hyps = out.read_text(encoding="utf-8").splitlines()
+            rows.append({"toolkit": "attnkit" + (" shortlist" if listed else ""), "beam": beam,
+                         **corpus_scores(hyps, refs[:n]), "sentences_per_s": round(n / secs, 2)})
     return rows
 
 
@@ -257,10 +278,11 @@ def main() -> None:
     print(f"\n{args.model}: {args.minutes:g} min each, {args.threads} thread(s) each, trained at the same time")
     print(f"{'toolkit':<18} {'beam':>4} {'BLEU':>6} {'chrF':>6} {'sent/s':>7}  train tgt tok/s")
     for r in rows:
-        tps = facts["attnkit_tokens_per_s"] if r["toolkit"] == "attnkit" else facts["onmt_tokens_per_s"]
+        tps = facts["attnkit_tokens_per_s"] if r["toolkit"].startswith("attnkit") else facts["onmt_tokens_per_s"]
         print(f"{r['toolkit']:<18} {r['beam']:>4} {r['bleu']:>6.2f} {r['chrf']:>6.2f} {r['sentences_per_s']:>7.1f}  "
               f"{tps if tps is None else round(tps)}")
     print(f"parameters: attnkit {facts['attnkit_parameters']:,}, OpenNMT-py {facts['onmt_parameters']:,}")
+    print(f"attnkit's shortlist was built in {facts['attnkit_shortlist_build_s']} s (once per model)")
     print(f"report: {work / 'report.json'}")
 
 
