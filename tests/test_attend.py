@@ -126,6 +126,24 @@ def test_additive_inplace_path_equals_autograd_path():
     torch.testing.assert_close(S.additive_prepared(qg, k, v), slow, rtol=1e-5, atol=1e-5)
 
 
+@settings(max_examples=40, deadline=None)
+@given(q_batch=st.lists(st.integers(0, 3), max_size=3), k_batch=st.lists(st.integers(0, 3), max_size=3))
+def test_additive_batch_shapes_broadcast_like_torch(q_batch, k_batch):
+    """Batch dimensions of the projected queries and keys broadcast by NumPy's rules (torch.broadcast_shapes)."""
+    q, k, v = torch.randn(*q_batch, 2, 4), torch.randn(*k_batch, 3, 4), torch.randn(4)
+    try:
+        want = torch.broadcast_shapes(tuple(q_batch), tuple(k_batch))
+    except RuntimeError:
+        with pytest.raises(ValueError, match="do not broadcast"):
+            S.additive_prepared(q, k, v)
+        return
+    with torch.no_grad():
+        got = S.additive_prepared(q, k, v)
+    assert got.shape == (*want, 2, 3)
+    ref = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3)) @ v  # broadcasting (..., 2, 1, 4) + (..., 1, 3, 4)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("score", ["dot", "scaled_dot"])
 @pytest.mark.parametrize("masked", [False, True])
 def test_fast_path_equals_sdpa_and_weighted_path(score, masked):

@@ -31,7 +31,7 @@ this torch build, so the score stays the exact tanh form.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -140,6 +140,17 @@ def additive(
     return additive_prepared(F.linear(query, w_query), F.linear(key, w_key, bias), v)
 
 
+def _broadcast_batch(q: Sequence[int], k: Sequence[int]) -> tuple[int, ...]:
+    """The broadcast of the query's and the key's batch shapes (NumPy's rules), in plain Python:
+    ``torch.broadcast_shapes`` imports torch's symbolic-shape machinery (sympy) on first use,
+    0.6 s of a whole ``attnkit translate`` run."""
+    n = max(len(q), len(k))
+    q, k = (1,) * (n - len(q)) + tuple(q), (1,) * (n - len(k)) + tuple(k)
+    if any(a != b and 1 not in (a, b) for a, b in zip(q, k)):
+        raise ValueError(f"projected query batch shape {q} and key batch shape {k} do not broadcast")
+    return tuple(b if a == 1 else a for a, b in zip(q, k))
+
+
 def additive_prepared(query_proj: Tensor, key_proj: Tensor, v: Tensor) -> Tensor:
     """``e_ij = vᵀ tanh(a_i + b_j)`` from projected queries ``(..., Nq, A)`` and keys ``(..., Nk, A)``.
 
@@ -152,7 +163,7 @@ def additive_prepared(query_proj: Tensor, key_proj: Tensor, v: Tensor) -> Tensor
             f"projected query {tuple(query_proj.shape)}, key {tuple(key_proj.shape)} and v {tuple(v.shape)} "
             "must share the last (attention hidden) size"
         )
-    batch = torch.broadcast_shapes(query_proj.shape[:-2], key_proj.shape[:-2])
+    batch = _broadcast_batch(query_proj.shape[:-2], key_proj.shape[:-2])
     nq, nk, a = query_proj.shape[-2], key_proj.shape[-2], query_proj.shape[-1]
     q = query_proj.expand(*batch, nq, a).reshape(-1, nq, a)  # (B*, Nq, A)
     k = key_proj.expand(*batch, nk, a).reshape(-1, nk, a)  # (B*, Nk, A)
