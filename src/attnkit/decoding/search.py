@@ -11,7 +11,10 @@ A model generates by implementing three methods (the :class:`IncrementalDecoder`
     One decoder step for every row: ``prev_tokens`` (R,) long is each row's previous token
     (``bos_id`` at the first step); returns ``log_probs`` (R, V), already log-softmaxed, the new
     state, and ``attn`` (R, Nk), this step's attention weights over the Nk source positions (or
-    None). The step must treat rows independently.
+    None). The step must treat rows independently. ``log_probs`` belongs to the search once
+    returned (beam search adds its beam scores to it in place): return a new tensor each step.
+    Beam search's first step has one row per sentence (every beam starts from bos); it then
+    expands them into K beams each with ``reorder``.
 
 ``state = model.reorder(state, index)``
     Select rows: ``index`` (R',) long; row i of the result is row ``index[i]`` of ``state``
@@ -49,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 import torch
+import torch.nn.functional as F
 
 __all__ = ["IncrementalDecoder", "Hypothesis", "greedy_search", "beam_search", "gnmt_length_penalty", "reorder_state",
            "PER_SOURCE"]
@@ -252,8 +256,7 @@ def beam_search(
     alpha = float(length_penalty)
     K = beam_size
     B, device = _batch_size(inputs)
-    state = model.start(**inputs)
-    state = model.reorder(state, torch.arange(B, device=device).repeat_interleave(K))
+    state = model.start(**inputs)  # B rows: the first step expands one row per sentence into K beams
     beams_only_ok = _takes_beams_only(model)
     beams = _Beams(B, K, bos_id, device)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
@@ -263,12 +266,12 @@ def beam_search(
     for t in range(max_len):
         A = len(beams.active)
         log_probs, state, attn = model.step(beams.prev, state)
-        _check_step(log_probs, attn, A * K)
+        _check_step(log_probs, attn, len(beams.prev))
         if not return_attention:
             attn = None
         elif attn is not None:
             attn = attn.detach().float()
-        top_s, row, tok = _top_candidates(beams.scores, log_probs, K)
+        top_s, row, tok = _top_candidates(beams.scores, log_probs, 2 * K)
         is_eos = tok.eq(eos_id)
         _finalise_eos(beams, top_s, row, is_eos, attn, t + 1, alpha, finished, fin_pen)
         # continue with the best K non-eos candidates
@@ -281,7 +284,7 @@ def beam_search(
         if t + 1 == max_len:  # out of steps: live beams stand in where too few hypotheses finished
             _stand_in_live_beams(beams, finished, n_best)
             break
-        if beams_only_ok and len(keep) == A:  # every sentence goes on: rows move within their beams only
+        if beams_only_ok and len(keep) == A and t > 0:  # every sentence goes on: rows move within its beams only
             state = model.reorder(state, idx, beams_only=True)
         else:
             state = model.reorder(state, idx)
@@ -294,22 +297,22 @@ def beam_search(
 
 
 class _Beams:
-    """The live beams of beam search: K rows per still-active sentence.
+    """The live beams of beam search: R rows per still-active sentence, R = 1 before the first
+    step (every beam would start from bos) and K after it.
 
-    ``active``: the sentence id of each block of K rows; ``scores (A, K)``: raw log-probability of
-    each beam (``-inf`` for empty slots); ``tokens (A*K, t)``: each row's tokens so far;
-    ``hist (A*K, t, Nk)``: each row's attention history (None without attention); ``prev (A*K,)``:
+    ``active``: the sentence id of each block of R rows; ``scores (A, R)``: raw log-probability of
+    each beam (``-inf`` for empty slots); ``tokens (A*R, t)``: each row's tokens so far;
+    ``hist (A*R, t, Nk)``: each row's attention history (None without attention); ``prev (A*R,)``:
     each row's last token.
     """
 
     def __init__(self, batch: int, k: int, bos_id: int, device):
         self.k = k
         self.active = list(range(batch))
-        self.scores = torch.full((batch, k), float("-inf"), device=device)
-        self.scores[:, 0] = 0.0  # at the first step only beam 0 of each sentence is expanded
-        self.tokens = torch.zeros(batch * k, 0, dtype=torch.long, device=device)
+        self.scores = torch.zeros(batch, 1, device=device)
+        self.tokens = torch.zeros(batch, 0, dtype=torch.long, device=device)
         self.hist: torch.Tensor | None = None
-        self.prev = torch.full((batch * k,), bos_id, dtype=torch.long, device=device)
+        self.prev = torch.full((batch,), bos_id, dtype=torch.long, device=device)
 
     def history(self, row: int, nk: int) -> torch.Tensor:
         """Row ``row``'s attention so far ``(t, Nk)``, on the CPU."""
@@ -330,14 +333,20 @@ class _Beams:
         return idx
 
 
-def _top_candidates(scores: torch.Tensor, log_probs: torch.Tensor, k: int):
-    """Expand every live beam by every token; the best ``2K`` of each sentence: their raw scores
-    ``(A, 2K)``, the row each extends and its token (2K so that K non-eos ones always remain)."""
+def _top_candidates(scores: torch.Tensor, log_probs: torch.Tensor, n: int):
+    """Expand every live beam by every token; the best ``n`` (2K, so that K non-eos ones always
+    remain) of each sentence: their raw scores ``(A, n)``, the row each extends and its token.
+    Fewer than ``n`` candidates (R*V < n) are padded with ``-inf`` ones on the sentence's last row.
+    ``log_probs`` is the search's own: the beam scores are added to it in place."""
+    A, R = scores.shape
     V = log_probs.size(1)
-    cand = (scores.reshape(-1, 1) + log_probs.float()).reshape(scores.shape[0], k * V)  # (A, K*V)
-    top_s, top_i = cand.topk(min(2 * k, k * V), dim=1)
+    cand = log_probs.float().add_(scores.reshape(-1, 1)).reshape(A, R * V)  # (A, R*V)
+    if R * V < n:
+        cand = F.pad(cand, (0, n - R * V), value=float("-inf"))
+    top_s, top_i = cand.topk(n, dim=1)
+    top_i.clamp_(max=R * V - 1)  # padding: a -inf candidate on a real row
     beam = torch.div(top_i, V, rounding_mode="floor")
-    row = beam + torch.arange(scores.shape[0], device=scores.device).unsqueeze(1) * k
+    row = beam + torch.arange(A, device=scores.device).unsqueeze(1) * R
     return top_s, row, top_i % V
 
 
