@@ -1,5 +1,6 @@
-"""Vocabulary shortlists: the shortlist decoder against the whole vocabulary and against a masked
-softmax, the lexical shortlist against a plain-Python Dice count, its file, and its errors."""
+"""The output layer prepared per batch: packed weights against float64 ``F.linear``, the whole
+vocabulary against the model's own search, a shortlist against a masked softmax; the lexical
+shortlist against a plain-Python Dice count, its file, and its errors."""
 import itertools
 
 import pytest
@@ -7,7 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnkit.decoding import ShortlistDecoder, beam_search, greedy_search
+from attnkit.decoding import OutputLayerDecoder, beam_search, greedy_search
+from attnkit.decoding import output_layer
 from attnkit.models.seq2seq import Seq2SeqConfig, build_seq2seq
 from attnkit.models.transformer import TransformerConfig, TransformerTranslator
 from attnkit.tasks.translation import LexicalShortlist, ShortlistError
@@ -59,16 +61,43 @@ def search(m, bos, eos, beam, **kw):
     return beam_search(m, inputs(), beam_size=beam, bos_id=bos, eos_id=eos, max_len=12, n_best=2, **kw)
 
 
-@pytest.mark.parametrize("kind,beam", list(itertools.product(["rnnsearch", "transformer"], [1, 3])))
-def test_the_whole_vocabulary_is_the_models_own_search(kind, beam):
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 70), e=st.integers(1, 40), v=st.integers(1, 300), bias=st.booleans(),
+       seed=st.integers(0, 10_000))
+def test_packed_linear_is_the_linear_layer(rows, e, v, bias, seed):
+    """The packed projection against float64 math, with and without autograd (which takes F.linear)."""
+    g = torch.Generator().manual_seed(seed)
+    x, w = torch.randn(rows, e, generator=g), torch.randn(v, e, generator=g)
+    b = torch.randn(v, generator=g) if bias else None
+    want = x.double() @ w.double().T + (b.double() if bias else 0)
+    project = output_layer.packed_linear(w, b)
+    with torch.no_grad():
+        torch.testing.assert_close(project(x).double(), want, rtol=1e-5, atol=1e-4)
+    wg = w.clone().requires_grad_()
+    out = output_layer.packed_linear(wg, b)(x)
+    out.sum().backward()  # with autograd on, a layer gradients flow through
+    torch.testing.assert_close(wg.grad.double(), torch.ones(rows, v, dtype=torch.float64).T @ x.double(),
+                               rtol=1e-5, atol=1e-4)
+
+
+def test_packed_linear_without_onednn_is_f_linear(monkeypatch):
+    monkeypatch.setattr(output_layer, "_ONEDNN_LINEAR", False)
+    x, w, b = torch.randn(5, 8), torch.randn(11, 8), torch.randn(11)
+    with torch.no_grad():
+        assert torch.equal(output_layer.packed_linear(w, b)(x), torch.nn.functional.linear(x, w, b))
+
+
+@pytest.mark.parametrize("kind,beam,ids", list(itertools.product(["rnnsearch", "transformer"], [1, 3], [False, True])))
+def test_the_whole_vocabulary_is_the_models_own_search(kind, beam, ids):
+    """Without ids, or with every id: the model's own search (packing only changes rounding)."""
     m = model(kind)
-    sl = ShortlistDecoder(m, torch.arange(V))
+    sl = OutputLayerDecoder(m, torch.arange(V) if ids else None)
     want = search(m, BOS, EOS, beam, return_attention=True)
     got = search(sl, sl.index_of(BOS), sl.index_of(EOS), beam, return_attention=True)
     for hs_w, hs_g in zip(want, got):
         for w, g in zip(hs_w, hs_g, strict=True):
             assert w.tokens == sl.vocabulary_ids(g.tokens) and w.finished == g.finished
-            assert g.score == pytest.approx(w.score, abs=1e-5)
+            assert g.score == pytest.approx(w.score, abs=1e-4)
             torch.testing.assert_close(g.attention, w.attention)
 
 
@@ -80,7 +109,7 @@ def test_a_subset_is_the_search_under_a_masked_softmax(kind, beam, seed, size):
     ids = torch.cat([torch.tensor([BOS, EOS]), 3 + torch.randperm(V - 3, generator=g)[:size - 2]])
     ids = ids[torch.randperm(len(ids), generator=g)]  # any order: the search works in the shortlist's own indices
     m = model(kind, seed % 3)
-    sl = ShortlistDecoder(m, ids)
+    sl = OutputLayerDecoder(m, ids)
     want = search(MaskedVocabulary(m, ids), BOS, EOS, beam)
     got = search(sl, sl.index_of(BOS), sl.index_of(EOS), beam)
     for hs_w, hs_g in zip(want, got):
@@ -93,15 +122,15 @@ def test_a_subset_is_the_search_under_a_masked_softmax(kind, beam, seed, size):
 def test_shortlist_decoder_rejects_bad_ids_and_models():
     m = model("rnnsearch")
     with pytest.raises(ValueError, match=r"ids must lie in \[0, 30\)"):
-        ShortlistDecoder(m, torch.tensor([1, 2, 30]))
+        OutputLayerDecoder(m, torch.tensor([1, 2, 30]))
     with pytest.raises(ValueError, match="must not repeat"):
-        ShortlistDecoder(m, torch.tensor([1, 2, 2]))
+        OutputLayerDecoder(m, torch.tensor([1, 2, 2]))
     with pytest.raises(ValueError, match="non-empty 1-D integer"):
-        ShortlistDecoder(m, torch.tensor([1.0, 2.0]))
+        OutputLayerDecoder(m, torch.tensor([1.0, 2.0]))
     with pytest.raises(ValueError, match="token id 7 is not in the shortlist"):
-        ShortlistDecoder(m, torch.tensor([1, 2])).index_of(7)
+        OutputLayerDecoder(m, torch.tensor([1, 2])).index_of(7)
     with pytest.raises(TypeError, match=r"must provide step_features\(\).*MaskedVocabulary does not"):
-        ShortlistDecoder(MaskedVocabulary(m, torch.tensor([1, 2])), torch.tensor([1, 2]))  # a whole-step model only
+        OutputLayerDecoder(MaskedVocabulary(m, torch.tensor([1, 2])), torch.tensor([1, 2]))  # a whole-step model only
 
 
 # ---------------------------------------------------------------- the lexical shortlist

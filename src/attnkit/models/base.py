@@ -10,7 +10,7 @@ A translation model is an ``nn.Module`` with
 - ``start`` / ``step`` / ``reorder`` for :mod:`attnkit.decoding` (greedy and beam search), with a
   typed decoder state that :func:`attnkit.decoding.reorder_state` can reorder; ``step`` is
   ``step_features`` (the output layer's input for one step) followed by the output layer, so a
-  search can also project onto a shortlist of the vocabulary (:class:`attnkit.decoding.ShortlistDecoder`);
+  search can prepare that layer once per batch (:class:`attnkit.decoding.OutputLayerDecoder`);
 - ``attention_maps(src, src_lengths, tgt_in) -> AttentionMaps``: every attention the model has, for
   one teacher-forced pass. The CLI, the plots, the alignment evaluation and the explorer read
   attention only through this, so none of them branches on the kind of model.
@@ -40,8 +40,8 @@ class TiedOutputLayer:
     def step(self, prev_tokens: Tensor, state: Any) -> tuple[Tensor, Any, Tensor | None]:
         """One step of :mod:`attnkit.decoding`: ``log_softmax(W f + b)`` of the model's
         ``step_features(prev_tokens, state) -> (f (B, E), state, attention)``. The output layer
-        is a separate stage so that :class:`attnkit.decoding.ShortlistDecoder` can project onto a
-        subset of the vocabulary instead."""
+        is a separate stage so that :class:`attnkit.decoding.OutputLayerDecoder` can prepare it once
+        per batch (packed, or restricted to a shortlist of the vocabulary)."""
         features, state, attn = self.step_features(prev_tokens, state)
         return torch.log_softmax(F.linear(features, *self.output_layer()), dim=-1), state, attn  # (B, V)
 

@@ -7,7 +7,7 @@ from typing import Sequence
 import torch
 
 from ...data.tokenizer import MODEL_FILENAME, Tokenizer
-from ...decoding import ShortlistDecoder, beam_search, greedy_search
+from ...decoding import OutputLayerDecoder, beam_search, greedy_search
 from ...errors import InputError
 from ...models.base import AttentionMaps
 from ..wrapper import InferenceWrapper
@@ -143,10 +143,10 @@ class Translator(InferenceWrapper):
                 src[r, :len(ids[i])] = torch.as_tensor(list(ids[i]), dtype=torch.long)
             inputs = {"src": src.to(self.device), "src_lengths": lens.to(self.device)}
             max_len = min(self.max_len, int(lens.max()) * 2 + 10)
-            model, bos, eos = self.model, tok.bos_id, tok.eos_id
-            if shortlist is not None:  # search in the shortlist's token space, map back after
-                model = ShortlistDecoder(self.model, shortlist.ids_for(src, always=(tok.bos_id, tok.eos_id, tok.unk_id)))
-                bos, eos = model.index_of(bos), model.index_of(eos)
+            # the output layer prepared once for the batch (and searched in the shortlist's token space)
+            vocab = None if shortlist is None else shortlist.ids_for(src, always=(tok.bos_id, tok.eos_id, tok.unk_id))
+            model = OutputLayerDecoder(self.model, vocab)
+            bos, eos = model.index_of(tok.bos_id), model.index_of(tok.eos_id)
             if beam_size <= 1:
                 hyps = greedy_search(model, inputs, bos_id=bos, eos_id=eos, max_len=max_len,
                                      return_attention=return_attention)
@@ -154,9 +154,8 @@ class Translator(InferenceWrapper):
                 hyps = [h[0] for h in beam_search(model, inputs, beam_size=beam_size, bos_id=bos, eos_id=eos,
                                                   max_len=max_len, length_penalty=length_penalty,
                                                   return_attention=return_attention)]
-            if shortlist is not None:
-                for h in hyps:
-                    h.tokens = model.vocabulary_ids(h.tokens)
+            for h in hyps:
+                h.tokens = model.vocabulary_ids(h.tokens)
             for i, h in zip(chunk, hyps):
                 res = {"translation": self.tokenizer.decode(h.tokens), "tokens": h.tokens, "score": h.score}
                 if return_attention and h.attention is not None:

@@ -3,7 +3,7 @@
 Vocabulary selection for decoding (Jean et al. 2015; Marian's ``--shortlist``, CTranslate2's
 vocabulary map): the search scores only the ``frequent`` most common target pieces plus, for
 every source piece in the batch, its ``per_source`` most associated target pieces, instead of
-the whole vocabulary (:class:`attnkit.decoding.ShortlistDecoder`). The association is the Dice
+the whole vocabulary (:class:`attnkit.decoding.OutputLayerDecoder`). The association is the Dice
 coefficient over the training pairs, counted per sentence::
 
     dice(s, t) = 2 c(s, t) / (c(s) + c(t))

@@ -1,0 +1,134 @@
+"""Decoding with the output layer prepared once per batch: packed for the GEMM, and optionally
+restricted to a shortlist of the vocabulary.
+
+Most of a translation step's time is the output layer: every live beam against all ``V`` rows of
+the output matrix. :class:`OutputLayerDecoder` wraps a model that exposes that layer
+(``step_features`` and ``output_layer``) and prepares it once per batch instead of at every step:
+
+* **Packed weights.** On the CPU in float32 the projection runs through oneDNN with the weight
+  reordered once into its blocked layout (``torch.ops.mkldnn``, the path ``torch.compile``'s
+  weight freezing takes for a constant linear layer). On this project's AMD EPYC it is 2.4× faster
+  than ``F.linear`` (MKL) at 188 × 256 × 8,000, with float32 arithmetic; elsewhere, or when autograd
+  is on, it is ``F.linear``.
+* **Vocabulary selection** (Jean et al. 2015; the lexical shortlists of Marian and CTranslate2's
+  ``use_vmap``). Given ``ids``, a subset ``V' ⊂ V`` chosen for the batch (the frequent target
+  words plus likely translations of its source words), only those rows are scored, and the softmax
+  normalises over them::
+
+      log p'(y | ...) = z_y - log Σ_{y' ∈ V'} exp z_{y'}        (z = W h + b, rows of W in V' only)
+
+  The search then runs unchanged in the shortlist's own token space: token ``i`` of the search is
+  vocabulary id ``ids[i]``. That is the same search as masking every logit outside ``ids`` to
+  ``-inf`` before the softmax.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .search import _takes_beams_only
+
+__all__ = ["OutputLayerDecoder", "packed_linear"]
+
+
+def _has_onednn_linear() -> bool:
+    try:
+        return torch.backends.mkldnn.is_available() and callable(torch.ops.mkldnn._linear_pointwise) \
+            and callable(torch.ops.mkldnn._reorder_linear_weight)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+_ONEDNN_LINEAR = _has_onednn_linear()
+
+
+def packed_linear(weight: Tensor, bias: Tensor | None) -> Callable[[Tensor], Tensor]:
+    """``x -> x @ weight.T + bias`` for many calls with the same weight: ``weight`` reordered once
+    for oneDNN on the CPU in float32 (without autograd), ``F.linear`` otherwise."""
+    if _ONEDNN_LINEAR and weight.device.type == "cpu" and weight.dtype == torch.float32 \
+            and (bias is None or bias.dtype == torch.float32):
+        try:
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+        except RuntimeError:  # an oneDNN build that cannot pack this weight: the plain layer
+            packed = None
+        if packed is not None:
+            def linear(x: Tensor) -> Tensor:
+                if torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu":
+                    return F.linear(x, weight, bias)
+                return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+            return linear
+    return lambda x: F.linear(x, weight, bias)
+
+
+class OutputLayerDecoder:
+    """``model`` with its output layer prepared for one batch, as an :class:`~attnkit.decoding.IncrementalDecoder`.
+
+    ``model`` provides ``step_features(prev_tokens, state) -> (features (R, E), state, attn)`` (the
+    output layer's input for one step) and ``output_layer() -> (weight (V, E), bias (V,) or None)``,
+    besides ``start`` and ``reorder``. ``ids (V',)``: search over these vocabulary ids only (None:
+    the whole vocabulary). Use :meth:`index_of` for the search's ``bos_id`` / ``eos_id`` and
+    :meth:`vocabulary_ids` to turn its tokens back into vocabulary ids (both the identity without ``ids``).
+    Build it after the weights are final (it keeps a prepared copy of the output layer).
+    """
+
+    def __init__(self, model, ids: Tensor | None = None):
+        for name in ("start", "step_features", "reorder", "output_layer"):
+            if not callable(getattr(model, name, None)):
+                raise TypeError(f"model must provide {name}() to decode with a prepared output layer; "
+                                f"{type(model).__name__} does not")
+        weight, bias = model.output_layer()
+        weight, bias = weight.detach(), None if bias is None else bias.detach()
+        V = weight.shape[0]
+        self.model = model
+        self.ids = None
+        self._position: dict[int, int] | None = None
+        if ids is not None:
+            if not isinstance(ids, Tensor) or ids.dim() != 1 or ids.dtype not in (torch.int32, torch.int64) \
+                    or not len(ids):
+                raise ValueError(f"ids must be a non-empty 1-D integer tensor, got {getattr(ids, 'shape', type(ids))}")
+            if int(ids.min()) < 0 or int(ids.max()) >= V:
+                raise ValueError(f"ids must lie in [0, {V}) (the output vocabulary), got [{int(ids.min())}, {int(ids.max())}]")
+            ids = ids.to(device=weight.device, dtype=torch.long)
+            if len(torch.unique(ids)) != len(ids):
+                raise ValueError("ids must not repeat a vocabulary id")
+            self.ids = ids
+            self._position = {int(v): i for i, v in enumerate(ids.tolist())}
+            weight = weight.index_select(0, ids)  # (V', E)
+            bias = None if bias is None else bias.index_select(0, ids)  # (V',)
+        self.vocab_size = weight.shape[0]
+        self._project = packed_linear(weight, bias)
+        self._beams_only = _takes_beams_only(model)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def index_of(self, token_id: int) -> int:
+        """The search's index of vocabulary id ``token_id`` (``ValueError`` when it is not in the shortlist)."""
+        if self._position is None:
+            return token_id
+        if token_id not in self._position:
+            raise ValueError(f"token id {token_id} is not in the shortlist (bos and eos must be)")
+        return self._position[token_id]
+
+    def vocabulary_ids(self, tokens: list[int]) -> list[int]:
+        """The search's tokens (a hypothesis's ``tokens``) -> vocabulary ids."""
+        if self.ids is None or not tokens:
+            return list(tokens)
+        return self.ids[torch.as_tensor(tokens, dtype=torch.long, device=self.ids.device)].tolist()
+
+    def start(self, **inputs):
+        return self.model.start(**inputs)
+
+    def step(self, prev_tokens: Tensor, state):
+        """``prev_tokens (R,)`` search tokens -> ``(log p (R, V'), state, attn)``."""
+        prev = prev_tokens if self.ids is None else self.ids[prev_tokens]
+        features, state, attn = self.model.step_features(prev, state)  # (R, E)
+        return torch.log_softmax(self._project(features), dim=-1), state, attn  # (R, V')
+
+    def reorder(self, state, index: Tensor, *, beams_only: bool = False):
+        if beams_only and self._beams_only:
+            return self.model.reorder(state, index, beams_only=True)
+        return self.model.reorder(state, index)
