@@ -65,18 +65,13 @@ class TutorialRNNSearch(RNNSearch):
     """The same model, scoring the tutorial way: ``W_a [s_{t-1}; h_j]`` recomputed at every step."""
 
     def _context(self, s_prev, state, need_weights):
-        h = state["annotations"]  # (B, S, 2H)
+        h = state.memory.values  # (B, S, 2H): the annotations
         sc = self.attention.score
         w_a = torch.cat([sc.w_query.weight, sc.w_key.weight], 1)  # (A, H + 2H)
         cat = torch.cat([s_prev.unsqueeze(1).expand(-1, h.shape[1], -1), h], -1)  # (B, S, 3H) every step
         e = torch.tanh(torch.nn.functional.linear(cat, w_a, sc.w_key.bias)) @ sc.v  # (B, S)
-        a = masked_softmax(e, state["mask"])
+        a = masked_softmax(e, state.mask)
         return (a.unsqueeze(1) @ h).squeeze(1), a
-
-    def encode(self, src, src_lengths):
-        st = super().encode(src, src_lengths)
-        st["annotations"] = st["memory"].values
-        return st
 
 
 def prepared_vs_tutorial(V, dim, B, L, repeats):
