@@ -61,7 +61,7 @@ class NoCacheDecoder:
 
     def step(self, prev, state):
         prefix = torch.cat([state["prefix"], prev.unsqueeze(1)], dim=1)
-        h, _ = self.m._decode(self.m._embed_tgt(prefix), state["memory"], state["mask"])
+        h = self.m.decoder(self.m._embed_tgt(prefix), state["memory"], memory_key_padding_mask=state["mask"]).output
         log_probs = torch.log_softmax(self.m._logits(h[:, -1]), dim=-1)
         return log_probs, dict(state, prefix=prefix), None
 
