@@ -309,3 +309,8 @@ def test_shortlist_cli_build_translate_evaluate(trained, bible_home, capsys, tmp
     assert "per_source must be an int >= 1" in capsys.readouterr().err
     assert cli_main(["translate", "--model", model, "--truncate", "palabra " * 200]) == 0
     capsys.readouterr()
+    copy = tmp_path / "model"  # without --output: beside the model's weights, and the model still loads
+    subprocess.run(["cp", "-r", model, str(copy)], check=True)
+    assert cli_main(["--home", str(bible_home), "shortlist", "--model", str(copy), "--split", "valid"]) == 0
+    assert (copy / "shortlist.safetensors").is_file() and "wrote" in capsys.readouterr().out
+    assert Translator.load(copy).translate(sentences[:1], shortlist=LexicalShortlist.load(copy / "shortlist.safetensors"))

@@ -118,9 +118,10 @@ def _load_shortlist(path: str | None):
 
 def cmd_shortlist(args) -> None:
     from .data.bible import load_pairs
+    from .tasks.translation.lexical_shortlist import FILENAME
 
     tr = _load_translator(args)
-    out = Path(args.output) if args.output else _model_path(args.model, DEFAULT_TRANSLATION_MODEL) / "shortlist.safetensors"
+    out = Path(args.output) if args.output else _model_path(args.model, DEFAULT_TRANSLATION_MODEL) / FILENAME
     try:
         shortlist = tr.build_shortlist(load_pairs(args.split, home=args.home), frequent=args.frequent,
                                        per_source=args.per_source)

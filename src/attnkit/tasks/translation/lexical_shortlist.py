@@ -13,8 +13,9 @@ and ``c(s)``, ``c(t)`` count the pairs with each piece. Dice ranks a piece's tra
 pieces that are merely frequent everywhere (those come in through ``frequent``).
 
 Stored as one safetensors file: ``frequent (N,)`` and ``table (V, M)`` int32 (``-1`` pads a row
-with fewer than M associated pieces), with the settings and the tokenizer's sha256 as metadata,
-so that a shortlist is never used with another tokenizer.
+with fewer than M associated pieces), with the format's name and the tokenizer's sha256 as
+metadata, so that a shortlist is never used with another tokenizer. ``FILENAME`` is its name in a
+model's folder (what ``attnkit shortlist`` writes by default).
 """
 from __future__ import annotations
 
