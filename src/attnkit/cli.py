@@ -453,6 +453,8 @@ class _VersionAction(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .tasks.translation.lexical_shortlist import DEFAULT_FREQUENT, DEFAULT_PER_SOURCE
+
     p = argparse.ArgumentParser(prog="attnkit", description="Attention mechanisms for PyTorch, and the models built from them.")
     p.add_argument("--version", action=_VersionAction, help="print the attnkit and torch versions and the device auto picks")
     p.add_argument("--home", default=None, help="data and cache folder (default $ATTNKIT_HOME or ~/.cache/attnkit)")
@@ -513,10 +515,10 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--output", default=None, help="where to write it (default: shortlist.safetensors in the model's folder)")
     sl.add_argument("--split", default="train", choices=["train", "valid", "test"],
                     help="the Bible pairs to count (default: train)")
-    sl.add_argument("--frequent", type=int, default=1000, help="the most common English pieces always in the list "
-                    "(default: 1000)")
-    sl.add_argument("--per-source", type=int, default=20, help="English pieces per Spanish piece, by Dice "
-                    "association (default: 20)")
+    sl.add_argument("--frequent", type=int, default=DEFAULT_FREQUENT, help="the most common English pieces always "
+                    f"in the list (default: {DEFAULT_FREQUENT})")
+    sl.add_argument("--per-source", type=int, default=DEFAULT_PER_SOURCE, help="English pieces per Spanish piece, "
+                    f"by Dice association (default: {DEFAULT_PER_SOURCE})")
     _add_device_flags(sl)
     sl.set_defaults(func=cmd_shortlist)
 

@@ -11,7 +11,7 @@ from ...decoding import OutputLayerDecoder, beam_search, greedy_search
 from ...errors import InputError
 from ...models.base import AttentionMaps
 from ..wrapper import InferenceWrapper
-from .lexical_shortlist import LexicalShortlist, ShortlistError, tokenizer_digest
+from .lexical_shortlist import DEFAULT_FREQUENT, DEFAULT_PER_SOURCE, LexicalShortlist, ShortlistError, tokenizer_digest
 
 
 @dataclass
@@ -60,7 +60,8 @@ class Translator(InferenceWrapper):
             raise ShortlistError("the shortlist was built with another tokenizer than this model's; "
                                  "build it for this model with `attnkit shortlist --model MODEL`")
 
-    def build_shortlist(self, pairs: Sequence, *, frequent: int = 1000, per_source: int = 20) -> LexicalShortlist:
+    def build_shortlist(self, pairs: Sequence, *, frequent: int = DEFAULT_FREQUENT,
+                        per_source: int = DEFAULT_PER_SOURCE) -> LexicalShortlist:
         """A :class:`LexicalShortlist` counted over ``pairs`` (objects with ``src`` and ``tgt`` text,
         e.g. :func:`attnkit.data.bible.load_pairs` of the training split), with this model's tokenizer."""
         tok = self.tokenizer

@@ -36,6 +36,9 @@ __all__ = ["LexicalShortlist", "ShortlistError", "tokenizer_digest"]
 
 FORMAT = "attnkit-lexical-shortlist"
 FILENAME = "shortlist.safetensors"
+#: The default sizes, chosen on the validation split (beam 5: 37.79 BLEU against 37.97 over the whole
+#: vocabulary, with about 3,300 of 8,000 pieces per batch of 64 verses).
+DEFAULT_FREQUENT, DEFAULT_PER_SOURCE = 1000, 20
 
 
 class ShortlistError(AttnkitError, ValueError):
@@ -68,7 +71,8 @@ class LexicalShortlist:
 
     @classmethod
     def build(cls, src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]], *, vocab_size: int,
-              tokenizer_sha256: str, frequent: int = 1000, per_source: int = 20) -> "LexicalShortlist":
+              tokenizer_sha256: str, frequent: int = DEFAULT_FREQUENT,
+              per_source: int = DEFAULT_PER_SOURCE) -> "LexicalShortlist":
         """Count a parallel corpus of token ids (``src_ids[i]`` translates to ``tgt_ids[i]``)."""
         _check_count("vocab_size", vocab_size, 1)
         _check_count("frequent", frequent, 0)
