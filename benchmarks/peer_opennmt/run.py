@@ -272,7 +272,8 @@ def main() -> None:
         (work / "train_facts.json").write_text(json.dumps(facts, indent=2))
     # both rates from the logs, so that --decode-only reports them as a fresh run would
     facts["attnkit_tokens_per_s"] = run_totals(work / "attnkit")["tokens_per_s"]  # its run folder's own log
-    facts["onmt_tokens_per_s"] = onmt_target_tokens_per_s(work / "onmt.log")
+    if (work / "onmt.log").is_file():  # a work folder copied without its logs keeps the recorded rate
+        facts["onmt_tokens_per_s"] = onmt_target_tokens_per_s(work / "onmt.log")
     rows = decode_both(work, files, facts, args)
     facts.update(parameter_counts(facts, work.parent / "onmt-venv"))
     report = {"model": args.model, "minutes": args.minutes, "threads": args.threads, **facts, "rows": rows}
