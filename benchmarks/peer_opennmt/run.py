@@ -93,7 +93,8 @@ def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 def prepare_data(work: Path) -> dict:
-    """attnkit's split as piece files (one verse a line), and the test references as text."""
+    """attnkit's split as piece files (one verse a line, OpenNMT-py's input) and as plain text
+    (``*.txt``: attnkit's input and the references)."""
     data = work / "data"
     data.mkdir(parents=True, exist_ok=True)
     tok = get_tokenizer(8000)
@@ -106,7 +107,7 @@ def prepare_data(work: Path) -> dict:
                 path.write_text("".join(" ".join(tok.id_to_piece(i) for i in tok.encode(getattr(p, attr))) + "\n"
                                         for p in pairs), encoding="utf-8")
             files[f"{split}.{side}"] = path
-        (data / f"{split}.en.txt").write_text("".join(p.tgt + "\n" for p in pairs), encoding="utf-8")
+            (data / f"{split}.{side}.txt").write_text("".join(getattr(p, attr) + "\n" for p in pairs), encoding="utf-8")
     return files
 
 
@@ -213,8 +214,8 @@ def decode_both(work: Path, files: dict, facts: dict, args) -> list[dict]:
     srcs = files["test.es"].read_text(encoding="utf-8").splitlines()
     n = len(refs) if args.test_limit is None else min(args.test_limit, len(refs))
     (work / "test.es").write_text("\n".join(srcs[:n]) + "\n", encoding="utf-8")
-    plain = [p.src for p in load_pairs("test")][:n]  # attnkit reads text and tokenises it itself
-    (work / "test.es.txt").write_text("\n".join(plain) + "\n", encoding="utf-8")
+    plain = (work / "data" / "test.es.txt").read_text(encoding="utf-8").splitlines()  # attnkit tokenises itself
+    (work / "test.es.txt").write_text("\n".join(plain[:n]) + "\n", encoding="utf-8")
     venv = work.parent / "onmt-venv"
     attnkit_env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(ROOT / "src"))
     attnkit = [sys.executable, "-m", "attnkit.cli"]

@@ -213,12 +213,12 @@ def cmd_evaluate_translation(args) -> None:
     from .training.checkpoint import CheckpointError
 
     reports = []
+    shortlist = _load_shortlist(args.shortlist)  # read once, checked against each model's tokenizer
     for name in args.model or [DEFAULT_TRANSLATION_MODEL]:
         m = _model_path(name, DEFAULT_TRANSLATION_MODEL)
         try:
             reports.append(evaluate_translation(m, split=args.split, limit=args.limit, beam_size=args.beam, home=args.home,
-                                                device=args.device, dtype=args.precision,
-                                                shortlist=_load_shortlist(args.shortlist)))
+                                                device=args.device, dtype=args.precision, shortlist=shortlist))
         except CheckpointError as exc:
             raise CLIError(f"cannot load model: {exc}") from None
     if args.output:

@@ -98,12 +98,8 @@ class OutputLayerDecoder:
             self._position = {int(v): i for i, v in enumerate(ids.tolist())}
             weight = weight.index_select(0, ids)  # (V', E)
             bias = None if bias is None else bias.index_select(0, ids)  # (V',)
-        self.vocab_size = weight.shape[0]
         self._project = packed_linear(weight, bias)
         self._beams_only = _takes_beams_only(model)
-
-    def __len__(self) -> int:
-        return self.vocab_size
 
     def index_of(self, token_id: int) -> int:
         """The search's index of vocabulary id ``token_id`` (``ValueError`` when it is not in the shortlist)."""

@@ -11,8 +11,8 @@ A model generates by implementing three methods (the :class:`IncrementalDecoder`
     One decoder step for every row: ``prev_tokens`` (R,) long is each row's previous token
     (``bos_id`` at the first step); returns ``log_probs`` (R, V), already log-softmaxed, the new
     state, and ``attn`` (R, Nk), this step's attention weights over the Nk source positions (or
-    None). The step must treat rows independently. Beam search's first step has one row per sentence (every beam starts from bos); it then
-    expands them into K beams each with ``reorder``.
+    None). The step must treat rows independently. Beam search's first step has one row per
+    sentence (every beam starts from bos); it then expands them into K beams each with ``reorder``.
 
 ``state = model.reorder(state, index)``
     Select rows: ``index`` (R',) long; row i of the result is row ``index[i]`` of ``state``
@@ -342,9 +342,11 @@ def _top_candidates(scores: torch.Tensor, log_probs: torch.Tensor, n: int):
     token. Fewer than ``n`` real candidates are completed with ``-inf`` ones on real rows.
 
     Exact, in two stages instead of one ``topk`` over all ``R*V`` candidates of a sentence (0.7
-    against 3.4 ms at 64 sentences × 5 beams × 8,000 tokens, one thread): the best ``n`` candidates lie in the ``n`` chunks of
-    :data:`CHUNK` tokens with the highest maxima (any chunk outside them has ``n`` chunk maxima,
-    ``n`` candidates, at least as good as its own best), so only those ``n * CHUNK`` are ranked.
+    against 3.4 ms at 64 sentences × 5 beams × 8,000 tokens, one thread): the best ``n`` candidates
+    lie in the ``n`` chunks of :data:`CHUNK` tokens with the highest maxima (any chunk outside them
+    has ``n`` chunk maxima, ``n`` candidates, at least as good as its own best), so only those
+    ``n * CHUNK`` are ranked. (A vocabulary that is not a multiple of :data:`CHUNK` is padded with
+    ``-inf``, a copy per step.)
     """
     A, R = scores.shape
     V = log_probs.size(1)
