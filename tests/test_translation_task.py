@@ -300,6 +300,9 @@ def test_shortlist_cli_build_translate_evaluate(trained, bible_home, capsys, tmp
                      "--beam", "2", "--shortlist", str(path), "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["shortlist"] is True and rep["n_sentences"] == 4
+    assert cli_main(["--home", str(bible_home), "evaluate", "translation", "--model", model, "--limit", "2",
+                     "--beam", "2", "--shortlist", str(path)]) == 0
+    assert "(beam 2, lexical shortlist)" in capsys.readouterr().out  # the table says how it decoded
     with pytest.raises(ShortlistError, match="another tokenizer"):
         tr.translate(sentences, shortlist=LexicalShortlist(sl.frequent, sl.table, "0" * 64))
     assert cli_main(["translate", "--model", model, "--shortlist", str(tmp_path / "none.safetensors"), "Hola"]) == 2

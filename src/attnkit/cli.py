@@ -234,7 +234,8 @@ def cmd_evaluate_translation(args) -> None:
         return
     for r in reports:
         print(f"{r['model']} ({r['model_type']}): BLEU {r['bleu']:.2f}  chrF {r['chrf']:.2f}  "
-              f"on {r['n_sentences']} {r['split']} verses, {r['sentences_per_s']:.1f} sentences/s (beam {r['beam_size']})")
+              f"on {r['n_sentences']} {r['split']} verses, {r['sentences_per_s']:.1f} sentences/s (beam {r['beam_size']}"
+              f"{', lexical shortlist' if r.get('shortlist') else ''})")
         print("  source words  " + "  ".join(f"{b['bucket']:>6}" for b in r["by_length"]))
         print("  verses        " + "  ".join(f"{b['n']:>6}" for b in r["by_length"]))
         print("  BLEU          " + "  ".join(f"{b['bleu']:>6.1f}" for b in r["by_length"]))
