@@ -8,6 +8,7 @@ query each (B=64, Nq=1, Nk=50, A=256, all kept for one backward, as teacher-forc
 Times are medians of interleaved repetitions in one process; peak memory is the growth of the
 resident set of a fresh process that runs one forward+backward.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,11 +45,11 @@ def run(fn, B, Nq, Nk, A, steps):
 def peak_mb(kind: str, shape: str) -> float:
     code = f"""
 import resource, sys, torch
-sys.path.insert(0, {str(ROOT / 'src')!r}); sys.path.insert(0, {str(Path(__file__).parent)!r})
+sys.path.insert(0, {str(ROOT / "src")!r}); sys.path.insert(0, {str(Path(__file__).parent)!r})
 from additive_fused import SHAPES, broadcast, run
 from attnkit.attention.additive_fused import additive_scores
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-run({'additive_scores' if kind == 'fused' else 'broadcast'}, *SHAPES[{shape!r}])
+run({"additive_scores" if kind == "fused" else "broadcast"}, *SHAPES[{shape!r}])
 print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)
 """
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
@@ -71,9 +72,17 @@ def main() -> None:
             times["fused"].append(run(additive_scores, *shape))
         med = {k: statistics.median(v[1:]) for k, v in times.items()}
         mem = mems[name]
-        rows.append({"shape": name, "B_Nq_Nk_A_steps": shape, "broadcast_ms": round(med["broadcast"] * 1e3, 1),
-                     "fused_ms": round(med["fused"] * 1e3, 1), "speedup": round(med["broadcast"] / med["fused"], 2),
-                     "broadcast_peak_mb": round(mem["broadcast"], 1), "fused_peak_mb": round(mem["fused"], 1)})
+        rows.append(
+            {
+                "shape": name,
+                "B_Nq_Nk_A_steps": shape,
+                "broadcast_ms": round(med["broadcast"] * 1e3, 1),
+                "fused_ms": round(med["fused"] * 1e3, 1),
+                "speedup": round(med["broadcast"] / med["fused"], 2),
+                "broadcast_peak_mb": round(mem["broadcast"], 1),
+                "fused_peak_mb": round(mem["fused"], 1),
+            }
+        )
         print(rows[-1])
     Path(args.output).write_text(json.dumps({"threads": args.threads, "rows": rows}, indent=2))
 

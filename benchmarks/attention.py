@@ -16,6 +16,7 @@ Measured (medians of interleaved repetitions, so the ratios are robust to backgr
 4. Additive attention at NMT shapes (B=64, Nq=Nk=50, hidden 512) vs the broadcast form of
    OpenNMT-py's ``mlp`` score: inference (no grad) and forward+backward.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from attnkit import MultiHeadAttention, attend  # noqa: E402
-from attnkit.attention import scores as S  # noqa: E402
+from attnkit import MultiHeadAttention, attend
+from attnkit.attention import scores as S
 
 OUT = Path(__file__).resolve().parent / "results"
 
@@ -54,7 +55,7 @@ def bench(fns: dict, repeats: int, warmup: int = 1) -> dict:
 def matmul_peak(repeats: int) -> float:
     a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
     t = bench({"mm": lambda: a @ b}, repeats)["mm"]
-    return 2 * 2048 ** 3 / t / 1e9
+    return 2 * 2048**3 / t / 1e9
 
 
 def sdpa_table(sizes, repeats, peak) -> list[dict]:
@@ -64,23 +65,33 @@ def sdpa_table(sizes, repeats, peak) -> list[dict]:
         q, k, v = (torch.randn(B, H, n, D) for _ in range(3))
 
         def naive():
-            w = torch.softmax(q @ k.transpose(-2, -1) / D ** 0.5, -1)
+            w = torch.softmax(q @ k.transpose(-2, -1) / D**0.5, -1)
             return w @ v
 
-        t = bench({
-            "attnkit": lambda: attend(q, k, v, need_weights=False),
-            "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
-            "naive": naive,
-        }, repeats)
+        t = bench(
+            {
+                "attnkit": lambda: attend(q, k, v, need_weights=False),
+                "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
+                "naive": naive,
+            },
+            repeats,
+        )
         flops = 4 * B * H * n * n * D
-        rows.append({"N": n, **{f"{k}_ms": round(v * 1e3, 2) for k, v in t.items()},
-                     "attnkit_vs_sdpa_speed": round(t["sdpa"] / t["attnkit"], 3),
-                     "attnkit_vs_naive_speed": round(t["naive"] / t["attnkit"], 3),
-                     "attnkit_gflops": round(flops / t["attnkit"] / 1e9, 1),
-                     "share_of_matmul_peak": round(flops / t["attnkit"] / 1e9 / peak, 3)})
-        print(f"  N={n:5d}  attnkit {t['attnkit'] * 1e3:8.2f} ms  sdpa {t['sdpa'] * 1e3:8.2f} ms  "
-              f"naive {t['naive'] * 1e3:8.2f} ms  -> {rows[-1]['attnkit_vs_sdpa_speed']:.2f}x of sdpa, "
-              f"{rows[-1]['attnkit_gflops']} GFLOP/s ({rows[-1]['share_of_matmul_peak']:.0%} of peak)")
+        rows.append(
+            {
+                "N": n,
+                **{f"{k}_ms": round(v * 1e3, 2) for k, v in t.items()},
+                "attnkit_vs_sdpa_speed": round(t["sdpa"] / t["attnkit"], 3),
+                "attnkit_vs_naive_speed": round(t["naive"] / t["attnkit"], 3),
+                "attnkit_gflops": round(flops / t["attnkit"] / 1e9, 1),
+                "share_of_matmul_peak": round(flops / t["attnkit"] / 1e9 / peak, 3),
+            }
+        )
+        print(
+            f"  N={n:5d}  attnkit {t['attnkit'] * 1e3:8.2f} ms  sdpa {t['sdpa'] * 1e3:8.2f} ms  "
+            f"naive {t['naive'] * 1e3:8.2f} ms  -> {rows[-1]['attnkit_vs_sdpa_speed']:.2f}x of sdpa, "
+            f"{rows[-1]['attnkit_gflops']} GFLOP/s ({rows[-1]['share_of_matmul_peak']:.0%} of peak)"
+        )
     return rows
 
 
@@ -94,19 +105,28 @@ def mha_compare(B, N, E, H, repeats) -> dict:
         def run():
             out = fn()
             out.sum().backward()
+
         return run
 
     res = {}
     for need in (False, True):
-        t = bench({
-            "attnkit": step(lambda: ours(x, need_weights=need)[0]),
-            "torch": step(lambda: theirs(x, x, x, need_weights=need, average_attn_weights=False)[0]),
-        }, repeats)
+        t = bench(
+            {
+                "attnkit": step(lambda: ours(x, need_weights=need)[0]),
+                "torch": step(lambda: theirs(x, x, x, need_weights=need, average_attn_weights=False)[0]),
+            },
+            repeats,
+        )
         key = "with_weights" if need else "no_weights"
-        res[key] = {"attnkit_ms": round(t["attnkit"] * 1e3, 2), "torch_ms": round(t["torch"] * 1e3, 2),
-                    "attnkit_vs_torch_speed": round(t["torch"] / t["attnkit"], 3)}
-        print(f"  MHA fwd+bwd {key:12s}: attnkit {t['attnkit'] * 1e3:.1f} ms, torch {t['torch'] * 1e3:.1f} ms "
-              f"-> {res[key]['attnkit_vs_torch_speed']:.2f}x")
+        res[key] = {
+            "attnkit_ms": round(t["attnkit"] * 1e3, 2),
+            "torch_ms": round(t["torch"] * 1e3, 2),
+            "attnkit_vs_torch_speed": round(t["torch"] / t["attnkit"], 3),
+        }
+        print(
+            f"  MHA fwd+bwd {key:12s}: attnkit {t['attnkit'] * 1e3:.1f} ms, torch {t['torch'] * 1e3:.1f} ms "
+            f"-> {res[key]['attnkit_vs_torch_speed']:.2f}x"
+        )
     return res
 
 
@@ -139,15 +159,18 @@ def additive_memory(n: int, tmp: Path) -> dict:
     outs = {}
     for mode in ("direct", "blocked"):
         f = tmp / f"additive_{mode}.pt"
-        r = subprocess.run([sys.executable, "-c", _MEM_CHILD, mode, str(n), src, str(f)], capture_output=True, text=True,
-                           check=True)
-        res[f"{mode}_peak_mb"] = round(int(r.stdout.strip()) / 2 ** 20, 1)
+        r = subprocess.run(
+            [sys.executable, "-c", _MEM_CHILD, mode, str(n), src, str(f)], capture_output=True, text=True, check=True
+        )
+        res[f"{mode}_peak_mb"] = round(int(r.stdout.strip()) / 2**20, 1)
         outs[mode] = torch.load(f)
         f.unlink()
     res["blocked_over_direct_memory"] = round(res["blocked_peak_mb"] / max(res["direct_peak_mb"], 1e-9), 4)
     res["max_abs_difference"] = float((outs["direct"] - outs["blocked"]).abs().max())
-    print(f"  additive N={n}: direct {res['direct_peak_mb']} MB, blocked {res['blocked_peak_mb']} MB "
-          f"({res['blocked_over_direct_memory']:.2%}), max |diff| {res['max_abs_difference']:.2e}")
+    print(
+        f"  additive N={n}: direct {res['direct_peak_mb']} MB, blocked {res['blocked_peak_mb']} MB "
+        f"({res['blocked_over_direct_memory']:.2%}), max |diff| {res['max_abs_difference']:.2e}"
+    )
     return res
 
 
@@ -169,13 +192,23 @@ def additive_nmt(B, N, A, repeats) -> dict:
         diff = float((onmt_mlp() - ours()).abs().max())
         t_inf = bench({"attnkit": ours, "onmt": onmt_mlp}, repeats)
     t_train = bench({"attnkit": lambda: ours().sum().backward(), "onmt": lambda: onmt_mlp().sum().backward()}, repeats)
-    res = {"max_abs_difference": diff,
-           "inference": {"attnkit_ms": round(t_inf["attnkit"] * 1e3, 2), "onmt_ms": round(t_inf["onmt"] * 1e3, 2),
-                         "speedup": round(t_inf["onmt"] / t_inf["attnkit"], 2)},
-           "forward_backward": {"attnkit_ms": round(t_train["attnkit"] * 1e3, 2), "onmt_ms": round(t_train["onmt"] * 1e3, 2),
-                                "speedup": round(t_train["onmt"] / t_train["attnkit"], 2)}}
-    print(f"  additive B={B} N={N} A={A}: inference {res['inference']['speedup']}x, fwd+bwd "
-          f"{res['forward_backward']['speedup']}x vs OpenNMT-py mlp broadcast form (max |diff| {diff:.1e})")
+    res = {
+        "max_abs_difference": diff,
+        "inference": {
+            "attnkit_ms": round(t_inf["attnkit"] * 1e3, 2),
+            "onmt_ms": round(t_inf["onmt"] * 1e3, 2),
+            "speedup": round(t_inf["onmt"] / t_inf["attnkit"], 2),
+        },
+        "forward_backward": {
+            "attnkit_ms": round(t_train["attnkit"] * 1e3, 2),
+            "onmt_ms": round(t_train["onmt"] * 1e3, 2),
+            "speedup": round(t_train["onmt"] / t_train["attnkit"], 2),
+        },
+    }
+    print(
+        f"  additive B={B} N={N} A={A}: inference {res['inference']['speedup']}x, fwd+bwd "
+        f"{res['forward_backward']['speedup']}x vs OpenNMT-py mlp broadcast form (max |diff| {diff:.1e})"
+    )
     return res
 
 
@@ -193,8 +226,14 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
     peak = matmul_peak(reps)
     print(f"fp32 matmul peak (2048² GEMM): {peak:.1f} GFLOP/s")
-    result = {"machine": {"torch": torch.__version__, "threads": torch.get_num_threads(), "platform": platform.platform(),
-                          "matmul_peak_gflops": round(peak, 1)}}
+    result = {
+        "machine": {
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "platform": platform.platform(),
+            "matmul_peak_gflops": round(peak, 1),
+        }
+    }
     print("1. scaled dot-product attention, B=1, H=8, D=64")
     result["sdpa"] = sdpa_table([64, 128] if q else [256, 512, 1024, 2048, 4096], reps, peak)
     print("2. multi-head attention vs torch.nn.MultiheadAttention")

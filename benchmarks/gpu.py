@@ -13,6 +13,7 @@
 Every ratio compares two things timed in the same run. Without CUDA the script says so and exits:
 no number in this repository was measured on a GPU unless benchmarks/RESULTS.md names the GPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,14 @@ def timed(fn, device, repeats=5):
 def train_throughput(device, steps: int) -> list[dict]:
     from attnkit.data.batching import encode_pairs
     from attnkit.data.bible import load_pairs
-    from attnkit.tasks.translation import (TranslationConfig, build_optimizer, build_translation_model,
-                                           get_tokenizer, translation_batches, translation_loss_fn)
+    from attnkit.tasks.translation import (
+        TranslationConfig,
+        build_optimizer,
+        build_translation_model,
+        get_tokenizer,
+        translation_batches,
+        translation_loss_fn,
+    )
     from attnkit.training import ListBatches, Trainer
 
     tok = get_tokenizer(8000)
@@ -64,9 +71,21 @@ def train_throughput(device, steps: int) -> list[dict]:
         model = build_translation_model(cfg, tok.vocab_size)
         opt, sched = build_optimizer(cfg, model)
         with tempfile.TemporaryDirectory() as tmp:
-            tr = Trainer(model, opt, loss_fn=translation_loss_fn(tok.pad_id, 0.1), train_batches=ListBatches(batches),
-                         scheduler=sched, out_dir=tmp, save_every_steps=10**9, max_epochs=1, seed=0, log_every=10**9,
-                         progress=False, device=device, precision=precision)
+            tr = Trainer(
+                model,
+                opt,
+                loss_fn=translation_loss_fn(tok.pad_id, 0.1),
+                train_batches=ListBatches(batches),
+                scheduler=sched,
+                out_dir=tmp,
+                save_every_steps=10**9,
+                max_epochs=1,
+                seed=0,
+                log_every=10**9,
+                progress=False,
+                device=device,
+                precision=precision,
+            )
             for b in batches[:3]:
                 tr.train_step(b)
             sync(device)
@@ -74,8 +93,13 @@ def train_throughput(device, steps: int) -> list[dict]:
             for b in batches[3:]:
                 tokens += tr.train_step(b)[1]
             sync(device)
-            rows.append({"model": model_name, "precision": precision,
-                         "target_tokens_per_s": round(tokens / (time.perf_counter() - t), 1)})
+            rows.append(
+                {
+                    "model": model_name,
+                    "precision": precision,
+                    "target_tokens_per_s": round(tokens / (time.perf_counter() - t), 1),
+                }
+            )
     return rows
 
 
@@ -92,8 +116,13 @@ def decoding(device) -> list[dict]:
         t = time.perf_counter()
         tr.translate(src, beam_size=5, truncate=True)
         sync(device)
-        rows.append({"model": name, "weights": dtype or "fp32",
-                     "beam5_sentences_per_s": round(len(src) / (time.perf_counter() - t), 1)})
+        rows.append(
+            {
+                "model": name,
+                "weights": dtype or "fp32",
+                "beam5_sentences_per_s": round(len(src) / (time.perf_counter() - t), 1),
+            }
+        )
     return rows
 
 
@@ -105,8 +134,14 @@ def attention(device) -> list[dict]:
         q, k, v = (torch.randn(8, 8, n, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
         ours = timed(lambda: attend(q, k, v, score="scaled_dot", need_weights=False), device)
         sdpa = timed(lambda: F.scaled_dot_product_attention(q, k, v), device)
-        rows.append({"n": n, "attend_ms": round(ours * 1e3, 3), "sdpa_ms": round(sdpa * 1e3, 3),
-                     "attend_speed_vs_sdpa": round(sdpa / ours, 3)})
+        rows.append(
+            {
+                "n": n,
+                "attend_ms": round(ours * 1e3, 3),
+                "sdpa_ms": round(sdpa * 1e3, 3),
+                "attend_speed_vs_sdpa": round(sdpa / ours, 3),
+            }
+        )
     return rows
 
 
@@ -122,8 +157,13 @@ def main() -> None:
     from attnkit.device import resolve_device
 
     device = resolve_device(args.device)
-    report = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__,
-              "train": train_throughput(device, args.steps), "decode": decoding(device), "attention_bf16": attention(device)}
+    report = {
+        "gpu": torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
+        "train": train_throughput(device, args.steps),
+        "decode": decoding(device),
+        "attention_bf16": attention(device),
+    }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))

@@ -7,6 +7,7 @@ The shape of a translation batch's output layer: N = 1,720 real target tokens (a
 E = 256, V = 8,000 (the tied joint vocabulary), with the bias. Times are medians of interleaved
 repetitions in one process, for each thread count; the ratio is plain / fused.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,7 +53,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     h = torch.randn(N, E, requires_grad=True)
-    w = (torch.randn(V, E) * E ** -0.5).requires_grad_()
+    w = (torch.randn(V, E) * E**-0.5).requires_grad_()
     b = torch.zeros(V, requires_grad=True)
     y = torch.randint(0, V, (N,))
     rows = []
@@ -65,14 +66,34 @@ def main() -> None:
             for name, fn in (("plain", plain), ("fused", fused)):
                 times[name].append(once(fn, h, w, b, y))
         med = {k: statistics.median(v) for k, v in times.items()}
-        rows.append({"threads": threads, "plain_ms": round(med["plain"] * 1e3, 2), "fused_ms": round(med["fused"] * 1e3, 2),
-                     "speedup": round(med["plain"] / med["fused"], 3)})
-        print(f"{threads} thread(s): plain {med['plain'] * 1e3:7.1f} ms  fused {med['fused'] * 1e3:7.1f} ms  "
-              f"{med['plain'] / med['fused']:.2f}x")
+        rows.append(
+            {
+                "threads": threads,
+                "plain_ms": round(med["plain"] * 1e3, 2),
+                "fused_ms": round(med["fused"] * 1e3, 2),
+                "speedup": round(med["plain"] / med["fused"], 3),
+            }
+        )
+        print(
+            f"{threads} thread(s): plain {med['plain'] * 1e3:7.1f} ms  fused {med['fused'] * 1e3:7.1f} ms  "
+            f"{med['plain'] / med['fused']:.2f}x"
+        )
     out = Path(args.output)
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"machine": platform.platform(), "torch": torch.__version__, "N": N, "E": E, "V": V,
-                               "smoothing": SMOOTHING, "rows": rows}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "machine": platform.platform(),
+                "torch": torch.__version__,
+                "N": N,
+                "E": E,
+                "V": V,
+                "smoothing": SMOOTHING,
+                "rows": rows,
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out}", file=sys.stderr)
 
 

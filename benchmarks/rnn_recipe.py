@@ -12,6 +12,7 @@ Writes ``benchmarks/results/rnn_recipe/NAME.json``: the options, then one row pe
 (step, target tokens seen, training seconds, valid loss). Recipes are compared at equal steps and
 at equal tokens seen; run two at once with one thread each only when comparing learning, never speed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -107,12 +108,27 @@ def main() -> None:
             train_s += time.perf_counter() - t
             step, tokens = step + 1, tokens + n
             if step % args.eval_every == 0 or step == args.steps:
-                rows.append({"step": step, "tokens": tokens, "train_s": round(train_s, 1),
-                             "valid_loss": round(valid_loss(model, vbatches, tok.pad_id), 4)})
+                rows.append(
+                    {
+                        "step": step,
+                        "tokens": tokens,
+                        "train_s": round(train_s, 1),
+                        "valid_loss": round(valid_loss(model, vbatches, tok.pad_id), 4),
+                    }
+                )
                 print(rows[-1], flush=True)
-                out.write_text(json.dumps({"name": args.name, "options": options, "threads": args.threads,
-                                           "machine": platform.processor() or platform.machine(),
-                                           "rows": rows}, indent=1))
+                out.write_text(
+                    json.dumps(
+                        {
+                            "name": args.name,
+                            "options": options,
+                            "threads": args.threads,
+                            "machine": platform.processor() or platform.machine(),
+                            "rows": rows,
+                        },
+                        indent=1,
+                    )
+                )
             if step == args.steps:
                 break
         epoch += 1

@@ -12,6 +12,7 @@
    and applies ``W_a [s; h]`` at every decoder step. Same weights, same outputs (checked), timed
    over a teacher-forced decoder pass and over greedy decoding.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,14 +92,21 @@ def prepared_vs_tutorial(V, dim, B, L, repeats):
         g_o = greedy_search(ours, inputs, bos_id=1, eos_id=-1, max_len=L)
         g_t = greedy_search(tut, inputs, bos_id=1, eos_id=-1, max_len=L)
         same = all(a.tokens == b.tokens for a, b in zip(g_o, g_t))
-        t_fw = {k: median_time(lambda m=m: m(src, lengths, tgt), repeats) for k, m in (("attnkit", ours), ("tutorial", tut))}
-        t_gr = {k: median_time(lambda m=m: greedy_search(m, inputs, bos_id=1, eos_id=-1, max_len=L), repeats)
-                for k, m in (("attnkit", ours), ("tutorial", tut))}
-    return {"max_abs_difference": diff, "same_greedy_tokens": same,
-            "teacher_forced_ms": {k: round(v * 1e3, 1) for k, v in t_fw.items()},
-            "teacher_forced_speedup": round(t_fw["tutorial"] / t_fw["attnkit"], 2),
-            "greedy_ms": {k: round(v * 1e3, 1) for k, v in t_gr.items()},
-            "greedy_speedup": round(t_gr["tutorial"] / t_gr["attnkit"], 2)}
+        t_fw = {
+            k: median_time(lambda m=m: m(src, lengths, tgt), repeats) for k, m in (("attnkit", ours), ("tutorial", tut))
+        }
+        t_gr = {
+            k: median_time(lambda m=m: greedy_search(m, inputs, bos_id=1, eos_id=-1, max_len=L), repeats)
+            for k, m in (("attnkit", ours), ("tutorial", tut))
+        }
+    return {
+        "max_abs_difference": diff,
+        "same_greedy_tokens": same,
+        "teacher_forced_ms": {k: round(v * 1e3, 1) for k, v in t_fw.items()},
+        "teacher_forced_speedup": round(t_fw["tutorial"] / t_fw["attnkit"], 2),
+        "greedy_ms": {k: round(v * 1e3, 1) for k, v in t_gr.items()},
+        "greedy_speedup": round(t_gr["tutorial"] / t_gr["attnkit"], 2),
+    }
 
 
 def decoding_speed(n, quick):
@@ -148,8 +156,10 @@ def main():
         print(f"{kind}: {res[f'{kind}_train_tokens_per_s']} target tokens/s training (B={B}, {L}-token sentences)")
     res["prepared_vs_tutorial"] = prepared_vs_tutorial(V, dim, B, L, reps)
     p = res["prepared_vs_tutorial"]
-    print(f"keys projected once vs tutorial per-step concat: teacher-forced {p['teacher_forced_speedup']}x, "
-          f"greedy {p['greedy_speedup']}x (max |diff| {p['max_abs_difference']:.1e}, same tokens {p['same_greedy_tokens']})")
+    print(
+        f"keys projected once vs tutorial per-step concat: teacher-forced {p['teacher_forced_speedup']}x, "
+        f"greedy {p['greedy_speedup']}x (max |diff| {p['max_abs_difference']:.1e}, same tokens {p['same_greedy_tokens']})"
+    )
     res["decoding"] = decoding_speed(16 if q else 200, q)
     print(f"decoding: {res['decoding']}")
     OUT.mkdir(exist_ok=True)

@@ -11,6 +11,7 @@ does (``--no-heads`` leaves them out). Reports requests/s, p50/p95/max latency, 
 exception; the target is 0) and the server's peak resident memory (VmHWM), and writes
 benchmarks/results/serve.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,10 +41,15 @@ def free_port() -> int:
 def multipart(image: bytes, fields: dict) -> tuple[bytes, str]:
     """A multipart/form-data body with an ``image`` file and text fields (what a browser sends)."""
     boundary = "attnkit-bench-boundary"
-    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
-             for k, v in fields.items()]
-    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="scene.png"\r\n'
-                 f"Content-Type: image/png\r\n\r\n".encode() + image + b"\r\n")
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode() for k, v in fields.items()
+    ]
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="scene.png"\r\n'
+        f"Content-Type: image/png\r\n\r\n".encode()
+        + image
+        + b"\r\n"
+    )
     return b"".join(parts) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
 
 
@@ -67,8 +73,12 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-heads", dest="heads", action="store_false",
-                    help="translate without every layer's and head's maps (default: with them, as the page asks)")
+    ap.add_argument(
+        "--no-heads",
+        dest="heads",
+        action="store_false",
+        help="translate without every layer's and head's maps (default: with them, as the page asks)",
+    )
     ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "serve.json"))
     args = ap.parse_args()
 
@@ -85,12 +95,20 @@ def main() -> None:
         elif i % 8 == 7:  # an upload: a test scene's PNG, sent as multipart/form-data
             jobs.append(("api/caption/upload", {"scene": rng.randrange(12), "model": captioners[(i // 8) % 2]}))
         else:
-            jobs.append(("api/translate", {"text": rng.choice(verses), "model": translators[i % 3], "beam": args.beam,
-                                           "heads": args.heads}))
+            jobs.append(
+                (
+                    "api/translate",
+                    {"text": rng.choice(verses), "model": translators[i % 3], "beam": args.beam, "heads": args.heads},
+                )
+            )
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "attnkit.cli", "serve", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ})
+    server = subprocess.Popen(
+        [sys.executable, "-m", "attnkit.cli", "serve", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ},
+    )
     base = f"http://127.0.0.1:{port}/"
     try:
         for _ in range(600):
@@ -102,8 +120,10 @@ def main() -> None:
         post(base + "api/caption", {"scene": 0})  # prepare the scenes once, outside the timing
         with urllib.request.urlopen(base + "api/scenes?limit=12", timeout=300) as r:
             pngs = [base64.b64decode(s["image"].split(",", 1)[1]) for s in json.loads(r.read())["scenes"]]
-        jobs = [(ep, multipart(pngs[b["scene"]], {"model": b["model"]})) if ep.endswith("upload") else (ep, b)
-                for ep, b in jobs]
+        jobs = [
+            (ep, multipart(pngs[b["scene"]], {"model": b["model"]})) if ep.endswith("upload") else (ep, b)
+            for ep, b in jobs
+        ]
         results: list[tuple[str, int, float]] = []
         lock = threading.Lock()
         it = iter(jobs)
@@ -116,7 +136,7 @@ def main() -> None:
                     return
                 try:
                     status, secs = post(base + job[0].removesuffix("/upload"), job[1])
-                except Exception:  # noqa: BLE001 - a failed request is an error to count
+                except Exception:
                     status, secs = -1, 0.0
                 with lock:
                     results.append((job[0], status, secs))
@@ -138,13 +158,23 @@ def main() -> None:
     errors = sum(st != 200 for _, st, _ in results)
     q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [0.0] * 99
     report = {
-        "clients": args.clients, "requests": len(results), "beam": args.beam, "heads": args.heads, "errors": errors,
-        "requests_per_s": round(len(results) / wall, 2), "wall_s": round(wall, 1),
+        "clients": args.clients,
+        "requests": len(results),
+        "beam": args.beam,
+        "heads": args.heads,
+        "errors": errors,
+        "requests_per_s": round(len(results) / wall, 2),
+        "wall_s": round(wall, 1),
         "latency_s": {"p50": round(q[49], 3), "p95": round(q[94], 3), "max": round(lat[-1], 3) if lat else None},
-        "by_endpoint": {ep: {"n": sum(e == ep for e, _, _ in results),
-                             "p50_s": round(statistics.median([s for e, st, s in results if e == ep and st == 200]), 3)}
-                        for ep in ("api/translate", "api/caption", "api/caption/upload")},
-        "server_peak_rss_mb": round(peak_kb / 1024, 1), "cpu_threads": os.cpu_count(),
+        "by_endpoint": {
+            ep: {
+                "n": sum(e == ep for e, _, _ in results),
+                "p50_s": round(statistics.median([s for e, st, s in results if e == ep and st == 200]), 3),
+            }
+            for ep in ("api/translate", "api/caption", "api/caption/upload")
+        },
+        "server_peak_rss_mb": round(peak_kb / 1024, 1),
+        "cpu_threads": os.cpu_count(),
     }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(report, indent=2))

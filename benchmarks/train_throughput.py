@@ -13,6 +13,7 @@ with ``encoder_dim=128`` (OpenNMT-py's ``brnn`` 256: 128 units per encoder direc
 Prints target tokens/s and the ratio to RNNsearch; writes ``benchmarks/results/train_throughput.json``.
 Run it with nothing else on the machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,11 +33,11 @@ sys.path.insert(0, str(ROOT / "src"))
 from attnkit.data.batching import encode_pairs  # noqa: E402
 from attnkit.data.bible import load_pairs  # noqa: E402
 from attnkit.tasks.translation import (  # noqa: E402
-    translation_batches,
     TranslationConfig,
     build_optimizer,
     build_translation_model,
     get_tokenizer,
+    translation_batches,
     translation_loss_fn,
 )
 from attnkit.training import ListBatches, Trainer  # noqa: E402
@@ -58,18 +59,33 @@ def time_model(name: str, batches: list[dict], warmup: int, pad_id: int) -> dict
     model = build_translation_model(cfg, 8000).train()
     opt, sched = build_optimizer(cfg, model)
     with tempfile.TemporaryDirectory() as tmp:  # the trainer wants a folder; nothing is saved here
-        trainer = Trainer(model, opt, loss_fn=translation_loss_fn(pad_id, cfg.label_smoothing),
-                          train_batches=ListBatches(batches), scheduler=sched, clip_grad_norm=cfg.clip_grad_norm,
-                          out_dir=tmp, save_every_steps=10**9, max_epochs=1, seed=0, log_every=10**9,
-                          progress=False)
+        trainer = Trainer(
+            model,
+            opt,
+            loss_fn=translation_loss_fn(pad_id, cfg.label_smoothing),
+            train_batches=ListBatches(batches),
+            scheduler=sched,
+            clip_grad_norm=cfg.clip_grad_norm,
+            out_dir=tmp,
+            save_every_steps=10**9,
+            max_epochs=1,
+            seed=0,
+            log_every=10**9,
+            progress=False,
+        )
         for b in batches[:warmup]:
             trainer.train_step(b)
         t = time.perf_counter()
         tokens = sum(trainer.train_step(b)[1] for b in batches[warmup:])
         dt = time.perf_counter() - t
-    return {"model": name, "parameters": sum(p.numel() for p in model.parameters()),
-            "timed_steps": len(batches) - warmup, "target_tokens": tokens, "seconds": round(dt, 2),
-            "tokens_per_s": round(tokens / dt, 1)}
+    return {
+        "model": name,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "timed_steps": len(batches) - warmup,
+        "target_tokens": tokens,
+        "seconds": round(dt, 2),
+        "tokens_per_s": round(tokens / dt, 1),
+    }
 
 
 def main() -> None:
@@ -89,12 +105,24 @@ def main() -> None:
     base = next(r for r in rows if r["model"] == "rnnsearch")["tokens_per_s"]
     for r in rows:
         r["vs_rnnsearch"] = round(r["tokens_per_s"] / base, 3)
-        print(f"{r['model']:12s} {r['parameters'] / 1e6:5.1f} M params  {r['tokens_per_s']:8.1f} target tok/s  "
-              f"{r['vs_rnnsearch']:.2f}x RNNsearch")
+        print(
+            f"{r['model']:12s} {r['parameters'] / 1e6:5.1f} M params  {r['tokens_per_s']:8.1f} target tok/s  "
+            f"{r['vs_rnnsearch']:.2f}x RNNsearch"
+        )
     out = Path(args.output)
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"machine": platform.platform(), "threads": args.threads, "torch": torch.__version__,
-                               "batch_size": 64, "rows": rows}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "machine": platform.platform(),
+                "threads": args.threads,
+                "torch": torch.__version__,
+                "batch_size": 64,
+                "rows": rows,
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out}", file=sys.stderr)
 
 

@@ -29,6 +29,7 @@ The real numbers (run on a quiet machine, from the repository root)::
 
 and, with a GPU, ``--device cuda`` (``--out`` picks another JSON path).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,15 +85,23 @@ def _timed(fn, device):
 
 def bench_decoding(args, device) -> list[dict]:
     torch.manual_seed(args.seed)
-    cfg = TransformerConfig(vocab_size=args.vocab, d_model=args.d_model, nhead=args.nhead,
-                            num_encoder_layers=args.layers, num_decoder_layers=args.layers,
-                            dim_feedforward=args.ff, dropout=0.0, max_len=max(args.lengths) + 1)
+    cfg = TransformerConfig(
+        vocab_size=args.vocab,
+        d_model=args.d_model,
+        nhead=args.nhead,
+        num_encoder_layers=args.layers,
+        num_decoder_layers=args.layers,
+        dim_feedforward=args.ff,
+        dropout=0.0,
+        max_len=max(args.lengths) + 1,
+    )
     model = TransformerTranslator(cfg).to(device).eval()
     nocache = NoCacheDecoder(model)
     src = torch.randint(3, args.vocab, (args.batch, args.src_len), device=device)
     inputs = {"src": src, "src_lengths": torch.full((args.batch,), args.src_len, device=device)}
     rows = []
     for n in args.lengths:
+
         def run(decoder):
             return greedy_search(decoder, inputs, bos_id=BOS, eos_id=NEVER, max_len=n)
 
@@ -106,11 +115,22 @@ def bench_decoding(args, device) -> list[dict]:
         assert all(len(h.tokens) == n for h in hyp_c), "decoding stopped before max_len"
         same = sum(a.tokens == b.tokens for a, b in zip(hyp_c, hyp_n)) / len(hyp_c)
         mc, mn = statistics.median(t_cache), statistics.median(t_nocache)
-        rows.append({"out_len": n, "cache_s": round(mc, 5), "nocache_s": round(mn, 5), "speedup": round(mn / mc, 2),
-                     "cache_tok_per_s": round(args.batch * n / mc, 1), "nocache_tok_per_s": round(args.batch * n / mn, 1),
-                     "same_tokens": same})
-        print(f"  out_len {n:4d}: cache {mc * 1e3:9.1f} ms   no cache {mn * 1e3:9.1f} ms   "
-              f"speed-up x{mn / mc:5.2f}   same tokens {same:.0%}", flush=True)
+        rows.append(
+            {
+                "out_len": n,
+                "cache_s": round(mc, 5),
+                "nocache_s": round(mn, 5),
+                "speedup": round(mn / mc, 2),
+                "cache_tok_per_s": round(args.batch * n / mc, 1),
+                "nocache_tok_per_s": round(args.batch * n / mn, 1),
+                "same_tokens": same,
+            }
+        )
+        print(
+            f"  out_len {n:4d}: cache {mc * 1e3:9.1f} ms   no cache {mn * 1e3:9.1f} ms   "
+            f"speed-up x{mn / mc:5.2f}   same tokens {same:.0%}",
+            flush=True,
+        )
     return rows
 
 
@@ -133,6 +153,7 @@ def bench_encoder_layer(args, device) -> dict:
             layer.zero_grad(set_to_none=True)
             out = layer(x)[0] if is_ours else layer(x)
             (out * g).sum().backward()
+
         return fn
 
     f_ours, f_theirs = fwd_bwd(ours, True), fwd_bwd(theirs, False)
@@ -141,20 +162,36 @@ def bench_encoder_layer(args, device) -> dict:
     t_ours, t_theirs = [], []
     for i in range(args.enc_repeats):  # interleaved, alternating which goes first
         pair = [(f_ours, t_ours), (f_theirs, t_theirs)]
-        for fn, acc in (pair if i % 2 == 0 else pair[::-1]):
+        for fn, acc in pair if i % 2 == 0 else pair[::-1]:
             acc.append(_timed(fn, device)[0])
     mo, mt = statistics.median(t_ours), statistics.median(t_theirs)
-    res = {"d_model": d, "nhead": h, "dim_feedforward": ff, "batch": B, "seq_len": N, "dropout": 0.1,
-           "norm_first": args.norm_first, "mode": "train, forward+backward", "repeats": args.enc_repeats,
-           "attnkit_ms": round(mo * 1e3, 3), "torch_ms": round(mt * 1e3, 3), "ratio_attnkit_over_torch": round(mo / mt, 3),
-           "eval_max_abs_diff": max_diff}
-    print(f"  attnkit {mo * 1e3:9.2f} ms   torch {mt * 1e3:9.2f} ms   ratio x{mo / mt:.3f}   "
-          f"(eval outputs differ by at most {max_diff:.2e})", flush=True)
+    res = {
+        "d_model": d,
+        "nhead": h,
+        "dim_feedforward": ff,
+        "batch": B,
+        "seq_len": N,
+        "dropout": 0.1,
+        "norm_first": args.norm_first,
+        "mode": "train, forward+backward",
+        "repeats": args.enc_repeats,
+        "attnkit_ms": round(mo * 1e3, 3),
+        "torch_ms": round(mt * 1e3, 3),
+        "ratio_attnkit_over_torch": round(mo / mt, 3),
+        "eval_max_abs_diff": max_diff,
+    }
+    print(
+        f"  attnkit {mo * 1e3:9.2f} ms   torch {mt * 1e3:9.2f} ms   ratio x{mo / mt:.3f}   "
+        f"(eval outputs differ by at most {max_diff:.2e})",
+        flush=True,
+    )
     return res
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes, one repetition: checks that the script runs")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
@@ -181,22 +218,49 @@ def main(argv=None) -> dict:
     if args.quick:
         args.repeats, args.lengths, args.batch, args.src_len, args.vocab = 1, [4, 8], 2, 5, 50
         args.d_model, args.nhead, args.layers, args.ff = 32, 2, 1, 64
-        args.enc_d_model, args.enc_nhead, args.enc_ff, args.enc_batch, args.enc_len, args.enc_repeats = 32, 2, 64, 2, 16, 3
+        args.enc_d_model, args.enc_nhead, args.enc_ff, args.enc_batch, args.enc_len, args.enc_repeats = (
+            32,
+            2,
+            64,
+            2,
+            16,
+            3,
+        )
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    out = args.out or Path(__file__).resolve().parent / "results" / ("transformer_quick.json" if args.quick else "transformer.json")
+    out = args.out or Path(__file__).resolve().parent / "results" / (
+        "transformer_quick.json" if args.quick else "transformer.json"
+    )
 
-    report = {"benchmark": "transformer", "quick": args.quick, "device": str(device),
-              "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
-              "torch": torch.__version__, "python": sys.version.split()[0], "threads": torch.get_num_threads(),
-              "command": " ".join(["python", "benchmarks/transformer.py", *(argv if argv is not None else sys.argv[1:])])}
+    report = {
+        "benchmark": "transformer",
+        "quick": args.quick,
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "threads": torch.get_num_threads(),
+        "command": " ".join(["python", "benchmarks/transformer.py", *(argv if argv is not None else sys.argv[1:])]),
+    }
     if "decode" not in args.skip:
-        report["decode_config"] = {"d_model": args.d_model, "nhead": args.nhead, "layers": args.layers, "ff": args.ff,
-                                   "batch": args.batch, "src_len": args.src_len, "vocab": args.vocab,
-                                   "repeats": args.repeats, "search": "greedy, runs to max_len (eos never produced)"}
-        print(f"(a) greedy decoding, KV cache vs re-running the decoder over the prefix ({device}, "
-              f"{torch.get_num_threads()} threads)")
+        report["decode_config"] = {
+            "d_model": args.d_model,
+            "nhead": args.nhead,
+            "layers": args.layers,
+            "ff": args.ff,
+            "batch": args.batch,
+            "src_len": args.src_len,
+            "vocab": args.vocab,
+            "repeats": args.repeats,
+            "search": "greedy, runs to max_len (eos never produced)",
+        }
+        print(
+            f"(a) greedy decoding, KV cache vs re-running the decoder over the prefix ({device}, "
+            f"{torch.get_num_threads()} threads)"
+        )
         report["decode"] = bench_decoding(args, device)
     if "encoder" not in args.skip:
         print("(b) one encoder layer, forward+backward in train mode: attnkit vs torch.nn.TransformerEncoderLayer")
@@ -208,8 +272,10 @@ def main(argv=None) -> dict:
             print(f"| {r['out_len']} | {r['cache_s'] * 1e3:.1f} | {r['nocache_s'] * 1e3:.1f} | x{r['speedup']:.2f} |")
     if "encoder_layer" in report:
         e = report["encoder_layer"]
-        print(f"\n| layer | fwd+bwd (ms) |\n|---|---:|\n| attnkit | {e['attnkit_ms']:.2f} |\n| torch | {e['torch_ms']:.2f} |"
-              f"\n| ratio attnkit/torch | {e['ratio_attnkit_over_torch']:.3f} |")
+        print(
+            f"\n| layer | fwd+bwd (ms) |\n|---|---:|\n| attnkit | {e['attnkit_ms']:.2f} |\n| torch | {e['torch_ms']:.2f} |"
+            f"\n| ratio attnkit/torch | {e['ratio_attnkit_over_torch']:.3f} |"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwrote {out}")

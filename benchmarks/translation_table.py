@@ -11,6 +11,7 @@ given as ``-`` keeps that model's training facts from the previous ``translation
 was not retrained, whose run folder is gone: run folders are not committed). Writes
 ``benchmarks/results/translation.json``, ``docs/bleu_by_length.png`` and prints a Markdown table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,15 +28,19 @@ from attnkit.tasks.translation import Translator, evaluate_translation  # noqa: 
 from attnkit.training.trainer import run_totals  # noqa: E402
 from attnkit.viz.curves import plot_bleu_by_length  # noqa: E402
 
-
 TRAINING_KEYS = ("train_time_min", "train_tokens_per_s", "steps", "epochs", "best_valid_bleu")
 
 
 def training_stats(run: Path) -> dict:
     t = run_totals(run)
     tps = t["tokens_per_s"]
-    return {"train_time_min": round(t["time_s"] / 60, 1), "train_tokens_per_s": None if tps is None else round(tps, 1),
-            "steps": t["steps"], "epochs": t["epochs"], "best_valid_bleu": t["best_metric"]}
+    return {
+        "train_time_min": round(t["time_s"] / 60, 1),
+        "train_tokens_per_s": None if tps is None else round(tps, 1),
+        "steps": t["steps"],
+        "epochs": t["epochs"],
+        "best_valid_bleu": t["best_metric"],
+    }
 
 
 def main() -> None:
@@ -49,7 +54,7 @@ def main() -> None:
     out = ROOT / "benchmarks" / "results" / "translation.json"
     previous = {r["model_type"]: r for r in json.loads(out.read_text())} if out.exists() else {}
     rows = []
-    speed_src = [p.src for p in load_pairs("test")[:args.speed_sentences]]
+    speed_src = [p.src for p in load_pairs("test")[: args.speed_sentences]]
     for i, m in enumerate(args.model):
         rep = evaluate_translation(m, limit=args.limit)
         b5 = evaluate_translation(m, limit=args.limit, beam_size=5)
@@ -71,14 +76,18 @@ def main() -> None:
     out.write_text(json.dumps(rows, indent=2, ensure_ascii=False))
     plot_bleu_by_length(rows, args.plot)
     buckets = [b["bucket"] for b in rows[0]["by_length"]]
-    print("| model | params | train time | train tok/s | test BLEU greedy / beam 5 | test chrF greedy / beam 5 "
-          "| greedy sent/s | beam-5 sent/s |")
+    print(
+        "| model | params | train time | train tok/s | test BLEU greedy / beam 5 | test chrF greedy / beam 5 "
+        "| greedy sent/s | beam-5 sent/s |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model_type']} | {r['parameters'] / 1e6:.1f} M | {r.get('train_time_min', '?')} min | "
-              f"{r.get('train_tokens_per_s', '?')} | {r['bleu']:.2f} / {r['beam5_bleu']:.2f} | "
-              f"{r['chrf']:.2f} / {r['beam5_chrf']:.2f} | "
-              f"{r['beam1_sentences_per_s']} | {r['beam5_sentences_per_s']} |")
+        print(
+            f"| {r['model_type']} | {r['parameters'] / 1e6:.1f} M | {r.get('train_time_min', '?')} min | "
+            f"{r.get('train_tokens_per_s', '?')} | {r['bleu']:.2f} / {r['beam5_bleu']:.2f} | "
+            f"{r['chrf']:.2f} / {r['beam5_chrf']:.2f} | "
+            f"{r['beam1_sentences_per_s']} | {r['beam5_sentences_per_s']} |"
+        )
     print()
     print("| BLEU by source length (words) | " + " | ".join(buckets) + " |")
     print("|---|" + "---|" * len(buckets))

@@ -1,4 +1,5 @@
 """Shared by the DDP worker and the single-process reference in test_distributed.py."""
+
 import torch
 
 

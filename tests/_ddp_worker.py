@@ -1,4 +1,5 @@
 """Run by tests/test_distributed.py under torchrun: train a tiny model with DDP, save each rank's weights."""
+
 import os
 import sys
 
@@ -7,7 +8,7 @@ import torch
 from attnkit.training import ListBatches, Trainer, distributed
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _ddp_common import loss_fn, make_batches, make_model  # noqa: E402
+from _ddp_common import loss_fn, make_batches, make_model
 
 
 def main(out_dir: str) -> None:
@@ -19,12 +20,24 @@ def main(out_dir: str) -> None:
             for p in model.parameters():
                 p.add_(1.0)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    t = Trainer(model, opt, loss_fn=loss_fn, train_batches=ListBatches(make_batches(), shuffle_seed=3),
-                out_dir=out_dir, save_every_steps=2, max_epochs=2, seed=0, log_every=1, progress=False,
-                clip_grad_norm=None)
+    t = Trainer(
+        model,
+        opt,
+        loss_fn=loss_fn,
+        train_batches=ListBatches(make_batches(), shuffle_seed=3),
+        out_dir=out_dir,
+        save_every_steps=2,
+        max_epochs=2,
+        seed=0,
+        log_every=1,
+        progress=False,
+        clip_grad_norm=None,
+    )
     summary = t.fit()
-    torch.save({"state_dict": t.raw_model.state_dict(), "summary": summary},
-               os.path.join(out_dir, f"rank{distributed.rank()}.pt"))
+    torch.save(
+        {"state_dict": t.raw_model.state_dict(), "summary": summary},
+        os.path.join(out_dir, f"rank{distributed.rank()}.pt"),
+    )
     distributed.cleanup()
 
 

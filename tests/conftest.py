@@ -1,4 +1,5 @@
 """Shared fixtures: the real Bible corpus, prepared once per test session in a temporary home."""
+
 from pathlib import Path
 
 import pytest

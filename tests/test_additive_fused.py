@@ -1,12 +1,14 @@
 """The fused additive score: gradcheck in float64, and outputs and gradients equal to the broadcast form."""
-import hypothesis.strategies as st
+
 from unittest import mock
+
+import hypothesis.strategies as st
 import torch
 from hypothesis import given, settings
 
 from attnkit import attend
-from attnkit.attention import scores as S
 from attnkit.attention import additive_fused
+from attnkit.attention import scores as S
 from attnkit.attention.additive_fused import AdditiveScores, additive_scores, block_plan
 
 
@@ -53,13 +55,22 @@ def test_block_plan_covers_every_cell_once_within_the_budget(B, Nq, Nk, A, elems
 
 
 @settings(max_examples=20, deadline=None)
-@given(B=st.integers(1, 4), Nq=st.integers(1, 7), Nk=st.integers(1, 6), A=st.integers(1, 6),
-       elems=st.integers(1, 200), seed=st.integers(0, 999))
+@given(
+    B=st.integers(1, 4),
+    Nq=st.integers(1, 7),
+    Nk=st.integers(1, 6),
+    A=st.integers(1, 6),
+    elems=st.integers(1, 200),
+    seed=st.integers(0, 999),
+)
 def test_small_blocks_give_the_same_values_and_gradients(B, Nq, Nk, A, elems, seed):
     """Query rows split over blocks (gradients of b summed over them), several items per block, one row per block."""
     g = torch.Generator().manual_seed(seed)
-    x = [torch.randn(B, Nq, A, dtype=torch.float64, generator=g), torch.randn(B, Nk, A, dtype=torch.float64, generator=g),
-         torch.randn(A, dtype=torch.float64, generator=g)]
+    x = [
+        torch.randn(B, Nq, A, dtype=torch.float64, generator=g),
+        torch.randn(B, Nk, A, dtype=torch.float64, generator=g),
+        torch.randn(A, dtype=torch.float64, generator=g),
+    ]
     w = torch.randn(B, Nq, Nk, dtype=torch.float64, generator=g)
     x1 = [t.clone().requires_grad_() for t in x]
     x2 = [t.clone().requires_grad_() for t in x]
@@ -97,6 +108,10 @@ def test_attention_with_the_additive_score_uses_it_and_keeps_masks_and_gradients
     assert called and float(w[1, 3].detach().abs().sum()) == 0.0
     ctx.sum().backward()
     assert torch.isfinite(q.grad).all()
-    ref = torch.softmax((torch.tanh(score.w_query(q).unsqueeze(2) + score.w_key(k).unsqueeze(1)) @ score.v)
-                        .masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
+    ref = torch.softmax(
+        (torch.tanh(score.w_query(q).unsqueeze(2) + score.w_key(k).unsqueeze(1)) @ score.v).masked_fill(
+            ~mask, float("-inf")
+        ),
+        -1,
+    ).nan_to_num(0.0)
     torch.testing.assert_close(w, ref, rtol=1e-5, atol=1e-6)

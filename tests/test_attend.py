@@ -1,4 +1,5 @@
 """attend() and the score functions against plain-loop float64 references."""
+
 import math
 
 import hypothesis.strategies as st
@@ -45,7 +46,11 @@ def ref_attend(e, v, mask=None):
     c = torch.zeros(B, Nq, v.shape[-1], dtype=D64)
     for b in range(B):
         for i in range(Nq):
-            allowed = [j for j in range(Nk) if mask is None or bool(mask[b if mask.shape[0] > 1 else 0, i if mask.shape[1] > 1 else 0, j])]
+            allowed = [
+                j
+                for j in range(Nk)
+                if mask is None or bool(mask[b if mask.shape[0] > 1 else 0, i if mask.shape[1] > 1 else 0, j])
+            ]
             if not allowed:
                 continue
             m = max(float(e[b, i, j]) for j in allowed)
@@ -58,8 +63,11 @@ def ref_attend(e, v, mask=None):
 
 def make(B=2, Nq=3, Nk=5, Dq=4, Dk=4, Dv=3, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(B, Nq, Dq, generator=g, dtype=dtype), torch.randn(B, Nk, Dk, generator=g, dtype=dtype),
-            torch.randn(B, Nk, Dv, generator=g, dtype=dtype))
+    return (
+        torch.randn(B, Nq, Dq, generator=g, dtype=dtype),
+        torch.randn(B, Nk, Dk, generator=g, dtype=dtype),
+        torch.randn(B, Nk, Dv, generator=g, dtype=dtype),
+    )
 
 
 def params_for(name, Dq, Dk, A=6, seed=1, dtype=torch.float32):
@@ -67,8 +75,12 @@ def params_for(name, Dq, Dk, A=6, seed=1, dtype=torch.float32):
     if name == "bilinear":
         return {"weight": torch.randn(Dq, Dk, generator=g, dtype=dtype)}
     if name == "additive":
-        return {"w_query": torch.randn(A, Dq, generator=g, dtype=dtype), "w_key": torch.randn(A, Dk, generator=g, dtype=dtype),
-                "v": torch.randn(A, generator=g, dtype=dtype), "bias": torch.randn(A, generator=g, dtype=dtype)}
+        return {
+            "w_query": torch.randn(A, Dq, generator=g, dtype=dtype),
+            "w_key": torch.randn(A, Dk, generator=g, dtype=dtype),
+            "v": torch.randn(A, generator=g, dtype=dtype),
+            "bias": torch.randn(A, generator=g, dtype=dtype),
+        }
     return None
 
 
@@ -78,9 +90,12 @@ def test_scores_match_loop_reference(name):
     Dk = 4 if name in ("dot", "scaled_dot") else 5
     q, k, v = make(Dk=Dk)
     p = params_for(name, 4, Dk)
-    fn = {"dot": lambda: S.dot(q, k), "scaled_dot": lambda: S.scaled_dot(q, k),
-          "bilinear": lambda: S.bilinear(q, k, p["weight"]),
-          "additive": lambda: S.additive(q, k, p["w_query"], p["w_key"], p["v"], p["bias"])}[name]
+    fn = {
+        "dot": lambda: S.dot(q, k),
+        "scaled_dot": lambda: S.scaled_dot(q, k),
+        "bilinear": lambda: S.bilinear(q, k, p["weight"]),
+        "additive": lambda: S.additive(q, k, p["w_query"], p["w_key"], p["v"], p["bias"]),
+    }[name]
     torch.testing.assert_close(fn().double(), ref_score(name, q, k, p), rtol=1e-5, atol=1e-5)
 
 
@@ -186,7 +201,10 @@ def test_fully_masked_rows_give_zeros_and_finite_gradients():
 
 def test_padding_and_causal_masks():
     assert padding_mask(torch.tensor([2, 0, 3]), 4).tolist() == [
-        [True, True, False, False], [False] * 4, [True, True, True, False]]
+        [True, True, False, False],
+        [False] * 4,
+        [True, True, True, False],
+    ]
     assert causal_mask(3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
     assert causal_mask(1, 3).tolist() == [[True, True, True]]  # last query of a cached prefix
     m = padding_mask(torch.tensor([1, 2]), 3)
@@ -208,8 +226,14 @@ def test_causal_mask_stops_influence_of_later_keys():
 
 
 @settings(max_examples=40, deadline=None)
-@given(B=st.integers(1, 3), Nq=st.integers(1, 5), Nk=st.integers(1, 7), D=st.integers(1, 6),
-       score=st.sampled_from(["dot", "scaled_dot", "bilinear", "additive"]), seed=st.integers(0, 10_000))
+@given(
+    B=st.integers(1, 3),
+    Nq=st.integers(1, 5),
+    Nk=st.integers(1, 7),
+    D=st.integers(1, 6),
+    score=st.sampled_from(["dot", "scaled_dot", "bilinear", "additive"]),
+    seed=st.integers(0, 10_000),
+)
 def test_property_weights_sum_to_one_and_masked_keys_get_zero(B, Nq, Nk, D, score, seed):
     g = torch.Generator().manual_seed(seed)
     q, k, v = torch.randn(B, Nq, D, generator=g), torch.randn(B, Nk, D, generator=g), torch.randn(B, Nk, 2, generator=g)
@@ -223,8 +247,13 @@ def test_property_weights_sum_to_one_and_masked_keys_get_zero(B, Nq, Nk, D, scor
 
 
 @settings(max_examples=30, deadline=None)
-@given(Nq=st.integers(1, 40), Nk=st.integers(1, 30), chunk=st.integers(1, 16),
-       score=st.sampled_from(["scaled_dot", "bilinear", "additive"]), seed=st.integers(0, 10_000))
+@given(
+    Nq=st.integers(1, 40),
+    Nk=st.integers(1, 30),
+    chunk=st.integers(1, 16),
+    score=st.sampled_from(["scaled_dot", "bilinear", "additive"]),
+    seed=st.integers(0, 10_000),
+)
 def test_property_chunked_path_equals_direct(Nq, Nk, chunk, score, seed):
     g = torch.Generator().manual_seed(seed)
     q, k, v = torch.randn(2, Nq, 6, generator=g), torch.randn(2, Nk, 6, generator=g), torch.randn(2, Nk, 3, generator=g)

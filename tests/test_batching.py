@@ -1,9 +1,14 @@
-import torch
 import pytest
-from hypothesis import given, settings, strategies as st
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnkit.data.batching import (
-    BucketBatchSampler, Example, collate, encode_pairs, example_lengths,
+    BucketBatchSampler,
+    Example,
+    collate,
+    encode_pairs,
+    example_lengths,
 )
 from attnkit.data.bible import Pair
 
@@ -30,7 +35,10 @@ def test_encode_pairs_truncates_to_max_len():
 
 
 def test_collate_pads_and_adds_specials():
-    ex = [Example(torch.tensor([5, 6, 7]), torch.tensor([8, 9])), Example(torch.tensor([5]), torch.tensor([8, 9, 10, 11]))]
+    ex = [
+        Example(torch.tensor([5, 6, 7]), torch.tensor([8, 9])),
+        Example(torch.tensor([5]), torch.tensor([8, 9, 10, 11])),
+    ]
     b = collate(ex)
     assert b["src"].tolist() == [[5, 6, 7], [5, 0, 0]]
     assert b["src_lengths"].tolist() == [3, 1]
@@ -52,8 +60,9 @@ lengths_st = st.lists(st.integers(0, 60), min_size=1, max_size=300)
 
 
 @settings(max_examples=60, deadline=None)
-@given(lengths_st, st.one_of(st.none(), st.integers(1, 40)), st.one_of(st.none(), st.integers(1, 400)),
-       st.integers(0, 3))
+@given(
+    lengths_st, st.one_of(st.none(), st.integers(1, 40)), st.one_of(st.none(), st.integers(1, 400)), st.integers(0, 3)
+)
 def test_every_example_once_per_epoch(lengths, batch_size, max_tokens, seed):
     if batch_size is None and max_tokens is None:
         batch_size = 8

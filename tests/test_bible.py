@@ -4,20 +4,30 @@ import re
 import shutil
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnkit.data import bible
 from attnkit.data.bible import (
-    CorruptCorpusError, Pair, SwordModuleNotFoundError, bible_path, clean_osis, fix_drop_caps,
-    load_pairs, prepare_bible, split_of,
+    CorruptCorpusError,
+    Pair,
+    SwordModuleNotFoundError,
+    bible_path,
+    clean_osis,
+    fix_drop_caps,
+    load_pairs,
+    prepare_bible,
+    split_of,
 )
 
 
 # ------------------------------------------------------------------ cleaning, on markup we saw
 def test_note_between_words_leaves_a_space():
-    raw = ('<w lemma="strong:H0430">God</w><note placement="foot"><reference type="annotateRef">'
-           '1:1 </reference>The Hebrew word rendered “God” is “אֱלֹהִ֑ים” (Elohim).</note>'
-           '<w lemma="strong:H1254">created</w> <w>the</w> <w>earth</w>. ')
+    raw = (
+        '<w lemma="strong:H0430">God</w><note placement="foot"><reference type="annotateRef">'
+        "1:1 </reference>The Hebrew word rendered “God” is “אֱלֹהִ֑ים” (Elohim).</note>"
+        '<w lemma="strong:H1254">created</w> <w>the</w> <w>earth</w>. '
+    )
     assert clean_osis(raw) == "God created the earth."
 
 
@@ -28,18 +38,22 @@ def test_added_words_are_kept_and_separated():
 
 
 def test_quotes_poetry_titles_and_entities():
-    raw = ('<title canonical="true" type="psalm">A Psalm by David.</title> <lg sID="a"/> '
-           '<l level="1" sID="b"/>Yahweh is my shepherd;<l eID="b"/> <l sID="c"/>I shall lack'
-           ' nothing.<l eID="c"/><title type="x-heading">Editor heading</title>'
-           '<speaker>Beloved</speaker>')
+    raw = (
+        '<title canonical="true" type="psalm">A Psalm by David.</title> <lg sID="a"/> '
+        '<l level="1" sID="b"/>Yahweh is my shepherd;<l eID="b"/> <l sID="c"/>I shall lack'
+        ' nothing.<l eID="c"/><title type="x-heading">Editor heading</title>'
+        "<speaker>Beloved</speaker>"
+    )
     assert clean_osis(raw) == "A Psalm by David. Yahweh is my shepherd; I shall lack nothing."
     assert clean_osis('only born</q><note>n</note><q who="Jesus">Son, that') == "only born Son, that"
     assert clean_osis("“<q>Go</q>,” he said &amp; ¶left") == "“Go,” he said & left"
 
 
 def test_glossary_after_book_end_is_cut():
-    raw = ('Amen. <chapter eID="Rev.22"/><div canonical="true" eID="x" osisID="Rev" type="book"/>'
-           '<div type="glossary"/>The following words used in the WEB')
+    raw = (
+        'Amen. <chapter eID="Rev.22"/><div canonical="true" eID="x" osisID="Rev" type="book"/>'
+        '<div type="glossary"/>The following words used in the WEB'
+    )
     assert clean_osis(raw) == "Amen."
 
 
@@ -49,8 +63,19 @@ def test_drop_caps():
     assert fix_drop_caps("ALEPH. Bienaventurados") == "ALEPH. Bienaventurados"
 
 
-_tag = st.sampled_from(['<w lemma="x">', "</w>", "<note>n1 n2</note>", '<l sID="1"/>', "<q>", "</q>",
-                        '<transChange type="added">', "</transChange>", '<div type="x-p"/>'])
+_tag = st.sampled_from(
+    [
+        '<w lemma="x">',
+        "</w>",
+        "<note>n1 n2</note>",
+        '<l sID="1"/>',
+        "<q>",
+        "</q>",
+        '<transChange type="added">',
+        "</transChange>",
+        '<div type="x-p"/>',
+    ]
+)
 _word = st.text(alphabet="abcdeñá,.;“”", min_size=1, max_size=6)
 
 
@@ -160,8 +185,9 @@ def test_missing_one_module_via_env(tmp_path, monkeypatch):
     if not conf.is_file():
         pytest.skip("spaRV1909eb not installed")
     shutil.copy(conf, sword / "mods.d")
-    shutil.copytree(bible.DEFAULT_SWORD_PATH / "modules/texts/ztext/spaRV1909eb",
-                    sword / "modules/texts/ztext/spaRV1909eb")
+    shutil.copytree(
+        bible.DEFAULT_SWORD_PATH / "modules/texts/ztext/spaRV1909eb", sword / "modules/texts/ztext/spaRV1909eb"
+    )
     monkeypatch.setenv("ATTNKIT_SWORD_PATH", str(sword))
     with pytest.raises(SwordModuleNotFoundError, match="engWEB2015eb") as err:
         prepare_bible(tmp_path / "home")
@@ -176,11 +202,14 @@ def _write_corrupt(home, body):
     return path
 
 
-@pytest.mark.parametrize("bad_row, what", [
-    ("train\tGen\t1\t2\tsolo español", "columns"),
-    ("dev\tGen\t1\t2\tes\ten", "unknown split"),
-    ("train\tGen\tone\t2\tes\ten", "integers"),
-])
+@pytest.mark.parametrize(
+    "bad_row, what",
+    [
+        ("train\tGen\t1\t2\tsolo español", "columns"),
+        ("dev\tGen\t1\t2\tes\ten", "unknown split"),
+        ("train\tGen\tone\t2\tes\ten", "integers"),
+    ],
+)
 def test_corrupt_tsv_names_file_and_line(tmp_path, bad_row, what):
     header = "\t".join(bible.TSV_COLUMNS)
     path = _write_corrupt(tmp_path, f"{header}\ntrain\tGen\t1\t1\tes\ten\n{bad_row}\n")

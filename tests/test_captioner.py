@@ -1,5 +1,6 @@
 """Show, Attend and Tell: decoder shapes and masks, the hard-attention gradient estimator, beam vs
 greedy, attention correctness on hand-made maps, scene batches, image files and the CLI."""
+
 import json
 
 import numpy as np
@@ -10,11 +11,19 @@ from attnkit.attention import attend_hard
 from attnkit.cli import main as cli_main
 from attnkit.data.scenes import CaptionVocab, ScenesDataset, collate_captions, make_scenes, scene_caption
 from attnkit.decoding import beam_search, greedy_search
-from attnkit.models.captioner import (ShowAttendTell, CaptionerConfig, doubly_stochastic_penalty,
-                                      reinforce_terms)
-from attnkit.tasks.captioning import (Captioner, scene_batches, scene_order, attention_correctness, attention_mass_in_box,
-                                      caption_loss_fn, caption_scores, load_image_file, update_reward_baseline,
-                                      words_to_items)
+from attnkit.models.captioner import CaptionerConfig, ShowAttendTell, doubly_stochastic_penalty, reinforce_terms
+from attnkit.tasks.captioning import (
+    Captioner,
+    attention_correctness,
+    attention_mass_in_box,
+    caption_loss_fn,
+    caption_scores,
+    load_image_file,
+    scene_batches,
+    scene_order,
+    update_reward_baseline,
+    words_to_items,
+)
 from attnkit.training.checkpoint import load_model, save_checkpoint
 
 torch.set_num_threads(1)
@@ -28,8 +37,21 @@ def _vocab():
 
 def _tiny(attention="soft", **kw):
     torch.manual_seed(0)
-    cfg = CaptionerConfig(vocab_size=len(_vocab()), canvas=16, channels=[4], feature_dim=8, pos_dim=4, grid=4,
-                          emb_dim=8, hidden_dim=16, attn_dim=8, attention=attention, dropout=0.0, max_len=12, **kw)
+    cfg = CaptionerConfig(
+        vocab_size=len(_vocab()),
+        canvas=16,
+        channels=[4],
+        feature_dim=8,
+        pos_dim=4,
+        grid=4,
+        emb_dim=8,
+        hidden_dim=16,
+        attn_dim=8,
+        attention=attention,
+        dropout=0.0,
+        max_len=12,
+        **kw,
+    )
     return ShowAttendTell(cfg)
 
 
@@ -163,8 +185,9 @@ def test_reinforce_estimate_matches_exact_gradient_of_expected_loss():
     exact = exact_q.grad
 
     g = torch.Generator().manual_seed(1)
-    out = attend_hard(q.expand(N, 1, D), keys.expand(N, L, D), torch.eye(L).expand(N, L, L), score="dot",
-                      mode="sample", generator=g)
+    out = attend_hard(
+        q.expand(N, 1, D), keys.expand(N, L, D), torch.eye(L).expand(N, L, L), score="dot", mode="sample", generator=g
+    )
     nll = loss_of[out.index.squeeze(1)]  # the "NLL" of the sampled path; reward = −NLL
     baseline = -float(nll.mean())
     surrogate = reinforce_terms(nll, out.log_prob, torch.ones(N, 1, dtype=torch.bool), baseline)
@@ -185,8 +208,7 @@ def test_beam_one_equals_greedy(attention):
     images, _ = _batch(b=3, seed=3)
     inputs = {"images": images}
     g = greedy_search(m, inputs, bos_id=1, eos_id=2, max_len=10, return_attention=True)
-    b = beam_search(m, inputs, beam_size=1, bos_id=1, eos_id=2, max_len=10, length_penalty=0.0,
-                    return_attention=True)
+    b = beam_search(m, inputs, beam_size=1, bos_id=1, eos_id=2, max_len=10, length_penalty=0.0, return_attention=True)
     for gh, bh in zip(g, b):
         assert gh.tokens == bh[0].tokens
         assert gh.score == pytest.approx(bh[0].score, abs=1e-4)
@@ -225,7 +247,7 @@ def test_attention_mass_in_box_on_hand_made_maps():
 def test_words_to_items_uses_class_and_place():
     # items: 0 = coat (class 4) at top left, 1 = coat at bottom right, 2 = bag (class 8) at top right
     classes, places = [4, 8, 4], [0, 1, 3]
-    words = "a coat at the bottom right and a bag at the top right and a dress at the top left".split()
+    words = ["a", "coat", "at", "the", "bottom", "right", "and", "a", "bag", "at", "the", "top", "right", "and", "a", "dress", "at", "the", "top", "left"]
     items = words_to_items(words, classes, places)
     assert items[1] == 2 and items[8] == 1 and items[15] == -1  # dress: no such item
     assert [i for i in items if i >= 0] == [2, 1]
@@ -233,8 +255,9 @@ def test_words_to_items_uses_class_and_place():
 
 
 def test_caption_scores():
-    sc = caption_scores(["a coat at the top left", "a bag at the top right"],
-                        ["a coat at the top left", "a bag at the bottom right"])
+    sc = caption_scores(
+        ["a coat at the top left", "a bag at the top right"], ["a coat at the top left", "a bag at the bottom right"]
+    )
     assert sc["exact_match"] == 0.5 and 0 < sc["bleu4"] < 100 and sc["bleu1"] >= sc["bleu4"]
 
 
@@ -281,8 +304,13 @@ def tiny_model_dir(tmp_path):
     m = _tiny().eval()
     vocab = _vocab()
     out = tmp_path / "cap"
-    save_checkpoint(out, model=m, config=m.to_config(), dtype=torch.float16,
-                    extra_files={"vocab.json": json.dumps({"type": "CaptionVocab", "itos": vocab.itos}).encode()})
+    save_checkpoint(
+        out,
+        model=m,
+        config=m.to_config(),
+        dtype=torch.float16,
+        extra_files={"vocab.json": json.dumps({"type": "CaptionVocab", "itos": vocab.itos}).encode()},
+    )
     return out
 
 
@@ -292,8 +320,9 @@ def test_cli_caption_png_and_plot(tiny_model_dir, tmp_path, capsys):
     rng = np.random.default_rng(0)
     Image.fromarray(rng.integers(0, 255, (40, 30, 3), dtype=np.uint8), "RGB").save(tmp_path / "scene.png")
     plot = tmp_path / "ov.png"
-    rc = cli_main(["caption", "--model", str(tiny_model_dir), str(tmp_path / "scene.png"), "--beam", "2",
-                   "--plot", str(plot)])
+    rc = cli_main(
+        ["caption", "--model", str(tiny_model_dir), str(tmp_path / "scene.png"), "--beam", "2", "--plot", str(plot)]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "greedy:" in out and "beam 2" in out
     assert plot.is_file() and plot.stat().st_size > 1000
@@ -332,10 +361,13 @@ def test_collated_word_boxes_align_with_targets():
     batch = collate_captions([ds[i] for i in range(4)])
     for b in range(4):
         words = batch["texts"][b].split()
-        tgt_items = batch["word_item"][b, 1:1 + len(words)].tolist()
+        tgt_items = batch["word_item"][b, 1 : 1 + len(words)].tolist()
         assert tgt_items == ds[b]["word_item"].tolist()
-        assert all((w in {"tshirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag",
-                          "boot"}) == (k >= 0) for w, k in zip(words, tgt_items))
+        assert all(
+            (w in {"tshirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "boot"})
+            == (k >= 0)
+            for w, k in zip(words, tgt_items)
+        )
 
 
 def test_classifier_encoder_initialises_the_captioner(tmp_path):
@@ -357,18 +389,42 @@ def test_classifier_encoder_initialises_the_captioner(tmp_path):
     assert torch.equal(cap.encoder.head[0].weight, clf.encoder.head[0].weight)
 
 
-@pytest.mark.skipif(not __import__("pathlib").Path("/usr/share/datasets/fashion-mnist").is_dir(),
-                    reason="dataset-fashion-mnist not installed")
+@pytest.mark.skipif(
+    not __import__("pathlib").Path("/usr/share/datasets/fashion-mnist").is_dir(),
+    reason="dataset-fashion-mnist not installed",
+)
 def test_cli_train_classifier_then_start_a_captioner_from_it(tmp_path, capsys):
     from attnkit.models.classifier import ClassifierConfig
 
     out = tmp_path / "clf"
-    assert cli_main(["train", "classifier", "--out-dir", str(out), "--max-steps", "2", "--batch-size", "8",
-                     "--channels", "4,8", "--feature-dim", "8", "--device", "cpu", "--no-progress"]) == 0
+    assert (
+        cli_main(
+            [
+                "train",
+                "classifier",
+                "--out-dir",
+                str(out),
+                "--max-steps",
+                "2",
+                "--batch-size",
+                "8",
+                "--channels",
+                "4,8",
+                "--feature-dim",
+                "8",
+                "--device",
+                "cpu",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["steps"] == 2 and summary["stop_reason"] == "max_steps"
     clf, config, _ = load_model(summary["last_checkpoint"])
-    assert config["model_type"] == "fashion_classifier" and clf.config == ClassifierConfig(channels=[4, 8], feature_dim=8)
+    assert config["model_type"] == "fashion_classifier" and clf.config == ClassifierConfig(
+        channels=[4, 8], feature_dim=8
+    )
     from attnkit.tasks.captioning.train import _load_encoder_trunk
 
     cap = ShowAttendTell(CaptionerConfig(vocab_size=8, canvas=16, channels=[4, 8], feature_dim=8, grid=4))
@@ -381,12 +437,15 @@ def test_cli_train_classifier_then_start_a_captioner_from_it(tmp_path, capsys):
     assert "channels must be a non-empty list of positive ints" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["train", "captioning", "--batch-size", "0"], "batch_size must be > 0, got 0"),
-    (["train", "captioning", "--patience", "0"], "patience must be > 0, got 0"),
-    (["train", "captioning", "--captions", "x.json"], "captions and images go together"),
-    (["train", "classifier", "--lr", "-1"], "lr must be > 0, got -1.0"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "captioning", "--batch-size", "0"], "batch_size must be > 0, got 0"),
+        (["train", "captioning", "--patience", "0"], "patience must be > 0, got 0"),
+        (["train", "captioning", "--captions", "x.json"], "captions and images go together"),
+        (["train", "classifier", "--lr", "-1"], "lr must be > 0, got -1.0"),
+    ],
+)
 def test_train_options_are_checked_when_the_config_is_built(tmp_path, capsys, argv, message):
     assert cli_main(argv + ["--out-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err

@@ -1,4 +1,5 @@
 """Checkpoint folders: round trip, fp16, tied weights, atomicity, corruption, registry."""
+
 import json
 import os
 
@@ -50,8 +51,9 @@ def _model(seed=0, **kw):
 def test_round_trip_with_trainer_state_and_extra_files(tmp_path):
     m = _model()
     ts = {"step": 5, "rng": torch.get_rng_state(), "nested": {"a": [1, 2.5, "x"]}}
-    path = save_checkpoint(tmp_path / "c", model=m, config=m.to_config(), trainer_state=ts,
-                           extra_files={"tokenizer.model": b"\x00spm"})
+    path = save_checkpoint(
+        tmp_path / "c", model=m, config=m.to_config(), trainer_state=ts, extra_files={"tokenizer.model": b"\x00spm"}
+    )
     ck = load_checkpoint(path)
     assert ck.config["model_type"] == "tiny-lm-test" and ck.config["vocab"] == 7 and "attnkit_version" in ck.config
     assert ck.step == 5 and torch.equal(ck.trainer_state["rng"], ts["rng"])
@@ -130,7 +132,11 @@ def test_crash_in_final_rename_keeps_old_checkpoint(tmp_path, monkeypatch):
     real = os.replace
 
     def flaky(src, dst):
-        if str(src).endswith(tuple("0123456789abcdef")) and ".tmp-" in os.path.basename(str(src)) and os.path.isdir(src):
+        if (
+            str(src).endswith(tuple("0123456789abcdef"))
+            and ".tmp-" in os.path.basename(str(src))
+            and os.path.isdir(src)
+        ):
             raise OSError("simulated crash")
         return real(src, dst)
 
@@ -180,7 +186,9 @@ def test_shape_mismatch_and_keys_reported(tmp_path):
     sd = dict(ck.state_dict)
     sd.pop("hidden.bias")
     sd["extra.w"] = torch.zeros(2)
-    with pytest.raises(CheckpointError, match=r"1 missing key\(s\): hidden.bias \(4,\).*1 unexpected key\(s\): extra.w \(2,\)"):
+    with pytest.raises(
+        CheckpointError, match=r"1 missing key\(s\): hidden.bias \(4,\).*1 unexpected key\(s\): extra.w \(2,\)"
+    ):
         load_into(_model(), sd)
     with pytest.raises(CheckpointError, match="expected 'other'"):
         load_model(tmp_path / "c", model_type="other")

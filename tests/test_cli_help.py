@@ -1,4 +1,5 @@
 """Every flag of every command says what it does and what its default is."""
+
 import argparse
 
 from attnkit.cli import build_parser
@@ -28,5 +29,16 @@ def test_every_optional_flag_has_help_with_its_default():
 
 def test_the_walk_sees_every_command():
     commands = {" ".join(p) for p, _ in _walk(build_parser())}
-    assert {"train translation", "train captioning", "train classifier", "translate", "caption",
-            "evaluate translation", "evaluate captioning", "export", "demo", "models", "data prepare"} <= commands
+    assert {
+        "train translation",
+        "train captioning",
+        "train classifier",
+        "translate",
+        "caption",
+        "evaluate translation",
+        "evaluate captioning",
+        "export",
+        "demo",
+        "models",
+        "data prepare",
+    } <= commands

@@ -1,4 +1,5 @@
 """Greedy and beam search against a toy Markov decoder whose optimum can be brute-forced."""
+
 import itertools
 
 import pytest
@@ -249,8 +250,14 @@ from attnkit.decoding.search import CHUNK, _top_candidates  # noqa: E402
 
 
 @settings(max_examples=80, deadline=None)
-@given(A=st.integers(1, 4), R=st.integers(1, 5), V=st.integers(1, 3 * CHUNK + 5), k=st.integers(1, 5),
-       dead=st.integers(0, 4), seed=st.integers(0, 10_000))
+@given(
+    A=st.integers(1, 4),
+    R=st.integers(1, 5),
+    V=st.integers(1, 3 * CHUNK + 5),
+    k=st.integers(1, 5),
+    dead=st.integers(0, 4),
+    seed=st.integers(0, 10_000),
+)
 def test_top_candidates_equal_one_topk_over_every_candidate(A, R, V, k, dead, seed):
     """The chunked selection (and the small-vocabulary path) give the same best 2K candidates as
     one topk over all R*V of each sentence; dead beams (-inf) and padding never yield a real one."""
@@ -259,18 +266,18 @@ def test_top_candidates_equal_one_topk_over_every_candidate(A, R, V, k, dead, se
     scores = torch.randn(A, R, generator=g) * 3
     d = min(dead, R - 1)  # the last d beams are empty; one is always live
     if d:
-        scores[:, R - d:] = float("-inf")
+        scores[:, R - d :] = float("-inf")
     log_probs = torch.randn(A * R, V, generator=g).log_softmax(-1)
     cand = (scores.reshape(-1, 1) + log_probs).reshape(A, R * V)
     top_s, row, tok = _top_candidates(scores, log_probs, n)
     assert top_s.shape == row.shape == tok.shape == (A, n)
     want = cand.topk(min(n, R * V), dim=1).values
-    torch.testing.assert_close(top_s[:, :want.shape[1]], want, rtol=0, atol=0)
-    assert torch.isneginf(top_s[:, want.shape[1]:]).all()
+    torch.testing.assert_close(top_s[:, : want.shape[1]], want, rtol=0, atol=0)
+    assert torch.isneginf(top_s[:, want.shape[1] :]).all()
     a = torch.arange(A).unsqueeze(1)
     assert ((row >= a * R) & (row < (a + 1) * R)).all() and ((tok >= 0) & (tok < V)).all()
     real = torch.isfinite(top_s)
-    got = (scores.reshape(-1)[row] + log_probs[row, tok])  # the candidate each (row, token) names
+    got = scores.reshape(-1)[row] + log_probs[row, tok]  # the candidate each (row, token) names
     assert torch.equal(got[real], top_s[real])
     for s in range(A):  # no candidate named twice
         pairs = [(r, t) for r, t, ok in zip(row[s].tolist(), tok[s].tolist(), real[s].tolist()) if ok]

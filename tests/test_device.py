@@ -1,5 +1,6 @@
 """--device and --precision: resolution, autocast training (bf16, fp16 with a scaler) on the CPU,
 checkpoints that move between precisions, and the CUDA paths (run only where CUDA is)."""
+
 import pytest
 import torch
 
@@ -11,10 +12,14 @@ from attnkit.training import ListBatches, Trainer, load_checkpoint
 from attnkit.training.losses import label_smoothed_nll
 
 torch.set_num_threads(1)
+
+
 def cuda(test):
     """A test for a CUDA device: marked ``cuda`` and skipped, with the reason, where there is none."""
     skip = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is False)")
     return pytest.mark.cuda(skip(test))
+
+
 V = 40
 
 
@@ -33,8 +38,11 @@ def test_resolve_device_and_its_errors():
 
 def test_resolve_precision_auto_follows_the_measured_speed(monkeypatch):
     cpu = torch.device("cpu")
-    assert [DV.resolve_precision(p, cpu) for p in ("fp32", "bf16", "fp16")] == \
-        [torch.float32, torch.bfloat16, torch.float16]
+    assert [DV.resolve_precision(p, cpu) for p in ("fp32", "bf16", "fp16")] == [
+        torch.float32,
+        torch.bfloat16,
+        torch.float16,
+    ]
     monkeypatch.setattr(DV, "cpu_bf16_speedup", lambda: 0.02)  # an emulating CPU: 50x slower
     assert DV.resolve_precision("auto", cpu) == torch.float32
     monkeypatch.setattr(DV, "cpu_bf16_speedup", lambda: 2.4)  # AVX512-BF16: faster
@@ -49,7 +57,9 @@ def _batches(n=6, seed=0):
     for _ in range(n):
         src = torch.randint(3, V, (4, 7), generator=g)
         tgt = torch.randint(3, V, (4, 6), generator=g)
-        out.append({"src": src, "src_lengths": torch.tensor([7, 6, 5, 7]), "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]})
+        out.append(
+            {"src": src, "src_lengths": torch.tensor([7, 6, 5, 7]), "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+        )
     return out
 
 
@@ -70,9 +80,21 @@ def _train(tmp_path, precision, steps, *, resume=False, name=None, seed=0):
     torch.manual_seed(seed)
     model = RNNSearch(Seq2SeqConfig(vocab_size=V, emb_dim=16, hidden_dim=16, attn_dim=16, dropout=0.0))
     rec = _Recorder()
-    tr = Trainer(model, torch.optim.Adam(model.parameters(), 1e-2), loss_fn=rec, train_batches=ListBatches(_batches()),
-                 out_dir=tmp_path / (name or precision), save_every_steps=2, max_epochs=10, max_steps=steps, seed=0,
-                 log_every=1, progress=False, device="cpu", precision=precision)
+    tr = Trainer(
+        model,
+        torch.optim.Adam(model.parameters(), 1e-2),
+        loss_fn=rec,
+        train_batches=ListBatches(_batches()),
+        out_dir=tmp_path / (name or precision),
+        save_every_steps=2,
+        max_epochs=10,
+        max_steps=steps,
+        seed=0,
+        log_every=1,
+        progress=False,
+        device="cpu",
+        precision=precision,
+    )
     summary = tr.fit(resume=resume)
     return model, rec, summary
 
@@ -143,13 +165,36 @@ def test_cuda_translate_matches_cpu():
 def test_cuda_training_resumes_on_cpu(tmp_path):
     torch.manual_seed(0)
     model = RNNSearch(Seq2SeqConfig(vocab_size=V, emb_dim=16, hidden_dim=16, attn_dim=16, dropout=0.0))
-    tr = Trainer(model, torch.optim.Adam(model.parameters(), 1e-2), loss_fn=_Recorder(),
-                 train_batches=ListBatches(_batches()), out_dir=tmp_path / "run", save_every_steps=2, max_epochs=10,
-                 max_steps=2, seed=0, log_every=1, progress=False, device="cuda", precision="bf16")
+    tr = Trainer(
+        model,
+        torch.optim.Adam(model.parameters(), 1e-2),
+        loss_fn=_Recorder(),
+        train_batches=ListBatches(_batches()),
+        out_dir=tmp_path / "run",
+        save_every_steps=2,
+        max_epochs=10,
+        max_steps=2,
+        seed=0,
+        log_every=1,
+        progress=False,
+        device="cuda",
+        precision="bf16",
+    )
     tr.fit()
     model2 = RNNSearch(Seq2SeqConfig(vocab_size=V, emb_dim=16, hidden_dim=16, attn_dim=16, dropout=0.0))
-    tr2 = Trainer(model2, torch.optim.Adam(model2.parameters(), 1e-2), loss_fn=_Recorder(),
-                  train_batches=ListBatches(_batches()), out_dir=tmp_path / "run", save_every_steps=2, max_epochs=10,
-                  max_steps=4, seed=0, log_every=1, progress=False, device="cpu")
+    tr2 = Trainer(
+        model2,
+        torch.optim.Adam(model2.parameters(), 1e-2),
+        loss_fn=_Recorder(),
+        train_batches=ListBatches(_batches()),
+        out_dir=tmp_path / "run",
+        save_every_steps=2,
+        max_epochs=10,
+        max_steps=4,
+        seed=0,
+        log_every=1,
+        progress=False,
+        device="cpu",
+    )
     s = tr2.fit(resume=True)
     assert s["steps"] == 4 and next(model2.parameters()).device.type == "cpu"

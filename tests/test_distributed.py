@@ -1,4 +1,5 @@
 """DDP under torchrun (2 CPU processes, gloo): ranks agree and equal single-process global batches."""
+
 import os
 import socket
 import subprocess
@@ -31,8 +32,16 @@ def test_torchrun_two_ranks(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{SRC}{os.pathsep}{HERE}", MASTER_ADDR="127.0.0.1")
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT"):
         env.pop(k, None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
-           "--master_addr=127.0.0.1", str(HERE / "_ddp_worker.py"), str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={_free_port()}",
+        "--master_addr=127.0.0.1",
+        str(HERE / "_ddp_worker.py"),
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r0 = torch.load(tmp_path / "rank0.pt", weights_only=True)

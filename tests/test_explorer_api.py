@@ -1,5 +1,6 @@
 """The explorer's JSON API (FastAPI TestClient): every field against the models' own interface, rollout
 and diagnostics against independent references, every bad input gets its 4xx and the server goes on."""
+
 import io
 from concurrent.futures import ThreadPoolExecutor
 
@@ -34,7 +35,13 @@ def post(client, text, model, beam=5, heads=False):
 def test_models_verses_scenes_and_docs(served):
     client, _, _ = served
     models = {m["name"]: m for m in client.get("/api/models").json()["models"]}
-    assert set(models) == {"transformer-es-en", "rnnsearch-es-en", "rnnencdec-es-en", "captioner-soft", "captioner-hard"}
+    assert set(models) == {
+        "transformer-es-en",
+        "rnnsearch-es-en",
+        "rnnencdec-es-en",
+        "captioner-soft",
+        "captioner-hard",
+    }
     assert [n for n, m in models.items() if not m["has_attention"]] == ["rnnencdec-es-en"]
     assert models["transformer-es-en"]["scores"]["test_bleu"] == pytest.approx(31.23)
     assert models["transformer-es-en"]["config"]["nhead"] == 4 and models["captioner-hard"]["task"] == "captioning"
@@ -44,7 +51,9 @@ def test_models_verses_scenes_and_docs(served):
     assert len(scenes) == 5 and scenes[0]["image"].startswith("data:image/png;base64,")
     assert client.get("/docs").status_code == 200
     api = client.get("/openapi.json").json()  # the one format, documented: every answer and the error body
-    assert {"Translation", "Caption", "Heads", "Steps", "Diagnostics", "ApiErrorBody"} <= api["components"]["schemas"].keys()
+    assert {"Translation", "Caption", "Heads", "Steps", "Diagnostics", "ApiErrorBody"} <= api["components"][
+        "schemas"
+    ].keys()
     ok = api["paths"]["/api/translate"]["post"]["responses"]
     assert ok["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/Translation")
     assert ok["413"]["content"]["application/json"]["schema"]["$ref"].endswith("/ApiErrorBody")
@@ -70,7 +79,9 @@ def test_translation_payload_equals_the_models_own_attention(served, name):
     att = ta.maps.alignment
     torch.testing.assert_close(torch.tensor(p["attention"], dtype=torch.float64), att.double(), atol=1e-5, rtol=0)
     wa = word_attention(att, ta.source_pieces, ta.target_pieces)
-    torch.testing.assert_close(torch.tensor(p["words"]["attention"], dtype=torch.float64), wa.double(), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        torch.tensor(p["words"]["attention"], dtype=torch.float64), wa.double(), atol=1e-5, rtol=0
+    )
     assert p["words"]["source"] == SOURCE.split() and "mean over a target word's pieces" in p["words"]["rule"]
     d = p["diagnostics"]
     ent = [-sum(a * torch.log(torch.tensor(a)).item() for a in row if a > 0) for row in att.double().tolist()]
@@ -88,10 +99,11 @@ def test_translation_payload_equals_the_models_own_attention(served, name):
     else:  # every layer and head, and the rollout
         h = p["heads"]
         L, H = len(h["cross"]), len(h["cross"][0])
-        assert (L, H) == tuple(ta.maps.cross.shape[:2]) and len(h["enc_self"][0][0]) == len(ta.source_pieces)
+        assert tuple(ta.maps.cross.shape[:2]) == (L, H) and len(h["enc_self"][0][0]) == len(ta.source_pieces)
         torch.testing.assert_close(torch.tensor(h["cross"]), ta.maps.cross, atol=1e-4, rtol=0)
-        torch.testing.assert_close(torch.tensor(h["rollout"], dtype=torch.float64), _rollout_loop(ta.maps.enc_self),
-                                   atol=1e-4, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(h["rollout"], dtype=torch.float64), _rollout_loop(ta.maps.enc_self), atol=1e-4, rtol=0
+        )
         assert p["steps"] is None
 
 
@@ -137,7 +149,7 @@ def _chunks(n, size=1 << 20):
 
 def _huge_png():
     """A small file that decodes to more pixels than the limit (a 1-bit blank image compresses to ~10 KB)."""
-    side = int(MAX_UPLOAD_PIXELS ** 0.5) + 100
+    side = int(MAX_UPLOAD_PIXELS**0.5) + 100
     buf = io.BytesIO()
     Image.new("1", (side, side)).save(buf, format="PNG")
     assert len(buf.getvalue()) < MAX_UPLOAD_BYTES
@@ -158,7 +170,9 @@ def test_caption_a_test_scene_and_uploads(served):
     named = [c for c in p["correctness"] if c is not None]
     assert named and all(0.0 <= c <= 1.0 for c in named)
     for data, ctype in ((_png("RGBA", (100, 50)), "image/png"), (_png("RGB", (300, 200), "JPEG"), "image/jpeg")):
-        r = client.post("/api/caption", files={"image": ("x", data, ctype)}, data={"model": "captioner-soft", "beam": "3"})
+        r = client.post(
+            "/api/caption", files={"image": ("x", data, ctype)}, data={"model": "captioner-soft", "beam": "3"}
+        )
         assert r.status_code == 200, r.text
         assert r.json()["boxes"] is None and r.json()["words"]
 
@@ -171,22 +185,51 @@ def test_every_bad_input_gets_its_4xx_and_the_server_goes_on(served):
         (post(client, "palabra " * 150, "transformer-es-en"), 400, "more than this model's maximum"),
         (post(client, "Hola.", "no-such-model"), 404, "unknown translation model"),
         (post(client, "Hola.", "rnnsearch-es-en", beam=0), 422, "beam"),
-        (client.post("/api/translate", content=b"{not json", headers={"Content-Type": "application/json"}), 422, "not valid JSON"),
+        (
+            client.post("/api/translate", content=b"{not json", headers={"Content-Type": "application/json"}),
+            422,
+            "not valid JSON",
+        ),
         (client.post("/api/translate", json={"beam": 2}), 422, "text"),
         (client.post("/api/caption", files={"image": ("x.png", b"not an image", "image/png")}), 415, "not an image"),
-        (client.post("/api/caption", files={"image": ("x.gif", _png("L", (8, 8), "GIF"), "image/gif")}), 415, "PNG or JPEG"),
-        (client.post("/api/caption", files={"image": ("x.png", b"0" * (MAX_UPLOAD_BYTES + 1), "image/png")}), 413, "limit"),
+        (
+            client.post("/api/caption", files={"image": ("x.gif", _png("L", (8, 8), "GIF"), "image/gif")}),
+            415,
+            "PNG or JPEG",
+        ),
+        (
+            client.post("/api/caption", files={"image": ("x.png", b"0" * (MAX_UPLOAD_BYTES + 1), "image/png")}),
+            413,
+            "limit",
+        ),
         (client.post("/api/caption", files={"other": ("x.png", _png(), "image/png")}), 400, "'image'"),
         (client.post("/api/caption", json={"scene": 10_000}), 404, "does not exist"),
         (client.post("/api/caption", json={"scene": 1, "model": "captioner-x"}), 404, "unknown captioning model"),
         (client.post("/api/caption", content=b"[1, 2", headers={"Content-Type": "application/json"}), 422, "JSON"),
-        (client.post("/api/caption", files={"image": ("x.png", _png(), "image/png")}, data={"beam": "many"}), 422, "beam"),
-        (client.post("/api/caption", files={"image": ("x.png", _png(), "image/png")}, data={"model": "nope"}), 404,
-         "unknown captioning model"),
-        (client.post("/api/caption", content=b"--x\r\nnot a part", headers={"Content-Type": "multipart/form-data"}),
-         400, "no boundary"),
-        (client.post("/api/caption", content=_chunks(MAX_UPLOAD_BYTES + 1),  # no Content-Length: counted as it streams
-                     headers={"Content-Type": "application/json"}), 413, "more than"),
+        (
+            client.post("/api/caption", files={"image": ("x.png", _png(), "image/png")}, data={"beam": "many"}),
+            422,
+            "beam",
+        ),
+        (
+            client.post("/api/caption", files={"image": ("x.png", _png(), "image/png")}, data={"model": "nope"}),
+            404,
+            "unknown captioning model",
+        ),
+        (
+            client.post("/api/caption", content=b"--x\r\nnot a part", headers={"Content-Type": "multipart/form-data"}),
+            400,
+            "no boundary",
+        ),
+        (
+            client.post(
+                "/api/caption",
+                content=_chunks(MAX_UPLOAD_BYTES + 1),  # no Content-Length: counted as it streams
+                headers={"Content-Type": "application/json"},
+            ),
+            413,
+            "more than",
+        ),
         (client.post("/api/caption", files={"image": ("big.png", _huge_png(), "image/png")}), 413, "pixels"),
     ]
     for r, status, words in cases:
@@ -198,8 +241,14 @@ def test_every_bad_input_gets_its_4xx_and_the_server_goes_on(served):
 
 def test_concurrent_requests_answer_as_sequential_ones(served):
     client, _, _ = served
-    jobs = [("rnnsearch-es-en", SOURCE), ("transformer-es-en", "Jesús lloró."), ("rnnencdec-es-en", SOURCE),
-            ("transformer-es-en", SOURCE), ("rnnsearch-es-en", "Jesús lloró."), ("transformer-es-en", "Y Dios vió la luz.")]
+    jobs = [
+        ("rnnsearch-es-en", SOURCE),
+        ("transformer-es-en", "Jesús lloró."),
+        ("rnnencdec-es-en", SOURCE),
+        ("transformer-es-en", SOURCE),
+        ("rnnsearch-es-en", "Jesús lloró."),
+        ("transformer-es-en", "Y Dios vió la luz."),
+    ]
     jobs += [("captioner-soft", 1), ("captioner-hard", 2), ("captioner-soft", 5)]
 
     def ask(job):
@@ -224,10 +273,12 @@ def test_forcing_the_reference_of_a_gold_verse_brings_its_gold_links(served):
     assert p["forced"] and p["translation"] == ref and p["words"]["target"] == v.target
     assert p["gold"]["ref"] == v.ref and sorted(map(tuple, p["gold"]["sure"])) == sorted(v.sure)
     ta = models.translators["rnnsearch-es-en"].attention(src, ref)  # the same forced decoding
-    torch.testing.assert_close(torch.tensor(p["attention"], dtype=torch.float64), ta.maps.alignment.double(),
-                               atol=1e-5, rtol=0)
-    other = client.post("/api/translate", json={"text": "Jesús lloró.", "model": "rnnsearch-es-en",
-                                                "target": "Jesus wept."}).json()
+    torch.testing.assert_close(
+        torch.tensor(p["attention"], dtype=torch.float64), ta.maps.alignment.double(), atol=1e-5, rtol=0
+    )
+    other = client.post(
+        "/api/translate", json={"text": "Jesús lloró.", "model": "rnnsearch-es-en", "target": "Jesus wept."}
+    ).json()
     assert other["forced"] and other["gold"] is None
     r = client.post("/api/translate", json={"text": src, "model": "rnnsearch-es-en", "target": "  "})
     assert r.status_code == 400 and "target is empty" in r.json()["error"]
@@ -275,12 +326,16 @@ def test_translate_and_caption_write_html_from_the_command_line(served, tmp_path
     _, models, scenes = served
     out = tmp_path / "t.html"
     assert cli_main(["translate", "--model", "rnnsearch-es-en", "--beam", "1", "--html", str(out), "Jesús lloró."]) == 0
-    data = schema.ExplorerData.model_validate_json(re.search(r"window\.ATTNKIT_DATA = (.*);\n", out.read_text()).group(1))
+    data = schema.ExplorerData.model_validate_json(
+        re.search(r"window\.ATTNKIT_DATA = (.*);\n", out.read_text()).group(1)
+    )
     assert [p.translation for p in data.translations] == ["Jesus wept."] and data.translations[0].steps is not None
     png = tmp_path / "scene.png"
     Image.fromarray((scenes[0]["image"][0].numpy() * 255).round().astype("uint8"), mode="L").save(png)
     out = tmp_path / "c.html"
     assert cli_main(["caption", "--model", "captioner-hard", "--html", str(out), str(png)]) == 0
     data = json.loads(re.search(r"window\.ATTNKIT_DATA = (.*);\n", out.read_text()).group(1))
-    assert data["captions"][0]["caption"] == models.captioners["captioner-hard"].caption(
-        scenes[0]["image"].unsqueeze(0))[0]["caption"]
+    assert (
+        data["captions"][0]["caption"]
+        == models.captioners["captioner-hard"].caption(scenes[0]["image"].unsqueeze(0))[0]["caption"]
+    )

@@ -4,6 +4,7 @@ Types a verse, waits for the translations, hovers a target word and checks that 
 the model's own weights, switches to words, opens a Transformer head, uploads a scene and hovers a
 caption word, exports a view as HTML and opens it offline. Screenshots go to out/explorer/.
 """
+
 import base64
 import io
 import json
@@ -20,11 +21,21 @@ import pytest
 import torch
 
 CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (apt-get install chromium)")
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="Debian's chromium is not installed (apt-get install chromium)"
+)
 playwright = pytest.importorskip("playwright.sync_api")
 SHOTS = Path(__file__).resolve().parents[1] / "out" / "explorer"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 VERSE = "Y vió Dios que la luz era buena: y apartó Dios la luz de las tinieblas."
 
 
@@ -38,8 +49,13 @@ def _free_port() -> int:
 def server(bible_home):
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "attnkit.cli", "--home", str(bible_home), "serve", "--port", str(port)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnkit.cli", "--home", str(bible_home), "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}/"
     for _ in range(240):
         try:
@@ -77,9 +93,12 @@ def test_translate_hover_words_heads(server, browser, tmp_path):
     page.select_option("#beam", "5")
     page.click("#translate")
     card = page.locator(".model-card[data-model='rnnsearch-es-en']")
-    page.wait_for_function("document.querySelector('.model-card .translation') && "
-                           "[...document.querySelectorAll('.model-card')].length === 3 && "
-                           "document.body.innerText.indexOf('translating') < 0", timeout=120_000)
+    page.wait_for_function(
+        "document.querySelector('.model-card .translation') && "
+        "[...document.querySelectorAll('.model-card')].length === 3 && "
+        "document.body.innerText.indexOf('translating') < 0",
+        timeout=120_000,
+    )
     assert page.locator(".model-card[data-model='rnnencdec-es-en'] .no-attention").count() == 1
     want = _api(server, "api/translate", {"text": VERSE, "model": "rnnsearch-es-en", "beam": 5})
     assert card.locator(".translation").inner_text() == want["translation"]
@@ -157,8 +176,9 @@ def test_a_gold_verse_with_its_reference_shows_the_gold_links(server, browser):
     page.select_option("#verse", "0")  # the first scored gold verse
     first = load_gold()[50]
     card = page.locator(".model-card[data-model='transformer-es-en']")
-    page.wait_for_function("document.querySelector(\".model-card[data-model='transformer-es-en'] .gold-sure\")",
-                           timeout=120_000)
+    page.wait_for_function(
+        "document.querySelector(\".model-card[data-model='transformer-es-en'] .gold-sure\")", timeout=120_000
+    )
     assert card.locator(".translation").inner_text() == " ".join(first.target)
     assert card.locator(".gold-sure").count() == len(first.sure)
     assert card.locator(".gold-possible").count() == len(first.possible - first.sure)
@@ -184,8 +204,12 @@ def test_caption_upload_and_hover(server, browser, tmp_path):
     grid = [[float((3 * i + 5 * j) % 7) for j in range(8)] for i in range(8)]
     for mode in ("bilinear", "nearest"):
         js = page.evaluate("([g, m]) => Array.from(upsample(g, 64, 48, m))", [grid, mode])
-        want = torch.nn.functional.interpolate(torch.tensor(grid, dtype=torch.float64)[None, None], size=(64, 48),
-                                               mode=mode, **({"align_corners": False} if mode == "bilinear" else {}))
+        want = torch.nn.functional.interpolate(
+            torch.tensor(grid, dtype=torch.float64)[None, None],
+            size=(64, 48),
+            mode=mode,
+            **({"align_corners": False} if mode == "bilinear" else {}),
+        )
         assert js == pytest.approx(want.flatten().tolist(), abs=1e-9)
     hard.locator(".cells-toggle").check()
     assert hard.locator(".heat image.heat-map").get_attribute("data-mode") == "nearest"
@@ -196,11 +220,18 @@ def test_caption_upload_and_hover(server, browser, tmp_path):
     scene = _api(server, "api/scenes?limit=3", None)["scenes"][2]
     img = tmp_path / "mine.png"
     Image.open(io.BytesIO(base64.b64decode(scene["image"].split(",")[1]))).convert("RGB").resize((192, 192)).save(img)
-    want = httpx.post(server + "api/caption", files={"image": ("mine.png", img.read_bytes(), "image/png")},
-                      data={"model": "captioner-soft"}, timeout=120).json()
+    want = httpx.post(
+        server + "api/caption",
+        files={"image": ("mine.png", img.read_bytes(), "image/png")},
+        data={"model": "captioner-soft"},
+        timeout=120,
+    ).json()
     page.set_input_files("#upload", str(img))
-    page.wait_for_function("document.querySelectorAll('.caption-card .box').length === 0 && "
-                           "document.querySelectorAll('.caption-card').length === 2", timeout=60_000)
+    page.wait_for_function(
+        "document.querySelectorAll('.caption-card .box').length === 0 && "
+        "document.querySelectorAll('.caption-card').length === 2",
+        timeout=60_000,
+    )
     soft = page.locator(".caption-card[data-model='captioner-soft']")
     assert soft.locator("div.caption:not(.tokens)").inner_text() == want["caption"]
     soft.locator(".cword[data-t='1']").hover()

@@ -1,9 +1,9 @@
 """The hand-made gold alignments are sound, and AER and its parts are computed right."""
+
 import pytest
 import torch
 
-from attnkit.alignment import (AERCounts, aer_counts, argmax_links, diagonal_links, grow_diag_final_and,
-                               threshold_links)
+from attnkit.alignment import AERCounts, aer_counts, argmax_links, diagonal_links, grow_diag_final_and, threshold_links
 from attnkit.alignment.gold import DEV_VERSES, load_gold, parse_links, validate_gold
 from attnkit.data.bible import load_pairs
 
@@ -21,8 +21,10 @@ def test_the_gold_set_is_complete_and_matches_the_corpus(bible_home):
 
 def test_the_validator_finds_each_kind_of_problem():
     gold = load_gold()[:2]
-    bad = [gold[0], type(gold[1])(gold[1].ref, gold[1].source, gold[1].target,
-                                   gold[1].sure | {(99, 0)}, gold[1].possible)]
+    bad = [
+        gold[0],
+        type(gold[1])(gold[1].ref, gold[1].source, gold[1].target, gold[1].sure | {(99, 0)}, gold[1].possible),
+    ]
     problems = validate_gold(bad, {gold[0].ref: ("x y", gold[0].target and " ".join(gold[0].target))})
     assert any("out of range" in p for p in problems)
     assert any("sure links not in possible" in p for p in problems)
@@ -63,8 +65,21 @@ def test_evaluate_alignment_cli(capsys, bible_home, tmp_path):
 
     from attnkit.cli import main as cli_main
 
-    assert cli_main(["--home", str(bible_home), "evaluate", "alignment", "--model", "rnnsearch-es-en",
-                     "--no-references", "--json"]) == 0
+    assert (
+        cli_main(
+            [
+                "--home",
+                str(bible_home),
+                "evaluate",
+                "alignment",
+                "--model",
+                "rnnsearch-es-en",
+                "--no-references",
+                "--json",
+            ]
+        )
+        == 0
+    )
     r = json.loads(capsys.readouterr().out)
     row = r["rows"][0]
     assert r["scored_verses"] == 100 and 0.0 < row["aer"] < 0.7 and row["links"] > 1500

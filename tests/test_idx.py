@@ -1,4 +1,5 @@
 """IDX reader: round trip, bad magic, truncation, and the real Fashion-MNIST files."""
+
 import gzip
 from pathlib import Path
 

@@ -1,6 +1,7 @@
 """Photos with Karpathy-split captions (Flickr8k / COCO format): the reader on a tiny set the test writes
 itself, the batches against PIL's own conversion, and `attnkit train captioning --captions --images` for
 two steps followed by `attnkit caption` with the model it wrote."""
+
 import json
 
 import numpy as np
@@ -26,15 +27,26 @@ def flickr(tmp_path):
     Image.fromarray(rng.integers(0, 256, (16, 16), dtype=np.uint8)).save(imgs / "b.png")  # gray, canvas size
     Image.fromarray(rng.integers(0, 256, (20, 20, 4), dtype=np.uint8)).save(imgs / "val2014" / "c.png")  # RGBA
     Image.fromarray(rng.integers(0, 256, (10, 10), dtype=np.uint8)).save(imgs / "d.png")
-    data = {"images": [
-        {"filename": "a.png", "split": "train", "sentences": [
-            {"tokens": ["A", "dog", "runs", "on", "the", "grass"], "raw": "A dog runs on the grass."},
-            {"tokens": ["a", "brown", "dog"], "raw": "A brown dog."}]},
-        {"filename": "b.png", "split": "restval", "sentences": [{"raw": "Two  Cats sleep"}]},
-        {"filename": "c.png", "filepath": "val2014", "split": "val", "sentences": [{"tokens": ["a", "dog"]},
-                                                                                   {"tokens": ["a", "box"]}]},
-        {"filename": "d.png", "split": "test", "sentences": [{"tokens": ["white"], "raw": "White."}]},
-    ]}
+    data = {
+        "images": [
+            {
+                "filename": "a.png",
+                "split": "train",
+                "sentences": [
+                    {"tokens": ["A", "dog", "runs", "on", "the", "grass"], "raw": "A dog runs on the grass."},
+                    {"tokens": ["a", "brown", "dog"], "raw": "A brown dog."},
+                ],
+            },
+            {"filename": "b.png", "split": "restval", "sentences": [{"raw": "Two  Cats sleep"}]},
+            {
+                "filename": "c.png",
+                "filepath": "val2014",
+                "split": "val",
+                "sentences": [{"tokens": ["a", "dog"]}, {"tokens": ["a", "box"]}],
+            },
+            {"filename": "d.png", "split": "test", "sentences": [{"tokens": ["white"], "raw": "White."}]},
+        ]
+    }
     jp = tmp_path / "dataset_flickr8k.json"
     jp.write_text(json.dumps(data))
     return jp, imgs
@@ -52,15 +64,20 @@ def test_splits_paths_and_captions(flickr):
     assert [im.path.name for im in karpathy_split(images, "test")] == ["d.png"]
 
 
-@pytest.mark.parametrize("bad, message", [
-    ("not json", "is not valid JSON"),
-    ({"pictures": []}, "no top-level 'images' list"),
-    ({"images": [{"split": "train", "sentences": [{"raw": "x"}]}]}, r"images\[0\] has no 'filename'"),
-    ({"images": [{"filename": "a.png", "split": "dev", "sentences": [{"raw": "x"}]}]}, "has split 'dev'"),
-    ({"images": [{"filename": "a.png", "split": "train", "sentences": []}]}, "has no 'sentences' list"),
-    ({"images": [{"filename": "a.png", "split": "train", "sentences": [{"tokens": [1]}]}]},
-     r"sentences\[0\].tokens is not a list of strings"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("not json", "is not valid JSON"),
+        ({"pictures": []}, "no top-level 'images' list"),
+        ({"images": [{"split": "train", "sentences": [{"raw": "x"}]}]}, r"images\[0\] has no 'filename'"),
+        ({"images": [{"filename": "a.png", "split": "dev", "sentences": [{"raw": "x"}]}]}, "has split 'dev'"),
+        ({"images": [{"filename": "a.png", "split": "train", "sentences": []}]}, "has no 'sentences' list"),
+        (
+            {"images": [{"filename": "a.png", "split": "train", "sentences": [{"tokens": [1]}]}]},
+            r"sentences\[0\].tokens is not a list of strings",
+        ),
+    ],
+)
 def test_malformed_files_name_the_file_and_the_entry(tmp_path, bad, message):
     jp = tmp_path / "caps.json"
     jp.write_text(bad if isinstance(bad, str) else json.dumps(bad))
@@ -95,13 +112,42 @@ def test_batches_hold_every_pair_as_pil_reads_it(flickr):
 def test_train_two_steps_then_caption(flickr, tmp_path, capsys):
     jp, imgs = flickr
     out = tmp_path / "run"
-    rc = cli_main(["train", "captioning", "--captions", str(jp), "--images", str(imgs), "--out-dir", str(out),
-                   "--max-steps", "2", "--batch-size", "2", "--canvas", "16", "--feature-dim", "8", "--pos-dim", "4",
-                   "--emb-dim", "8", "--hidden-dim", "16", "--attn-dim", "8", "--save-every-steps", "2",
-                   "--device", "cpu", "--no-progress"])
+    rc = cli_main(
+        [
+            "train",
+            "captioning",
+            "--captions",
+            str(jp),
+            "--images",
+            str(imgs),
+            "--out-dir",
+            str(out),
+            "--max-steps",
+            "2",
+            "--batch-size",
+            "2",
+            "--canvas",
+            "16",
+            "--feature-dim",
+            "8",
+            "--pos-dim",
+            "4",
+            "--emb-dim",
+            "8",
+            "--hidden-dim",
+            "16",
+            "--attn-dim",
+            "8",
+            "--save-every-steps",
+            "2",
+            "--device",
+            "cpu",
+            "--no-progress",
+        ]
+    )
     captured = capsys.readouterr()
     assert rc == 0, captured.err
-    summary = json.loads(captured.out[captured.out.index("{"):])
+    summary = json.loads(captured.out[captured.out.index("{") :])
     assert summary["steps"] == 2 and summary["stop_reason"] == "max_steps"
     ckpt = summary["last_checkpoint"]
     vocab = CaptionVocab.load(f"{ckpt}/vocab.json")
@@ -115,7 +161,11 @@ def test_train_needs_a_val_split(flickr, tmp_path, capsys):
     data = json.loads(jp.read_text())
     data["images"] = [im for im in data["images"] if im["split"] != "val"]
     jp.write_text(json.dumps(data))
-    assert cli_main(["train", "captioning", "--captions", str(jp), "--images", str(imgs),
-                     "--out-dir", str(tmp_path / "r")]) == 2
+    assert (
+        cli_main(
+            ["train", "captioning", "--captions", str(jp), "--images", str(imgs), "--out-dir", str(tmp_path / "r")]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "needs 'train' (or 'restval') and 'val' images" in err and "Traceback" not in err

@@ -1,4 +1,5 @@
 """Attention layers against torch's modules (copied weights) and plain references."""
+
 import math
 
 import hypothesis.strategies as st
@@ -48,8 +49,15 @@ def test_mha_matches_torch_with_copied_weights_and_masks(batch_first, kv_dims):
     attn_mask = torch.rand(Nq, Nk) < 0.8
     attn_mask[:, 0] = True  # keep every row non-empty (torch gives NaN for empty rows)
     tq, tk, tv = (q, k, v) if batch_first else (q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1))
-    ref, ref_w = theirs(tq, tk, tv, key_padding_mask=to_torch_mha_mask(kpm), attn_mask=to_torch_mha_mask(attn_mask),
-                        need_weights=True, average_attn_weights=False)
+    ref, ref_w = theirs(
+        tq,
+        tk,
+        tv,
+        key_padding_mask=to_torch_mha_mask(kpm),
+        attn_mask=to_torch_mha_mask(attn_mask),
+        need_weights=True,
+        average_attn_weights=False,
+    )
     if not batch_first:
         ref = ref.transpose(0, 1)
     out, w = ours(q, k, v, key_padding_mask=kpm, mask=attn_mask, need_weights=True)
@@ -87,7 +95,9 @@ def test_mha_average_weights_and_errors():
     torch.testing.assert_close(wa, w.mean(1))
     with pytest.raises(ValueError, match=r"embed_dim \(10\) must be divisible by num_heads \(4\)"):
         MultiHeadAttention(10, 4)
-    with pytest.raises(ValueError, match=r"query must have shape \(B, Nq, embed_dim\) with last size 8, got \(2, 3, 7\)"):
+    with pytest.raises(
+        ValueError, match=r"query must have shape \(B, Nq, embed_dim\) with last size 8, got \(2, 3, 7\)"
+    ):
         m(torch.randn(2, 3, 7))
     with pytest.raises(ValueError, match=r"query must have shape .*got \(1, 2, 3, 8\) \(4-D\)"):
         m(torch.randn(1, 2, 3, 8))
@@ -120,7 +130,7 @@ def test_mha_kv_cache_equals_full_causal_pass():
     x = torch.randn(2, 5, 8)
     full, _ = m(x, causal=True)
     cache = m.new_cache()
-    steps = [m(x[:, t:t + 1], cache=cache)[0] for t in range(5)]
+    steps = [m(x[:, t : t + 1], cache=cache)[0] for t in range(5)]
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
     assert len(cache) == 5
     mem = torch.randn(2, 4, 8)
@@ -268,11 +278,15 @@ def test_decoder_layer_matches_torch_and_cache(norm_first):
     tgt, mem = torch.randn(2, 5, 16), torch.randn(2, 6, 16)
     mkpm = padding_mask(torch.tensor([6, 4]))
     with torch.no_grad():
-        ref = theirs(tgt, mem, tgt_mask=nn.Transformer.generate_square_subsequent_mask(5),
-                     memory_key_padding_mask=to_torch_mha_mask(mkpm))
+        ref = theirs(
+            tgt,
+            mem,
+            tgt_mask=nn.Transformer.generate_square_subsequent_mask(5),
+            memory_key_padding_mask=to_torch_mha_mask(mkpm),
+        )
         out, (sw, cw) = ours(tgt, mem, memory_key_padding_mask=mkpm, need_weights=True)
         cache = ours.new_cache()
-        steps = [ours(tgt[:, t:t + 1], mem, memory_key_padding_mask=mkpm, cache=cache)[0] for t in range(5)]
+        steps = [ours(tgt[:, t : t + 1], mem, memory_key_padding_mask=mkpm, cache=cache)[0] for t in range(5)]
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(torch.cat(steps, 1), out, rtol=1e-4, atol=1e-4)
     assert sw.shape == (2, 4, 5, 5) and cw.shape == (2, 4, 5, 6)

@@ -1,4 +1,5 @@
 """linear_cross_entropy against F.cross_entropy(F.linear(...)): loss, gradients, dtypes, errors."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -165,13 +166,29 @@ def _args():
     "change, error, match",
     [
         (dict(hidden=torch.zeros(6)), ValueError, r"hidden must be an \(N, E\) tensor, got shape \(6,\)"),
-        (dict(weight=torch.zeros(5, 3)), ValueError, r"weight must be \(V, E\) with E = hidden.shape\[1\] = 4, got \(5, 3\)"),
+        (
+            dict(weight=torch.zeros(5, 3)),
+            ValueError,
+            r"weight must be \(V, E\) with E = hidden.shape\[1\] = 4, got \(5, 3\)",
+        ),
         (dict(weight=torch.zeros(5)), ValueError, r"weight must be \(V, E\).*got \(5,\)"),
-        (dict(bias=torch.zeros(4)), ValueError, r"bias must be None or \(V,\) with V = weight.shape\[0\] = 5, got \(4,\)"),
-        (dict(target=torch.zeros(5, dtype=torch.long)), ValueError, r"target must be \(N,\) with N = hidden.shape\[0\] = 6, got \(5,\)"),
+        (
+            dict(bias=torch.zeros(4)),
+            ValueError,
+            r"bias must be None or \(V,\) with V = weight.shape\[0\] = 5, got \(4,\)",
+        ),
+        (
+            dict(target=torch.zeros(5, dtype=torch.long)),
+            ValueError,
+            r"target must be \(N,\) with N = hidden.shape\[0\] = 6, got \(5,\)",
+        ),
         (dict(target=torch.zeros(6, dtype=torch.int32)), TypeError, r"target must be torch.long, got torch.int32"),
         (dict(hidden=torch.zeros(6, 4, dtype=torch.long)), TypeError, r"hidden must be a floating-point tensor"),
-        (dict(target=torch.tensor([0, 1, 2, 3, 4, 5])), ValueError, r"target ids must be in \[0, V\) with V = weight.shape\[0\] = 5, got min 0, max 5"),
+        (
+            dict(target=torch.tensor([0, 1, 2, 3, 4, 5])),
+            ValueError,
+            r"target ids must be in \[0, V\) with V = weight.shape\[0\] = 5, got min 0, max 5",
+        ),
         (dict(target=torch.tensor([0, 1, -1, 3, 4, 0])), ValueError, r"target ids must be in \[0, V\).*min -1"),
         (dict(smoothing=1.0), ValueError, r"smoothing must be a float in \[0, 1\), got 1.0"),
         (dict(smoothing=-0.1), ValueError, r"smoothing must be a float in \[0, 1\), got -0.1"),

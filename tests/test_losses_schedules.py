@@ -1,4 +1,5 @@
 """label_smoothed_nll against torch's cross_entropy; LR schedules and their checkpointing."""
+
 import io
 
 import pytest
@@ -17,8 +18,9 @@ def test_label_smoothed_nll_matches_cross_entropy(smoothing):
     target[0, 3:] = pad
     target[2, 1:] = pad
     loss, n = label_smoothed_nll(logits, target, pad, smoothing)
-    ref = F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), ignore_index=pad,
-                          label_smoothing=smoothing, reduction="sum")
+    ref = F.cross_entropy(
+        logits.reshape(-1, V), target.reshape(-1), ignore_index=pad, label_smoothing=smoothing, reduction="sum"
+    )
     assert n == int((target != pad).sum())
     torch.testing.assert_close(loss, ref)
     (g1,) = torch.autograd.grad(loss, logits)
@@ -69,7 +71,7 @@ def test_inverse_sqrt_with_warmup_matches_formula_and_checkpoints():
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         s.step()
-    expected = [f * d ** -0.5 * min(k ** -0.5, k * w ** -1.5) for k in range(1, 11)]
+    expected = [f * d**-0.5 * min(k**-0.5, k * w**-1.5) for k in range(1, 11)]
     assert lrs == pytest.approx(expected)
     assert max(range(10), key=lambda i: lrs[i]) == w - 1  # peak at the w-th step
     buf = io.BytesIO()

@@ -1,4 +1,5 @@
 """attnkit's Adam: fused where PyTorch can, and the same updates as PyTorch's default Adam."""
+
 import torch
 
 from attnkit.training.optim import adam

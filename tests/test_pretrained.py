@@ -1,11 +1,19 @@
 """Shipped models are package data, resolved by name; `attnkit models` lists them with their scores."""
+
 import json
 
 import pytest
 
 from attnkit.cli import main as cli_main
-from attnkit.pretrained import (DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL, PRETRAINED_DIR,
-                                UnknownModelError, known_models, resolve_model, shipped_models)
+from attnkit.pretrained import (
+    DEFAULT_CAPTION_MODEL,
+    DEFAULT_TRANSLATION_MODEL,
+    PRETRAINED_DIR,
+    UnknownModelError,
+    known_models,
+    resolve_model,
+    shipped_models,
+)
 from attnkit.training.checkpoint import load_checkpoint
 
 SHIPPED = ["transformer-es-en", "rnnsearch-es-en", "rnnencdec-es-en", "captioner-soft", "captioner-hard"]
@@ -21,7 +29,7 @@ def test_every_shipped_model_is_listed_complete_and_verifiable():
         assert m.size_bytes == sum(f.stat().st_size for f in m.path.iterdir() if f.is_file())
     # the default translator is the best shipped one by test BLEU
     bleu = {n: m.scores["test_bleu"] for n, m in infos.items() if "test_bleu" in m.scores}
-    assert DEFAULT_TRANSLATION_MODEL == max(bleu, key=bleu.get)
+    assert max(bleu, key=bleu.get) == DEFAULT_TRANSLATION_MODEL
     assert infos[DEFAULT_CAPTION_MODEL].task == "captioning"
 
 

@@ -1,4 +1,5 @@
 """Fashion-MNIST scenes: geometry, pixels, captions, ground truth, splits, determinism, vocab."""
+
 import functools
 import json
 import re
@@ -11,18 +12,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attnkit.data.idx import FASHION_WORDS, load_fashion_mnist
-from attnkit.paths import attnkit_home
 from attnkit.data.scenes import (
-    VALID_HOLDOUT, CaptionVocab, ScenesDataset, collate_captions, load_scenes,
-    make_scenes, parse_caption, prepare_scenes, save_scene_png, scene_caption,
+    VALID_HOLDOUT,
+    CaptionVocab,
+    ScenesDataset,
+    collate_captions,
+    load_scenes,
+    make_scenes,
+    parse_caption,
+    prepare_scenes,
+    save_scene_png,
+    scene_caption,
 )
+from attnkit.paths import attnkit_home
 
 FMNIST = Path("/usr/share/datasets/fashion-mnist")
 pytestmark = pytest.mark.skipif(not FMNIST.is_dir(), reason="dataset-fashion-mnist not installed")
 SMALL = dict(n_train=60, n_valid=20, n_test=20)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fmnist(split):
     return load_fashion_mnist(split)
 
@@ -62,13 +71,13 @@ def check_scenes(s, photos, labels, canvas):
             ox, oy = s["offsets"][i, k]
             # The whole photo lies inside its quadrant, and the canvas holds it unchanged.
             assert qx <= ox and ox + 28 <= qx + half and qy <= oy and oy + 28 <= qy + half
-            np.testing.assert_array_equal(img[oy:oy + 28, ox:ox + 28], photo)
-            covered[oy:oy + 28, ox:ox + 28] = True
+            np.testing.assert_array_equal(img[oy : oy + 28, ox : ox + 28], photo)
+            covered[oy : oy + 28, ox : ox + 28] = True
             # Box: inside canvas and quadrant, tight around the photo's non-zero pixels.
             x0, y0, x1, y1 = (int(v) for v in s["boxes"][i, k])
             assert 0 <= x0 < x1 <= canvas and 0 <= y0 < y1 <= canvas
             assert qx <= x0 and x1 <= qx + half and qy <= y0 and y1 <= qy + half
-            np.testing.assert_array_equal(img[y0:y1, x0:x1], photo[y0 - oy:y1 - oy, x0 - ox:x1 - ox])
+            np.testing.assert_array_equal(img[y0:y1, x0:x1], photo[y0 - oy : y1 - oy, x0 - ox : x1 - ox])
             ys, xs = np.nonzero(photo)
             assert (x0, y0, x1, y1) == (ox + xs.min(), oy + ys.min(), ox + xs.max() + 1, oy + ys.max() + 1)
         assert not img[~covered].any(), "nothing drawn outside the items"
@@ -80,7 +89,7 @@ def check_scenes(s, photos, labels, canvas):
         # word_item: the k-th class word points at item k; every other word is -1.
         words = cap.split()
         wi = s["word_item"][i, : int(s["n_words"][i])].tolist()
-        assert len(wi) == len(words) and (s["word_item"][i, len(words):] == -1).all()
+        assert len(wi) == len(words) and (s["word_item"][i, len(words) :] == -1).all()
         k = 0
         for j, w in enumerate(words):
             names_item = j > 0 and words[j - 1] == "a"
@@ -116,8 +125,12 @@ def test_bigger_canvas_and_fewer_items():
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), max_items=st.integers(1, 4),
-       canvas=st.sampled_from([56, 64, 84]), n=st.integers(1, 6))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    max_items=st.integers(1, 4),
+    canvas=st.sampled_from([56, 64, 84]),
+    n=st.integers(1, 6),
+)
 def test_property_random_seeds(seed, max_items, canvas, n):
     photos, labels = fmnist("test")
     pool = np.arange(100, 160)
@@ -210,7 +223,7 @@ def test_splits_never_share_photos(prepared):
         for i in range(len(z[s]["images"])):
             for k in range(int(z[s]["n_items"][i])):
                 ox, oy = z[s]["offsets"][i, k]
-                assert z[s]["images"][i, oy:oy + 28, ox:ox + 28].tobytes() not in test_hashes
+                assert z[s]["images"][i, oy : oy + 28, ox : ox + 28].tobytes() not in test_hashes
 
 
 def test_dataset_and_collate(prepared):
@@ -219,13 +232,13 @@ def test_dataset_and_collate(prepared):
     assert isinstance(ds, ScenesDataset) and len(ds) == 20
     it = ds[0]
     assert it["image"].shape == (1, 64, 64) and it["image"].dtype == torch.float32
-    assert 0 <= it["image"].min() and it["image"].max() <= 1 and it["image"].max() > 0
+    assert it["image"].min() >= 0 and it["image"].max() <= 1 and it["image"].max() > 0
     assert ds.vocab.decode(it["caption_ids"]) == it["caption"]
     batch = collate_captions([ds[i] for i in range(5)])
     B, T = batch["captions"].shape
     assert batch["images"].shape == (5, 1, 64, 64) and B == 5
     assert batch["lengths"].tolist() == [len(ds[i]["caption"].split()) + 2 for i in range(5)]
-    assert T == max(batch["lengths"].tolist())
+    assert max(batch["lengths"].tolist()) == T
     for b in range(5):
         ids, L = batch["captions"][b], int(batch["lengths"][b])
         assert ids[0] == CaptionVocab.BOS and ids[L - 1] == CaptionVocab.EOS and (ids[L:] == 0).all()

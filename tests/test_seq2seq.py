@@ -1,4 +1,5 @@
 """RNNencdec and RNNsearch: shapes, masks, step-by-step decoding = teacher forcing, overfitting."""
+
 import pytest
 import torch
 
@@ -13,9 +14,19 @@ def tiny(kind="rnnsearch", score="additive", dropout=0.0, encoder_dim=None):
     """``kind``: rnnsearch, rnnencdec or rnnsearch-luong (attention after the GRU step)."""
     torch.manual_seed(0)
     kind, _, step = kind.partition("-")
-    return build_seq2seq(kind, Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8, score=score,
-                                             dropout=dropout, rnn_attention=step or "bahdanau",
-                                             encoder_dim=encoder_dim)).eval()
+    return build_seq2seq(
+        kind,
+        Seq2SeqConfig(
+            vocab_size=V,
+            emb_dim=12,
+            hidden_dim=10,
+            attn_dim=8,
+            score=score,
+            dropout=dropout,
+            rnn_attention=step or "bahdanau",
+            encoder_dim=encoder_dim,
+        ),
+    ).eval()
 
 
 def batch():
@@ -138,8 +149,10 @@ def test_rnn_attention_is_checked_and_is_for_rnnsearch_only():
 @pytest.mark.parametrize("rnn_attention", ["bahdanau", "luong"])
 def test_overfits_a_handful_of_pairs_and_beam1_equals_greedy(rnn_attention):
     torch.manual_seed(0)
-    m = build_seq2seq("rnnsearch", Seq2SeqConfig(vocab_size=V, emb_dim=32, hidden_dim=32, attn_dim=32, dropout=0.0,
-                                                 rnn_attention=rnn_attention))
+    m = build_seq2seq(
+        "rnnsearch",
+        Seq2SeqConfig(vocab_size=V, emb_dim=32, hidden_dim=32, attn_dim=32, dropout=0.0, rnn_attention=rnn_attention),
+    )
     g = torch.Generator().manual_seed(3)
     pairs = [(torch.randint(4, V, (n,), generator=g), torch.randint(4, V, (n + 1,), generator=g)) for n in (3, 4, 5, 6)]
     B, S, T = len(pairs), 6, 8
@@ -148,10 +161,10 @@ def test_overfits_a_handful_of_pairs_and_beam1_equals_greedy(rnn_attention):
     tgt_in = torch.zeros(B, T, dtype=torch.long)
     tgt_out = torch.zeros(B, T, dtype=torch.long)
     for b, (s, t) in enumerate(pairs):
-        src[b, :len(s)] = s
+        src[b, : len(s)] = s
         tgt_in[b, 0] = 1
-        tgt_in[b, 1:len(t) + 1] = t
-        tgt_out[b, :len(t)] = t
+        tgt_in[b, 1 : len(t) + 1] = t
+        tgt_out[b, : len(t)] = t
         tgt_out[b, len(t)] = 2
     opt = torch.optim.Adam(m.parameters(), lr=1e-2)
     for _ in range(150):
@@ -197,14 +210,16 @@ def test_param_init_draws_every_weight_from_the_uniform_range(kind):
         bound = p.detach().abs().max().item()
         assert bound <= 0.3, name
         if p.numel() >= 50 and name != "embedding.weight":
-            assert bound > 0.25, f"{name} does not fill [-0.3, 0.3] (max |w| = {bound:.3f})"  # PyTorch's own are ≤ 1/√10
+            assert bound > 0.25, (
+                f"{name} does not fill [-0.3, 0.3] (max |w| = {bound:.3f})"
+            )  # PyTorch's own are ≤ 1/√10
     assert torch.all(m.embedding.weight[cfg.pad_id] == 0)
 
 
 def test_param_init_zero_keeps_pytorch_defaults_and_bad_values_are_refused():
     torch.manual_seed(0)
     m = build_seq2seq("rnnsearch", Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=100, attn_dim=8, param_init=0.0))
-    assert m.encoder.weight_hh_l0.abs().max() <= 100 ** -0.5  # nn.GRU's U(-1/√H, 1/√H)
+    assert m.encoder.weight_hh_l0.abs().max() <= 100**-0.5  # nn.GRU's U(-1/√H, 1/√H)
     for bad in (-0.1, 1.5, "0.1", True):
         with pytest.raises(ConfigError, match="param_init"):
             Seq2SeqConfig(param_init=bad)

@@ -7,6 +7,7 @@ itself) on test scenes 0-7 of a small scene set: greedy and beam-3 captions with
 greedy attention map in full and every map's argmax cell, teacher-forced outputs, and one sampled training
 step (loss, metrics, gradient norm, and the baseline after the step's update).
 """
+
 import json
 from pathlib import Path
 
@@ -40,8 +41,9 @@ def test_shipped_captioner_captions_as_before(batch, name):
             assert g["score"] == pytest.approx(w["score"], abs=1e-4)
             assert g["attention"].argmax(-1).tolist() == w["argmax_cells"]
             if w.get("attention") is not None:
-                torch.testing.assert_close(g["attention"].double(), torch.tensor(w["attention"], dtype=torch.float64),
-                                           atol=1e-4, rtol=0)
+                torch.testing.assert_close(
+                    g["attention"].double(), torch.tensor(w["attention"], dtype=torch.float64), atol=1e-4, rtol=0
+                )
 
 
 @pytest.mark.parametrize("name", ["captioner-soft", "captioner-hard"])

@@ -1,6 +1,7 @@
 """The output layer prepared per batch: packed weights against float64 ``F.linear``, the whole
 vocabulary against the model's own search, a shortlist against a masked softmax; the lexical
 shortlist against a plain-Python Dice count, its file, and its errors."""
+
 import itertools
 
 import pytest
@@ -8,8 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnkit.decoding import OutputLayerDecoder, beam_search, greedy_search
-from attnkit.decoding import output_layer
+from attnkit.decoding import OutputLayerDecoder, beam_search, greedy_search, output_layer
 from attnkit.models.seq2seq import Seq2SeqConfig, build_seq2seq
 from attnkit.models.transformer import TransformerConfig, TransformerTranslator
 from attnkit.tasks.translation import LexicalShortlist, ShortlistError
@@ -20,11 +20,21 @@ V, PAD, BOS, EOS = 30, 0, 1, 2
 def model(kind: str, seed: int = 0):
     torch.manual_seed(seed)
     if kind == "transformer":
-        return TransformerTranslator(TransformerConfig(vocab_size=V, d_model=16, nhead=2, num_encoder_layers=1,
-                                                       num_decoder_layers=1, dim_feedforward=32, dropout=0.0,
-                                                       max_len=64)).eval()
-    return build_seq2seq("rnnsearch", Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8, dropout=0.0,
-                                                    param_init=0.5)).eval()
+        return TransformerTranslator(
+            TransformerConfig(
+                vocab_size=V,
+                d_model=16,
+                nhead=2,
+                num_encoder_layers=1,
+                num_decoder_layers=1,
+                dim_feedforward=32,
+                dropout=0.0,
+                max_len=64,
+            )
+        ).eval()
+    return build_seq2seq(
+        "rnnsearch", Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8, dropout=0.0, param_init=0.5)
+    ).eval()
 
 
 def inputs(seed: int = 1):
@@ -62,8 +72,13 @@ def search(m, bos, eos, beam, **kw):
 
 
 @settings(max_examples=30, deadline=None)
-@given(rows=st.integers(1, 70), e=st.integers(1, 40), v=st.integers(1, 300), bias=st.booleans(),
-       seed=st.integers(0, 10_000))
+@given(
+    rows=st.integers(1, 70),
+    e=st.integers(1, 40),
+    v=st.integers(1, 300),
+    bias=st.booleans(),
+    seed=st.integers(0, 10_000),
+)
 def test_packed_linear_is_the_linear_layer(rows, e, v, bias, seed):
     """The packed projection against float64 math, with and without autograd (which takes F.linear)."""
     g = torch.Generator().manual_seed(seed)
@@ -76,8 +91,9 @@ def test_packed_linear_is_the_linear_layer(rows, e, v, bias, seed):
     wg = w.clone().requires_grad_()
     out = output_layer.packed_linear(wg, b)(x)
     out.sum().backward()  # with autograd on, a layer gradients flow through
-    torch.testing.assert_close(wg.grad.double(), torch.ones(rows, v, dtype=torch.float64).T @ x.double(),
-                               rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(
+        wg.grad.double(), torch.ones(rows, v, dtype=torch.float64).T @ x.double(), rtol=1e-5, atol=1e-4
+    )
 
 
 def test_packed_linear_without_onednn_is_f_linear(monkeypatch):
@@ -102,11 +118,15 @@ def test_the_whole_vocabulary_is_the_models_own_search(kind, beam, ids):
 
 
 @settings(max_examples=25, deadline=None)
-@given(kind=st.sampled_from(["rnnsearch", "transformer"]), beam=st.sampled_from([1, 2, 3]),
-       seed=st.integers(0, 10_000), size=st.integers(6, V - 1))
+@given(
+    kind=st.sampled_from(["rnnsearch", "transformer"]),
+    beam=st.sampled_from([1, 2, 3]),
+    seed=st.integers(0, 10_000),
+    size=st.integers(6, V - 1),
+)
 def test_a_subset_is_the_search_under_a_masked_softmax(kind, beam, seed, size):
     g = torch.Generator().manual_seed(seed)
-    ids = torch.cat([torch.tensor([BOS, EOS]), 3 + torch.randperm(V - 3, generator=g)[:size - 2]])
+    ids = torch.cat([torch.tensor([BOS, EOS]), 3 + torch.randperm(V - 3, generator=g)[: size - 2]])
     ids = ids[torch.randperm(len(ids), generator=g)]  # any order: the search works in the shortlist's own indices
     m = model(kind, seed % 3)
     sl = OutputLayerDecoder(m, ids)
@@ -155,8 +175,11 @@ def reference_shortlist(src, tgt, vocab, frequent, per_source):
     return top, table
 
 
-corpora = st.lists(st.tuples(st.lists(st.integers(0, 11), max_size=6), st.lists(st.integers(0, 11), max_size=6)),
-                   min_size=1, max_size=12)
+corpora = st.lists(
+    st.tuples(st.lists(st.integers(0, 11), max_size=6), st.lists(st.integers(0, 11), max_size=6)),
+    min_size=1,
+    max_size=12,
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -176,8 +199,9 @@ def test_lexical_shortlist_counts_dice_like_a_plain_loop(corpus, frequent, per_s
 
 
 def test_lexical_shortlist_file_round_trip_and_corruption(tmp_path):
-    sl = LexicalShortlist.build([[3, 4], [4, 5]], [[6], [6, 7]], vocab_size=10, tokenizer_sha256="abc",
-                                frequent=2, per_source=2)
+    sl = LexicalShortlist.build(
+        [[3, 4], [4, 5]], [[6], [6, 7]], vocab_size=10, tokenizer_sha256="abc", frequent=2, per_source=2
+    )
     path = sl.save(tmp_path / "sl.safetensors")
     back = LexicalShortlist.load(path)
     assert torch.equal(back.frequent, sl.frequent) and torch.equal(back.table, sl.table)
@@ -193,7 +217,9 @@ def test_lexical_shortlist_file_round_trip_and_corruption(tmp_path):
     save_file({"weight": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
     with pytest.raises(ShortlistError, match="not an attnkit shortlist"):
         LexicalShortlist.load(tmp_path / "other.safetensors")
-    bad = LexicalShortlist(sl.frequent, torch.full((10, 2), 99, dtype=torch.int32), "abc").save(tmp_path / "b.safetensors")
+    bad = LexicalShortlist(sl.frequent, torch.full((10, 2), 99, dtype=torch.int32), "abc").save(
+        tmp_path / "b.safetensors"
+    )
     with pytest.raises(ShortlistError, match="ids out of range"):
         LexicalShortlist.load(bad)
 

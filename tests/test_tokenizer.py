@@ -1,12 +1,13 @@
 import random
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 
-_ES = "el la los de y en que dios tierra cielo luz agua dijo hizo vio bueno día noche mar".split()
-_EN = "the of and in that god earth heaven light water said made saw good day night sea".split()
+_ES = ["el", "la", "los", "de", "y", "en", "que", "dios", "tierra", "cielo", "luz", "agua", "dijo", "hizo", "vio", "bueno", "día", "noche", "mar"]
+_EN = ["the", "of", "and", "in", "that", "god", "earth", "heaven", "light", "water", "said", "made", "saw", "good", "day", "night", "sea"]
 
 
 def _corpus(n=300, seed=0):

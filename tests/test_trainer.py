@@ -1,4 +1,5 @@
 """Trainer: bit-exact resume, stop requests and signals, early stopping, learning, logs."""
+
 import json
 import os
 import random
@@ -48,9 +49,20 @@ def make_trainer(out_dir, *, model_seed=0, max_steps=None, max_epochs=100, loss=
 
     kw.setdefault("save_every_steps", 3)
     kw.setdefault("log_every", 2)
-    return Trainer(model, opt, loss_fn=loss, train_batches=ListBatches(make_batches(), shuffle_seed=11),
-                   valid_fn=valid_fn if valid else None, scheduler=sched, out_dir=out_dir, max_epochs=max_epochs,
-                   max_steps=max_steps, seed=123, progress=False, **kw)
+    return Trainer(
+        model,
+        opt,
+        loss_fn=loss,
+        train_batches=ListBatches(make_batches(), shuffle_seed=11),
+        valid_fn=valid_fn if valid else None,
+        scheduler=sched,
+        out_dir=out_dir,
+        max_epochs=max_epochs,
+        max_steps=max_steps,
+        seed=123,
+        progress=False,
+        **kw,
+    )
 
 
 def assert_same_training_state(t1, t2):
@@ -148,8 +160,19 @@ def test_loss_decreases_and_log_is_written(tmp_path):
         x, y = b
         return ((m(x) - y) ** 2).sum(), y.numel(), {}
 
-    t = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=mse_sum, train_batches=ListBatches(batches, 0),
-                out_dir=tmp_path, save_every_steps=50, max_epochs=6, seed=0, log_every=5, progress=True, clip_grad_norm=None)
+    t = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=mse_sum,
+        train_batches=ListBatches(batches, 0),
+        out_dir=tmp_path,
+        save_every_steps=50,
+        max_epochs=6,
+        seed=0,
+        log_every=5,
+        progress=True,
+        clip_grad_norm=None,
+    )
     s = t.fit()
     assert s["steps"] == 30 and s["epochs"] == 6 and s["stop_reason"] == "max_epochs" and s["tokens_per_s"] > 0
     recs = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
@@ -173,10 +196,12 @@ def test_bad_arguments(tmp_path):
 def test_run_totals_sums_every_piece_of_a_resumed_run(tmp_path):
     from attnkit.training.trainer import run_totals
 
-    lines = [{"event": "train", "step": 10, "tokens_per_s": 99.0},
-             {"event": "end", "steps": 100, "epochs": 2, "time_s": 30.0, "tokens": 3000, "best_metric": 11.0},
-             {"event": "valid", "step": 150},
-             {"event": "end", "steps": 200, "epochs": 4, "time_s": 10.0, "tokens": 2000, "best_metric": 12.5}]
+    lines = [
+        {"event": "train", "step": 10, "tokens_per_s": 99.0},
+        {"event": "end", "steps": 100, "epochs": 2, "time_s": 30.0, "tokens": 3000, "best_metric": 11.0},
+        {"event": "valid", "step": 150},
+        {"event": "end", "steps": 200, "epochs": 4, "time_s": 10.0, "tokens": 2000, "best_metric": 12.5},
+    ]
     (tmp_path / "train_log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
     t = run_totals(tmp_path)
     assert t["time_s"] == 40.0 and t["tokens"] == 5000 and t["tokens_per_s"] == pytest.approx(125.0)

@@ -1,5 +1,6 @@
 """The Transformer translator: masks, padding, the KV cache against full recomputation, search,
 overfitting a few pairs, checkpoints, input errors, attention maps."""
+
 import pytest
 import torch
 
@@ -12,8 +13,16 @@ V, PAD, BOS, EOS = 20, 0, 1, 2
 
 def tiny(seed=0, **kw):
     torch.manual_seed(seed)
-    cfg = dict(vocab_size=V, d_model=32, nhead=2, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64,
-               dropout=0.0, max_len=64)
+    cfg = dict(
+        vocab_size=V,
+        d_model=32,
+        nhead=2,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dim_feedforward=64,
+        dropout=0.0,
+        max_len=64,
+    )
     cfg.update(kw)
     return TransformerTranslator(TransformerConfig(**cfg)).eval()
 
@@ -183,9 +192,9 @@ def test_overfits_a_handful_of_pairs():
     tgt_in = torch.full((len(pairs), T), PAD)
     tgt_out = torch.full((len(pairs), T), PAD)
     for i, (s, t) in enumerate(pairs):
-        src[i, :len(s)] = torch.tensor(s)
-        tgt_in[i, :len(t) + 1] = torch.tensor([BOS] + t)
-        tgt_out[i, :len(t) + 1] = torch.tensor(t + [EOS])
+        src[i, : len(s)] = torch.tensor(s)
+        tgt_in[i, : len(t) + 1] = torch.tensor([BOS] + t)
+        tgt_out[i, : len(t) + 1] = torch.tensor(t + [EOS])
     lens = torch.tensor([len(s) for s, _ in pairs])
     m = tiny(12).train()
     opt = torch.optim.Adam(m.parameters(), lr=3e-3)
@@ -295,8 +304,14 @@ def test_attention_maps_shapes_and_plot(tmp_path):
     from attnkit.viz import plot_transformer_heads
 
     pieces = _FakeTranslator.tokenizer
-    out = plot_transformer_heads(maps.enc_self, maps.dec_self, maps.cross, [pieces.id_to_piece(t) for t in ids],
-                                 [pieces.id_to_piece(t) for t in tokens], tmp_path / "heads.png")
+    out = plot_transformer_heads(
+        maps.enc_self,
+        maps.dec_self,
+        maps.cross,
+        [pieces.id_to_piece(t) for t in ids],
+        [pieces.id_to_piece(t) for t in tokens],
+        tmp_path / "heads.png",
+    )
     assert (tmp_path / "heads.png").stat().st_size > 0 and out is not None
     with pytest.raises(ValueError, match="tgt_in must be"):
         m.attention_maps(src, lens, torch.tensor([[BOS], [BOS]]))

@@ -1,4 +1,5 @@
 """End to end on a tiny slice of the real corpus: train, resume exactly, export, translate, evaluate, CLI errors."""
+
 import json
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from attnkit.cli import main as cli_main
+from attnkit.errors import ConfigError
 from attnkit.tasks.translation import (
     LexicalShortlist,
     ShortlistError,
@@ -23,11 +25,21 @@ from attnkit.tasks.translation import (
     train_translation,
     translation_loss_fn,
 )
-from attnkit.errors import ConfigError
 from attnkit.training.checkpoint import list_checkpoints, load_checkpoint
 
-TINY = dict(vocab_size=1000, emb_dim=16, hidden_dim=16, attn_dim=16, batch_size=16, limit_train=64,
-            valid_bleu_sentences=8, max_len=80, progress=False, threads=1, dropout=0.1)
+TINY = dict(
+    vocab_size=1000,
+    emb_dim=16,
+    hidden_dim=16,
+    attn_dim=16,
+    batch_size=16,
+    limit_train=64,
+    valid_bleu_sentences=8,
+    max_len=80,
+    progress=False,
+    threads=1,
+    dropout=0.1,
+)
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +84,9 @@ def test_export_translate_and_evaluate(trained, bible_home, tmp_path):
     assert ck.trainer_state is None
     assert all(v.dtype == torch.float16 for v in ck.state_dict.values() if v.is_floating_point())
     tr = Translator.load(exported)
-    res = tr.translate(["En el principio creó Dios los cielos y la tierra.", "Y dijo Dios."], beam_size=3,
-                       return_attention=True)
+    res = tr.translate(
+        ["En el principio creó Dios los cielos y la tierra.", "Y dijo Dios."], beam_size=3, return_attention=True
+    )
     for r in res:
         assert isinstance(r["translation"], str)
         assert r["attention"].shape == (len(r["tokens"]), len(r["source_pieces"]))
@@ -105,8 +118,17 @@ def test_export_average_last_is_the_mean_of_the_last_checkpoints(trained, tmp_pa
 
 
 def test_transformer_lr_peaks_at_cfg_lr_after_warmup():
-    cfg = TranslationConfig.from_options("transformer", d_model=16, nhead=2, num_encoder_layers=1,
-                                         num_decoder_layers=1, dim_feedforward=32, warmup_steps=10, lr=2e-3, max_len=20)
+    cfg = TranslationConfig.from_options(
+        "transformer",
+        d_model=16,
+        nhead=2,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        dim_feedforward=32,
+        warmup_steps=10,
+        lr=2e-3,
+        max_len=20,
+    )
     model = build_translation_model(cfg, 50)
     opt, sched = build_optimizer(cfg, model)
     assert opt.defaults["betas"] == (0.9, 0.98)
@@ -127,9 +149,21 @@ def test_transformer_lr_peaks_at_cfg_lr_after_warmup():
 def test_transformer_through_the_cli_train_export_plot_evaluate(bible_home, tmp_path, capsys):
     out = tmp_path / "tf"
     tiny = {**{k: v for k, v in TINY.items() if k not in ("emb_dim", "hidden_dim", "attn_dim")}, "dropout": 0.0}
-    cfg = TranslationConfig.from_options("transformer", out_dir=str(out), epochs=1, d_model=16, num_encoder_layers=1,
-                                         num_decoder_layers=1, nhead=2, dim_feedforward=32, warmup_steps=2, lr=3e-3,
-                                         save_every_steps=2, keep_last=2, **tiny)
+    cfg = TranslationConfig.from_options(
+        "transformer",
+        out_dir=str(out),
+        epochs=1,
+        d_model=16,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        nhead=2,
+        dim_feedforward=32,
+        warmup_steps=2,
+        lr=3e-3,
+        save_every_steps=2,
+        keep_last=2,
+        **tiny,
+    )
     summary = train_translation(cfg, home=bible_home)
     assert summary["steps"] == 4 and len(list_checkpoints(out)) == 2  # keep_last honoured
     shipped = tmp_path / "shipped"
@@ -137,12 +171,18 @@ def test_transformer_through_the_cli_train_export_plot_evaluate(bible_home, tmp_
     assert load_checkpoint(shipped).config["model_type"] == "transformer"
     png = tmp_path / "heads.png"
     capsys.readouterr()
-    assert cli_main(["--home", str(bible_home), "translate", "--model", str(shipped), "--plot", str(png),
-                     "Y dijo Dios."]) == 0
+    assert (
+        cli_main(["--home", str(bible_home), "translate", "--model", str(shipped), "--plot", str(png), "Y dijo Dios."])
+        == 0
+    )
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     capsys.readouterr()
-    assert cli_main(["--home", str(bible_home), "evaluate", "translation", "--model", str(shipped),
-                     "--limit", "5", "--json"]) == 0
+    assert (
+        cli_main(
+            ["--home", str(bible_home), "evaluate", "translation", "--model", str(shipped), "--limit", "5", "--json"]
+        )
+        == 0
+    )
     rep = json.loads(capsys.readouterr().out)
     assert rep["model_type"] == "transformer" and rep["n_sentences"] == 5 and 0 <= rep["bleu"] <= 100
 
@@ -168,8 +208,21 @@ def test_cli_reports_bad_input_without_traceback(trained, tmp_path, capsys):
 
 def test_cli_evaluate_json_and_length_plot(trained, bible_home, capsys, tmp_path):
     _, _, out = trained
-    code = cli_main(["--home", str(bible_home), "evaluate", "translation", "--model", str(out / "best"),
-                     "--limit", "5", "--json", "--plot", str(tmp_path / "by_length.png")])
+    code = cli_main(
+        [
+            "--home",
+            str(bible_home),
+            "evaluate",
+            "translation",
+            "--model",
+            str(out / "best"),
+            "--limit",
+            "5",
+            "--json",
+            "--plot",
+            str(tmp_path / "by_length.png"),
+        ]
+    )
     assert code == 0
     rep = json.loads(capsys.readouterr().out)
     assert {"bleu", "chrf", "n_sentences", "by_length"} <= rep.keys() and rep["n_sentences"] == 5
@@ -196,16 +249,43 @@ def test_tokenizer_is_cached_per_vocab_size(bible_home):
 def test_console_script_runs():
     r = subprocess.run([sys.executable, "-m", "attnkit.cli", "--version"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("attnkit ")
-    assert Path(__file__).resolve().parents[1].joinpath("pyproject.toml").read_text().count('attnkit = "attnkit.cli:main"') == 1
+    assert (
+        Path(__file__).resolve().parents[1].joinpath("pyproject.toml").read_text().count('attnkit = "attnkit.cli:main"')
+        == 1
+    )
 
 
 def _resume_a_copy(out, bible_home, tmp_path, *flags) -> int:
     """``train translation --resume`` on a copy of the run in ``out``, with ``flags``; the exit code."""
     run = tmp_path / "run"
     subprocess.run(["cp", "-r", str(out), str(run)], check=True)
-    return cli_main(["--home", str(bible_home), "train", "translation", "--model", "rnnsearch", "--out-dir", str(run),
-                     "--resume", "--vocab-size", "1000", "--emb-dim", "16", "--attn-dim", "16", "--limit-train", "64",
-                     "--epochs", "3", "--no-progress", "--threads", "1", *flags])
+    return cli_main(
+        [
+            "--home",
+            str(bible_home),
+            "train",
+            "translation",
+            "--model",
+            "rnnsearch",
+            "--out-dir",
+            str(run),
+            "--resume",
+            "--vocab-size",
+            "1000",
+            "--emb-dim",
+            "16",
+            "--attn-dim",
+            "16",
+            "--limit-train",
+            "64",
+            "--epochs",
+            "3",
+            "--no-progress",
+            "--threads",
+            "1",
+            *flags,
+        ]
+    )
 
 
 def test_resume_with_an_incompatible_config_is_reported(trained, bible_home, tmp_path, capsys):
@@ -229,8 +309,21 @@ def test_each_model_gets_its_recipe_unless_the_options_are_given():
 
 
 def test_resume_with_other_batches_is_refused(trained, bible_home, tmp_path, capsys):
-    code = _resume_a_copy(trained[2], bible_home, tmp_path, "--hidden-dim", "16", "--max-len", "80", "--dropout", "0.1",
-                          "--batch-size", "16", "--max-tokens", "400")
+    code = _resume_a_copy(
+        trained[2],
+        bible_home,
+        tmp_path,
+        "--hidden-dim",
+        "16",
+        "--max-len",
+        "80",
+        "--dropout",
+        "0.1",
+        "--batch-size",
+        "16",
+        "--max-tokens",
+        "400",
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert "max_tokens=None" in err and "400" in err
@@ -248,19 +341,42 @@ def test_fused_loss_equals_the_logits_loss(kind):
     V = 30
     name, _, step = kind.partition("-")
     if name == "transformer":
-        model = TransformerTranslator(TransformerConfig(vocab_size=V, d_model=16, nhead=2, num_encoder_layers=1,
-                                                        num_decoder_layers=1, dim_feedforward=32, dropout=0.0))
+        model = TransformerTranslator(
+            TransformerConfig(
+                vocab_size=V,
+                d_model=16,
+                nhead=2,
+                num_encoder_layers=1,
+                num_decoder_layers=1,
+                dim_feedforward=32,
+                dropout=0.0,
+            )
+        )
     else:
-        model = build_seq2seq(name, Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8, dropout=0.0,
-                                                  rnn_attention=step or "bahdanau", encoder_dim=6))
+        model = build_seq2seq(
+            name,
+            Seq2SeqConfig(
+                vocab_size=V,
+                emb_dim=12,
+                hidden_dim=10,
+                attn_dim=8,
+                dropout=0.0,
+                rnn_attention=step or "bahdanau",
+                encoder_dim=6,
+            ),
+        )
     model.double()
     g = torch.Generator().manual_seed(3)
     src = torch.randint(4, V, (3, 6), generator=g)
     src[1, 4:] = 0
     tgt = torch.randint(4, V, (3, 5), generator=g)
     tgt[2, 3:] = 0  # padded target positions
-    batch = {"src": src, "src_lengths": torch.tensor([6, 4, 6]),
-             "tgt_in": torch.cat([torch.ones(3, 1, dtype=torch.long), tgt[:, :-1]], 1), "tgt_out": tgt}
+    batch = {
+        "src": src,
+        "src_lengths": torch.tensor([6, 4, 6]),
+        "tgt_in": torch.cat([torch.ones(3, 1, dtype=torch.long), tgt[:, :-1]], 1),
+        "tgt_out": tgt,
+    }
     loss, n, _ = translation_loss_fn(0, 0.1)(model, batch)
     fused = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
     logits, _ = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
@@ -280,8 +396,26 @@ def test_shortlist_cli_build_translate_evaluate(trained, bible_home, capsys, tmp
     holds every piece translates exactly as the whole vocabulary; errors are one line."""
     _, _, out = trained
     model, path = str(out / "best"), tmp_path / "sl.safetensors"
-    assert cli_main(["--home", str(bible_home), "shortlist", "--model", model, "--split", "valid",
-                     "--frequent", "50", "--per-source", "5", "--output", str(path)]) == 0
+    assert (
+        cli_main(
+            [
+                "--home",
+                str(bible_home),
+                "shortlist",
+                "--model",
+                model,
+                "--split",
+                "valid",
+                "--frequent",
+                "50",
+                "--per-source",
+                "5",
+                "--output",
+                str(path),
+            ]
+        )
+        == 0
+    )
     assert "wrote" in capsys.readouterr().out
     sentences = ["En el principio creó Dios los cielos y la tierra.", "Y dijo Dios: Sea la luz: y fué la luz."]
     assert cli_main(["translate", "--model", model, "--shortlist", str(path), "--beam", "3", *sentences]) == 0
@@ -296,19 +430,70 @@ def test_shortlist_cli_build_translate_evaluate(trained, bible_home, capsys, tmp
         full = tr.translate(sentences, beam_size=beam)
         listed = tr.translate(sentences, beam_size=beam, shortlist=everything)
         assert [r["tokens"] for r in listed] == [r["tokens"] for r in full]
-    assert cli_main(["--home", str(bible_home), "evaluate", "translation", "--model", model, "--limit", "4",
-                     "--beam", "2", "--shortlist", str(path), "--json"]) == 0
+    assert (
+        cli_main(
+            [
+                "--home",
+                str(bible_home),
+                "evaluate",
+                "translation",
+                "--model",
+                model,
+                "--limit",
+                "4",
+                "--beam",
+                "2",
+                "--shortlist",
+                str(path),
+                "--json",
+            ]
+        )
+        == 0
+    )
     rep = json.loads(capsys.readouterr().out)
     assert rep["shortlist"] is True and rep["n_sentences"] == 4
-    assert cli_main(["--home", str(bible_home), "evaluate", "translation", "--model", model, "--limit", "2",
-                     "--beam", "2", "--shortlist", str(path)]) == 0
+    assert (
+        cli_main(
+            [
+                "--home",
+                str(bible_home),
+                "evaluate",
+                "translation",
+                "--model",
+                model,
+                "--limit",
+                "2",
+                "--beam",
+                "2",
+                "--shortlist",
+                str(path),
+            ]
+        )
+        == 0
+    )
     assert "(beam 2, lexical shortlist)" in capsys.readouterr().out  # the table says how it decoded
     with pytest.raises(ShortlistError, match="another tokenizer"):
         tr.translate(sentences, shortlist=LexicalShortlist(sl.frequent, sl.table, "0" * 64))
     assert cli_main(["translate", "--model", model, "--shortlist", str(tmp_path / "none.safetensors"), "Hola"]) == 2
     assert "no such shortlist file" in capsys.readouterr().err
-    assert cli_main(["--home", str(bible_home), "shortlist", "--model", model, "--split", "valid", "--per-source", "0",
-                     "--output", str(path)]) == 2
+    assert (
+        cli_main(
+            [
+                "--home",
+                str(bible_home),
+                "shortlist",
+                "--model",
+                model,
+                "--split",
+                "valid",
+                "--per-source",
+                "0",
+                "--output",
+                str(path),
+            ]
+        )
+        == 2
+    )
     assert "per_source must be an int >= 1" in capsys.readouterr().err
     assert cli_main(["translate", "--model", model, "--truncate", "palabra " * 200]) == 0
     capsys.readouterr()
@@ -316,4 +501,6 @@ def test_shortlist_cli_build_translate_evaluate(trained, bible_home, capsys, tmp
     subprocess.run(["cp", "-r", model, str(copy)], check=True)
     assert cli_main(["--home", str(bible_home), "shortlist", "--model", str(copy), "--split", "valid"]) == 0
     assert (copy / "shortlist.safetensors").is_file() and "wrote" in capsys.readouterr().out
-    assert Translator.load(copy).translate(sentences[:1], shortlist=LexicalShortlist.load(copy / "shortlist.safetensors"))
+    assert Translator.load(copy).translate(
+        sentences[:1], shortlist=LexicalShortlist.load(copy / "shortlist.safetensors")
+    )

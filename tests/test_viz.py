@@ -1,11 +1,19 @@
 """Tests for attnkit.viz: PNGs are written and shaped sensibly; helpers compute the right thing."""
+
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from attnkit.viz import (format_top_alignments, plot_alignment, plot_alignments, plot_caption_attention,
-                         plot_heads, plot_transformer_heads, upsample_attention)
+from attnkit.viz import (
+    format_top_alignments,
+    plot_alignment,
+    plot_alignments,
+    plot_caption_attention,
+    plot_heads,
+    plot_transformer_heads,
+    upsample_attention,
+)
 
 
 def toks(n, p="w"):
@@ -25,6 +33,7 @@ def diag(t, s):
 
 
 # --- heatmap ---------------------------------------------------------------------------
+
 
 def test_plot_alignment_writes_png_and_aspect_follows_tokens(tmp_path):
     p = plot_alignment(diag(6, 6), toks(6), toks(6, "t"), tmp_path / "a" / "b" / "sq.png", title="x")
@@ -49,8 +58,11 @@ def test_plot_alignment_shape_error_names_weights():
 
 
 def test_plot_alignments_grid(tmp_path):
-    items = [(diag(4, 5), toks(5), toks(4), "one"), (diag(6, 3), toks(3), toks(6), None),
-             (diag(2, 2), toks(2), toks(2))]
+    items = [
+        (diag(4, 5), toks(5), toks(4), "one"),
+        (diag(6, 3), toks(3), toks(6), None),
+        (diag(2, 2), toks(2), toks(2)),
+    ]
     w, h = png_size(plot_alignments(items, tmp_path / "many.png", ncols=3))
     assert w > h
     with pytest.raises(ValueError, match=r"items\[1\] weights has shape"):
@@ -58,9 +70,7 @@ def test_plot_alignments_grid(tmp_path):
 
 
 def test_format_top_alignments_picks_right_words():
-    w = np.array([[0.1, 0.7, 0.2],
-                  [0.6, 0.1, 0.3],
-                  [0.2, 0.2, 0.6]])
+    w = np.array([[0.1, 0.7, 0.2], [0.6, 0.1, 0.3], [0.2, 0.2, 0.6]])
     text = format_top_alignments(w, ["la", "casa", "blanca"], ["the", "white", "house"], k=2)
     lines = text.splitlines()
     assert lines[0].startswith("target") and "top 2" in lines[0]
@@ -73,15 +83,16 @@ def test_format_top_alignments_picks_right_words():
 
 # --- overlay ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
 def test_upsample_one_hot_cell_lands_in_its_region_and_keeps_mean(mode):
     h, w, H, W = 3, 4, 48, 64
     a = torch.zeros(2, h * w)
-    a[0, 1 * w + 2] = 1.0          # cell (1, 2)
-    a[1] = 1.0 / (h * w)           # uniform
+    a[0, 1 * w + 2] = 1.0  # cell (1, 2)
+    a[1] = 1.0 / (h * w)  # uniform
     up = upsample_attention(a, (h, w), (H, W), mode)
     assert up.shape == (2, H, W) and up.dtype == np.float32
-    region = up[0, 16:32, 32:48]   # cell (1, 2) covers rows 16..31, cols 32..47
+    region = up[0, 16:32, 32:48]  # cell (1, 2) covers rows 16..31, cols 32..47
     assert region.sum() / up[0].sum() > (0.99 if mode == "nearest" else 0.5)
     assert np.unravel_index(up[0].argmax(), up[0].shape)[0] in range(16, 32)
     assert np.unravel_index(up[0].argmax(), up[0].shape)[1] in range(32, 48)
@@ -90,7 +101,8 @@ def test_upsample_one_hot_cell_lands_in_its_region_and_keeps_mean(mode):
 
 
 def test_upsample_corner_cell_mean_preserved_bilinear():
-    a = np.zeros((1, 2, 2)); a[0, 0, 0] = 1.0
+    a = np.zeros((1, 2, 2))
+    a[0, 0, 0] = 1.0
     up = upsample_attention(a, None, (10, 10), "bilinear")
     assert abs(up.mean() - 0.25) < 1e-6
     assert up[0, :5, :5].sum() > up[0, 5:, 5:].sum()
@@ -110,34 +122,43 @@ def test_plot_caption_attention_layouts(tmp_path):
     alphas = torch.softmax(torch.randn(6, 12), -1)
     img_chw = torch.rand(3, 40, 80)
     boxes = [None, (5, 5, 30, 30), None, None, (40, 10, 70, 35), None]
-    p = plot_caption_attention(img_chw, words, alphas, tmp_path / "o" / "cap.png",
-                               grid_shape=(3, 4), boxes=boxes, ncols=7)
+    p = plot_caption_attention(
+        img_chw, words, alphas, tmp_path / "o" / "cap.png", grid_shape=(3, 4), boxes=boxes, ncols=7
+    )
     w, h = png_size(p)
     assert w > 4 * h  # one row of 7 wide panels
-    p2 = plot_caption_attention((np.random.rand(28, 28) * 255).astype(np.uint8), words,
-                                alphas.reshape(6, 3, 4).numpy(), tmp_path / "cap2.png",
-                                ncols=2, upsample="nearest")
+    p2 = plot_caption_attention(
+        (np.random.rand(28, 28) * 255).astype(np.uint8),
+        words,
+        alphas.reshape(6, 3, 4).numpy(),
+        tmp_path / "cap2.png",
+        ncols=2,
+        upsample="nearest",
+    )
     w2, h2 = png_size(p2)
     assert h2 > w2  # 4 rows of 2 square panels
-    png_size(plot_caption_attention(np.random.rand(20, 30, 3), words[:2], alphas[:2], tmp_path / "c3.png",
-                                    grid_shape=(3, 4)))
+    png_size(
+        plot_caption_attention(np.random.rand(20, 30, 3), words[:2], alphas[:2], tmp_path / "c3.png", grid_shape=(3, 4))
+    )
 
 
 def test_plot_caption_attention_errors(tmp_path):
     with pytest.raises(ValueError, match=r"alphas has shape \(3, 12\).*T=3.*len\(words\)=2"):
-        plot_caption_attention(torch.rand(3, 8, 8), ["a", "b"], torch.rand(3, 12), tmp_path / "x.png",
-                               grid_shape=(3, 4))
+        plot_caption_attention(
+            torch.rand(3, 8, 8), ["a", "b"], torch.rand(3, 12), tmp_path / "x.png", grid_shape=(3, 4)
+        )
     with pytest.raises(ValueError, match=r"L == h \* w"):
-        plot_caption_attention(torch.rand(3, 8, 8), ["a", "b"], torch.rand(2, 12), tmp_path / "x.png",
-                               grid_shape=(3, 5))
+        plot_caption_attention(
+            torch.rand(3, 8, 8), ["a", "b"], torch.rand(2, 12), tmp_path / "x.png", grid_shape=(3, 5)
+        )
     with pytest.raises(ValueError, match="boxes"):
-        plot_caption_attention(torch.rand(3, 8, 8), ["a", "b"], torch.rand(2, 2, 2), tmp_path / "x.png",
-                               boxes=[None])
+        plot_caption_attention(torch.rand(3, 8, 8), ["a", "b"], torch.rand(2, 2, 2), tmp_path / "x.png", boxes=[None])
     with pytest.raises(ValueError, match="image has shape"):
         plot_caption_attention(torch.rand(5, 8, 7), ["a"], torch.rand(1, 2, 2), tmp_path / "x.png")
 
 
 # --- heads -----------------------------------------------------------------------------
+
 
 def test_plot_heads_forms_and_shape(tmp_path):
     L, H, T = 2, 4, 6
@@ -167,7 +188,6 @@ def test_plot_transformer_heads(tmp_path):
     cross = torch.softmax(torch.randn(L, H, T, S), -1)
     w, h = png_size(plot_transformer_heads(enc, dec, cross, toks(S), toks(T, "t"), tmp_path / "tf.png"))
     assert h > w  # blocks stacked vertically
-    png_size(plot_transformer_heads(None, None, cross, toks(S), toks(T), tmp_path / "tf2.png",
-                                    alignment_layer=None))
+    png_size(plot_transformer_heads(None, None, cross, toks(S), toks(T), tmp_path / "tf2.png", alignment_layer=None))
     with pytest.raises(ValueError, match=r"cross has per-layer shape \(2, 7, 5\)"):
         plot_transformer_heads(enc, dec, cross.transpose(-1, -2), toks(S), toks(T), tmp_path / "x.png")

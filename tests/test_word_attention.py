@@ -1,4 +1,5 @@
 """Attention through the one interface every translation model implements, and piece → word attention."""
+
 import hypothesis.strategies as st
 import pytest
 import torch
@@ -54,6 +55,7 @@ def test_empty_target_is_a_clear_error(shipped):
 
 def _loop_reference(attn, src_pieces, tgt_pieces):
     """Plain loops over words: mean over a target word's pieces of the sum over a source word's pieces."""
+
     def groups(pieces):
         out = []
         for i, p in enumerate(pieces):

@@ -43,6 +43,7 @@ OpenNMT-py's ``brnn`` width (128 per direction), so both models are then the sam
     PYTHONPATH=src .venv/bin/python benchmarks/peer_opennmt/run.py --model rnn --minutes 60 \
         --attnkit-args "--rnn-attention luong --encoder-dim 128" --work runs/peer_opennmt/rnn-brnn
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,9 +65,19 @@ from attnkit.tasks.translation import corpus_scores, get_tokenizer  # noqa: E402
 from attnkit.training.trainer import run_totals  # noqa: E402
 
 ONMT_RNN = {
-    "encoder_type": "brnn", "decoder_type": "rnn", "rnn_type": "GRU", "layers": 1, "hidden_size": 256,
-    "word_vec_size": 256, "global_attention": "mlp", "input_feed": 0, "bridge": True,
-    "optim": "adam", "learning_rate": 0.001, "batch_type": "tokens", "batch_size": 2048,
+    "encoder_type": "brnn",
+    "decoder_type": "rnn",
+    "rnn_type": "GRU",
+    "layers": 1,
+    "hidden_size": 256,
+    "word_vec_size": 256,
+    "global_attention": "mlp",
+    "input_feed": 0,
+    "bridge": True,
+    "optim": "adam",
+    "learning_rate": 0.001,
+    "batch_type": "tokens",
+    "batch_size": 2048,
 }
 #: The Transformer's schedule, the same on both sides: a 60-minute budget on one thread is about 2,500
 #: steps of 2,048 tokens, so both warm up for 500 steps to a peak of 1e-3 (attnkit's default peak), then
@@ -75,13 +86,30 @@ ONMT_RNN = {
 #: learning_rate 2 and warmup 500, a 5.6e-3 peak, left OpenNMT-py at perplexity 89 and 2 BLEU.)
 TRANSFORMER_WARMUP, TRANSFORMER_PEAK_LR = 500, 1e-3
 ONMT_TRANSFORMER = {
-    "encoder_type": "transformer", "decoder_type": "transformer", "layers": 3, "hidden_size": 256,
-    "word_vec_size": 256, "heads": 4, "transformer_ff": 1024, "dropout": [0.1], "attention_dropout": [0.1],
-    "position_encoding": True, "share_embeddings": True, "share_decoder_embeddings": True,
-    "optim": "adam", "adam_beta2": 0.98, "decay_method": "noam", "warmup_steps": TRANSFORMER_WARMUP,
+    "encoder_type": "transformer",
+    "decoder_type": "transformer",
+    "layers": 3,
+    "hidden_size": 256,
+    "word_vec_size": 256,
+    "heads": 4,
+    "transformer_ff": 1024,
+    "dropout": [0.1],
+    "attention_dropout": [0.1],
+    "position_encoding": True,
+    "share_embeddings": True,
+    "share_decoder_embeddings": True,
+    "optim": "adam",
+    "adam_beta2": 0.98,
+    "decay_method": "noam",
+    "warmup_steps": TRANSFORMER_WARMUP,
     "learning_rate": TRANSFORMER_PEAK_LR * (256 * TRANSFORMER_WARMUP) ** 0.5,
-    "label_smoothing": 0.1, "param_init": 0.0, "param_init_glorot": True, "normalization": "tokens",
-    "batch_type": "tokens", "batch_size": 2048, "max_grad_norm": 0.0,
+    "label_smoothing": 0.1,
+    "param_init": 0.0,
+    "param_init_glorot": True,
+    "normalization": "tokens",
+    "batch_type": "tokens",
+    "batch_size": 2048,
+    "max_grad_norm": 0.0,
 }
 ATTNKIT_MODEL = {"rnn": "rnnsearch", "transformer": "transformer"}
 ATTNKIT_RECIPE = {"rnn": [], "transformer": ["--warmup-steps", TRANSFORMER_WARMUP, "--lr", TRANSFORMER_PEAK_LR]}
@@ -104,8 +132,10 @@ def prepare_data(work: Path) -> dict:
         for side, attr in (("es", "src"), ("en", "tgt")):
             path = data / f"{split}.{side}"
             if not path.exists():
-                path.write_text("".join(" ".join(tok.id_to_piece(i) for i in tok.encode(getattr(p, attr))) + "\n"
-                                        for p in pairs), encoding="utf-8")
+                path.write_text(
+                    "".join(" ".join(tok.id_to_piece(i) for i in tok.encode(getattr(p, attr))) + "\n" for p in pairs),
+                    encoding="utf-8",
+                )
             files[f"{split}.{side}"] = path
             (data / f"{split}.{side}.txt").write_text("".join(getattr(p, attr) + "\n" for p in pairs), encoding="utf-8")
     return files
@@ -123,15 +153,32 @@ def onmt_env(threads: int) -> dict:
 
 def onmt_config(work: Path, files: dict, model: str, seed: int) -> Path:
     cfg = {
-        "save_data": str(work / "onmt" / "data"), "src_vocab": str(work / "onmt" / "vocab.src"),
-        "tgt_vocab": str(work / "onmt" / "vocab.tgt"), "share_vocab": True, "overwrite": True,
-        "data": {"corpus_1": {"path_src": str(files["train.es"]), "path_tgt": str(files["train.en"]),
-                              "transforms": ["filtertoolong"]},
-                 "valid": {"path_src": str(files["valid.es"]), "path_tgt": str(files["valid.en"])}},
-        "src_seq_length": 100, "tgt_seq_length": 100, "src_vocab_size": 9000, "tgt_vocab_size": 9000,
-        "save_model": str(work / "onmt" / "model"), "save_checkpoint_steps": 100, "keep_checkpoint": -1,
-        "train_steps": 10_000_000, "valid_steps": 10_000_000, "report_every": 50, "seed": seed,
-        "num_workers": 0, "log_file": str(work / "onmt" / "train.log"),
+        "save_data": str(work / "onmt" / "data"),
+        "src_vocab": str(work / "onmt" / "vocab.src"),
+        "tgt_vocab": str(work / "onmt" / "vocab.tgt"),
+        "share_vocab": True,
+        "overwrite": True,
+        "data": {
+            "corpus_1": {
+                "path_src": str(files["train.es"]),
+                "path_tgt": str(files["train.en"]),
+                "transforms": ["filtertoolong"],
+            },
+            "valid": {"path_src": str(files["valid.es"]), "path_tgt": str(files["valid.en"])},
+        },
+        "src_seq_length": 100,
+        "tgt_seq_length": 100,
+        "src_vocab_size": 9000,
+        "tgt_vocab_size": 9000,
+        "save_model": str(work / "onmt" / "model"),
+        "save_checkpoint_steps": 100,
+        "keep_checkpoint": -1,
+        "train_steps": 10_000_000,
+        "valid_steps": 10_000_000,
+        "report_every": 50,
+        "seed": seed,
+        "num_workers": 0,
+        "log_file": str(work / "onmt" / "train.log"),
         **(ONMT_RNN if model == "rnn" else ONMT_TRANSFORMER),
     }
     (work / "onmt").mkdir(parents=True, exist_ok=True)
@@ -150,17 +197,43 @@ def train_both(work: Path, files: dict, args) -> dict:
     sh([venv / "bin" / "onmt_build_vocab", "-config", cfg, "-n_sample", "-1"], env=env)
     budget = args.minutes * 60
     ours_dir = work / "attnkit"
-    ours_cmd = [sys.executable, "-m", "attnkit.cli", "train", "translation", "--model", ATTNKIT_MODEL[args.model],
-                "--out-dir", ours_dir, "--max-time-s", budget, "--threads", args.threads, "--seed", args.seed,
-                "--epochs", 1000, "--patience", 1000, "--max-tokens", 2048, "--no-progress",
-                *ATTNKIT_RECIPE[args.model], *args.attnkit_args.split()]
+    ours_cmd = [
+        sys.executable,
+        "-m",
+        "attnkit.cli",
+        "train",
+        "translation",
+        "--model",
+        ATTNKIT_MODEL[args.model],
+        "--out-dir",
+        ours_dir,
+        "--max-time-s",
+        budget,
+        "--threads",
+        args.threads,
+        "--seed",
+        args.seed,
+        "--epochs",
+        1000,
+        "--patience",
+        1000,
+        "--max-tokens",
+        2048,
+        "--no-progress",
+        *ATTNKIT_RECIPE[args.model],
+        *args.attnkit_args.split(),
+    ]
     theirs_cmd = [venv / "bin" / "onmt_train", "-config", cfg]
     t0 = time.time()
-    ours = subprocess.Popen(list(map(str, ours_cmd)), env=dict(os.environ, OMP_NUM_THREADS=str(args.threads),
-                                                             PYTHONPATH=str(ROOT / "src")),
-                            stdout=open(work / "attnkit.log", "w"), stderr=subprocess.STDOUT)
-    theirs = subprocess.Popen(list(map(str, theirs_cmd)), env=env, stdout=open(work / "onmt.log", "w"),
-                              stderr=subprocess.STDOUT)
+    ours = subprocess.Popen(
+        list(map(str, ours_cmd)),
+        env=dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(ROOT / "src")),
+        stdout=open(work / "attnkit.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
+    theirs = subprocess.Popen(
+        list(map(str, theirs_cmd)), env=env, stdout=open(work / "onmt.log", "w"), stderr=subprocess.STDOUT
+    )
     while time.time() - t0 < budget and theirs.poll() is None:
         time.sleep(5)
     if theirs.poll() is None:
@@ -174,8 +247,12 @@ def train_both(work: Path, files: dict, args) -> dict:
     if not in_budget:
         raise SystemExit("OpenNMT-py saved no checkpoint within the budget")
     ours_steps = sorted(ours_dir.glob("step-*"))
-    return {"budget_s": budget, "onmt_checkpoint": str(in_budget[-1]), "attnkit_checkpoint": str(ours_steps[-1]),
-            "onmt_tokens_per_s": onmt_target_tokens_per_s(work / "onmt.log")}
+    return {
+        "budget_s": budget,
+        "onmt_checkpoint": str(in_budget[-1]),
+        "attnkit_checkpoint": str(ours_steps[-1]),
+        "onmt_tokens_per_s": onmt_target_tokens_per_s(work / "onmt.log"),
+    }
 
 
 def parameter_counts(facts: dict, venv: Path) -> dict:
@@ -184,11 +261,20 @@ def parameter_counts(facts: dict, venv: Path) -> dict:
     from attnkit.training.checkpoint import load_model
 
     ours = sum(p.numel() for p in load_model(facts["attnkit_checkpoint"])[0].parameters())
-    code = ("import sys, torch; c = torch.load(sys.argv[1], map_location='cpu', weights_only=False); "
-            "print(sum({(t.untyped_storage().data_ptr(), t.storage_offset(), t.shape): t.numel() "
-            "for k in ('model', 'generator') for n, t in c[k].items() if not n.endswith('.pe')}.values()))")
-    theirs = int(subprocess.run([venv / "bin" / "python", "-c", code, facts["onmt_checkpoint"]], check=True,
-                                capture_output=True, text=True, env=onmt_env(1)).stdout.split()[-1])
+    code = (
+        "import sys, torch; c = torch.load(sys.argv[1], map_location='cpu', weights_only=False); "
+        "print(sum({(t.untyped_storage().data_ptr(), t.storage_offset(), t.shape): t.numel() "
+        "for k in ('model', 'generator') for n, t in c[k].items() if not n.endswith('.pe')}.values()))"
+    )
+    theirs = int(
+        subprocess.run(
+            [venv / "bin" / "python", "-c", code, facts["onmt_checkpoint"]],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=onmt_env(1),
+        ).stdout.split()[-1]
+    )
     return {"attnkit_parameters": ours, "onmt_parameters": theirs}
 
 
@@ -221,8 +307,12 @@ def decode_both(work: Path, files: dict, facts: dict, args) -> list[dict]:
     attnkit = [sys.executable, "-m", "attnkit.cli"]
     shortlist = work / "attnkit.shortlist.safetensors"
     t = time.perf_counter()
-    subprocess.run([*attnkit, "shortlist", "--model", facts["attnkit_checkpoint"], "--output", shortlist],
-                   env=attnkit_env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [*attnkit, "shortlist", "--model", facts["attnkit_checkpoint"], "--output", shortlist],
+        env=attnkit_env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     facts["attnkit_shortlist_build_s"] = round(time.perf_counter() - t, 1)
     rows = []
 
@@ -234,20 +324,63 @@ def decode_both(work: Path, files: dict, facts: dict, args) -> list[dict]:
 
     for beam in (1, args.beam):
         out = work / f"onmt.beam{beam}.txt"
-        secs = timed([venv / "bin" / "onmt_translate", "-model", facts["onmt_checkpoint"], "-src", work / "test.es",
-                      "-output", out, "-beam_size", beam, "-batch_size", 64, "-batch_type", "sents",
-                      "-max_length", 250], onmt_env(args.threads))
-        hyps = [tok.decode([tok.piece_to_id(p) for p in line.split()]) for line in out.read_text(encoding="utf-8").splitlines()]
-        rows.append({"toolkit": "OpenNMT-py 3.5.1", "beam": beam, **corpus_scores(hyps, refs[:n]),
-                     "sentences_per_s": round(n / secs, 2)})
-        for listed in ([False, True] if beam > 1 else [False]):
+        secs = timed(
+            [
+                venv / "bin" / "onmt_translate",
+                "-model",
+                facts["onmt_checkpoint"],
+                "-src",
+                work / "test.es",
+                "-output",
+                out,
+                "-beam_size",
+                beam,
+                "-batch_size",
+                64,
+                "-batch_type",
+                "sents",
+                "-max_length",
+                250,
+            ],
+            onmt_env(args.threads),
+        )
+        hyps = [
+            tok.decode([tok.piece_to_id(p) for p in line.split()])
+            for line in out.read_text(encoding="utf-8").splitlines()
+        ]
+        rows.append(
+            {
+                "toolkit": "OpenNMT-py 3.5.1",
+                "beam": beam,
+                **corpus_scores(hyps, refs[:n]),
+                "sentences_per_s": round(n / secs, 2),
+            }
+        )
+        for listed in [False, True] if beam > 1 else [False]:
             out = work / f"attnkit.beam{beam}{'.shortlist' if listed else ''}.txt"
-            cmd = [*attnkit, "translate", "--model", facts["attnkit_checkpoint"], "--file", work / "test.es.txt",
-                   "--beam", beam, "--truncate", "--device", "cpu"] + (["--shortlist", shortlist] if listed else [])
+            cmd = [
+                *attnkit,
+                "translate",
+                "--model",
+                facts["attnkit_checkpoint"],
+                "--file",
+                work / "test.es.txt",
+                "--beam",
+                beam,
+                "--truncate",
+                "--device",
+                "cpu",
+            ] + (["--shortlist", shortlist] if listed else [])
             secs = timed(cmd, attnkit_env, out)
             hyps = out.read_text(encoding="utf-8").splitlines()
-            rows.append({"toolkit": "attnkit" + (" shortlist" if listed else ""), "beam": beam,
-                         **corpus_scores(hyps, refs[:n]), "sentences_per_s": round(n / secs, 2)})
+            rows.append(
+                {
+                    "toolkit": "attnkit" + (" shortlist" if listed else ""),
+                    "beam": beam,
+                    **corpus_scores(hyps, refs[:n]),
+                    "sentences_per_s": round(n / secs, 2),
+                }
+            )
     return rows
 
 
@@ -261,7 +394,9 @@ def main() -> None:
     ap.add_argument("--test-limit", type=int, default=None, help="decode only the first N test verses")
     ap.add_argument("--attnkit-args", default="", help="extra flags for `attnkit train translation`")
     ap.add_argument("--work", default=None, help="work folder (default runs/peer_opennmt/MODEL)")
-    ap.add_argument("--decode-only", action="store_true", help="skip training: decode the checkpoints of a finished run")
+    ap.add_argument(
+        "--decode-only", action="store_true", help="skip training: decode the checkpoints of a finished run"
+    )
     args = ap.parse_args()
     work = Path(args.work or ROOT / "runs" / "peer_opennmt" / args.model).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -283,8 +418,10 @@ def main() -> None:
     print(f"{'toolkit':<18} {'beam':>4} {'BLEU':>6} {'chrF':>6} {'sent/s':>7}  train tgt tok/s")
     for r in rows:
         tps = facts["attnkit_tokens_per_s"] if r["toolkit"].startswith("attnkit") else facts["onmt_tokens_per_s"]
-        print(f"{r['toolkit']:<18} {r['beam']:>4} {r['bleu']:>6.2f} {r['chrf']:>6.2f} {r['sentences_per_s']:>7.1f}  "
-              f"{tps if tps is None else round(tps)}")
+        print(
+            f"{r['toolkit']:<18} {r['beam']:>4} {r['bleu']:>6.2f} {r['chrf']:>6.2f} {r['sentences_per_s']:>7.1f}  "
+            f"{tps if tps is None else round(tps)}"
+        )
     print(f"parameters: attnkit {facts['attnkit_parameters']:,}, OpenNMT-py {facts['onmt_parameters']:,}")
     print(f"attnkit's shortlist was built in {facts['attnkit_shortlist_build_s']} s (once per model)")
     print(f"report: {work / 'report.json'}")

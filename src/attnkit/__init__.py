@@ -2,6 +2,7 @@
 
 The core is one function, :func:`attend` (score, normalise, sum), and the layers built on it.
 """
+
 __version__ = "0.1.0"
 
 from .attention import (  # noqa: F401  (the public API)
@@ -21,5 +22,5 @@ from .attention import (  # noqa: F401  (the public API)
     attend_hard,
     causal_mask,
     padding_mask,
+    scores,
 )
-from .attention import scores  # noqa: F401,E402  (attnkit.scores: the score functions and modules)

@@ -2,6 +2,7 @@
 
 Every subcommand reports bad input as one clear line on stderr (exit status 2), never a traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,10 @@ def cmd_data_prepare(args) -> None:
         t0 = time.perf_counter()
         path = prepare_bible(home=args.home, force=args.force)
         counts = {s: len(load_pairs(s, home=args.home)) for s in ("train", "valid", "test")}
-        print(f"Bible corpus: {path}  ({', '.join(f'{k} {v}' for k, v in counts.items())} verse pairs; "
-              f"{time.perf_counter() - t0:.1f} s)")
+        print(
+            f"Bible corpus: {path}  ({', '.join(f'{k} {v}' for k, v in counts.items())} verse pairs; "
+            f"{time.perf_counter() - t0:.1f} s)"
+        )
     elif args.dataset == "scenes":
         from .data.scenes import prepare_scenes
 
@@ -56,15 +59,18 @@ def _translation_config(args):
     if foreign:
         flags = ", ".join("--" + f.replace("_", "-") for f in foreign)
         raise CLIError(f"{flags}: not an option of the {args.model} model (see `attnkit train translation --help`)")
-    options = {k: getattr(args, k) for k in (option_names(TranslationConfig) | mine) - {"model"}
-               if getattr(args, k, None) is not None}
+    options = {
+        k: getattr(args, k)
+        for k in (option_names(TranslationConfig) | mine) - {"model"}
+        if getattr(args, k, None) is not None
+    }
     return TranslationConfig.from_options(args.model, progress=not args.no_progress, **options)
 
 
 def cmd_train_translation(args) -> None:
-    from .tasks.translation import train_translation
-
     import os
+
+    from .tasks.translation import train_translation
 
     cfg = _translation_config(args)
     summary = train_translation(cfg, resume=args.resume, home=args.home)
@@ -74,16 +80,24 @@ def cmd_train_translation(args) -> None:
 
 def _add_device_flags(parser: argparse.ArgumentParser) -> None:
     """``--device`` and ``--precision`` for a command that runs a model (see :mod:`attnkit.device`)."""
-    parser.add_argument("--device", default="auto",
-                        help="where to run: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps (default: auto)")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16", "auto"],
-                        help="weights and arithmetic: fp32, bf16, fp16, or auto (bf16 where it is measured "
-                             "faster) (default: fp32)")
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="where to run: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps (default: auto)",
+    )
+    parser.add_argument(
+        "--precision",
+        default="fp32",
+        choices=["fp32", "bf16", "fp16", "auto"],
+        help="weights and arithmetic: fp32, bf16, fp16, or auto (bf16 where it is measured faster) (default: fp32)",
+    )
 
 
 def _add_evaluate_flags(parser: argparse.ArgumentParser, unit: str) -> None:
     """The flags every ``attnkit evaluate`` command shares."""
-    parser.add_argument("--split", default="test", choices=["train", "valid", "test"], help="which split (default: test)")
+    parser.add_argument(
+        "--split", default="test", choices=["train", "valid", "test"], help="which split (default: test)"
+    )
     parser.add_argument("--limit", type=int, default=None, help=f"only the first N {unit} (default: all)")
     parser.add_argument("--beam", type=int, default=1, help="beam size, 1 = greedy (default: 1)")
     parser.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
@@ -123,8 +137,9 @@ def cmd_shortlist(args) -> None:
     tr = _load_translator(args)
     out = Path(args.output) if args.output else _model_path(args.model, DEFAULT_TRANSLATION_MODEL) / FILENAME
     try:
-        shortlist = tr.build_shortlist(load_pairs(args.split, home=args.home), frequent=args.frequent,
-                                       per_source=args.per_source)
+        shortlist = tr.build_shortlist(
+            load_pairs(args.split, home=args.home), frequent=args.frequent, per_source=args.per_source
+        )
     except ValueError as exc:  # --frequent / --per-source out of range
         raise CLIError(str(exc)) from None
     try:
@@ -139,8 +154,34 @@ def _looks_english(text: str) -> bool:
     words = [w.strip(".,;:!?\"'()").lower() for w in text.split()]
     if len(words) < 4:
         return False
-    common = {"the", "and", "of", "to", "he", "his", "they", "that", "was", "is", "with", "for", "you", "i", "it",
-              "will", "which", "who", "him", "them", "have", "be", "not", "this", "are", "shall"}
+    common = {
+        "the",
+        "and",
+        "of",
+        "to",
+        "he",
+        "his",
+        "they",
+        "that",
+        "was",
+        "is",
+        "with",
+        "for",
+        "you",
+        "i",
+        "it",
+        "will",
+        "which",
+        "who",
+        "him",
+        "them",
+        "have",
+        "be",
+        "not",
+        "this",
+        "are",
+        "shall",
+    }
     return sum(w in common for w in words) / len(words) > 0.3
 
 
@@ -162,12 +203,19 @@ def cmd_translate(args) -> None:
         if not s.strip():
             raise CLIError("one of the inputs is empty: give some Spanish text to translate")
         if _looks_english(s):
-            print(f"attnkit: warning: this looks like English, but the model translates Spanish → English: {s[:60]!r}",
-                  file=sys.stderr)
+            print(
+                f"attnkit: warning: this looks like English, but the model translates Spanish → English: {s[:60]!r}",
+                file=sys.stderr,
+            )
     tr = _load_translator(args)
     need_attn = args.show_attention or args.plot is not None
-    results = tr.translate(sentences, beam_size=args.beam, return_attention=need_attn, truncate=args.truncate,
-                           shortlist=_load_shortlist(args.shortlist))
+    results = tr.translate(
+        sentences,
+        beam_size=args.beam,
+        return_attention=need_attn,
+        truncate=args.truncate,
+        shortlist=_load_shortlist(args.shortlist),
+    )
     for r in results:
         print(r["translation"])
         if args.show_attention and "attention" in r:
@@ -180,8 +228,10 @@ def cmd_translate(args) -> None:
         from .explorer import translation_payload, write_explorer_html
 
         name = _model_path(args.model, DEFAULT_TRANSLATION_MODEL).name
-        payloads = [translation_payload(tr, s, beam=args.beam, heads=True, model=name, result=r)
-                    for s, r in zip(sentences, results)]
+        payloads = [
+            translation_payload(tr, s, beam=args.beam, heads=True, model=name, result=r)
+            for s, r in zip(sentences, results)
+        ]
         print(f"wrote {write_explorer_html(args.html, translations=payloads)}")
 
 
@@ -203,8 +253,9 @@ def _plot_translation(tr, results, sentences, path) -> None:
         r = with_attn[0]
         out = plot_alignment(r["attention"], r["source_pieces"], r["target_pieces"], path, title=r["translation"][:80])
     else:
-        out = plot_alignments([(r["attention"], r["source_pieces"], r["target_pieces"], r["translation"][:60])
-                               for r in with_attn], path)
+        out = plot_alignments(
+            [(r["attention"], r["source_pieces"], r["target_pieces"], r["translation"][:60]) for r in with_attn], path
+        )
     print(f"wrote {out}")
 
 
@@ -217,8 +268,18 @@ def cmd_evaluate_translation(args) -> None:
     for name in args.model or [DEFAULT_TRANSLATION_MODEL]:
         m = _model_path(name, DEFAULT_TRANSLATION_MODEL)
         try:
-            reports.append(evaluate_translation(m, split=args.split, limit=args.limit, beam_size=args.beam, home=args.home,
-                                                device=args.device, dtype=args.precision, shortlist=shortlist))
+            reports.append(
+                evaluate_translation(
+                    m,
+                    split=args.split,
+                    limit=args.limit,
+                    beam_size=args.beam,
+                    home=args.home,
+                    device=args.device,
+                    dtype=args.precision,
+                    shortlist=shortlist,
+                )
+            )
         except CheckpointError as exc:
             raise CLIError(f"cannot load model: {exc}") from None
     if args.output:
@@ -233,9 +294,11 @@ def cmd_evaluate_translation(args) -> None:
         print(json.dumps(out, ensure_ascii=False, default=str))
         return
     for r in reports:
-        print(f"{r['model']} ({r['model_type']}): BLEU {r['bleu']:.2f}  chrF {r['chrf']:.2f}  "
-              f"on {r['n_sentences']} {r['split']} verses, {r['sentences_per_s']:.1f} sentences/s (beam {r['beam_size']}"
-              f"{', lexical shortlist' if r.get('shortlist') else ''})")
+        print(
+            f"{r['model']} ({r['model_type']}): BLEU {r['bleu']:.2f}  chrF {r['chrf']:.2f}  "
+            f"on {r['n_sentences']} {r['split']} verses, {r['sentences_per_s']:.1f} sentences/s (beam {r['beam_size']}"
+            f"{', lexical shortlist' if r.get('shortlist') else ''})"
+        )
         print("  source words  " + "  ".join(f"{b['bucket']:>6}" for b in r["by_length"]))
         print("  verses        " + "  ".join(f"{b['n']:>6}" for b in r["by_length"]))
         print("  BLEU          " + "  ".join(f"{b['bleu']:>6.1f}" for b in r["by_length"]))
@@ -318,8 +381,15 @@ def cmd_evaluate_captioning(args) -> None:
     if args.limit is not None and args.limit < 1:
         raise CLIError(f"--limit must be >= 1, got {args.limit}")
     try:
-        r = evaluate_captioning(m, split=args.split, limit=args.limit, beam_size=args.beam, home=args.home,
-                                device=args.device, dtype=args.precision)
+        r = evaluate_captioning(
+            m,
+            split=args.split,
+            limit=args.limit,
+            beam_size=args.beam,
+            home=args.home,
+            device=args.device,
+            dtype=args.precision,
+        )
     except CheckpointError as exc:
         raise CLIError(f"cannot load model: {exc}") from None
     if args.output:
@@ -328,17 +398,24 @@ def cmd_evaluate_captioning(args) -> None:
     if args.json:
         print(json.dumps(r, default=str))
         return
-    print(f"{r['model']} ({r['attention']} attention, {r['score']} score) on {r['n_scenes']} {r['split']} scenes, "
-          f"beam {r['beam_size']}:")
-    print("  BLEU-1 {bleu1:6.2f}  BLEU-2 {bleu2:6.2f}  BLEU-3 {bleu3:6.2f}  BLEU-4 {bleu4:6.2f}  exact match {exact_match:.3f}"
-          .format(**r))
+    print(
+        f"{r['model']} ({r['attention']} attention, {r['score']} score) on {r['n_scenes']} {r['split']} scenes, "
+        f"beam {r['beam_size']}:"
+    )
+    print(
+        "  BLEU-1 {bleu1:6.2f}  BLEU-2 {bleu2:6.2f}  BLEU-3 {bleu3:6.2f}  BLEU-4 {bleu4:6.2f}  exact match {exact_match:.3f}".format(
+            **r
+        )
+    )
     d = r["attention_correctness_detail"]["generated"]["model"]
-    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-    print(f"  attention correctness (mass inside the named item's box): {fmt(r['attention_correctness'])} "
-          f"over {d['n']} generated item words (median {fmt(d.get('quantiles', {}).get('0.5'))}); "
-          f"uniform attention {fmt(r['uniform_attention_correctness'])}; "
-          f"teacher-forced {fmt(r['teacher_forced_attention_correctness'])}; "
-          f"map of the word before {fmt(r['previous_word_attention_correctness'])}")
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"
+    print(
+        f"  attention correctness (mass inside the named item's box): {fmt(r['attention_correctness'])} "
+        f"over {d['n']} generated item words (median {fmt(d.get('quantiles', {}).get('0.5'))}); "
+        f"uniform attention {fmt(r['uniform_attention_correctness'])}; "
+        f"teacher-forced {fmt(r['teacher_forced_attention_correctness'])}; "
+        f"map of the word before {fmt(r['previous_word_attention_correctness'])}"
+    )
 
 
 def cmd_evaluate_alignment(args) -> None:
@@ -347,17 +424,26 @@ def cmd_evaluate_alignment(args) -> None:
     if args.head is not None and args.layer is None:
         raise CLIError("--head needs --layer (heads are numbered within a layer)")
     try:
-        r = evaluate_alignment(_model_path(args.model, DEFAULT_TRANSLATION_MODEL), layer=args.layer, head=args.head,
-                               all_heads=args.all_heads, threshold=args.threshold,
-                               references=not args.no_references, home=args.home, device=args.device,
-                               dtype=args.precision)
+        r = evaluate_alignment(
+            _model_path(args.model, DEFAULT_TRANSLATION_MODEL),
+            layer=args.layer,
+            head=args.head,
+            all_heads=args.all_heads,
+            threshold=args.threshold,
+            references=not args.no_references,
+            home=args.home,
+            device=args.device,
+            dtype=args.precision,
+        )
     except ValueError as exc:  # a model without attention, a layer it does not have
         raise CLIError(str(exc)) from None
     if args.json:
         print(json.dumps(r, ensure_ascii=False))
         return
-    print(f"{r['model']}: alignment of the reference translation, {r['scored_verses']} scored gold verses "
-          f"({r['dev_verses']} more for choosing heads); {r['rule']}")
+    print(
+        f"{r['model']}: alignment of the reference translation, {r['scored_verses']} scored gold verses "
+        f"({r['dev_verses']} more for choosing heads); {r['rule']}"
+    )
     print(f"  {'':<52} {'AER':>6} {'prec.':>6} {'recall':>6}")
     rows = r["rows"] + ([r["best_head"]] if r["best_head"] else []) + r["references"]
     for row in rows:
@@ -371,8 +457,14 @@ def cmd_evaluate_alignment(args) -> None:
 def cmd_export(args) -> None:
     import torch
 
-    from .training.checkpoint import (CheckpointError, average_checkpoints, list_checkpoints, load_into,
-                                      load_model, save_checkpoint)
+    from .training.checkpoint import (
+        CheckpointError,
+        average_checkpoints,
+        list_checkpoints,
+        load_into,
+        load_model,
+        save_checkpoint,
+    )
 
     sources = [Path(args.checkpoint)]
     if args.average_last is not None:
@@ -380,17 +472,22 @@ def cmd_export(args) -> None:
             raise CLIError(f"--average-last must be >= 1, got {args.average_last}")
         found = list_checkpoints(args.checkpoint)
         if len(found) < args.average_last:
-            raise CLIError(f"--average-last {args.average_last}: {args.checkpoint} holds {len(found)} complete "
-                           f"step checkpoint(s){': ' + ', '.join(p.name for p in found) if found else ''}")
-        sources = found[-args.average_last:]
+            raise CLIError(
+                f"--average-last {args.average_last}: {args.checkpoint} holds {len(found)} complete "
+                f"step checkpoint(s){': ' + ', '.join(p.name for p in found) if found else ''}"
+            )
+        sources = found[-args.average_last :]
     try:
         model, config, ckpt = load_model(sources[-1])
         if len(sources) > 1:  # Vaswani et al.: the mean of the last k checkpoints' weights
             load_into(model, average_checkpoints(sources), source=f"mean of {len(sources)} checkpoints")
     except CheckpointError as exc:
         raise CLIError(f"cannot load checkpoint: {exc}") from None
-    extra = {name: Path(p).read_bytes() for name, p in ckpt.files.items()
-             if name not in ("config.json", "model.safetensors", "trainer_state.pt", "COMPLETE")}
+    extra = {
+        name: Path(p).read_bytes()
+        for name, p in ckpt.files.items()
+        if name not in ("config.json", "model.safetensors", "trainer_state.pt", "COMPLETE")
+    }
     dtype = None if args.fp32 else torch.float16
     out = save_checkpoint(args.out, model=model, config=config, extra_files=extra, dtype=dtype)
     size = sum(f.stat().st_size for f in Path(out).iterdir() if f.is_file())
@@ -408,8 +505,10 @@ def cmd_serve(args) -> None:
     loaded = ", ".join(f"{n} ({i['task']})" for n, i in models.info.items())
     print(f"attnkit explorer: {loaded}")
     if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: --host {args.host} lets other machines reach this server, which has no authentication",
-              file=sys.stderr)
+        print(
+            f"warning: --host {args.host} lets other machines reach this server, which has no authentication",
+            file=sys.stderr,
+        )
     print(f"open http://{args.host}:{args.port}/  (API docs at /docs; Ctrl-C stops)", flush=True)
     uvicorn.run(create_app(models, home=args.home), host=args.host, port=args.port, log_level="warning")
 
@@ -426,9 +525,13 @@ def cmd_models(args) -> None:
     for m in infos:
         sc = m.scores
         beam5 = f", {sc['test_beam5_bleu']:.2f} beam 5" if "test_beam5_bleu" in sc else ""
-        score = (f"BLEU {sc['test_bleu']:.2f} {sc.get('decoding', '')}{beam5}" if "test_bleu" in sc else
-                 f"BLEU-4 {sc['test_bleu4']:.2f}, attention correctness {sc['test_attention_correctness']:.3f}"
-                 if "test_bleu4" in sc else "not measured")
+        score = (
+            f"BLEU {sc['test_bleu']:.2f} {sc.get('decoding', '')}{beam5}"
+            if "test_bleu" in sc
+            else f"BLEU-4 {sc['test_bleu4']:.2f}, attention correctness {sc['test_attention_correctness']:.3f}"
+            if "test_bleu4" in sc
+            else "not measured"
+        )
         print(f"{m.name:<22} {m.source:<8} {m.task:<12} {m.model_type:<12} {m.size_bytes / 1e6:>6.1f}MB  {score}")
 
 
@@ -456,8 +559,12 @@ class _VersionAction(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     from .tasks.translation.lexical_shortlist import DEFAULT_FREQUENT, DEFAULT_PER_SOURCE
 
-    p = argparse.ArgumentParser(prog="attnkit", description="Attention mechanisms for PyTorch, and the models built from them.")
-    p.add_argument("--version", action=_VersionAction, help="print the attnkit and torch versions and the device auto picks")
+    p = argparse.ArgumentParser(
+        prog="attnkit", description="Attention mechanisms for PyTorch, and the models built from them."
+    )
+    p.add_argument(
+        "--version", action=_VersionAction, help="print the attnkit and torch versions and the device auto picks"
+    )
     p.add_argument("--home", default=None, help="data and cache folder (default $ATTNKIT_HOME or ~/.cache/attnkit)")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -469,116 +576,219 @@ def build_parser() -> argparse.ArgumentParser:
     dp.set_defaults(func=cmd_data_prepare)
 
     t = sub.add_parser("train", help="train a model").add_subparsers(dest="task", required=True)
-    tt = t.add_parser("translation", help="Spanish→English on the Bible corpus",
-                      description="Train a translation model. Model options apply to the model named by --model.")
+    tt = t.add_parser(
+        "translation",
+        help="Spanish→English on the Bible corpus",
+        description="Train a translation model. Model options apply to the model named by --model.",
+    )
     from .config import add_config_arguments
     from .tasks.translation import TRANSLATION_MODELS, TranslationConfig, model_config_class
 
     add_config_arguments(tt, TranslationConfig, *dict.fromkeys(model_config_class(m) for m in TRANSLATION_MODELS))
     tt.set_defaults(model="rnnsearch")
-    tt.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)")
+    tt.add_argument(
+        "--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)"
+    )
     tt.add_argument("--no-progress", action="store_true", help="no progress bar (default: off)")
     tt.set_defaults(func=cmd_train_translation)
 
-    tc = t.add_parser("captioning", help="Show, Attend and Tell on Fashion-MNIST scenes, or on photos (--captions, --images)")
+    tc = t.add_parser(
+        "captioning", help="Show, Attend and Tell on Fashion-MNIST scenes, or on photos (--captions, --images)"
+    )
     from .tasks.captioning import CaptioningConfig
     from .tasks.classification import ClassifierTaskConfig
 
     add_config_arguments(tc, CaptioningConfig)
-    tc.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)")
+    tc.add_argument(
+        "--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)"
+    )
     tc.add_argument("--no-progress", action="store_true", help="no progress bar (default: off)")
     tc.set_defaults(func=cmd_train_captioning)
 
     tk = t.add_parser("classifier", help="Fashion-MNIST classifier (its conv encoder can start a captioner)")
     add_config_arguments(tk, ClassifierTaskConfig)
-    tk.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)")
+    tk.add_argument(
+        "--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)"
+    )
     tk.add_argument("--no-progress", action="store_true", help="no progress bar (default: off)")
     tk.set_defaults(func=cmd_train_classifier)
 
     tr = sub.add_parser("translate", help="translate Spanish to English")
     tr.add_argument("text", nargs="*", help="Spanish sentences (or --file, or stdin)")
-    tr.add_argument("--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_TRANSLATION_MODEL})")
+    tr.add_argument(
+        "--model",
+        default=None,
+        help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_TRANSLATION_MODEL})",
+    )
     tr.add_argument("--file", default=None, help="read sentences from this file, one per line (default: none)")
     tr.add_argument("--beam", type=int, default=5, help="beam size, 1 = greedy (default: 5)")
-    tr.add_argument("--show-attention", action="store_true", help="print the top source pieces of each output piece (default: off)")
-    tr.add_argument("--plot", default=None, help="write the alignment heatmap (or head grid) to this PNG (default: none)")
-    tr.add_argument("--html", default=None, help="write the explorer's views of these translations to this "
-                    "self-contained HTML file (opens offline) (default: none)")
+    tr.add_argument(
+        "--show-attention", action="store_true", help="print the top source pieces of each output piece (default: off)"
+    )
+    tr.add_argument(
+        "--plot", default=None, help="write the alignment heatmap (or head grid) to this PNG (default: none)"
+    )
+    tr.add_argument(
+        "--html",
+        default=None,
+        help="write the explorer's views of these translations to this "
+        "self-contained HTML file (opens offline) (default: none)",
+    )
     _add_device_flags(tr)
-    tr.add_argument("--shortlist", default=None, metavar="FILE", help="search only each batch's lexical shortlist "
-                    "of the vocabulary (faster), from `attnkit shortlist` (default: none: the whole vocabulary)")
-    tr.add_argument("--truncate", action="store_true", help="cut sentences longer than the model's maximum instead of "
-                    "stopping (default: off)")
+    tr.add_argument(
+        "--shortlist",
+        default=None,
+        metavar="FILE",
+        help="search only each batch's lexical shortlist "
+        "of the vocabulary (faster), from `attnkit shortlist` (default: none: the whole vocabulary)",
+    )
+    tr.add_argument(
+        "--truncate",
+        action="store_true",
+        help="cut sentences longer than the model's maximum instead of stopping (default: off)",
+    )
     tr.set_defaults(func=cmd_translate)
 
     sl = sub.add_parser("shortlist", help="build a translation model's lexical shortlist (for translate --shortlist)")
-    sl.add_argument("--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_TRANSLATION_MODEL})")
-    sl.add_argument("--output", default=None, help="where to write it (default: shortlist.safetensors in the model's folder)")
-    sl.add_argument("--split", default="train", choices=["train", "valid", "test"],
-                    help="the Bible pairs to count (default: train)")
-    sl.add_argument("--frequent", type=int, default=DEFAULT_FREQUENT, help="the most common English pieces always "
-                    f"in the list (default: {DEFAULT_FREQUENT})")
-    sl.add_argument("--per-source", type=int, default=DEFAULT_PER_SOURCE, help="English pieces per Spanish piece, "
-                    f"by Dice association (default: {DEFAULT_PER_SOURCE})")
+    sl.add_argument(
+        "--model",
+        default=None,
+        help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_TRANSLATION_MODEL})",
+    )
+    sl.add_argument(
+        "--output", default=None, help="where to write it (default: shortlist.safetensors in the model's folder)"
+    )
+    sl.add_argument(
+        "--split", default="train", choices=["train", "valid", "test"], help="the Bible pairs to count (default: train)"
+    )
+    sl.add_argument(
+        "--frequent",
+        type=int,
+        default=DEFAULT_FREQUENT,
+        help=f"the most common English pieces always in the list (default: {DEFAULT_FREQUENT})",
+    )
+    sl.add_argument(
+        "--per-source",
+        type=int,
+        default=DEFAULT_PER_SOURCE,
+        help=f"English pieces per Spanish piece, by Dice association (default: {DEFAULT_PER_SOURCE})",
+    )
     _add_device_flags(sl)
     sl.set_defaults(func=cmd_shortlist)
 
     ca = sub.add_parser("caption", help="caption images with a Show, Attend and Tell model")
-    ca.add_argument("images", nargs="+", help="image files (any size/colour mode; converted to the model's grayscale canvas)")
-    ca.add_argument("--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_CAPTION_MODEL})")
-    ca.add_argument("--beam", type=int, default=3, help="beam size for the second caption, 1 = greedy only (default: 3)")
-    ca.add_argument("--plot", default=None, help="write the per-word attention overlay grid to this PNG (default: none)")
-    ca.add_argument("--html", default=None, help="write the explorer's views of these captions to this "
-                    "self-contained HTML file (opens offline) (default: none)")
+    ca.add_argument(
+        "images", nargs="+", help="image files (any size/colour mode; converted to the model's grayscale canvas)"
+    )
+    ca.add_argument(
+        "--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_CAPTION_MODEL})"
+    )
+    ca.add_argument(
+        "--beam", type=int, default=3, help="beam size for the second caption, 1 = greedy only (default: 3)"
+    )
+    ca.add_argument(
+        "--plot", default=None, help="write the per-word attention overlay grid to this PNG (default: none)"
+    )
+    ca.add_argument(
+        "--html",
+        default=None,
+        help="write the explorer's views of these captions to this "
+        "self-contained HTML file (opens offline) (default: none)",
+    )
     _add_device_flags(ca)
     ca.set_defaults(func=cmd_caption)
 
     e = sub.add_parser("evaluate", help="evaluate a model").add_subparsers(dest="task", required=True)
     et = e.add_parser("translation", help="BLEU/chrF on the Bible test split, and BLEU by source length")
-    et.add_argument("--model", action="append", help=f"a model name or folder; repeat to compare models (default: {DEFAULT_TRANSLATION_MODEL})")
+    et.add_argument(
+        "--model",
+        action="append",
+        help=f"a model name or folder; repeat to compare models (default: {DEFAULT_TRANSLATION_MODEL})",
+    )
     _add_evaluate_flags(et, "verses")
     et.add_argument("--plot", default=None, help="plot BLEU by source length to this PNG (default: none)")
     _add_device_flags(et)
-    et.add_argument("--shortlist", default=None, metavar="FILE", help="search only each batch's lexical shortlist "
-                    "of the vocabulary (faster), from `attnkit shortlist` (default: none: the whole vocabulary)")
+    et.add_argument(
+        "--shortlist",
+        default=None,
+        metavar="FILE",
+        help="search only each batch's lexical shortlist "
+        "of the vocabulary (faster), from `attnkit shortlist` (default: none: the whole vocabulary)",
+    )
     et.set_defaults(func=cmd_evaluate_translation)
 
     ec = e.add_parser("captioning", help="BLEU-1..4, exact match and attention correctness on the test scenes")
-    ec.add_argument("--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_CAPTION_MODEL})")
+    ec.add_argument(
+        "--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_CAPTION_MODEL})"
+    )
     _add_evaluate_flags(ec, "scenes")
     _add_device_flags(ec)
     ec.set_defaults(func=cmd_evaluate_captioning)
 
     ea = e.add_parser("alignment", help="does attention align? AER against the hand-made gold alignments")
-    ea.add_argument("--model", default=None, help=f"a translation model name or folder (default: {DEFAULT_TRANSLATION_MODEL})")
-    ea.add_argument("--layer", type=int, default=None, help="score this cross-attention layer (1-based) instead of "
-                    "the model's alignment; with --head one head, else the layer's head mean (default: none)")
+    ea.add_argument(
+        "--model", default=None, help=f"a translation model name or folder (default: {DEFAULT_TRANSLATION_MODEL})"
+    )
+    ea.add_argument(
+        "--layer",
+        type=int,
+        default=None,
+        help="score this cross-attention layer (1-based) instead of "
+        "the model's alignment; with --head one head, else the layer's head mean (default: none)",
+    )
     ea.add_argument("--head", type=int, default=None, help="with --layer: the head (1-based) (default: none)")
-    ea.add_argument("--all-heads", action="store_true", help="score every layer × head, each layer's mean, and the "
-                    "best head chosen on the 50 dev verses (default: off)")
-    ea.add_argument("--threshold", type=float, default=None, help="also link every word pair with attention at least "
-                    "this (default: none: argmax links only)")
-    ea.add_argument("--no-references", action="store_true", help="skip the diagonal baseline and eflomal (default: off)")
+    ea.add_argument(
+        "--all-heads",
+        action="store_true",
+        help="score every layer × head, each layer's mean, and the "
+        "best head chosen on the 50 dev verses (default: off)",
+    )
+    ea.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="also link every word pair with attention at least this (default: none: argmax links only)",
+    )
+    ea.add_argument(
+        "--no-references", action="store_true", help="skip the diagonal baseline and eflomal (default: off)"
+    )
     ea.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
     _add_device_flags(ea)
     ea.set_defaults(func=cmd_evaluate_alignment)
 
     ex = sub.add_parser("export", help="write a small (fp16) copy of a checkpoint for shipping")
-    ex.add_argument("checkpoint", help="checkpoint folder, e.g. runs/rnnsearch/best; with --average-last, the run "
-                    "folder, e.g. runs/transformer")
+    ex.add_argument(
+        "checkpoint",
+        help="checkpoint folder, e.g. runs/rnnsearch/best; with --average-last, the run folder, e.g. runs/transformer",
+    )
     ex.add_argument("out", help="destination folder, e.g. models/rnnsearch-es-en")
     ex.add_argument("--fp32", action="store_true", help="keep float32 weights (default: off: fp16)")
-    ex.add_argument("--average-last", dest="average_last", type=int, default=None, metavar="K",
-                    help="export the mean weights of the last K step checkpoints in the run folder (default: none: one checkpoint)")
+    ex.add_argument(
+        "--average-last",
+        dest="average_last",
+        type=int,
+        default=None,
+        metavar="K",
+        help="export the mean weights of the last K step checkpoints in the run folder (default: none: one checkpoint)",
+    )
     ex.set_defaults(func=cmd_export)
 
     sv = sub.add_parser("serve", help="the attention explorer: a local web page and JSON API over the models")
-    sv.add_argument("--host", default="127.0.0.1", help="address to bind; anything but 127.0.0.1 exposes the "
-                    "server to the network and must be given explicitly (default: 127.0.0.1)")
+    sv.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind; anything but 127.0.0.1 exposes the "
+        "server to the network and must be given explicitly (default: 127.0.0.1)",
+    )
     sv.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
-    sv.add_argument("--model", action="extend", nargs="+", default=None, metavar="MODEL",
-                    help="model names or folders to load (--model a b, or --model a --model b) "
-                    "(default: every shipped model)")
+    sv.add_argument(
+        "--model",
+        action="extend",
+        nargs="+",
+        default=None,
+        metavar="MODEL",
+        help="model names or folders to load (--model a b, or --model a --model b) (default: every shipped model)",
+    )
     _add_device_flags(sv)
     sv.set_defaults(func=cmd_serve)
 

@@ -21,20 +21,38 @@ Usage::
     add_config_arguments(parser, MyConfig)
     cfg = config_from_args(MyConfig, parser.parse_args())
 """
+
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import types
 import typing
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["option", "ConfigRecord", "require_positive", "add_config_arguments", "config_from_args", "config_from_dict", "config_from_json",
-           "iter_options", "option_names"]
+__all__ = [
+    "ConfigRecord",
+    "add_config_arguments",
+    "config_from_args",
+    "config_from_dict",
+    "config_from_json",
+    "iter_options",
+    "option",
+    "option_names",
+    "require_positive",
+]
 
 
-def option(default: Any = dataclasses.MISSING, help: str = "", *, choices: tuple | None = None, cli: bool = True,
-           default_factory: Any = dataclasses.MISSING, metavar: str | None = None) -> Any:
+def option(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    choices: tuple | None = None,
+    cli: bool = True,
+    default_factory: Any = dataclasses.MISSING,
+    metavar: str | None = None,
+) -> Any:
     """A dataclass field that is also a command-line option (``cli=False``: a field only)."""
     meta = {"help": help, "choices": choices, "cli": cli, "metavar": metavar}
     if default_factory is not dataclasses.MISSING:
@@ -103,8 +121,10 @@ def add_config_arguments(parser: argparse.ArgumentParser | Any, *classes: type, 
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
             if base not in (int, float, str):
-                raise TypeError(f"add_config_arguments: {entries[0][0].__name__}.{name} has type {tp!r}; "
-                                "options must be int, float, str or bool (or None-able)")
+                raise TypeError(
+                    f"add_config_arguments: {entries[0][0].__name__}.{name} has type {tp!r}; "
+                    "options must be int, float, str or bool (or None-able)"
+                )
             kwargs["type"] = base
             if f.metadata.get("choices"):
                 kwargs["choices"] = f.metadata["choices"]
@@ -185,7 +205,9 @@ def config_from_json(cls: type, data: dict[str, Any]) -> Any:
         if f.init and f.name in data:
             tp = hints[f.name]
             value = data[f.name]
-            kwargs[f.name] = config_from_json(tp, value) if dataclasses.is_dataclass(tp) and isinstance(value, dict) else value
+            kwargs[f.name] = (
+                config_from_json(tp, value) if dataclasses.is_dataclass(tp) and isinstance(value, dict) else value
+            )
     return cls(**kwargs)
 
 

@@ -8,6 +8,7 @@
 5. caption a few held-out Fashion-MNIST scenes with the shipped captioners, when present;
 6. write ``explorer.html``, the attention explorer's offline page for those verses and scenes.
 """
+
 from __future__ import annotations
 
 import textwrap
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 from .pretrained import PRETRAINED_DIR
+
 DEMO_VERSES = 5
 BLEU_SLICE = 200
 
@@ -50,8 +52,11 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo"), device: str = "cpu"
         for label, text in (("source", p.src), ("reference", p.tgt), ("RNNsearch", r["translation"])):
             print(textwrap.fill(text, width=100, initial_indent=f"  {label:>10}: ", subsequent_indent=" " * 14))
     shown = [(p, r) for p, r in zip(picks, results) if len(p.src.split()) <= 35][-3:]  # readable sizes
-    heat = plot_alignments([(r["attention"], r["source_pieces"], r["target_pieces"], p.ref) for p, r in shown],
-                           out_dir / "alignment.png", ncols=1)
+    heat = plot_alignments(
+        [(r["attention"], r["source_pieces"], r["target_pieces"], p.ref) for p, r in shown],
+        out_dir / "alignment.png",
+        ncols=1,
+    )
     print(f"\nalignment heatmaps (target pieces × source pieces): {heat}")
 
     _rule(f"Test BLEU on the first {BLEU_SLICE} test verses (greedy, sacrebleu)")
@@ -84,16 +89,22 @@ def _explorer_page(home, out_dir: Path, sources: list[str], device="cpu", dtype=
 
     _rule("The attention explorer")
     models = load_models(device=device, dtype=dtype)
-    translations = [translation_payload(tr, src, beam=5, heads=True, model=name)
-                    for src in sources for name, tr in models.translators.items()]
+    translations = [
+        translation_payload(tr, src, beam=5, heads=True, model=name)
+        for src in sources
+        for name, tr in models.translators.items()
+    ]
     captions = []
     if models.captioners:
         data = load_scenes("test", home, canvas=next(iter(models.captioners.values())).canvas)
         for i in _demo_picks(data)[:2]:
-            captions += [caption_payload(cm, data[i]["image"], model=name, scene=data[i])
-                         for name, cm in models.captioners.items()]
-    path = write_explorer_html(out_dir / "explorer.html", translations=translations, captions=captions,
-                               models=list(models.info.values()))
+            captions += [
+                caption_payload(cm, data[i]["image"], model=name, scene=data[i])
+                for name, cm in models.captioners.items()
+            ]
+    path = write_explorer_html(
+        out_dir / "explorer.html", translations=translations, captions=captions, models=list(models.info.values())
+    )
     print(f"offline page for these verses and scenes (opens in any browser, no server): {path}")
     print("explore any sentence or image live: attnkit serve   (then open http://127.0.0.1:8000/)")
     return path
@@ -107,5 +118,8 @@ def _caption_demo(home, out_dir: Path) -> dict | None:
     from .tasks.captioning import caption_demo
 
     _rule("Show, Attend and Tell: captioning held-out Fashion-MNIST scenes")
-    return caption_demo(home=home, out_dir=out_dir, model_dirs=[d for d in (soft, PRETRAINED_DIR / "captioner-hard")
-                                                                if (d / "config.json").is_file()])
+    return caption_demo(
+        home=home,
+        out_dir=out_dir,
+        model_dirs=[d for d in (soft, PRETRAINED_DIR / "captioner-hard") if (d / "config.json").is_file()],
+    )

@@ -14,6 +14,7 @@ We keep this to ~100 lines of our own rather than adopt Lightning Fabric or HF A
 bring their own checkpointing and launcher, while attnkit's atomic, manifest-checked checkpoints and
 torchrun support stay; what is left for them to do is this module.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +25,16 @@ import torch
 
 from .errors import ConfigError
 
-__all__ = ["PRECISIONS", "place", "resolve_device", "resolve_precision", "autocast", "cpu_bf16_speedup", "describe", "to_device"]
+__all__ = [
+    "PRECISIONS",
+    "autocast",
+    "cpu_bf16_speedup",
+    "describe",
+    "place",
+    "resolve_device",
+    "resolve_precision",
+    "to_device",
+]
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -50,8 +60,10 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
         raise ConfigError(f"device {spec!r} is not a device name (use auto, cpu, cuda, cuda:N or mps)") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError(f"device {spec!r}: CUDA is not available on this machine (torch {torch.__version__}, "
-                              f"built {'with' if torch.version.cuda else 'without'} CUDA); use --device cpu")
+            raise ConfigError(
+                f"device {spec!r}: CUDA is not available on this machine (torch {torch.__version__}, "
+                f"built {'with' if torch.version.cuda else 'without'} CUDA); use --device cpu"
+            )
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ConfigError(f"device {spec!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     elif device.type == "mps" and not _mps_available():
@@ -61,9 +73,10 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     return device
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cpu_bf16_speedup(size: int = 256, seconds: float = 0.03) -> float:
     """How many times faster a bf16 matmul is than an fp32 one on this CPU (measured once per process)."""
+
     def rate(dtype):
         a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
         a @ b  # warm-up
@@ -96,8 +109,9 @@ def autocast(device: torch.device, dtype: torch.dtype):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def place(model: torch.nn.Module, device: str | torch.device | None = "cpu",
-          dtype: str | torch.dtype | None = None) -> torch.nn.Module:
+def place(
+    model: torch.nn.Module, device: str | torch.device | None = "cpu", dtype: str | torch.dtype | None = None
+) -> torch.nn.Module:
     """Put an inference model on ``device`` with weights in ``dtype`` (a torch dtype, ``"fp32"``,
     ``"bf16"``, ``"fp16"`` or ``"auto"``; ``None`` = float32), in eval mode."""
     dev = resolve_device(device)
@@ -124,6 +138,11 @@ def to_device(obj, device: torch.device):
 def describe() -> str:
     """One line for ``attnkit --version``: torch, and the device ``auto`` picks."""
     dev = resolve_device("auto")
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else torch.backends.cpu.get_cpu_capability() \
-        if dev.type == "cpu" else dev.type
+    name = (
+        torch.cuda.get_device_name(dev)
+        if dev.type == "cuda"
+        else torch.backends.cpu.get_cpu_capability()
+        if dev.type == "cpu"
+        else dev.type
+    )
     return f"torch {torch.__version__}, device auto = {dev} ({name})"

@@ -5,6 +5,7 @@ other exception is a bug and keeps its traceback. Each class also derives from t
 error a Python caller would expect (``ValueError`` for a bad value), so library users can catch
 either.
 """
+
 from __future__ import annotations
 
 __all__ = ["AttnkitError", "ConfigError", "InputError"]

@@ -5,13 +5,14 @@ Everything attnkit prepares (corpora, splits) lives under one folder, ``$ATTNKIT
 Files are written atomically (temp file in the same folder, fsync, ``os.replace``) so an
 interrupted run never leaves a half-written file that a later run would trust.
 """
+
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["attnkit_home", "atomic_write_bytes", "atomic_write_text", "fsync_dir"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "attnkit_home", "fsync_dir"]
 
 
 def attnkit_home(home: str | os.PathLike | None = None) -> Path:

@@ -8,14 +8,15 @@ all verses (Och & Ney 2003)::
 
 Links are ``(source word, target word)`` pairs, as in the Pharaoh files (``i-j``).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from torch import Tensor
 
-__all__ = ["AERCounts", "argmax_links", "threshold_links", "diagonal_links", "grow_diag_final_and", "aer_counts"]
+__all__ = ["AERCounts", "aer_counts", "argmax_links", "diagonal_links", "grow_diag_final_and", "threshold_links"]
 
 Link = tuple[int, int]
 
@@ -29,7 +30,7 @@ class AERCounts:
     a: int = 0
     s: int = 0
 
-    def __add__(self, other: "AERCounts") -> "AERCounts":
+    def __add__(self, other: AERCounts) -> AERCounts:
         return AERCounts(self.a_and_s + other.a_and_s, self.a_and_p + other.a_and_p, self.a + other.a, self.s + other.s)
 
     @property
@@ -45,8 +46,13 @@ class AERCounts:
         return 1.0 - (self.a_and_s + self.a_and_p) / (self.a + self.s) if (self.a + self.s) else 0.0
 
     def to_dict(self) -> dict:
-        return {"aer": round(self.aer, 4), "precision": round(self.precision, 4), "recall": round(self.recall, 4),
-                "links": self.a, "sure": self.s}
+        return {
+            "aer": round(self.aer, 4),
+            "precision": round(self.precision, 4),
+            "recall": round(self.recall, 4),
+            "links": self.a,
+            "sure": self.s,
+        }
 
 
 def aer_counts(predicted: Iterable[Link], sure: set[Link], possible: set[Link]) -> AERCounts:

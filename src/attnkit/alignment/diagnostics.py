@@ -8,17 +8,18 @@ tokens that carry no content.
   the model has nothing to align (an "attention sink"), which users of those toolkits report.
 - **punctuation mass**: attention on pieces made only of punctuation.
 """
+
 from __future__ import annotations
 
 import unicodedata
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from .words import WORD_START
 
-__all__ = ["is_punctuation", "attention_diagnostics"]
+__all__ = ["attention_diagnostics", "is_punctuation"]
 
 
 def is_punctuation(piece: str) -> bool:
@@ -31,8 +32,10 @@ def attention_diagnostics(attention: Tensor, source_pieces: Sequence[str]) -> di
     """``attention (T, S)`` → ``{"entropy", "eos_mass", "punctuation_mass"}``, one list of T floats
     each, and ``"eos_position"`` (the final source piece's index), as in the module docstring."""
     if not isinstance(attention, Tensor) or attention.dim() != 2 or attention.shape[1] != len(source_pieces):
-        raise ValueError(f"attention must be (T, S) with S = {len(source_pieces)} source pieces, "
-                         f"got {getattr(attention, 'shape', None)}")
+        raise ValueError(
+            f"attention must be (T, S) with S = {len(source_pieces)} source pieces, "
+            f"got {getattr(attention, 'shape', None)}"
+        )
     a = attention.double()
     entropy = -(a * torch.log(a.clamp_min(1e-30))).sum(-1)  # (T,)
     punct = torch.tensor([is_punctuation(p) for p in source_pieces], dtype=torch.bool)

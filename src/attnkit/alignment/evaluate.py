@@ -9,6 +9,7 @@ verses**; a best head is chosen on the **50 dev verses** only. The same run scor
 the diagonal baseline and eflomal (Östling & Tiedemann 2016), trained without labels on the whole
 training split plus the gold verses, both directions symmetrised with grow-diag-final-and.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,7 +22,7 @@ from .aer import AERCounts, aer_counts, argmax_links, diagonal_links, grow_diag_
 from .gold import DEV_VERSES, GoldVerse, format_links, load_gold, parse_links
 from .words import word_attention
 
-__all__ = ["verse_word_maps", "score_links", "evaluate_alignment", "eflomal_links"]
+__all__ = ["eflomal_links", "evaluate_alignment", "score_links", "verse_word_maps"]
 
 
 def verse_word_maps(translator, verse: GoldVerse, *, all_heads: bool = False) -> dict[str, torch.Tensor]:
@@ -37,7 +38,9 @@ def verse_word_maps(translator, verse: GoldVerse, *, all_heads: bool = False) ->
         for layer in range(m.cross.shape[0]):
             out[f"L{layer + 1}avg"] = word_attention(m.cross[layer].mean(0), ta.source_pieces, ta.target_pieces)
             for head in range(m.cross.shape[1]):
-                out[f"L{layer + 1}H{head + 1}"] = word_attention(m.cross[layer, head], ta.source_pieces, ta.target_pieces)
+                out[f"L{layer + 1}H{head + 1}"] = word_attention(
+                    m.cross[layer, head], ta.source_pieces, ta.target_pieces
+                )
     return out
 
 
@@ -67,24 +70,41 @@ def eflomal_links(verses: list[GoldVerse], *, home=None) -> list[set] | None:
     cache = attnkit_home(home) / "alignment" / f"eflomal-{key}.txt"
     if not cache.is_file():
         train = load_pairs("train", home=home)
-        lower = lambda s: s.lower()  # noqa: E731  eflomal counts word types: case carries no alignment
+        lower = lambda s: s.lower()
         src_all = [lower(s) for s in src] + [lower(" ".join(p.src.split())) for p in train]
         tgt_all = [lower(s) for s in tgt] + [lower(" ".join(p.tgt.split())) for p in train]
         out_dir = cache.parent
         out_dir.mkdir(parents=True, exist_ok=True)
         fwd, rev = out_dir / f"{key}.fwd", out_dir / f"{key}.rev"
-        eflomal.Aligner().align(io.StringIO("\n".join(src_all) + "\n"), io.StringIO("\n".join(tgt_all) + "\n"),
-                                links_filename_fwd=str(fwd), links_filename_rev=str(rev), quiet=True)
+        eflomal.Aligner().align(
+            io.StringIO("\n".join(src_all) + "\n"),
+            io.StringIO("\n".join(tgt_all) + "\n"),
+            links_filename_fwd=str(fwd),
+            links_filename_rev=str(rev),
+            quiet=True,
+        )
         f_lines, r_lines = fwd.read_text().splitlines(), rev.read_text().splitlines()
-        sym = [format_links(grow_diag_final_and(parse_links(a), parse_links(b)))
-               for a, b in zip(f_lines[:len(verses)], r_lines[:len(verses)])]
+        sym = [
+            format_links(grow_diag_final_and(parse_links(a), parse_links(b)))
+            for a, b in zip(f_lines[: len(verses)], r_lines[: len(verses)])
+        ]
         atomic_write_text(cache, "\n".join(sym) + "\n")
     return [parse_links(line) for line in cache.read_text().splitlines()]
 
 
-def evaluate_alignment(model, *, layer: int | None = None, head: int | None = None, all_heads: bool = False,
-                       threshold: float | None = None, references: bool = True, gold_dir=None, home=None,
-                       device: str = "cpu", dtype=None) -> dict:
+def evaluate_alignment(
+    model,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    all_heads: bool = False,
+    threshold: float | None = None,
+    references: bool = True,
+    gold_dir=None,
+    home=None,
+    device: str = "cpu",
+    dtype=None,
+) -> dict:
     """The AER table of a model (see the module docstring). ``layer``/``head`` (1-based) score one
     cross-attention head instead of the model's alignment; ``threshold`` adds links above it."""
     from ..pretrained import resolve_model
@@ -97,12 +117,16 @@ def evaluate_alignment(model, *, layer: int | None = None, head: int | None = No
     rows = []
     maps = [verse_word_maps(tr, v, all_heads=all_heads or layer is not None) for v in verses]
     if not maps[0]:
-        raise ValueError(f"{path.name} has no attention (it encodes the source into one vector), so it "
-                         "aligns nothing; RNNencdec is the model without attention")
+        raise ValueError(
+            f"{path.name} has no attention (it encodes the source into one vector), so it "
+            "aligns nothing; RNNencdec is the model without attention"
+        )
     key = "model" if layer is None else f"L{layer}H{head}" if head is not None else f"L{layer}avg"
     if key not in maps[0]:
-        raise ValueError(f"{path.name} has no cross-attention {'layer ' + str(layer)}"
-                         f"{' head ' + str(head) if head else ''} (it has {sorted(k for k in maps[0] if k != 'model')})")
+        raise ValueError(
+            f"{path.name} has no cross-attention {'layer ' + str(layer)}"
+            f"{' head ' + str(head) if head else ''} (it has {sorted(k for k in maps[0] if k != 'model')})"
+        )
 
     def links_of(name, part):
         out = []
@@ -131,12 +155,22 @@ def evaluate_alignment(model, *, layer: int | None = None, head: int | None = No
         refs.append({"name": "diagonal baseline", **score_links(diag, scored).to_dict()})
         ef = eflomal_links(verses, home=home)
         if ef is not None:
-            refs.append({"name": "eflomal (unsupervised, grow-diag-final-and)",
-                         **score_links(ef[DEV_VERSES:], scored).to_dict()})
+            refs.append(
+                {
+                    "name": "eflomal (unsupervised, grow-diag-final-and)",
+                    **score_links(ef[DEV_VERSES:], scored).to_dict(),
+                }
+            )
         else:
             refs.append({"name": "eflomal: not installed (pip install 'attnkit[align]')", "skipped": True})
-    return {"model": path.name, "scored_verses": len(scored), "dev_verses": len(dev),
-            "rule": "links: each target word → its argmax source word (word attention = mean over the target "
-                    "word's pieces of the sum over the source word's pieces)"
-                    + (f", plus every pair ≥ {threshold}" if threshold is not None else ""),
-            "rows": rows, "best_head": best, "references": refs}
+    return {
+        "model": path.name,
+        "scored_verses": len(scored),
+        "dev_verses": len(dev),
+        "rule": "links: each target word → its argmax source word (word attention = mean over the target "
+        "word's pieces of the sum over the source word's pieces)"
+        + (f", plus every pair ≥ {threshold}" if threshold is not None else ""),
+        "rows": rows,
+        "best_head": best,
+        "references": refs,
+    }

@@ -6,13 +6,14 @@ Files (``data/gold-alignments/`` in the repository, package data in an installed
 ``j`` an English one, 0-based, space-separated; every sure link is also possible). Lines 1–50
 are the **dev** part (for choosing a layer or head), lines 51–150 the **scored** part.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
-__all__ = ["GOLD_DIR", "DEV_VERSES", "GoldVerse", "parse_links", "format_links", "load_gold", "validate_gold"]
+__all__ = ["DEV_VERSES", "GOLD_DIR", "GoldVerse", "format_links", "load_gold", "parse_links", "validate_gold"]
 
 GOLD_DIR = Path(__file__).resolve().parent / "gold"
 DEV_VERSES = 50
@@ -32,8 +33,13 @@ class GoldVerse:
 
     def to_dict(self) -> dict:
         """For the explorer: the words and the links, as lists."""
-        return {"ref": self.ref, "source": self.source, "target": self.target,
-                "sure": sorted(self.sure), "possible": sorted(self.possible)}
+        return {
+            "ref": self.ref,
+            "source": self.source,
+            "target": self.target,
+            "sure": sorted(self.sure),
+            "possible": sorted(self.possible),
+        }
 
 
 def parse_links(line: str, *, where: str = "") -> set[Link]:
@@ -62,11 +68,20 @@ def load_gold(folder: str | Path | None = None) -> list[GoldVerse]:
     sure, possible = _lines(folder / "es-en.sure"), _lines(folder / "es-en.possible")
     sizes = {len(refs), len(es), len(en), len(sure), len(possible)}
     if len(sizes) != 1:
-        raise ValueError(f"{folder}: the five files must have one line per verse; they have "
-                         f"refs {len(refs)}, es {len(es)}, en {len(en)}, sure {len(sure)}, possible {len(possible)}")
-    return [GoldVerse(r, s.split(), t.split(), parse_links(a, where=f"es-en.sure line {k + 1}"),
-                      parse_links(b, where=f"es-en.possible line {k + 1}"))
-            for k, (r, s, t, a, b) in enumerate(zip(refs, es, en, sure, possible))]
+        raise ValueError(
+            f"{folder}: the five files must have one line per verse; they have "
+            f"refs {len(refs)}, es {len(es)}, en {len(en)}, sure {len(sure)}, possible {len(possible)}"
+        )
+    return [
+        GoldVerse(
+            r,
+            s.split(),
+            t.split(),
+            parse_links(a, where=f"es-en.sure line {k + 1}"),
+            parse_links(b, where=f"es-en.possible line {k + 1}"),
+        )
+        for k, (r, s, t, a, b) in enumerate(zip(refs, es, en, sure, possible))
+    ]
 
 
 def validate_gold(verses: list[GoldVerse], corpus: dict[str, tuple[str, str]] | None = None) -> list[str]:
@@ -78,8 +93,10 @@ def validate_gold(verses: list[GoldVerse], corpus: dict[str, tuple[str, str]] | 
         for name, links in (("sure", v.sure), ("possible", v.possible)):
             bad = [f"{i}-{j}" for i, j in links if not (0 <= i < len(v.source) and 0 <= j < len(v.target))]
             if bad:
-                problems.append(f"line {k} ({v.ref}): {name} links out of range "
-                                f"({len(v.source)} es × {len(v.target)} en tokens): {' '.join(bad)}")
+                problems.append(
+                    f"line {k} ({v.ref}): {name} links out of range "
+                    f"({len(v.source)} es × {len(v.target)} en tokens): {' '.join(bad)}"
+                )
         if not v.sure <= v.possible:
             problems.append(f"line {k} ({v.ref}): sure links not in possible: {format_links(v.sure - v.possible)}")
         if not v.possible:

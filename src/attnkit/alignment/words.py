@@ -11,14 +11,15 @@ fixed rule:
 
 ``A_word[i, j] = mean_{t ∈ target word i} Σ_{s ∈ source word j} A_piece[t, s]``
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-__all__ = ["WORD_START", "word_spans", "words_from_pieces", "word_attention"]
+__all__ = ["WORD_START", "word_attention", "word_spans", "words_from_pieces"]
 
 WORD_START = "\u2581"
 
@@ -48,12 +49,17 @@ def word_attention(attention: Tensor, source_pieces: Sequence[str], target_piece
     if not isinstance(attention, Tensor) or attention.dim() != 2:
         raise ValueError(f"attention must be a (T, S) tensor, got {getattr(attention, 'shape', type(attention))}")
     if attention.shape != (len(target_pieces), len(source_pieces)):
-        raise ValueError(f"attention has shape {tuple(attention.shape)}, but there are {len(target_pieces)} target "
-                         f"and {len(source_pieces)} source pieces: expected ({len(target_pieces)}, {len(source_pieces)})")
+        raise ValueError(
+            f"attention has shape {tuple(attention.shape)}, but there are {len(target_pieces)} target "
+            f"and {len(source_pieces)} source pieces: expected ({len(target_pieces)}, {len(source_pieces)})"
+        )
     src, tgt = word_spans(source_pieces), word_spans(target_pieces)
     dtype = attention.dtype if attention.is_floating_point() else torch.float32
-    summed = torch.stack([attention[:, span].sum(dim=1) for span in src], dim=1) if src else \
-        attention.new_zeros(attention.shape[0], 0, dtype=dtype)  # (T, S_words)
+    summed = (
+        torch.stack([attention[:, span].sum(dim=1) for span in src], dim=1)
+        if src
+        else attention.new_zeros(attention.shape[0], 0, dtype=dtype)
+    )  # (T, S_words)
     if not tgt:
         return summed.new_zeros(0, len(src))
     return torch.stack([summed[span].mean(dim=0) for span in tgt], dim=0)  # (T_words, S_words)

@@ -20,12 +20,13 @@ A block (:func:`block_plan`) is at most :data:`BLOCK_ELEMS` floats, whole batch 
 fits and otherwise query rows of one item, so every pass after the first reads from the L2 cache.
 Peak memory is one block, whatever Nq and Nk.
 """
+
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-__all__ = ["AdditiveScores", "additive_scores", "broadcast_scores", "scores_by_blocks", "block_plan", "BLOCK_ELEMS"]
+__all__ = ["BLOCK_ELEMS", "AdditiveScores", "additive_scores", "block_plan", "broadcast_scores", "scores_by_blocks"]
 
 #: Floats in one block of the tanh layer: 256K = 1 MiB, the L2 cache of one core here; measured best
 #: among 2^14..2^22 at decoder-step and NMT shapes for the forward pass without autograd.

@@ -13,6 +13,7 @@ A query whose mask allows no key gets zero weights and a zero context, with fini
 When the weights are not needed and the score is a dot product, the fused
 :func:`torch.nn.functional.scaled_dot_product_attention` kernel does the work.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,7 +26,7 @@ from torch import Tensor
 from . import scores as S
 from .masks import check_mask
 
-__all__ = ["attend", "attend_hard", "AttentionOutput", "HardAttention", "masked_softmax", "HARD_MODES"]
+__all__ = ["HARD_MODES", "AttentionOutput", "HardAttention", "attend", "attend_hard", "masked_softmax"]
 
 HARD_MODES = (None, "argmax")
 
@@ -156,8 +157,10 @@ def attend(
         :class:`AttentionOutput` ``(context (B, [H,] Nq, Dv), weights (B, [H,] Nq, Nk) or None)``.
     """
     if hard == "sample":
-        raise ValueError("hard='sample' draws a key at random and returns its log-probability too: "
-                         "use attend_hard(query, key, value, mode='sample')")
+        raise ValueError(
+            "hard='sample' draws a key at random and returns its log-probability too: "
+            "use attend_hard(query, key, value, mode='sample')"
+        )
     if hard not in HARD_MODES:
         raise ValueError(f"hard must be one of {HARD_MODES}, got {hard!r}")
     if not 0.0 <= dropout_p < 1.0:
@@ -193,7 +196,7 @@ def attend(
         return AttentionOutput(ctx.squeeze(0), None) if unbatched else out
 
     if score_fn is None:
-        score_fn = lambda q, k: S.scaled_dot(q, k, scale)  # noqa: E731 - dot is scale 1.0
+        score_fn = lambda q, k: S.scaled_dot(q, k, scale)
 
     nq = query.shape[-2]
     if chunk_size is not None and chunk_size < nq:
@@ -201,16 +204,19 @@ def attend(
         for i in range(0, nq, chunk_size):
             m = None
             if mask is not None:
-                m = mask if mask.shape[-2] == 1 else mask[..., i:i + chunk_size, :]
+                m = mask if mask.shape[-2] == 1 else mask[..., i : i + chunk_size, :]
             parts.append(
-                _attend_block(query[..., i:i + chunk_size, :], key, value, score_fn, m, hard,
-                              need_weights, dropout_p, training)
+                _attend_block(
+                    query[..., i : i + chunk_size, :], key, value, score_fn, m, hard, need_weights, dropout_p, training
+                )
             )
         ctx = torch.cat([p[0] for p in parts], dim=-2)
         weights = torch.cat([p[1] for p in parts], dim=-2) if need_weights else None
         out = AttentionOutput(ctx, weights)
     else:
-        out = AttentionOutput(*_attend_block(query, key, value, score_fn, mask, hard, need_weights, dropout_p, training))
+        out = AttentionOutput(
+            *_attend_block(query, key, value, score_fn, mask, hard, need_weights, dropout_p, training)
+        )
     if unbatched:
         out = type(out)(*(t.squeeze(0) if t is not None else None for t in out))
     return out
@@ -279,7 +285,7 @@ def attend_hard(
         if name == "dot":
             scale = 1.0
         s = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
-        score_fn = lambda q, k: S.scaled_dot(q, k, s)  # noqa: E731
+        score_fn = lambda q, k: S.scaled_dot(q, k, s)
     scores = score_fn(query, key)  # (B, [H,] Nq, Nk)
     probs = masked_softmax(scores, mask)
     flat = probs.detach().reshape(-1, probs.shape[-1])

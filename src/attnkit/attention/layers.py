@@ -9,6 +9,7 @@
 - :class:`SpatialSelfAttention`: self-attention over the positions of a CNN feature map.
 - :class:`SelfAttentiveEncoder`: self-attention over the states of an RNN, CNN or linear layer — ``H = L(X)``, ``c_i = Σ_j a_ij h_j``, output ``[h_i; c_i]``.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,17 +21,25 @@ from torch import Tensor, nn
 
 from . import scores as S
 from .functional import AttentionOutput, HardAttention, attend, attend_hard
-from .masks import causal_mask, check_mask, combine_masks, from_torch_mha_mask, key_mask, padding_mask, to_torch_mha_mask
+from .masks import (
+    causal_mask,
+    check_mask,
+    combine_masks,
+    from_torch_mha_mask,
+    key_mask,
+    padding_mask,
+    to_torch_mha_mask,
+)
 
 __all__ = [
-    "KVCache",
     "Attention",
+    "AttentionPooling",
+    "KVCache",
+    "MultiHeadAttention",
     "PreparedMemory",
     "SelfAttention",
-    "MultiHeadAttention",
-    "AttentionPooling",
-    "SpatialSelfAttention",
     "SelfAttentiveEncoder",
+    "SpatialSelfAttention",
 ]
 
 
@@ -55,7 +64,9 @@ def _padding_to_mask(key_padding_mask: Tensor | None, batch: int, nk: int, *, he
     if key_padding_mask.dtype != torch.bool:
         raise TypeError(f"key_padding_mask must be bool (True = real token), got dtype {key_padding_mask.dtype}")
     if tuple(key_padding_mask.shape) != (batch, nk):
-        raise ValueError(f"key_padding_mask must have shape (B, Nk) = {(batch, nk)}, got {tuple(key_padding_mask.shape)}")
+        raise ValueError(
+            f"key_padding_mask must have shape (B, Nk) = {(batch, nk)}, got {tuple(key_padding_mask.shape)}"
+        )
     return key_mask(key_padding_mask, heads=heads)
 
 
@@ -143,13 +154,19 @@ class Attention(nn.Module):
     ):
         prepared, query, single, m = self._setup(query, inputs, values, key_padding_mask, mask, prepared)
         out = attend(
-            query, prepared.keys, prepared.values, score=self._score_fn(), mask=m, hard=hard,
-            need_weights=need_weights, dropout_p=self.dropout, training=self.training,
+            query,
+            prepared.keys,
+            prepared.values,
+            score=self._score_fn(),
+            mask=m,
+            hard=hard,
+            need_weights=need_weights,
+            dropout_p=self.dropout,
+            training=self.training,
         )
         if single:
             out = type(out)(*(t.squeeze(1) if t is not None and t.dim() > 1 else t for t in out))
         return out
-
 
     def hard(
         self,
@@ -166,8 +183,9 @@ class Attention(nn.Module):
         """Hard attention through this layer's score (:func:`attnkit.attention.attend_hard`): one
         input per query, sampled (``mode="sample"``) or the best (``"argmax"``); shapes as in forward."""
         prepared, query, single, m = self._setup(query, inputs, values, key_padding_mask, mask, prepared)
-        out = attend_hard(query, prepared.keys, prepared.values, mode=mode, score=self._score_fn(), mask=m,
-                          generator=generator)
+        out = attend_hard(
+            query, prepared.keys, prepared.values, mode=mode, score=self._score_fn(), mask=m, generator=generator
+        )
         if single:
             out = HardAttention(*(t.squeeze(1) for t in out))
         return out
@@ -189,7 +207,9 @@ class Attention(nn.Module):
             query = query.unsqueeze(1)  # (B, 1, Dq)
         bsz, nk = prepared.values.shape[:2]
         if query.shape[0] != bsz:
-            raise ValueError(f"query batch size {query.shape[0]} (shape {tuple(query.shape)}) != inputs batch size {bsz}")
+            raise ValueError(
+                f"query batch size {query.shape[0]} (shape {tuple(query.shape)}) != inputs batch size {bsz}"
+            )
         return prepared, query, single, combine_masks(_padding_to_mask(key_padding_mask, bsz, nk, heads=False), mask)
 
     def raw_scores(self, query: Tensor, prepared: PreparedMemory, *, key_padding_mask: Tensor | None = None) -> Tensor:
@@ -211,9 +231,17 @@ class SelfAttention(nn.Module):
     returns ``(Y (B, N, Dv), weights (B, N, N) or None)``; any score (scaled dot by default).
     """
 
-    def __init__(self, embed_dim: int, *, head_dim: int | None = None, value_dim: int | None = None,
-                 score: str | S.ScoreModule = "scaled_dot", hidden_dim: int | None = None,
-                 bias: bool = True, dropout: float = 0.0):
+    def __init__(
+        self,
+        embed_dim: int,
+        *,
+        head_dim: int | None = None,
+        value_dim: int | None = None,
+        score: str | S.ScoreModule = "scaled_dot",
+        hidden_dim: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         head_dim = embed_dim if head_dim is None else head_dim
         value_dim = head_dim if value_dim is None else value_dim
@@ -224,8 +252,15 @@ class SelfAttention(nn.Module):
         self.score = S.make_score(score, head_dim, head_dim, hidden_dim)
         self.dropout = dropout
 
-    def forward(self, x: Tensor, *, key_padding_mask: Tensor | None = None, mask: Tensor | None = None,
-                causal: bool = False, need_weights: bool = False) -> AttentionOutput:
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
         _check_rank("x", x, (3,), "(B, N, E)")
         _check_last_dim("x", x, self.embed_dim, "(B, N, E)")
         bsz, n, _ = x.shape
@@ -234,8 +269,16 @@ class SelfAttention(nn.Module):
             causal_mask(n, device=x.device) if causal else None,
             mask,
         )
-        return attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), score=self.score, mask=m,
-                      need_weights=need_weights, dropout_p=self.dropout, training=self.training)
+        return attend(
+            self.q_proj(x),
+            self.k_proj(x),
+            self.v_proj(x),
+            score=self.score,
+            mask=m,
+            need_weights=need_weights,
+            dropout_p=self.dropout,
+            training=self.training,
+        )
 
 
 class KVCache:
@@ -250,7 +293,7 @@ class KVCache:
     state (beam search relies on this).
     """
 
-    __slots__ = ("k", "v", "static")
+    __slots__ = ("k", "static", "v")
 
     def __init__(self, k: Tensor | None = None, v: Tensor | None = None, *, static: bool = False):
         if (k is None) != (v is None):
@@ -279,11 +322,11 @@ class KVCache:
         self.k, self.v = k, v
         return k, v
 
-    def copy(self) -> "KVCache":
+    def copy(self) -> KVCache:
         """A new cache object sharing the (never mutated) tensors."""
         return KVCache(self.k, self.v, static=self.static)
 
-    def index_select(self, index: Tensor) -> "KVCache":
+    def index_select(self, index: Tensor) -> KVCache:
         """Rows ``index`` of the batch, in a new cache (beam search's reorder)."""
         if self.k is None:
             return self.copy()
@@ -319,8 +362,16 @@ class MultiHeadAttention(nn.Module):
       ``value`` may then be ``None``).
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, *, dropout: float = 0.0, bias: bool = True,
-                 kdim: int | None = None, vdim: int | None = None):
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        kdim: int | None = None,
+        vdim: int | None = None,
+    ):
         super().__init__()
         if not isinstance(embed_dim, int) or embed_dim <= 0:
             raise ValueError(f"embed_dim must be a positive int, got {embed_dim!r}")
@@ -414,7 +465,9 @@ class MultiHeadAttention(nn.Module):
         if key is not None and value is not None and key.shape[:2] != value.shape[:2]:
             raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} must agree in (B, Nk)")
         if key is not None and key.shape[0] != query.shape[0]:
-            raise ValueError(f"query batch size {query.shape[0]} (shape {tuple(query.shape)}) != key batch size {key.shape[0]} (shape {tuple(key.shape)})")
+            raise ValueError(
+                f"query batch size {query.shape[0]} (shape {tuple(query.shape)}) != key batch size {key.shape[0]} (shape {tuple(key.shape)})"
+            )
 
     def forward(
         self,
@@ -439,13 +492,18 @@ class MultiHeadAttention(nn.Module):
         if isinstance(query, Tensor) and query.dim() == 2:  # unbatched (Nq, E), as torch accepts
             if (key is not None and key.dim() != 2) or (value is not None and value.dim() != 2):
                 raise ValueError(f"unbatched query {tuple(query.shape)} needs unbatched (Nk, kdim) key and value")
-            out = self.forward(query.unsqueeze(0), None if key is None else key.unsqueeze(0),
-                               None if value is None else value.unsqueeze(0), mask=mask,
-                               key_padding_mask=None if key_padding_mask is None else key_padding_mask.unsqueeze(0),
-                               causal=causal, need_weights=need_weights, average_weights=average_weights,
-                               cache=cache)
-            return AttentionOutput(out[0].squeeze(0),
-                                   None if out[1] is None else out[1].squeeze(0))
+            out = self.forward(
+                query.unsqueeze(0),
+                None if key is None else key.unsqueeze(0),
+                None if value is None else value.unsqueeze(0),
+                mask=mask,
+                key_padding_mask=None if key_padding_mask is None else key_padding_mask.unsqueeze(0),
+                causal=causal,
+                need_weights=need_weights,
+                average_weights=average_weights,
+                cache=cache,
+            )
+            return AttentionOutput(out[0].squeeze(0), None if out[1] is None else out[1].squeeze(0))
         self._check(query, key, value)
         bsz, nq, _ = query.shape
 
@@ -462,10 +520,18 @@ class MultiHeadAttention(nn.Module):
             check_mask(mask, (bsz, self.num_heads, nq, nk), name="mask")
             m = combine_masks(m, mask.unsqueeze(1) if mask.dim() == 3 else mask)
         if causal:
-                m = combine_masks(m, causal_mask(nq, nk, device=query.device))
+            m = combine_masks(m, causal_mask(nq, nk, device=query.device))
 
-        ctx, weights = attend(q, k, v, score="scaled_dot", mask=m, need_weights=need_weights,
-                              dropout_p=self.dropout, training=self.training)  # (B, H, Nq, Dh)
+        ctx, weights = attend(
+            q,
+            k,
+            v,
+            score="scaled_dot",
+            mask=m,
+            need_weights=need_weights,
+            dropout_p=self.dropout,
+            training=self.training,
+        )  # (B, H, Nq, Dh)
         out = self.out_proj(ctx.transpose(1, 2).reshape(bsz, nq, self.embed_dim))
         if weights is not None and average_weights:
             weights = weights.mean(dim=1)
@@ -473,7 +539,7 @@ class MultiHeadAttention(nn.Module):
 
     # --- torch interoperability ---------------------------------------------------------------
     @classmethod
-    def from_torch(cls, module: nn.MultiheadAttention) -> "MultiHeadAttention":
+    def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
         """Copy a ``torch.nn.MultiheadAttention`` (either ``batch_first``) into an attnkit module.
 
         The result is batch-first. Modules with ``bias_k``/``bias_v`` or ``add_zero_attn`` have no
@@ -483,8 +549,14 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(f"module must be torch.nn.MultiheadAttention, got {type(module).__name__}")
         if module.bias_k is not None or module.add_zero_attn:
             raise ValueError("torch MultiheadAttention with add_bias_kv or add_zero_attn has no attnkit equivalent")
-        ours = cls(module.embed_dim, module.num_heads, dropout=module.dropout,
-                   bias=module.in_proj_bias is not None, kdim=module.kdim, vdim=module.vdim)
+        ours = cls(
+            module.embed_dim,
+            module.num_heads,
+            dropout=module.dropout,
+            bias=module.in_proj_bias is not None,
+            kdim=module.kdim,
+            vdim=module.vdim,
+        )
         ours = ours.to(device=module.out_proj.weight.device, dtype=module.out_proj.weight.dtype)
         missing, unexpected = ours.load_state_dict(
             {k: v for k, v in module.state_dict().items() if v is not None}, strict=False
@@ -496,9 +568,15 @@ class MultiHeadAttention(nn.Module):
     def to_torch(self, *, batch_first: bool = True) -> nn.MultiheadAttention:
         """A ``torch.nn.MultiheadAttention`` with the same weights (and ``batch_first``)."""
         theirs = nn.MultiheadAttention(
-            self.embed_dim, self.num_heads, dropout=self.dropout, bias=self.in_proj_bias is not None,
-            kdim=self.kdim, vdim=self.vdim, batch_first=batch_first,
-            device=self.out_proj.weight.device, dtype=self.out_proj.weight.dtype,
+            self.embed_dim,
+            self.num_heads,
+            dropout=self.dropout,
+            bias=self.in_proj_bias is not None,
+            kdim=self.kdim,
+            vdim=self.vdim,
+            batch_first=batch_first,
+            device=self.out_proj.weight.device,
+            dtype=self.out_proj.weight.dtype,
         )
         theirs.load_state_dict(self.state_dict(), strict=True)
         return theirs
@@ -515,15 +593,18 @@ class AttentionPooling(nn.Module):
     "query-based attention" that turns N_X inputs into N_Q outputs.
     """
 
-    def __init__(self, embed_dim: int, num_queries: int = 1, num_heads: int = 1, *, kdim: int | None = None,
-                 dropout: float = 0.0):
+    def __init__(
+        self, embed_dim: int, num_queries: int = 1, num_heads: int = 1, *, kdim: int | None = None, dropout: float = 0.0
+    ):
         super().__init__()
         if num_queries < 1:
             raise ValueError(f"num_queries must be >= 1, got {num_queries}")
         self.queries = nn.Parameter(torch.randn(num_queries, embed_dim) / math.sqrt(embed_dim))
         self.attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, kdim=kdim, vdim=kdim)
 
-    def forward(self, x: Tensor, *, key_padding_mask: Tensor | None = None, need_weights: bool = False) -> AttentionOutput:
+    def forward(
+        self, x: Tensor, *, key_padding_mask: Tensor | None = None, need_weights: bool = False
+    ) -> AttentionOutput:
         _check_rank("x", x, (3,), "(B, N_X, D)")
         q = self.queries.unsqueeze(0).expand(x.shape[0], -1, -1)  # (B, N_Q, E)
         return self.attn(q, x, x, key_padding_mask=key_padding_mask, need_weights=need_weights)
@@ -539,8 +620,9 @@ class SpatialSelfAttention(nn.Module):
     ``forward(x (B, C, H, W), need_weights=False) -> (y (B, C, H, W), weights (B, HW, HW) or None)``.
     """
 
-    def __init__(self, channels: int, *, key_channels: int | None = None, value_channels: int | None = None,
-                 score: str = "dot"):
+    def __init__(
+        self, channels: int, *, key_channels: int | None = None, value_channels: int | None = None, score: str = "dot"
+    ):
         super().__init__()
         key_channels = key_channels or max(1, channels // 8)
         value_channels = value_channels or channels
@@ -581,8 +663,17 @@ class SelfAttentiveEncoder(nn.Module):
 
     BASES = ("gru", "lstm", "rnn", "cnn", "linear")
 
-    def __init__(self, input_dim: int, hidden_dim: int, *, base: str = "gru", bidirectional: bool = False,
-                 num_layers: int = 1, kernel_size: int = 3, score: str | S.ScoreModule = "scaled_dot"):
+    def __init__(
+        self,
+        input_dim: int,
+        hidden_dim: int,
+        *,
+        base: str = "gru",
+        bidirectional: bool = False,
+        num_layers: int = 1,
+        kernel_size: int = 3,
+        score: str | S.ScoreModule = "scaled_dot",
+    ):
         super().__init__()
         if base not in self.BASES:
             raise ValueError(f"base must be one of {self.BASES}, got {base!r}")
@@ -591,7 +682,9 @@ class SelfAttentiveEncoder(nn.Module):
         self.base, self.input_dim = base, input_dim
         if base in ("gru", "lstm", "rnn"):
             rnn = {"gru": nn.GRU, "lstm": nn.LSTM, "rnn": nn.RNN}[base]
-            self.layer = rnn(input_dim, hidden_dim, num_layers=num_layers, batch_first=True, bidirectional=bidirectional)
+            self.layer = rnn(
+                input_dim, hidden_dim, num_layers=num_layers, batch_first=True, bidirectional=bidirectional
+            )
             self.hidden_size = hidden_dim * (2 if bidirectional else 1)
         elif base == "cnn":
             self.layer = nn.Conv1d(input_dim, hidden_dim, kernel_size, padding=kernel_size // 2)
@@ -613,7 +706,9 @@ class SelfAttentiveEncoder(nn.Module):
             valid = padding_mask(lengths.to(x.device), n)  # (B, N)
         if self.base in ("gru", "lstm", "rnn"):
             if lengths is not None:
-                packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu().clamp_min(1), batch_first=True, enforce_sorted=False)
+                packed = nn.utils.rnn.pack_padded_sequence(
+                    x, lengths.cpu().clamp_min(1), batch_first=True, enforce_sorted=False
+                )
                 h, _ = self.layer(packed)
                 h, _ = nn.utils.rnn.pad_packed_sequence(h, batch_first=True, total_length=n)
             else:

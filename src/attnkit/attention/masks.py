@@ -9,21 +9,22 @@ to the score tensor ``(B, [H,] Nq, Nk)``; a padding mask over keys ``(B, Nk)`` b
 ``key_padding_mask`` and boolean ``attn_mask``; the only place that conversion happens is
 :func:`to_torch_mha_mask` (and its inverse :func:`from_torch_mha_mask`).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 __all__ = [
-    "padding_mask",
     "causal_mask",
-    "key_mask",
-    "combine_masks",
-    "to_torch_mha_mask",
-    "from_torch_mha_mask",
     "check_mask",
+    "combine_masks",
+    "from_torch_mha_mask",
+    "key_mask",
+    "padding_mask",
+    "to_torch_mha_mask",
 ]
 
 
@@ -120,9 +121,7 @@ def check_mask(mask: Tensor, score_shape: Sequence[int], *, name: str = "mask") 
             "for a torch.nn.MultiheadAttention-style mask use attnkit.attention.masks.from_torch_mha_mask"
         )
     expected = tuple(score_shape)
-    ok = mask.dim() <= len(expected) and all(
-        m in (1, s) for m, s in zip(reversed(mask.shape), reversed(expected))
-    )
+    ok = mask.dim() <= len(expected) and all(m in (1, s) for m, s in zip(reversed(mask.shape), reversed(expected)))
     if not ok:
         raise ValueError(
             f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores "

@@ -7,6 +7,7 @@
 Both add the encoding to ``x (B, N, D)`` and take an ``offset`` (the position of ``x[:, 0]``),
 which incremental decoding uses to encode one new token at position ``offset``.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,14 +15,16 @@ import math
 import torch
 from torch import Tensor, nn
 
-__all__ = ["sinusoidal_encoding", "SinusoidalPositionalEncoding", "LearnedPositionalEncoding"]
+__all__ = ["LearnedPositionalEncoding", "SinusoidalPositionalEncoding", "sinusoidal_encoding"]
 
 
 def sinusoidal_encoding(positions: Tensor, dim: int) -> Tensor:
     """``(N,)`` positions (any numbers) ``-> (N, dim)`` sinusoidal encodings (float32)."""
     if dim % 2 != 0:
         raise ValueError(f"dim must be even for sinusoidal encodings, got {dim}")
-    inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device) * (-math.log(10000.0) / dim))
+    inv_freq = torch.exp(
+        torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device) * (-math.log(10000.0) / dim)
+    )
     angles = positions.to(torch.float64).unsqueeze(1) * inv_freq  # (N, dim/2)
     pe = torch.empty(positions.shape[0], dim, dtype=torch.float64, device=positions.device)
     pe[:, 0::2] = torch.sin(angles)
@@ -55,7 +58,7 @@ class SinusoidalPositionalEncoding(nn.Module):
             raise ValueError(f"offset must be >= 0, got {offset}")
         if offset + n > self.pe.shape[0]:
             self.pe = sinusoidal_encoding(torch.arange(2 * (offset + n), device=self.pe.device), self.dim)
-        return self.pe[offset:offset + n]
+        return self.pe[offset : offset + n]
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         _check_x(x, self.dim)
@@ -69,7 +72,7 @@ class LearnedPositionalEncoding(nn.Module):
         super().__init__()
         self.dim, self.max_len = dim, max_len
         self.table = nn.Embedding(max_len, dim)
-        nn.init.normal_(self.table.weight, std=dim ** -0.5)
+        nn.init.normal_(self.table.weight, std=dim**-0.5)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:

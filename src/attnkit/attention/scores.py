@@ -28,10 +28,11 @@ and, without autograd, in place in one reused buffer (no page faults on fresh la
 Its tanh is computed as ``2σ(2x) − 1``: PyTorch's CPU sigmoid is about 7× faster than its tanh on
 this project's machine, and the result is within 2e-7 of float64 tanh.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -40,19 +41,19 @@ from torch import Tensor, nn
 from . import additive_fused
 
 __all__ = [
-    "dot",
-    "scaled_dot",
-    "bilinear",
-    "additive",
-    "additive_prepared",
-    "ScoreModule",
+    "SCORE_ALIASES",
+    "Additive",
+    "Bilinear",
     "Dot",
     "ScaledDot",
-    "Bilinear",
-    "Additive",
-    "SCORE_ALIASES",
+    "ScoreModule",
+    "additive",
+    "additive_prepared",
+    "bilinear",
     "canonical_score_name",
+    "dot",
     "make_score",
+    "scaled_dot",
 ]
 
 SCORE_ALIASES = {
@@ -75,9 +76,7 @@ def canonical_score_name(name: str) -> str:
     try:
         return SCORE_ALIASES[name.lower()]
     except KeyError:
-        raise ValueError(
-            f"unknown score {name!r}; expected one of {sorted(SCORE_ALIASES)}"
-        ) from None
+        raise ValueError(f"unknown score {name!r}; expected one of {sorted(SCORE_ALIASES)}") from None
 
 
 def _check_qk(query: Tensor, key: Tensor, *, same_dim: bool) -> None:
@@ -178,7 +177,9 @@ def additive_prepared(query_proj: Tensor, key_proj: Tensor, v: Tensor) -> Tensor
         # function recomputes the layer: 114 against 72 ms for 50 steps at B=64, Nk=50, A=256, two threads).
         return additive_fused.broadcast_scores(q, k, v).reshape(*batch, nq, nk)
 
-    return additive_fused.scores_by_blocks(q, k, v).reshape(*batch, nq, nk)  # blocks in one reused buffer, updated in place
+    return additive_fused.scores_by_blocks(q, k, v).reshape(
+        *batch, nq, nk
+    )  # blocks in one reused buffer, updated in place
 
 
 class ScoreModule(nn.Module):
@@ -264,7 +265,9 @@ class Additive(ScoreModule):
         hidden_dim = query_dim if hidden_dim is None else hidden_dim
         self.w_query = nn.Linear(query_dim, hidden_dim, bias=False)
         self.w_key = nn.Linear(key_dim, hidden_dim, bias=True)
-        self.v = nn.Parameter(torch.empty(hidden_dim).uniform_(-1.0 / math.sqrt(hidden_dim), 1.0 / math.sqrt(hidden_dim)))
+        self.v = nn.Parameter(
+            torch.empty(hidden_dim).uniform_(-1.0 / math.sqrt(hidden_dim), 1.0 / math.sqrt(hidden_dim))
+        )
 
     def prepare_keys(self, key: Tensor) -> Tensor:
         if key.shape[-1] != self.w_key.in_features:

@@ -10,6 +10,7 @@ encoder output ("memory"), feed-forward. Sub-module names follow ``torch.nn.Tran
 Masks use attnkit's convention (``True`` = may attend); padding masks are ``(B, N)`` with
 ``True`` at real tokens. Every layer returns its attention weights per head on request.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -20,13 +21,13 @@ from torch import Tensor, nn
 from .layers import KVCache, MultiHeadAttention
 
 __all__ = [
-    "TransformerEncoderLayer",
+    "DecoderLayerCache",
+    "DecoderOutput",
+    "EncoderOutput",
+    "TransformerDecoder",
     "TransformerDecoderLayer",
     "TransformerEncoder",
-    "TransformerDecoder",
-    "EncoderOutput",
-    "DecoderOutput",
-    "DecoderLayerCache",
+    "TransformerEncoderLayer",
 ]
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
@@ -52,15 +53,31 @@ class TransformerEncoderLayer(_FeedForwardMixin, nn.Module):
     """Self-attention + feed-forward. ``forward(src (B, N, D), *, key_padding_mask=None, mask=None,
     need_weights=False) -> (out (B, N, D), weights (B, H, N, N) or None)``."""
 
-    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1, *,
-                 activation: str = "relu", norm_first: bool = False, bias: bool = True, layer_norm_eps: float = 1e-5):
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        *,
+        activation: str = "relu",
+        norm_first: bool = False,
+        bias: bool = True,
+        layer_norm_eps: float = 1e-5,
+    ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias)
         self._init_ffn(d_model, dim_feedforward, dropout, activation, bias, layer_norm_eps, n_norms=2)
         self.norm_first = norm_first
 
-    def forward(self, src: Tensor, *, key_padding_mask: Tensor | None = None, mask: Tensor | None = None,
-                need_weights: bool = False):
+    def forward(
+        self,
+        src: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+    ):
         x = src
         if self.norm_first:
             h = self.norm1(x)
@@ -86,33 +103,66 @@ class TransformerDecoderLayer(_FeedForwardMixin, nn.Module):
     with a cache, ``tgt`` is only the new position(s).
     """
 
-    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1, *,
-                 activation: str = "relu", norm_first: bool = False, bias: bool = True, layer_norm_eps: float = 1e-5):
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        *,
+        activation: str = "relu",
+        norm_first: bool = False,
+        bias: bool = True,
+        layer_norm_eps: float = 1e-5,
+    ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias)
         self.multihead_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias)
         self._init_ffn(d_model, dim_feedforward, dropout, activation, bias, layer_norm_eps, n_norms=3)
         self.norm_first = norm_first
 
-    def new_cache(self, memory: Tensor | None = None) -> "DecoderLayerCache":
+    def new_cache(self, memory: Tensor | None = None) -> DecoderLayerCache:
         """This layer's empty caches; with ``memory (B, S, D)`` the cross-attention keys/values are
         projected now (once per sentence) instead of at the first step."""
         return DecoderLayerCache(self.self_attn.new_cache(), self.multihead_attn.new_cache(memory, static=True))
 
-    def forward(self, tgt: Tensor, memory: Tensor, *, tgt_key_padding_mask: Tensor | None = None,
-                memory_key_padding_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
-                causal: bool = True, cache: "DecoderLayerCache | None" = None, need_weights: bool = False):
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        *,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        causal: bool = True,
+        cache: DecoderLayerCache | None = None,
+        need_weights: bool = False,
+    ):
         self_cache = cross_cache = None
         if cache is not None:
             self_cache, cross_cache = cache
 
         def sa(h):
-            return self.self_attn(h, h, h, mask=tgt_mask, key_padding_mask=tgt_key_padding_mask, causal=causal,
-                                  need_weights=need_weights, cache=self_cache)
+            return self.self_attn(
+                h,
+                h,
+                h,
+                mask=tgt_mask,
+                key_padding_mask=tgt_key_padding_mask,
+                causal=causal,
+                need_weights=need_weights,
+                cache=self_cache,
+            )
 
         def ca(h):
-            return self.multihead_attn(h, memory, memory, key_padding_mask=memory_key_padding_mask,
-                                       need_weights=need_weights, cache=cross_cache)
+            return self.multihead_attn(
+                h,
+                memory,
+                memory,
+                key_padding_mask=memory_key_padding_mask,
+                need_weights=need_weights,
+                cache=cross_cache,
+            )
 
         x = tgt
         if self.norm_first:
@@ -136,7 +186,7 @@ class DecoderLayerCache(NamedTuple):
     self_attn: KVCache
     cross_attn: KVCache
 
-    def copy(self) -> "DecoderLayerCache":
+    def copy(self) -> DecoderLayerCache:
         """New cache objects for a new decoder step (the static cross cache is shared: it never changes)."""
         return DecoderLayerCache(self.self_attn.copy(), self.cross_attn)
 
@@ -157,14 +207,26 @@ class _LayerStack(nn.Module):
 
     layer_cls: type
 
-    def __init__(self, d_model: int, nhead: int, num_layers: int, dim_feedforward: int = 2048, dropout: float = 0.1,
-                 *, activation: str = "relu", norm_first: bool = False, bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        num_layers: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        *,
+        activation: str = "relu",
+        norm_first: bool = False,
+        bias: bool = True,
+    ):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         self.layers = nn.ModuleList(
-            self.layer_cls(d_model, nhead, dim_feedforward, dropout, activation=activation,
-                           norm_first=norm_first, bias=bias) for _ in range(num_layers)
+            self.layer_cls(
+                d_model, nhead, dim_feedforward, dropout, activation=activation, norm_first=norm_first, bias=bias
+            )
+            for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(d_model, bias=bias) if norm_first else None
 
@@ -174,8 +236,14 @@ class TransformerEncoder(_LayerStack):
 
     layer_cls = TransformerEncoderLayer
 
-    def forward(self, src: Tensor, *, key_padding_mask: Tensor | None = None, mask: Tensor | None = None,
-                need_weights: bool = False) -> EncoderOutput:
+    def forward(
+        self,
+        src: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> EncoderOutput:
         x, ws = src, []
         for layer in self.layers:
             x, w = layer(x, key_padding_mask=key_padding_mask, mask=mask, need_weights=need_weights)
@@ -202,9 +270,17 @@ class TransformerDecoder(_LayerStack):
         are projected now, once per sentence, instead of at the first step."""
         return [layer.new_cache(memory) for layer in self.layers]
 
-    def forward(self, tgt: Tensor, memory: Tensor, *, tgt_key_padding_mask: Tensor | None = None,
-                memory_key_padding_mask: Tensor | None = None, causal: bool = True, cache: list | None = None,
-                need_weights: bool | str = False) -> DecoderOutput:
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        *,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        causal: bool = True,
+        cache: list | None = None,
+        need_weights: bool | str = False,
+    ) -> DecoderOutput:
         if cache is not None and len(cache) != len(self.layers):
             raise ValueError(f"cache must hold one DecoderLayerCache per layer ({len(self.layers)}), got {len(cache)}")
         if need_weights not in (True, False, "last"):
@@ -213,9 +289,15 @@ class TransformerDecoder(_LayerStack):
         x, sws, cws = tgt, [], []
         for i, layer in enumerate(self.layers):
             want = need_weights is True or (need_weights == "last" and i == last)
-            x, (sw, cw) = layer(x, memory, tgt_key_padding_mask=tgt_key_padding_mask,
-                                memory_key_padding_mask=memory_key_padding_mask, causal=causal,
-                                cache=None if cache is None else cache[i], need_weights=want)
+            x, (sw, cw) = layer(
+                x,
+                memory,
+                tgt_key_padding_mask=tgt_key_padding_mask,
+                memory_key_padding_mask=memory_key_padding_mask,
+                causal=causal,
+                cache=None if cache is None else cache[i],
+                need_weights=want,
+            )
             sws.append(sw)
             cws.append(cw)
         if self.norm is not None:

@@ -10,16 +10,18 @@ just ``{"seed", "epoch", "index"}`` (batches of this epoch already handed out). 
 :meth:`BucketBatchSampler.state_dict` with a checkpoint and loading it into a fresh sampler gives
 exactly the batches the uninterrupted run would have seen next.
 """
+
 from __future__ import annotations
 
 import random
-from typing import Iterator, NamedTuple, Sequence
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import torch
 
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID
 
-__all__ = ["Example", "encode_pairs", "example_lengths", "BucketBatchSampler", "collate"]
+__all__ = ["BucketBatchSampler", "Example", "collate", "encode_pairs", "example_lengths"]
 
 
 class Example(NamedTuple):
@@ -43,15 +45,15 @@ def encode_pairs(pairs: Sequence, tokenizer, max_len: int) -> list[Example]:
     for i, p in enumerate(pairs):
         src, tgt = (p.src, p.tgt) if hasattr(p, "src") else (p[0], p[1])
         if not isinstance(src, str) or not isinstance(tgt, str):
-            raise TypeError(f"pairs[{i}] must hold two str (src, tgt), got {type(src).__name__}, "
-                            f"{type(tgt).__name__}")
+            raise TypeError(f"pairs[{i}] must hold two str (src, tgt), got {type(src).__name__}, {type(tgt).__name__}")
         srcs.append(src)
         tgts.append(tgt)
     src_ids = tokenizer.encode_batch(srcs) if srcs else []
     tgt_ids = tokenizer.encode_batch(tgts) if tgts else []
-    return [Example(torch.tensor(s[:max_len], dtype=torch.long),
-                    torch.tensor(t[:max_len], dtype=torch.long))
-            for s, t in zip(src_ids, tgt_ids)]
+    return [
+        Example(torch.tensor(s[:max_len], dtype=torch.long), torch.tensor(t[:max_len], dtype=torch.long))
+        for s, t in zip(src_ids, tgt_ids)
+    ]
 
 
 def example_lengths(examples: Sequence[Example]) -> list[int]:
@@ -74,9 +76,16 @@ class BucketBatchSampler:
     (``{"seed": ..., "epoch": ..., "index": steps_this_epoch}``).
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int | None = None,
-                 max_tokens: int | None = None, seed: int = 0, shuffle: bool = True,
-                 pool_size: int = 100, drop_last: bool = False):
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int | None = None,
+        max_tokens: int | None = None,
+        seed: int = 0,
+        shuffle: bool = True,
+        pool_size: int = 100,
+        drop_last: bool = False,
+    ):
         if batch_size is None and max_tokens is None:
             raise ValueError("give batch_size or max_tokens (or both)")
         for name, v in (("batch_size", batch_size), ("max_tokens", max_tokens)):
@@ -129,7 +138,7 @@ class BucketBatchSampler:
             pool = self.pool_size * max(1, self.max_tokens // mean)
         out: list[list[int]] = []
         for start in range(0, len(order), pool):
-            chunk = sorted(order[start:start + pool], key=lambda i: self.lengths[i])  # stable
+            chunk = sorted(order[start : start + pool], key=lambda i: self.lengths[i])  # stable
             out.extend(self._cut(chunk))
         if self.drop_last and self.batch_size is not None:
             out = [b for b in out if len(b) == self.batch_size]
@@ -159,8 +168,7 @@ class BucketBatchSampler:
 
     def state_dict(self) -> dict:
         """Position to resume from: seed, epoch, and batches of this epoch handed out."""
-        return {"seed": self.seed, "epoch": self.epoch, "index": self.index,
-                "num_examples": len(self.lengths)}
+        return {"seed": self.seed, "epoch": self.epoch, "index": self.index, "num_examples": len(self.lengths)}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from a :meth:`state_dict`; the next batches are those the saved run had next."""
@@ -177,8 +185,9 @@ class BucketBatchSampler:
         self.seed, self.epoch, self.index = int(state["seed"]), int(state["epoch"]), int(state["index"])
 
 
-def collate(examples: Sequence[Example], pad_id: int = PAD_ID, bos_id: int = BOS_ID,
-            eos_id: int = EOS_ID) -> dict[str, torch.Tensor]:
+def collate(
+    examples: Sequence[Example], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+) -> dict[str, torch.Tensor]:
     """Pad a list of :class:`Example` into a batch for teacher forcing.
 
     Returns ``src (B, S)``, ``src_lengths (B,)``, ``tgt_in (B, T)`` = bos + target,
@@ -198,8 +207,7 @@ def collate(examples: Sequence[Example], pad_id: int = PAD_ID, bos_id: int = BOS
         n, m = len(e.src), len(e.tgt)
         src[row, :n] = e.src
         tgt_in[row, 0] = bos_id
-        tgt_in[row, 1:m + 1] = e.tgt
+        tgt_in[row, 1 : m + 1] = e.tgt
         tgt_out[row, :m] = e.tgt
         tgt_out[row, m] = eos_id
-    return {"src": src, "src_lengths": src_len, "tgt_in": tgt_in, "tgt_out": tgt_out,
-            "tgt_lengths": tgt_len}
+    return {"src": src, "src_lengths": src_len, "tgt_in": tgt_in, "tgt_out": tgt_out, "tgt_lengths": tgt_len}

@@ -21,6 +21,7 @@ the split is the same on every machine and every run.
 ``prepare_bible()`` writes ``$ATTNKIT_HOME/bible/pairs.tsv`` once (columns: split, book, chapter,
 verse, es, en; a header line) plus a small ``meta.json``; ``load_pairs(split)`` reads it back.
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,25 +34,26 @@ import re
 import sys
 import time
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 from ..paths import atomic_write_text, attnkit_home
 
 __all__ = [
+    "DEFAULT_SWORD_PATH",
+    "SPLITS",
+    "CorruptCorpusError",
     "Pair",
     "SwordModuleNotFoundError",
-    "CorruptCorpusError",
-    "SPLITS",
+    "bible_path",
     "clean_osis",
     "fix_drop_caps",
-    "read_module_verses",
-    "pair_verses",
-    "split_of",
-    "prepare_bible",
     "load_pairs",
-    "bible_path",
-    "DEFAULT_SWORD_PATH",
+    "pair_verses",
+    "prepare_bible",
+    "read_module_verses",
+    "split_of",
 ]
 
 #: Where Debian installs SWORD modules; override with ``ATTNKIT_SWORD_PATH`` or ``sword_path=``.
@@ -178,6 +180,7 @@ def fix_drop_caps(text: str) -> str:
 # Reading the SWORD modules
 # --------------------------------------------------------------------------------------------
 
+
 def _sword_path(sword_path: str | os.PathLike | None) -> Path:
     if sword_path is not None:
         if not isinstance(sword_path, (str, os.PathLike)):
@@ -233,15 +236,11 @@ def read_module_verses(
     for _testament, books in bible.get_structure().get_books().items():
         for book in books:
             keys = [
-                (book.osis_name, c, v)
-                for c, n in enumerate(book.chapter_lengths, start=1)
-                for v in range(1, n + 1)
+                (book.osis_name, c, v) for c, n in enumerate(book.chapter_lengths, start=1) for v in range(1, n + 1)
             ]
             texts = list(bible.get_iter(books=book.osis_name, clean=False))
             if len(texts) != len(keys):  # pysword skipped a verse: we could not key the rest
-                raise RuntimeError(
-                    f"{module}: {book.osis_name} gave {len(texts)} verses, expected {len(keys)}"
-                )
+                raise RuntimeError(f"{module}: {book.osis_name} gave {len(texts)} verses, expected {len(keys)}")
             for key, text in zip(keys, texts):
                 verses[key] = text if raw else clean_osis(text or "")
     return verses
@@ -250,6 +249,7 @@ def read_module_verses(
 # --------------------------------------------------------------------------------------------
 # Pairing and splitting
 # --------------------------------------------------------------------------------------------
+
 
 def _aligned(es: str, en: str) -> bool:
     """True when both sides are non-empty and their word counts are within :data:`MAX_WORD_RATIO`."""
@@ -282,9 +282,11 @@ def _shifted(keys: list[tuple[str, int, int]], n_es: list[int], n_en: list[int])
     n = len(keys)
 
     def cost(idx: range | list[int], off: int) -> float:
-        vals = [abs(_log_ratio(n_es[j], n_en[j + off])) for j in idx
-                if 0 <= j < n and 0 <= j + off < n and keys[j + off][0] == keys[j][0]
-                and keys[j][0] == keys[idx[0]][0]]
+        vals = [
+            abs(_log_ratio(n_es[j], n_en[j + off]))
+            for j in idx
+            if 0 <= j < n and 0 <= j + off < n and keys[j + off][0] == keys[j][0] and keys[j][0] == keys[idx[0]][0]
+        ]
         return sum(vals) / len(vals) if len(vals) >= max(2, len(idx) // 2) else math.inf
 
     def is_shifted(idx) -> bool:
@@ -294,8 +296,7 @@ def _shifted(keys: list[tuple[str, int, int]], n_es: list[int], n_en: list[int])
         best = min(cost(idx, off) for off in range(-MAX_SHIFT, MAX_SHIFT + 1) if off)
         return best < SHIFT_GAIN * c0
 
-    flagged = {i for i in range(n)
-               if is_shifted(range(max(0, i - SHIFT_WINDOW), min(n, i + SHIFT_WINDOW + 1)))}
+    flagged = {i for i in range(n) if is_shifted(range(max(0, i - SHIFT_WINDOW), min(n, i + SHIFT_WINDOW + 1)))}
     chapters: dict[tuple[str, int], list[int]] = {}
     for i, key in enumerate(keys):
         chapters.setdefault(key[:2], []).append(i)
@@ -322,8 +323,13 @@ def pair_verses(
     shifted = _shifted(keys, n_es, n_en)
     pairs = []
     both = sum(1 for key in source if key in target)
-    stats = {"source_only": len(source) - both, "target_only": len(target) - both,
-             "empty": both - len(keys), "ratio": 0, "shifted": 0}
+    stats = {
+        "source_only": len(source) - both,
+        "target_only": len(target) - both,
+        "empty": both - len(keys),
+        "ratio": 0,
+        "shifted": 0,
+    }
     for key in keys:
         es, en = source[key], target[key]
         if not _aligned(es, en):
@@ -340,7 +346,7 @@ def split_of(book: str, chapter: int) -> str:
 
     Deterministic across machines and Python versions (unlike ``hash()``).
     """
-    digest = hashlib.sha256(f"{SPLIT_SALT}:{book} {int(chapter)}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"{SPLIT_SALT}:{book} {int(chapter)}".encode()).digest()
     bucket = int.from_bytes(digest[:8], "big") % 1000
     if bucket < TEST_BUCKETS:
         return "test"
@@ -352,6 +358,7 @@ def split_of(book: str, chapter: int) -> str:
 # --------------------------------------------------------------------------------------------
 # Prepare (cached) and load
 # --------------------------------------------------------------------------------------------
+
 
 def bible_path(home: str | os.PathLike | None = None) -> Path:
     """Path of the prepared TSV: ``$ATTNKIT_HOME/bible/pairs.tsv``."""
@@ -407,8 +414,11 @@ def prepare_bible(
         "splits": counts,
         "dropped": stats,
         "split_salt": SPLIT_SALT,
-        "split_buckets_per_1000": {"test": TEST_BUCKETS, "valid": VALID_BUCKETS,
-                                   "train": 1000 - TEST_BUCKETS - VALID_BUCKETS},
+        "split_buckets_per_1000": {
+            "test": TEST_BUCKETS,
+            "valid": VALID_BUCKETS,
+            "train": 1000 - TEST_BUCKETS - VALID_BUCKETS,
+        },
         "max_word_ratio": MAX_WORD_RATIO,
         "ratio_min_words": RATIO_MIN_WORDS,
         "seconds": round(time.perf_counter() - start, 2),
@@ -437,20 +447,15 @@ def _iter_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
                     f"got {len(fields)}; delete the file or run prepare_bible(force=True)"
                 )
             if fields[0] not in SPLITS:
-                raise CorruptCorpusError(
-                    f"{path}:{lineno}: unknown split {fields[0]!r} (expected one of {SPLITS})"
-                )
+                raise CorruptCorpusError(f"{path}:{lineno}: unknown split {fields[0]!r} (expected one of {SPLITS})")
             if not (fields[2].isdigit() and fields[3].isdigit()):
                 raise CorruptCorpusError(
-                    f"{path}:{lineno}: chapter and verse must be integers, "
-                    f"got {fields[2]!r} and {fields[3]!r}"
+                    f"{path}:{lineno}: chapter and verse must be integers, got {fields[2]!r} and {fields[3]!r}"
                 )
             yield lineno, fields
 
 
-def load_pairs(
-    split: str, home: str | os.PathLike | None = None, limit: int | None = None
-) -> list[Pair]:
+def load_pairs(split: str, home: str | os.PathLike | None = None, limit: int | None = None) -> list[Pair]:
     """Read the pairs of one split ("train", "valid", "test") from the prepared TSV.
 
     Prepares the corpus first if it is not there yet (see :func:`prepare_bible`). ``limit``
@@ -478,8 +483,10 @@ def _main(argv: list[str]) -> None:
     start = time.perf_counter()
     path = prepare_bible(force="--force" in argv)
     meta = json.loads(path.with_name("meta.json").read_text("utf-8"))
-    print(f"{path}: {meta['pairs']} pairs {meta['splits']} dropped {meta['dropped']} "
-          f"in {time.perf_counter() - start:.1f}s")
+    print(
+        f"{path}: {meta['pairs']} pairs {meta['splits']} dropped {meta['dropped']} "
+        f"in {time.perf_counter() - start:.1f}s"
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ We read IDX ourselves rather than pull in a dataset library: the format is a
 then one big-endian uint32 per dimension, then the data, big-endian, row-major.
 Files may be gzip-compressed (``.gz``, detected by content, not by name).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -14,25 +15,41 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
+    "FASHION_CLASSES",
+    "FASHION_MNIST_ROOT",
+    "FASHION_WORDS",
+    "load_fashion_mnist",
     "read_idx",
     "write_idx",
-    "load_fashion_mnist",
-    "FASHION_CLASSES",
-    "FASHION_WORDS",
-    "FASHION_MNIST_ROOT",
 ]
 
 FASHION_MNIST_ROOT = "/usr/share/datasets/fashion-mnist"
 
 #: Fashion-MNIST class names, indexed by label.
 FASHION_CLASSES: tuple[str, ...] = (
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
 )
 #: One lower-case word per class, used in scene captions (same order as FASHION_CLASSES).
 FASHION_WORDS: tuple[str, ...] = (
-    "tshirt", "trouser", "pullover", "dress", "coat",
-    "sandal", "shirt", "sneaker", "bag", "boot",
+    "tshirt",
+    "trouser",
+    "pullover",
+    "dress",
+    "coat",
+    "sandal",
+    "shirt",
+    "sneaker",
+    "bag",
+    "boot",
 )
 
 # IDX dtype code -> numpy dtype (big-endian where it matters).
@@ -45,7 +62,12 @@ _IDX_DTYPES: dict[int, np.dtype] = {
     0x0E: np.dtype(">f8"),
 }
 _IDX_CODES: dict[str, int] = {
-    "u1": 0x08, "i1": 0x09, "i2": 0x0B, "i4": 0x0C, "f4": 0x0D, "f8": 0x0E,
+    "u1": 0x08,
+    "i1": 0x09,
+    "i2": 0x0B,
+    "i4": 0x0C,
+    "f4": 0x0D,
+    "f8": 0x0E,
 }
 _INSTALL_HINT = "install it with `apt-get install dataset-fashion-mnist`"
 
@@ -82,9 +104,7 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
         )
     header = 4 + 4 * ndim
     if len(raw) < header:
-        raise ValueError(
-            f"IDX file {path}: truncated header, expected {header} bytes for {ndim} dims, got {len(raw)}"
-        )
+        raise ValueError(f"IDX file {path}: truncated header, expected {header} bytes for {ndim} dims, got {len(raw)}")
     dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
     dtype = _IDX_DTYPES[code]
     expected = header + int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
@@ -132,9 +152,7 @@ def _find(root: Path, stem: str) -> Path:
     raise FileNotFoundError(f"Fashion-MNIST file not found: {root / (stem + '.gz')} ({_INSTALL_HINT})")
 
 
-def load_fashion_mnist(
-    split: str, root: str | os.PathLike = FASHION_MNIST_ROOT
-) -> tuple[np.ndarray, np.ndarray]:
+def load_fashion_mnist(split: str, root: str | os.PathLike = FASHION_MNIST_ROOT) -> tuple[np.ndarray, np.ndarray]:
     """Load a Fashion-MNIST split: ``(images uint8 (N, 28, 28), labels int64 (N,))``.
 
     ``split`` is ``"train"`` (60,000 photos) or ``"test"`` (10,000). Files are the
@@ -150,9 +168,7 @@ def load_fashion_mnist(
     if images.ndim != 3 or images.dtype != np.uint8:
         raise ValueError(f"Fashion-MNIST {split} images: expected uint8 (N, 28, 28), got {images.dtype} {images.shape}")
     if labels.ndim != 1 or labels.shape[0] != images.shape[0]:
-        raise ValueError(
-            f"Fashion-MNIST {split} labels: expected shape ({images.shape[0]},), got {labels.shape}"
-        )
+        raise ValueError(f"Fashion-MNIST {split} labels: expected shape ({images.shape[0]},), got {labels.shape}")
     labels = labels.astype(np.int64)
     if labels.size and (labels.min() < 0 or labels.max() >= len(FASHION_CLASSES)):
         raise ValueError(f"Fashion-MNIST {split} labels: values outside 0..{len(FASHION_CLASSES) - 1}")

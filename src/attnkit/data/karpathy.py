@@ -13,6 +13,7 @@ An image lives at ``images_dir/filepath/filename`` when that file exists, else a
 ``images_dir/filename``. This module reads the captions and finds the files; turning a file into the
 captioner's input is :func:`attnkit.tasks.captioning.load_image_file`'s job.
 """
+
 from __future__ import annotations
 
 import json

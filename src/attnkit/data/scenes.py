@@ -26,40 +26,42 @@ Splits never share photos: train scenes draw from Fashion-MNIST train images
 ``[0, 55000)``, valid scenes from the held-out train images ``[55000, 60000)``,
 test scenes from the 10,000 test images only.
 """
+
 from __future__ import annotations
 
 import hashlib
 import io
 import json
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .idx import FASHION_MNIST_ROOT, FASHION_WORDS, load_fashion_mnist
 from ..paths import atomic_write_bytes, attnkit_home
+from .idx import FASHION_MNIST_ROOT, FASHION_WORDS, load_fashion_mnist
 
 __all__ = [
-    "PLACES",
     "PHOTO",
-    "VALID_HOLDOUT",
+    "PLACES",
     "SPLITS",
-    "ScenesConfig",
-    "make_scenes",
-    "scene_caption",
-    "parse_caption",
-    "scan_caption",
-    "prepare_scenes",
-    "load_scenes",
-    "ScenesDataset",
+    "VALID_HOLDOUT",
     "CaptionVocab",
-    "pad_captions",
+    "ScenesConfig",
+    "ScenesDataset",
     "collate_captions",
+    "load_scenes",
+    "make_scenes",
+    "pad_captions",
+    "parse_caption",
+    "prepare_scenes",
     "save_scene_png",
+    "scan_caption",
+    "scene_caption",
 ]
 
 #: Place names, indexed by place id; place p is grid row p // 2, column p % 2.
@@ -154,7 +156,7 @@ def scan_caption(words: Sequence[str]) -> list[tuple[int, int, int | None]]:
     out = []
     for i, w in enumerate(words):
         if w in FASHION_WORDS:
-            tail = list(words[i + 1:i + 5])
+            tail = list(words[i + 1 : i + 5])
             where = f"{tail[2]} {tail[3]}" if len(tail) == 4 and tail[:2] == ["at", "the"] else None
             out.append((i, FASHION_WORDS.index(w), PLACES.index(where) if where in PLACES else None))
     return out
@@ -218,7 +220,9 @@ def make_scenes(
     Within a scene the photos are distinct.
     """
     if not isinstance(photos, np.ndarray) or photos.ndim != 3 or photos.shape[1:] != (PHOTO, PHOTO):
-        raise ValueError(f"photos: expected an array (N, {PHOTO}, {PHOTO}), got {getattr(photos, 'shape', type(photos))}")
+        raise ValueError(
+            f"photos: expected an array (N, {PHOTO}, {PHOTO}), got {getattr(photos, 'shape', type(photos))}"
+        )
     labels = np.asarray(labels)
     if labels.shape != photos.shape[:1]:
         raise ValueError(f"labels: expected shape ({photos.shape[0]},), got {labels.shape}")
@@ -228,7 +232,9 @@ def make_scenes(
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     pool = np.arange(len(photos)) if pool is None else np.asarray(pool, dtype=np.int64)
     if pool.ndim != 1 or len(pool) < max_items:
-        raise ValueError(f"pool: expected a 1-D index array of at least max_items={max_items} photos, got shape {pool.shape}")
+        raise ValueError(
+            f"pool: expected a 1-D index array of at least max_items={max_items} photos, got shape {pool.shape}"
+        )
     if pool.min() < 0 or pool.max() >= len(photos):
         raise ValueError(f"pool: indices must lie in [0, {len(photos)}), got [{pool.min()}, {pool.max()}]")
 
@@ -315,7 +321,7 @@ class CaptionVocab:
         self.stoi: dict[str, int] = {w: i for i, w in enumerate(self.itos)}
 
     @classmethod
-    def from_captions(cls, captions: Iterable[str]) -> "CaptionVocab":
+    def from_captions(cls, captions: Iterable[str]) -> CaptionVocab:
         """Vocabulary of every whitespace-separated word in ``captions``."""
         return cls(w for c in captions for w in str(c).split())
 
@@ -358,7 +364,7 @@ class CaptionVocab:
         return json.dumps({"type": "CaptionVocab", "itos": self.itos}, indent=1).encode()
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "CaptionVocab":
+    def load(cls, path: str | os.PathLike) -> CaptionVocab:
         """Read a vocabulary written by ``save``; checks the special tokens are in place."""
         path = Path(path)
         try:
@@ -368,7 +374,7 @@ class CaptionVocab:
             raise ValueError(f"path: {path} is not a CaptionVocab JSON file ({e})") from e
         if list(itos[: len(cls.SPECIALS)]) != list(cls.SPECIALS):
             raise ValueError(f"path: {path} does not start with the special tokens {cls.SPECIALS}")
-        vocab = cls(itos[len(cls.SPECIALS):])
+        vocab = cls(itos[len(cls.SPECIALS) :])
         if vocab.itos != itos:
             raise ValueError(f"path: {path} words are not sorted and unique")
         return vocab
@@ -404,8 +410,7 @@ def prepare_scenes(
     has its own random stream from ``seed``, so e.g. changing ``n_train`` leaves the
     test scenes unchanged.
     """
-    cfg = ScenesConfig(canvas=canvas, n_train=n_train, n_valid=n_valid, n_test=n_test,
-                       max_items=max_items, seed=seed)
+    cfg = ScenesConfig(canvas=canvas, n_train=n_train, n_valid=n_valid, n_test=n_test, max_items=max_items, seed=seed)
     out = Path(home if home is not None else attnkit_home()).expanduser() / "scenes" / cfg.hash()
     if not force and (out / "config.json").is_file() and all((out / f"{s}.npz").is_file() for s in SPLITS):
         return out
@@ -427,8 +432,9 @@ def prepare_scenes(
         photos, labels, pool, source_split = sources[split]
         rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, _SPLIT_STREAM[split]]))
         if cfg.n(split):
-            arrays = make_scenes(photos, labels, cfg.n(split), pool=pool, canvas=cfg.canvas,
-                                 max_items=cfg.max_items, rng=rng)
+            arrays = make_scenes(
+                photos, labels, cfg.n(split), pool=pool, canvas=cfg.canvas, max_items=cfg.max_items, rng=rng
+            )
         else:
             arrays = _empty_scenes(cfg.canvas)
         arrays["source_split"] = np.array(source_split)
@@ -442,11 +448,19 @@ def prepare_scenes(
 
 
 def _empty_scenes(canvas: int) -> dict[str, np.ndarray]:
-    z = lambda *s, dt=np.int64: np.zeros(s, dtype=dt)  # noqa: E731
-    return {"images": z(0, canvas, canvas, dt=np.uint8), "n_items": z(0), "classes": z(0, 4),
-            "places": z(0, 4), "source": z(0, 4), "offsets": z(0, 4, 2, dt=np.int32),
-            "boxes": z(0, 4, 4, dt=np.int32), "captions": np.array([], dtype=np.str_),
-            "word_item": z(0, 0), "n_words": z(0)}
+    z = lambda *s, dt=np.int64: np.zeros(s, dtype=dt)
+    return {
+        "images": z(0, canvas, canvas, dt=np.uint8),
+        "n_items": z(0),
+        "classes": z(0, 4),
+        "places": z(0, 4),
+        "source": z(0, 4),
+        "offsets": z(0, 4, 2, dt=np.int32),
+        "boxes": z(0, 4, 4, dt=np.int32),
+        "captions": np.array([], dtype=np.str_),
+        "word_item": z(0, 0),
+        "n_words": z(0),
+    }
 
 
 class ScenesDataset(Dataset):
@@ -468,7 +482,7 @@ class ScenesDataset(Dataset):
         self.canvas = int(arrays["images"].shape[-1])
 
     @classmethod
-    def from_npz(cls, path: str | os.PathLike, vocab: CaptionVocab | None = None) -> "ScenesDataset":
+    def from_npz(cls, path: str | os.PathLike, vocab: CaptionVocab | None = None) -> ScenesDataset:
         """Load a split file written by prepare_scenes."""
         with np.load(Path(path), allow_pickle=False) as z:
             return cls({k: z[k] for k in z.files}, vocab)

@@ -10,18 +10,19 @@ is trained in-process from an iterator of strings (no temporary text file) and i
 ``tokenizer.model`` inside a checkpoint folder; its serialized bytes can also be embedded
 elsewhere and read back with :meth:`Tokenizer.from_bytes`.
 """
+
 from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import sentencepiece as spm
 
 from ..paths import atomic_write_bytes
 
-__all__ = ["Tokenizer", "PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "MODEL_FILENAME"]
+__all__ = ["BOS_ID", "EOS_ID", "MODEL_FILENAME", "PAD_ID", "UNK_ID", "Tokenizer"]
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 MODEL_FILENAME = "tokenizer.model"
@@ -71,7 +72,7 @@ class Tokenizer:
         num_threads: int = 2,
         hard_vocab_limit: bool = True,
         normalization_rule_name: str = "nmt_nfkc",
-    ) -> "Tokenizer":
+    ) -> Tokenizer:
         """Train a tokenizer in-process from ``texts`` and, if ``model_dir`` is given, save it there.
 
         ``vocab_size`` counts the 4 special pieces (and the 256 byte pieces when
@@ -111,8 +112,14 @@ class Tokenizer:
             num_threads=min(num_threads, 2),
             hard_vocab_limit=hard_vocab_limit,
             normalization_rule_name=normalization_rule_name,
-            pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
-            pad_piece="<pad>", bos_piece="<s>", eos_piece="</s>", unk_piece="<unk>",
+            pad_id=PAD_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            unk_id=UNK_ID,
+            pad_piece="<pad>",
+            bos_piece="<s>",
+            eos_piece="</s>",
+            unk_piece="<unk>",
             minloglevel=2,
         )
         tok = cls(writer.getvalue())
@@ -125,7 +132,7 @@ class Tokenizer:
         return self._proto
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Tokenizer":
+    def from_bytes(cls, data: bytes) -> Tokenizer:
         """Rebuild a tokenizer from :meth:`to_bytes` output (e.g. embedded in a checkpoint)."""
         return cls(data)
 
@@ -136,7 +143,7 @@ class Tokenizer:
         return atomic_write_bytes(Path(model_dir) / MODEL_FILENAME, self._proto)
 
     @classmethod
-    def load(cls, model_dir: str | os.PathLike) -> "Tokenizer":
+    def load(cls, model_dir: str | os.PathLike) -> Tokenizer:
         """Read ``model_dir/tokenizer.model`` (a file path to a ``.model`` is accepted too)."""
         if not isinstance(model_dir, (str, os.PathLike)):
             raise TypeError(f"model_dir must be a str or os.PathLike, got {type(model_dir).__name__}")
@@ -162,8 +169,7 @@ class Tokenizer:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         return self._sp.encode(text, out_type=int, add_bos=add_bos, add_eos=add_eos)
 
-    def encode_batch(self, texts: Sequence[str], add_bos: bool = False,
-                     add_eos: bool = False) -> list[list[int]]:
+    def encode_batch(self, texts: Sequence[str], add_bos: bool = False, add_eos: bool = False) -> list[list[int]]:
         """:meth:`encode` for a list of texts (one call into sentencepiece)."""
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise TypeError("texts must be a sequence of str")

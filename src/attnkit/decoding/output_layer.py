@@ -21,9 +21,10 @@ the output matrix. :class:`OutputLayerDecoder` wraps a model that exposes that l
   vocabulary id ``ids[i]``. That is the same search as masking every logit outside ``ids`` to
   ``-inf`` before the softmax.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -36,8 +37,11 @@ __all__ = ["OutputLayerDecoder", "packed_linear"]
 
 def _has_onednn_linear() -> bool:
     try:
-        return torch.backends.mkldnn.is_available() and callable(torch.ops.mkldnn._linear_pointwise) \
+        return (
+            torch.backends.mkldnn.is_available()
+            and callable(torch.ops.mkldnn._linear_pointwise)
             and callable(torch.ops.mkldnn._reorder_linear_weight)
+        )
     except (AttributeError, RuntimeError):
         return False
 
@@ -48,17 +52,23 @@ _ONEDNN_LINEAR = _has_onednn_linear()
 def packed_linear(weight: Tensor, bias: Tensor | None) -> Callable[[Tensor], Tensor]:
     """``x -> x @ weight.T + bias`` for many calls with the same weight: ``weight`` reordered once
     for oneDNN on the CPU in float32 (without autograd), ``F.linear`` otherwise."""
-    if _ONEDNN_LINEAR and weight.device.type == "cpu" and weight.dtype == torch.float32 \
-            and (bias is None or bias.dtype == torch.float32):
+    if (
+        _ONEDNN_LINEAR
+        and weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and (bias is None or bias.dtype == torch.float32)
+    ):
         try:
             packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
         except RuntimeError:  # an oneDNN build that cannot pack this weight: the plain layer
             packed = None
         if packed is not None:
+
             def linear(x: Tensor) -> Tensor:
                 if torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu":
                     return F.linear(x, weight, bias)
                 return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+
             return linear
     return lambda x: F.linear(x, weight, bias)
 
@@ -77,8 +87,10 @@ class OutputLayerDecoder:
     def __init__(self, model, ids: Tensor | None = None):
         for name in ("start", "step_features", "reorder", "output_layer"):
             if not callable(getattr(model, name, None)):
-                raise TypeError(f"model must provide {name}() to decode with a prepared output layer; "
-                                f"{type(model).__name__} does not")
+                raise TypeError(
+                    f"model must provide {name}() to decode with a prepared output layer; "
+                    f"{type(model).__name__} does not"
+                )
         weight, bias = model.output_layer()
         weight, bias = weight.detach(), None if bias is None else bias.detach()
         V = weight.shape[0]
@@ -86,11 +98,17 @@ class OutputLayerDecoder:
         self.ids = None
         self._position: dict[int, int] | None = None
         if ids is not None:
-            if not isinstance(ids, Tensor) or ids.dim() != 1 or ids.dtype not in (torch.int32, torch.int64) \
-                    or not len(ids):
+            if (
+                not isinstance(ids, Tensor)
+                or ids.dim() != 1
+                or ids.dtype not in (torch.int32, torch.int64)
+                or not len(ids)
+            ):
                 raise ValueError(f"ids must be a non-empty 1-D integer tensor, got {getattr(ids, 'shape', type(ids))}")
             if int(ids.min()) < 0 or int(ids.max()) >= V:
-                raise ValueError(f"ids must lie in [0, {V}) (the output vocabulary), got [{int(ids.min())}, {int(ids.max())}]")
+                raise ValueError(
+                    f"ids must lie in [0, {V}) (the output vocabulary), got [{int(ids.min())}, {int(ids.max())}]"
+                )
             ids = ids.to(device=weight.device, dtype=torch.long)
             if len(torch.unique(ids)) != len(ids):
                 raise ValueError("ids must not repeat a vocabulary id")

@@ -41,19 +41,28 @@ Both searches run under ``torch.no_grad``; put the model in eval mode first (dro
 ``score / lp(length)`` with the GNMT length penalty ``lp = ((5 + length) / 6) ** alpha``
 (Wu et al. 2016), where ``length`` counts the eos; ``alpha = 0`` ranks by raw score.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["IncrementalDecoder", "Hypothesis", "greedy_search", "beam_search", "gnmt_length_penalty", "reorder_state",
-           "PER_SOURCE"]
+__all__ = [
+    "PER_SOURCE",
+    "Hypothesis",
+    "IncrementalDecoder",
+    "beam_search",
+    "gnmt_length_penalty",
+    "greedy_search",
+    "reorder_state",
+]
 
 #: Dataclass field metadata of a decoder state field that depends on the source alone (the same rows
 #: for every beam of a sentence): ``memory: Tensor = field(metadata=PER_SOURCE)``. See :func:`reorder_state`.
@@ -97,10 +106,16 @@ def reorder_state(state: Any, index: torch.Tensor, *, beams_only: bool = False) 
     if hasattr(state, "index_select"):
         return state.index_select(index)
     if dataclasses.is_dataclass(state) and not isinstance(state, type):
-        return dataclasses.replace(state, **{
-            f.name: getattr(state, f.name) if beams_only and f.metadata.get("per_source")
-            else reorder_state(getattr(state, f.name), index, beams_only=beams_only)
-            for f in dataclasses.fields(state) if f.init})
+        return dataclasses.replace(
+            state,
+            **{
+                f.name: getattr(state, f.name)
+                if beams_only and f.metadata.get("per_source")
+                else reorder_state(getattr(state, f.name), index, beams_only=beams_only)
+                for f in dataclasses.fields(state)
+                if f.init
+            },
+        )
     if isinstance(state, tuple):
         items = [reorder_state(v, index, beams_only=beams_only) for v in state]
         return type(state)(*items) if hasattr(state, "_fields") else tuple(items)
@@ -142,7 +157,9 @@ def gnmt_length_penalty(length: int, alpha: float) -> float:
 def _check_model(model: Any) -> None:
     for name in ("start", "step", "reorder"):
         if not callable(getattr(model, name, None)):
-            raise TypeError(f"model must implement the IncrementalDecoder protocol; {type(model).__name__} has no {name}()")
+            raise TypeError(
+                f"model must implement the IncrementalDecoder protocol; {type(model).__name__} has no {name}()"
+            )
 
 
 def _batch_size(inputs: Mapping[str, Any]) -> tuple[int, torch.device]:
@@ -165,7 +182,9 @@ def _check_step(log_probs: Any, attn: Any, rows: int) -> None:
             f"model.step must return log_probs of shape ({rows}, V), got {getattr(log_probs, 'shape', type(log_probs))}"
         )
     if attn is not None and (not isinstance(attn, torch.Tensor) or attn.dim() != 2 or attn.size(0) != rows):
-        raise ValueError(f"model.step must return attn of shape ({rows}, Nk) or None, got {getattr(attn, 'shape', None)}")
+        raise ValueError(
+            f"model.step must return attn of shape ({rows}, Nk) or None, got {getattr(attn, 'shape', None)}"
+        )
 
 
 @torch.no_grad()
@@ -274,8 +293,9 @@ def beam_search(
         _finalise_eos(beams, top_s, row, is_eos, attn, t + 1, alpha, finished, fin_pen)
         # continue with the best K non-eos candidates
         sel_s, sel_j = top_s.masked_fill(is_eos, float("-inf")).topk(K, dim=1)
-        keep = _sentences_to_continue(beams.active, sel_s[:, 0].tolist(), finished, fin_pen, K, n_best, alpha,
-                                      t, max_len)
+        keep = _sentences_to_continue(
+            beams.active, sel_s[:, 0].tolist(), finished, fin_pen, K, n_best, alpha, t, max_len
+        )
         if not keep:
             break
         idx = beams.advance(keep, row.gather(1, sel_j), tok.gather(1, sel_j), sel_s, attn)
@@ -354,7 +374,7 @@ def _top_candidates(scores: torch.Tensor, log_probs: torch.Tensor, n: int):
     nc = -(-V // CHUNK)  # chunks per row
     if V < CHUNK or R * nc < n:  # small vocabularies: one topk over every candidate
         cand = lp.add(scores.reshape(-1, 1)).reshape(A, R * V)  # (A, R*V)
-        if R * V < n:
+        if n > R * V:
             cand = F.pad(cand, (0, n - R * V), value=float("-inf"))
         top_s, top_i = cand.topk(n, dim=1)
         top_i.clamp_(max=R * V - 1)  # padding: a -inf candidate on a real row
@@ -375,11 +395,20 @@ def _top_candidates(scores: torch.Tensor, log_probs: torch.Tensor, n: int):
     return top_s, row, tok
 
 
-def _finalise_eos(beams: _Beams, top_s, row, is_eos, attn, length: int, alpha: float,
-                  finished: list[list[Hypothesis]], fin_pen: list[list[float]]) -> None:
+def _finalise_eos(
+    beams: _Beams,
+    top_s,
+    row,
+    is_eos,
+    attn,
+    length: int,
+    alpha: float,
+    finished: list[list[Hypothesis]],
+    fin_pen: list[list[float]],
+) -> None:
     """Finish the eos candidates that rank among their sentence's top K."""
     fin = is_eos & torch.isfinite(top_s)
-    fin[:, beams.k:] = False
+    fin[:, beams.k :] = False
     if not bool(fin.any()):
         return
     lp = gnmt_length_penalty(length, alpha)
@@ -392,8 +421,17 @@ def _finalise_eos(beams: _Beams, top_s, row, is_eos, attn, length: int, alpha: f
         fin_pen[b].sort(reverse=True)
 
 
-def _sentences_to_continue(active: list[int], best_live: list[float], finished, fin_pen, k: int, n_best: int,
-                           alpha: float, t: int, max_len: int) -> list[int]:
+def _sentences_to_continue(
+    active: list[int],
+    best_live: list[float],
+    finished,
+    fin_pen,
+    k: int,
+    n_best: int,
+    alpha: float,
+    t: int,
+    max_len: int,
+) -> list[int]:
     """Positions (in ``active``) of the sentences that go on: not yet K finished hypotheses, and a
     live beam could still beat the ``n_best``-th finished one (a live beam finishes at length
     >= t + 2 and its raw score can only fall, so ``score / lp`` at the best reachable length
@@ -404,8 +442,9 @@ def _sentences_to_continue(active: list[int], best_live: list[float], finished, 
         if best_live[a] == float("-inf") or nf >= k:
             continue
         if nf >= n_best and t + 1 < max_len:
-            bound = max(best_live[a] / gnmt_length_penalty(t + 2, alpha),
-                        best_live[a] / gnmt_length_penalty(max_len, alpha))
+            bound = max(
+                best_live[a] / gnmt_length_penalty(t + 2, alpha), best_live[a] / gnmt_length_penalty(max_len, alpha)
+            )
             if fin_pen[b][n_best - 1] >= bound:
                 continue
         keep.append(a)

@@ -29,6 +29,7 @@ then counted as the body streams in, before any decoding) and never written to d
 
 Every answer is validated against :mod:`attnkit.explorer.schema`, which ``/docs`` shows.
 """
+
 from __future__ import annotations
 
 import io
@@ -42,9 +43,9 @@ import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
-from starlette.concurrency import run_in_threadpool
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import AttnkitError
@@ -52,7 +53,7 @@ from . import schema
 from .payload import caption_payload, image_data_url, translation_payload
 from .uploads import UploadError, read_body
 
-__all__ = ["MAX_UPLOAD_BYTES", "MAX_UPLOAD_PIXELS", "MAX_TEXT_CHARS", "LoadedModels", "load_models", "create_app"]
+__all__ = ["MAX_TEXT_CHARS", "MAX_UPLOAD_BYTES", "MAX_UPLOAD_PIXELS", "LoadedModels", "create_app", "load_models"]
 
 STATIC = Path(__file__).resolve().parent / "static"
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024  # a phone photo fits; the captioner reads a 64×64 canvas anyway
@@ -74,8 +75,11 @@ class TranslateRequest(BaseModel):
     model: str | None = Field(None, description="a loaded translation model's name (default: the first)")
     beam: int = Field(5, ge=1, le=MAX_BEAM, description="beam size (1 = greedy)")
     heads: bool = Field(False, description="also return every layer's and head's maps, and the rollout")
-    target: str | None = Field(None, description="English to force instead of translating (e.g. the reference); "
-                                                 "gold verses then come with their hand-made links")
+    target: str | None = Field(
+        None,
+        description="English to force instead of translating (e.g. the reference); "
+        "gold verses then come with their hand-made links",
+    )
 
 
 class CaptionOptions(BaseModel):
@@ -114,15 +118,20 @@ def load_models(names: list[str] | None = None, *, device: str = "cpu", dtype: s
             tr = Translator.load(path, device=device, dtype=dtype)
             loaded.translators[label] = tr
             probe = tr.attention("Hola.", "Hello.").maps.alignment is not None
-            config = getattr(tr.model.config, "to_dict", lambda: {})()
+            config = getattr(tr.model.config, "to_dict", dict)()
         else:
             cm = Captioner.load(path, device=device, dtype=dtype)
             loaded.captioners[label] = cm
             probe = True
             config = cm.config.to_dict()
-        loaded.info[label] = {"name": label, "task": "translation" if is_translation else "captioning",
-                              "kind": json.loads((path / "config.json").read_text()).get("model_type", "?"),
-                              "scores": dict(info.scores) if info else {}, "has_attention": probe, "config": config}
+        loaded.info[label] = {
+            "name": label,
+            "task": "translation" if is_translation else "captioning",
+            "kind": json.loads((path / "config.json").read_text()).get("model_type", "?"),
+            "scores": dict(info.scores) if info else {},
+            "has_attention": probe,
+            "config": config,
+        }
     return loaded
 
 
@@ -147,8 +156,11 @@ def _decode_image(data: bytes, canvas: int) -> torch.Tensor:
             if im.format not in ("PNG", "JPEG"):
                 raise ApiError(415, f"the upload is a {im.format} image; send a PNG or JPEG")
             if im.width * im.height > MAX_UPLOAD_PIXELS:
-                raise ApiError(413, f"the image is {im.width}×{im.height} pixels; the limit is {MAX_UPLOAD_PIXELS} "
-                                    "pixels (the captioner reads a small canvas anyway)")
+                raise ApiError(
+                    413,
+                    f"the image is {im.width}×{im.height} pixels; the limit is {MAX_UPLOAD_PIXELS} "
+                    "pixels (the captioner reads a small canvas anyway)",
+                )
             return image_to_canvas(im, canvas)
     except Image.DecompressionBombError:
         raise ApiError(413, f"the image has far more than {MAX_UPLOAD_PIXELS} pixels, the limit") from None
@@ -172,24 +184,49 @@ def _held_out_verses(home) -> list[dict]:
     from ..alignment.gold import load_gold
     from ..data.bible import load_pairs
 
-    gold = [{"ref": v.ref, "source": " ".join(v.source), "reference": " ".join(v.target), "gold": True}
-            for v in load_gold()[50:]]
+    gold = [
+        {"ref": v.ref, "source": " ".join(v.source), "reference": " ".join(v.target), "gold": True}
+        for v in load_gold()[50:]
+    ]
     test = load_pairs("test", home=home)
-    picks = sorted(test[::max(1, len(test) // 120)], key=lambda p: len(p.src.split()))
+    picks = sorted(test[:: max(1, len(test) // 120)], key=lambda p: len(p.src.split()))
     return gold + [{"ref": p.ref, "source": p.src, "reference": p.tgt, "gold": False} for p in picks]
 
 
-ERRORS = {code: {"model": schema.ApiErrorBody, "description": what} for code, what in (
-    (400, "empty or too long input, a malformed upload"), (404, "an unknown model or scene"),
-    (413, "text or upload over the limit"), (415, "an upload that is not a PNG or JPEG"),
-    (422, "malformed JSON or a field of the wrong type"))}
+ERRORS = {
+    code: {"model": schema.ApiErrorBody, "description": what}
+    for code, what in (
+        (400, "empty or too long input, a malformed upload"),
+        (404, "an unknown model or scene"),
+        (413, "text or upload over the limit"),
+        (415, "an upload that is not a PNG or JPEG"),
+        (422, "malformed JSON or a field of the wrong type"),
+    )
+}
 
-CAPTION_BODY = {"requestBody": {"required": True, "content": {
-    "multipart/form-data": {"schema": {"type": "object", "required": ["image"], "properties": {
-        "image": {"type": "string", "format": "binary", "description": f"a PNG or JPEG, at most {MAX_UPLOAD_BYTES} bytes"},
-        "model": {"type": "string", "description": "a loaded captioner's name (default: the first)"},
-        "beam": {"type": "integer", "default": 1, "minimum": 1, "maximum": MAX_BEAM}}}},
-    "application/json": {"schema": SceneRequest.model_json_schema()}}}}
+CAPTION_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["image"],
+                    "properties": {
+                        "image": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": f"a PNG or JPEG, at most {MAX_UPLOAD_BYTES} bytes",
+                        },
+                        "model": {"type": "string", "description": "a loaded captioner's name (default: the first)"},
+                        "beam": {"type": "integer", "default": 1, "minimum": 1, "maximum": MAX_BEAM},
+                    },
+                }
+            },
+            "application/json": {"schema": SceneRequest.model_json_schema()},
+        },
+    }
+}
 
 
 def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, verses=None) -> FastAPI:
@@ -223,8 +260,9 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
 
     @app.exception_handler(Exception)
     def _bug(request, exc: Exception):  # a bug: say so, without a traceback, and keep serving
-        return JSONResponse({"error": f"internal error ({type(exc).__name__}); the server keeps running"},
-                            status_code=500)
+        return JSONResponse(
+            {"error": f"internal error ({type(exc).__name__}); the server keeps running"}, status_code=500
+        )
 
     @app.get("/", include_in_schema=False)
     def index():
@@ -241,7 +279,7 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
         with state_lock:
             if "verses" not in state:
                 state["verses"] = _held_out_verses(home)
-        return {"verses": state["verses"][:max(1, min(limit, 300))]}
+        return {"verses": state["verses"][: max(1, min(limit, 300))]}
 
     def _scenes():
         with state_lock:  # one thread prepares them; the others wait instead of doing it again
@@ -256,8 +294,12 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
     def scenes(limit: int = 12):
         """Held-out test scenes to caption: index, reference caption and a thumbnail."""
         data = _scenes()
-        return {"scenes": [{"index": i, "caption": data[i]["caption"], "image": image_data_url(data[i]["image"])}
-                           for i in range(min(max(1, limit), 48, len(data)))]}
+        return {
+            "scenes": [
+                {"index": i, "caption": data[i]["caption"], "image": image_data_url(data[i]["image"])}
+                for i in range(min(max(1, limit), 48, len(data)))
+            ]
+        }
 
     @app.post("/api/translate", response_model=schema.Translation, responses=ERRORS)
     def translate(req: TranslateRequest):
@@ -266,8 +308,11 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
         if not text:
             raise ApiError(400, "the text is empty: type or paste a Spanish sentence")
         if len(text) > MAX_TEXT_CHARS:
-            raise ApiError(413, f"the text has {len(text)} characters; the limit is {MAX_TEXT_CHARS} "
-                                "(and each model reads at most its own number of subword tokens)")
+            raise ApiError(
+                413,
+                f"the text has {len(text)} characters; the limit is {MAX_TEXT_CHARS} "
+                "(and each model reads at most its own number of subword tokens)",
+            )
         name, tr = _pick(models.translators, req.model, "translation")
         if req.target is not None and not req.target.strip():
             raise ApiError(400, "the target is empty: give the English to force, or leave it out to translate")
@@ -286,8 +331,9 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
             if "image" not in upload.files:
                 raise ApiError(400, "the upload has no 'image' file field")
             try:
-                req = CaptionOptions.model_validate({"model": upload.fields.get("model") or None,
-                                                     "beam": upload.fields.get("beam", "1")})
+                req = CaptionOptions.model_validate(
+                    {"model": upload.fields.get("model") or None, "beam": upload.fields.get("beam", "1")}
+                )
             except ValidationError as exc:
                 raise ApiError(422, _describe(exc.errors())) from None
             name, cm = _pick(models.captioners, req.model, "captioning")
@@ -296,12 +342,17 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
         try:
             req = SceneRequest.model_validate_json(upload.body)
         except ValidationError as exc:
-            raise ApiError(422, "expected multipart/form-data with an 'image' file, or JSON {\"scene\": index}: "
-                                + _describe(exc.errors())) from None
+            raise ApiError(
+                422,
+                "expected multipart/form-data with an 'image' file, or JSON {\"scene\": index}: "
+                + _describe(exc.errors()),
+            ) from None
         name, cm = _pick(models.captioners, req.model, "captioning")
         data = await run_in_threadpool(_scenes)
         if not 0 <= req.scene < len(data):
-            raise ApiError(404, f"scene {req.scene} does not exist; there are {len(data)} test scenes (0..{len(data) - 1})")
+            raise ApiError(
+                404, f"scene {req.scene} does not exist; there are {len(data)} test scenes (0..{len(data) - 1})"
+            )
         item = data[req.scene]
         return await run_in_threadpool(caption_payload, cm, item["image"], model=name, beam=req.beam, scene=item)
 

@@ -8,19 +8,23 @@ built from the translation wrapper's interface only (:meth:`attnkit.tasks.transl
 → :class:`attnkit.models.AttentionMaps`), so it never asks what kind of model it has: it shows the
 maps that are there.
 """
+
 from __future__ import annotations
 
 import base64
 import io
+
 import torch
 from torch import Tensor
 
 from ..alignment import attention_diagnostics, attention_rollout, word_attention, words_from_pieces
 
-__all__ = ["WORD_RULE", "translation_payload", "caption_payload", "image_data_url"]
+__all__ = ["WORD_RULE", "caption_payload", "image_data_url", "translation_payload"]
 
-WORD_RULE = ("word attention = the mean over a target word's pieces of the sum over a source word's pieces "
-             "(each row still sums to 1)")
+WORD_RULE = (
+    "word attention = the mean over a target word's pieces of the sum over a source word's pieces "
+    "(each row still sums to 1)"
+)
 
 
 def _rows(t: Tensor | None, digits: int = 5):
@@ -49,8 +53,16 @@ def _gold_verses(loader):
     return _GOLD_CACHE
 
 
-def translation_payload(translator, source: str, *, beam: int = 5, heads: bool = False, model: str = "",
-                        result: dict | None = None, target: str | None = None) -> dict:
+def translation_payload(
+    translator,
+    source: str,
+    *,
+    beam: int = 5,
+    heads: bool = False,
+    model: str = "",
+    result: dict | None = None,
+    target: str | None = None,
+) -> dict:
     """Translate ``source`` with ``beam`` and describe every attention the model has (see the module
     docstring). ``result``: a translation already made (``Translator.translate`` output) to reuse.
     ``target``: English to force instead of searching (teacher forcing; e.g. the reference), which
@@ -62,12 +74,20 @@ def translation_payload(translator, source: str, *, beam: int = 5, heads: bool =
     tokens = result["tokens"]
     src_pieces = [translator.tokenizer.id_to_piece(t) for t in translator.encode_sources([source])[0]]
     out = {
-        "model": model, "kind": getattr(translator.model, "model_type", "?"), "source": source,
-        "translation": result["translation"], "beam": beam, "source_pieces": src_pieces,
+        "model": model,
+        "kind": getattr(translator.model, "model_type", "?"),
+        "source": source,
+        "translation": result["translation"],
+        "beam": beam,
+        "source_pieces": src_pieces,
         "target_pieces": [translator.tokenizer.id_to_piece(t) for t in tokens],
-        "has_attention": False, "attention": None,
+        "has_attention": False,
+        "attention": None,
         "words": {"source": words_from_pieces(src_pieces), "target": [], "attention": None, "rule": WORD_RULE},
-        "diagnostics": None, "steps": None, "heads": None, "forced": target is not None,
+        "diagnostics": None,
+        "steps": None,
+        "heads": None,
+        "forced": target is not None,
         "gold": gold_for(source, target) if target is not None else None,
     }
     if not tokens:  # an empty translation: nothing to align
@@ -81,18 +101,26 @@ def translation_payload(translator, source: str, *, beam: int = 5, heads: bool =
     out["attention"] = _rows(m.alignment)
     out["words"]["attention"] = _rows(word_attention(m.alignment, ta.source_pieces, ta.target_pieces))
     out["diagnostics"] = attention_diagnostics(m.alignment, ta.source_pieces)
-    out["diagnostics"] = {k: (_rows(torch.tensor(v)) if isinstance(v, list) else v) for k, v in out["diagnostics"].items()}
+    out["diagnostics"] = {
+        k: (_rows(torch.tensor(v)) if isinstance(v, list) else v) for k, v in out["diagnostics"].items()
+    }
     if m.scores is not None and m.context is not None:
         norms = m.annotations.norm(dim=-1) if m.annotations is not None else None  # (S,)
         out["steps"] = {
-            "formula": m.score, "scores": _rows(m.scores.masked_fill(torch.isinf(m.scores), -1e9)),
-            "weights": _rows(m.alignment), "context_norm": _rows(m.context.norm(dim=-1)),
+            "formula": m.score,
+            "scores": _rows(m.scores.masked_fill(torch.isinf(m.scores), -1e9)),
+            "weights": _rows(m.alignment),
+            "context_norm": _rows(m.context.norm(dim=-1)),
             # ‖α_tj h_j‖ = α_tj ‖h_j‖: how much source piece j contributes to c_t
             "contributions": _rows(m.alignment * norms) if norms is not None else None,
         }
     if heads and m.cross is not None:
-        out["heads"] = {"enc_self": _rows(m.enc_self, 4), "dec_self": _rows(m.dec_self, 4), "cross": _rows(m.cross, 4),
-                        "rollout": _rows(attention_rollout(m.enc_self)) if m.enc_self is not None else None}
+        out["heads"] = {
+            "enc_self": _rows(m.enc_self, 4),
+            "dec_self": _rows(m.dec_self, 4),
+            "cross": _rows(m.cross, 4),
+            "rollout": _rows(attention_rollout(m.enc_self)) if m.enc_self is not None else None,
+        }
     return out
 
 
@@ -116,11 +144,19 @@ def caption_payload(captioner, image: Tensor, *, model: str = "", beam: int = 1,
     h, w = captioner.model.grid_shape
     att = r["attention"].float()  # (T, L)
     out = {
-        "model": model, "kind": getattr(captioner.model, "model_type", "?"),
-        "attention_type": captioner.config.attention, "caption": r["caption"], "words": r["words"],
-        "grid": [h, w], "canvas": captioner.canvas,
+        "model": model,
+        "kind": getattr(captioner.model, "model_type", "?"),
+        "attention_type": captioner.config.attention,
+        "caption": r["caption"],
+        "words": r["words"],
+        "grid": [h, w],
+        "canvas": captioner.canvas,
         "attention": _rows(att.reshape(len(r["words"]), h, w)) if r["words"] else [],
-        "image": image_data_url(image), "boxes": None, "word_items": None, "correctness": None, "scene": None,
+        "image": image_data_url(image),
+        "boxes": None,
+        "word_items": None,
+        "correctness": None,
+        "scene": None,
     }
     if scene is not None:
         items = words_to_items(r["words"], scene["classes"].tolist(), scene["places"].tolist())
@@ -131,6 +167,12 @@ def caption_payload(captioner, image: Tensor, *, model: str = "", beam: int = 1,
             mass = attention_mass_in_box(att[named].numpy(), (h, w), captioner.canvas, boxes[[items[t] for t in named]])
             for t, v in zip(named, mass):
                 correct[t] = round(float(v), 4)
-        out.update({"boxes": boxes.tolist(), "word_items": items, "correctness": correct,
-                    "scene": {"index": scene["index"], "reference": scene["caption"]}})
+        out.update(
+            {
+                "boxes": boxes.tolist(),
+                "word_items": items,
+                "correctness": correct,
+                "scene": {"index": scene["index"], "reference": scene["caption"]},
+            }
+        )
     return out

@@ -8,14 +8,32 @@ per-head maps). Fields that a model does not have are ``null``: RNNencdec has no
 models with RNN-style attention have ``steps``; only models with per-layer, per-head maps have
 ``heads``. The page asks which fields are there, never what kind of model it has.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Matrix", "WordView", "Diagnostics", "Steps", "Heads", "GoldLinks", "Translation", "SceneRef", "Caption",
-           "ModelInfo", "ModelList", "Verse", "VerseList", "SceneThumb", "SceneList", "ApiErrorBody", "ExplorerData"]
+__all__ = [
+    "ApiErrorBody",
+    "Caption",
+    "Diagnostics",
+    "ExplorerData",
+    "GoldLinks",
+    "Heads",
+    "Matrix",
+    "ModelInfo",
+    "ModelList",
+    "SceneList",
+    "SceneRef",
+    "SceneThumb",
+    "Steps",
+    "Translation",
+    "Verse",
+    "VerseList",
+    "WordView",
+]
 
 Matrix = list[list[float]]
 PerHead = list[list[Matrix]]  # [layer][head][row][column]
@@ -39,8 +57,10 @@ class Diagnostics(_Strict):
     """Per target piece t: signs of attention gone wrong (see :mod:`attnkit.alignment.diagnostics`)."""
 
     entropy: list[float] = Field(description="H_t = −Σ_j α_tj log α_tj in nats (0 = one source piece)")
-    eos_mass: list[float] = Field(description="α on the final source piece, which plays the role of </s> "
-                                              "(attnkit's sources carry no end-of-sentence token)")
+    eos_mass: list[float] = Field(
+        description="α on the final source piece, which plays the role of </s> "
+        "(attnkit's sources carry no end-of-sentence token)"
+    )
     punctuation_mass: list[float] = Field(description="α on source pieces made only of punctuation")
     eos_position: int = Field(description="index of the final source piece")
 
@@ -61,8 +81,10 @@ class Heads(_Strict):
     enc_self: PerHead | None = Field(description="encoder self-attention, L × H × S × S")
     dec_self: PerHead | None = Field(description="decoder self-attention, L × H × T × T")
     cross: PerHead = Field(description="cross-attention, L × H × T × S")
-    rollout: Matrix | None = Field(description="attention rollout of the encoder (Abnar & Zuidema 2020), S × S: "
-                                               "R = Â_L ⋯ Â_1 with Â_l = rownorm(mean_heads(A_l) + I)")
+    rollout: Matrix | None = Field(
+        description="attention rollout of the encoder (Abnar & Zuidema 2020), S × S: "
+        "R = Â_L ⋯ Â_1 with Â_l = rownorm(mean_heads(A_l) + I)"
+    )
 
 
 class GoldLinks(_Strict):
@@ -86,8 +108,10 @@ class Translation(_Strict):
     beam: int = Field(description="beam size (1 = greedy)")
     source_pieces: list[str] = Field(description="the encoder's input: subword pieces (S)")
     target_pieces: list[str] = Field(description="the output's subword pieces (T), end-of-sentence excluded")
-    attention: Matrix | None = Field(description="the alignment, T × S: RNN attention's α_tj, or the last layer's "
-                                                 "cross-attention averaged over heads; null without attention")
+    attention: Matrix | None = Field(
+        description="the alignment, T × S: RNN attention's α_tj, or the last layer's "
+        "cross-attention averaged over heads; null without attention"
+    )
     words: WordView
     diagnostics: Diagnostics | None
     steps: Steps | None = Field(description="the three steps (models with RNN-style attention)")
@@ -113,11 +137,13 @@ class Caption(_Strict):
     canvas: int = Field(description="the model's input size in pixels (the image is canvas × canvas)")
     attention: list[Matrix] = Field(description="per word, its attention map over the grid, T × h × w")
     image: str = Field(description="the image the model read, as a PNG data URL")
-    boxes: list[list[float]] | None = Field(description="a test scene's ground-truth boxes [x0, y0, x1, y1] "
-                                                        "in canvas pixels; null for uploads")
+    boxes: list[list[float]] | None = Field(
+        description="a test scene's ground-truth boxes [x0, y0, x1, y1] in canvas pixels; null for uploads"
+    )
     word_items: list[int] | None = Field(description="per word, the index of the box it names, or -1")
-    correctness: list[float | None] | None = Field(description="per word that names an item, the attention mass "
-                                                               "inside that item's box (attention correctness)")
+    correctness: list[float | None] | None = Field(
+        description="per word that names an item, the attention mass inside that item's box (attention correctness)"
+    )
     scene: SceneRef | None
 
 

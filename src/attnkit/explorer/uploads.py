@@ -7,6 +7,7 @@ body streams in (a chunked upload declares none), so at most ``limit`` bytes are
 (the one Starlette uses), but into memory: Starlette's own form parser spools files over 1 MB to a
 temporary file.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-__all__ = ["UploadError", "Upload", "read_body"]
+__all__ = ["Upload", "UploadError", "read_body"]
 
 
 class UploadError(Exception):
@@ -68,8 +69,17 @@ class _Parts:
             self.out.fields[name] = bytes(self.data).decode("utf-8", "replace")
 
     def callbacks(self) -> dict:
-        return {k: getattr(self, k) for k in ("on_part_begin", "on_header_field", "on_header_value", "on_header_end",
-                                              "on_part_data", "on_part_end")}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "on_part_begin",
+                "on_header_field",
+                "on_header_value",
+                "on_header_end",
+                "on_part_data",
+                "on_part_end",
+            )
+        }
 
 
 async def read_body(request, limit: int) -> Upload:

@@ -4,6 +4,7 @@ One module per model family, each building from its own config dataclass; :mod:`
 checkpoint's ``model_type`` to its class, and :mod:`.base` holds what every translation model
 provides (``attention_maps`` → :class:`AttentionMaps`).
 """
+
 from .base import AttentionMaps, TranslationModel
 from .registry import build_model, model_class, register_model, registered_models
 

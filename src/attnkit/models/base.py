@@ -15,6 +15,7 @@ A translation model is an ``nn.Module`` with
   one teacher-forced pass. The CLI, the plots, the alignment evaluation and the explorer read
   attention only through this, so none of them branches on the kind of model.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["AttentionMaps", "TranslationModel", "TiedOutputLayer"]
+__all__ = ["AttentionMaps", "TiedOutputLayer", "TranslationModel"]
 
 
 class TiedOutputLayer:
@@ -74,10 +75,11 @@ class AttentionMaps:
     cross: Tensor | None = None
     score: str | None = None
 
-    def map_tensors(self, fn) -> "AttentionMaps":
+    def map_tensors(self, fn) -> AttentionMaps:
         """A copy with ``fn`` applied to every tensor field (e.g. ``lambda t: t[0].float().cpu()``)."""
-        return AttentionMaps(**{f.name: (fn(v) if isinstance(v, Tensor) else v)
-                                for f in fields(self) for v in [getattr(self, f.name)]})
+        return AttentionMaps(
+            **{f.name: (fn(v) if isinstance(v, Tensor) else v) for f in fields(self) for v in [getattr(self, f.name)]}
+        )
 
 
 @runtime_checkable
@@ -86,8 +88,15 @@ class TranslationModel(Protocol):
 
     config: Any
 
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False,
-                features_only: bool = False): ...
+    def forward(
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        tgt_in: Tensor,
+        *,
+        need_weights: bool = False,
+        features_only: bool = False,
+    ): ...
 
     def output_layer(self) -> tuple[Tensor, Tensor | None]: ...
 

@@ -33,6 +33,7 @@ Losses (computed in :mod:`attnkit.tasks.captioning` from :meth:`ShowAttendTell.f
   reward ``R = −NLL`` of the sentence and a moving-average baseline ``b`` (a model buffer, so it
   is checkpointed), minus an entropy bonus ``η Σ_t H(α_t)`` (:func:`reinforce_terms`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,14 +45,23 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import Attention, PreparedMemory
-from ..decoding import PER_SOURCE, reorder_state
 from ..attention.scores import SCORE_ALIASES, canonical_score_name
 from ..config import ConfigRecord, option
+from ..decoding import PER_SOURCE, reorder_state
 from ..errors import ConfigError
 from .registry import ConfiguredModel, register_model
 
-__all__ = ["ENCODER_CHANNELS", "encoder_channels", "CaptionerConfig", "CaptionerOutput", "CaptionerState", "CNNEncoder", "ShowAttendTell", "reinforce_terms",
-           "doubly_stochastic_penalty"]
+__all__ = [
+    "ENCODER_CHANNELS",
+    "CNNEncoder",
+    "CaptionerConfig",
+    "CaptionerOutput",
+    "CaptionerState",
+    "ShowAttendTell",
+    "doubly_stochastic_penalty",
+    "encoder_channels",
+    "reinforce_terms",
+]
 
 ATTENTION_MODES = ("soft", "hard")
 #: The conv blocks' widths of the encoder (the captioner's and the Fashion-MNIST classifier's, so one can
@@ -85,8 +95,9 @@ class CaptionerConfig(ConfigRecord):
 
     vocab_size: int = option(32, "vocabulary size (set from the scenes' vocabulary)", cli=False)
     canvas: int = option(64, "canvas size in pixels (the scenes' and the input images')")
-    channels: list = option(default_factory=lambda: list(ENCODER_CHANNELS),
-                            help="conv block widths (each halves the image)", cli=False)
+    channels: list = option(
+        default_factory=lambda: list(ENCODER_CHANNELS), help="conv block widths (each halves the image)", cli=False
+    )
     feature_dim: int = option(128, "content features per grid cell")
     pos_dim: int = option(32, "learned position vector per cell (0: none)")
     grid: int = option(8, "the grid is grid × grid cells (set from the canvas)", cli=False)
@@ -94,15 +105,17 @@ class CaptionerConfig(ConfigRecord):
     hidden_dim: int = option(256, "LSTM size")
     attn_dim: int = option(128, "the additive score's tanh layer size")
     score: str = option("additive", "the score function", choices=tuple(SCORE_ALIASES))
-    attention: str = option("soft", "soft (deterministic) or hard (stochastic, REINFORCE) attention",
-                            choices=ATTENTION_MODES)
+    attention: str = option(
+        "soft", "soft (deterministic) or hard (stochastic, REINFORCE) attention", choices=ATTENTION_MODES
+    )
     dropout: float = option(0.1, "dropout on embeddings and the deep output")
     lambda_ds: float = option(0.2, "weight of the doubly stochastic regularisation (soft)")
     entropy_coef: float = option(0.01, "entropy bonus (hard)")
     baseline_decay: float = option(0.9, "decay of the moving-average reward baseline (hard)")
     reinforce_weight: float = option(1.0, "weight λ_r of the REINFORCE term (hard)")
-    context_to_lstm: bool = option(False, "feed the context into the LSTM too (Xu et al.); by default only the "
-                                   "output sees it")
+    context_to_lstm: bool = option(
+        False, "feed the context into the LSTM too (Xu et al.); by default only the output sees it"
+    )
     hard_soft_mix: float = option(0.5, "hard, training: share of sentences that read the expected context")
     max_len: int = option(32, "longest caption generated", cli=False)
     pad_id: int = option(0, "padding token id", cli=False)
@@ -157,8 +170,12 @@ class CNNEncoder(nn.Module):
         layers: list[nn.Module] = []
         c_in = 1
         for c in channels:
-            layers += [nn.Conv2d(c_in, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
-                       nn.MaxPool2d(2)]
+            layers += [
+                nn.Conv2d(c_in, c, 3, padding=1, bias=False),
+                nn.BatchNorm2d(c),
+                nn.ReLU(inplace=True),
+                nn.MaxPool2d(2),
+            ]
             c_in = c
         self.trunk = nn.Sequential(*layers)
         self.head = nn.Sequential(nn.Conv2d(c_in, feature_dim, 3, padding=1), nn.ReLU(inplace=True))
@@ -238,8 +255,9 @@ class ShowAttendTell(ConfiguredModel, nn.Module):
 
     def init_state(self, annotations: Tensor) -> CaptionerState:
         mean = annotations.mean(1)  # (B, D)
-        return CaptionerState(torch.tanh(self.init_h(mean)), torch.tanh(self.init_m(mean)),
-                              self.attention.prepare(annotations))
+        return CaptionerState(
+            torch.tanh(self.init_h(mean)), torch.tanh(self.init_m(mean)), self.attention.prepare(annotations)
+        )
 
     def _mode(self, hard: str | None) -> str | None:
         """``None`` (soft), ``"sample"`` or ``"argmax"``: hard models sample while training."""
@@ -278,8 +296,9 @@ class ShowAttendTell(ConfiguredModel, nn.Module):
         return self.out(self.drop(t))
 
     # ---------------------------------------------------------------- teacher forcing
-    def forward(self, images: Tensor, captions_in: Tensor, *, hard: str | None = None,
-                generator: torch.Generator | None = None) -> CaptionerOutput:
+    def forward(
+        self, images: Tensor, captions_in: Tensor, *, hard: str | None = None, generator: torch.Generator | None = None
+    ) -> CaptionerOutput:
         """Teacher forcing over ``captions_in (B, T)`` (bos + words, without the last token).
 
         Returns :class:`CaptionerOutput`; ``alphas[:, t]`` is the attention that predicts
@@ -287,8 +306,10 @@ class ShowAttendTell(ConfiguredModel, nn.Module):
         (or with ``hard="sample"``) and take the argmax in eval mode (or ``hard="argmax"``).
         """
         if captions_in.dim() != 2 or captions_in.shape[0] != images.shape[0] or captions_in.dtype != torch.long:
-            raise ValueError(f"captions_in must be a (B={images.shape[0]}, T) long tensor, got "
-                             f"{tuple(captions_in.shape)} {captions_in.dtype}")
+            raise ValueError(
+                f"captions_in must be a (B={images.shape[0]}, T) long tensor, got "
+                f"{tuple(captions_in.shape)} {captions_in.dtype}"
+            )
         mode = self._mode(hard)
         state = self.init_state(self.encode(images))
         if mode == "sample" and self.training and self.config.hard_soft_mix > 0:
@@ -308,10 +329,11 @@ class ShowAttendTell(ConfiguredModel, nn.Module):
             ents.append(ent)
             locs.append(loc)
         logits = self._logits(self.drop(torch.stack(hs, 1)), torch.stack(zs, 1), y_emb)
-        stack = lambda xs: torch.stack(xs, 1) if xs[0] is not None else None  # noqa: E731
+        stack = lambda xs: torch.stack(xs, 1) if xs[0] is not None else None
         baseline = self.reward_baseline.detach().clone() if bool(self.baseline_initialised) else None
-        return CaptionerOutput(logits, torch.stack(alphas, 1), torch.stack(betas, 1), stack(logps), stack(ents),
-                               stack(locs), baseline)
+        return CaptionerOutput(
+            logits, torch.stack(alphas, 1), torch.stack(betas, 1), stack(logps), stack(ents), stack(locs), baseline
+        )
 
     @torch.no_grad()
     def update_baseline(self, mean_reward: float) -> float:

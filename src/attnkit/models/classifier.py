@@ -1,4 +1,5 @@
 """A Fashion-MNIST classifier with the captioner encoder's layout, so its conv trunk can start a captioner's."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

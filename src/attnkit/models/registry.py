@@ -5,14 +5,16 @@ calls its ``from_config(config: dict)``. attnkit's own models are listed in :dat
 (imported on first use, so no module has to be imported for its side effects); a user's model
 registers itself with the :func:`register_model` decorator.
 """
+
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
-__all__ = ["BUILTIN", "ConfiguredModel", "register_model", "registered_models", "model_class", "build_model"]
+__all__ = ["BUILTIN", "ConfiguredModel", "build_model", "model_class", "register_model", "registered_models"]
 
 #: attnkit's models: model_type → "module:Class" (relative to attnkit.models).
 BUILTIN: dict[str, str] = {
@@ -74,8 +76,10 @@ def model_class(model_type: str) -> type:
         module, cls = BUILTIN[model_type].split(":")
         return getattr(importlib.import_module(f"{__package__}.{module}"), cls)
     known = ", ".join(sorted(set(_REGISTRY) | set(BUILTIN)))
-    raise ValueError(f"model_type {model_type!r} is not registered (known: {known}); "
-                     "decorate the class with @attnkit.models.register_model")
+    raise ValueError(
+        f"model_type {model_type!r} is not registered (known: {known}); "
+        "decorate the class with @attnkit.models.register_model"
+    )
 
 
 def registered_models() -> dict[str, type]:

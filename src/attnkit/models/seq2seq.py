@@ -26,6 +26,7 @@ multiply-adds per direction.
 Both models follow the incremental decoding protocol of :mod:`attnkit.decoding`
 (``start`` / ``step`` / ``reorder``) and return every step's attention weights on request.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,15 +39,15 @@ from torch import Tensor, nn
 from ..attention import Attention, PreparedMemory, padding_mask
 from ..attention.scores import SCORE_ALIASES, canonical_score_name
 from ..config import config_from_json, option
-from ..errors import ConfigError
 from ..decoding import PER_SOURCE, reorder_state
+from ..errors import ConfigError
 from .base import AttentionMaps, TiedOutputLayer
 from .registry import register_model
 
 #: Where RNNsearch's attention sits in the decoder step (see the module docstring).
 RNN_ATTENTION = ("bahdanau", "luong")
 
-__all__ = ["Seq2SeqConfig", "RNNState", "RNNEncDec", "RNNSearch", "build_seq2seq"]
+__all__ = ["RNNEncDec", "RNNSearch", "RNNState", "Seq2SeqConfig", "build_seq2seq"]
 
 
 @dataclass
@@ -62,18 +63,27 @@ class Seq2SeqConfig:
     vocab_size: int = option(8000, "vocabulary size (set from the tokenizer)", cli=False)
     emb_dim: int = option(256, "RNN: word embedding size")
     hidden_dim: int = option(256, "RNN: GRU size (the decoder state; per encoder direction unless --encoder-dim)")
-    encoder_dim: int | None = option(None, "RNN: encoder GRU size (per direction for RNNsearch; default hidden_dim). "
-                                     "OpenNMT-py's brnn of size H has H/2 per direction")
+    encoder_dim: int | None = option(
+        None,
+        "RNN: encoder GRU size (per direction for RNNsearch; default hidden_dim). "
+        "OpenNMT-py's brnn of size H has H/2 per direction",
+    )
     attn_dim: int = option(256, "RNNsearch: size of the additive score's tanh layer")
     score: str = option("additive", "RNNsearch: the score function", choices=tuple(SCORE_ALIASES))
-    rnn_attention: str = option("bahdanau", "RNNsearch: 'bahdanau' scores s_{t-1} and feeds c_t into the GRU; "
-                                "'luong' scores the new s_t after the GRU (no input feeding), so training "
-                                "runs the GRU and the attention over all steps at once",
-                                choices=RNN_ATTENTION)
+    rnn_attention: str = option(
+        "bahdanau",
+        "RNNsearch: 'bahdanau' scores s_{t-1} and feeds c_t into the GRU; "
+        "'luong' scores the new s_t after the GRU (no input feeding), so training "
+        "runs the GRU and the attention over all steps at once",
+        choices=RNN_ATTENTION,
+    )
     dropout: float = option(0.2, "dropout on embeddings, decoder states and the deep output")
     tie_embeddings: bool = option(True, "the output projection shares the (joint) embedding matrix")
-    param_init: float = option(0.1, "RNN: draw every weight uniformly from [-x, x] (as OpenNMT-py's -param_init); "
-                               "0 keeps each layer's PyTorch default")
+    param_init: float = option(
+        0.1,
+        "RNN: draw every weight uniformly from [-x, x] (as OpenNMT-py's -param_init); "
+        "0 keeps each layer's PyTorch default",
+    )
     pad_id: int = option(0, "padding token id", cli=False)
     bos_id: int = option(1, "beginning-of-sentence token id", cli=False)
     eos_id: int = option(2, "end-of-sentence token id", cli=False)
@@ -91,7 +101,11 @@ class Seq2SeqConfig:
             raise ConfigError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
-        if isinstance(self.param_init, bool) or not isinstance(self.param_init, (int, float)) or not 0.0 <= self.param_init < 1.0:
+        if (
+            isinstance(self.param_init, bool)
+            or not isinstance(self.param_init, (int, float))
+            or not 0.0 <= self.param_init < 1.0
+        ):
             raise ConfigError(f"param_init must be a number in [0, 1), got {self.param_init!r}")
         if self.rnn_attention not in RNN_ATTENTION:
             raise ConfigError(f"rnn_attention must be one of {RNN_ATTENTION}, got {self.rnn_attention!r}")
@@ -109,7 +123,7 @@ class Seq2SeqConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Seq2SeqConfig":
+    def from_dict(cls, d: dict) -> Seq2SeqConfig:
         """From a ``config.json`` object (old files convert through :func:`attnkit.config.config_from_json`)."""
         return config_from_json(cls, d)
 
@@ -138,7 +152,7 @@ class _RNNTranslator(TiedOutputLayer, nn.Module):
         super().__init__()
         c = self.config = config
         self.embedding = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=c.pad_id)
-        nn.init.normal_(self.embedding.weight, std=c.emb_dim ** -0.5)
+        nn.init.normal_(self.embedding.weight, std=c.emb_dim**-0.5)
         with torch.no_grad():
             self.embedding.weight[c.pad_id].zero_()
         self.context_dim = context_dim
@@ -177,7 +191,7 @@ class _RNNTranslator(TiedOutputLayer, nn.Module):
     config_class = Seq2SeqConfig
 
     @classmethod
-    def from_config(cls, config: dict | Seq2SeqConfig) -> "_RNNTranslator":
+    def from_config(cls, config: dict | Seq2SeqConfig) -> _RNNTranslator:
         return cls(config if isinstance(config, Seq2SeqConfig) else Seq2SeqConfig.from_dict(config))
 
     def to_config(self) -> dict:
@@ -192,7 +206,9 @@ class _RNNTranslator(TiedOutputLayer, nn.Module):
         if int(src_lengths.min()) < 1:
             raise ValueError("every source sentence needs at least one token (src_lengths >= 1)")
         if int(src.max()) >= self.config.vocab_size or int(src.min()) < 0:
-            raise ValueError(f"src token ids must lie in [0, {self.config.vocab_size}), got [{int(src.min())}, {int(src.max())}]")
+            raise ValueError(
+                f"src token ids must lie in [0, {self.config.vocab_size}), got [{int(src.min())}, {int(src.max())}]"
+            )
 
     def _features(self, s: Tensor, c: Tensor, y_emb: Tensor) -> Tensor:
         """The deep output ``tanh(W_o [s_t; c_t; E y_{t-1}])``: ``(..., H), (..., C), (..., E) -> (..., E)``."""
@@ -212,8 +228,15 @@ class _RNNTranslator(TiedOutputLayer, nn.Module):
         s = self.decoder_cell(torch.cat([y_emb, c], dim=-1), state.h)  # (B, H)
         return s, c, alpha
 
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False,
-                features_only: bool = False):
+    def forward(
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        tgt_in: Tensor,
+        *,
+        need_weights: bool = False,
+        features_only: bool = False,
+    ):
         """Teacher forcing: logits ``(B, T, V)`` for ``tgt_in`` (bos + target), and the weights
         ``(B, T, S)`` of every step when ``need_weights`` (``None`` for RNNencdec). With
         ``features_only``: the output layer's inputs ``(B, T, E)`` instead of the logits (the loss
@@ -328,15 +351,18 @@ class RNNSearch(_RNNTranslator):
         key_proj = None
         if score in ("dot", "scaled_dot"):
             key_proj = c.hidden_dim  # dot products need keys of the decoder state's size (Luong)
-        self.attention = Attention(c.hidden_dim, 2 * c.enc_dim, score=score, hidden_dim=c.attn_dim,
-                                   key_proj_dim=key_proj)
+        self.attention = Attention(
+            c.hidden_dim, 2 * c.enc_dim, score=score, hidden_dim=c.attn_dim, key_proj_dim=key_proj
+        )
         self._init_parameters()
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> dict:
         x = self.drop(self.embedding(src))  # (B, S, E)
         packed = nn.utils.rnn.pack_padded_sequence(x, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
         out, h_n = self.encoder(packed)
-        annotations, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, 2 enc_dim)
+        annotations, _ = nn.utils.rnn.pad_packed_sequence(
+            out, batch_first=True, total_length=src.shape[1]
+        )  # (B, S, 2 enc_dim)
         memory = self.attention.prepare(annotations)  # U h_j + b once per sentence
         mask = padding_mask(src_lengths.to(src.device), src.shape[1])  # (B, S)
         return RNNState(h=torch.tanh(self.init_state(h_n[1])), memory=memory, mask=mask)

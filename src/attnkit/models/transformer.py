@@ -23,6 +23,7 @@ Target sequences must be right-padded (pads after the real tokens, as
 :func:`attnkit.data.batching.collate` makes them): the causal mask then already keeps real
 positions from seeing pads, so no target padding mask is needed.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,8 @@ from torch import Tensor, nn
 from ..attention import LearnedPositionalEncoding, SinusoidalPositionalEncoding, padding_mask
 from ..attention.transformer import DecoderLayerCache, TransformerDecoder, TransformerEncoder
 from ..config import config_from_json, option
-from ..errors import ConfigError
 from ..decoding import PER_SOURCE, reorder_state
+from ..errors import ConfigError
 from .base import AttentionMaps, TiedOutputLayer
 from .registry import register_model
 
@@ -83,19 +84,28 @@ class TransformerConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TransformerConfig":
+    def from_dict(cls, d: dict) -> TransformerConfig:
         """From a ``config.json`` object (old files convert through :func:`attnkit.config.config_from_json`)."""
         return config_from_json(cls, d)
 
     def validate(self) -> None:
         """Raise :class:`attnkit.errors.ConfigError` naming the first field that is out of range."""
+
         def pos_int(name):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name} must be a positive int, got {v!r}")
 
-        for name in ("vocab_size", "d_model", "nhead", "num_encoder_layers", "num_decoder_layers",
-                     "dim_feedforward", "max_len", "max_src_len"):
+        for name in (
+            "vocab_size",
+            "d_model",
+            "nhead",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "dim_feedforward",
+            "max_len",
+            "max_src_len",
+        ):
             pos_int(name)
         if self.vocab_size < 4:
             raise ConfigError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
@@ -106,7 +116,9 @@ class TransformerConfig:
         if self.positional == "sinusoidal" and self.d_model % 2 != 0:
             raise ConfigError(f"sinusoidal positions need an even d_model, got {self.d_model}")
         if self.positional == "learned" and self.max_src_len > self.max_len:
-            raise ConfigError(f"max_src_len ({self.max_src_len}) exceeds the learned position table (max_len={self.max_len})")
+            raise ConfigError(
+                f"max_src_len ({self.max_src_len}) exceeds the learned position table (max_len={self.max_len})"
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         for name in ("pad_id", "bos_id", "eos_id"):
@@ -148,7 +160,7 @@ class TransformerTranslator(TiedOutputLayer, nn.Module):
         self.d_model = c.d_model
         self.embed_scale = math.sqrt(c.d_model)
         self.embedding = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
-        nn.init.normal_(self.embedding.weight, std=c.d_model ** -0.5)
+        nn.init.normal_(self.embedding.weight, std=c.d_model**-0.5)
         with torch.no_grad():
             self.embedding.weight[c.pad_id].zero_()
         if c.tie_embeddings:
@@ -157,7 +169,7 @@ class TransformerTranslator(TiedOutputLayer, nn.Module):
             self.out_bias = nn.Parameter(torch.zeros(c.vocab_size))
         else:
             self.tgt_embedding = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
-            nn.init.normal_(self.tgt_embedding.weight, std=c.d_model ** -0.5)
+            nn.init.normal_(self.tgt_embedding.weight, std=c.d_model**-0.5)
             with torch.no_grad():
                 self.tgt_embedding.weight[c.pad_id].zero_()
             self.out_proj = nn.Linear(c.d_model, c.vocab_size)
@@ -166,14 +178,16 @@ class TransformerTranslator(TiedOutputLayer, nn.Module):
             self.positions = SinusoidalPositionalEncoding(c.d_model, dropout=c.dropout, max_len=c.max_len)
         else:
             self.positions = LearnedPositionalEncoding(c.d_model, c.max_len, dropout=c.dropout)
-        self.encoder = TransformerEncoder(c.d_model, c.nhead, c.num_encoder_layers, c.dim_feedforward, c.dropout,
-                                          norm_first=c.norm_first)
-        self.decoder = TransformerDecoder(c.d_model, c.nhead, c.num_decoder_layers, c.dim_feedforward, c.dropout,
-                                          norm_first=c.norm_first)
+        self.encoder = TransformerEncoder(
+            c.d_model, c.nhead, c.num_encoder_layers, c.dim_feedforward, c.dropout, norm_first=c.norm_first
+        )
+        self.decoder = TransformerDecoder(
+            c.d_model, c.nhead, c.num_decoder_layers, c.dim_feedforward, c.dropout, norm_first=c.norm_first
+        )
 
     # -- config ------------------------------------------------------------------------------------
     @classmethod
-    def from_config(cls, config: dict | TransformerConfig) -> "TransformerTranslator":
+    def from_config(cls, config: dict | TransformerConfig) -> TransformerTranslator:
         cfg = config if isinstance(config, TransformerConfig) else TransformerConfig.from_dict(config)
         return cls(cfg)
 
@@ -187,8 +201,9 @@ class TransformerTranslator(TiedOutputLayer, nn.Module):
             got = f"{tuple(ids.shape)} {ids.dtype}" if isinstance(ids, Tensor) else type(ids).__name__
             raise ValueError(f"{name} must be a {shape_hint} long tensor of token ids, got {got}")
         if ids.numel() and (int(ids.max()) >= self.config.vocab_size or int(ids.min()) < 0):
-            raise ValueError(f"{name} token ids must lie in [0, {self.config.vocab_size}), "
-                             f"got [{int(ids.min())}, {int(ids.max())}]")
+            raise ValueError(
+                f"{name} token ids must lie in [0, {self.config.vocab_size}), got [{int(ids.min())}, {int(ids.max())}]"
+            )
 
     def _check_src(self, src: Tensor, src_lengths: Tensor) -> None:
         self._check_ids("src", src, "(B, S)")
@@ -202,8 +217,10 @@ class TransformerTranslator(TiedOutputLayer, nn.Module):
         if int(src_lengths.min()) < 1:
             raise ValueError("every source sentence needs at least one token (src_lengths >= 1)")
         if int(src_lengths.max()) > src.shape[1]:
-            raise ValueError(f"src_lengths max {int(src_lengths.max())} exceeds src length S={src.shape[1]} "
-                             f"(src shape {tuple(src.shape)})")
+            raise ValueError(
+                f"src_lengths max {int(src_lengths.max())} exceeds src length S={src.shape[1]} "
+                f"(src shape {tuple(src.shape)})"
+            )
 
     # -- pieces ------------------------------------------------------------------------------------
     def _embed_tgt(self, tokens: Tensor, offset: int = 0) -> Tensor:
@@ -221,8 +238,15 @@ class TransformerTranslator(TiedOutputLayer, nn.Module):
         return out.output, mask, out.weights
 
     # -- teacher forcing -----------------------------------------------------------------------------
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False,
-                features_only: bool = False):
+    def forward(
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        tgt_in: Tensor,
+        *,
+        need_weights: bool = False,
+        features_only: bool = False,
+    ):
         """Teacher forcing: logits ``(B, T, V)`` for ``tgt_in`` (bos + target, right-padded) and,
         when ``need_weights``, the last decoder layer's cross-attention averaged over heads ``(B, T, S)``.
         With ``features_only``: the decoder's output ``(B, T, D)`` instead of the logits (see
@@ -230,10 +254,16 @@ class TransformerTranslator(TiedOutputLayer, nn.Module):
         self._check_src(src, src_lengths)
         self._check_ids("tgt_in", tgt_in, "(B, T)")
         if tgt_in.shape[0] != src.shape[0]:
-            raise ValueError(f"tgt_in must be (B={src.shape[0]}, T) like src {tuple(src.shape)}, got {tuple(tgt_in.shape)}")
+            raise ValueError(
+                f"tgt_in must be (B={src.shape[0]}, T) like src {tuple(src.shape)}, got {tuple(tgt_in.shape)}"
+            )
         memory, mask, _ = self.encode(src, src_lengths)
-        out = self.decoder(self._embed_tgt(tgt_in), memory, memory_key_padding_mask=mask,
-                           need_weights="last" if need_weights else False)
+        out = self.decoder(
+            self._embed_tgt(tgt_in),
+            memory,
+            memory_key_padding_mask=mask,
+            need_weights="last" if need_weights else False,
+        )
         weights = out.cross_weights[-1].mean(dim=1) if need_weights else None  # (B, T, S)
         return (out.output if features_only else self._logits(out.output)), weights
 
@@ -258,8 +288,9 @@ class TransformerTranslator(TiedOutputLayer, nn.Module):
         cache = [c.copy() for c in state.cache]
         y = self._embed_tgt(prev_tokens.unsqueeze(1), offset=state.step)  # (B, 1, D)
         # one query at the newest position may see every cached key: no causal mask needed
-        out = self.decoder(y, memory, memory_key_padding_mask=state.memory_mask, causal=False, cache=cache,
-                           need_weights="last")
+        out = self.decoder(
+            y, memory, memory_key_padding_mask=state.memory_mask, causal=False, cache=cache, need_weights="last"
+        )
         attention = out.cross_weights[-1][:, :, 0].mean(dim=1)  # (B, S): last layer, heads averaged
         return out.output[:, 0], dataclasses.replace(state, cache=cache, step=state.step + 1), attention
 
@@ -283,7 +314,9 @@ class TransformerTranslator(TiedOutputLayer, nn.Module):
         self._check_src(src, src_lengths)
         self._check_ids("tgt_in", tgt_in, "(B, T)")
         if tgt_in.shape[0] != src.shape[0]:
-            raise ValueError(f"tgt_in must be (B={src.shape[0]}, T) like src {tuple(src.shape)}, got {tuple(tgt_in.shape)}")
+            raise ValueError(
+                f"tgt_in must be (B={src.shape[0]}, T) like src {tuple(src.shape)}, got {tuple(tgt_in.shape)}"
+            )
         was_training = self.training
         self.eval()
         try:
@@ -292,5 +325,10 @@ class TransformerTranslator(TiedOutputLayer, nn.Module):
         finally:
             self.train(was_training)
         cross = torch.stack(out.cross_weights, 1)  # (B, L, H, T, S)
-        return AttentionMaps(alignment=cross[:, -1].mean(dim=1), enc_self=torch.stack(enc_w, 1),
-                             dec_self=torch.stack(out.self_weights, 1), cross=cross, score="e_j = qᵀ k_j / √d_h")
+        return AttentionMaps(
+            alignment=cross[:, -1].mean(dim=1),
+            enc_self=torch.stack(enc_w, 1),
+            dec_self=torch.stack(out.self_weights, 1),
+            cross=cross,
+            score="e_j = qᵀ k_j / √d_h",
+        )

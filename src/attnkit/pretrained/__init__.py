@@ -14,6 +14,7 @@ A model argument resolves in this order (:func:`resolve_model`):
 
 An unknown name raises :class:`UnknownModelError`, which lists the names that are known.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,16 +27,16 @@ from ..errors import AttnkitError
 from ..paths import attnkit_home
 
 __all__ = [
-    "PRETRAINED_DIR",
+    "DEFAULT_CAPTION_MODEL",
     "DEFAULT_TRANSLATION_MODEL",
     "DEMO_TRANSLATION_MODEL",
-    "DEFAULT_CAPTION_MODEL",
-    "UnknownModelError",
+    "PRETRAINED_DIR",
     "ModelInfo",
-    "shipped_models",
-    "local_models",
+    "UnknownModelError",
     "known_models",
+    "local_models",
     "resolve_model",
+    "shipped_models",
 ]
 
 PRETRAINED_DIR = Path(__file__).resolve().parent
@@ -61,8 +62,15 @@ class ModelInfo:
     scores: dict = field(default_factory=dict)  # e.g. {"test_bleu": 31.23, "test_chrf": 51.99}
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "path": str(self.path), "source": self.source, "task": self.task,
-                "model_type": self.model_type, "size_bytes": self.size_bytes, "scores": self.scores}
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "source": self.source,
+            "task": self.task,
+            "model_type": self.model_type,
+            "size_bytes": self.size_bytes,
+            "scores": self.scores,
+        }
 
 
 @lru_cache(maxsize=1)
@@ -81,8 +89,13 @@ def _info(name: str, path: Path, source: str) -> ModelInfo:
         config = {}
     model_type = str(config.get("model_type", "?"))
     entry = _index().get(name, {}) if source == "shipped" else {}
-    task = entry.get("task") or ("translation" if (path / "tokenizer.model").is_file() else
-                                 "captioning" if (path / "vocab.json").is_file() else "?")
+    task = entry.get("task") or (
+        "translation"
+        if (path / "tokenizer.model").is_file()
+        else "captioning"
+        if (path / "vocab.json").is_file()
+        else "?"
+    )
     size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
     return ModelInfo(name, path, source, task, model_type, size, dict(entry.get("scores", {})))
 
@@ -122,5 +135,6 @@ def resolve_model(name_or_path: str | os.PathLike, *, home: str | os.PathLike | 
     known = ", ".join(m.name for m in known_models(home)) or "none"
     if os.sep in text or "/" in text:
         raise UnknownModelError(f"model folder {text} does not exist (known model names: {known})")
-    raise UnknownModelError(f"model {text!r} is neither a folder nor a known model name (known: {known}; "
-                            "`attnkit models` lists them)")
+    raise UnknownModelError(
+        f"model {text!r} is neither a folder nor a known model name (known: {known}; `attnkit models` lists them)"
+    )

@@ -1,4 +1,5 @@
 """Classifying Fashion-MNIST photos: a classifier whose conv encoder can start a captioner's."""
+
 from __future__ import annotations
 
 __all__ = ["ClassifierTaskConfig", "photo_batches", "train_classifier"]
@@ -28,8 +29,11 @@ class ClassifierTaskConfig:
     classifier's config nested (``model_config``; ``--channels`` gives its conv widths)."""
 
     out_dir: str = option("runs/classifier", "checkpoint folder")
-    channels: str | None = option(None, "conv block widths, comma-separated (default: "
-                                  f"{','.join(map(str, ENCODER_CHANNELS))}, the captioner encoder's layout)")
+    channels: str | None = option(
+        None,
+        "conv block widths, comma-separated (default: "
+        f"{','.join(map(str, ENCODER_CHANNELS))}, the captioner encoder's layout)",
+    )
     batch_size: int = option(128, "photos per batch")
     lr: float = option(2e-3, "Adam's learning rate")
     epochs: int = option(2, "passes over the 55,000 training photos")
@@ -39,8 +43,9 @@ class ClassifierTaskConfig:
     seed: int = option(0, "random seed (weights, batches, offsets)")
     threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
     device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
-    precision: str = option("fp32", "training precision: fp32, bf16 or fp16 (autocast), or auto",
-                            choices=("fp32", "bf16", "fp16", "auto"))
+    precision: str = option(
+        "fp32", "training precision: fp32, bf16 or fp16 (autocast), or auto", choices=("fp32", "bf16", "fp16", "auto")
+    )
     progress: bool = option(True, "show a progress bar", cli=False)
     model_config: ClassifierConfig = option(default_factory=ClassifierConfig, help="the classifier's config")
 
@@ -50,14 +55,17 @@ class ClassifierTaskConfig:
             try:
                 channels = [int(c) for c in str(self.channels).split(",")]
             except ValueError:
-                raise ConfigError(f"channels must be comma-separated ints such as 32,64,96, got {self.channels!r}") from None
+                raise ConfigError(
+                    f"channels must be comma-separated ints such as 32,64,96, got {self.channels!r}"
+                ) from None
             self.model_config = dataclasses.replace(self.model_config, channels=channels)
         if self.model_config.canvas < PHOTO:
             raise ConfigError(f"canvas must be >= {PHOTO} (the photos' side), got {self.model_config.canvas}")
 
 
-def photo_batches(photos: np.ndarray, labels: np.ndarray, *, batch_size: int, canvas: int, seed: int,
-                  shuffle: bool = True) -> Batches:
+def photo_batches(
+    photos: np.ndarray, labels: np.ndarray, *, batch_size: int, canvas: int, seed: int, shuffle: bool = True
+) -> Batches:
     """Resumable batches of Fashion-MNIST photos pasted at random offsets on a ``canvas`` square (the
     offsets of batch ``i`` of epoch ``e`` drawn from ``(seed, e, i)``; ``shuffle=False``: in order, centred)."""
     photos_t = torch.from_numpy(photos)
@@ -66,17 +74,20 @@ def photo_batches(photos: np.ndarray, labels: np.ndarray, *, batch_size: int, ca
 
     def plan(epoch):
         order = shuffled(n, seed * 7919, epoch) if shuffle else list(range(n))
-        return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+        return [order[i : i + batch_size] for i in range(0, n, batch_size)]
 
     def make(idx, epoch, i):
         g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 100_003 + i)
         slack = canvas - PHOTO
-        off = (torch.randint(0, slack + 1, (len(idx), 2), generator=g) if shuffle
-               else torch.full((len(idx), 2), slack // 2))
+        off = (
+            torch.randint(0, slack + 1, (len(idx), 2), generator=g)
+            if shuffle
+            else torch.full((len(idx), 2), slack // 2)
+        )
         images = torch.zeros(len(idx), 1, canvas, canvas)
         for k, j in enumerate(idx):
             x, y = off[k].tolist()
-            images[k, 0, y:y + PHOTO, x:x + PHOTO] = photos_t[j].float() / 255.0
+            images[k, 0, y : y + PHOTO, x : x + PHOTO] = photos_t[j].float() / 255.0
         return {"images": images, "labels": labels_t[list(idx)]}
 
     return Batches(plan, make, fingerprint={"seed": seed})
@@ -95,7 +106,9 @@ def train_classifier(cfg: ClassifierTaskConfig, *, resume: bool = False) -> dict
     cut = len(photos) - VALID_HOLDOUT
     torch.manual_seed(cfg.seed)
     model = FashionClassifier(cfg.model_config)
-    valid = photo_batches(photos[cut:], labels[cut:], batch_size=500, canvas=cfg.model_config.canvas, seed=0, shuffle=False)
+    valid = photo_batches(
+        photos[cut:], labels[cut:], batch_size=500, canvas=cfg.model_config.canvas, seed=0, shuffle=False
+    )
 
     def loss_fn(m, batch):
         logits = m(batch["images"])
@@ -115,12 +128,25 @@ def train_classifier(cfg: ClassifierTaskConfig, *, resume: bool = False) -> dict
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    trainer = Trainer(model, adam(model.parameters(), lr=cfg.lr), loss_fn=loss_fn,
-                      train_batches=photo_batches(photos[:cut], labels[:cut], batch_size=cfg.batch_size,
-                                                  canvas=cfg.model_config.canvas, seed=cfg.seed),
-                      valid_fn=valid_fn, out_dir=out, save_every_steps=cfg.save_every_steps, max_epochs=cfg.epochs,
-                      max_steps=cfg.max_steps, max_time_s=cfg.max_time_s, metric_for_best="valid_acc",
-                      greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress,
-                      device=cfg.device, precision=cfg.precision)
+    trainer = Trainer(
+        model,
+        adam(model.parameters(), lr=cfg.lr),
+        loss_fn=loss_fn,
+        train_batches=photo_batches(
+            photos[:cut], labels[:cut], batch_size=cfg.batch_size, canvas=cfg.model_config.canvas, seed=cfg.seed
+        ),
+        valid_fn=valid_fn,
+        out_dir=out,
+        save_every_steps=cfg.save_every_steps,
+        max_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        max_time_s=cfg.max_time_s,
+        metric_for_best="valid_acc",
+        greater_is_better=True,
+        seed=cfg.seed,
+        log_every=20,
+        progress=cfg.progress,
+        device=cfg.device,
+        precision=cfg.precision,
+    )
     return trainer.fit(resume=resume)
-

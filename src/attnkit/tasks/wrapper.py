@@ -1,6 +1,7 @@
 """What the task-level inference wrappers share: :class:`attnkit.tasks.translation.Translator` and
 :class:`attnkit.tasks.captioning.Captioner` are each a trained model plus the one file saved beside its
 weights that turns ids into words (the tokenizer, the caption vocabulary), loaded by name or folder."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,8 +30,9 @@ class InferenceWrapper:
         raise NotImplementedError
 
     @classmethod
-    def load(cls, model_dir: str | Path, *, device: str | torch.device | None = "cpu",
-             dtype: str | torch.dtype | None = None):
+    def load(
+        cls, model_dir: str | Path, *, device: str | torch.device | None = "cpu", dtype: str | torch.dtype | None = None
+    ):
         """Load a model by name (``"transformer-es-en"``, ``"captioner-soft"``: see ``attnkit models``) or
         from a checkpoint folder (config.json, model.safetensors and the companion file), onto ``device``
         (``"auto"``: cuda, then mps, then cpu) with weights in ``dtype`` (``torch.bfloat16`` or ``"bf16"``,

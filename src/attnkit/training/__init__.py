@@ -6,6 +6,7 @@
 * :mod:`.schedules` — LR schedules as ``LambdaLR``; :mod:`.losses` — ``label_smoothed_nll``.
 * :mod:`.distributed` — torchrun helpers.
 """
+
 from .checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -27,8 +28,13 @@ from .trainer import Trainer
 __all__ = [
     "Checkpoint",
     "CheckpointError",
+    "ListBatches",
+    "Trainer",
     "average_checkpoints",
     "build_model",
+    "constant",
+    "inverse_sqrt_with_warmup",
+    "label_smoothed_nll",
     "latest_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
@@ -36,9 +42,4 @@ __all__ = [
     "load_model",
     "register_model",
     "save_checkpoint",
-    "ListBatches",
-    "label_smoothed_nll",
-    "constant",
-    "inverse_sqrt_with_warmup",
-    "Trainer",
 ]

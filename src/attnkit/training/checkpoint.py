@@ -27,6 +27,7 @@ Why this shape:
 * **Rebuildable.** the model registry (:mod:`attnkit.models.registry`) maps ``config["model_type"]`` to a class with a
   ``from_config(config: dict)`` classmethod, so :func:`load_model` needs only the folder.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,9 +38,10 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -51,24 +53,24 @@ from attnkit import __version__
 from ..errors import AttnkitError
 
 __all__ = [
-    "CheckpointError",
-    "unwrap_model",
+    "COMPLETE_NAME",
+    "CONFIG_NAME",
+    "TRAINER_STATE_NAME",
+    "WEIGHTS_NAME",
     "Checkpoint",
-    "save_checkpoint",
+    "CheckpointError",
+    "average_checkpoints",
+    "build_model",
+    "latest_checkpoint",
+    "list_checkpoints",
     "load_checkpoint",
     "load_into",
-    "register_model",
-    "build_model",
     "load_model",
-    "list_checkpoints",
-    "latest_checkpoint",
+    "register_model",
     "rotate_checkpoints",
-    "average_checkpoints",
+    "save_checkpoint",
     "step_dir_name",
-    "CONFIG_NAME",
-    "WEIGHTS_NAME",
-    "TRAINER_STATE_NAME",
-    "COMPLETE_NAME",
+    "unwrap_model",
 ]
 
 CONFIG_NAME = "config.json"
@@ -238,9 +240,7 @@ def save_checkpoint(
 def _read_manifest(path: Path) -> dict:
     marker = path / COMPLETE_NAME
     if not marker.is_file():
-        raise CheckpointError(
-            f"checkpoint {path} is incomplete: no {COMPLETE_NAME} marker (a save was interrupted?)"
-        )
+        raise CheckpointError(f"checkpoint {path} is incomplete: no {COMPLETE_NAME} marker (a save was interrupted?)")
     try:
         manifest = json.loads(marker.read_text())
         files = manifest["files"]

@@ -13,9 +13,11 @@ The position must count batches *handed out* (advance before each ``yield``), so
 saved after the trainer has used batch ``i`` resumes at batch ``i + 1``.
 Under DDP every rank iterates the same full order and keeps batches ``i % world_size == rank``.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -40,8 +42,13 @@ class Batches:
     (e.g. the data size, the shuffle seed) that must match on resume.
     """
 
-    def __init__(self, plan: Callable[[int], Sequence[Sequence[int]]], make: Callable[[Sequence[int], int, int], Any], *,
-                 fingerprint: dict | None = None):
+    def __init__(
+        self,
+        plan: Callable[[int], Sequence[Sequence[int]]],
+        make: Callable[[Sequence[int], int, int], Any],
+        *,
+        fingerprint: dict | None = None,
+    ):
         if not callable(plan) or not callable(make):
             raise TypeError("Batches: plan and make must be callables")
         self.plan, self.make = plan, make
@@ -93,8 +100,11 @@ class ListBatches(Batches):
             raise TypeError(f"ListBatches: shuffle_seed must be an int or None, got {type(shuffle_seed).__name__}")
         items = list(batches)
         n = len(items)
-        super().__init__(lambda e: [[i] for i in (range(n) if shuffle_seed is None else shuffled(n, shuffle_seed, e))],
-                         lambda idx, e, i: items[idx[0]], fingerprint={"shuffle_seed": shuffle_seed})
+        super().__init__(
+            lambda e: [[i] for i in (range(n) if shuffle_seed is None else shuffled(n, shuffle_seed, e))],
+            lambda idx, e, i: items[idx[0]],
+            fingerprint={"shuffle_seed": shuffle_seed},
+        )
         self.shuffle_seed = shuffle_seed
 
     def order(self, epoch: int) -> list[int]:

@@ -4,6 +4,7 @@
 ``MASTER_ADDR`` and ``MASTER_PORT``; :func:`init_distributed` reads them. Without them everything
 here degrades to the single-process answers (rank 0 of 1), so the same script runs both ways.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,17 +14,17 @@ import torch
 import torch.distributed as dist
 
 __all__ = [
+    "all_gather_object",
+    "all_reduce_sum",
+    "barrier",
+    "broadcast_object",
+    "cleanup",
     "init_distributed",
     "is_distributed",
     "is_main_process",
-    "world_size",
-    "rank",
     "local_rank",
-    "barrier",
-    "all_reduce_sum",
-    "broadcast_object",
-    "all_gather_object",
-    "cleanup",
+    "rank",
+    "world_size",
 ]
 
 

@@ -16,6 +16,7 @@ through the linear layer straight away (``grad_hidden[chunk] = g @ weight``,
 in cache; only a (chunk_rows, V) buffer is ever allocated. Backward then just scales the
 three saved gradients by the incoming scalar gradient.
 """
+
 from __future__ import annotations
 
 import torch

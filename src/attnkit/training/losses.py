@@ -3,6 +3,7 @@
 The trainer divides the summed loss by the number of real (non-pad) tokens of the whole
 (global, under DDP) batch, so every token weighs the same however sentences are batched.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,7 +25,9 @@ def label_smoothed_nll(
     logits do not lose the sum.
     """
     if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
-        raise ValueError(f"label_smoothed_nll: logits must be a (B, T, V) tensor, got shape {getattr(logits, 'shape', None)}")
+        raise ValueError(
+            f"label_smoothed_nll: logits must be a (B, T, V) tensor, got shape {getattr(logits, 'shape', None)}"
+        )
     if not isinstance(target, torch.Tensor) or tuple(target.shape) != tuple(logits.shape[:2]):
         raise ValueError(
             f"label_smoothed_nll: target must have shape (B, T) = {tuple(logits.shape[:2])}, got {getattr(target, 'shape', None)}"
@@ -38,6 +41,11 @@ def label_smoothed_nll(
         flat = flat.float()
     mask = None if pad_id is None else target.ne(pad_id)
     # torch's fused kernel: one log-softmax, no (B, T, V) gather/mean temporaries of our own
-    loss = F.cross_entropy(flat, target.reshape(-1), ignore_index=-100 if pad_id is None else pad_id,
-                           label_smoothing=smoothing, reduction="sum")
+    loss = F.cross_entropy(
+        flat,
+        target.reshape(-1),
+        ignore_index=-100 if pad_id is None else pad_id,
+        label_smoothing=smoothing,
+        reduction="sum",
+    )
     return loss, target.numel() if mask is None else int(mask.sum())

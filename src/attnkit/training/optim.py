@@ -4,9 +4,10 @@ PyTorch's default Adam on the CPU updates each parameter tensor with about ten s
 element-wise ops; ``fused=True`` does the whole update in one kernel per tensor (CPU, CUDA and
 MPS, float parameters). The arithmetic is the same; only the number of passes over memory changes.
 """
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 

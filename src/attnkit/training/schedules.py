@@ -4,6 +4,7 @@ Both step once per optimizer step (the trainer calls ``scheduler.step()`` after
 ``optimizer.step()``). The multipliers are small picklable classes holding only numbers, so
 ``scheduler.state_dict()`` round-trips through ``torch.load(weights_only=True)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -11,7 +12,7 @@ import math
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-__all__ = ["constant", "inverse_sqrt_with_warmup", "ConstantMultiplier", "InverseSqrtWarmup"]
+__all__ = ["ConstantMultiplier", "InverseSqrtWarmup", "constant", "inverse_sqrt_with_warmup"]
 
 
 class ConstantMultiplier:
@@ -34,7 +35,7 @@ class InverseSqrtWarmup:
 
     def __call__(self, step: int) -> float:
         k = step + 1
-        return self.factor * self.d_model ** -0.5 * min(k ** -0.5, k * self.warmup_steps ** -1.5)
+        return self.factor * self.d_model**-0.5 * min(k**-0.5, k * self.warmup_steps**-1.5)
 
 
 def _check_optimizer(optimizer) -> None:

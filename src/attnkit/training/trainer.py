@@ -31,6 +31,7 @@ model in ``DistributedDataParallel`` and gives rank r every ``world_size``-th ba
 incomplete group of an epoch is dropped, so all ranks take the same number of steps); only rank
 0 writes checkpoints, the JSON-lines log and the progress bar.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,8 +42,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,16 +54,16 @@ from .. import device as DV
 from . import distributed as D
 from .checkpoint import (
     CheckpointError,
+    list_checkpoints,
     load_checkpoint,
     load_into,
     remove_stale_temporaries,
-    list_checkpoints,
     rotate_checkpoints,
     save_checkpoint,
     step_dir_name,
 )
 
-__all__ = ["Trainer", "get_rng_state", "set_rng_state", "run_totals"]
+__all__ = ["Trainer", "get_rng_state", "run_totals", "set_rng_state"]
 
 LOG_NAME = "train_log.jsonl"
 BEST_NAME = "best"
@@ -77,8 +79,14 @@ def run_totals(out_dir) -> dict:
     ends = [e for e in map(json.loads, path.read_text().splitlines()) if e.get("event") == "end"]
     time_s, tokens = sum(e["time_s"] for e in ends), sum(e["tokens"] for e in ends)
     last = ends[-1] if ends else {}
-    return {"time_s": time_s, "tokens": tokens, "tokens_per_s": tokens / time_s if time_s > 0 else None,
-            "steps": last.get("steps"), "epochs": last.get("epochs"), "best_metric": last.get("best_metric")}
+    return {
+        "time_s": time_s,
+        "tokens": tokens,
+        "tokens_per_s": tokens / time_s if time_s > 0 else None,
+        "steps": last.get("steps"),
+        "epochs": last.get("epochs"),
+        "best_metric": last.get("best_metric"),
+    }
 
 
 def get_rng_state() -> dict:
@@ -195,7 +203,9 @@ class Trainer:
             if value is None and allow_none:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"Trainer: {name} must be a positive int{' or None' if allow_none else ''}, got {value!r}")
+                raise ValueError(
+                    f"Trainer: {name} must be a positive int{' or None' if allow_none else ''}, got {value!r}"
+                )
         if not isinstance(keep_last, int) or keep_last < 1:
             raise ValueError(f"Trainer: keep_last must be an int >= 1, got {keep_last!r}")
         if not isinstance(seed, int):
@@ -217,7 +227,9 @@ class Trainer:
         self.raw_model = model.to(self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
         if self.world_size > 1 and not isinstance(model, DistributedDataParallel):
-            model = DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+            model = DistributedDataParallel(
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
@@ -404,8 +416,9 @@ class Trainer:
             raise TypeError(f"Trainer: loss_fn's loss_sum must be a scalar tensor, got {type(loss_sum).__name__}")
         n_tokens = int(n_tokens)
         if self.world_size > 1:
-            stats = torch.tensor([float(n_tokens), loss_sum.detach().double().item()], dtype=torch.float64,
-                                 device=self.device)
+            stats = torch.tensor(
+                [float(n_tokens), loss_sum.detach().double().item()], dtype=torch.float64, device=self.device
+            )
             D.all_reduce_sum(stats)
             global_tokens, global_loss_sum = int(stats[0].item()), float(stats[1].item())
             loss = loss_sum * (self.world_size / max(global_tokens, 1))
@@ -496,8 +509,13 @@ class Trainer:
         previous_handlers = self._install_signal_handlers()
         self.raw_model.train()
         run = _RunStats(t0=time.perf_counter())
-        stop_reason = "early_stopping" if self.early_stopped else \
-            "max_steps" if self.max_steps is not None and self.step >= self.max_steps else None
+        stop_reason = (
+            "early_stopping"
+            if self.early_stopped
+            else "max_steps"
+            if self.max_steps is not None and self.step >= self.max_steps
+            else None
+        )
         try:
             while stop_reason is None and self.epoch < self.max_epochs:
                 stop_reason = self._train_epoch(run, pbar) or self._end_epoch(pbar)
@@ -529,8 +547,15 @@ class Trainer:
             self.train_batches.set_epoch(0)
         if self.is_main:
             self._log_file = open(self.out_dir / LOG_NAME, "a")
-        self._log({"event": "resume" if resumed_from else "start", "step": self.step, "epoch": self.epoch,
-                   "from": str(resumed_from) if resumed_from else None, "world_size": self.world_size})
+        self._log(
+            {
+                "event": "resume" if resumed_from else "start",
+                "step": self.step,
+                "epoch": self.epoch,
+                "from": str(resumed_from) if resumed_from else None,
+                "world_size": self.world_size,
+            }
+        )
         return resumed_from
 
     def _progress_bar(self):
@@ -545,7 +570,7 @@ class Trainer:
             total = self.max_steps if total is None else min(total, self.max_steps)
         return tqdm(total=total, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
 
-    def _train_epoch(self, run: "_RunStats", pbar) -> str | None:
+    def _train_epoch(self, run: _RunStats, pbar) -> str | None:
         """Train on the rest of the current epoch; a stop reason if training must stop within it."""
         for batch in self._rank_batches():
             loss_sum, n_tok, metrics, grad_norm = self.train_step(batch)
@@ -566,14 +591,19 @@ class Trainer:
                 return "max_time"  # this run's time budget; resume continues it
         return None
 
-    def _log_window(self, run: "_RunStats", grad_norm: float | None, pbar) -> None:
+    def _log_window(self, run: _RunStats, grad_norm: float | None, pbar) -> None:
         """One ``train`` line of the log (the mean loss and tokens/s since the last one)."""
         now = time.perf_counter()
-        rec = {"event": "train", "step": self.step, "epoch": self.epoch,
-               "loss": run.win_loss / max(run.win_tokens, 1),
-               "tokens_per_s": run.win_tokens / max(now - run.win_t, 1e-9),
-               "lr": self.optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
-               **{k: v / run.win_steps for k, v in run.win_metrics.items()}}
+        rec = {
+            "event": "train",
+            "step": self.step,
+            "epoch": self.epoch,
+            "loss": run.win_loss / max(run.win_tokens, 1),
+            "tokens_per_s": run.win_tokens / max(now - run.win_t, 1e-9),
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "grad_norm": grad_norm,
+            **{k: v / run.win_steps for k, v in run.win_metrics.items()},
+        }
         self._log(rec)
         if pbar is not None:
             pbar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['tokens_per_s']:.0f}", epoch=self.epoch)
@@ -584,8 +614,16 @@ class Trainer:
         improved = False
         if self.valid_fn is not None:
             metrics, improved = self._validate()
-            self._log({"event": "valid", "step": self.step, "epoch": self.epoch, **metrics,
-                       "best_metric": self.best_metric, "bad_epochs": self.bad_epochs})
+            self._log(
+                {
+                    "event": "valid",
+                    "step": self.step,
+                    "epoch": self.epoch,
+                    **metrics,
+                    "best_metric": self.best_metric,
+                    "bad_epochs": self.bad_epochs,
+                }
+            )
             if pbar is not None:
                 pbar.write(f"epoch {self.epoch}: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
         self.epoch += 1
@@ -595,7 +633,7 @@ class Trainer:
             return "early_stopping"
         return "interrupted" if self._agree_to_stop() else None
 
-    def _finish(self, run: "_RunStats", stop_reason: str, resumed_from: Path | None) -> dict:
+    def _finish(self, run: _RunStats, stop_reason: str, resumed_from: Path | None) -> dict:
         """The run's summary (also the log's last line); closes the log."""
         elapsed = time.perf_counter() - run.t0
         last = self.out_dir / step_dir_name(self.step)

@@ -9,12 +9,17 @@ writes a PNG there and returns the path as a ``pathlib.Path``.
   per caption word (Xu et al. 2015, Fig. 2).
 - :func:`plot_heads`, :func:`plot_transformer_heads`: per-layer x per-head maps.
 """
+
 from .heads import plot_heads, plot_transformer_heads
 from .heatmap import format_top_alignments, plot_alignment, plot_alignments
 from .overlay import plot_caption_attention, upsample_attention
 
 __all__ = [
-    "plot_alignment", "plot_alignments", "format_top_alignments",
-    "plot_caption_attention", "upsample_attention",
-    "plot_heads", "plot_transformer_heads",
+    "format_top_alignments",
+    "plot_alignment",
+    "plot_alignments",
+    "plot_caption_attention",
+    "plot_heads",
+    "plot_transformer_heads",
+    "upsample_attention",
 ]

@@ -5,11 +5,13 @@ backend is ever touched and no global figure state leaks between calls; saving g
 the Agg canvas.  Layouts are computed in inches from measured label sizes, so cells stay
 square and tick labels never overlap, whatever the token counts.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -37,8 +39,9 @@ def to_numpy(x: Any, name: str) -> np.ndarray:
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as e:
-        raise TypeError(f"{name} must be a torch.Tensor or numpy array of numbers, "
-                        f"got {type(x).__name__}: {e}") from None
+        raise TypeError(
+            f"{name} must be a torch.Tensor or numpy array of numbers, got {type(x).__name__}: {e}"
+        ) from None
     return arr
 
 
@@ -52,8 +55,9 @@ def squeeze_leading(arr: np.ndarray, ndim: int) -> np.ndarray:
 def check_tokens(tokens: Any, name: str) -> list[str]:
     """Return ``tokens`` as a list of str; reject a bare string (a common slip for a token list)."""
     if isinstance(tokens, (str, bytes)):
-        raise TypeError(f"{name} must be a list of tokens, not a single string "
-                        f"(did you mean {name}={str(tokens).split()!r}?)")
+        raise TypeError(
+            f"{name} must be a list of tokens, not a single string (did you mean {name}={str(tokens).split()!r}?)"
+        )
     try:
         return [str(t) for t in tokens]
     except TypeError:

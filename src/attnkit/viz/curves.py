@@ -1,18 +1,19 @@
 """BLEU by source sentence length, one curve per model (Bahdanau et al. 2015, Figure 2)."""
+
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
-
 
 from ._common import DEFAULT_DPI, new_figure, prepare_path, save_png
 
 __all__ = ["plot_bleu_by_length"]
 
 
-def plot_bleu_by_length(reports: Sequence[dict], path: str | os.PathLike, *, title: str | None = None,
-                        dpi: float = DEFAULT_DPI) -> Path:
+def plot_bleu_by_length(
+    reports: Sequence[dict], path: str | os.PathLike, *, title: str | None = None, dpi: float = DEFAULT_DPI
+) -> Path:
     """Plot BLEU per source-length bucket for each report of ``evaluate_translation``.
 
     Each report needs ``by_length`` (rows with ``bucket``, ``n``, ``bleu``) and ``model_type``

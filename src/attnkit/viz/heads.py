@@ -6,21 +6,32 @@ kinds a Transformer has (encoder self-attention, decoder self-attention, cross-a
 in one PNG and ends with the head-averaged cross-attention as an alignment, the
 Transformer's counterpart of Bahdanau's Figure 3.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from ._common import (DEFAULT_DPI, InchLayout, check_tokens, new_figure, save_png,
-                      squeeze_leading, tex_safe, text_width_in, to_numpy)
+from ._common import (
+    DEFAULT_DPI,
+    InchLayout,
+    check_tokens,
+    new_figure,
+    save_png,
+    squeeze_leading,
+    tex_safe,
+    text_width_in,
+    to_numpy,
+)
 from .heatmap import _draw_alignment, _panel_geometry
 
-__all__ = ["plot_heads", "plot_transformer_heads", "MAX_LABELLED_TOKENS"]
+__all__ = ["MAX_LABELLED_TOKENS", "plot_heads", "plot_transformer_heads"]
 
 MAX_LABELLED_TOKENS = 40  # above this many tokens, tick labels would be unreadable: drop them
-_GAP = 0.07               # inches between panels of one block
+_GAP = 0.07  # inches between panels of one block
 _MARGIN = 0.1
 _BLOCK_GAP = 0.3
 _CBAR_W, _CBAR_PAD, _CBAR_LABELS = 0.12, 0.12, 0.4
@@ -33,13 +44,13 @@ def _layers(attn: Any, name: str) -> list[tuple[str, np.ndarray]]:
     (H, Tq, Tk) per layer; a dict mapping a name to (H, Tq, Tk) (one row) or (L, H, Tq, Tk)
     (one row per layer, labelled ``name i``).  A leading batch of size 1 is dropped.
     """
+
     def arr(x: Any, label: str) -> np.ndarray:
         a = squeeze_leading(to_numpy(x, label), 3)
         return a
 
     def expected(a: np.ndarray, label: str) -> ValueError:
-        return ValueError(f"{label} has shape {tuple(a.shape)}; expected (H, Tq, Tk) per layer "
-                          f"or (L, H, Tq, Tk)")
+        return ValueError(f"{label} has shape {tuple(a.shape)}; expected (H, Tq, Tk) per layer or (L, H, Tq, Tk)")
 
     rows: list[tuple[str, np.ndarray]] = []
     if isinstance(attn, Mapping):
@@ -72,19 +83,22 @@ def _layers(attn: Any, name: str) -> list[tuple[str, np.ndarray]]:
     tq, tk = rows[0][1].shape[1:]
     for label, a in rows:
         if a.shape[1:] != (tq, tk):
-            raise ValueError(f"{name}: every layer must have the same (Tq, Tk); {label} has shape "
-                             f"{tuple(a.shape)} but the first layer has (H, {tq}, {tk})")
+            raise ValueError(
+                f"{name}: every layer must have the same (Tq, Tk); {label} has shape "
+                f"{tuple(a.shape)} but the first layer has (H, {tq}, {tk})"
+            )
     return rows
 
 
-def _check_len(tokens: Any, n: int, tok_name: str, attn_name: str, axis: str,
-               shape: tuple) -> list[str] | None:
+def _check_len(tokens: Any, n: int, tok_name: str, attn_name: str, axis: str, shape: tuple) -> list[str] | None:
     if tokens is None:
         return None
     toks = check_tokens(tokens, tok_name)
     if len(toks) != n:
-        raise ValueError(f"{attn_name} has per-layer shape {shape} (H, Tq, Tk) but "
-                         f"len({tok_name})={len(toks)}; expected {axis} == {len(toks)}")
+        raise ValueError(
+            f"{attn_name} has per-layer shape {shape} (H, Tq, Tk) but "
+            f"len({tok_name})={len(toks)}; expected {axis} == {len(toks)}"
+        )
     return toks
 
 
@@ -134,10 +148,21 @@ def _block(rows, q, k, title) -> _Block:
         pw, ph = max(side * tk / n, 0.35), max(side * tq / n, 0.35)
     row_label_w = (fs + 1) * 1.8 / 72
     left = row_label_w + (text_width_in(q, fs) + 0.06 if labelled else 0.0)
-    bottom = (text_width_in(k, fs) + 0.08 if labelled else 0.0)
-    return _Block(title=title, rows=rows, q=q, k=k, labelled=labelled, fs=fs, pw=pw, ph=ph,
-                  title_h=0.34 if title else 0.0, head_h=(fs + 1) * 1.7 / 72, bottom=bottom,
-                  left=left)
+    bottom = text_width_in(k, fs) + 0.08 if labelled else 0.0
+    return _Block(
+        title=title,
+        rows=rows,
+        q=q,
+        k=k,
+        labelled=labelled,
+        fs=fs,
+        pw=pw,
+        ph=ph,
+        title_h=0.34 if title else 0.0,
+        head_h=(fs + 1) * 1.7 / 72,
+        bottom=bottom,
+        left=left,
+    )
 
 
 def _draw_block(lay: InchLayout, x_grid: float, y: float, b: _Block, cmap: str) -> None:
@@ -148,16 +173,16 @@ def _draw_block(lay: InchLayout, x_grid: float, y: float, b: _Block, cmap: str) 
     vmax = float(finite.max()) if finite.size else 1.0
     vmax = vmax if vmax > vmin else vmin + 1.0
     if b.title:
-        lay.text(x_grid + b.grid_w / 2, y + 0.06, tex_safe(b.title), ha="center", va="top",
-                 fontsize=11, fontweight="bold")
+        lay.text(
+            x_grid + b.grid_w / 2, y + 0.06, tex_safe(b.title), ha="center", va="top", fontsize=11, fontweight="bold"
+        )
     top = y + b.title_h + b.head_h
     im = None
     last = len(b.rows) - 1
     for r, (label, a) in enumerate(b.rows):
         for h in range(a.shape[0]):
             ax = lay.add_axes(x_grid + h * (b.pw + _GAP), top + r * (b.ph + _GAP), b.pw, b.ph)
-            im = ax.imshow(a[h], cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto",
-                           interpolation="nearest")
+            im = ax.imshow(a[h], cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
             ax.tick_params(length=0, labelsize=b.fs, pad=2)
             if b.labelled and h == 0:
                 ax.set_yticks(range(len(b.q)), [tex_safe(t) for t in b.q])
@@ -180,8 +205,7 @@ def _draw_block(lay: InchLayout, x_grid: float, y: float, b: _Block, cmap: str) 
     cb.outline.set_linewidth(0.5)
 
 
-def _render(blocks: list[_Block], path: Any, cmap: str, dpi: float, title: str | None,
-            alignment: tuple | None = None):
+def _render(blocks: list[_Block], path: Any, cmap: str, dpi: float, title: str | None, alignment: tuple | None = None):
     left = max(b.left for b in blocks)
     width = max(left + b.grid_w + b.right for b in blocks)
     sup_h = 0.45 if title else 0.0
@@ -195,23 +219,28 @@ def _render(blocks: list[_Block], path: Any, cmap: str, dpi: float, title: str |
     lay = InchLayout(fig)
     y = _MARGIN
     if title:
-        lay.text((width + 2 * _MARGIN) / 2, y, tex_safe(title), ha="center", va="top",
-                 fontsize=13, fontweight="bold")
+        lay.text((width + 2 * _MARGIN) / 2, y, tex_safe(title), ha="center", va="top", fontsize=13, fontweight="bold")
         y += sup_h
     for b in blocks:
         _draw_block(lay, _MARGIN + left, y, b, cmap)
         y += b.height + _BLOCK_GAP
     if alignment is not None:
-        x = _MARGIN + max(0.0, left + blocks[0].grid_w / 2 - (geo.left_labels + geo.grid_w / 2)) \
-            if blocks else _MARGIN
+        x = _MARGIN + max(0.0, left + blocks[0].grid_w / 2 - (geo.left_labels + geo.grid_w / 2)) if blocks else _MARGIN
         x = min(x, _MARGIN + width - geo.width)
         _draw_alignment(lay, max(x, _MARGIN), y, geo, w, src, tgt, a_title, cmap, 0.0, None)
     return save_png(fig, path, dpi)
 
 
-def plot_heads(attn: Any, path: Any, *, query_tokens: Sequence[str] | None = None,
-               key_tokens: Sequence[str] | None = None, title: str | None = None,
-               cmap: str = "viridis", dpi: float = DEFAULT_DPI):
+def plot_heads(
+    attn: Any,
+    path: Any,
+    *,
+    query_tokens: Sequence[str] | None = None,
+    key_tokens: Sequence[str] | None = None,
+    title: str | None = None,
+    cmap: str = "viridis",
+    dpi: float = DEFAULT_DPI,
+):
     """Draw a grid of attention maps, one row per layer and one column per head, as a PNG.
 
     ``attn`` is an (L, H, Tq, Tk) (or single-layer (H, Tq, Tk)) tensor/array, a list with one
@@ -230,10 +259,19 @@ def plot_heads(attn: Any, path: Any, *, query_tokens: Sequence[str] | None = Non
     return _render([_block(rows, q, k, None)], path, cmap, dpi, title)
 
 
-def plot_transformer_heads(enc_self: Any, dec_self: Any, cross: Any, src_tokens: Sequence[str],
-                           tgt_tokens: Sequence[str], path: Any, *, title: str | None = None,
-                           alignment_layer: int | None = -1, cmap: str = "viridis",
-                           dpi: float = DEFAULT_DPI):
+def plot_transformer_heads(
+    enc_self: Any,
+    dec_self: Any,
+    cross: Any,
+    src_tokens: Sequence[str],
+    tgt_tokens: Sequence[str],
+    path: Any,
+    *,
+    title: str | None = None,
+    alignment_layer: int | None = -1,
+    cmap: str = "viridis",
+    dpi: float = DEFAULT_DPI,
+):
     """Draw a Transformer's attention in one PNG: encoder self, decoder self, cross, alignment.
 
     ``enc_self`` is (L, H, S, S), ``dec_self`` (L, H, T, T), ``cross`` (L, H, T, S) (or any
@@ -246,9 +284,11 @@ def plot_transformer_heads(enc_self: Any, dec_self: Any, cross: Any, src_tokens:
     """
     src = check_tokens(src_tokens, "src_tokens")
     tgt = check_tokens(tgt_tokens, "tgt_tokens")
-    specs = [("enc_self", enc_self, src, src, "encoder self-attention"),
-             ("dec_self", dec_self, tgt, tgt, "decoder self-attention"),
-             ("cross", cross, tgt, src, "cross-attention (decoder → encoder)")]
+    specs = [
+        ("enc_self", enc_self, src, src, "encoder self-attention"),
+        ("dec_self", dec_self, tgt, tgt, "decoder self-attention"),
+        ("cross", cross, tgt, src, "cross-attention (decoder → encoder)"),
+    ]
     blocks, cross_rows = [], None
     for name, attn, q, k, label in specs:
         if attn is None:
@@ -256,11 +296,18 @@ def plot_transformer_heads(enc_self: Any, dec_self: Any, cross: Any, src_tokens:
         rows = _layers(attn, name)
         h, tq, tk = rows[0][1].shape
         if (tq, tk) != (len(q), len(k)):
-            qn, kn = ("src_tokens", "src_tokens") if name == "enc_self" else \
-                ("tgt_tokens", "tgt_tokens") if name == "dec_self" else ("tgt_tokens", "src_tokens")
-            raise ValueError(f"{name} has per-layer shape {(h, tq, tk)} (H, Tq, Tk) but "
-                             f"len({qn})={len(q)} and len({kn})={len(k)}; expected "
-                             f"(H, {len(q)}, {len(k)})")
+            qn, kn = (
+                ("src_tokens", "src_tokens")
+                if name == "enc_self"
+                else ("tgt_tokens", "tgt_tokens")
+                if name == "dec_self"
+                else ("tgt_tokens", "src_tokens")
+            )
+            raise ValueError(
+                f"{name} has per-layer shape {(h, tq, tk)} (H, Tq, Tk) but "
+                f"len({qn})={len(q)} and len({kn})={len(k)}; expected "
+                f"(H, {len(q)}, {len(k)})"
+            )
         blocks.append(_block(rows, q, k, label))
         if name == "cross":
             cross_rows = rows
@@ -272,10 +319,15 @@ def plot_transformer_heads(enc_self: Any, dec_self: Any, cross: Any, src_tokens:
             w = np.mean([a.mean(axis=0) for _, a in cross_rows], axis=0)
             a_title = f"cross-attention, mean over {len(cross_rows)} layers and heads"
         else:
-            if not isinstance(alignment_layer, (int, np.integer)) or isinstance(alignment_layer, bool) \
-                    or not -len(cross_rows) <= alignment_layer < len(cross_rows):
-                raise ValueError(f"alignment_layer must be an int in [-{len(cross_rows)}, "
-                                 f"{len(cross_rows)}) or None, got {alignment_layer!r}")
+            if (
+                not isinstance(alignment_layer, (int, np.integer))
+                or isinstance(alignment_layer, bool)
+                or not -len(cross_rows) <= alignment_layer < len(cross_rows)
+            ):
+                raise ValueError(
+                    f"alignment_layer must be an int in [-{len(cross_rows)}, "
+                    f"{len(cross_rows)}) or None, got {alignment_layer!r}"
+                )
             label, a = cross_rows[alignment_layer]
             w = a.mean(axis=0)
             a_title = f"cross-attention, {label}, mean over {a.shape[0]} heads"

@@ -5,27 +5,40 @@ Source words run along the top (rotated), target words down the left, one square
 while emitting that target word; a near-diagonal band with local swaps (e.g. adjective-noun
 order) is what a working attention model looks like.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from ._common import (DEFAULT_DPI, InchLayout, check_tokens, color_limits, new_figure,
-                      save_png, squeeze_leading, tex_safe, text_width_in, to_numpy)
+from ._common import (
+    DEFAULT_DPI,
+    InchLayout,
+    check_tokens,
+    color_limits,
+    new_figure,
+    save_png,
+    squeeze_leading,
+    tex_safe,
+    text_width_in,
+    to_numpy,
+)
 
-__all__ = ["plot_alignment", "plot_alignments", "format_top_alignments"]
+__all__ = ["format_top_alignments", "plot_alignment", "plot_alignments"]
 
-_TICK_PAD = 0.06     # inches between a tick label and the grid
-_CBAR_PAD = 0.12     # inches between grid and colour bar
-_CBAR_W = 0.14       # colour bar width
+_TICK_PAD = 0.06  # inches between a tick label and the grid
+_CBAR_PAD = 0.12  # inches between grid and colour bar
+_CBAR_W = 0.14  # colour bar width
 _CBAR_LABELS = 0.36  # room for the colour bar's tick labels
 _MARGIN = 0.1
 
 
-def _check_alignment(weights: Any, src_tokens: Any, tgt_tokens: Any,
-                     name: str = "weights") -> tuple[np.ndarray, list[str], list[str]]:
+def _check_alignment(
+    weights: Any, src_tokens: Any, tgt_tokens: Any, name: str = "weights"
+) -> tuple[np.ndarray, list[str], list[str]]:
     """Validate a (T_tgt, T_src) weight matrix against its token lists."""
     src = check_tokens(src_tokens, "src_tokens")
     tgt = check_tokens(tgt_tokens, "tgt_tokens")
@@ -34,13 +47,15 @@ def _check_alignment(weights: Any, src_tokens: Any, tgt_tokens: Any,
         raise ValueError(
             f"{name} has shape {tuple(w.shape)} but len(tgt_tokens)={len(tgt)} and "
             f"len(src_tokens)={len(src)}; expected (len(tgt_tokens), len(src_tokens)) = "
-            f"({len(tgt)}, {len(src)})")
+            f"({len(tgt)}, {len(src)})"
+        )
     return w, src, tgt
 
 
 @dataclass
 class _Panel:
     """Inch geometry of one alignment panel (title, labels, grid, colour bar)."""
+
     cell: float
     fontsize: float
     title_h: float
@@ -66,16 +81,32 @@ def _panel_geometry(src: list[str], tgt: list[str], title: str | None) -> _Panel
     fontsize = float(np.clip(cell * 72 * 0.5, 5.5, 10.0))
     title_h = (fontsize + 2) * 2.0 / 72 if title else 0.0
     return _Panel(
-        cell=cell, fontsize=fontsize, title_h=title_h,
+        cell=cell,
+        fontsize=fontsize,
+        title_h=title_h,
         top_labels=text_width_in(src, fontsize) + _TICK_PAD + 0.04,
         left_labels=text_width_in(tgt, fontsize) + _TICK_PAD + 0.04,
-        grid_w=cell * max(len(src), 1), grid_h=cell * max(len(tgt), 1))
+        grid_w=cell * max(len(src), 1),
+        grid_h=cell * max(len(tgt), 1),
+    )
 
 
-def _draw_alignment(lay: InchLayout, x: float, y: float, geo: _Panel, w: np.ndarray,
-                    src: list[str], tgt: list[str], title: str | None, cmap: str,
-                    vmin: float | None, vmax: float | None, xlabel: str | None = None,
-                    ylabel: str | None = None, gold: tuple | None = None) -> None:
+def _draw_alignment(
+    lay: InchLayout,
+    x: float,
+    y: float,
+    geo: _Panel,
+    w: np.ndarray,
+    src: list[str],
+    tgt: list[str],
+    title: str | None,
+    cmap: str,
+    vmin: float | None,
+    vmax: float | None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    gold: tuple | None = None,
+) -> None:
     """Draw one alignment panel with its top-left corner at (x, y) inches."""
     lo, hi = color_limits(w, vmin, vmax)
     gx, gy = x + geo.left_labels, y + geo.title_h + geo.top_labels
@@ -95,11 +126,20 @@ def _draw_alignment(lay: InchLayout, x: float, y: float, geo: _Panel, w: np.ndar
     if gold is not None:  # gold links (source, target): sure as squares, possible-only as dots
         sure, possible = set(gold[0]), set(gold[1]) - set(gold[0])
         if sure:
-            ax.scatter([i for i, _ in sure], [j for _, j in sure], marker="s", s=40, facecolors="none",
-                       edgecolors="#d62728", linewidths=1.2, label="sure")
+            ax.scatter(
+                [i for i, _ in sure],
+                [j for _, j in sure],
+                marker="s",
+                s=40,
+                facecolors="none",
+                edgecolors="#d62728",
+                linewidths=1.2,
+                label="sure",
+            )
         if possible:
-            ax.scatter([i for i, _ in possible], [j for _, j in possible], marker="o", s=10, color="#ff7f0e",
-                       label="possible")
+            ax.scatter(
+                [i for i, _ in possible], [j for _, j in possible], marker="o", s=10, color="#ff7f0e", label="possible"
+            )
         ax.set_xlim(-0.5, len(src) - 0.5)
         ax.set_ylim(len(tgt) - 0.5, -0.5)
     for side in ax.spines.values():
@@ -114,14 +154,31 @@ def _draw_alignment(lay: InchLayout, x: float, y: float, geo: _Panel, w: np.ndar
     cb.ax.tick_params(labelsize=min(fs, 8), length=2)
     cb.outline.set_linewidth(0.5)
     if title:
-        lay.text(x + geo.left_labels + geo.grid_w / 2, y + geo.title_h * 0.3, tex_safe(title),
-                 ha="center", va="top", fontsize=fs + 2, fontweight="bold")
+        lay.text(
+            x + geo.left_labels + geo.grid_w / 2,
+            y + geo.title_h * 0.3,
+            tex_safe(title),
+            ha="center",
+            va="top",
+            fontsize=fs + 2,
+            fontweight="bold",
+        )
 
 
-def plot_alignment(weights: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str], path: Any,
-                   *, title: str | None = None, cmap: str = "gray_r",
-                   vmin: float | None = None, vmax: float | None = None,
-                   dpi: float = DEFAULT_DPI, sure=None, possible=None):
+def plot_alignment(
+    weights: Any,
+    src_tokens: Sequence[str],
+    tgt_tokens: Sequence[str],
+    path: Any,
+    *,
+    title: str | None = None,
+    cmap: str = "gray_r",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    dpi: float = DEFAULT_DPI,
+    sure=None,
+    possible=None,
+):
     """Draw a (T_tgt, T_src) attention matrix as an alignment heatmap and write it as a PNG.
 
     ``sure`` / ``possible``: gold links ``(source index, target index)`` drawn over the cells
@@ -144,9 +201,16 @@ def plot_alignment(weights: Any, src_tokens: Sequence[str], tgt_tokens: Sequence
     return save_png(fig, path, dpi)
 
 
-def plot_alignments(items: Sequence[Sequence[Any]], path: Any, ncols: int = 2, *,
-                    cmap: str = "gray_r", vmin: float | None = None, vmax: float | None = None,
-                    dpi: float = DEFAULT_DPI):
+def plot_alignments(
+    items: Sequence[Sequence[Any]],
+    path: Any,
+    ncols: int = 2,
+    *,
+    cmap: str = "gray_r",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    dpi: float = DEFAULT_DPI,
+):
     """Draw several alignment heatmaps (one per sentence) into one PNG, ``ncols`` per row.
 
     ``items`` is a list of ``(weights, src_tokens, tgt_tokens, title)`` tuples (``title`` may
@@ -161,9 +225,11 @@ def plot_alignments(items: Sequence[Sequence[Any]], path: Any, ncols: int = 2, *
     panels = []
     for i, item in enumerate(items):
         if not isinstance(item, (tuple, list)) or len(item) not in (3, 4):
-            raise ValueError(f"items[{i}] must be a (weights, src_tokens, tgt_tokens[, title]) "
-                             f"tuple, got {type(item).__name__} of length "
-                             f"{len(item) if hasattr(item, '__len__') else '?'}")
+            raise ValueError(
+                f"items[{i}] must be a (weights, src_tokens, tgt_tokens[, title]) "
+                f"tuple, got {type(item).__name__} of length "
+                f"{len(item) if hasattr(item, '__len__') else '?'}"
+            )
         title = item[3] if len(item) == 4 else None
         w, src, tgt = _check_alignment(item[0], item[1], item[2], name=f"items[{i}] weights")
         panels.append((w, src, tgt, title, _panel_geometry(src, tgt, title)))
@@ -171,9 +237,8 @@ def plot_alignments(items: Sequence[Sequence[Any]], path: Any, ncols: int = 2, *
     nrows = -(-len(panels) // ncols)
     gap = 0.3
     col_w = [max(p[4].width for p in panels[c::ncols]) for c in range(ncols)]
-    row_h = [max(p[4].height for p in panels[r * ncols:(r + 1) * ncols]) for r in range(nrows)]
-    fig = new_figure(sum(col_w) + gap * (ncols - 1) + 2 * _MARGIN,
-                     sum(row_h) + gap * (nrows - 1) + 2 * _MARGIN)
+    row_h = [max(p[4].height for p in panels[r * ncols : (r + 1) * ncols]) for r in range(nrows)]
+    fig = new_figure(sum(col_w) + gap * (ncols - 1) + 2 * _MARGIN, sum(row_h) + gap * (nrows - 1) + 2 * _MARGIN)
     lay = InchLayout(fig)
     for i, (w, src, tgt, title, geo) in enumerate(panels):
         r, c = divmod(i, ncols)
@@ -183,8 +248,7 @@ def plot_alignments(items: Sequence[Sequence[Any]], path: Any, ncols: int = 2, *
     return save_png(fig, path, dpi)
 
 
-def format_top_alignments(weights: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
-                          k: int = 3) -> str:
+def format_top_alignments(weights: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str], k: int = 3) -> str:
     """Return a text table: for each target token, its top-``k`` source tokens with weights.
 
     Meant for a terminal (``--show-attention``), where a heatmap cannot be shown.  Ties are

@@ -6,9 +6,11 @@ image size and blended over it.  An optional box per word (e.g. the ground-truth
 the object the word names) is drawn on top, so a reader sees at a glance whether the model
 looked at the right place.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -16,8 +18,7 @@ import torch
 import torch.nn.functional as F
 from matplotlib.patches import Rectangle
 
-from ._common import (DEFAULT_DPI, InchLayout, check_tokens, new_figure, save_png, tex_safe,
-                      to_numpy)
+from ._common import DEFAULT_DPI, InchLayout, check_tokens, new_figure, save_png, tex_safe, to_numpy
 
 __all__ = ["plot_caption_attention", "upsample_attention"]
 
@@ -39,23 +40,28 @@ def _attention_grid(alphas: Any, grid_shape: Any) -> np.ndarray:
     a = to_numpy(alphas, "alphas")
     if a.ndim == 3:
         if grid_shape is not None and tuple(_check_size(grid_shape, "grid_shape")) != a.shape[1:]:
-            raise ValueError(f"alphas has shape {tuple(a.shape)} but grid_shape={tuple(grid_shape)}; "
-                             f"expected alphas of shape (T, {grid_shape[0]}, {grid_shape[1]})")
+            raise ValueError(
+                f"alphas has shape {tuple(a.shape)} but grid_shape={tuple(grid_shape)}; "
+                f"expected alphas of shape (T, {grid_shape[0]}, {grid_shape[1]})"
+            )
         return a
     if a.ndim == 2:
         if grid_shape is None:
-            raise ValueError(f"alphas has shape {tuple(a.shape)} (T, L): pass grid_shape=(h, w) "
-                             f"with h * w == L == {a.shape[1]}")
+            raise ValueError(
+                f"alphas has shape {tuple(a.shape)} (T, L): pass grid_shape=(h, w) with h * w == L == {a.shape[1]}"
+            )
         h, w = _check_size(grid_shape, "grid_shape")
         if h * w != a.shape[1]:
-            raise ValueError(f"alphas has shape {tuple(a.shape)} but grid_shape={(h, w)} gives "
-                             f"h * w = {h * w}; expected L == h * w")
+            raise ValueError(
+                f"alphas has shape {tuple(a.shape)} but grid_shape={(h, w)} gives h * w = {h * w}; expected L == h * w"
+            )
         return a.reshape(a.shape[0], h, w)
     raise ValueError(f"alphas must have shape (T, h, w) or (T, L), got {tuple(a.shape)}")
 
 
-def upsample_attention(alphas: Any, grid_shape: tuple[int, int] | None, size: tuple[int, int],
-                       mode: str = "bilinear") -> np.ndarray:
+def upsample_attention(
+    alphas: Any, grid_shape: tuple[int, int] | None, size: tuple[int, int], mode: str = "bilinear"
+) -> np.ndarray:
     """Upsample per-word attention grids to image resolution; returns float32 (T, H, W).
 
     ``alphas`` is (T, h, w), or (T, L) with ``grid_shape=(h, w)`` and L == h * w (the flat
@@ -79,16 +85,18 @@ def upsample_attention(alphas: Any, grid_shape: tuple[int, int] | None, size: tu
     src_mean = t.mean(dim=(-1, -2, -3))
     up_mean = up.mean(dim=(-1, -2))
     ok = up_mean.abs() > 1e-12
-    scale = torch.where(ok, src_mean / torch.where(ok, up_mean, torch.ones_like(up_mean)),
-                        torch.ones_like(up_mean))
+    scale = torch.where(ok, src_mean / torch.where(ok, up_mean, torch.ones_like(up_mean)), torch.ones_like(up_mean))
     return (up * scale[:, None, None]).to(torch.float32).numpy()
 
 
 def _image_hwc(image: Any) -> np.ndarray:
     """Return ``image`` as float (H, W, 3) in [0, 1], from (H, W), (C, H, W) or (H, W, C)."""
     is_tensor = isinstance(image, torch.Tensor)
-    integer = (image.dtype in (torch.uint8, torch.int16, torch.int32, torch.int64) if is_tensor
-               else np.issubdtype(np.asarray(image).dtype, np.integer))
+    integer = (
+        image.dtype in (torch.uint8, torch.int16, torch.int32, torch.int64)
+        if is_tensor
+        else np.issubdtype(np.asarray(image).dtype, np.integer)
+    )
     img = to_numpy(image, "image")
     if img.ndim == 3:
         chw = img.shape[0] in (1, 3, 4)
@@ -96,8 +104,9 @@ def _image_hwc(image: Any) -> np.ndarray:
         if chw and (not hwc or is_tensor):  # torch images are channel-first by convention
             img = np.moveaxis(img, 0, -1)
         elif not hwc:
-            raise ValueError(f"image has shape {tuple(img.shape)}; expected (H, W), (C, H, W) or "
-                             f"(H, W, C) with C in 1, 3, 4")
+            raise ValueError(
+                f"image has shape {tuple(img.shape)}; expected (H, W), (C, H, W) or (H, W, C) with C in 1, 3, 4"
+            )
         img = img[..., :3]
         if img.shape[-1] == 1:
             img = img[..., 0]
@@ -117,8 +126,10 @@ def _check_boxes(boxes: Any, n: int) -> list:
     if boxes is None:
         return [None] * n
     if isinstance(boxes, (str, bytes)) or len(boxes) != n:
-        raise ValueError(f"boxes must have one entry per word (len(words)={n}), "
-                         f"got {len(boxes) if hasattr(boxes, '__len__') else type(boxes).__name__}")
+        raise ValueError(
+            f"boxes must have one entry per word (len(words)={n}), "
+            f"got {len(boxes) if hasattr(boxes, '__len__') else type(boxes).__name__}"
+        )
     out = []
     for i, b in enumerate(boxes):
         if b is None:
@@ -132,13 +143,23 @@ def _check_boxes(boxes: Any, n: int) -> list:
     return out
 
 
-def plot_caption_attention(image: Any, words: Sequence[str], alphas: Any, path: Any, *,
-                           grid_shape: tuple[int, int] | None = None,
-                           boxes: Sequence[Any] | None = None, ncols: int = 5,
-                           upsample: str = "bilinear", cmap: str = "jet", alpha: float = 0.7,
-                           normalize: str = "shared",
-                           title: str | None = None, panel_size: float = 2.0,
-                           dpi: float = DEFAULT_DPI):
+def plot_caption_attention(
+    image: Any,
+    words: Sequence[str],
+    alphas: Any,
+    path: Any,
+    *,
+    grid_shape: tuple[int, int] | None = None,
+    boxes: Sequence[Any] | None = None,
+    ncols: int = 5,
+    upsample: str = "bilinear",
+    cmap: str = "jet",
+    alpha: float = 0.7,
+    normalize: str = "shared",
+    title: str | None = None,
+    panel_size: float = 2.0,
+    dpi: float = DEFAULT_DPI,
+):
     """Draw the image, then one panel per word with its attention map blended over the image.
 
     ``image`` is (H, W), (C, H, W) or (H, W, C) (uint8 or float; torch tensors are read
@@ -157,8 +178,10 @@ def plot_caption_attention(image: Any, words: Sequence[str], alphas: Any, path: 
     img = _image_hwc(image)
     grid = _attention_grid(alphas, grid_shape)
     if grid.shape[0] != len(words):
-        raise ValueError(f"alphas has shape {tuple(to_numpy(alphas, 'alphas').shape)} with "
-                         f"T={grid.shape[0]} maps but len(words)={len(words)}; expected T == len(words)")
+        raise ValueError(
+            f"alphas has shape {tuple(to_numpy(alphas, 'alphas').shape)} with "
+            f"T={grid.shape[0]} maps but len(words)={len(words)}; expected T == len(words)"
+        )
     if isinstance(ncols, bool) or not isinstance(ncols, (int, np.integer)) or ncols < 1:
         raise ValueError(f"ncols must be a positive int, got {ncols!r}")
     box_list = _check_boxes(boxes, len(words))
@@ -180,17 +203,16 @@ def plot_caption_attention(image: Any, words: Sequence[str], alphas: Any, path: 
     ph = pw * H / W
     title_h, gap, margin = 0.32, 0.12, 0.08
     sup_h = 0.4 if title else 0.0
-    fig = new_figure(2 * margin + ncols * pw + (ncols - 1) * gap,
-                     2 * margin + sup_h + nrows * (ph + title_h) + (nrows - 1) * gap)
+    fig = new_figure(
+        2 * margin + ncols * pw + (ncols - 1) * gap, 2 * margin + sup_h + nrows * (ph + title_h) + (nrows - 1) * gap
+    )
     lay = InchLayout(fig)
     if title:
-        lay.text(lay.W / 2, margin, tex_safe(title), ha="center", va="top", fontsize=13,
-                 fontweight="bold")
+        lay.text(lay.W / 2, margin, tex_safe(title), ha="center", va="top", fontsize=13, fontweight="bold")
     extent = (-0.5, W - 0.5, H - 0.5, -0.5)  # pixel-centre coordinates, so boxes line up
     for i in range(n):
         r, c = divmod(i, ncols)
-        ax = lay.add_axes(margin + c * (pw + gap),
-                          margin + sup_h + r * (ph + title_h + gap) + title_h, pw, ph)
+        ax = lay.add_axes(margin + c * (pw + gap), margin + sup_h + r * (ph + title_h + gap) + title_h, pw, ph)
         ax.imshow(img, extent=extent, interpolation="nearest" if max(H, W) < 128 else "antialiased")
         ax.set_axis_off()
         if i == 0:
@@ -203,8 +225,12 @@ def plot_caption_attention(image: Any, words: Sequence[str], alphas: Any, path: 
         b = box_list[i - 1]
         if b is not None:
             x0, y0, x1, y1 = b
-            ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0, y1 - y0, fill=False,
-                                   edgecolor="white", linewidth=2.2))
-            ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0, y1 - y0, fill=False,
-                                   edgecolor="black", linewidth=0.8, linestyle="--"))
+            ax.add_patch(
+                Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0, y1 - y0, fill=False, edgecolor="white", linewidth=2.2)
+            )
+            ax.add_patch(
+                Rectangle(
+                    (x0 - 0.5, y0 - 0.5), x1 - x0, y1 - y0, fill=False, edgecolor="black", linewidth=0.8, linestyle="--"
+                )
+            )
     return save_png(fig, path, dpi)

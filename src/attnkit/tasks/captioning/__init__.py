@@ -7,6 +7,7 @@ files), ``loss``, ``inference`` (the wrapper people use: :class:`Captioner`), ``
 ``evaluate``, ``train``, and the ``demo`` part. The CLI (``attnkit train captioning``, ``caption``,
 ``evaluate captioning``) and ``make demo`` call these.
 """
+
 from .config import VOCAB_FILE, CaptioningConfig
 from .data import collate_photo_captions, load_image_file, photo_caption_batches, scene_batches, scene_order
 from .demo import caption_demo, overlay_for_scene
@@ -17,9 +18,24 @@ from .metrics import attention_correctness, attention_mass_in_box, caption_score
 from .train import build_captioner, train_captioning, warm_start
 
 __all__ = [
-    "VOCAB_FILE", "CaptioningConfig", "collate_photo_captions", "load_image_file", "photo_caption_batches",
-    "scene_batches", "scene_order", "caption_demo",
-    "overlay_for_scene", "evaluate_captioning", "Captioner", "caption_loss_fn", "update_reward_baseline",
-    "attention_correctness", "attention_mass_in_box", "caption_scores", "words_to_items", "build_captioner",
-    "train_captioning", "warm_start",
+    "VOCAB_FILE",
+    "Captioner",
+    "CaptioningConfig",
+    "attention_correctness",
+    "attention_mass_in_box",
+    "build_captioner",
+    "caption_demo",
+    "caption_loss_fn",
+    "caption_scores",
+    "collate_photo_captions",
+    "evaluate_captioning",
+    "load_image_file",
+    "overlay_for_scene",
+    "photo_caption_batches",
+    "scene_batches",
+    "scene_order",
+    "train_captioning",
+    "update_reward_baseline",
+    "warm_start",
+    "words_to_items",
 ]

@@ -1,4 +1,5 @@
 """What ``attnkit train captioning`` takes: the task's options and, nested, the model's config."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -30,25 +31,34 @@ class CaptioningConfig:
     lr: float = option(2e-3, "Adam's learning rate")
     clip_grad_norm: float = option(5.0, "clip the gradient norm to this")
     epochs: int = option(30, "at most this many epochs (of --scenes-per-epoch scenes)")
-    scenes_per_epoch: int | None = option(4000, "scenes (or image-caption pairs, with --captions) per epoch: a "
-                                          "validation and a `best` checkpoint this often; 0: one whole pass")
+    scenes_per_epoch: int | None = option(
+        4000,
+        "scenes (or image-caption pairs, with --captions) per epoch: a "
+        "validation and a `best` checkpoint this often; 0: one whole pass",
+    )
     max_steps: int | None = option(None, "stop after this many optimizer steps")
     max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds")
     patience: int | None = option(None, "stop after this many validations without a better BLEU-4")
     save_every_steps: int = option(200, "write a step checkpoint this often")
-    valid_scenes: int = option(300, "validation scenes (or `val` images, with --captions) captioned at every "
-                               "validation")
+    valid_scenes: int = option(
+        300, "validation scenes (or `val` images, with --captions) captioned at every validation"
+    )
     limit_train: int | None = option(None, "train on the first N scenes (or images) only")
-    captions: str | None = option(None, "train on photos instead of the scenes: a Karpathy-split caption JSON "
-                                  "(Flickr8k, Flickr30k, COCO); its `val` images validate", metavar="JSON")
+    captions: str | None = option(
+        None,
+        "train on photos instead of the scenes: a Karpathy-split caption JSON "
+        "(Flickr8k, Flickr30k, COCO); its `val` images validate",
+        metavar="JSON",
+    )
     images: str | None = option(None, "the folder of the --captions images", metavar="DIR")
     encoder_from: str | None = option(None, "a `train classifier` checkpoint whose conv trunk starts the encoder")
     init_from: str | None = option(None, "warm start from a captioner checkpoint (every weight whose shape fits)")
     seed: int = option(0, "random seed (weights, batches, sampling)")
     threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
     device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
-    precision: str = option("fp32", "training precision: fp32, bf16 or fp16 (autocast), or auto",
-                            choices=("fp32", "bf16", "fp16", "auto"))
+    precision: str = option(
+        "fp32", "training precision: fp32, bf16 or fp16 (autocast), or auto", choices=("fp32", "bf16", "fp16", "auto")
+    )
     progress: bool = option(True, "show a progress bar", cli=False)
     model_config: CaptionerConfig = option(default_factory=_default_model, help="the model's config")
 
@@ -57,11 +67,24 @@ class CaptioningConfig:
             self.model_config = CaptionerConfig.from_dict(self.model_config)
         if not isinstance(self.model_config, CaptionerConfig):
             raise ConfigError(f"model_config must be a CaptionerConfig, got {type(self.model_config).__name__}")
-        require_positive(self, "batch_size", "lr", "epochs", "max_steps", "max_time_s", "patience", "save_every_steps",
-                         "valid_scenes", "limit_train", "threads")
+        require_positive(
+            self,
+            "batch_size",
+            "lr",
+            "epochs",
+            "max_steps",
+            "max_time_s",
+            "patience",
+            "save_every_steps",
+            "valid_scenes",
+            "limit_train",
+            "threads",
+        )
         if (self.captions is None) != (self.images is None):
-            raise ConfigError("captions and images go together: give both (a Karpathy JSON and its image folder) "
-                              "or neither (the scenes)")
+            raise ConfigError(
+                "captions and images go together: give both (a Karpathy JSON and its image folder) "
+                "or neither (the scenes)"
+            )
         if self.out_dir is None:
             self.out_dir = f"runs/captioner-{self.model_config.attention}"
 

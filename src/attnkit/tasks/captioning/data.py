@@ -1,8 +1,10 @@
 """Caption batches for training (the scenes, or photos with Karpathy-format captions), and image files."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,13 +25,14 @@ def scene_order(n: int, per_epoch: int, seed: int, epoch: int, shuffle: bool = T
         k, off = divmod(start, n)
         take = min(n - off, stop - start)
         perm = shuffled(n, seed, k) if shuffle else list(range(n))
-        out += perm[off:off + take]
+        out += perm[off : off + take]
         start += take
     return out
 
 
-def _stream_batches(n: int, collate: Callable[[Sequence[int]], Any], *, batch_size: int, seed: int,
-                    per_epoch: int | None, shuffle: bool) -> Batches:
+def _stream_batches(
+    n: int, collate: Callable[[Sequence[int]], Any], *, batch_size: int, seed: int, per_epoch: int | None, shuffle: bool
+) -> Batches:
     """Resumable batches of ``collate(indices)`` over ``n`` examples, epochs as :func:`scene_order` cuts them."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -39,33 +42,58 @@ def _stream_batches(n: int, collate: Callable[[Sequence[int]], Any], *, batch_si
 
     def plan(epoch):
         idx = scene_order(n, per_epoch, seed, epoch, shuffle)
-        return [idx[i:i + batch_size] for i in range(0, len(idx), batch_size)]
+        return [idx[i : i + batch_size] for i in range(0, len(idx), batch_size)]
 
     return Batches(plan, lambda idx, epoch, i: collate(idx), fingerprint={"seed": seed, "per_epoch": per_epoch})
 
 
-def scene_batches(dataset: ScenesDataset, *, batch_size: int, seed: int, scenes_per_epoch: int | None = None,
-                  shuffle: bool = True) -> Batches:
+def scene_batches(
+    dataset: ScenesDataset, *, batch_size: int, seed: int, scenes_per_epoch: int | None = None, shuffle: bool = True
+) -> Batches:
     """Resumable batches of collated scenes (see :func:`scene_order` for what an epoch is)."""
-    return _stream_batches(len(dataset), lambda idx: collate_captions([dataset[j] for j in idx]),
-                           batch_size=batch_size, seed=seed, per_epoch=scenes_per_epoch, shuffle=shuffle)
+    return _stream_batches(
+        len(dataset),
+        lambda idx: collate_captions([dataset[j] for j in idx]),
+        batch_size=batch_size,
+        seed=seed,
+        per_epoch=scenes_per_epoch,
+        shuffle=shuffle,
+    )
 
 
 def collate_photo_captions(pairs: Sequence[tuple[KarpathyImage, str]], vocab: CaptionVocab, canvas: int) -> dict:
     """A batch of (image, caption) pairs: ``images (B, 1, C, C)`` (read by :func:`load_image_file`),
     ``captions (B, T)`` (bos, words, eos; unknown words → unk), ``lengths (B,)`` and ``texts``."""
     captions, lengths = pad_captions([vocab.encode(c) for _, c in pairs])
-    return {"images": torch.stack([load_image_file(im.path, canvas) for im, _ in pairs]),
-            "captions": captions, "lengths": lengths, "texts": [c for _, c in pairs]}
+    return {
+        "images": torch.stack([load_image_file(im.path, canvas) for im, _ in pairs]),
+        "captions": captions,
+        "lengths": lengths,
+        "texts": [c for _, c in pairs],
+    }
 
 
-def photo_caption_batches(images: Sequence[KarpathyImage], vocab: CaptionVocab, *, canvas: int, batch_size: int,
-                          seed: int, pairs_per_epoch: int | None = None, shuffle: bool = True) -> Batches:
+def photo_caption_batches(
+    images: Sequence[KarpathyImage],
+    vocab: CaptionVocab,
+    *,
+    canvas: int,
+    batch_size: int,
+    seed: int,
+    pairs_per_epoch: int | None = None,
+    shuffle: bool = True,
+) -> Batches:
     """Resumable batches of every (image, one of its captions) pair, epochs as :func:`scene_order` cuts them;
     images are read from their files as each batch is made."""
     pairs = [(im, c) for im in images for c in im.captions]
-    return _stream_batches(len(pairs), lambda idx: collate_photo_captions([pairs[j] for j in idx], vocab, canvas),
-                           batch_size=batch_size, seed=seed, per_epoch=pairs_per_epoch, shuffle=shuffle)
+    return _stream_batches(
+        len(pairs),
+        lambda idx: collate_photo_captions([pairs[j] for j in idx], vocab, canvas),
+        batch_size=batch_size,
+        seed=seed,
+        per_epoch=pairs_per_epoch,
+        shuffle=shuffle,
+    )
 
 
 def image_to_canvas(im, canvas: int) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """The captioning part of ``attnkit demo``: caption held-out scenes and draw their overlays."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -10,7 +11,6 @@ import torch
 from ...data.scenes import ScenesDataset, load_scenes
 from .inference import Captioner
 from .metrics import words_to_items
-
 
 # ---------------------------------------------------------------------------------------- demo
 

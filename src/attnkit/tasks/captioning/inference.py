@@ -1,6 +1,6 @@
 """The inference wrapper: a trained captioner with its vocabulary."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import torch
 
@@ -8,7 +8,6 @@ from ...data.scenes import CaptionVocab
 from ...decoding import beam_search, greedy_search
 from ..wrapper import InferenceWrapper
 from .config import VOCAB_FILE
-
 
 # ---------------------------------------------------------------------------------------- model wrapper
 
@@ -31,8 +30,9 @@ class Captioner(InferenceWrapper):
         return self.config.canvas
 
     @torch.no_grad()
-    def caption(self, images: torch.Tensor, *, beam_size: int = 1, batch_size: int = 128,
-                max_len: int | None = None) -> list[dict]:
+    def caption(
+        self, images: torch.Tensor, *, beam_size: int = 1, batch_size: int = 128, max_len: int | None = None
+    ) -> list[dict]:
         """Caption ``images (N, 1, C, C)`` in [0, 1]; each result has ``caption``, ``words``,
         ``tokens``, ``score`` and ``attention (len(words), L)`` (row t predicted word t)."""
         self.model.eval()
@@ -40,18 +40,41 @@ class Captioner(InferenceWrapper):
         results = []
         for s in range(0, len(images), batch_size):
             first = next(self.model.parameters())
-            inputs = {"images": images[s:s + batch_size].to(device=first.device, dtype=first.dtype)}
+            inputs = {"images": images[s : s + batch_size].to(device=first.device, dtype=first.dtype)}
             if beam_size <= 1:
-                hyps = greedy_search(self.model, inputs, bos_id=self.config.bos_id, eos_id=self.config.eos_id,
-                                     max_len=max_len, return_attention=True)
+                hyps = greedy_search(
+                    self.model,
+                    inputs,
+                    bos_id=self.config.bos_id,
+                    eos_id=self.config.eos_id,
+                    max_len=max_len,
+                    return_attention=True,
+                )
             else:
-                hyps = [h[0] for h in beam_search(self.model, inputs, beam_size=beam_size, bos_id=self.config.bos_id,
-                                                  eos_id=self.config.eos_id, max_len=max_len, length_penalty=0.0,
-                                                  return_attention=True)]
+                hyps = [
+                    h[0]
+                    for h in beam_search(
+                        self.model,
+                        inputs,
+                        beam_size=beam_size,
+                        bos_id=self.config.bos_id,
+                        eos_id=self.config.eos_id,
+                        max_len=max_len,
+                        length_penalty=0.0,
+                        return_attention=True,
+                    )
+                ]
             for h in hyps:
                 words = [self.vocab.itos[t] for t in h.tokens]
-                results.append({"caption": " ".join(words), "words": words, "tokens": h.tokens, "score": h.score,
-                                "attention": h.attention})
+                results.append(
+                    {
+                        "caption": " ".join(words),
+                        "words": words,
+                        "tokens": h.tokens,
+                        "score": h.score,
+                        "attention": h.attention,
+                    }
+                )
         return results
 
     def plot(self, image: torch.Tensor, result: dict, path, *, boxes=None, title: str | None = None):
@@ -62,6 +85,13 @@ class Captioner(InferenceWrapper):
         att = result["attention"]
         if not words:
             raise ValueError("the caption is empty: nothing to plot")
-        return plot_caption_attention(image[0], words, att, path, grid_shape=self.model.grid_shape, boxes=boxes,
-                                      title=title or result["caption"], normalize="per_word")
-
+        return plot_caption_attention(
+            image[0],
+            words,
+            att,
+            path,
+            grid_shape=self.model.grid_shape,
+            boxes=boxes,
+            title=title or result["caption"],
+            normalize="per_word",
+        )

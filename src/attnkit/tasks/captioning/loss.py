@@ -1,11 +1,9 @@
 """The training loss of Show, Attend and Tell (soft: NLL + doubly stochastic term; hard: REINFORCE)."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
-
 
 # ---------------------------------------------------------------------------------------- loss
 
@@ -42,8 +40,9 @@ def caption_loss_fn(config, *, generator: torch.Generator | None = None):
             rf = reinforce_terms(nll_sent, out.log_probs, mask, baseline)
             ent = (out.entropies * mask).sum()
             loss = loss + config.reinforce_weight * rf.sum() - config.entropy_coef * ent
-            metrics.update({"reward": float(reward), "baseline": float(baseline),
-                            "entropy": float(ent.detach()) / max(n, 1)})
+            metrics.update(
+                {"reward": float(reward), "baseline": float(baseline), "entropy": float(ent.detach()) / max(n, 1)}
+            )
         metrics["beta"] = float((out.betas.detach() * mask).sum()) / max(n, 1)
         return loss, n, metrics
 
@@ -55,4 +54,3 @@ def update_reward_baseline(model, metrics: dict) -> None:
     mean reward (hard attention only; a soft captioner reports no reward)."""
     if "reward" in metrics:
         model.update_baseline(metrics["reward"])
-

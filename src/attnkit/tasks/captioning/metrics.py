@@ -7,15 +7,15 @@ the canvas with nearest-neighbour upsampling (each cell's weight spread evenly o
 ``C/h × C/w`` pixels), so a uniform map puts exactly ``box area / canvas area`` inside a box:
 the uniform-attention baseline.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from ...data.scenes import scan_caption
-
 
 # ---------------------------------------------------------------------------------------- metrics
 
@@ -58,7 +58,7 @@ def attention_mass_in_box(alphas, grid_shape: tuple[int, int], canvas: int, boxe
     out = np.zeros(len(boxes))
     for t, (x0, y0, x1, y1) in enumerate(boxes.tolist()):
         if tot[t] > 0:
-            out[t] = up[t, max(y0, 0):y1, max(x0, 0):x1].sum() / tot[t]
+            out[t] = up[t, max(y0, 0) : y1, max(x0, 0) : x1].sum() / tot[t]
     return out
 
 
@@ -67,13 +67,17 @@ def _distribution(values: Sequence[float]) -> dict:
     if not len(v):
         return {"n": 0, "mean": None}
     hist, edges = np.histogram(v, bins=10, range=(0.0, 1.0))
-    return {"n": int(len(v)), "mean": round(float(v.mean()), 4),
-            "quantiles": {q: round(float(np.quantile(v, float(q))), 4) for q in ("0.1", "0.25", "0.5", "0.75", "0.9")},
-            "histogram": {"edges": [round(float(e), 2) for e in edges], "counts": hist.tolist()}}
+    return {
+        "n": len(v),
+        "mean": round(float(v.mean()), 4),
+        "quantiles": {q: round(float(np.quantile(v, float(q))), 4) for q in ("0.1", "0.25", "0.5", "0.75", "0.9")},
+        "histogram": {"edges": [round(float(e), 2) for e in edges], "counts": hist.tolist()},
+    }
 
 
-def attention_correctness(maps: Sequence, word_items: Sequence[Sequence[int]], scene_boxes: Sequence,
-                          grid_shape: tuple[int, int], canvas: int) -> dict:
+def attention_correctness(
+    maps: Sequence, word_items: Sequence[Sequence[int]], scene_boxes: Sequence, grid_shape: tuple[int, int], canvas: int
+) -> dict:
     """Attention correctness over a set of captions, against the uniform-attention baseline.
 
     ``maps[n]`` is caption n's ``(T_n, L)`` attention, ``word_items[n]`` its per-word item index
@@ -104,6 +108,7 @@ def caption_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict
     for n in (1, 2, 3, 4):
         bleu = sacrebleu.BLEU(max_ngram_order=n, effective_order=True) if n < 4 else sacrebleu.BLEU()
         out[f"bleu{n}"] = round(bleu.corpus_score(list(hypotheses), [list(references)]).score, 2) if hypotheses else 0.0
-    out["exact_match"] = round(float(np.mean([h == r for h, r in zip(hypotheses, references)])), 4) if hypotheses else 0.0
+    out["exact_match"] = (
+        round(float(np.mean([h == r for h, r in zip(hypotheses, references)])), 4) if hypotheses else 0.0
+    )
     return out
-

@@ -1,4 +1,5 @@
 """Training a soft or hard captioner with the shared trainer, on the scenes or on Karpathy-format photos."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,7 +22,6 @@ from .inference import Captioner
 from .loss import caption_loss_fn, update_reward_baseline
 from .metrics import caption_scores
 
-
 # ---------------------------------------------------------------------------------------- training
 
 
@@ -43,8 +43,13 @@ def _scene_data(cfg: CaptioningConfig, home) -> tuple[Batches, dict, CaptionVoca
     train = load_scenes("train", home, canvas=cfg.model_config.canvas)
     valid = load_scenes("valid", home, canvas=cfg.model_config.canvas)
     if cfg.limit_train:
-        train = ScenesDataset({k: (v[:cfg.limit_train] if getattr(v, "ndim", 0) and len(v) == len(train) else v)
-                               for k, v in train.arrays.items()}, train.vocab)
+        train = ScenesDataset(
+            {
+                k: (v[: cfg.limit_train] if getattr(v, "ndim", 0) and len(v) == len(train) else v)
+                for k, v in train.arrays.items()
+            },
+            train.vocab,
+        )
     batches = scene_batches(train, batch_size=cfg.batch_size, seed=cfg.seed, scenes_per_epoch=cfg.scenes_per_epoch)
     return batches, collate_captions([valid[i] for i in range(min(cfg.valid_scenes, len(valid)))]), train.vocab
 
@@ -54,15 +59,22 @@ def _photo_data(cfg: CaptioningConfig) -> tuple[Batches, dict, CaptionVocab]:
     with a vocabulary of the training captions' words; validate on the first ``valid_scenes`` val images,
     each against its first caption."""
     images = read_karpathy(cfg.captions, cfg.images)
-    train, valid = karpathy_split(images, "train")[:cfg.limit_train or None], karpathy_split(images, "val")
+    train, valid = karpathy_split(images, "train")[: cfg.limit_train or None], karpathy_split(images, "val")
     if not train or not valid:
-        raise InputError(f"{cfg.captions}: training needs 'train' (or 'restval') and 'val' images; "
-                         f"it has {len(train)} and {len(valid)}")
+        raise InputError(
+            f"{cfg.captions}: training needs 'train' (or 'restval') and 'val' images; "
+            f"it has {len(train)} and {len(valid)}"
+        )
     vocab = CaptionVocab.from_captions(c for im in train for c in im.captions)
     canvas = cfg.model_config.canvas
-    batches = photo_caption_batches(train, vocab, canvas=canvas, batch_size=cfg.batch_size, seed=cfg.seed,
-                                    pairs_per_epoch=cfg.scenes_per_epoch)
-    return batches, collate_photo_captions([(im, im.captions[0]) for im in valid[:cfg.valid_scenes]], vocab, canvas), vocab
+    batches = photo_caption_batches(
+        train, vocab, canvas=canvas, batch_size=cfg.batch_size, seed=cfg.seed, pairs_per_epoch=cfg.scenes_per_epoch
+    )
+    return (
+        batches,
+        collate_photo_captions([(im, im.captions[0]) for im in valid[: cfg.valid_scenes]], vocab, canvas),
+        vocab,
+    )
 
 
 def build_captioner(cfg: CaptioningConfig, vocab_size: int):
@@ -93,12 +105,27 @@ def train_captioning(cfg: CaptioningConfig, *, resume: bool = False, home: str |
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
     trainer = Trainer(
-        model, optimizer, loss_fn=caption_loss_fn(model.config), after_step=update_reward_baseline,
-        train_batches=train_batches, valid_fn=_valid_fn(valid_batch, vocab), clip_grad_norm=cfg.clip_grad_norm,
-        out_dir=out, save_every_steps=cfg.save_every_steps, max_epochs=cfg.epochs, max_steps=cfg.max_steps,
-        max_time_s=cfg.max_time_s, early_stopping_patience=cfg.patience, metric_for_best="valid_bleu4",
-        greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress,
-        extra_files={VOCAB_FILE: vocab.to_bytes()}, device=cfg.device, precision=cfg.precision,
+        model,
+        optimizer,
+        loss_fn=caption_loss_fn(model.config),
+        after_step=update_reward_baseline,
+        train_batches=train_batches,
+        valid_fn=_valid_fn(valid_batch, vocab),
+        clip_grad_norm=cfg.clip_grad_norm,
+        out_dir=out,
+        save_every_steps=cfg.save_every_steps,
+        max_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        max_time_s=cfg.max_time_s,
+        early_stopping_patience=cfg.patience,
+        metric_for_best="valid_bleu4",
+        greater_is_better=True,
+        seed=cfg.seed,
+        log_every=20,
+        progress=cfg.progress,
+        extra_files={VOCAB_FILE: vocab.to_bytes()},
+        device=cfg.device,
+        precision=cfg.precision,
     )
     return trainer.fit(resume=resume)
 
@@ -142,4 +169,3 @@ def warm_start(model, captioner_dir: str | Path) -> list[str]:
                 continue
             copied.append(k)
     return copied
-

@@ -7,6 +7,7 @@ config), ``data`` (tokenizer, batches), ``loss``, ``inference`` (the wrapper peo
 :class:`Translator`), ``metrics``, ``evaluate`` and ``train``. The CLI (``attnkit train
 translation``, ``translate``, ``evaluate translation``) calls these; so can a notebook.
 """
+
 from .config import TRANSLATION_MODELS, TranslationConfig, model_config_class
 from .data import get_tokenizer, read_lines, translation_batches
 from .evaluate import evaluate_translation
@@ -17,9 +18,22 @@ from .metrics import LENGTH_BUCKETS, bleu_by_length, corpus_scores
 from .train import build_optimizer, build_translation_model, train_translation
 
 __all__ = [
-    "TRANSLATION_MODELS", "TranslationConfig", "model_config_class", "get_tokenizer", "read_lines",
-    "translation_batches", "evaluate_translation", "TranslationAttention", "Translator",
-    "LexicalShortlist", "ShortlistError", "translation_loss_fn",
-    "LENGTH_BUCKETS", "bleu_by_length", "corpus_scores", "build_optimizer", "build_translation_model",
+    "LENGTH_BUCKETS",
+    "TRANSLATION_MODELS",
+    "LexicalShortlist",
+    "ShortlistError",
+    "TranslationAttention",
+    "TranslationConfig",
+    "Translator",
+    "bleu_by_length",
+    "build_optimizer",
+    "build_translation_model",
+    "corpus_scores",
+    "evaluate_translation",
+    "get_tokenizer",
+    "model_config_class",
+    "read_lines",
     "train_translation",
+    "translation_batches",
+    "translation_loss_fn",
 ]

@@ -1,17 +1,15 @@
 """What ``attnkit train translation`` takes: the task's options and, nested, the model's config."""
+
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import asdict, dataclass
-
 
 from ...config import config_from_dict, config_from_json, option, option_names
 from ...errors import ConfigError
 from ...models.registry import model_class
 from ...models.seq2seq import Seq2SeqConfig
 from ...models.transformer import TransformerConfig
-
-
 
 #: The models ``attnkit train translation --model`` accepts (registry names). A new translation
 #: model is added here and in the registry; the CLI, the decoders and the viewers need no edit.
@@ -51,12 +49,18 @@ class TranslationConfig:
     vocab_size: int = option(8000, "size of the joint Spanish+English sentencepiece vocabulary")
     max_len: int = option(100, "drop training pairs longer than this many subword tokens; the model's longest source")
     limit_train: int | None = option(None, "train on the first N verse pairs only")
-    batch_size: int | None = option(None, "at most this many verse pairs per batch (with neither this nor "
-                                    "--max-tokens: the model's recipe, 2,048 tokens for the RNNs, 64 pairs "
-                                    "for the Transformer)")
+    batch_size: int | None = option(
+        None,
+        "at most this many verse pairs per batch (with neither this nor "
+        "--max-tokens: the model's recipe, 2,048 tokens for the RNNs, 64 pairs "
+        "for the Transformer)",
+    )
     max_tokens: int | None = option(None, "at most about this many padded tokens per batch")
-    lr: float | None = option(None, "Adam's learning rate; for the Transformer the peak, reached at the end of "
-                              "warm-up (default: the model's recipe, 3e-3 for the RNNs, 1e-3 for the Transformer)")
+    lr: float | None = option(
+        None,
+        "Adam's learning rate; for the Transformer the peak, reached at the end of "
+        "warm-up (default: the model's recipe, 3e-3 for the RNNs, 1e-3 for the Transformer)",
+    )
     warmup_steps: int = option(2000, "Transformer: linear warm-up steps before the 1/sqrt(step) decay")
     clip_grad_norm: float = option(1.0, "clip the gradient norm to this")
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy")
@@ -70,8 +74,12 @@ class TranslationConfig:
     seed: int = option(0, "random seed (weights, batches, dropout)")
     threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
     device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
-    precision: str = option("fp32", "training precision: fp32, bf16 or fp16 (autocast; fp32 master weights), "
-                            "or auto (bf16 where it is measured faster)", choices=("fp32", "bf16", "fp16", "auto"))
+    precision: str = option(
+        "fp32",
+        "training precision: fp32, bf16 or fp16 (autocast; fp32 master weights), "
+        "or auto (bf16 where it is measured faster)",
+        choices=("fp32", "bf16", "fp16", "auto"),
+    )
     progress: bool = option(True, "show a progress bar", cli=False)
     model_config: Seq2SeqConfig | TransformerConfig | None = option(None, "the model's config", cli=False)
 
@@ -82,8 +90,10 @@ class TranslationConfig:
         elif isinstance(self.model_config, dict):
             self.model_config = config_from_json(cls, self.model_config)
         if not isinstance(self.model_config, cls):
-            raise ConfigError(f"model_config must be a {cls.__name__} for model {self.model!r}, "
-                              f"got {type(self.model_config).__name__}")
+            raise ConfigError(
+                f"model_config must be a {cls.__name__} for model {self.model!r}, "
+                f"got {type(self.model_config).__name__}"
+            )
         if self.out_dir is None:
             self.out_dir = f"runs/{self.model}"
         recipe = RECIPES[self.model]
@@ -99,7 +109,7 @@ class TranslationConfig:
             raise ConfigError(f"lr must be a positive number, got {self.lr!r}")
 
     @classmethod
-    def from_options(cls, model: str = "rnnsearch", **options) -> "TranslationConfig":
+    def from_options(cls, model: str = "rnnsearch", **options) -> TranslationConfig:
         """Build from flat options, as the command line gives them: each name goes to the task or to
         the model's config, whichever has it (``TranslationConfig.from_options("transformer",
         d_model=128, lr=5e-4)``). A name neither has is a :class:`ConfigError`."""
@@ -114,9 +124,10 @@ class TranslationConfig:
 
     def sized_model_config(self, vocab_size: int):
         """The model config for a tokenizer of ``vocab_size`` (see the class docstring)."""
-        extra = {"max_len": max(self.model_config.max_len, self.max_len)} if hasattr(self.model_config, "max_len") else {}
+        extra = (
+            {"max_len": max(self.model_config.max_len, self.max_len)} if hasattr(self.model_config, "max_len") else {}
+        )
         return dataclasses.replace(self.model_config, vocab_size=vocab_size, max_src_len=self.max_len, **extra)
 
     def to_dict(self) -> dict:
         return asdict(self)
-

@@ -1,9 +1,9 @@
 """The Bible corpus for translation: the joint tokenizer, and resumable batches of similar-length pairs."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
-
 
 from ...data.batching import BucketBatchSampler, Example, collate
 from ...data.bible import load_pairs
@@ -12,16 +12,19 @@ from ...paths import attnkit_home
 from ...training.data import Batches
 
 
-def translation_batches(examples: Sequence[Example], *, batch_size: int | None, max_tokens: int | None, seed: int,
-                        shuffle: bool = True) -> Batches:
+def translation_batches(
+    examples: Sequence[Example], *, batch_size: int | None, max_tokens: int | None, seed: int, shuffle: bool = True
+) -> Batches:
     """Resumable batches of similar-length pairs (:class:`BucketBatchSampler` plans each epoch;
     ``shuffle=False``: one fixed order, for validation)."""
     examples = list(examples)
     lengths = [max(len(e.src), len(e.tgt) + 1) for e in examples]
     sampler = BucketBatchSampler(lengths, batch_size=batch_size, max_tokens=max_tokens, seed=seed, shuffle=shuffle)
-    return Batches(sampler.batches, lambda idx, epoch, i: collate([examples[j] for j in idx]),
-                   fingerprint={"num_examples": len(examples), "seed": seed, "batch_size": batch_size,
-                                "max_tokens": max_tokens})  # resuming with other batches is refused
+    return Batches(
+        sampler.batches,
+        lambda idx, epoch, i: collate([examples[j] for j in idx]),
+        fingerprint={"num_examples": len(examples), "seed": seed, "batch_size": batch_size, "max_tokens": max_tokens},
+    )  # resuming with other batches is refused
 
 
 def get_tokenizer(vocab_size: int = 8000, home: str | Path | None = None) -> Tokenizer:
@@ -32,6 +35,7 @@ def get_tokenizer(vocab_size: int = 8000, home: str | Path | None = None) -> Tok
     train = load_pairs("train", home=home)
     texts = [p.src for p in train] + [p.tgt for p in train]
     return Tokenizer.train(texts, folder, vocab_size=vocab_size)
+
 
 def read_lines(stream: Iterable[str]) -> list[str]:
     """Non-empty stripped lines of a file or stdin."""

@@ -1,4 +1,5 @@
 """``attnkit evaluate translation``: BLEU/chrF of a model on a split, and BLEU by length."""
+
 from __future__ import annotations
 
 import time
@@ -12,9 +13,17 @@ from .lexical_shortlist import LexicalShortlist
 from .metrics import bleu_by_length, corpus_scores
 
 
-def evaluate_translation(model_dir: str | Path, *, split: str = "test", limit: int | None = None,
-                         beam_size: int = 1, home: str | Path | None = None, device: str | None = "cpu",
-                         dtype: str | torch.dtype | None = None, shortlist: LexicalShortlist | None = None) -> dict:
+def evaluate_translation(
+    model_dir: str | Path,
+    *,
+    split: str = "test",
+    limit: int | None = None,
+    beam_size: int = 1,
+    home: str | Path | None = None,
+    device: str | None = "cpu",
+    dtype: str | torch.dtype | None = None,
+    shortlist: LexicalShortlist | None = None,
+) -> dict:
     """BLEU/chrF of a model on a split (optionally its first ``limit`` verses), and BLEU by length;
     with ``shortlist``, searching each batch's lexical shortlist instead of the whole vocabulary."""
     tr = Translator.load(model_dir, device=device, dtype=dtype)
@@ -25,12 +34,15 @@ def evaluate_translation(model_dir: str | Path, *, split: str = "test", limit: i
     out_text = [h["translation"] for h in hyps]
     scores = corpus_scores(out_text, [p.tgt for p in pairs])
     return {
-        "model": str(model_dir), "model_type": getattr(tr.model, "model_type", "?"), "split": split,
-        "beam_size": beam_size, "shortlist": shortlist is not None, **scores,
+        "model": str(model_dir),
+        "model_type": getattr(tr.model, "model_type", "?"),
+        "split": split,
+        "beam_size": beam_size,
+        "shortlist": shortlist is not None,
+        **scores,
         "sentences_per_s": round(len(pairs) / max(elapsed, 1e-9), 2),
         "by_length": bleu_by_length([p.src for p in pairs], out_text, [p.tgt for p in pairs]),
-        "examples": [{"ref": p.ref, "source": p.src, "reference": p.tgt, "output": o}
-                     for p, o in list(zip(pairs, out_text))[:5]],
+        "examples": [
+            {"ref": p.ref, "source": p.src, "reference": p.tgt, "output": o} for p, o in list(zip(pairs, out_text))[:5]
+        ],
     }
-
-

@@ -1,8 +1,9 @@
 """The inference wrapper: a trained translation model with its tokenizer, and its attention."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -57,17 +58,25 @@ class Translator(InferenceWrapper):
         if not isinstance(shortlist, LexicalShortlist):
             raise TypeError(f"shortlist must be a LexicalShortlist, got {type(shortlist).__name__}")
         if shortlist.tokenizer_sha256 != tokenizer_digest(self.tokenizer):
-            raise ShortlistError("the shortlist was built with another tokenizer than this model's; "
-                                 "build it for this model with `attnkit shortlist --model MODEL`")
+            raise ShortlistError(
+                "the shortlist was built with another tokenizer than this model's; "
+                "build it for this model with `attnkit shortlist --model MODEL`"
+            )
 
-    def build_shortlist(self, pairs: Sequence, *, frequent: int = DEFAULT_FREQUENT,
-                        per_source: int = DEFAULT_PER_SOURCE) -> LexicalShortlist:
+    def build_shortlist(
+        self, pairs: Sequence, *, frequent: int = DEFAULT_FREQUENT, per_source: int = DEFAULT_PER_SOURCE
+    ) -> LexicalShortlist:
         """A :class:`LexicalShortlist` counted over ``pairs`` (objects with ``src`` and ``tgt`` text,
         e.g. :func:`attnkit.data.bible.load_pairs` of the training split), with this model's tokenizer."""
         tok = self.tokenizer
-        return LexicalShortlist.build(tok.encode_batch([p.src for p in pairs]), tok.encode_batch([p.tgt for p in pairs]),
-                                      vocab_size=len(tok), tokenizer_sha256=tokenizer_digest(tok),
-                                      frequent=frequent, per_source=per_source)
+        return LexicalShortlist.build(
+            tok.encode_batch([p.src for p in pairs]),
+            tok.encode_batch([p.tgt for p in pairs]),
+            vocab_size=len(tok),
+            tokenizer_sha256=tokenizer_digest(tok),
+            frequent=frequent,
+            per_source=per_source,
+        )
 
     def encode_sources(self, sentences: Sequence[str], *, truncate: bool = False) -> list[list[int]]:
         """Subword ids of each sentence; too long raises ``ValueError`` unless ``truncate``."""
@@ -82,7 +91,7 @@ class Translator(InferenceWrapper):
                         f"sentence {i + 1} has {len(ids)} subword tokens, more than this model's maximum of "
                         f"{self.max_src_len}; split it into shorter sentences"
                     )
-                ids = ids[:self.max_src_len]
+                ids = ids[: self.max_src_len]
             out.append(ids)
         return out
 
@@ -110,25 +119,46 @@ class Translator(InferenceWrapper):
             maps=maps.map_tensors(lambda t: t[0].float().cpu()),
         )
 
-    def translate(self, sentences: Sequence[str], *, beam_size: int = 1, length_penalty: float = 0.6,
-                  batch_size: int = 64, return_attention: bool = False, truncate: bool = False,
-                  shortlist: LexicalShortlist | None = None) -> list[dict]:
+    def translate(
+        self,
+        sentences: Sequence[str],
+        *,
+        beam_size: int = 1,
+        length_penalty: float = 0.6,
+        batch_size: int = 64,
+        return_attention: bool = False,
+        truncate: bool = False,
+        shortlist: LexicalShortlist | None = None,
+    ) -> list[dict]:
         """Translate ``sentences``; each result has ``translation``, ``tokens``, ``score`` and, on
         request, ``attention (T_out, S_in)`` with the source/target subword pieces. Sentences
         longer than the model's maximum raise ``ValueError`` (or are cut, with ``truncate``).
         ``shortlist``: search over each batch's lexical shortlist instead of the whole vocabulary
         (faster; ``score`` is then normalised over the shortlist)."""
         ids = self.encode_sources(sentences, truncate=truncate)
-        results = self.translate_ids(ids, beam_size=beam_size, length_penalty=length_penalty,
-                                     batch_size=batch_size, return_attention=return_attention, shortlist=shortlist)
+        results = self.translate_ids(
+            ids,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            batch_size=batch_size,
+            return_attention=return_attention,
+            shortlist=shortlist,
+        )
         for r, s in zip(results, sentences):
             r["source"] = s
         return results
 
     @torch.no_grad()
-    def translate_ids(self, ids: Sequence[Sequence[int]], *, beam_size: int = 1, length_penalty: float = 0.6,
-                      batch_size: int = 64, return_attention: bool = False,
-                      shortlist: LexicalShortlist | None = None) -> list[dict]:
+    def translate_ids(
+        self,
+        ids: Sequence[Sequence[int]],
+        *,
+        beam_size: int = 1,
+        length_penalty: float = 0.6,
+        batch_size: int = 64,
+        return_attention: bool = False,
+        shortlist: LexicalShortlist | None = None,
+    ) -> list[dict]:
         """Translate already-tokenised sources (lists of subword ids), batching similar lengths."""
         self.model.eval()
         if shortlist is not None:
@@ -137,11 +167,11 @@ class Translator(InferenceWrapper):
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch
         results: list[dict | None] = [None] * len(ids)
         for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
+            chunk = order[start : start + batch_size]
             lens = torch.tensor([len(ids[i]) for i in chunk])
             src = torch.zeros(len(chunk), int(lens.max()), dtype=torch.long)
             for r, i in enumerate(chunk):
-                src[r, :len(ids[i])] = torch.as_tensor(list(ids[i]), dtype=torch.long)
+                src[r, : len(ids[i])] = torch.as_tensor(list(ids[i]), dtype=torch.long)
             inputs = {"src": src.to(self.device), "src_lengths": lens.to(self.device)}
             max_len = min(self.max_len, int(lens.max()) * 2 + 10)
             # the output layer prepared once for the batch (and searched in the shortlist's token space)
@@ -149,20 +179,30 @@ class Translator(InferenceWrapper):
             model = OutputLayerDecoder(self.model, vocab)
             bos, eos = model.index_of(tok.bos_id), model.index_of(tok.eos_id)
             if beam_size <= 1:
-                hyps = greedy_search(model, inputs, bos_id=bos, eos_id=eos, max_len=max_len,
-                                     return_attention=return_attention)
+                hyps = greedy_search(
+                    model, inputs, bos_id=bos, eos_id=eos, max_len=max_len, return_attention=return_attention
+                )
             else:
-                hyps = [h[0] for h in beam_search(model, inputs, beam_size=beam_size, bos_id=bos, eos_id=eos,
-                                                  max_len=max_len, length_penalty=length_penalty,
-                                                  return_attention=return_attention)]
+                hyps = [
+                    h[0]
+                    for h in beam_search(
+                        model,
+                        inputs,
+                        beam_size=beam_size,
+                        bos_id=bos,
+                        eos_id=eos,
+                        max_len=max_len,
+                        length_penalty=length_penalty,
+                        return_attention=return_attention,
+                    )
+                ]
             for h in hyps:
                 h.tokens = model.vocabulary_ids(h.tokens)
             for i, h in zip(chunk, hyps):
                 res = {"translation": self.tokenizer.decode(h.tokens), "tokens": h.tokens, "score": h.score}
                 if return_attention and h.attention is not None:
-                    res["attention"] = h.attention[:, :len(ids[i])]
+                    res["attention"] = h.attention[:, : len(ids[i])]
                     res["source_pieces"] = [self.tokenizer.id_to_piece(t) for t in ids[i]]
                     res["target_pieces"] = [self.tokenizer.id_to_piece(t) for t in h.tokens]
                 results[i] = res
         return results  # type: ignore[return-value]
-

@@ -17,13 +17,14 @@ with fewer than M associated pieces), with the format's name and the tokenizer's
 metadata, so that a shortlist is never used with another tokenizer. ``FILENAME`` is its name in a
 model's folder (what ``attnkit shortlist`` writes by default).
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -70,9 +71,16 @@ class LexicalShortlist:
         return self.table.shape[0]
 
     @classmethod
-    def build(cls, src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]], *, vocab_size: int,
-              tokenizer_sha256: str, frequent: int = DEFAULT_FREQUENT,
-              per_source: int = DEFAULT_PER_SOURCE) -> "LexicalShortlist":
+    def build(
+        cls,
+        src_ids: Sequence[Sequence[int]],
+        tgt_ids: Sequence[Sequence[int]],
+        *,
+        vocab_size: int,
+        tokenizer_sha256: str,
+        frequent: int = DEFAULT_FREQUENT,
+        per_source: int = DEFAULT_PER_SOURCE,
+    ) -> LexicalShortlist:
         """Count a parallel corpus of token ids (``src_ids[i]`` translates to ``tgt_ids[i]``)."""
         _check_count("vocab_size", vocab_size, 1)
         _check_count("frequent", frequent, 0)
@@ -121,8 +129,10 @@ class LexicalShortlist:
             src = torch.as_tensor([i for ids in src_ids for i in ids], dtype=torch.long)
         src = torch.unique(src)
         if len(src) and (int(src[0]) < 0 or int(src[-1]) >= self.vocab_size):
-            raise ValueError(f"src_ids must lie in [0, {self.vocab_size}) (the shortlist's vocabulary), "
-                             f"got [{int(src[0])}, {int(src[-1])}]")
+            raise ValueError(
+                f"src_ids must lie in [0, {self.vocab_size}) (the shortlist's vocabulary), "
+                f"got [{int(src[0])}, {int(src[-1])}]"
+            )
         rows = self.table.index_select(0, src).reshape(-1)
         parts = [self.frequent.long(), rows[rows >= 0].long(), torch.as_tensor(list(always), dtype=torch.long)]
         return torch.unique(torch.cat(parts))
@@ -133,13 +143,16 @@ class LexicalShortlist:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        save_file({"frequent": self.frequent.contiguous(), "table": self.table.contiguous()}, str(tmp),
-                  metadata={"format": FORMAT, "tokenizer_sha256": self.tokenizer_sha256})
+        save_file(
+            {"frequent": self.frequent.contiguous(), "table": self.table.contiguous()},
+            str(tmp),
+            metadata={"format": FORMAT, "tokenizer_sha256": self.tokenizer_sha256},
+        )
         os.replace(tmp, path)  # never a half-written shortlist under the real name
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "LexicalShortlist":
+    def load(cls, path: str | os.PathLike) -> LexicalShortlist:
         """Read a file written by :meth:`save`; :class:`ShortlistError` when it is missing or corrupt."""
         path = Path(path)
         if not path.is_file():
@@ -151,14 +164,21 @@ class LexicalShortlist:
         except (SafetensorError, OSError, ValueError) as exc:
             raise ShortlistError(f"{path}: corrupt shortlist file ({exc})") from None
         if meta.get("format") != FORMAT or set(tensors) != {"frequent", "table"}:
-            raise ShortlistError(f"{path}: not an attnkit shortlist (format {meta.get('format')!r}, "
-                                 f"tensors {sorted(tensors)})")
+            raise ShortlistError(
+                f"{path}: not an attnkit shortlist (format {meta.get('format')!r}, tensors {sorted(tensors)})"
+            )
         frequent, table = tensors["frequent"], tensors["table"]
         V = table.shape[0] if table.dim() == 2 else 0
-        ok = (frequent.dim() == 1 and table.dim() == 2 and frequent.dtype == table.dtype == torch.int32
-              and (not len(frequent) or (int(frequent.min()) >= 0 and int(frequent.max()) < V))
-              and (not table.numel() or (int(table.min()) >= -1 and int(table.max()) < V)))
+        ok = (
+            frequent.dim() == 1
+            and table.dim() == 2
+            and frequent.dtype == table.dtype == torch.int32
+            and (not len(frequent) or (int(frequent.min()) >= 0 and int(frequent.max()) < V))
+            and (not table.numel() or (int(table.min()) >= -1 and int(table.max()) < V))
+        )
         if not ok:
-            raise ShortlistError(f"{path}: corrupt shortlist file (frequent {tuple(frequent.shape)}, "
-                                 f"table {tuple(table.shape)}, ids out of range or not int32)")
+            raise ShortlistError(
+                f"{path}: corrupt shortlist file (frequent {tuple(frequent.shape)}, "
+                f"table {tuple(table.shape)}, ids out of range or not int32)"
+            )
         return cls(frequent, table, meta.get("tokenizer_sha256", ""))

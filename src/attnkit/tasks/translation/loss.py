@@ -1,4 +1,5 @@
 """The training loss of every translation model: label-smoothed NLL per target token."""
+
 from __future__ import annotations
 
 import torch
@@ -18,6 +19,7 @@ def translation_loss_fn(pad_id: int, smoothing: float):
     output GEMM. Under autocast (bf16/fp16 training) the plain logits path keeps the big GEMM in
     the low precision.
     """
+
     def loss_fn(model, batch):
         core = unwrap_model(model)  # the model inside DistributedDataParallel
         src, lengths, tgt_in, tgt_out = batch["src"], batch["src_lengths"], batch["tgt_in"], batch["tgt_out"]

@@ -1,12 +1,11 @@
 """Translation metrics: sacrebleu BLEU and chrF, and BLEU by source length (Bahdanau et al., Fig. 2)."""
+
 from __future__ import annotations
 
-from typing import Sequence
-
-
-
+from collections.abc import Sequence
 
 LENGTH_BUCKETS = [(0, 10), (10, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, None)]
+
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
     """sacrebleu corpus BLEU and chrF (default settings: 13a tokenisation, chrF2)."""
@@ -19,8 +18,12 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
     bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
     bleu = bleu_metric.corpus_score(list(hypotheses), [list(references)])
     chrf = chrf_metric.corpus_score(list(hypotheses), [list(references)])
-    return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2), "n_sentences": len(hypotheses),
-            "bleu_signature": str(bleu_metric.get_signature())}
+    return {
+        "bleu": round(bleu.score, 2),
+        "chrf": round(chrf.score, 2),
+        "n_sentences": len(hypotheses),
+        "bleu_signature": str(bleu_metric.get_signature()),
+    }
 
 
 def bleu_by_length(sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str]) -> list[dict]:
@@ -29,7 +32,12 @@ def bleu_by_length(sources: Sequence[str], hypotheses: Sequence[str], references
     for lo, hi in LENGTH_BUCKETS:
         idx = [i for i, s in enumerate(sources) if len(s.split()) >= lo and (hi is None or len(s.split()) < hi)]
         sc = corpus_scores([hypotheses[i] for i in idx], [references[i] for i in idx])
-        rows.append({"bucket": f"{lo}-{hi}" if hi is not None else f"{lo}+", "n": len(idx), "bleu": sc["bleu"],
-                     "chrf": sc["chrf"]})
+        rows.append(
+            {
+                "bucket": f"{lo}-{hi}" if hi is not None else f"{lo}+",
+                "n": len(idx),
+                "bleu": sc["bleu"],
+                "chrf": sc["chrf"],
+            }
+        )
     return rows
-

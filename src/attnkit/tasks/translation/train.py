@@ -1,4 +1,5 @@
 """Training a translation model with the shared trainer: model, optimizer and schedule, validation."""
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,12 @@ def _valid_fn(valid_examples: list[Example], valid_pairs, tokenizer: Tokenizer, 
         subset = valid_pairs[:n_bleu]
         hyps = tr.translate_ids([e.src for e in valid_examples[:n_bleu]], beam_size=1)  # already cut to max_len
         scores = corpus_scores([h["translation"] for h in hyps], [p.tgt for p in subset])
-        return {"valid_loss": total / max(n, 1), "valid_ppl": math.exp(min(total / max(n, 1), 50)),
-                "valid_bleu": scores["bleu"], "valid_chrf": scores["chrf"]}
+        return {
+            "valid_loss": total / max(n, 1),
+            "valid_ppl": math.exp(min(total / max(n, 1), 50)),
+            "valid_bleu": scores["bleu"],
+            "valid_chrf": scores["chrf"],
+        }
 
     return valid_fn
 
@@ -87,16 +92,29 @@ def train_translation(cfg: TranslationConfig, *, resume: bool = False, home: str
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
     trainer = Trainer(
-        model, optimizer,
+        model,
+        optimizer,
         loss_fn=translation_loss_fn(tokenizer.pad_id, cfg.label_smoothing),
-        train_batches=translation_batches(train_ex, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.seed),
+        train_batches=translation_batches(
+            train_ex, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.seed
+        ),
         valid_fn=_valid_fn(valid_ex, valid_pairs, tokenizer, cfg.valid_bleu_sentences, cfg.max_len),
-        scheduler=scheduler, clip_grad_norm=cfg.clip_grad_norm, out_dir=out,
-        save_every_steps=cfg.save_every_steps, keep_last=cfg.keep_last, max_epochs=cfg.epochs, max_steps=cfg.max_steps,
-        max_time_s=cfg.max_time_s, early_stopping_patience=cfg.patience, metric_for_best="valid_bleu",
-        greater_is_better=True, seed=cfg.seed, log_every=20, progress=cfg.progress, device=cfg.device,
+        scheduler=scheduler,
+        clip_grad_norm=cfg.clip_grad_norm,
+        out_dir=out,
+        save_every_steps=cfg.save_every_steps,
+        keep_last=cfg.keep_last,
+        max_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        max_time_s=cfg.max_time_s,
+        early_stopping_patience=cfg.patience,
+        metric_for_best="valid_bleu",
+        greater_is_better=True,
+        seed=cfg.seed,
+        log_every=20,
+        progress=cfg.progress,
+        device=cfg.device,
         precision=cfg.precision,
         extra_files={"tokenizer.model": tokenizer.to_bytes()},
     )
     return trainer.fit(resume=resume)
-
