@@ -85,7 +85,7 @@ def _explorer_page(home, out_dir: Path, sources: list[str], device="cpu", dtype=
     from .data.scenes import load_scenes
     from .explorer import caption_payload, translation_payload, write_explorer_html
     from .explorer.app import load_models
-    from .tasks.captioning.demo import _demo_picks
+    from .tasks.captioning.demo import demo_picks
 
     _rule("The attention explorer")
     models = load_models(device=device, dtype=dtype)
@@ -97,7 +97,7 @@ def _explorer_page(home, out_dir: Path, sources: list[str], device="cpu", dtype=
     captions = []
     if models.captioners:
         data = load_scenes("test", home, canvas=next(iter(models.captioners.values())).canvas)
-        for i in _demo_picks(data)[:2]:
+        for i in demo_picks(data)[:2]:
             captions += [
                 caption_payload(cm, data[i]["image"], model=name, scene=data[i])
                 for name, cm in models.captioners.items()

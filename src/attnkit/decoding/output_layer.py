@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .search import _takes_beams_only
+from .search import takes_beams_only
 
 __all__ = ["OutputLayerDecoder", "packed_linear"]
 
@@ -117,7 +117,7 @@ class OutputLayerDecoder:
             weight = weight.index_select(0, ids)  # (V', E)
             bias = None if bias is None else bias.index_select(0, ids)  # (V',)
         self._project = packed_linear(weight, bias)
-        self._beams_only = _takes_beams_only(model)
+        self._beams_only = takes_beams_only(model)
 
     def index_of(self, token_id: int) -> int:
         """The search's index of vocabulary id ``token_id`` (``ValueError`` when it is not in the shortlist)."""

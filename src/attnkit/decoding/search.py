@@ -126,7 +126,7 @@ def reorder_state(state: Any, index: torch.Tensor, *, beams_only: bool = False) 
     return state
 
 
-def _takes_beams_only(model: Any) -> bool:
+def takes_beams_only(model: Any) -> bool:
     """Whether ``model.reorder`` accepts the optional ``beams_only`` keyword."""
     try:
         params = inspect.signature(model.reorder).parameters
@@ -274,7 +274,7 @@ def beam_search(
     K = beam_size
     B, device = _batch_size(inputs)
     state = model.start(**inputs)  # B rows: the first step expands one row per sentence into K beams
-    beams_only_ok = _takes_beams_only(model)
+    beams_only_ok = takes_beams_only(model)
     beams = _Beams(B, K, bos_id, device)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     # penalised scores of each sentence's finished hypotheses, kept sorted (best first)

@@ -26,7 +26,7 @@ from ._common import (
     text_width_in,
     to_numpy,
 )
-from .heatmap import _draw_alignment, _panel_geometry
+from .heatmap import draw_alignment, panel_geometry
 
 __all__ = ["MAX_LABELLED_TOKENS", "plot_heads", "plot_transformer_heads"]
 
@@ -212,7 +212,7 @@ def _render(blocks: list[_Block], path: Any, cmap: str, dpi: float, title: str |
     height = sup_h + sum(b.height for b in blocks) + _BLOCK_GAP * (len(blocks) - 1)
     if alignment is not None:
         w, src, tgt, a_title = alignment
-        geo = _panel_geometry(src, tgt, a_title)
+        geo = panel_geometry(src, tgt, a_title)
         width = max(width, geo.width)
         height += _BLOCK_GAP + geo.height
     fig = new_figure(width + 2 * _MARGIN, height + 2 * _MARGIN)
@@ -227,7 +227,7 @@ def _render(blocks: list[_Block], path: Any, cmap: str, dpi: float, title: str |
     if alignment is not None:
         x = _MARGIN + max(0.0, left + blocks[0].grid_w / 2 - (geo.left_labels + geo.grid_w / 2)) if blocks else _MARGIN
         x = min(x, _MARGIN + width - geo.width)
-        _draw_alignment(lay, max(x, _MARGIN), y, geo, w, src, tgt, a_title, cmap, 0.0, None)
+        draw_alignment(lay, max(x, _MARGIN), y, geo, w, src, tgt, a_title, cmap, 0.0, None)
     return save_png(fig, path, dpi)
 
 

@@ -53,7 +53,7 @@ def _check_alignment(
 
 
 @dataclass
-class _Panel:
+class PanelGeometry:
     """Inch geometry of one alignment panel (title, labels, grid, colour bar)."""
 
     cell: float
@@ -73,14 +73,14 @@ class _Panel:
         return self.title_h + self.top_labels + self.grid_h + _MARGIN
 
 
-def _panel_geometry(src: list[str], tgt: list[str], title: str | None) -> _Panel:
+def panel_geometry(src: list[str], tgt: list[str], title: str | None) -> PanelGeometry:
     n = max(len(src), len(tgt), 1)
     # Square cells: large for short sentences, shrinking (down to a floor) for long ones so
     # an 80-word verse is still one readable picture.  Labels scale with the cell.
     cell = float(np.clip(12.0 / n, 0.17, 0.34))
     fontsize = float(np.clip(cell * 72 * 0.5, 5.5, 10.0))
     title_h = (fontsize + 2) * 2.0 / 72 if title else 0.0
-    return _Panel(
+    return PanelGeometry(
         cell=cell,
         fontsize=fontsize,
         title_h=title_h,
@@ -91,11 +91,11 @@ def _panel_geometry(src: list[str], tgt: list[str], title: str | None) -> _Panel
     )
 
 
-def _draw_alignment(
+def draw_alignment(
     lay: InchLayout,
     x: float,
     y: float,
-    geo: _Panel,
+    geo: PanelGeometry,
     w: np.ndarray,
     src: list[str],
     tgt: list[str],
@@ -194,10 +194,10 @@ def plot_alignment(
     Raises ValueError if ``weights`` is not (len(tgt_tokens), len(src_tokens)).
     """
     w, src, tgt = _check_alignment(weights, src_tokens, tgt_tokens)
-    geo = _panel_geometry(src, tgt, title)
+    geo = panel_geometry(src, tgt, title)
     fig = new_figure(geo.width + 2 * _MARGIN, geo.height + _MARGIN)
     gold = None if sure is None and possible is None else (sure or set(), (possible or set()) | (sure or set()))
-    _draw_alignment(InchLayout(fig), _MARGIN, _MARGIN, geo, w, src, tgt, title, cmap, vmin, vmax, gold=gold)
+    draw_alignment(InchLayout(fig), _MARGIN, _MARGIN, geo, w, src, tgt, title, cmap, vmin, vmax, gold=gold)
     return save_png(fig, path, dpi)
 
 
@@ -232,7 +232,7 @@ def plot_alignments(
             )
         title = item[3] if len(item) == 4 else None
         w, src, tgt = _check_alignment(item[0], item[1], item[2], name=f"items[{i}] weights")
-        panels.append((w, src, tgt, title, _panel_geometry(src, tgt, title)))
+        panels.append((w, src, tgt, title, panel_geometry(src, tgt, title)))
     ncols = min(int(ncols), len(panels))
     nrows = -(-len(panels) // ncols)
     gap = 0.3
@@ -244,7 +244,7 @@ def plot_alignments(
         r, c = divmod(i, ncols)
         x = _MARGIN + sum(col_w[:c]) + gap * c
         y = _MARGIN + sum(row_h[:r]) + gap * r
-        _draw_alignment(lay, x, y, geo, w, src, tgt, title, cmap, vmin, vmax)
+        draw_alignment(lay, x, y, geo, w, src, tgt, title, cmap, vmin, vmax)
     return save_png(fig, path, dpi)
 
 

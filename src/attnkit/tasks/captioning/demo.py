@@ -15,7 +15,7 @@ from .metrics import words_to_items
 # ---------------------------------------------------------------------------------------- demo
 
 
-def _demo_picks(data: ScenesDataset, k: int = 4) -> list[int]:
+def demo_picks(data: ScenesDataset, k: int = 4) -> list[int]:
     """The first test scenes with 1, 2, 3 and 4 items (a spread of caption lengths)."""
     picks = []
     n_items = data.arrays["n_items"]
@@ -43,7 +43,7 @@ def caption_demo(*, home=None, out_dir: Path = Path("out/demo"), model_dirs: Seq
         cm = Captioner.load(d)
         if data is None:
             data = load_scenes("test", home, canvas=cm.canvas)
-            picks = _demo_picks(data)
+            picks = demo_picks(data)
         name = Path(d).name
         items = [data[i] for i in picks]
         images = torch.stack([it["image"] for it in items])
