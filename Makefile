@@ -7,7 +7,7 @@ ATTNKIT := $(VENV)/bin/attnkit
 DEB_PACKAGES := sword-text-sparv sword-text-web dataset-fashion-mnist chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup venv data-packages data demo test bench wheel wheel-check clean
+.PHONY: setup venv data-packages data demo lint test bench wheel wheel-check clean
 
 setup: venv data-packages
 
@@ -35,7 +35,13 @@ data: setup
 demo: setup
 	$(ATTNKIT) demo
 
-test: setup
+# Lint and format are checked first, so a lint error fails the build like a failing test.
+LINT_PATHS := src tests benchmarks
+lint: venv
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+
+test: setup lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 -p no:cacheprovider
 
 # The wheel and sdist, with the shipped models inside (dist/).

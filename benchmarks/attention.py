@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from attnkit import MultiHeadAttention, attend
-from attnkit.attention import scores as S
+from attnkit.attention import scores as score_fns
 
 OUT = Path(__file__).resolve().parent / "results"
 
@@ -64,14 +64,14 @@ def sdpa_table(sizes, repeats, peak) -> list[dict]:
     for n in sizes:
         q, k, v = (torch.randn(B, H, n, D) for _ in range(3))
 
-        def naive():
+        def naive(q=q, k=k, v=v):  # bound now: each size's tensors
             w = torch.softmax(q @ k.transpose(-2, -1) / D**0.5, -1)
             return w @ v
 
         t = bench(
             {
-                "attnkit": lambda: attend(q, k, v, need_weights=False),
-                "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
+                "attnkit": lambda q=q, k=k, v=v: attend(q, k, v, need_weights=False),
+                "sdpa": lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v),
                 "naive": naive,
             },
             repeats,
@@ -112,8 +112,8 @@ def mha_compare(B, N, E, H, repeats) -> dict:
     for need in (False, True):
         t = bench(
             {
-                "attnkit": step(lambda: ours(x, need_weights=need)[0]),
-                "torch": step(lambda: theirs(x, x, x, need_weights=need, average_attn_weights=False)[0]),
+                "attnkit": step(lambda need=need: ours(x, need_weights=need)[0]),
+                "torch": step(lambda need=need: theirs(x, x, x, need_weights=need, average_attn_weights=False)[0]),
             },
             repeats,
         )
@@ -134,7 +134,7 @@ _MEM_CHILD = r"""
 import resource, sys, torch
 torch.manual_seed(0)
 sys.path.insert(0, sys.argv[3])
-from attnkit.attention import scores as S
+from attnkit.attention import scores as score_fns
 mode, n, a = sys.argv[1], int(sys.argv[2]), 256
 q, k, w = torch.randn(1, n, a), torch.randn(1, n, a), torch.randn(a)
 def rss_kb():
@@ -146,7 +146,7 @@ with torch.no_grad():
     if mode == "direct":
         e = torch.tanh(q.unsqueeze(2) + k.unsqueeze(1)) @ w
     else:
-        e = S.additive_prepared(q, k, w)
+        e = score_fns.additive_prepared(q, k, w)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 torch.save(e, sys.argv[4])
 print((peak - base) * 1024)
@@ -186,7 +186,7 @@ def additive_nmt(B, N, A, repeats) -> dict:
         return v(torch.tanh(wq + uh).view(-1, A)).view(B, N, N)
 
     def ours():
-        return S.additive_prepared(lq(s), lk(h), v.weight[0])
+        return score_fns.additive_prepared(lq(s), lk(h), v.weight[0])
 
     with torch.no_grad():
         diff = float((onmt_mlp() - ours()).abs().max())

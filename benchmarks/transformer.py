@@ -102,7 +102,7 @@ def bench_decoding(args, device) -> list[dict]:
     rows = []
     for n in args.lengths:
 
-        def run(decoder):
+        def run(decoder, n=n):
             return greedy_search(decoder, inputs, bos_id=BOS, eos_id=NEVER, max_len=n)
 
         run(model), run(nocache)  # warm-up

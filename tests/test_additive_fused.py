@@ -8,8 +8,8 @@ from hypothesis import given, settings
 
 from attnkit import attend
 from attnkit.attention import additive_fused
-from attnkit.attention import scores as S
 from attnkit.attention.additive_fused import AdditiveScores, additive_scores, block_plan
+from attnkit.attention.scores import Additive, additive_prepared
 
 
 def _broadcast(a, b, v):
@@ -78,7 +78,7 @@ def test_small_blocks_give_the_same_values_and_gradients(B, Nq, Nk, A, elems, se
         e1 = additive_scores(*x1)
         (e1 * w).sum().backward()
         with torch.no_grad():
-            e0 = S.additive_prepared(x[0], x[1], x[2])  # the path without autograd: the same blocks
+            e0 = additive_prepared(x[0], x[1], x[2])  # the path without autograd: the same blocks
     e2 = _broadcast(*x2)
     (e2 * w).sum().backward()
     torch.testing.assert_close(e1, e2)
@@ -89,7 +89,7 @@ def test_small_blocks_give_the_same_values_and_gradients(B, Nq, Nk, A, elems, se
 
 def test_attention_with_the_additive_score_uses_it_and_keeps_masks_and_gradients():
     torch.manual_seed(0)
-    score = S.Additive(6, 5, 8)
+    score = Additive(6, 5, 8)
     q, k, v = torch.randn(2, 4, 6, requires_grad=True), torch.randn(2, 7, 5), torch.randn(2, 7, 3)
     mask = torch.ones(2, 4, 7, dtype=torch.bool)
     mask[1, 3] = False  # a row with nothing to attend: zeros, finite gradient

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 
 from attnkit import attend, attend_hard, causal_mask, padding_mask
-from attnkit.attention import scores as S
+from attnkit.attention import scores as score_fns
 from attnkit.attention.masks import check_mask, from_torch_mha_mask, to_torch_mha_mask
 
 D64 = torch.float64
@@ -88,13 +88,13 @@ def params_for(name, Dq, Dk, A=6, seed=1, dtype=torch.float32):
 @pytest.mark.parametrize("name", ["dot", "scaled_dot", "bilinear", "additive"])
 def test_scores_match_loop_reference(name):
     Dk = 4 if name in ("dot", "scaled_dot") else 5
-    q, k, v = make(Dk=Dk)
+    q, k, _ = make(Dk=Dk)
     p = params_for(name, 4, Dk)
     fn = {
-        "dot": lambda: S.dot(q, k),
-        "scaled_dot": lambda: S.scaled_dot(q, k),
-        "bilinear": lambda: S.bilinear(q, k, p["weight"]),
-        "additive": lambda: S.additive(q, k, p["w_query"], p["w_key"], p["v"], p["bias"]),
+        "dot": lambda: score_fns.dot(q, k),
+        "scaled_dot": lambda: score_fns.scaled_dot(q, k),
+        "bilinear": lambda: score_fns.bilinear(q, k, p["weight"]),
+        "additive": lambda: score_fns.additive(q, k, p["w_query"], p["w_key"], p["v"], p["bias"]),
     }[name]
     torch.testing.assert_close(fn().double(), ref_score(name, q, k, p), rtol=1e-5, atol=1e-5)
 
@@ -102,7 +102,7 @@ def test_scores_match_loop_reference(name):
 @pytest.mark.parametrize("name", ["dot", "scaled_dot", "bilinear", "general", "additive", "bahdanau", "concat", "mlp"])
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_attend_matches_loop_reference(name, with_mask):
-    canon = S.canonical_score_name(name)
+    canon = score_fns.canonical_score_name(name)
     Dk = 4 if canon in ("dot", "scaled_dot") else 5
     q, k, v = make(Dk=Dk)
     p = params_for(canon, 4, Dk)
@@ -119,14 +119,14 @@ def test_attend_matches_loop_reference(name, with_mask):
 @pytest.mark.parametrize("cls", ["Bilinear", "Additive"])
 def test_score_modules_equal_functional_forms(cls):
     q, k, v = make(Dk=5)
-    mod = S.Bilinear(4, 5) if cls == "Bilinear" else S.Additive(4, 5, 6)
+    mod = score_fns.Bilinear(4, 5) if cls == "Bilinear" else score_fns.Additive(4, 5, 6)
     if cls == "Bilinear":
-        ref = S.bilinear(q, k, mod.weight)
+        ref = score_fns.bilinear(q, k, mod.weight)
     else:
-        ref = S.additive(q, k, mod.w_query.weight, mod.w_key.weight, mod.v, mod.w_key.bias)
+        ref = score_fns.additive(q, k, mod.w_query.weight, mod.w_key.weight, mod.v, mod.w_key.bias)
     torch.testing.assert_close(mod(q, k), ref)
     torch.testing.assert_close(mod.score_prepared(q, mod.prepare_keys(k)), ref)
-    ctx, w = attend(q, k, v, score=mod)
+    ctx, _ = attend(q, k, v, score=mod)
     torch.testing.assert_close(ctx, torch.softmax(ref, -1) @ v)
 
 
@@ -134,11 +134,11 @@ def test_additive_inplace_path_equals_autograd_path():
     q, k = torch.randn(3, 70, 16), torch.randn(3, 90, 16)
     v = torch.randn(16)
     with torch.no_grad():
-        fast = S.additive_prepared(q, k, v)
+        fast = score_fns.additive_prepared(q, k, v)
     slow = torch.tanh(q.unsqueeze(2) + k.unsqueeze(1)) @ v
     torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
     qg = q.clone().requires_grad_()
-    torch.testing.assert_close(S.additive_prepared(qg, k, v), slow, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(score_fns.additive_prepared(qg, k, v), slow, rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=40, deadline=None)
@@ -150,10 +150,10 @@ def test_additive_batch_shapes_broadcast_like_torch(q_batch, k_batch):
         want = torch.broadcast_shapes(tuple(q_batch), tuple(k_batch))
     except RuntimeError:
         with pytest.raises(ValueError, match="do not broadcast"):
-            S.additive_prepared(q, k, v)
+            score_fns.additive_prepared(q, k, v)
         return
     with torch.no_grad():
-        got = S.additive_prepared(q, k, v)
+        got = score_fns.additive_prepared(q, k, v)
     assert got.shape == (*want, 2, 3)
     ref = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3)) @ v  # broadcasting (..., 2, 1, 4) + (..., 1, 3, 4)
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
@@ -275,7 +275,7 @@ def test_hard_argmax_picks_value_of_best_allowed_key(score):
     mask[0, 0, 3] = True  # only key 3 allowed
     mask[1, 2] = False  # nothing allowed
     ctx, w = attend(q, k, v, score=score, hard="argmax", mask=mask, score_params=p)
-    e = ref_score(S.canonical_score_name(score), q, k, p)
+    e = ref_score(score_fns.canonical_score_name(score), q, k, p)
     for b in range(2):
         for i in range(3):
             allowed = [j for j in range(5) if mask[b, i, j]]
@@ -376,7 +376,7 @@ def test_errors_name_the_argument_and_shapes():
     with pytest.raises(TypeError, match=r"query must be a floating-point"):
         attend(q.long(), k, v)
     with pytest.raises(ValueError, match=r"w_query must be \(A, Dq=4\)"):
-        S.additive(q, k, torch.randn(6, 3), torch.randn(6, 4), torch.randn(6))
+        score_fns.additive(q, k, torch.randn(6, 3), torch.randn(6, 4), torch.randn(6))
     with pytest.raises(ValueError, match=r"lengths must be 1-D"):
         padding_mask(torch.ones(2, 2, dtype=torch.long))
     with pytest.raises(ValueError, match=r"nk >= nq"):

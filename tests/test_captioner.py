@@ -117,7 +117,7 @@ def test_padding_is_masked_in_the_loss_and_the_penalty():
     m = _tiny().eval()
     images, caps = _batch()
     batch = {"images": images, "captions": caps}
-    loss, n, metrics = caption_loss_fn(m.config)(m, batch)
+    loss, n, _ = caption_loss_fn(m.config)(m, batch)
     assert n == int((caps[:, 1:] != 0).sum())
     # padding after a sentence's eos changes nothing for that sentence (the decoder is causal)
     longer = torch.cat([caps, torch.zeros(3, 4, dtype=torch.long)], 1)
@@ -247,7 +247,28 @@ def test_attention_mass_in_box_on_hand_made_maps():
 def test_words_to_items_uses_class_and_place():
     # items: 0 = coat (class 4) at top left, 1 = coat at bottom right, 2 = bag (class 8) at top right
     classes, places = [4, 8, 4], [0, 1, 3]
-    words = ["a", "coat", "at", "the", "bottom", "right", "and", "a", "bag", "at", "the", "top", "right", "and", "a", "dress", "at", "the", "top", "left"]
+    words = [
+        "a",
+        "coat",
+        "at",
+        "the",
+        "bottom",
+        "right",
+        "and",
+        "a",
+        "bag",
+        "at",
+        "the",
+        "top",
+        "right",
+        "and",
+        "a",
+        "dress",
+        "at",
+        "the",
+        "top",
+        "left",
+    ]
     items = words_to_items(words, classes, places)
     assert items[1] == 2 and items[8] == 1 and items[15] == -1  # dress: no such item
     assert [i for i in items if i >= 0] == [2, 1]
@@ -290,7 +311,7 @@ def test_load_image_file_converts_and_rejects(tmp_path):
     t = load_image_file(tmp_path / "x.png", 16)
     assert t.shape == (1, 16, 16) and t.dtype == torch.float32 and float(t.min()) > 0.99
     (tmp_path / "bad.png").write_bytes(b"not an image")
-    with pytest.raises(ValueError, match="cannot read image .*bad.png"):
+    with pytest.raises(ValueError, match=r"cannot read image .*bad\.png"):
         load_image_file(tmp_path / "bad.png", 16)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_image_file(tmp_path / "missing.png", 16)
@@ -447,7 +468,7 @@ def test_cli_train_classifier_then_start_a_captioner_from_it(tmp_path, capsys):
     ],
 )
 def test_train_options_are_checked_when_the_config_is_built(tmp_path, capsys, argv, message):
-    assert cli_main(argv + ["--out-dir", str(tmp_path / "run")]) == 2
+    assert cli_main([*argv, "--out-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()

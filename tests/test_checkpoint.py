@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from attnkit.training import checkpoint as C
+from attnkit.training import checkpoint
 from attnkit.training.checkpoint import (
     CheckpointError,
     average_checkpoints,
@@ -109,10 +109,10 @@ def test_crash_midway_never_looks_valid(tmp_path, monkeypatch):
             raise OSError("simulated crash")
         return real(src, dst)
 
-    monkeypatch.setattr(C.os, "replace", flaky)
+    monkeypatch.setattr(checkpoint.os, "replace", flaky)
     with pytest.raises(OSError, match="simulated crash"):
         save_checkpoint(tmp_path / "step-00000002", model=m, config=m.to_config(), trainer_state={"step": 2})
-    monkeypatch.setattr(C.os, "replace", real)
+    monkeypatch.setattr(checkpoint.os, "replace", real)
     assert not (tmp_path / "step-00000002").exists()
     leftovers = [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
     assert len(leftovers) == 1
@@ -140,10 +140,10 @@ def test_crash_in_final_rename_keeps_old_checkpoint(tmp_path, monkeypatch):
             raise OSError("simulated crash")
         return real(src, dst)
 
-    monkeypatch.setattr(C.os, "replace", flaky)
+    monkeypatch.setattr(checkpoint.os, "replace", flaky)
     with pytest.raises(OSError):
         save_checkpoint(tmp_path / "fresh", model=_model(1), config=m.to_config())
-    monkeypatch.setattr(C.os, "replace", real)
+    monkeypatch.setattr(checkpoint.os, "replace", real)
     assert not (tmp_path / "fresh").exists()
     load_checkpoint(tmp_path / "best")
 
@@ -172,7 +172,7 @@ def test_missing_folder_and_file(tmp_path):
     m = _model()
     path = save_checkpoint(tmp_path / "c", model=m, config=m.to_config())
     (path / "model.safetensors").unlink()
-    with pytest.raises(CheckpointError, match="missing file .*model.safetensors"):
+    with pytest.raises(CheckpointError, match=r"missing file .*model\.safetensors"):
         load_checkpoint(path)
 
 
@@ -202,7 +202,7 @@ def test_registry_errors(tmp_path):
     m = torch.nn.Linear(2, 2)
     save_checkpoint(tmp_path / "c", model=m, config={})
     assert json.loads((tmp_path / "c" / "config.json").read_text())["model_type"] == "Linear"
-    with pytest.raises(CheckpointError, match="config.json"):
+    with pytest.raises(CheckpointError, match=r"config\.json"):
         load_model(tmp_path / "c")
     with pytest.raises(ValueError, match="extra_files"):
         save_checkpoint(tmp_path / "d", model=m, config={}, extra_files={"../x": b""})

@@ -10,7 +10,7 @@ def _walk(parser, path=()):
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
-                yield from _walk(sub, path + (name,))
+                yield from _walk(sub, (*path, name))
 
 
 def test_every_optional_flag_has_help_with_its_default():

@@ -49,7 +49,7 @@ def brute_force(model, bias_row, max_len, alpha):
     best = None
     for L in range(1, max_len + 1):
         for body in itertools.product(range(1, V - 1), repeat=L - 1):
-            seq = list(body) + [EOS]
+            seq = [*list(body), EOS]
             prev, score = BOS, 0.0
             for tok in seq:
                 score += float(model.logp(torch.tensor([prev]), bias_row.unsqueeze(0))[0, tok])
@@ -121,7 +121,7 @@ def test_attention_follows_back_pointers():
             if len(h.tokens):
                 # row t was produced at step t from previous token (bos, tokens[0], ...)
                 assert h.attention[:, 0].eq(b).all()
-                assert h.attention[:, 1].tolist() == [BOS] + h.tokens[:-1]
+                assert h.attention[:, 1].tolist() == [BOS, *h.tokens[:-1]]
                 assert h.attention[:, 2].tolist() == list(range(len(h.tokens)))
 
 

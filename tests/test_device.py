@@ -4,7 +4,7 @@ checkpoints that move between precisions, and the CUDA paths (run only where CUD
 import pytest
 import torch
 
-from attnkit import device as DV
+from attnkit import device as devices
 from attnkit.cli import main as cli_main
 from attnkit.errors import ConfigError
 from attnkit.models.seq2seq import RNNSearch, Seq2SeqConfig
@@ -24,31 +24,31 @@ V = 40
 
 
 def test_resolve_device_and_its_errors():
-    auto = DV.resolve_device("auto")
-    assert auto.type == ("cuda" if torch.cuda.is_available() else "mps" if DV._mps_available() else "cpu")
-    assert DV.resolve_device("cpu") == torch.device("cpu") and DV.resolve_device(None) == auto
+    auto = devices.resolve_device("auto")
+    assert auto.type == ("cuda" if torch.cuda.is_available() else "mps" if devices._mps_available() else "cpu")
+    assert devices.resolve_device("cpu") == torch.device("cpu") and devices.resolve_device(None) == auto
     with pytest.raises(ConfigError, match="not a device name"):
-        DV.resolve_device("gpu0")
+        devices.resolve_device("gpu0")
     with pytest.raises(ConfigError, match="attnkit runs on cpu, cuda or mps"):
-        DV.resolve_device("meta")
+        devices.resolve_device("meta")
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="CUDA is not available on this machine"):
-            DV.resolve_device("cuda:0")
+            devices.resolve_device("cuda:0")
 
 
 def test_resolve_precision_auto_follows_the_measured_speed(monkeypatch):
     cpu = torch.device("cpu")
-    assert [DV.resolve_precision(p, cpu) for p in ("fp32", "bf16", "fp16")] == [
+    assert [devices.resolve_precision(p, cpu) for p in ("fp32", "bf16", "fp16")] == [
         torch.float32,
         torch.bfloat16,
         torch.float16,
     ]
-    monkeypatch.setattr(DV, "cpu_bf16_speedup", lambda: 0.02)  # an emulating CPU: 50x slower
-    assert DV.resolve_precision("auto", cpu) == torch.float32
-    monkeypatch.setattr(DV, "cpu_bf16_speedup", lambda: 2.4)  # AVX512-BF16: faster
-    assert DV.resolve_precision("auto", cpu) == torch.bfloat16
+    monkeypatch.setattr(devices, "cpu_bf16_speedup", lambda: 0.02)  # an emulating CPU: 50x slower
+    assert devices.resolve_precision("auto", cpu) == torch.float32
+    monkeypatch.setattr(devices, "cpu_bf16_speedup", lambda: 2.4)  # AVX512-BF16: faster
+    assert devices.resolve_precision("auto", cpu) == torch.bfloat16
     with pytest.raises(ConfigError, match="precision must be one of"):
-        DV.resolve_precision("int8", cpu)
+        devices.resolve_precision("int8", cpu)
 
 
 def _batches(n=6, seed=0):
@@ -135,7 +135,7 @@ def test_a_bf16_run_resumes_in_fp32_and_its_checkpoint_serves_both_precisions(tm
     for dt in (torch.float32, torch.bfloat16):
         model = RNNSearch(Seq2SeqConfig(vocab_size=V, emb_dim=16, hidden_dim=16, attn_dim=16, dropout=0.0))
         model.load_state_dict(ck.state_dict)
-        DV.place(model, "cpu", dt)
+        devices.place(model, "cpu", dt)
         assert next(model.parameters()).dtype == dt
         with torch.no_grad():
             outs[dt] = model(b["src"], b["src_lengths"], b["tgt_in"])[0].float().log_softmax(-1)

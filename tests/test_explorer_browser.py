@@ -63,7 +63,7 @@ def server(bible_home):
             break
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError(proc.stdout.read())
+                raise RuntimeError(proc.stdout.read()) from None  # the server's own output says why
             time.sleep(0.5)
     yield url
     proc.terminate()

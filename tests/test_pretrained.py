@@ -42,9 +42,9 @@ def test_names_paths_and_local_models_resolve(tmp_path):
         (local / f).write_bytes((PRETRAINED_DIR / "rnnsearch-es-en" / f).read_bytes())
     assert resolve_model("mine", home=tmp_path) == local
     assert [m.name for m in known_models(tmp_path)][-1] == "mine"
-    with pytest.raises(UnknownModelError, match="known: transformer-es-en, .*mine"):
+    with pytest.raises(UnknownModelError, match=r"known: transformer-es-en, .*mine"):
         resolve_model("nope", home=tmp_path)
-    with pytest.raises(UnknownModelError, match="folder .*does not exist"):
+    with pytest.raises(UnknownModelError, match=r"folder .*does not exist"):
         resolve_model(str(tmp_path / "missing"))
 
 

@@ -6,8 +6,46 @@ from hypothesis import strategies as st
 
 from attnkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 
-_ES = ["el", "la", "los", "de", "y", "en", "que", "dios", "tierra", "cielo", "luz", "agua", "dijo", "hizo", "vio", "bueno", "día", "noche", "mar"]
-_EN = ["the", "of", "and", "in", "that", "god", "earth", "heaven", "light", "water", "said", "made", "saw", "good", "day", "night", "sea"]
+_ES = [
+    "el",
+    "la",
+    "los",
+    "de",
+    "y",
+    "en",
+    "que",
+    "dios",
+    "tierra",
+    "cielo",
+    "luz",
+    "agua",
+    "dijo",
+    "hizo",
+    "vio",
+    "bueno",
+    "día",
+    "noche",
+    "mar",
+]
+_EN = [
+    "the",
+    "of",
+    "and",
+    "in",
+    "that",
+    "god",
+    "earth",
+    "heaven",
+    "light",
+    "water",
+    "said",
+    "made",
+    "saw",
+    "good",
+    "day",
+    "night",
+    "sea",
+]
 
 
 def _corpus(n=300, seed=0):
@@ -62,7 +100,7 @@ def test_save_load_and_bytes(tok, tmp_path):
     for other in (Tokenizer.load(tmp_path / "ckpt"), Tokenizer.from_bytes(tok.to_bytes())):
         assert other.vocab_size == tok.vocab_size
         assert other.encode("dijo dios") == tok.encode("dijo dios")
-    with pytest.raises(FileNotFoundError, match="tokenizer.model"):
+    with pytest.raises(FileNotFoundError, match=r"tokenizer\.model"):
         Tokenizer.load(tmp_path / "empty")
     with pytest.raises(ValueError, match="model_proto"):
         Tokenizer.from_bytes(b"not a model")

@@ -193,8 +193,8 @@ def test_overfits_a_handful_of_pairs():
     tgt_out = torch.full((len(pairs), T), PAD)
     for i, (s, t) in enumerate(pairs):
         src[i, : len(s)] = torch.tensor(s)
-        tgt_in[i, : len(t) + 1] = torch.tensor([BOS] + t)
-        tgt_out[i, : len(t) + 1] = torch.tensor(t + [EOS])
+        tgt_in[i, : len(t) + 1] = torch.tensor([BOS, *t])
+        tgt_out[i, : len(t) + 1] = torch.tensor([*t, EOS])
     lens = torch.tensor([len(s) for s, _ in pairs])
     m = tiny(12).train()
     opt = torch.optim.Adam(m.parameters(), lr=3e-3)
@@ -288,7 +288,7 @@ def test_attention_maps_shapes_and_plot(tmp_path):
     m = tiny(10)
     tokens = [5, 6, 7, 8]
     ids = _FakeTranslator().encode_sources(["uno dos tres cuatro cinco"])[0]
-    src, lens, tgt_in = torch.tensor([ids]), torch.tensor([len(ids)]), torch.tensor([[BOS] + tokens[:-1]])
+    src, lens, tgt_in = torch.tensor([ids]), torch.tensor([len(ids)]), torch.tensor([[BOS, *tokens[:-1]]])
     maps = m.attention_maps(src, lens, tgt_in).map_tensors(lambda t: t[0])
     assert maps.enc_self.shape == (2, 2, 5, 5)
     assert maps.dec_self.shape == (2, 2, 4, 4)

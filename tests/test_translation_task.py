@@ -51,7 +51,7 @@ def trained(bible_home, tmp_path_factory):
 
 
 def test_training_writes_checkpoints_and_summary(trained):
-    cfg, summary, out = trained
+    _, summary, out = trained
     assert summary["epochs"] == 2 and summary["steps"] == 8  # 64 pairs / 16 per batch, 2 epochs
     ck = load_checkpoint(out / "best")
     assert ck.config["model_type"] == "rnnsearch" and "tokenizer.model" in ck.files

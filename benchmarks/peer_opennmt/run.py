@@ -225,15 +225,15 @@ def train_both(work: Path, files: dict, args) -> dict:
     ]
     theirs_cmd = [venv / "bin" / "onmt_train", "-config", cfg]
     t0 = time.time()
-    ours = subprocess.Popen(
-        list(map(str, ours_cmd)),
-        env=dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(ROOT / "src")),
-        stdout=open(work / "attnkit.log", "w"),
-        stderr=subprocess.STDOUT,
-    )
-    theirs = subprocess.Popen(
-        list(map(str, theirs_cmd)), env=env, stdout=open(work / "onmt.log", "w"), stderr=subprocess.STDOUT
-    )
+    # The children hold their own copies of the log descriptors; the parent's close when Popen returns.
+    with open(work / "attnkit.log", "w") as ours_log, open(work / "onmt.log", "w") as theirs_log:
+        ours = subprocess.Popen(
+            list(map(str, ours_cmd)),
+            env=dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(ROOT / "src")),
+            stdout=ours_log,
+            stderr=subprocess.STDOUT,
+        )
+        theirs = subprocess.Popen(list(map(str, theirs_cmd)), env=env, stdout=theirs_log, stderr=subprocess.STDOUT)
     while time.time() - t0 < budget and theirs.poll() is None:
         time.sleep(5)
     if theirs.poll() is None:

@@ -80,9 +80,9 @@ def iter_options(cls: type, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tupl
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):
-            yield from iter_options(tp, prefix + (f.name,))
+            yield from iter_options(tp, (*prefix, f.name))
         elif f.metadata.get("cli", True) and f.init:
-            yield prefix + (f.name,), f, tp
+            yield (*prefix, f.name), f, tp
 
 
 def _default_of(f: dataclasses.Field) -> Any:

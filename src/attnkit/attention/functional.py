@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import scores as S
 from .masks import check_mask
+from .scores import Dot, ScaledDot, ScoreModule, additive, bilinear, canonical_score_name, scaled_dot
 
 __all__ = ["HARD_MODES", "AttentionOutput", "HardAttention", "attend", "attend_hard", "masked_softmax"]
 
@@ -70,11 +70,11 @@ def masked_softmax(scores: Tensor, mask: Tensor | None, dim: int = -1) -> Tensor
 
 def _resolve_score(score, score_params: dict | None) -> tuple[str | None, object]:
     """Return (canonical name or None for a module/callable, callable computing scores)."""
-    if isinstance(score, S.ScoreModule):
+    if isinstance(score, ScoreModule):
         return None, score
     if callable(score) and not isinstance(score, str):
         return None, score
-    name = S.canonical_score_name(score)
+    name = canonical_score_name(score)
     params = dict(score_params or {})
     if name in ("bilinear", "additive"):
         needed = ("weight",) if name == "bilinear" else ("w_query", "w_key", "v")
@@ -87,9 +87,9 @@ def _resolve_score(score, score_params: dict | None) -> tuple[str | None, object
     elif params and name == "dot":
         raise ValueError(f"score 'dot' takes no score_params, got {sorted(params)}")
     if name == "bilinear":
-        return name, lambda q, k: S.bilinear(q, k, params["weight"])
+        return name, lambda q, k: bilinear(q, k, params["weight"])
     if name == "additive":
-        return name, lambda q, k: S.additive(q, k, params["w_query"], params["w_key"], params["v"], params.get("bias"))
+        return name, lambda q, k: additive(q, k, params["w_query"], params["w_key"], params["v"], params.get("bias"))
     return name, None
 
 
@@ -169,9 +169,9 @@ def attend(
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
     query, key, value, mask, unbatched = _batched(query, key, value, mask)
 
-    if isinstance(score, S.ScaledDot):  # parameter-free modules take the named path (fused kernel)
+    if isinstance(score, ScaledDot):  # parameter-free modules take the named path (fused kernel)
         score, scale = "scaled_dot", score.scale if scale is None else scale
-    elif isinstance(score, S.Dot):
+    elif isinstance(score, Dot):
         score = "dot"
     name, score_fn = _resolve_score(score, score_params)
     if name in ("dot", "scaled_dot"):
@@ -196,7 +196,7 @@ def attend(
         return AttentionOutput(ctx.squeeze(0), None) if unbatched else out
 
     if score_fn is None:
-        score_fn = lambda q, k: S.scaled_dot(q, k, scale)
+        score_fn = lambda q, k: scaled_dot(q, k, scale)
 
     nq = query.shape[-2]
     if chunk_size is not None and chunk_size < nq:
@@ -285,7 +285,7 @@ def attend_hard(
         if name == "dot":
             scale = 1.0
         s = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
-        score_fn = lambda q, k: S.scaled_dot(q, k, s)
+        score_fn = lambda q, k: scaled_dot(q, k, s)
     scores = score_fn(query, key)  # (B, [H,] Nq, Nk)
     probs = masked_softmax(scores, mask)
     flat = probs.detach().reshape(-1, probs.shape[-1])

@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import scores as S
 from .functional import AttentionOutput, HardAttention, attend, attend_hard
 from .masks import (
     causal_mask,
@@ -30,6 +29,7 @@ from .masks import (
     padding_mask,
     to_torch_mha_mask,
 )
+from .scores import ScoreModule, canonical_score_name, make_score
 
 __all__ = [
     "Attention",
@@ -105,7 +105,7 @@ class Attention(nn.Module):
         key_dim: int | None = None,
         value_dim: int | None = None,
         *,
-        score: str | S.ScoreModule = "additive",
+        score: str | ScoreModule = "additive",
         hidden_dim: int | None = None,
         key_proj_dim: int | None = None,
         value_proj_dim: int | None = None,
@@ -118,7 +118,7 @@ class Attention(nn.Module):
         self.key_proj = nn.Linear(key_dim, key_proj_dim) if key_proj_dim else None
         self.value_proj = nn.Linear(value_dim, value_proj_dim) if value_proj_dim else None
         scored_key_dim = key_proj_dim or key_dim
-        self.score = S.make_score(score, query_dim, scored_key_dim, hidden_dim)
+        self.score = make_score(score, query_dim, scored_key_dim, hidden_dim)
         self.dropout = dropout
         self.output_dim = value_proj_dim or value_dim
 
@@ -237,7 +237,7 @@ class SelfAttention(nn.Module):
         *,
         head_dim: int | None = None,
         value_dim: int | None = None,
-        score: str | S.ScoreModule = "scaled_dot",
+        score: str | ScoreModule = "scaled_dot",
         hidden_dim: int | None = None,
         bias: bool = True,
         dropout: float = 0.0,
@@ -249,7 +249,7 @@ class SelfAttention(nn.Module):
         self.q_proj = nn.Linear(embed_dim, head_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, head_dim, bias=bias)
         self.v_proj = nn.Linear(embed_dim, value_dim, bias=bias)
-        self.score = S.make_score(score, head_dim, head_dim, hidden_dim)
+        self.score = make_score(score, head_dim, head_dim, hidden_dim)
         self.dropout = dropout
 
     def forward(
@@ -632,7 +632,7 @@ class SpatialSelfAttention(nn.Module):
         self.h = nn.Conv2d(channels, value_channels, 1)
         self.o = nn.Conv2d(value_channels, channels, 1)
         self.gamma = nn.Parameter(torch.zeros(()))
-        self.score = S.canonical_score_name(score)
+        self.score = canonical_score_name(score)
         if self.score not in ("dot", "scaled_dot"):
             raise ValueError(f"score must be 'dot' or 'scaled_dot' for SpatialSelfAttention, got {score!r}")
 
@@ -640,7 +640,7 @@ class SpatialSelfAttention(nn.Module):
         _check_rank("x", x, (4,), "(B, C, H, W)")
         if x.shape[1] != self.channels:
             raise ValueError(f"x must have {self.channels} channels, got shape {tuple(x.shape)}")
-        b, c, hgt, wid = x.shape
+        b, _, hgt, wid = x.shape
         q = self.f(x).flatten(2).transpose(1, 2)  # (B, HW, Ck)
         k = self.g(x).flatten(2).transpose(1, 2)  # (B, HW, Ck)
         v = self.h(x).flatten(2).transpose(1, 2)  # (B, HW, Cv)
@@ -672,7 +672,7 @@ class SelfAttentiveEncoder(nn.Module):
         bidirectional: bool = False,
         num_layers: int = 1,
         kernel_size: int = 3,
-        score: str | S.ScoreModule = "scaled_dot",
+        score: str | ScoreModule = "scaled_dot",
     ):
         super().__init__()
         if base not in self.BASES:
@@ -692,7 +692,7 @@ class SelfAttentiveEncoder(nn.Module):
         else:
             self.layer = nn.Linear(input_dim, hidden_dim)
             self.hidden_size = hidden_dim
-        self.score = S.make_score(score, self.hidden_size, self.hidden_size)
+        self.score = make_score(score, self.hidden_size, self.hidden_size)
         self.output_dim = 2 * self.hidden_size
 
     def forward(self, x: Tensor, lengths: Tensor | None = None, need_weights: bool = False) -> AttentionOutput:

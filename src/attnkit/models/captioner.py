@@ -356,7 +356,7 @@ class ShowAttendTell(ConfiguredModel, nn.Module):
         """``prev_tokens (R,)`` → ``(log_probs (R, V), state, α (R, L))``; hard models use the argmax cell."""
         y_emb = self.embedding(prev_tokens)
         mode = None if self.config.attention == "soft" else "argmax"
-        z, alpha, beta, _, _, _ = self._attend(state.h, state, mode)
+        z, alpha, _, _, _, _ = self._attend(state.h, state, mode)
         h, m = self.cell(self._cell_input(y_emb, z), (state.h, state.m))
         return torch.log_softmax(self._logits(h, z, y_emb), dim=-1), dataclasses.replace(state, h=h, m=m), alpha
 

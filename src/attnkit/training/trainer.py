@@ -50,8 +50,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from .. import device as DV
-from . import distributed as D
+from ..device import autocast, resolve_device, resolve_precision, to_device
 from .checkpoint import (
     CheckpointError,
     list_checkpoints,
@@ -62,6 +61,7 @@ from .checkpoint import (
     save_checkpoint,
     step_dir_name,
 )
+from .distributed import all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed, local_rank
 
 __all__ = ["Trainer", "get_rng_state", "run_totals", "set_rng_state"]
 
@@ -218,11 +218,11 @@ class Trainer:
         if device is None:
             first = next(iter(model.parameters()), None)
             device = first.device if first is not None else torch.device("cpu")
-        self.device = DV.resolve_device(device)
-        self.amp_dtype = DV.resolve_precision(precision, self.device)
-        self.rank, self.world_size = D.init_distributed("nccl" if self.device.type == "cuda" else "gloo")
+        self.device = resolve_device(device)
+        self.amp_dtype = resolve_precision(precision, self.device)
+        self.rank, self.world_size = init_distributed("nccl" if self.device.type == "cuda" else "gloo")
         if self.world_size > 1 and self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", D.local_rank())
+            self.device = torch.device("cuda", local_rank())
         self.is_main = self.rank == 0
         self.raw_model = model.to(self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
@@ -284,7 +284,7 @@ class Trainer:
 
     def trainer_state(self) -> dict:
         """Everything besides the weights that exact resume needs (collective under DDP)."""
-        rng = D.all_gather_object(get_rng_state())
+        rng = all_gather_object(get_rng_state())
         return {
             "step": self.step,
             "epoch": self.epoch,
@@ -365,7 +365,7 @@ class Trainer:
                 )
             rotate_checkpoints(self.out_dir, self.keep_last)
             self._log({"event": "checkpoint", "step": self.step, "epoch": self.epoch, "path": str(path), "best": best})
-        D.barrier()
+        barrier()
         self._saved_at = (self.step, self.epoch)
         return path
 
@@ -406,8 +406,8 @@ class Trainer:
         benchmarks call it to time exactly what training does.
         """
         self.optimizer.zero_grad(set_to_none=True)
-        batch = DV.to_device(batch, self.device)
-        with DV.autocast(self.device, self.amp_dtype):
+        batch = to_device(batch, self.device)
+        with autocast(self.device, self.amp_dtype):
             out = self.loss_fn(self.model, batch)
         if not (isinstance(out, tuple) and len(out) == 3):
             raise TypeError("Trainer: loss_fn must return (loss_sum: Tensor, n_tokens: int, metrics: dict)")
@@ -419,7 +419,7 @@ class Trainer:
             stats = torch.tensor(
                 [float(n_tokens), loss_sum.detach().double().item()], dtype=torch.float64, device=self.device
             )
-            D.all_reduce_sum(stats)
+            all_reduce_sum(stats)
             global_tokens, global_loss_sum = int(stats[0].item()), float(stats[1].item())
             loss = loss_sum * (self.world_size / max(global_tokens, 1))
         else:
@@ -444,7 +444,7 @@ class Trainer:
         if self.world_size == 1:
             return self._stop_requested
         flag = torch.tensor([1.0 if self._stop_requested else 0.0], device=self.device)
-        D.all_reduce_sum(flag)
+        all_reduce_sum(flag)
         self._stop_requested = bool(flag.item() > 0)
         return self._stop_requested
 
@@ -460,7 +460,7 @@ class Trainer:
             if not isinstance(metrics, Mapping):
                 raise TypeError(f"Trainer: valid_fn must return a dict of metrics, got {type(metrics).__name__}")
             metrics = {k: float(v) for k, v in metrics.items()}
-        metrics = D.broadcast_object(metrics)
+        metrics = broadcast_object(metrics)
         if self.metric_for_best not in metrics:
             if self.early_stopping_patience is not None:
                 raise ValueError(
@@ -535,7 +535,7 @@ class Trainer:
         if self.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(self.out_dir)
-        D.barrier()
+        barrier()
         resumed_from = self._find_resume_checkpoint() if resume else None
         if resumed_from is not None:
             self._restore(resumed_from)
@@ -546,7 +546,8 @@ class Trainer:
             self.step = self.epoch = 0
             self.train_batches.set_epoch(0)
         if self.is_main:
-            self._log_file = open(self.out_dir / LOG_NAME, "a")
+            # open for the whole run (each record flushed as written); closed at the end of fit()
+            self._log_file = open(self.out_dir / LOG_NAME, "a")  # noqa: SIM115
         self._log(
             {
                 "event": "resume" if resumed_from else "start",

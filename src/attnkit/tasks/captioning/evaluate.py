@@ -65,7 +65,7 @@ def evaluate_captioning(
     # that feeds the context into its LSTM can look at the item there and name it from memory.
     prev = attention_correctness(
         tf_maps,
-        [it["word_item"].tolist()[1:] + [-1] for it in items],
+        [[*it["word_item"].tolist()[1:], -1] for it in items],
         [it["boxes"].numpy() for it in items],
         grid,
         cm.canvas,

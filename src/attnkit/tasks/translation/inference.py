@@ -111,7 +111,7 @@ class Translator(InferenceWrapper):
             raise InputError("target has no tokens: there is no output token to show attention for")
         device = self.device
         src = torch.tensor([src_ids], dtype=torch.long, device=device)
-        tgt_in = torch.tensor([[self.tokenizer.bos_id] + tgt_ids[:-1]], dtype=torch.long, device=device)
+        tgt_in = torch.tensor([[self.tokenizer.bos_id, *tgt_ids[:-1]]], dtype=torch.long, device=device)
         maps = self.model.attention_maps(src, torch.tensor([len(src_ids)], device=device), tgt_in)
         return TranslationAttention(
             source_pieces=[self.tokenizer.id_to_piece(t) for t in src_ids],
