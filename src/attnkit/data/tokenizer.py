@@ -148,7 +148,7 @@ class Tokenizer:
         if not isinstance(model_dir, (str, os.PathLike)):
             raise TypeError(f"model_dir must be a str or os.PathLike, got {type(model_dir).__name__}")
         path = Path(model_dir)
-        if path.is_dir():
+        if path.is_dir() or (not path.exists() and path.suffix != ".model"):  # a missing folder: name the file
             path = path / MODEL_FILENAME
         if not path.is_file():
             raise FileNotFoundError(f"no tokenizer model at {path} (model_dir={model_dir!s})")
