@@ -1,5 +1,7 @@
 """The hand-made gold alignments are sound, and AER and its parts are computed right."""
 
+import re
+
 import pytest
 import torch
 
@@ -87,3 +89,93 @@ def test_evaluate_alignment_cli(capsys, bible_home, tmp_path):
     assert "has no attention" in capsys.readouterr().err
     assert cli_main(["evaluate", "alignment", "--head", "2"]) == 2
     assert "--head needs --layer" in capsys.readouterr().err
+
+
+def _plain(word):
+    """``“Blessed`` → ``blessed``: the word without punctuation or quotes, lower-cased."""
+    return re.sub(r"[^\w’'-]", "", word).strip("’'").lower()
+
+
+def _links_of(gold, sure_only):
+    """Every link of the set as (verse, spanish index, english index, spanish word, english word, is_sure)."""
+    for v in gold:
+        for i, j in sorted(v.sure if sure_only else v.possible):
+            yield v, i, j, _plain(v.source[i]), _plain(v.target[j]), (i, j) in v.sure
+
+
+_FUTURE_MODAL = {"shall", "will", "would", "should", "may", "might", "must", "can", "could", "let", "shalt", "wilt"}
+_LEXICAL_MODAL = re.compile(r"^(pod|pued|pud|deb|necesari|volunt)")  # poder, deber, es necesario; voluntad
+_HABER = re.compile(r"^(he|has|ha|hemos|hab[eé]is|han|hab[ií]a\w*|hub\w+|habr[áée]\w*|haya\w*|habi[ée]ndo\w*)$")
+_EXISTENTIAL = {"hay", "había", "hubo", "habrá", "habría", "haya", "hubiese", "hubiera"}
+_ES_PRONOUNS = {"yo", "tú", "él", "ella", "nosotros", "vosotros", "ellos", "ellas", "el", "los", "aquel", "quien", "mí",
+                "alguno", "uno", "nadie", "ninguno", "cualquiera"}  # fmt: skip
+_EN_SUBJECTS = {"i", "he", "she", "we", "they", "thou", "ye"}
+_PREPOSITIONS_AND_ARTICLES = {"to", "at", "unto", "into", "toward", "towards", "on", "upon", "for", "in", "by", "from",
+                              "with", "against", "after", "before", "as", "like", "of", "until", "the", "a", "an"}  # fmt: skip
+_POSSESSIVES = {"my", "your", "his", "her", "its", "our", "their", "thy"}
+_CLITIC_NOT_ARTICLE = {("Deut 25:12", 0)}  # "La cortarás": the object clitic (the possessor), not an article
+
+
+def _all_links():
+    return list(_links_of(load_gold(), sure_only=False))
+
+
+# GUIDE.md's rules 8–15, where a word list can check them: no sure link where the rule says possible (or no
+# link), and each check counts its instances, so that it cannot pass on an empty selection.
+
+
+def test_rule_8_an_auxiliary_is_sure_only_when_it_translates_a_spanish_word():
+    aux = [x for x in _all_links() if x[4] in _FUTURE_MODAL]
+    bad = [x[1:] for x in aux if x[5] and not (_LEXICAL_MODAL.match(x[3]) or _HABER.match(x[3]))]
+    assert len(aux) > 80 and sum(not x[5] for x in aux) > 70 and bad == []
+
+
+def test_rule_9_existential_there_is_possible():
+    there = [x for x in _all_links() if x[3] in _EXISTENTIAL and x[4] == "there"]
+    assert len(there) >= 6 and not any(x[5] for x in there)
+
+
+def test_rule_10_relatives_with_an_article():
+    gold = load_gold()
+    compound = 0
+    for v in gold:  # el cual, la cual, los cuales: the article is possible
+        words = [_plain(w) for w in v.source]
+        for i in range(len(words) - 1):
+            if words[i] in {"el", "la", "los", "las", "lo"} and words[i + 1] in {"cual", "cuales"}:
+                compound += 1
+                assert not any((i, j) in v.sure for j in range(len(v.target))), (v.ref, i)
+    he_who = [(v, i) for v in gold for i in range(len(v.source) - 1)
+              if _plain(v.source[i]) == "el" and _plain(v.source[i + 1]) == "que"
+              and any(_plain(v.target[j]) == "he" and (i, j) in v.possible for j in range(len(v.target)))]  # fmt: skip
+    assert compound >= 10 and len(he_who) >= 5
+    assert all(any((i, j) in v.sure and _plain(v.target[j]) == "he" for j in range(len(v.target))) for v, i in he_who)
+
+
+def test_rules_11_and_12_an_article_or_de_linked_to_a_possessive_is_possible():
+    links = _all_links()
+    art = [x for x in links if x[3] in {"el", "la", "los", "las"} and x[4] in _POSSESSIVES]
+    art = [x for x in art if (x[0].ref, x[1]) not in _CLITIC_NOT_ARTICLE]
+    gen = [
+        x for x in links if x[3] in {"de", "del"} and (x[4] in _POSSESSIVES or re.search(r"[’']s$", x[0].target[x[2]]))
+    ]
+    assert len(art) >= 8 and len(gen) >= 15 and not any(x[5] for x in art + gen)
+
+
+def test_rule_13_verse_initial_y_is_sure_only_to_a_verse_initial_and():
+    y = [x for x in _all_links() if x[1] == 0 and x[3] == "y"]
+    assert len(y) >= 10 and all(x[4] == "and" and x[2] == 0 for x in y if x[5])
+    assert any(not x[5] and x[4] == "now" for x in y)
+
+
+def test_rule_14_a_sure_link_from_a_goes_to_a_preposition_or_an_article():
+    a_links = [x for x in _all_links() if x[3] in {"a", "á", "al"}]
+    assert len(a_links) > 40 and all(x[4] in _PREPOSITIONS_AND_ARTICLES for x in a_links if x[5])
+
+
+def test_rule_15_a_pro_drop_subject_is_possible():
+    links = _all_links()
+    subjects = [x for x in links if x[4] in _EN_SUBJECTS and x[3] not in _ES_PRONOUNS]
+    assert len(subjects) > 80 and not any(x[5] for x in subjects)
+    you = [x for x in links if x[4] == "you" and x[5]]  # sure only to a pronoun or a verb with a clitic (daros)
+    assert all(x[3] in {"tú", "ti", "te", "os", "vosotros", "usted", "contigo"} or x[3].endswith(("te", "os"))
+               for x in you)  # fmt: skip
