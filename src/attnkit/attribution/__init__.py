@@ -1,0 +1,48 @@
+"""Beyond attention weights: which source pieces (or image cells) each output word used, by several methods.
+
+One result type (:class:`Attribution`: ``(T, S)`` rows that sum to 1, under forced decoding of a
+given or generated target), one registry of method names (:data:`METHODS`), two entry points:
+:func:`explain` for translators and :func:`explain_caption` for captioners.
+
+| method | what | models |
+|---|---|---|
+| ``attention`` | a layer's cross-attention (one head or the head mean); RNN attention's α | with attention |
+| ``rollout`` | cross-attention × the encoder's rollout (Abnar & Zuidema 2020) | Transformer |
+| ``attention_norm`` | ‖α f(x)‖ (Kobayashi et al. 2020) | with attention |
+| ``value_zeroing`` | a decoder layer's output change when a source piece's values are zeroed (Mohebbi et al. 2023) | Transformer |
+| ``alti_plus`` | ALTI+ (Ferrando et al. 2022) | Transformer |
+| ``saliency``, ``input_x_gradient``, ``integrated_gradients`` | gradients of log p(y_t) through Captum | every translator and captioner |
+"""
+
+from .gradients import DEFAULT_STEPS
+from .methods import (
+    METHODS,
+    ForcedCaption,
+    ForcedTranslation,
+    Method,
+    UnknownMethodError,
+    canonical_method,
+    explain,
+    explain_caption,
+    forced_caption,
+    forced_translation,
+    methods_for,
+)
+from .result import Attribution, normalise_rows
+
+__all__ = [
+    "DEFAULT_STEPS",
+    "METHODS",
+    "Attribution",
+    "ForcedCaption",
+    "ForcedTranslation",
+    "Method",
+    "UnknownMethodError",
+    "canonical_method",
+    "explain",
+    "explain_caption",
+    "forced_caption",
+    "forced_translation",
+    "methods_for",
+    "normalise_rows",
+]

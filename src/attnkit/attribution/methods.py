@@ -1,0 +1,508 @@
+"""The registry of attribution methods and the two entry points, :func:`explain` (translators) and
+:func:`explain_caption` (captioners).
+
+Each method is a function of the model and one forced pair that returns non-negative relevances
+``(T, S)`` (and, where it has them, signed raw values); the registry times it, normalises the rows
+(:func:`~attnkit.attribution.result.normalise_rows`) and returns an
+:class:`~attnkit.attribution.result.Attribution`. Which methods a model has depends on what it is
+(:func:`methods_for`): attention needs attention; rollout, value zeroing and ALTI+ are defined over
+Transformer blocks; the gradient methods work on any translation model, RNNencdec included, and on
+the captioners.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..errors import InputError
+from . import decomposition, gradients
+from .result import Attribution, normalise_rows
+from .trace import is_transformer, trace_transformer
+
+__all__ = [
+    "METHODS",
+    "ForcedCaption",
+    "ForcedTranslation",
+    "Method",
+    "UnknownMethodError",
+    "canonical_method",
+    "explain",
+    "explain_caption",
+    "forced_caption",
+    "forced_translation",
+    "methods_for",
+]
+
+
+class UnknownMethodError(InputError):
+    """A method name that is not in the registry, or a method the model does not have."""
+
+
+# ---------------------------------------------------------------------------------------- forced pairs
+@dataclass
+class ForcedTranslation:
+    """One source and the target the model is forced to write: ids ``src (S,)``, ``tgt (T,)`` (the
+    output pieces, no bos/eos) and ``tgt_in (T,)`` (bos + tgt[:-1]), with their pieces."""
+
+    src: Tensor
+    tgt: Tensor
+    tgt_in: Tensor
+    source_pieces: list[str]
+    target_pieces: list[str]
+
+
+def forced_translation(translator, source: str, target: str | None = None, *, beam: int = 5) -> ForcedTranslation:
+    """``source`` and ``target`` (English text, tokenised here) as a forced pair; without ``target``
+    the model's own translation (beam search, ``beam``) is the target."""
+    tok = translator.tokenizer
+    src_ids = translator.encode_sources([source])[0]
+    if target is None:
+        tgt_ids = list(translator.translate([source], beam_size=beam)[0]["tokens"])
+    else:
+        if not isinstance(target, str) or not target.strip():
+            raise InputError("target is empty: give the English text to explain, or leave it out to translate")
+        tgt_ids = tok.encode(target.strip())
+    if not tgt_ids:
+        raise InputError("the target has no tokens: there is no output piece to explain")
+    device = translator.device
+    tgt = torch.tensor(tgt_ids, dtype=torch.long, device=device)
+    return ForcedTranslation(
+        src=torch.tensor(src_ids, dtype=torch.long, device=device),
+        tgt=tgt,
+        tgt_in=torch.cat([tgt.new_tensor([tok.bos_id]), tgt[:-1]]),
+        source_pieces=[tok.id_to_piece(t) for t in src_ids],
+        target_pieces=[tok.id_to_piece(t) for t in tgt_ids],
+    )
+
+
+@dataclass
+class ForcedCaption:
+    """One image ``(1, C, C)`` and the caption the captioner is forced to write: ``tokens (T,)`` (no
+    bos/eos), ``tokens_in (T,)`` (bos + tokens[:-1]) and the words."""
+
+    image: Tensor
+    tokens: Tensor
+    tokens_in: Tensor
+    words: list[str]
+
+
+def forced_caption(captioner, image: Tensor, caption: str | None = None, *, beam: int = 1) -> ForcedCaption:
+    """``image (1, C, C)`` in [0, 1] and ``caption`` (words of the captioner's vocabulary) as a forced
+    pair; without ``caption`` the model's own caption (``beam``) is used."""
+    c = captioner.canvas
+    if not isinstance(image, Tensor) or tuple(image.shape) != (1, c, c):
+        raise InputError(f"image must be a (1, {c}, {c}) tensor, got {tuple(getattr(image, 'shape', ()))}")
+    if caption is None:
+        ids = list(captioner.caption(image.unsqueeze(0), beam_size=beam)[0]["tokens"])
+    else:
+        words = caption.split()
+        unknown = [w for w in words if w not in captioner.vocab.stoi]
+        if unknown:
+            raise InputError(f"caption words not in the captioner's vocabulary: {', '.join(unknown)}")
+        ids = [captioner.vocab.stoi[w] for w in words]
+    if not ids:
+        raise InputError("the caption has no words: there is nothing to explain")
+    first = next(captioner.model.parameters())
+    tokens = torch.tensor(ids, dtype=torch.long, device=first.device)
+    return ForcedCaption(
+        image=image.to(device=first.device, dtype=first.dtype),
+        tokens=tokens,
+        tokens_in=torch.cat([tokens.new_tensor([captioner.config.bos_id]), tokens[:-1]]),
+        words=[captioner.vocab.itos[i] for i in ids],
+    )
+
+
+# ---------------------------------------------------------------------------------------- translation methods
+def _check_no_options(name: str, options: dict) -> None:
+    if options:
+        raise InputError(f"{name} takes no options, got {', '.join(sorted(options))}")
+
+
+def _cross(model, pair: ForcedTranslation, layer, head) -> Tensor:
+    """One cross-attention map ``(T, S)``: layer ``layer`` (1-based, default last), head ``head``
+    (1-based) or the head mean."""
+    maps = model.attention_maps(pair.src[None], torch.tensor([len(pair.src)]), pair.tgt_in[None])
+    if maps.cross is None:
+        if layer is not None or head is not None:
+            raise InputError(f"{type(model).__name__} has one attention: --layer and --head do not apply")
+        if maps.alignment is None:
+            raise UnknownMethodError(f"{type(model).__name__} has no attention")
+        return maps.alignment[0].float()
+    cross = maps.cross[0].float()  # (L, H, T, S)
+    li = decomposition._layer_index(cross.shape[0], layer)
+    if head is None:
+        return cross[li].mean(0)
+    if isinstance(head, bool) or not isinstance(head, int) or not 1 <= head <= cross.shape[1]:
+        raise InputError(f"head must be a head number in 1..{cross.shape[1]} (or none for the mean), got {head!r}")
+    return cross[li, head - 1]
+
+
+def _attention(model, pair, *, layer=None, head=None):
+    return {"scores": _cross(model, pair, layer, head)}
+
+
+def _rollout(model, pair, *, layer=None):
+    from ..alignment import attention_rollout
+
+    maps = model.attention_maps(pair.src[None], torch.tensor([len(pair.src)]), pair.tgt_in[None])
+    cross = maps.cross[0].float()  # (L, H, T, S)
+    li = decomposition._layer_index(cross.shape[0], layer)
+    return {"scores": cross[li].mean(0) @ attention_rollout(maps.enc_self[0].float())}
+
+
+def _attention_norm(model, pair, *, layer=None):
+    if is_transformer(model):
+        return {"scores": decomposition.attention_norm(trace_transformer(model, pair.src, pair.tgt_in), layer=layer)}
+    if layer is not None:
+        raise InputError(f"{type(model).__name__} has one attention: --layer does not apply")
+    maps = model.attention_maps(pair.src[None], torch.tensor([len(pair.src)]), pair.tgt_in[None])
+    # additive attention sums the annotations themselves: ‖α_tj h_j‖ = α_tj ‖h_j‖
+    return {"scores": maps.alignment[0].float() * maps.annotations[0].float().norm(dim=-1)}
+
+
+def _value_zeroing(model, pair, *, layer=None):
+    return {"scores": decomposition.value_zeroing(trace_transformer(model, pair.src, pair.tgt_in), layer=layer)}
+
+
+def _alti_plus(model, pair):
+    contrib, share = decomposition.alti_plus(trace_transformer(model, pair.src, pair.tgt_in))
+    return {"scores": contrib, "extra": {"source_share": [round(float(v), 4) for v in share]}}
+
+
+def translation_log_probs(model, pair: ForcedTranslation) -> Callable[[Tensor], Tensor]:
+    """``f(source embeddings (N, S, E)) -> (N, T)``: log p of every forced target piece (eval mode)."""
+    tgt_in, tgt = pair.tgt_in[None], pair.tgt[None, :, None]
+    lengths = torch.tensor([len(pair.src)], device=pair.src.device)
+
+    def f(src_emb: Tensor) -> Tensor:
+        n = src_emb.shape[0]
+        src = pair.src[None].expand(n, -1).clone()  # a tensor of its own: the hook recognises it
+        with gradients.source_embedding_override(model.embedding, src, src_emb.to(model.embedding.weight.dtype)):
+            logits, _ = model(src, lengths.expand(n), tgt_in.expand(n, -1))
+        return F.log_softmax(logits.float(), dim=-1).gather(-1, tgt.expand(n, -1, -1))[..., 0]  # (N, T)
+
+    return f
+
+
+def _gradient(name):
+    def run(model, pair, *, steps=None, progress=None):
+        was_training = model.training
+        model.eval()
+        try:
+            emb = model.embedding(pair.src).detach().float()  # (S, E)
+            attr, delta, used = gradients.attribute(
+                name, translation_log_probs(model, pair), emb, len(pair.tgt), steps=steps, progress=progress
+            )  # (T, S, E)
+        finally:
+            model.train(was_training)
+        out = {"scores": attr.norm(dim=-1), "raw": attr.sum(-1)}
+        if delta is not None:
+            out["extra"] = {"convergence_delta": [round(float(d), 6) for d in delta], "steps": used}
+        return out
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------- caption methods
+def _caption_attention(model, pair: ForcedCaption):
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(
+                pair.image[None], pair.tokens_in[None], hard="argmax" if model.config.attention == "hard" else None
+            )
+    finally:
+        model.train(was_training)
+    return {"scores": out.alphas[0].float()}  # (T, L)
+
+
+def caption_log_probs(model, pair: ForcedCaption) -> Callable[[Tensor], Tensor]:
+    """``f(images (N, 1, C, C)) -> (N, T)``: log p of every forced caption word (eval mode)."""
+    hard = "argmax" if model.config.attention == "hard" else None
+    tokens_in, tokens = pair.tokens_in[None], pair.tokens[None, :, None]
+
+    def f(images: Tensor) -> Tensor:
+        n = images.shape[0]
+        logits = model(images, tokens_in.expand(n, -1), hard=hard).logits
+        return F.log_softmax(logits.float(), dim=-1).gather(-1, tokens.expand(n, -1, -1))[..., 0]
+
+    return f
+
+
+def _cell_index(canvas: int, grid: tuple[int, int], device) -> Tensor:
+    """``(C·C,)``: the row-major grid cell of every pixel (pixel row y lies in cell row ⌊y·h/C⌋)."""
+    h, w = grid
+    rows = torch.arange(canvas, device=device) * h // canvas
+    cols = torch.arange(canvas, device=device) * w // canvas
+    return (rows[:, None] * w + cols[None, :]).reshape(-1)
+
+
+def cells(pixel_attr: Tensor, grid: tuple[int, int]) -> tuple[Tensor, Tensor]:
+    """``(T, 1, C, C)`` per-pixel attributions → ``(L2 norm per cell (T, h·w), signed sum per cell (T, h·w))``."""
+    t, canvas = pixel_attr.shape[0], pixel_attr.shape[-1]
+    idx = _cell_index(canvas, grid, pixel_attr.device)
+    flat = pixel_attr.reshape(t, -1)
+    n_cells = grid[0] * grid[1]
+    sq = flat.new_zeros(t, n_cells).index_add_(1, idx, flat * flat)
+    signed = flat.new_zeros(t, n_cells).index_add_(1, idx, flat)
+    return sq.sqrt(), signed
+
+
+def _caption_gradient(name):
+    def run(model, pair, *, steps=None, progress=None):
+        was_training = model.training
+        model.eval()
+        try:
+            attr, delta, used = gradients.attribute(
+                name,
+                caption_log_probs(model, pair),
+                pair.image.float(),
+                len(pair.tokens),
+                steps=steps,
+                progress=progress,
+            )  # (T, 1, C, C)
+        finally:
+            model.train(was_training)
+        norm, signed = cells(attr, model.grid_shape)
+        out = {"scores": norm, "raw": signed, "pixels": attr[:, 0]}
+        if delta is not None:
+            out["extra"] = {"convergence_delta": [round(float(d), 6) for d in delta], "steps": used}
+        return out
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------- the registry
+def _has_attention(model) -> bool:
+    return is_transformer(model) or getattr(model, "attention", None) is not None
+
+
+@dataclass(frozen=True)
+class Method:
+    """One attribution method: its name, what it is (``title``, ``reference``), which models have it,
+    whether it needs gradients, and its implementations for translators and captioners."""
+
+    name: str
+    title: str
+    reference: str
+    needs_gradients: bool
+    translation: Callable[..., dict] | None
+    caption: Callable[..., dict] | None
+    applies: Callable[[Any], bool]
+    requirement: str  # said when the model lacks what the method needs
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method(
+            "attention",
+            "raw attention (a layer's cross-attention, one head or the head mean)",
+            "Bahdanau et al. 2015; Vaswani et al. 2017",
+            False,
+            _attention,
+            _caption_attention,
+            _has_attention,
+            "a model with attention",
+        ),
+        Method(
+            "rollout",
+            "cross-attention × the encoder's attention rollout",
+            "Abnar & Zuidema 2020",
+            False,
+            _rollout,
+            None,
+            is_transformer,
+            "a Transformer (it composes the encoder's self-attention layers)",
+        ),
+        Method(
+            "attention_norm",
+            "attention × ‖transformed value‖: ‖Σ_h α^h_tj f^h(m_j)‖ (RNN attention: α_tj ‖h_j‖)",
+            "Kobayashi et al. 2020",
+            False,
+            _attention_norm,
+            None,
+            lambda m: is_transformer(m) or getattr(m, "attention", None) is not None,
+            "a model with attention",
+        ),
+        Method(
+            "value_zeroing",
+            "cosine distance of a decoder layer's output when one source piece's values are zeroed",
+            "Mohebbi et al. 2023",
+            False,
+            _value_zeroing,
+            None,
+            is_transformer,
+            "a Transformer",
+        ),
+        Method(
+            "alti_plus",
+            "ALTI+: every block's output split into per-input terms, composed through both stacks",
+            "Ferrando et al. 2022",
+            False,
+            _alti_plus,
+            None,
+            is_transformer,
+            "a Transformer",
+        ),
+        Method(
+            "saliency",
+            "gradient norm |∂ log p(y_t) / ∂x|",
+            "Simonyan et al. 2014",
+            True,
+            _gradient("saliency"),
+            _caption_gradient("saliency"),
+            lambda m: True,
+            "",
+        ),
+        Method(
+            "input_x_gradient",
+            "input × gradient x ⊙ ∂ log p(y_t) / ∂x",
+            "Shrikumar et al. 2016",
+            True,
+            _gradient("input_x_gradient"),
+            _caption_gradient("input_x_gradient"),
+            lambda m: True,
+            "",
+        ),
+        Method(
+            "integrated_gradients",
+            "integrated gradients from a zero baseline (Gauss-Legendre)",
+            "Sundararajan et al. 2017",
+            True,
+            _gradient("integrated_gradients"),
+            _caption_gradient("integrated_gradients"),
+            lambda m: True,
+            "",
+        ),
+    )
+}
+
+
+def canonical_method(name: str) -> str:
+    """A method name as the registry spells it (``input-x-gradient`` → ``input_x_gradient``; ``alti+``,
+    ``ig`` and ``ixg`` are accepted); an unknown name is an :class:`UnknownMethodError` listing them."""
+    if not isinstance(name, str):
+        raise UnknownMethodError(f"method must be a name, got {type(name).__name__}")
+    key = name.strip().lower().replace("-", "_").replace(" ", "_")
+    key = {"alti+": "alti_plus", "alti": "alti_plus", "ig": "integrated_gradients", "ixg": "input_x_gradient"}.get(
+        key, key
+    )
+    if key not in METHODS:
+        raise UnknownMethodError(f"unknown attribution method {name!r}; known: {', '.join(METHODS)}")
+    return key
+
+
+def methods_for(model) -> list[str]:
+    """The methods ``model`` (a translation model, a captioner, or their inference wrappers) has, in registry order."""
+    from ..models.captioner import ShowAttendTell
+
+    m = getattr(model, "model", model)
+    if isinstance(m, ShowAttendTell):
+        return [name for name, meth in METHODS.items() if meth.caption is not None]
+    return [name for name, meth in METHODS.items() if meth.translation is not None and meth.applies(m)]
+
+
+def _run(method: str, kind: str, model, pair, source, target, options, grid=None) -> Attribution:
+    name = canonical_method(method)
+    meth = METHODS[name]
+    fn = meth.translation if kind == "translation" else meth.caption
+    if fn is None or (kind == "translation" and not meth.applies(model)):
+        raise UnknownMethodError(
+            f"{name} needs {meth.requirement or 'another kind of model'}; "
+            f"{type(model).__name__} has: {', '.join(methods_for(model))}"
+        )
+    options = {k: v for k, v in options.items() if v is not None}
+    progress = options.pop("progress", None)
+    if meth.needs_gradients:
+        options["progress"] = progress
+    import inspect
+
+    taken = [o for o in inspect.signature(fn).parameters if o not in ("model", "pair", "progress")]
+    bad = sorted(k for k in options if k not in taken and k != "progress")
+    if bad:
+        raise InputError(f"{name} does not take {', '.join(bad)}; its options: {', '.join(taken) or 'none'}")
+    t0 = time.perf_counter()
+    out = fn(model, pair, **options)
+    seconds = time.perf_counter() - t0
+    scores = out["scores"].detach().float().cpu()
+    params = {k: v for k, v in options.items() if k != "progress"}
+    if name == "integrated_gradients":
+        params.setdefault("steps", f"{gradients.DEFAULT_STEPS}, refined to 1 % (up to {gradients.MAX_STEPS})")
+    extra = dict(out.get("extra", {}))
+    if "pixels" in out:
+        extra["pixels"] = out["pixels"].detach().float().cpu()
+    return Attribution(
+        method=name,
+        source=source,
+        target=target,
+        scores=normalise_rows(scores.clamp_min(0.0)),
+        raw=None if out.get("raw") is None else out["raw"].detach().float().cpu(),
+        params=params,
+        seconds=seconds,
+        needs_gradients=meth.needs_gradients,
+        grid=grid,
+        extra=extra,
+    )
+
+
+def explain(
+    translator,
+    source: str,
+    *,
+    target: str | None = None,
+    method: str = "attention",
+    beam: int = 5,
+    layer: int | None = None,
+    head: int | None = None,
+    steps: int | None = None,
+    progress: Callable[[float], None] | None = None,
+    pair: ForcedTranslation | None = None,
+) -> Attribution:
+    """Source-piece attributions of every target piece of ``translator``'s translation of ``source``
+    (or of ``target``, forced), by ``method`` (see :data:`METHODS`). ``layer``/``head`` (1-based) pick a
+    cross-attention layer/head where the method has one; ``steps``: integrated gradients' quadrature
+    points; ``progress(fraction)``: called as a gradient method goes. ``pair`` reuses a forced pair."""
+    pair = pair or forced_translation(translator, source, target, beam=beam)
+    options = {"layer": layer, "head": head, "steps": steps, "progress": progress}
+    att = _run(method, "translation", translator.model, pair, pair.source_pieces, pair.target_pieces, options)
+    att.extra.setdefault("translation", translator.tokenizer.decode(pair.tgt.tolist()))
+    att.extra.setdefault("forced", target is not None)
+    return att
+
+
+def explain_caption(
+    captioner,
+    image: Tensor,
+    *,
+    caption: str | None = None,
+    method: str = "attention",
+    beam: int = 1,
+    steps: int | None = None,
+    progress: Callable[[float], None] | None = None,
+    pair: ForcedCaption | None = None,
+) -> Attribution:
+    """Grid-cell attributions of every word of ``captioner``'s caption of ``image (1, C, C)`` (or of
+    ``caption``, forced), by ``method``: ``attention`` (α_t), or a gradient method over the image's
+    pixels summed into the attention grid's cells (L2 norm for ``scores``, signed sum for ``raw``)."""
+    pair = pair or forced_caption(captioner, image, caption, beam=beam)
+    att = _run(
+        method,
+        "caption",
+        captioner.model,
+        pair,
+        [f"cell {i}" for i in range(captioner.model.num_cells)],
+        pair.words,
+        {"steps": steps, "progress": progress},
+        grid=tuple(captioner.model.grid_shape),
+    )
+    att.image = pair.image.detach().float().cpu()
+    return att
