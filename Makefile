@@ -17,7 +17,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,align]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,align,explain]'
 	touch $@
 
 # The Debian packages that carry the real data (the Bibles and Fashion-MNIST), and the browser the explorer's

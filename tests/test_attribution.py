@@ -206,9 +206,7 @@ def _contrib_loop(terms, residual, post_norm, out_bias, residual_column):
     rows = []
     for i, row in enumerate(terms):
         vecs = (
-            [residual[i]] + list(row)
-            if residual_column
-            else [t + (residual[i] if j == i else 0) for j, t in enumerate(row)]
+            [residual[i], *row] if residual_column else [t + (residual[i] if j == i else 0) for j, t in enumerate(row)]
         )
         if post_norm is not None:
             full = residual[i] + sum(row) + out_bias.double()
@@ -425,7 +423,9 @@ def test_every_captioner_method_has_its_shape_and_normalisation(captioner):
         att = explain_caption(captioner, image, caption="a coat at the top", method=m)
         _check(att, 5, 16)
         assert att.grid == (4, 4) and att.grid_scores().shape == (5, 4, 4)
-    out = captioner.model(image[None], torch.tensor([[1, *[captioner.vocab.stoi[w] for w in ["a", "coat", "at", "the"]]]]))
+    out = captioner.model(
+        image[None], torch.tensor([[1, *[captioner.vocab.stoi[w] for w in ["a", "coat", "at", "the"]]]])
+    )
     torch.testing.assert_close(explain_caption(captioner, image, caption="a coat at the top").scores, out.alphas[0])
 
 
@@ -467,3 +467,44 @@ def test_a_generated_target_is_the_models_own_translation(rnnsearch):
     tokens = rnnsearch.translate([SOURCE], beam_size=1)[0]["tokens"]
     assert att.target == [rnnsearch.tokenizer.id_to_piece(t) for t in tokens]
     assert att.extra["forced"] is False
+
+
+# ---------------------------------------------------------------------------------------- the command line
+def test_explain_command_table_json_plot_and_errors(tmp_path, capsys):
+    import json
+
+    from PIL import Image
+
+    from attnkit.cli import main
+
+    assert (
+        main(["explain", "--model", "rnnsearch-es-en", "--method", "input-x-gradient", SOURCE, "--target", TARGET]) == 0
+    )
+    out = capsys.readouterr().out
+    assert out.startswith("input_x_gradient: input × gradient") and "s with gradients" in out
+    assert "God " in out and "Dios:" in out
+    plot = tmp_path / "vz.png"
+    args = ["explain", "--model", "transformer-es-en", "--method", "value_zeroing", "--layer", "2", SOURCE]
+    assert main([*args, "--json", "--plot", str(plot)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["method"] == "value_zeroing" and d["params"] == {"layer": 2} and d["model"] == "transformer-es-en"
+    assert len(d["scores"]) == len(d["target"]) and abs(sum(d["words"]["scores"][0]) - 1) < 1e-4
+    assert plot.stat().st_size > 1000
+    scene = tmp_path / "scene.png"
+    img = Image.new("L", (64, 64))
+    img.paste(200, (6, 6, 26, 26))
+    img.save(scene)
+    assert main(["explain", "--model", "captioner-hard", "--method", "saliency", str(scene), "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "saliency" in out and "cell (" in out
+    for bad, message in (
+        (["--method", "lime", SOURCE], "unknown attribution method 'lime'"),
+        (["--model", "rnnsearch-es-en", "--method", "alti_plus", SOURCE], "alti_plus needs a Transformer"),
+        (["--model", "transformer-es-en", "--layer", "9", SOURCE], "layer must be a layer number in 1..3"),
+        (["--beam", "0", SOURCE], "--beam must be >= 1"),
+        (["--model", "captioner-soft", str(tmp_path / "none.png")], "a captioner explains an image file"),
+        (["--model", "captioner-soft", "--layer", "1", str(scene)], "--layer and --head are for Transformer"),
+    ):
+        assert main(["explain", *bad]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err

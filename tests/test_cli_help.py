@@ -38,6 +38,7 @@ def test_the_walk_sees_every_command():
         "evaluate translation",
         "evaluate captioning",
         "export",
+        "explain",
         "demo",
         "models",
         "data prepare",

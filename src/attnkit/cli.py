@@ -304,6 +304,54 @@ def cmd_evaluate_translation(args) -> None:
         print("  BLEU          " + "  ".join(f"{b['bleu']:>6.1f}" for b in r["by_length"]))
 
 
+# ---------------------------------------------------------------- attribution
+def _progress_printer(label: str):
+    """A progress callback that redraws one line on a terminal's stderr (nothing when stderr is a file)."""
+    if not sys.stderr.isatty():
+        return None
+    return lambda f: print(f"\r{label}: {100 * f:3.0f} %", end="", file=sys.stderr, flush=True)
+
+
+def cmd_explain(args) -> None:
+    from .attribution import canonical_method, explain, explain_caption
+    from .attribution.report import format_attribution, plot_attribution
+
+    method = canonical_method(args.method)
+    for flag in ("beam", "top"):
+        if getattr(args, flag) < 1:
+            raise CLIError(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
+    progress = _progress_printer(method)
+    options = dict(method=method, steps=args.steps, progress=progress)
+    if (path / "tokenizer.model").is_file():
+        from .tasks.translation import Translator
+
+        tr = Translator.load(path, device=args.device, dtype=args.precision)
+        att = explain(tr, args.input, target=args.target, beam=args.beam, layer=args.layer, head=args.head, **options)
+    else:
+        from .tasks.captioning import Captioner, load_image_file
+
+        if args.layer is not None or args.head is not None:
+            raise CLIError("--layer and --head are for Transformer translators; a captioner has one attention")
+        cm = Captioner.load(path, device=args.device, dtype=args.precision)
+        try:
+            image = load_image_file(args.input, cm.canvas)
+        except (FileNotFoundError, ValueError) as exc:
+            raise CLIError(f"{exc} (a captioner explains an image file)") from None
+        att = explain_caption(cm, image, caption=args.target, beam=args.beam, **options)
+    if progress is not None:
+        print("\r", end="", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"model": path.name, **att.to_dict()}, ensure_ascii=False))
+    else:
+        print(format_attribution(att, k=args.top, pieces=args.pieces))
+    if args.plot is not None:
+        print(
+            f"wrote {plot_attribution(att, args.plot, pieces=args.pieces)}",
+            file=sys.stderr if args.json else sys.stdout,
+        )
+
+
 # ---------------------------------------------------------------- captioning
 def cmd_train_captioning(args) -> None:
     from .config import config_from_args
@@ -697,6 +745,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_device_flags(ca)
     ca.set_defaults(func=cmd_caption)
+
+    xp = sub.add_parser(
+        "explain",
+        help="which source words (or image cells) each output word used, by an attribution method",
+        description="Attribute every output word of a translation (or caption) to the source words (or image "
+        "grid cells) under forced decoding: raw attention, rollout, attention_norm, value_zeroing, alti_plus, "
+        "saliency, input_x_gradient, integrated_gradients (see attnkit.attribution).",
+    )
+    xp.add_argument("input", help="Spanish text (translation models) or an image file (captioners)")
+    xp.add_argument(
+        "--model",
+        default=None,
+        help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_TRANSLATION_MODEL})",
+    )
+    xp.add_argument("--method", default="attention", help="the attribution method (default: attention)")
+    xp.add_argument(
+        "--target", default=None, help="the English (or caption) to force (default: the model's own output)"
+    )
+    xp.add_argument("--beam", type=int, default=5, help="beam size of the model's own output (default: 5)")
+    xp.add_argument("--layer", type=int, default=None, help="cross-attention layer, 1-based (default: the last)")
+    xp.add_argument("--head", type=int, default=None, help="one head, 1-based (default: the mean of the heads)")
+    xp.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="integrated gradients: quadrature points (default: 32, refined per piece until complete within 1 %%)",
+    )
+    xp.add_argument("--top", type=int, default=3, help="sources shown per target word (default: 3)")
+    xp.add_argument("--pieces", action="store_true", help="subword pieces instead of whole words (default: off)")
+    xp.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
+    xp.add_argument("--plot", default=None, help="write a heatmap (or caption overlays) to this PNG (default: none)")
+    _add_device_flags(xp)
+    xp.set_defaults(func=cmd_explain)
 
     e = sub.add_parser("evaluate", help="evaluate a model").add_subparsers(dest="task", required=True)
     et = e.add_parser("translation", help="BLEU/chrF on the Bible test split, and BLEU by source length")

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..errors import InputError
 from .trace import Block, TransformerTrace
 
 __all__ = ["alti_contributions", "alti_plus", "attention_norm", "block_contributions", "value_zeroing"]
@@ -41,7 +42,7 @@ def _layer_index(n: int, layer: int | None, name: str = "layer") -> int:
     if layer is None:
         return n - 1
     if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= n:
-        raise ValueError(f"{name} must be a layer number in 1..{n} (or None for the last), got {layer!r}")
+        raise InputError(f"{name} must be a layer number in 1..{n} (or none for the last), got {layer!r}")
     return layer - 1
 
 

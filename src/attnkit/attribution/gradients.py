@@ -29,6 +29,8 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
+from ..errors import InputError
+
 __all__ = ["DEFAULT_STEPS", "GRADIENT_METHODS", "attribute", "source_embedding_override"]
 
 #: integrated gradients' first number of quadrature points; by default a target piece whose attributions
@@ -109,12 +111,17 @@ def attribute(
     or None)``. Integrated gradients: ``steps`` quadrature points, or by default :data:`DEFAULT_STEPS`
     doubled per column until complete within 1 % (see :func:`_integrated_gradients`).
     ``progress(fraction)`` is called after every forward pass (an estimate: refinement adds passes)."""
-    from captum.attr import InputXGradient, Saliency
+    try:
+        from captum.attr import InputXGradient, Saliency
+    except ImportError:
+        raise InputError(
+            f"{method} needs Captum: pip install 'attnkit[explain]' (or captum); the other methods work without it"
+        ) from None
 
     if method not in GRADIENT_METHODS:
         raise ValueError(f"method must be one of {GRADIENT_METHODS}, got {method!r}")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 2):
-        raise ValueError(f"steps must be an int >= 2, got {steps!r}")
+        raise InputError(f"steps must be an int >= 2, got {steps!r}")
     x = inputs.detach().unsqueeze(0).expand(n_targets, *inputs.shape).contiguous().requires_grad_(True)
     targets = list(range(n_targets))
     calls = {"n": 0}
