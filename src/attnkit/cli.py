@@ -7,16 +7,46 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from . import __version__
+from .checks import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, Range, arg_type
 from .errors import AttnkitError
 from .pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
 
 
 class CLIError(AttnkitError):
     """A user-facing error found by the command line itself: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors (an unknown flag, ``--beam 0``) are one :class:`CLIError` line, like every
+    other bad input, instead of argparse's usage block and ``SystemExit``."""
+
+    def error(self, message: str):
+        raise CLIError(f"{message} (see `{self.prog} --help`)")
+
+
+def _output(path: str | Path | None, flag: str, *, folder: bool = False) -> Path | None:
+    """Check an output path before any work is done, without creating anything: the nearest folder
+    that exists on the way to it must be a writable folder, and the path itself, if it exists, a
+    folder (``folder=True``) or a file. A path that cannot be written (a file in the way, no
+    permission) is a one-line :class:`CLIError` naming ``flag``, not a traceback after the work."""
+    if path is None:
+        return None
+    p = Path(path)
+    if p.exists() and p.is_dir() != folder:
+        raise CLIError(f"{flag}: {p} is a {'file' if folder else 'folder'}; give a {'folder' if folder else 'file'}")
+    existing = (p if folder else p.parent).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise CLIError(f"{flag}: cannot create {p}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CLIError(f"{flag}: cannot create {p}: {existing} is not writable")
+    return p
 
 
 def _print_json(obj) -> None:
@@ -73,6 +103,7 @@ def cmd_train_translation(args) -> None:
     from .tasks.translation import train_translation
 
     cfg = _translation_config(args)
+    _output(cfg.out_dir, "--out-dir", folder=True)
     summary = train_translation(cfg, resume=args.resume, home=args.home)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary
         _print_json(summary)
@@ -98,8 +129,12 @@ def _add_evaluate_flags(parser: argparse.ArgumentParser, unit: str) -> None:
     parser.add_argument(
         "--split", default="test", choices=["train", "valid", "test"], help="which split (default: test)"
     )
-    parser.add_argument("--limit", type=int, default=None, help=f"only the first N {unit} (default: all)")
-    parser.add_argument("--beam", type=int, default=1, help="beam size, 1 = greedy (default: 1)")
+    parser.add_argument(
+        "--limit", type=arg_type(POSITIVE_INT, "limit"), default=None, help=f"only the first N {unit} (default: all)"
+    )
+    parser.add_argument(
+        "--beam", type=arg_type(POSITIVE_INT, "beam"), default=1, help="beam size, 1 = greedy (default: 1)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
     parser.add_argument("--output", default=None, help="also write the JSON report here (default: none)")
 
@@ -135,7 +170,7 @@ def cmd_shortlist(args) -> None:
     from .tasks.translation.lexical_shortlist import FILENAME
 
     tr = _load_translator(args)
-    out = Path(args.output) if args.output else _model_path(args.model, DEFAULT_TRANSLATION_MODEL) / FILENAME
+    out = _output(args.output, "--output") or _model_path(args.model, DEFAULT_TRANSLATION_MODEL) / FILENAME
     try:
         shortlist = tr.build_shortlist(
             load_pairs(args.split, home=args.home), frequent=args.frequent, per_source=args.per_source
@@ -188,6 +223,8 @@ def _looks_english(text: str) -> bool:
 def cmd_translate(args) -> None:
     from .tasks.translation import read_lines
 
+    _output(args.plot, "--plot")
+    _output(args.html, "--html")
     sentences = list(args.text)
     if args.file:
         try:
@@ -263,6 +300,8 @@ def cmd_evaluate_translation(args) -> None:
     from .tasks.translation import evaluate_translation
     from .training.checkpoint import CheckpointError
 
+    _output(args.output, "--output")
+    _output(args.plot, "--plot")
     reports = []
     shortlist = _load_shortlist(args.shortlist)  # read once, checked against each model's tokenizer
     for name in args.model or [DEFAULT_TRANSLATION_MODEL]:
@@ -283,7 +322,6 @@ def cmd_evaluate_translation(args) -> None:
         except CheckpointError as exc:
             raise CLIError(f"cannot load model: {exc}") from None
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(reports, indent=2, ensure_ascii=False))
     if args.plot:
         from .viz.curves import plot_bleu_by_length
@@ -362,6 +400,7 @@ def cmd_train_captioning(args) -> None:
     for opt in ("encoder_from", "init_from"):
         if getattr(cfg, opt) and not Path(getattr(cfg, opt)).exists():
             raise CLIError(f"--{opt.replace('_', '-')}: folder {getattr(cfg, opt)} does not exist")
+    _output(cfg.out_dir, "--out-dir", folder=True)
     summary = train_captioning(cfg, resume=args.resume, home=args.home)
     _print_json(summary)
 
@@ -372,6 +411,7 @@ def cmd_train_classifier(args) -> None:
 
     cfg = config_from_args(ClassifierTaskConfig, args)
     cfg.progress = not args.no_progress
+    _output(cfg.out_dir, "--out-dir", folder=True)
     _print_json(train_classifier(cfg, resume=args.resume))
 
 
@@ -386,8 +426,8 @@ def cmd_caption(args) -> None:
 
     from .tasks.captioning import load_image_file
 
-    if args.beam < 1:
-        raise CLIError(f"--beam must be >= 1, got {args.beam}")
+    _output(args.plot, "--plot")
+    _output(args.html, "--html")
     cm = _load_captioner(args)
     images = []
     for f in args.images:
@@ -426,8 +466,7 @@ def cmd_evaluate_captioning(args) -> None:
     from .training.checkpoint import CheckpointError
 
     m = _model_path(args.model, DEFAULT_CAPTION_MODEL)
-    if args.limit is not None and args.limit < 1:
-        raise CLIError(f"--limit must be >= 1, got {args.limit}")
+    _output(args.output, "--output")
     try:
         r = evaluate_captioning(
             m,
@@ -441,7 +480,6 @@ def cmd_evaluate_captioning(args) -> None:
     except CheckpointError as exc:
         raise CLIError(f"cannot load model: {exc}") from None
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(r, indent=2))
     if args.json:
         print(json.dumps(r, default=str))
@@ -514,10 +552,9 @@ def cmd_export(args) -> None:
         save_checkpoint,
     )
 
+    _output(args.out, "out", folder=True)
     sources = [Path(args.checkpoint)]
     if args.average_last is not None:
-        if args.average_last < 1:
-            raise CLIError(f"--average-last must be >= 1, got {args.average_last}")
         found = list_checkpoints(args.checkpoint)
         if len(found) < args.average_last:
             raise CLIError(
@@ -587,7 +624,7 @@ def cmd_models(args) -> None:
 def cmd_demo(args) -> None:
     from .demo import run_demo
 
-    run_demo(home=args.home, out_dir=Path(args.out), device=args.device, dtype=args.precision)
+    run_demo(home=args.home, out_dir=_output(args.out, "--out", folder=True), device=args.device, dtype=args.precision)
 
 
 # ---------------------------------------------------------------- parser
@@ -607,9 +644,7 @@ class _VersionAction(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     from .tasks.translation.lexical_shortlist import DEFAULT_FREQUENT, DEFAULT_PER_SOURCE
 
-    p = argparse.ArgumentParser(
-        prog="attnkit", description="Attention mechanisms for PyTorch, and the models built from them."
-    )
+    p = _Parser(prog="attnkit", description="Attention mechanisms for PyTorch, and the models built from them.")
     p.add_argument(
         "--version", action=_VersionAction, help="print the attnkit and torch versions and the device auto picks"
     )
@@ -620,7 +655,12 @@ def build_parser() -> argparse.ArgumentParser:
     dp = d.add_parser("prepare", help="build and cache a dataset")
     dp.add_argument("dataset", choices=["bible", "scenes"])
     dp.add_argument("--force", action="store_true", help="rebuild even if cached (default: off)")
-    dp.add_argument("--canvas", type=int, default=64, help="scenes: canvas size in pixels (default: 64)")
+    dp.add_argument(
+        "--canvas",
+        type=arg_type(POSITIVE_INT, "canvas"),
+        default=64,
+        help="scenes: canvas size in pixels (default: 64)",
+    )
     dp.set_defaults(func=cmd_data_prepare)
 
     t = sub.add_parser("train", help="train a model").add_subparsers(dest="task", required=True)
@@ -669,7 +709,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_TRANSLATION_MODEL})",
     )
     tr.add_argument("--file", default=None, help="read sentences from this file, one per line (default: none)")
-    tr.add_argument("--beam", type=int, default=5, help="beam size, 1 = greedy (default: 5)")
+    tr.add_argument("--beam", type=arg_type(POSITIVE_INT, "beam"), default=5, help="beam size, 1 = greedy (default: 5)")
     tr.add_argument(
         "--show-attention", action="store_true", help="print the top source pieces of each output piece (default: off)"
     )
@@ -711,13 +751,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sl.add_argument(
         "--frequent",
-        type=int,
+        type=arg_type(NON_NEGATIVE_INT, "frequent"),
         default=DEFAULT_FREQUENT,
         help=f"the most common English pieces always in the list (default: {DEFAULT_FREQUENT})",
     )
     sl.add_argument(
         "--per-source",
-        type=int,
+        type=arg_type(POSITIVE_INT, "per_source"),
         default=DEFAULT_PER_SOURCE,
         help=f"English pieces per Spanish piece, by Dice association (default: {DEFAULT_PER_SOURCE})",
     )
@@ -732,7 +772,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_CAPTION_MODEL})"
     )
     ca.add_argument(
-        "--beam", type=int, default=3, help="beam size for the second caption, 1 = greedy only (default: 3)"
+        "--beam",
+        type=arg_type(POSITIVE_INT, "beam"),
+        default=3,
+        help="beam size for the second caption, 1 = greedy only (default: 3)",
     )
     ca.add_argument(
         "--plot", default=None, help="write the per-word attention overlay grid to this PNG (default: none)"
@@ -812,12 +855,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ea.add_argument(
         "--layer",
-        type=int,
+        type=arg_type(POSITIVE_INT, "layer"),
         default=None,
         help="score this cross-attention layer (1-based) instead of "
         "the model's alignment; with --head one head, else the layer's head mean (default: none)",
     )
-    ea.add_argument("--head", type=int, default=None, help="with --layer: the head (1-based) (default: none)")
+    ea.add_argument(
+        "--head",
+        type=arg_type(POSITIVE_INT, "head"),
+        default=None,
+        help="with --layer: the head (1-based) (default: none)",
+    )
     ea.add_argument(
         "--all-heads",
         action="store_true",
@@ -826,7 +874,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ea.add_argument(
         "--threshold",
-        type=float,
+        type=arg_type(POSITIVE, "threshold"),
         default=None,
         help="also link every word pair with attention at least this (default: none: argmax links only)",
     )
@@ -847,7 +895,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument(
         "--average-last",
         dest="average_last",
-        type=int,
+        type=arg_type(POSITIVE_INT, "average_last"),
         default=None,
         metavar="K",
         help="export the mean weights of the last K step checkpoints in the run folder (default: none: one checkpoint)",
@@ -861,7 +909,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="address to bind; anything but 127.0.0.1 exposes the "
         "server to the network and must be given explicitly (default: 127.0.0.1)",
     )
-    sv.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    sv.add_argument(
+        "--port", type=arg_type(Range(0, high=65536, integer=True), "port"), default=8000, help="port (default: 8000)"
+    )
     sv.add_argument(
         "--model",
         action="extend",
@@ -885,14 +935,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command; bad input (an :class:`attnkit.errors.AttnkitError`, or a file that is not
-    there) is one line on stderr and exit status 2. Any other exception is a bug: it keeps its traceback."""
+    """Run the command; bad input (an :class:`attnkit.errors.AttnkitError`, a bad flag, a file that is not
+    there or cannot be written) is one line on stderr and exit status 2. Any other exception is a bug: it keeps its traceback."""
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         args.func(args)
     except (AttnkitError, FileNotFoundError) as exc:
         print(f"attnkit: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file-system error on a path the checks above could not foresee (a full disk)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"attnkit: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("attnkit: interrupted", file=sys.stderr)

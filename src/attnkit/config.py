@@ -31,6 +31,8 @@ import typing
 from collections.abc import Iterator
 from typing import Any
 
+from .checks import Range, arg_type
+
 __all__ = [
     "ConfigRecord",
     "add_config_arguments",
@@ -40,7 +42,6 @@ __all__ = [
     "iter_options",
     "option",
     "option_names",
-    "require_positive",
 ]
 
 
@@ -52,9 +53,15 @@ def option(
     cli: bool = True,
     default_factory: Any = dataclasses.MISSING,
     metavar: str | None = None,
+    check: Range | None = None,
 ) -> Any:
-    """A dataclass field that is also a command-line option (``cli=False``: a field only)."""
-    meta = {"help": help, "choices": choices, "cli": cli, "metavar": metavar}
+    """A dataclass field that is also a command-line option (``cli=False``: a field only).
+
+    ``check``: the numbers the field takes (:mod:`attnkit.checks`); the flag refuses others when the
+    command line is read, and :func:`attnkit.checks.check_fields` in the config's ``__post_init__``
+    refuses them when the config is built in Python.
+    """
+    meta = {"help": help, "choices": choices, "cli": cli, "metavar": metavar, "check": check}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -125,7 +132,9 @@ def add_config_arguments(parser: argparse.ArgumentParser | Any, *classes: type, 
                     f"add_config_arguments: {entries[0][0].__name__}.{name} has type {tp!r}; "
                     "options must be int, float, str or bool (or None-able)"
                 )
-            kwargs["type"] = base
+            kwargs["type"] = (
+                base if f.metadata.get("check") is None else arg_type(f.metadata["check"], name, integer=base is int)
+            )
             if f.metadata.get("choices"):
                 kwargs["choices"] = f.metadata["choices"]
             if f.metadata.get("metavar"):
@@ -176,17 +185,6 @@ class ConfigRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Any:
         return config_from_json(cls, d)
-
-
-def require_positive(config: Any, *names: str) -> None:
-    """Raise :class:`attnkit.errors.ConfigError` naming the first of ``names`` whose value is neither
-    ``None`` nor a positive number (for a config's ``__post_init__``: counts, sizes, rates)."""
-    from .errors import ConfigError
-
-    for name in names:
-        value = getattr(config, name)
-        if value is not None and (isinstance(value, bool) or not value > 0):
-            raise ConfigError(f"{name} must be > 0, got {value!r}")
 
 
 def config_from_json(cls: type, data: dict[str, Any]) -> Any:

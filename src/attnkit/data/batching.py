@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..checks import POSITIVE_INT, check
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 __all__ = ["BucketBatchSampler", "Example", "collate", "encode_pairs", "example_lengths"]
@@ -39,8 +40,7 @@ def encode_pairs(pairs: Sequence, tokenizer, max_len: int) -> list[Example]:
     No special ids are added here: :func:`collate` adds ``bos``/``eos`` to the target, so a
     target has at most ``max_len + 1`` positions in ``tgt_in``/``tgt_out``.
     """
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+    check("max_len", max_len, POSITIVE_INT)
     srcs, tgts = [], []
     for i, p in enumerate(pairs):
         src, tgt = (p.src, p.tgt) if hasattr(p, "src") else (p[0], p[1])
@@ -88,11 +88,9 @@ class BucketBatchSampler:
     ):
         if batch_size is None and max_tokens is None:
             raise ValueError("give batch_size or max_tokens (or both)")
-        for name, v in (("batch_size", batch_size), ("max_tokens", max_tokens)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name} must be a positive int or None, got {v!r}")
-        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
-            raise ValueError(f"pool_size must be a positive int, got {pool_size!r}")
+        check("batch_size", batch_size, POSITIVE_INT, allow_none=True)
+        check("max_tokens", max_tokens, POSITIVE_INT, allow_none=True)
+        check("pool_size", pool_size, POSITIVE_INT)
         lengths = [int(n) for n in lengths]
         if any(n < 0 for n in lengths):
             raise ValueError("lengths must be non-negative")

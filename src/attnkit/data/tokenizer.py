@@ -20,6 +20,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from ..checks import POSITIVE_INT, Range, check
 from ..paths import atomic_write_bytes
 
 __all__ = ["BOS_ID", "EOS_ID", "MODEL_FILENAME", "PAD_ID", "UNK_ID", "Tokenizer"]
@@ -86,10 +87,8 @@ class Tokenizer:
             raise TypeError("texts must be an iterable of str, not a single str")
         if model_type not in MODEL_TYPES:
             raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}")
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 8:
-            raise ValueError(f"vocab_size must be an int >= 8, got {vocab_size!r}")
-        if not isinstance(num_threads, int) or num_threads < 1:
-            raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
+        check("vocab_size", vocab_size, Range(8, integer=True))
+        check("num_threads", num_threads, POSITIVE_INT)
 
         def sentences():
             for i, text in enumerate(texts):

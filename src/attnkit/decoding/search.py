@@ -54,6 +54,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 import torch.nn.functional as F
 
+from ..checks import POSITIVE_INT, check
+
 __all__ = [
     "PER_SOURCE",
     "Hypothesis",
@@ -171,11 +173,6 @@ def _batch_size(inputs: Mapping[str, Any]) -> tuple[int, torch.device]:
     raise ValueError("inputs must contain at least one batch-first tensor (it gives the batch size)")
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
 def _check_step(log_probs: Any, attn: Any, rows: int) -> None:
     if not isinstance(log_probs, torch.Tensor) or log_probs.dim() != 2 or log_probs.size(0) != rows:
         raise ValueError(
@@ -203,7 +200,7 @@ def greedy_search(
     or after ``max_len`` steps.
     """
     _check_model(model)
-    _check_int("max_len", max_len, 1)
+    check("max_len", max_len, POSITIVE_INT)
     B, device = _batch_size(inputs)
     state = model.start(**inputs)
     prev = torch.full((B,), bos_id, dtype=torch.long, device=device)
@@ -263,9 +260,9 @@ def beam_search(
     Attention histories follow the back-pointers.
     """
     _check_model(model)
-    _check_int("beam_size", beam_size, 1)
-    _check_int("max_len", max_len, 1)
-    _check_int("n_best", n_best, 1)
+    check("beam_size", beam_size, POSITIVE_INT)
+    check("max_len", max_len, POSITIVE_INT)
+    check("n_best", n_best, POSITIVE_INT)
     if n_best > beam_size:
         raise ValueError(f"n_best ({n_best}) must be <= beam_size ({beam_size})")
     if not isinstance(length_penalty, (int, float)) or not math.isfinite(length_penalty):

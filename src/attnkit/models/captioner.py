@@ -46,6 +46,7 @@ from torch import Tensor, nn
 
 from ..attention import Attention, PreparedMemory
 from ..attention.scores import SCORE_ALIASES, canonical_score_name
+from ..checks import PROBABILITY, Range, check_fields
 from ..config import ConfigRecord, option
 from ..decoding import PER_SOURCE, reorder_state
 from ..errors import ConfigError
@@ -93,7 +94,7 @@ class CaptionerConfig(ConfigRecord):
     empty background: a constant context carries no information but no sampling noise either.
     """
 
-    vocab_size: int = option(32, "vocabulary size (set from the scenes' vocabulary)", cli=False)
+    vocab_size: int = option(32, "vocabulary size (set from the scenes' vocabulary)", cli=False, check=Range(4))
     canvas: int = option(64, "canvas size in pixels (the scenes' and the input images')")
     channels: list = option(
         default_factory=lambda: list(ENCODER_CHANNELS), help="conv block widths (each halves the image)", cli=False
@@ -108,7 +109,7 @@ class CaptionerConfig(ConfigRecord):
     attention: str = option(
         "soft", "soft (deterministic) or hard (stochastic, REINFORCE) attention", choices=ATTENTION_MODES
     )
-    dropout: float = option(0.1, "dropout on embeddings and the deep output")
+    dropout: float = option(0.1, "dropout on embeddings and the deep output", check=PROBABILITY)
     lambda_ds: float = option(0.2, "weight of the doubly stochastic regularisation (soft)")
     entropy_coef: float = option(0.01, "entropy bonus (hard)")
     baseline_decay: float = option(0.9, "decay of the moving-average reward baseline (hard)")
@@ -125,13 +126,10 @@ class CaptionerConfig(ConfigRecord):
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_MODES:
             raise ConfigError(f"attention must be one of {ATTENTION_MODES}, got {self.attention!r}")
-        if self.vocab_size < 4:
-            raise ConfigError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
+        check_fields(self)
         if self.canvas < self.grid or self.grid < 1:
             raise ConfigError(f"grid must lie in 1..canvas={self.canvas}, got {self.grid}")
         self.channels = encoder_channels(self.channels)
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
 
 
 @dataclass

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
+from ..checks import POSITIVE, Range, check_fields
 from ..config import ConfigRecord, option
-from ..errors import ConfigError
 from .captioner import ENCODER_CHANNELS, CNNEncoder, encoder_channels
 from .registry import ConfiguredModel, register_model
 
@@ -19,15 +19,13 @@ class ClassifierConfig(ConfigRecord):
     """A Fashion-MNIST classifier whose conv trunk and head have the captioner encoder's layout."""
 
     channels: list = option(default_factory=lambda: list(ENCODER_CHANNELS), help="conv block widths", cli=False)
-    feature_dim: int = option(128, "features before the class layer")
-    num_classes: int = option(10, "classes", cli=False)
-    canvas: int = option(32, "canvas size in pixels (photos pasted at random offsets)")
+    feature_dim: int = option(128, "features before the class layer", check=POSITIVE)
+    num_classes: int = option(10, "classes", cli=False, check=Range(2))
+    canvas: int = option(32, "canvas size in pixels (photos pasted at random offsets)", check=POSITIVE)
 
     def __post_init__(self) -> None:
         self.channels = encoder_channels(self.channels)
-        for name, low in (("feature_dim", 1), ("num_classes", 2), ("canvas", 1)):
-            if int(getattr(self, name)) < low:
-                raise ConfigError(f"{name} must be >= {low}, got {getattr(self, name)}")
+        check_fields(self)
 
 
 @register_model("fashion_classifier")

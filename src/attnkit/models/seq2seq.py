@@ -38,6 +38,7 @@ from torch import Tensor, nn
 
 from ..attention import Attention, PreparedMemory, padding_mask
 from ..attention.scores import SCORE_ALIASES, canonical_score_name
+from ..checks import POSITIVE, PROBABILITY, Range, check_fields
 from ..config import config_from_json, option
 from ..decoding import PER_SOURCE, reorder_state
 from ..errors import ConfigError
@@ -60,15 +61,18 @@ class Seq2SeqConfig:
 
     flag_label = "rnn"  # how --help names this config's defaults
 
-    vocab_size: int = option(8000, "vocabulary size (set from the tokenizer)", cli=False)
-    emb_dim: int = option(256, "RNN: word embedding size")
-    hidden_dim: int = option(256, "RNN: GRU size (the decoder state; per encoder direction unless --encoder-dim)")
+    vocab_size: int = option(8000, "vocabulary size (set from the tokenizer)", cli=False, check=Range(4))
+    emb_dim: int = option(256, "RNN: word embedding size", check=POSITIVE)
+    hidden_dim: int = option(
+        256, "RNN: GRU size (the decoder state; per encoder direction unless --encoder-dim)", check=POSITIVE
+    )
     encoder_dim: int | None = option(
         None,
         "RNN: encoder GRU size (per direction for RNNsearch; default hidden_dim). "
         "OpenNMT-py's brnn of size H has H/2 per direction",
+        check=POSITIVE,
     )
-    attn_dim: int = option(256, "RNNsearch: size of the additive score's tanh layer")
+    attn_dim: int = option(256, "RNNsearch: size of the additive score's tanh layer", check=POSITIVE)
     score: str = option("additive", "RNNsearch: the score function", choices=tuple(SCORE_ALIASES))
     rnn_attention: str = option(
         "bahdanau",
@@ -77,36 +81,21 @@ class Seq2SeqConfig:
         "runs the GRU and the attention over all steps at once",
         choices=RNN_ATTENTION,
     )
-    dropout: float = option(0.2, "dropout on embeddings, decoder states and the deep output")
+    dropout: float = option(0.2, "dropout on embeddings, decoder states and the deep output", check=PROBABILITY)
     tie_embeddings: bool = option(True, "the output projection shares the (joint) embedding matrix")
     param_init: float = option(
         0.1,
         "RNN: draw every weight uniformly from [-x, x] (as OpenNMT-py's -param_init); "
         "0 keeps each layer's PyTorch default",
+        check=PROBABILITY,
     )
     pad_id: int = option(0, "padding token id", cli=False)
     bos_id: int = option(1, "beginning-of-sentence token id", cli=False)
     eos_id: int = option(2, "end-of-sentence token id", cli=False)
-    max_src_len: int = option(200, "the longest source (subword tokens) the model accepts", cli=False)
+    max_src_len: int = option(200, "the longest source (subword tokens) the model accepts", cli=False, check=POSITIVE)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "emb_dim", "hidden_dim", "attn_dim", "max_src_len"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{name} must be a positive int, got {v!r}")
-        v = self.encoder_dim
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ConfigError(f"encoder_dim must be a positive int or None (= hidden_dim), got {v!r}")
-        if self.vocab_size < 4:
-            raise ConfigError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
-        if (
-            isinstance(self.param_init, bool)
-            or not isinstance(self.param_init, (int, float))
-            or not 0.0 <= self.param_init < 1.0
-        ):
-            raise ConfigError(f"param_init must be a number in [0, 1), got {self.param_init!r}")
+        check_fields(self)
         if self.rnn_attention not in RNN_ATTENTION:
             raise ConfigError(f"rnn_attention must be one of {RNN_ATTENTION}, got {self.rnn_attention!r}")
         try:

@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 from ..attention import LearnedPositionalEncoding, SinusoidalPositionalEncoding, padding_mask
 from ..attention.transformer import DecoderLayerCache, TransformerDecoder, TransformerEncoder
+from ..checks import POSITIVE, PROBABILITY, Range, check_fields
 from ..config import config_from_json, option
 from ..decoding import PER_SOURCE, reorder_state
 from ..errors import ConfigError
@@ -59,21 +60,23 @@ class TransformerConfig:
 
     flag_label = "transformer"  # how --help names this config's defaults
 
-    vocab_size: int = option(8000, "vocabulary size (set from the tokenizer)", cli=False)
-    d_model: int = option(256, "Transformer: model width (embeddings, every sub-layer)")
-    nhead: int = option(4, "Transformer: attention heads per layer")
-    num_encoder_layers: int = option(3, "Transformer: encoder layers")
-    num_decoder_layers: int = option(3, "Transformer: decoder layers")
-    dim_feedforward: int = option(1024, "Transformer: feed-forward inner size")
-    dropout: float = option(0.1, "dropout on embeddings, attention weights and sub-layer outputs")
+    vocab_size: int = option(8000, "vocabulary size (set from the tokenizer)", cli=False, check=Range(4))
+    d_model: int = option(256, "Transformer: model width (embeddings, every sub-layer)", check=POSITIVE)
+    nhead: int = option(4, "Transformer: attention heads per layer", check=POSITIVE)
+    num_encoder_layers: int = option(3, "Transformer: encoder layers", check=POSITIVE)
+    num_decoder_layers: int = option(3, "Transformer: decoder layers", check=POSITIVE)
+    dim_feedforward: int = option(1024, "Transformer: feed-forward inner size", check=POSITIVE)
+    dropout: float = option(0.1, "dropout on embeddings, attention weights and sub-layer outputs", check=PROBABILITY)
     norm_first: bool = option(True, "Transformer: pre-norm (LayerNorm before each sub-layer)")
     positional: str = option("sinusoidal", "Transformer: position encoding", choices=_POSITIONAL)
-    max_len: int = option(256, "size of the position table", cli=False)
+    max_len: int = option(256, "size of the position table", cli=False, check=POSITIVE)
     tie_embeddings: bool = option(True, "one joint embedding for source, target and the output projection")
     pad_id: int = option(0, "padding token id", cli=False)
     bos_id: int = option(1, "beginning-of-sentence token id", cli=False)
     eos_id: int = option(2, "end-of-sentence token id", cli=False)
-    max_src_len: int | None = option(None, "the longest source (subword tokens) the model accepts", cli=False)
+    max_src_len: int | None = option(
+        None, "the longest source (subword tokens) the model accepts", cli=False, check=POSITIVE
+    )
 
     def __post_init__(self) -> None:
         if self.max_src_len is None:
@@ -90,25 +93,7 @@ class TransformerConfig:
 
     def validate(self) -> None:
         """Raise :class:`attnkit.errors.ConfigError` naming the first field that is out of range."""
-
-        def pos_int(name):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{name} must be a positive int, got {v!r}")
-
-        for name in (
-            "vocab_size",
-            "d_model",
-            "nhead",
-            "num_encoder_layers",
-            "num_decoder_layers",
-            "dim_feedforward",
-            "max_len",
-            "max_src_len",
-        ):
-            pos_int(name)
-        if self.vocab_size < 4:
-            raise ConfigError(f"vocab_size must be >= 4 (pad, bos, eos, unk), got {self.vocab_size}")
+        check_fields(self)
         if self.d_model % self.nhead != 0:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by nhead ({self.nhead})")
         if self.positional not in _POSITIONAL:
@@ -119,8 +104,6 @@ class TransformerConfig:
             raise ConfigError(
                 f"max_src_len ({self.max_src_len}) exceeds the learned position table (max_len={self.max_len})"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         for name in ("pad_id", "bos_id", "eos_id"):
             v = getattr(self, name)
             if not isinstance(v, int) or not 0 <= v < self.vocab_size:

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..config import option, require_positive
+from ..checks import POSITIVE, check_fields
+from ..config import option
 from ..data.scenes import PHOTO
 from ..device import to_device
 from ..errors import ConfigError
@@ -34,14 +35,14 @@ class ClassifierTaskConfig:
         "conv block widths, comma-separated (default: "
         f"{','.join(map(str, ENCODER_CHANNELS))}, the captioner encoder's layout)",
     )
-    batch_size: int = option(128, "photos per batch")
-    lr: float = option(2e-3, "Adam's learning rate")
-    epochs: int = option(2, "passes over the 55,000 training photos")
-    max_steps: int | None = option(None, "stop after this many optimizer steps")
-    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds")
-    save_every_steps: int = option(200, "write a step checkpoint this often")
+    batch_size: int = option(128, "photos per batch", check=POSITIVE)
+    lr: float = option(2e-3, "Adam's learning rate", check=POSITIVE)
+    epochs: int = option(2, "passes over the 55,000 training photos", check=POSITIVE)
+    max_steps: int | None = option(None, "stop after this many optimizer steps", check=POSITIVE)
+    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds", check=POSITIVE)
+    save_every_steps: int = option(200, "write a step checkpoint this often", check=POSITIVE)
     seed: int = option(0, "random seed (weights, batches, offsets)")
-    threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
+    threads: int | None = option(None, "torch CPU threads (default: torch's choice)", check=POSITIVE)
     device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
     precision: str = option(
         "fp32", "training precision: fp32, bf16 or fp16 (autocast), or auto", choices=("fp32", "bf16", "fp16", "auto")
@@ -50,7 +51,7 @@ class ClassifierTaskConfig:
     model_config: ClassifierConfig = option(default_factory=ClassifierConfig, help="the classifier's config")
 
     def __post_init__(self) -> None:
-        require_positive(self, "batch_size", "lr", "epochs", "max_steps", "max_time_s", "save_every_steps", "threads")
+        check_fields(self)
         if self.channels is not None:
             try:
                 channels = [int(c) for c in str(self.channels).split(",")]

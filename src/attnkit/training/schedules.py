@@ -12,6 +12,8 @@ import math
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
+from ..checks import POSITIVE_INT, check
+
 __all__ = ["ConstantMultiplier", "InverseSqrtWarmup", "constant", "inverse_sqrt_with_warmup"]
 
 
@@ -58,10 +60,8 @@ def inverse_sqrt_with_warmup(
     ``lr=1.0`` to get the paper's absolute rates (e.g. Adam(betas=(0.9, 0.98), eps=1e-9)).
     """
     _check_optimizer(optimizer)
-    if not isinstance(d_model, int) or d_model <= 0:
-        raise ValueError(f"inverse_sqrt_with_warmup: d_model must be a positive int, got {d_model!r}")
-    if not isinstance(warmup_steps, int) or warmup_steps <= 0:
-        raise ValueError(f"inverse_sqrt_with_warmup: warmup_steps must be a positive int, got {warmup_steps!r}")
+    check("inverse_sqrt_with_warmup: d_model", d_model, POSITIVE_INT)
+    check("inverse_sqrt_with_warmup: warmup_steps", warmup_steps, POSITIVE_INT)
     if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
         raise ValueError(f"inverse_sqrt_with_warmup: factor must be a positive number, got {factor!r}")
     return LambdaLR(optimizer, InverseSqrtWarmup(d_model, warmup_steps, float(factor)))

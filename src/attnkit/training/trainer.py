@@ -50,6 +50,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from ..checks import NON_NEGATIVE, POSITIVE, POSITIVE_INT, check
 from ..device import autocast, resolve_device, resolve_precision, to_device
 from .checkpoint import (
     CheckpointError,
@@ -195,23 +196,17 @@ class Trainer:
         _check_batches(train_batches)
         for name, value, allow_none in (
             ("save_every_steps", save_every_steps, False),
+            ("keep_last", keep_last, False),
             ("max_epochs", max_epochs, False),
             ("log_every", log_every, False),
             ("max_steps", max_steps, True),
             ("early_stopping_patience", early_stopping_patience, True),
         ):
-            if value is None and allow_none:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(
-                    f"Trainer: {name} must be a positive int{' or None' if allow_none else ''}, got {value!r}"
-                )
-        if not isinstance(keep_last, int) or keep_last < 1:
-            raise ValueError(f"Trainer: keep_last must be an int >= 1, got {keep_last!r}")
-        if not isinstance(seed, int):
+            check(f"Trainer: {name}", value, POSITIVE_INT, allow_none=allow_none)
+        if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"Trainer: seed must be an int, got {type(seed).__name__}")
-        if clip_grad_norm is not None and not (clip_grad_norm >= 0):
-            raise ValueError(f"Trainer: clip_grad_norm must be >= 0 or None, got {clip_grad_norm!r}")
+        check("Trainer: clip_grad_norm", clip_grad_norm, NON_NEGATIVE, allow_none=True)
+        check("Trainer: max_time_s", max_time_s, POSITIVE, allow_none=True)
         if early_stopping_patience is not None and valid_fn is None:
             raise ValueError("Trainer: early_stopping_patience needs a valid_fn to compute metric_for_best")
 
@@ -245,8 +240,6 @@ class Trainer:
         self.keep_last = keep_last
         self.max_epochs = max_epochs
         self.max_steps = max_steps
-        if max_time_s is not None and not max_time_s > 0:
-            raise ValueError(f"Trainer: max_time_s must be > 0 or None, got {max_time_s!r}")
         self.max_time_s = max_time_s
         self.early_stopping_patience = early_stopping_patience
         self.metric_for_best = metric_for_best

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ...config import option, require_positive
+from ...checks import NON_NEGATIVE, POSITIVE, check_fields
+from ...config import option
 from ...errors import ConfigError
 from ...models.captioner import CaptionerConfig
 
@@ -27,23 +28,24 @@ class CaptioningConfig:
     """
 
     out_dir: str | None = option(None, "checkpoint folder (default: runs/captioner-ATTENTION)")
-    batch_size: int = option(32, "scenes per batch")
-    lr: float = option(2e-3, "Adam's learning rate")
-    clip_grad_norm: float = option(5.0, "clip the gradient norm to this")
-    epochs: int = option(30, "at most this many epochs (of --scenes-per-epoch scenes)")
+    batch_size: int = option(32, "scenes per batch", check=POSITIVE)
+    lr: float = option(2e-3, "Adam's learning rate", check=POSITIVE)
+    clip_grad_norm: float = option(5.0, "clip the gradient norm to this", check=NON_NEGATIVE)
+    epochs: int = option(30, "at most this many epochs (of --scenes-per-epoch scenes)", check=POSITIVE)
     scenes_per_epoch: int | None = option(
         4000,
         "scenes (or image-caption pairs, with --captions) per epoch: a "
         "validation and a `best` checkpoint this often; 0: one whole pass",
+        check=NON_NEGATIVE,
     )
-    max_steps: int | None = option(None, "stop after this many optimizer steps")
-    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds")
-    patience: int | None = option(None, "stop after this many validations without a better BLEU-4")
-    save_every_steps: int = option(200, "write a step checkpoint this often")
+    max_steps: int | None = option(None, "stop after this many optimizer steps", check=POSITIVE)
+    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds", check=POSITIVE)
+    patience: int | None = option(None, "stop after this many validations without a better BLEU-4", check=POSITIVE)
+    save_every_steps: int = option(200, "write a step checkpoint this often", check=POSITIVE)
     valid_scenes: int = option(
-        300, "validation scenes (or `val` images, with --captions) captioned at every validation"
+        300, "validation scenes (or `val` images, with --captions) captioned at every validation", check=POSITIVE
     )
-    limit_train: int | None = option(None, "train on the first N scenes (or images) only")
+    limit_train: int | None = option(None, "train on the first N scenes (or images) only", check=POSITIVE)
     captions: str | None = option(
         None,
         "train on photos instead of the scenes: a Karpathy-split caption JSON "
@@ -54,7 +56,7 @@ class CaptioningConfig:
     encoder_from: str | None = option(None, "a `train classifier` checkpoint whose conv trunk starts the encoder")
     init_from: str | None = option(None, "warm start from a captioner checkpoint (every weight whose shape fits)")
     seed: int = option(0, "random seed (weights, batches, sampling)")
-    threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
+    threads: int | None = option(None, "torch CPU threads (default: torch's choice)", check=POSITIVE)
     device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
     precision: str = option(
         "fp32", "training precision: fp32, bf16 or fp16 (autocast), or auto", choices=("fp32", "bf16", "fp16", "auto")
@@ -67,19 +69,7 @@ class CaptioningConfig:
             self.model_config = CaptionerConfig.from_dict(self.model_config)
         if not isinstance(self.model_config, CaptionerConfig):
             raise ConfigError(f"model_config must be a CaptionerConfig, got {type(self.model_config).__name__}")
-        require_positive(
-            self,
-            "batch_size",
-            "lr",
-            "epochs",
-            "max_steps",
-            "max_time_s",
-            "patience",
-            "save_every_steps",
-            "valid_scenes",
-            "limit_train",
-            "threads",
-        )
+        check_fields(self)
         if (self.captions is None) != (self.images is None):
             raise ConfigError(
                 "captions and images go together: give both (a Karpathy JSON and its image folder) "

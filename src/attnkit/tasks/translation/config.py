@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass
 
+from ...checks import NON_NEGATIVE, POSITIVE, PROBABILITY, check_fields
 from ...config import config_from_dict, config_from_json, option, option_names
 from ...errors import ConfigError
 from ...models.registry import model_class
@@ -46,33 +47,37 @@ class TranslationConfig:
 
     model: str = option("rnnsearch", "the model to train", choices=TRANSLATION_MODELS)
     out_dir: str | None = option(None, "checkpoint folder (default: runs/MODEL)")
-    vocab_size: int = option(8000, "size of the joint Spanish+English sentencepiece vocabulary")
-    max_len: int = option(100, "drop training pairs longer than this many subword tokens; the model's longest source")
-    limit_train: int | None = option(None, "train on the first N verse pairs only")
+    vocab_size: int = option(8000, "size of the joint Spanish+English sentencepiece vocabulary", check=POSITIVE)
+    max_len: int = option(
+        100, "drop training pairs longer than this many subword tokens; the model's longest source", check=POSITIVE
+    )
+    limit_train: int | None = option(None, "train on the first N verse pairs only", check=POSITIVE)
     batch_size: int | None = option(
         None,
         "at most this many verse pairs per batch (with neither this nor "
         "--max-tokens: the model's recipe, 2,048 tokens for the RNNs, 64 pairs "
         "for the Transformer)",
+        check=POSITIVE,
     )
-    max_tokens: int | None = option(None, "at most about this many padded tokens per batch")
+    max_tokens: int | None = option(None, "at most about this many padded tokens per batch", check=POSITIVE)
     lr: float | None = option(
         None,
         "Adam's learning rate; for the Transformer the peak, reached at the end of "
         "warm-up (default: the model's recipe, 3e-3 for the RNNs, 1e-3 for the Transformer)",
+        check=POSITIVE,
     )
-    warmup_steps: int = option(2000, "Transformer: linear warm-up steps before the 1/sqrt(step) decay")
-    clip_grad_norm: float = option(1.0, "clip the gradient norm to this")
-    label_smoothing: float = option(0.1, "label smoothing of the cross-entropy")
-    epochs: int = option(10, "at most this many passes over the training data")
-    max_steps: int | None = option(None, "stop after this many optimizer steps")
-    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds")
-    patience: int | None = option(3, "stop after this many validations without a better BLEU")
-    save_every_steps: int = option(500, "write a step checkpoint this often")
-    keep_last: int = option(3, "step checkpoints kept (keep at least K for export --average-last K)")
-    valid_bleu_sentences: int = option(300, "validation verses translated for BLEU at every validation")
+    warmup_steps: int = option(2000, "Transformer: linear warm-up steps before the 1/sqrt(step) decay", check=POSITIVE)
+    clip_grad_norm: float = option(1.0, "clip the gradient norm to this", check=NON_NEGATIVE)
+    label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", check=PROBABILITY)
+    epochs: int = option(10, "at most this many passes over the training data", check=POSITIVE)
+    max_steps: int | None = option(None, "stop after this many optimizer steps", check=POSITIVE)
+    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds", check=POSITIVE)
+    patience: int | None = option(3, "stop after this many validations without a better BLEU", check=POSITIVE)
+    save_every_steps: int = option(500, "write a step checkpoint this often", check=POSITIVE)
+    keep_last: int = option(3, "step checkpoints kept (keep at least K for export --average-last K)", check=POSITIVE)
+    valid_bleu_sentences: int = option(300, "validation verses translated for BLEU at every validation", check=POSITIVE)
     seed: int = option(0, "random seed (weights, batches, dropout)")
-    threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
+    threads: int | None = option(None, "torch CPU threads (default: torch's choice)", check=POSITIVE)
     device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
     precision: str = option(
         "fp32",
@@ -101,12 +106,7 @@ class TranslationConfig:
             self.lr = recipe["lr"]
         if self.batch_size is None and self.max_tokens is None:
             self.batch_size, self.max_tokens = recipe.get("batch_size"), recipe.get("max_tokens")
-        for name in ("batch_size", "max_tokens"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ConfigError(f"{name} must be a positive int, got {v!r}")
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0:
-            raise ConfigError(f"lr must be a positive number, got {self.lr!r}")
+        check_fields(self)
 
     @classmethod
     def from_options(cls, model: str = "rnnsearch", **options) -> TranslationConfig:

@@ -31,6 +31,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from ...checks import NON_NEGATIVE_INT, POSITIVE_INT, check
 from ...errors import AttnkitError
 
 __all__ = ["LexicalShortlist", "ShortlistError", "tokenizer_digest"]
@@ -49,11 +50,6 @@ class ShortlistError(AttnkitError, ValueError):
 def tokenizer_digest(tokenizer) -> str:
     """sha256 of the tokenizer's serialized model: which tokenizer a shortlist was built with."""
     return hashlib.sha256(tokenizer.to_bytes()).hexdigest()
-
-
-def _check_count(name: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -82,9 +78,9 @@ class LexicalShortlist:
         per_source: int = DEFAULT_PER_SOURCE,
     ) -> LexicalShortlist:
         """Count a parallel corpus of token ids (``src_ids[i]`` translates to ``tgt_ids[i]``)."""
-        _check_count("vocab_size", vocab_size, 1)
-        _check_count("frequent", frequent, 0)
-        _check_count("per_source", per_source, 1)
+        check("vocab_size", vocab_size, POSITIVE_INT)
+        check("frequent", frequent, NON_NEGATIVE_INT)
+        check("per_source", per_source, POSITIVE_INT)
         if len(src_ids) != len(tgt_ids):
             raise ValueError(f"src_ids has {len(src_ids)} sentences but tgt_ids has {len(tgt_ids)}")
         if not len(src_ids):
