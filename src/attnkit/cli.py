@@ -355,9 +355,7 @@ def cmd_explain(args) -> None:
     from .attribution.report import format_attribution, plot_attribution
 
     method = canonical_method(args.method)
-    for flag in ("beam", "top"):
-        if getattr(args, flag) < 1:
-            raise CLIError(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    _output(args.plot, "--plot")
     path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
     progress = _progress_printer(method)
     options = dict(method=method, steps=args.steps, progress=progress)
@@ -806,16 +804,33 @@ def build_parser() -> argparse.ArgumentParser:
     xp.add_argument(
         "--target", default=None, help="the English (or caption) to force (default: the model's own output)"
     )
-    xp.add_argument("--beam", type=int, default=5, help="beam size of the model's own output (default: 5)")
-    xp.add_argument("--layer", type=int, default=None, help="cross-attention layer, 1-based (default: the last)")
-    xp.add_argument("--head", type=int, default=None, help="one head, 1-based (default: the mean of the heads)")
+    xp.add_argument(
+        "--beam",
+        type=arg_type(POSITIVE_INT, "beam"),
+        default=5,
+        help="beam size of the model's own output (default: 5)",
+    )
+    xp.add_argument(
+        "--layer",
+        type=arg_type(POSITIVE_INT, "layer"),
+        default=None,
+        help="cross-attention layer, 1-based (default: the last)",
+    )
+    xp.add_argument(
+        "--head",
+        type=arg_type(POSITIVE_INT, "head"),
+        default=None,
+        help="one head, 1-based (default: the mean of the heads)",
+    )
     xp.add_argument(
         "--steps",
-        type=int,
+        type=arg_type(POSITIVE_INT, "steps"),
         default=None,
         help="integrated gradients: quadrature points (default: 32, refined per piece until complete within 1 %%)",
     )
-    xp.add_argument("--top", type=int, default=3, help="sources shown per target word (default: 3)")
+    xp.add_argument(
+        "--top", type=arg_type(POSITIVE_INT, "top"), default=3, help="sources shown per target word (default: 3)"
+    )
     xp.add_argument("--pieces", action="store_true", help="subword pieces instead of whole words (default: off)")
     xp.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
     xp.add_argument("--plot", default=None, help="write a heatmap (or caption overlays) to this PNG (default: none)")
