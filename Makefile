@@ -4,10 +4,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 ATTNKIT := $(VENV)/bin/attnkit
-DEB_PACKAGES := sword-text-sparv sword-text-web dataset-fashion-mnist chromium
+DATA_PACKAGES := sword-text-sparv sword-text-web dataset-fashion-mnist
+BROWSER_PACKAGES := chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup venv data-packages data demo lint test bench wheel wheel-check clean
+.PHONY: setup venv data-packages browser-packages data demo lint test bench wheel wheel-check clean
 
 setup: venv data-packages
 
@@ -20,14 +21,21 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,align,explain]'
 	touch $@
 
-# The Debian packages that carry the real data (the Bibles and Fashion-MNIST), and the browser the explorer's
-# tests drive (Playwright cannot download one here); installed only when missing.
-data-packages:
-	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# Debian packages, installed only when missing: the real data (the Bibles and Fashion-MNIST) for everything,
+# and the browser the explorer's tests drive (Playwright cannot download one here) for `make test` only.
+define apt_install_missing
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
-	  echo "installing Debian data packages:$$missing"; \
+	  echo "installing Debian packages:$$missing"; \
 	  $(SUDO) apt-get install -y -q $$missing || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $$missing; }; \
 	fi
+endef
+
+data-packages:
+	$(call apt_install_missing,$(DATA_PACKAGES))
+
+browser-packages:
+	$(call apt_install_missing,$(BROWSER_PACKAGES))
 
 data: setup
 	$(ATTNKIT) data prepare bible
@@ -41,7 +49,7 @@ lint: venv
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 
-test: setup lint
+test: setup browser-packages lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 -p no:cacheprovider
 
 # The wheel and sdist, with the shipped models inside (dist/).
