@@ -239,6 +239,71 @@ def test_caption_upload_and_hover(server, browser, tmp_path):
     page.screenshot(path=str(SHOTS / "caption-upload.png"), full_page=True)
 
 
+def test_a_method_picker_changes_the_matrix_and_the_export_is_the_python_page(server, browser, tmp_path):
+    """Pick ALTI+: the Transformer's matrix, hover and export follow it; the exported file is byte for byte
+    what attnkit.explorer.html.fill_page writes. Then a slow method shows progress and can be cancelled."""
+    from attnkit.explorer.html import fill_page, page_template
+
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server)
+    page.fill("#text", VERSE)
+    page.select_option("#beam", "1")
+    page.click("#translate")
+    page.wait_for_selector(".model-card[data-model='transformer-es-en'] .matrix", timeout=120_000)
+    card = page.locator(".model-card[data-model='transformer-es-en']")
+    cells = "els => els.map(e => parseFloat(e.dataset.w))"
+    before = card.locator(".matrix .cell").evaluate_all(cells)
+    page.select_option("#method", "alti_plus")
+    page.wait_for_selector(
+        ".model-card[data-model='transformer-es-en'] .method-note[data-method='alti_plus']", timeout=120_000
+    )
+    card = page.locator(".model-card[data-model='transformer-es-en']")
+    after = card.locator(".matrix .cell").evaluate_all(cells)
+    want = _api(
+        server, "api/translate", {"text": VERSE, "model": "transformer-es-en", "beam": 1, "method": "alti_plus"}
+    )
+    assert after == pytest.approx([w for row in want["attribution"]["scores"] for w in row], abs=1e-4)
+    assert after != pytest.approx(before, abs=1e-3)  # the matrix changed with the method
+    card.locator(".tokens.tgt .tok[data-i='2']").hover()
+    hovered = card.locator(".tokens.src .tok").evaluate_all(cells)
+    assert hovered == pytest.approx(want["attribution"]["scores"][2], abs=1e-4)
+    assert "draws most on" in card.locator(".status").inner_text()
+    # RNNsearch has no ALTI+: it says so and shows its attention
+    assert "has no alti_plus" in page.locator(".model-card[data-model='rnnsearch-es-en'] .method-note").inner_text()
+    with page.expect_download() as dl:
+        card.locator("button.export[data-format='html']").click()
+    exported = tmp_path / "alti.html"
+    dl.value.save_as(exported)
+    data_json = page.evaluate(
+        "toJson({ models: state.models, translations: [state.translations.find((p) => p.model === "
+        "'transformer-es-en')], captions: [] })"
+    )
+    assert exported.read_text(encoding="utf-8") == fill_page(page_template(), data_json)
+    offline = browser.new_page()
+    offline.goto(exported.as_uri())
+    offline.wait_for_selector(".model-card .method-note[data-method='alti_plus']")
+    assert offline.locator(".model-card .matrix .cell").evaluate_all(cells) == pytest.approx(after, abs=1e-9)
+
+    page.select_option("#method", "integrated_gradients")  # seconds per model: progress, then Cancel
+    page.wait_for_selector(".progress-box progress", timeout=10_000)
+    assert "computing integrated_gradients" in page.locator(".progress-box").inner_text()
+    page.click(".progress-box button.cancel")
+    page.wait_for_selector("#results .cancelled", timeout=10_000)
+    assert page.locator(".model-card").count() == 0
+    assert _api(server, "api/translate", {"text": "Jesús lloró.", "model": "rnnsearch-es-en", "beam": 1})["translation"]
+    page.screenshot(path=str(SHOTS / "method-cancelled.png"))
+
+    page.wait_for_function("document.querySelectorAll('#scene option').length > 0", timeout=120_000)
+    page.select_option("#caption-method", "saliency")
+    page.wait_for_selector(
+        ".caption-card[data-model='captioner-soft'] .method-note[data-method='saliency']", timeout=120_000
+    )
+    soft = page.locator(".caption-card[data-model='captioner-soft']")
+    soft.locator(".cword[data-t='1']").hover()
+    assert soft.locator(".heat image.heat-map").get_attribute("data-t") == "1"
+    page.screenshot(path=str(SHOTS / "caption-method.png"), full_page=True)
+
+
 def test_the_real_server_answers_bad_input_with_4xx_and_goes_on(server):
     """uvicorn itself (not the test client): refusals mid-upload, malformed bodies, then a normal answer."""
     from attnkit.explorer.app import MAX_UPLOAD_BYTES

@@ -58,17 +58,21 @@ class ForcedTranslation:
     target_pieces: list[str]
 
 
-def forced_translation(translator, source: str, target: str | None = None, *, beam: int = 5) -> ForcedTranslation:
-    """``source`` and ``target`` (English text, tokenised here) as a forced pair; without ``target``
-    the model's own translation (beam search, ``beam``) is the target."""
+def forced_translation(
+    translator, source: str, target: str | list[int] | None = None, *, beam: int = 5
+) -> ForcedTranslation:
+    """``source`` and ``target`` (English text, tokenised here, or the token ids of a translation) as a
+    forced pair; without ``target`` the model's own translation (beam search, ``beam``) is the target."""
     tok = translator.tokenizer
     src_ids = translator.encode_sources([source])[0]
     if target is None:
         tgt_ids = list(translator.translate([source], beam_size=beam)[0]["tokens"])
-    else:
-        if not isinstance(target, str) or not target.strip():
+    elif isinstance(target, str):
+        if not target.strip():
             raise InputError("target is empty: give the English text to explain, or leave it out to translate")
         tgt_ids = tok.encode(target.strip())
+    else:
+        tgt_ids = [int(t) for t in target]
     if not tgt_ids:
         raise InputError("the target has no tokens: there is no output piece to explain")
     device = translator.device
@@ -93,14 +97,16 @@ class ForcedCaption:
     words: list[str]
 
 
-def forced_caption(captioner, image: Tensor, caption: str | None = None, *, beam: int = 1) -> ForcedCaption:
-    """``image (1, C, C)`` in [0, 1] and ``caption`` (words of the captioner's vocabulary) as a forced
-    pair; without ``caption`` the model's own caption (``beam``) is used."""
+def forced_caption(captioner, image: Tensor, caption: str | list[int] | None = None, *, beam: int = 1) -> ForcedCaption:
+    """``image (1, C, C)`` in [0, 1] and ``caption`` (words of the captioner's vocabulary, or their ids)
+    as a forced pair; without ``caption`` the model's own caption (``beam``) is used."""
     c = captioner.canvas
     if not isinstance(image, Tensor) or tuple(image.shape) != (1, c, c):
         raise InputError(f"image must be a (1, {c}, {c}) tensor, got {tuple(getattr(image, 'shape', ()))}")
     if caption is None:
         ids = list(captioner.caption(image.unsqueeze(0), beam_size=beam)[0]["tokens"])
+    elif not isinstance(caption, str):
+        ids = [int(i) for i in caption]
     else:
         words = caption.split()
         unknown = [w for w in words if w not in captioner.vocab.stoi]

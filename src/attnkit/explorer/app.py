@@ -7,7 +7,9 @@ it works with no network. The JSON is one format (:mod:`attnkit.explorer.schema`
 - ``GET  /api/models``     the loaded models: name, task, kind, config, test scores, has_attention
 - ``GET  /api/verses``     held-out test verses to pick from (with their references)
 - ``GET  /api/scenes``     held-out test scenes to pick from (with thumbnails)
-- ``POST /api/translate``  ``{"text", "model", "beam", "heads"}`` → a translation payload
+- ``POST /api/translate``  ``{"text", "model", "beam", "heads", "target", "method", "job"}`` → a translation payload
+                           (``method``: an attribution method, :mod:`attnkit.attribution`)
+- ``GET  /api/progress/{job}``  how far a running attribution (``"job"`` in the request) has got
 - ``POST /api/caption``    a multipart upload (field ``image``; form fields ``model``, ``beam``)
                            or ``{"scene": index, "model", "beam"}`` → a caption payload
 - ``GET  /docs``           the OpenAPI docs (every answer's schema: :mod:`attnkit.explorer.schema`)
@@ -32,6 +34,7 @@ Every answer is validated against :mod:`attnkit.explorer.schema`, which ``/docs`
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import threading
@@ -80,11 +83,19 @@ class TranslateRequest(BaseModel):
         description="English to force instead of translating (e.g. the reference); "
         "gold verses then come with their hand-made links",
     )
+    method: str | None = Field(
+        None, description="an attribution method (see /api/models) whose view fills 'attribution'"
+    )
+    job: str | None = Field(
+        None, max_length=64, description="a name of the caller's choice to follow the work at /api/progress/{job}"
+    )
 
 
 class CaptionOptions(BaseModel):
     model: str | None = Field(None, description="a loaded captioner's name (default: the first)")
     beam: int = Field(1, ge=1, le=MAX_BEAM, description="beam size (1 = greedy)")
+    method: str | None = Field(None, description="an attribution method whose maps fill 'attribution'")
+    job: str | None = Field(None, max_length=64, description="follow the work at /api/progress/{job}")
 
 
 class SceneRequest(CaptionOptions):
@@ -124,7 +135,12 @@ def load_models(names: list[str] | None = None, *, device: str = "cpu", dtype: s
             loaded.captioners[label] = cm
             probe = True
             config = cm.config.to_dict()
+        from ..attribution import methods_for
+        from .payload import method_info
+
+        model_for_methods = loaded.translators[label] if is_translation else loaded.captioners[label]
         loaded.info[label] = {
+            "methods": [method_info(m) for m in methods_for(model_for_methods)],
             "name": label,
             "task": "translation" if is_translation else "captioning",
             "kind": json.loads((path / "config.json").read_text()).get("model_type", "?"),
@@ -193,6 +209,64 @@ def _held_out_verses(home) -> list[dict]:
     return gold + [{"ref": p.ref, "source": p.src, "reference": p.tgt, "gold": False} for p in picks]
 
 
+class Cancelled(Exception):
+    """Raised inside a computation whose client has gone away (the page's Cancel button aborts the fetch)."""
+
+
+class Jobs:
+    """Progress of the running attribution computations, by the client's job name, and their cancellation.
+
+    A gradient method calls ``progress(fraction)`` after every forward pass; the callback records the
+    fraction (``GET /api/progress/{job}``) and raises :class:`Cancelled` once the request's client has
+    disconnected, so an abandoned computation stops at its next pass instead of running to the end."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._progress: dict[str, float] = {}
+
+    def get(self, job: str) -> float | None:
+        with self._lock:
+            return self._progress.get(job)
+
+    def callback(self, job: str | None, cancelled: threading.Event):
+        def progress(fraction: float) -> None:
+            if cancelled.is_set():
+                raise Cancelled()
+            if job is not None:
+                with self._lock:
+                    self._progress[job] = round(float(fraction), 3)
+
+        return progress
+
+    def done(self, job: str | None) -> None:
+        if job is not None:
+            with self._lock:
+                self._progress.pop(job, None)
+
+
+async def _run_cancellable(request: Request, jobs: Jobs, job: str | None, fn, /, *args, **kwargs):
+    """Run ``fn(*args, progress=..., **kwargs)`` in the thread pool; while it runs, check every 0.2 s
+    whether the client has gone, and if so make its next progress call raise :class:`Cancelled`."""
+    import asyncio
+
+    cancelled = threading.Event()
+    task = asyncio.ensure_future(run_in_threadpool(fn, *args, progress=jobs.callback(job, cancelled), **kwargs))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=0.2)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                cancelled.set()
+                with contextlib.suppress(Cancelled):
+                    await task
+                raise ApiError(499, "the client cancelled the request")
+    except Cancelled:
+        raise ApiError(499, "the client cancelled the request") from None
+    finally:
+        jobs.done(job)
+
+
 ERRORS = {
     code: {"model": schema.ApiErrorBody, "description": what}
     for code, what in (
@@ -235,6 +309,7 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
     :class:`attnkit.data.scenes.ScenesDataset`; ``verses``: bible ``Pair`` objects)."""
     app = FastAPI(title="attnkit explorer", description="Where each attention model looks, word by word.")
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    jobs = Jobs()
     state: dict[str, Any] = {}
     state_lock = threading.Lock()
     if scenes is not None:
@@ -301,8 +376,22 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
             ]
         }
 
+    @app.get("/api/progress/{job}")
+    def progress(job: str):
+        """How far the attribution computation started with ``"job": job`` has got (0..1), or null
+        when there is none (not started, or finished)."""
+        return {"job": job, "progress": jobs.get(job)}
+
+    @app.get("/api/page-template", include_in_schema=False)
+    def template():
+        """The self-contained page with empty slots (:func:`attnkit.explorer.html.page_template`), which
+        the page's export button fills with a view's data."""
+        from .html import page_template
+
+        return {"template": page_template()}
+
     @app.post("/api/translate", response_model=schema.Translation, responses=ERRORS)
-    def translate(req: TranslateRequest):
+    async def translate(req: TranslateRequest, request: Request):
         """Translate Spanish text with one loaded model; every attention it has, in the payload format."""
         text = req.text.strip()
         if not text:
@@ -316,7 +405,19 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
         name, tr = _pick(models.translators, req.model, "translation")
         if req.target is not None and not req.target.strip():
             raise ApiError(400, "the target is empty: give the English to force, or leave it out to translate")
-        return translation_payload(tr, text, beam=req.beam, heads=req.heads, model=name, target=req.target)
+        return await _run_cancellable(
+            request,
+            jobs,
+            req.job,
+            translation_payload,
+            tr,
+            text,
+            beam=req.beam,
+            heads=req.heads,
+            model=name,
+            target=req.target,
+            method=req.method,
+        )
 
     @app.post("/api/caption", response_model=schema.Caption, responses=ERRORS, openapi_extra=CAPTION_BODY)
     async def caption(request: Request):
@@ -332,13 +433,20 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
                 raise ApiError(400, "the upload has no 'image' file field")
             try:
                 req = CaptionOptions.model_validate(
-                    {"model": upload.fields.get("model") or None, "beam": upload.fields.get("beam", "1")}
+                    {
+                        "model": upload.fields.get("model") or None,
+                        "beam": upload.fields.get("beam", "1"),
+                        "method": upload.fields.get("method") or None,
+                        "job": upload.fields.get("job") or None,
+                    }
                 )
             except ValidationError as exc:
                 raise ApiError(422, _describe(exc.errors())) from None
             name, cm = _pick(models.captioners, req.model, "captioning")
             image = await run_in_threadpool(_decode_image, upload.files["image"], cm.canvas)
-            return await run_in_threadpool(caption_payload, cm, image, model=name, beam=req.beam)
+            return await _run_cancellable(
+                request, jobs, req.job, caption_payload, cm, image, model=name, beam=req.beam, method=req.method
+            )
         try:
             req = SceneRequest.model_validate_json(upload.body)
         except ValidationError as exc:
@@ -354,6 +462,17 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
                 404, f"scene {req.scene} does not exist; there are {len(data)} test scenes (0..{len(data) - 1})"
             )
         item = data[req.scene]
-        return await run_in_threadpool(caption_payload, cm, item["image"], model=name, beam=req.beam, scene=item)
+        return await _run_cancellable(
+            request,
+            jobs,
+            req.job,
+            caption_payload,
+            cm,
+            item["image"],
+            model=name,
+            beam=req.beam,
+            scene=item,
+            method=req.method,
+        )
 
     return app

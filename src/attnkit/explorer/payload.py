@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ..alignment import attention_diagnostics, attention_rollout, word_attention, words_from_pieces
 
-__all__ = ["WORD_RULE", "caption_payload", "image_data_url", "translation_payload"]
+__all__ = ["WORD_RULE", "caption_payload", "image_data_url", "method_info", "translation_payload"]
 
 WORD_RULE = (
     "word attention = the mean over a target word's pieces of the sum over a source word's pieces "
@@ -53,6 +53,25 @@ def _gold_verses(loader):
     return _GOLD_CACHE
 
 
+def method_info(name: str) -> dict:
+    """A registered attribution method as :class:`~attnkit.explorer.schema.MethodInfo`."""
+    from ..attribution import METHODS
+
+    m = METHODS[name]
+    return {"name": m.name, "title": m.title, "reference": m.reference, "needs_gradients": m.needs_gradients}
+
+
+def _attribution_view(att) -> dict:
+    """The fields every attribution view has (:class:`~attnkit.explorer.schema.Attribution`)."""
+    info = method_info(att.method)
+    return {
+        **{k: v for k, v in info.items() if k != "name"},
+        "method": att.method,
+        "seconds": round(att.seconds, 3),
+        "params": att.params,
+    }
+
+
 def translation_payload(
     translator,
     source: str,
@@ -62,11 +81,25 @@ def translation_payload(
     model: str = "",
     result: dict | None = None,
     target: str | None = None,
+    method: str | None = None,
+    progress=None,
 ) -> dict:
     """Translate ``source`` with ``beam`` and describe every attention the model has (see the module
     docstring). ``result``: a translation already made (``Translator.translate`` output) to reuse.
     ``target``: English to force instead of searching (teacher forcing; e.g. the reference), which
-    also adds ``"gold"`` (the gold links, word indices) when the pair is one of the gold verses."""
+    also adds ``"gold"`` (the gold links, word indices) when the pair is one of the gold verses.
+    ``method``: an attribution method (:mod:`attnkit.attribution`) whose view fills ``"attribution"``;
+    ``progress(fraction)`` is passed to it (a gradient method calls it as it goes, and may raise to stop)."""
+    if method is not None:
+        from ..attribution import canonical_method, methods_for
+
+        method = canonical_method(method)
+        if method not in methods_for(translator):
+            from ..attribution import UnknownMethodError
+
+            raise UnknownMethodError(
+                f"{model or 'this model'} has no {method}; it has: {', '.join(methods_for(translator))}"
+            )
     if target is not None:
         result = {"tokens": translator.tokenizer.encode(target.strip()), "translation": target.strip()}
     elif result is None:
@@ -89,12 +122,24 @@ def translation_payload(
         "heads": None,
         "forced": target is not None,
         "gold": gold_for(source, target) if target is not None else None,
+        "attribution": None,
     }
     if not tokens:  # an empty translation: nothing to align
         return out
     ta = translator.attention(source, tokens)  # forced decoding of the search's own output
     m = ta.maps
     out["words"]["target"] = words_from_pieces(ta.target_pieces)
+    if method is not None:
+        from ..attribution import explain, forced_translation
+
+        att = explain(
+            translator, source, method=method, pair=forced_translation(translator, source, tokens), progress=progress
+        )
+        out["attribution"] = {
+            **_attribution_view(att),
+            "scores": _rows(att.scores),
+            "words": _rows(att.word_scores()[2]),
+        }
     if m.alignment is None:
         return out
     out["has_attention"] = True
@@ -134,11 +179,30 @@ def image_data_url(image: Tensor) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def caption_payload(captioner, image: Tensor, *, model: str = "", beam: int = 1, scene: dict | None = None) -> dict:
+def caption_payload(
+    captioner,
+    image: Tensor,
+    *,
+    model: str = "",
+    beam: int = 1,
+    scene: dict | None = None,
+    method: str | None = None,
+    progress=None,
+) -> dict:
     """Caption ``image (1, C, C)`` and give each word's attention map over the grid; with a test
     ``scene`` (a :class:`attnkit.data.scenes.ScenesDataset` item) also its boxes and the
-    attention correctness of each word that names an item (mass inside that item's box)."""
+    attention correctness of each word that names an item (mass inside that item's box).
+    ``method``: an attribution method whose maps fill ``"attribution"`` (correctness then measures them)."""
     from ..tasks.captioning import attention_mass_in_box, words_to_items
+
+    if method is not None:
+        from ..attribution import canonical_method, methods_for
+
+        method = canonical_method(method)
+        if method not in methods_for(captioner):
+            from ..attribution import UnknownMethodError
+
+            raise UnknownMethodError(f"a captioner has no {method}; it has: {', '.join(methods_for(captioner))}")
 
     r = captioner.caption(image.unsqueeze(0), beam_size=beam)[0]
     h, w = captioner.model.grid_shape
@@ -157,14 +221,26 @@ def caption_payload(captioner, image: Tensor, *, model: str = "", beam: int = 1,
         "word_items": None,
         "correctness": None,
         "scene": None,
+        "attribution": None,
     }
+    if method is not None and r["words"]:
+        from ..attribution import explain_caption, forced_caption
+
+        pair = forced_caption(captioner, image, r["tokens"])
+        att = explain_caption(captioner, image, method=method, pair=pair, progress=progress)
+        out["attribution"] = {**_attribution_view(att), "maps": _rows(att.grid_scores())}
+        att_for_correctness = att.scores
+    else:
+        att_for_correctness = att
     if scene is not None:
         items = words_to_items(r["words"], scene["classes"].tolist(), scene["places"].tolist())
         boxes = scene["boxes"].numpy()
         correct: list[float | None] = [None] * len(items)
         named = [t for t, k in enumerate(items) if k >= 0]
         if named:
-            mass = attention_mass_in_box(att[named].numpy(), (h, w), captioner.canvas, boxes[[items[t] for t in named]])
+            mass = attention_mass_in_box(
+                att_for_correctness[named].numpy(), (h, w), captioner.canvas, boxes[[items[t] for t in named]]
+            )
             for t, v in zip(named, mass):
                 correct[t] = round(float(v), 4)
         out.update(

@@ -17,12 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "ApiErrorBody",
+    "Attribution",
     "Caption",
+    "CaptionAttribution",
     "Diagnostics",
     "ExplorerData",
     "GoldLinks",
     "Heads",
     "Matrix",
+    "MethodInfo",
     "ModelInfo",
     "ModelList",
     "SceneList",
@@ -87,6 +90,39 @@ class Heads(_Strict):
     )
 
 
+class Attribution(_Strict):
+    """The chosen attribution method's view of a translation (:mod:`attnkit.attribution`): what the
+    matrix, the hover and the export show instead of the attention when a method is asked for."""
+
+    method: str = Field(description="the method's registry name, e.g. alti_plus")
+    title: str = Field(description="what the method computes, in words")
+    reference: str = Field(description="the paper it comes from")
+    needs_gradients: bool
+    seconds: float = Field(description="wall-clock time the method took on the server")
+    params: dict[str, Any] = Field(description="the options it ran with")
+    scores: Matrix = Field(description="T × S source-piece attributions, every row sums to 1")
+    words: Matrix = Field(description="word level (the same rule as word attention), Tw × Sw")
+
+
+class CaptionAttribution(_Strict):
+    """The chosen attribution method's maps of a caption, over the attention grid."""
+
+    method: str
+    title: str
+    reference: str
+    needs_gradients: bool
+    seconds: float
+    params: dict[str, Any]
+    maps: list[Matrix] = Field(description="per word, its attributions over the grid cells, T × h × w (sum 1)")
+
+
+class MethodInfo(_Strict):
+    name: str
+    title: str
+    reference: str
+    needs_gradients: bool
+
+
 class GoldLinks(_Strict):
     """A hand-aligned verse's gold links, as (source word, target word) index pairs."""
 
@@ -118,6 +154,9 @@ class Translation(_Strict):
     heads: Heads | None = Field(description="every layer and head (per-head models, on request)")
     forced: bool = Field(description="true when the target was given (teacher forcing), not searched")
     gold: GoldLinks | None = Field(description="hand-made links, when a forced pair is a gold verse")
+    attribution: Attribution | None = Field(
+        None, description="the asked-for attribution method's view (request 'method')"
+    )
 
 
 class SceneRef(_Strict):
@@ -145,6 +184,7 @@ class Caption(_Strict):
         description="per word that names an item, the attention mass inside that item's box (attention correctness)"
     )
     scene: SceneRef | None
+    attribution: CaptionAttribution | None = Field(None, description="the asked-for attribution method's maps")
 
 
 class ModelInfo(_Strict):
@@ -154,6 +194,7 @@ class ModelInfo(_Strict):
     scores: dict[str, Any] = Field(description="test scores from the model index (e.g. test_bleu)")
     has_attention: bool
     config: dict[str, Any]
+    methods: list[MethodInfo] = Field([], description="the attribution methods this model has (request 'method')")
 
 
 class ModelList(_Strict):

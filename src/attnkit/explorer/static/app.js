@@ -4,7 +4,8 @@
 
 const DATA = window.ATTNKIT_DATA || null;
 const SVGNS = "http://www.w3.org/2000/svg";
-const state = { models: DATA ? DATA.models || [] : [], translations: [], captions: [], words: false };
+const state = { models: DATA ? DATA.models || [] : [], translations: [], captions: [], words: false, method: "",
+  captionMethod: "" };
 
 function el(tag, attrs = {}, ...kids) {
   const e = document.createElement(tag);
@@ -74,9 +75,10 @@ function heatCanvas(mat, px = 3) {
 }
 
 // ---------------------------------------------------------------- translation cards
-function currentView(p) {
-  if (state.words) return { src: p.words.source, tgt: p.words.target, att: p.words.attention, words: true };
-  return { src: p.source_pieces.map(clean), tgt: p.target_pieces.map(clean), att: p.attention, words: false };
+function currentView(p) { // the chosen attribution method's matrix when there is one, else the attention
+  const a = p.attribution;
+  if (state.words) return { src: p.words.source, tgt: p.words.target, att: a ? a.words : p.words.attention, words: true };
+  return { src: p.source_pieces.map(clean), tgt: p.target_pieces.map(clean), att: a ? a.scores : p.attention, words: false };
 }
 
 function renderTranslation(p) {
@@ -86,7 +88,9 @@ function renderTranslation(p) {
   card.append(el("h3", {}, `${p.model} `, el("span", { class: "score" }, `${p.kind} · ${bleu} · beam ${p.beam}`)));
   card.append(el("div", { class: "translation" }, p.translation));
   const v = currentView(p);
-  if (!p.has_attention) {
+  const note = methodNote(p, state.method);
+  if (note) card.append(el("div", { class: "method-note", "data-method": p.attribution ? p.attribution.method : "" }, note));
+  if (!v.att) {
     card.append(el("p", { class: "no-attention" }, `${p.model} has no attention. It reads the whole Spanish ` +
       "sentence into one fixed vector and writes every English word from that same vector, so there is no " +
       "alignment to show: that is the point of the comparison (compare its long sentences with the others')."));
@@ -100,7 +104,8 @@ function renderTranslation(p) {
     "target (English) — hover to see where it looks, click for that decoder step"), tgtRow);
   const gold = v.words && p.gold ? p.gold : null;
   const svg = matrixSvg(v.att, v.tgt, v.src, 14, gold);
-  card.append(el("div", { class: "label" }, "alignment matrix: rows = target, columns = source" +
+  card.append(el("div", { class: "label" }, (p.attribution ? `${p.attribution.method} attributions` : "alignment matrix") +
+    ": rows = target, columns = source" +
     (p.gold ? (gold ? ` — gold links of ${p.gold.ref}: red squares sure, orange dots possible` :
       " — switch to whole words to see this verse's gold links") : "")), svg, status);
 
@@ -110,7 +115,8 @@ function renderTranslation(p) {
     tok.append(el("span", { class: "w" }, fmt(w, 2))); };
   const showRow = (i) => { clear(); tgtRow.children[i].classList.add("focus");
     v.att[i].forEach((w, j) => mark(srcRow.children[j], w));
-    status.textContent = `“${v.tgt[i]}” attends most to “${v.src[argmax(v.att[i])]}” (${fmt(Math.max(...v.att[i]))})`; };
+    status.textContent = `“${v.tgt[i]}” ${p.attribution ? "draws most on" : "attends most to"} ` +
+      `“${v.src[argmax(v.att[i])]}” (${fmt(Math.max(...v.att[i]))})`; };
   const showCol = (j) => { clear(); srcRow.children[j].classList.add("focus");
     v.att.forEach((row, i) => mark(tgtRow.children[i], row[j]));
     status.textContent = `target words attending to “${v.src[j]}”`; };
@@ -256,6 +262,9 @@ function renderCaption(p) {
   const sc = info.scores && info.scores.test_bleu4 !== undefined ? `test BLEU-4 ${fmt(info.scores.test_bleu4, 1)}` : "";
   card.append(el("h3", {}, `${p.model} `, el("span", { class: "score" }, `${p.attention_type} attention · ${sc}`)));
   if (p.scene) card.append(el("div", { class: "reference" }, `reference: ${p.scene.reference}`));
+  const maps = p.attribution ? p.attribution.maps : p.attention;
+  const note = methodNote(p, state.captionMethod);
+  if (note) card.append(el("div", { class: "method-note", "data-method": p.attribution ? p.attribution.method : "" }, note));
   const words = el("div", { class: "tokens caption" }, p.words.map((w, t) => el("span", { class: "cword", "data-t": t }, w)));
   const size = 256, [gh, gw] = p.grid;
   const svg = sv("svg", { width: size, height: size, viewBox: `0 0 ${size} ${size}`, class: "overlay" });
@@ -270,7 +279,7 @@ function renderCaption(p) {
   const show = (t) => {
     current = t;
     words.querySelectorAll(".cword").forEach((w) => w.classList.toggle("focus", +w.dataset.t === t));
-    const m = p.attention[t], mx = Math.max(...m.flat(), 1e-9);
+    const m = maps[t], mx = Math.max(...m.flat(), 1e-9);
     heat.replaceChildren(sv("image", { href: heatImage(m, size, mode), x: 0, y: 0, width: size, height: size,
       class: "heat-map", "data-t": t, "data-mode": mode }));
     const corr = p.correctness && p.correctness[t] !== null && p.correctness[t] !== undefined ?
@@ -278,11 +287,11 @@ function renderCaption(p) {
     status.textContent = `“${p.words[t]}”: the map that predicted it (peak ${fmt(mx, 2)})${corr}`;
   };
   svg.addEventListener("mousemove", (e) => { // the grid cell under the pointer, and its weight
-    const r = svg.getBoundingClientRect(), m = p.attention[current];
+    const r = svg.getBoundingClientRect(), m = maps[current];
     if (!m) return;
     const i = Math.min(gh - 1, Math.floor((e.clientY - r.top) / r.height * gh));
     const j = Math.min(gw - 1, Math.floor((e.clientX - r.left) / r.width * gw));
-    status.textContent = `“${p.words[current]}”, grid cell (${i + 1}, ${j + 1}): α = ${fmt(m[i][j])}`;
+    status.textContent = `“${p.words[current]}”, grid cell (${i + 1}, ${j + 1}): ${p.attribution ? p.attribution.method : "α"} = ${fmt(m[i][j])}`;
   });
   const cells = el("label", { class: "cells-switch" }, el("input", { type: "checkbox", class: "cells-toggle",
     onchange: (e) => { mode = e.target.checked ? "nearest" : "bilinear"; show(current); } }),
@@ -300,52 +309,6 @@ function renderCaption(p) {
   return card;
 }
 
-// ---------------------------------------------------------------- export: HTML, SVG, PNG
-async function assetText(id, path) {
-  const inline = document.getElementById(id);
-  if (inline) return inline.textContent;
-  return (await fetch(path)).text();
-}
-function download(name, blob) {
-  const a = el("a", { href: URL.createObjectURL(blob), download: name });
-  document.body.append(a); a.click(); a.remove();
-}
-async function exportHtml(data, name) {
-  const css = await assetText("app-css", "static/app.css"), js = await assetText("app-js", "static/app.js");
-  const html = window.ATTNKIT_TEMPLATE || await (await fetch("static/index.html")).text();
-  download(name, new Blob([standalone(html, css, js, data)], { type: "text/html" }));
-}
-function standalone(html, css, js, data) {
-  const json = JSON.stringify(data).replace(/</g, "\\u003c");
-  return html.replace('<link rel="stylesheet" href="static/app.css">', `<style id="app-css">${css}</style>`)
-    .replace('<script src="static/app.js"></script>', `<script>window.ATTNKIT_DATA = ${json};\n` +
-      `window.ATTNKIT_TEMPLATE = ${JSON.stringify(html).replace(/</g, "\\u003c")};</script>\n` +
-      `<script id="app-js">${js.replace(/<\/script/g, "<\\/script")}</script>`);
-}
-function svgBlob(svg) {
-  const copy = svg.cloneNode(true);
-  copy.setAttribute("xmlns", SVGNS);
-  return new Blob([new XMLSerializer().serializeToString(copy)], { type: "image/svg+xml" });
-}
-function exportsFor(card, payload, kind) {
-  const name = `${payload.model || "view"}-${kind}`;
-  const data = { models: state.models, translations: kind === "translation" ? [payload] : [], captions: kind === "caption" ? [payload] : [] };
-  const mainSvg = () => card.querySelector("svg.matrix, svg.overlay");
-  return el("div", { class: "exports" },
-    el("button", { class: "export", "data-format": "html", onclick: () => exportHtml(data, `${name}.html`) }, "HTML"),
-    el("button", { class: "export", "data-format": "svg", onclick: () => { const s = mainSvg(); if (s) download(`${name}.svg`, svgBlob(s)); } }, "SVG"),
-    el("button", { class: "export", "data-format": "png", onclick: () => { const s = mainSvg(); if (s) svgToPng(s, `${name}.png`); } }, "PNG"));
-}
-function svgToPng(svg, name) {
-  const img = new Image(), url = URL.createObjectURL(svgBlob(svg));
-  img.onload = () => {
-    const c = el("canvas", { width: svg.width.baseVal.value * 2, height: svg.height.baseVal.value * 2 });
-    const g = c.getContext("2d"); g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height); g.scale(2, 2); g.drawImage(img, 0, 0);
-    c.toBlob((b) => download(name, b), "image/png");
-  };
-  img.src = url;
-}
-
 // ---------------------------------------------------------------- wiring
 function redrawTranslations() {
   document.getElementById("results").replaceChildren(...state.translations.map(renderTranslation));
@@ -354,7 +317,7 @@ function redrawTranslations() {
 }
 function redrawCaptions() { document.getElementById("captions").replaceChildren(...state.captions.map(renderCaption)); }
 
-let translateRun = 0; // answers of an older request that arrive late are dropped
+let translateRun = 0, translateAbort = null; // answers of an older request that arrive late are dropped
 async function translateAll() {
   const run = ++translateRun;
   const text = document.getElementById("text").value, beam = +document.getElementById("beam").value;
@@ -362,33 +325,50 @@ async function translateAll() {
   const target = document.getElementById("force").checked && reference ? reference : null;
   const err = document.getElementById("error"); err.textContent = "";
   const names = state.models.filter((m) => m.task === "translation").map((m) => m.name);
-  document.getElementById("results").replaceChildren(el("p", { class: "status" }, "translating…"));
-  const results = await Promise.all(names.map((model) => api("api/translate", { method: "POST",
-    headers: { "Content-Type": "application/json" }, body: JSON.stringify({ text, model, beam, heads: true, target }) })
-    .catch((e) => ({ error: e.message }))));
+  if (translateAbort) translateAbort.abort();
+  const controller = translateAbort = new AbortController(), jobs = names.map(() => newJob());
+  const box = progressBox(document.getElementById("results"), state.method ? `translating and computing ${state.method}` :
+    "translating", controller, jobs);
+  const results = await Promise.all(names.map((model, k) => api("api/translate", { method: "POST", signal: controller.signal,
+    headers: { "Content-Type": "application/json" }, body: JSON.stringify({ text, model, beam, heads: true, target,
+      method: methodFor(model, state.method), job: jobs[k] }) })
+    .catch((e) => ({ error: e.name === "AbortError" ? "cancelled" : e.message })).finally(() => box.finish(jobs[k]))));
+  box.stop();
   if (run !== translateRun) return;
+  if (results.every((r) => r.error === "cancelled")) {
+    document.getElementById("results").replaceChildren(el("p", { class: "status cancelled" }, "cancelled")); return; }
   const failed = results.find((r) => r.error);
   if (failed) err.textContent = failed.error;
   state.translations = results.filter((r) => !r.error);
   redrawTranslations();
 }
 
-let captionRun = 0;
+let captionRun = 0, captionAbort = null;
 async function captionAll(upload) {
   const run = ++captionRun;
   const err = document.getElementById("caption-error"); err.textContent = "";
   const names = state.models.filter((m) => m.task === "captioning").map((m) => m.name);
   const scene = document.getElementById("scene").value;
-  const one = (model) => {
+  if (captionAbort) captionAbort.abort();
+  const controller = captionAbort = new AbortController(), jobs = names.map(() => newJob());
+  const one = (model, job) => {
+    const method = methodFor(model, state.captionMethod);
     if (upload) {
-      const form = new FormData(); form.append("image", upload); form.append("model", model);
-      return api("api/caption", { method: "POST", body: form });
+      const form = new FormData(); form.append("image", upload); form.append("model", model); form.append("job", job);
+      if (method) form.append("method", method);
+      return api("api/caption", { method: "POST", body: form, signal: controller.signal });
     }
-    return api("api/caption", { method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ scene: +scene, model }) });
+    return api("api/caption", { method: "POST", headers: { "Content-Type": "application/json" }, signal: controller.signal,
+      body: JSON.stringify({ scene: +scene, model, method, job }) });
   };
-  const results = await Promise.all(names.map((m) => one(m).catch((e) => ({ error: e.message }))));
+  const box = progressBox(document.getElementById("captions"), state.captionMethod ?
+    `captioning and computing ${state.captionMethod}` : "captioning", controller, jobs);
+  const results = await Promise.all(names.map((m, k) => one(m, jobs[k])
+    .catch((e) => ({ error: e.name === "AbortError" ? "cancelled" : e.message })).finally(() => box.finish(jobs[k]))));
+  box.stop();
   if (run !== captionRun) return;
+  if (results.every((r) => r.error === "cancelled")) {
+    document.getElementById("captions").replaceChildren(el("p", { class: "status cancelled" }, "cancelled")); return; }
   const failed = results.find((r) => r.error);
   if (failed) err.textContent = failed.error;
   state.captions = results.filter((r) => !r.error);
@@ -406,6 +386,10 @@ async function init() {
     return;
   }
   state.models = (await api("api/models")).models;
+  const picker = document.getElementById("method"), capPicker = document.getElementById("caption-method");
+  fillMethodPicker(picker, "translation"); fillMethodPicker(capPicker, "captioning");
+  picker.addEventListener("change", () => { state.method = picker.value; translateAll(); });
+  capPicker.addEventListener("change", () => { state.captionMethod = capPicker.value; captionAll(null); });
   // translate at once; the verse and scene lists fill in meanwhile (scenes may be prepared on first use)
   document.getElementById("force").addEventListener("change", translateAll);
   document.getElementById("translate").addEventListener("click", translateAll);

@@ -1,0 +1,45 @@
+// attnkit explorer: the attribution method picker (attnkit.attribution), and the progress and Cancel
+// button of a request that computes one (gradient methods take seconds on a long verse).
+"use strict";
+
+// The methods the loaded models of one task have, in the registry's order (from /api/models).
+function methodsOf(task) {
+  const seen = new Map();
+  state.models.filter((m) => m.task === task).forEach((m) => (m.methods || []).forEach((x) => seen.set(x.name, x)));
+  return [...seen.values()];
+}
+function fillMethodPicker(select, task) {
+  select.replaceChildren(el("option", { value: "" }, "the model's attention (no method)"),
+    ...methodsOf(task).map((m) => el("option", { value: m.name, title: `${m.title} (${m.reference})` },
+      `${m.name}${m.needs_gradients ? " (gradients)" : ""}`)));
+}
+// The method to ask a model for: the chosen one if the model has it, else none (its attention).
+function methodFor(model, chosen) {
+  const info = modelInfo(model);
+  return chosen && (info.methods || []).some((m) => m.name === chosen) ? chosen : null;
+}
+function methodNote(p, chosen) {
+  if (p.attribution) return `${p.attribution.method} — ${p.attribution.title} (${p.attribution.reference}); ` +
+    `${fmt(p.attribution.seconds, 2)} s on the server`;
+  return chosen ? `${p.model} has no ${chosen}: its attention is shown` : "";
+}
+
+const newJob = () => Math.random().toString(36).slice(2, 10);
+// A progress bar (polled from /api/progress/{job}), the elapsed time and a Cancel button that aborts
+// the requests (the server stops the computation at its next step).
+function progressBox(container, label, controller, jobs) {
+  const bar = el("progress", { max: 1, value: 0, class: "method-progress" });
+  const text = el("span", { class: "progress-text" }, `${label}…`);
+  const cancel = el("button", { class: "cancel", onclick: () => controller.abort() }, "Cancel");
+  container.replaceChildren(el("div", { class: "progress-box", role: "status" }, text, " ", bar, " ", cancel));
+  const t0 = performance.now(), finished = new Set();
+  const tick = async () => {
+    const parts = await Promise.all(jobs.map((j) => finished.has(j) ? 1 :
+      api(`api/progress/${j}`).then((r) => r.progress || 0).catch(() => 0)));
+    const f = parts.reduce((a, b) => a + b, 0) / Math.max(1, jobs.length);
+    bar.value = f;
+    text.textContent = `${label}: ${(100 * f).toFixed(0)} % after ${((performance.now() - t0) / 1000).toFixed(1)} s`;
+  };
+  const timer = setInterval(tick, 300);
+  return { finish: (job) => finished.add(job), stop: () => clearInterval(timer) };
+}
