@@ -24,3 +24,12 @@ from .attention import (  # noqa: F401  (the public API)
     padding_mask,
     scores,
 )
+
+
+def __getattr__(name: str):
+    """``attnkit.show(...)``: the explorer's views inline in a notebook (imported on first use)."""
+    if name == "show":
+        from .attribution.notebook import show
+
+        return show
+    raise AttributeError(f"module 'attnkit' has no attribute {name!r}")

@@ -127,19 +127,21 @@ def translation_payload(
     if not tokens:  # an empty translation: nothing to align
         return out
     ta = translator.attention(source, tokens)  # forced decoding of the search's own output
-    m = ta.maps
-    out["words"]["target"] = words_from_pieces(ta.target_pieces)
     if method is not None:
         from ..attribution import explain, forced_translation
 
         att = explain(
             translator, source, method=method, pair=forced_translation(translator, source, tokens), progress=progress
         )
-        out["attribution"] = {
-            **_attribution_view(att),
-            "scores": _rows(att.scores),
-            "words": _rows(att.word_scores()[2]),
-        }
+        out["attribution"] = attribution_fields(att)
+    return add_attention_fields(out, ta, heads=heads)
+
+
+def add_attention_fields(out: dict, ta, *, heads: bool = False) -> dict:
+    """Fill a translation payload's attention fields (``attention``, ``words.attention``, ``diagnostics``,
+    ``steps``, ``heads``) from a :class:`attnkit.tasks.translation.TranslationAttention`; returns ``out``."""
+    m = ta.maps
+    out["words"]["target"] = words_from_pieces(ta.target_pieces)
     if m.alignment is None:
         return out
     out["has_attention"] = True
@@ -167,6 +169,53 @@ def translation_payload(
             "rollout": _rows(attention_rollout(m.enc_self)) if m.enc_self is not None else None,
         }
     return out
+
+
+def empty_translation(
+    *,
+    model: str,
+    kind: str,
+    source: str,
+    translation: str,
+    source_pieces,
+    target_pieces,
+    beam: int = 0,
+    forced: bool = True,
+) -> dict:
+    """A translation payload with no attention yet (fill it with :func:`add_attention_fields` or an attribution)."""
+    return {
+        "model": model,
+        "kind": kind,
+        "source": source,
+        "translation": translation,
+        "beam": beam,
+        "source_pieces": list(source_pieces),
+        "target_pieces": list(target_pieces),
+        "has_attention": False,
+        "attention": None,
+        "words": {
+            "source": words_from_pieces(source_pieces),
+            "target": words_from_pieces(target_pieces),
+            "attention": None,
+            "rule": WORD_RULE,
+        },
+        "diagnostics": None,
+        "steps": None,
+        "heads": None,
+        "forced": forced,
+        "gold": None,
+        "attribution": None,
+    }
+
+
+def attribution_fields(att) -> dict:
+    """An :class:`attnkit.attribution.Attribution` as the payload's ``attribution`` (translation) object."""
+    return {**_attribution_view(att), "scores": _rows(att.scores), "words": _rows(att.word_scores()[2])}
+
+
+def caption_attribution_fields(att) -> dict:
+    """A captioner's :class:`attnkit.attribution.Attribution` as the caption payload's ``attribution``."""
+    return {**_attribution_view(att), "maps": _rows(att.grid_scores())}
 
 
 def image_data_url(image: Tensor) -> str:
@@ -228,7 +277,7 @@ def caption_payload(
 
         pair = forced_caption(captioner, image, r["tokens"])
         att = explain_caption(captioner, image, method=method, pair=pair, progress=progress)
-        out["attribution"] = {**_attribution_view(att), "maps": _rows(att.grid_scores())}
+        out["attribution"] = caption_attribution_fields(att)
         att_for_correctness = att.scores
     else:
         att_for_correctness = att

@@ -38,6 +38,11 @@ class TranslationAttention:
             return src, tgt, None
         return src, tgt, word_attention(self.maps.alignment, self.source_pieces, self.target_pieces)
 
+    def _repr_html_(self) -> str:  # Jupyter, VS Code, Colab: the explorer's view inline
+        from ...attribution.notebook import translation_attention_html
+
+        return translation_attention_html(self)
+
 
 class Translator(InferenceWrapper):
     """Translate with a trained model: tokenise, batch, search, detokenise, keep the attention.

@@ -1,0 +1,153 @@
+"""The explorer's views inline in Jupyter, VS Code and Colab: no server, no CDN.
+
+A view is the self-contained page that ``--html`` and the page's export button write
+(:func:`attnkit.explorer.html.standalone_html`, every script and style inline) inside an ``<iframe
+srcdoc=…>``, so its script runs in a document of its own, as in a browser tab. ``_repr_html_`` on
+:class:`~attnkit.attribution.Attribution` and :class:`attnkit.tasks.translation.TranslationAttention`
+returns one; :func:`show` makes one from a model and its input, or from an explorer payload::
+
+    import attnkit
+    attnkit.show(translator, "Jesús lloró.", method="alti_plus")      # a translation, with ALTI+
+    attnkit.show(captioner, image, method="integrated_gradients")      # a caption
+    attnkit.attribution.explain(translator, "Jesús lloró.", method="input_x_gradient")   # shows itself
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+from pathlib import Path
+
+__all__ = ["ExplorerView", "attribution_html", "show", "translation_attention_html"]
+
+
+class ExplorerView:
+    """Explorer payloads as an inline page: ``_repr_html_`` (an iframe), ``html`` (the page), ``save(path)``."""
+
+    def __init__(self, *, translations: list | None = None, captions: list | None = None, height: int | None = None):
+        from ..explorer.schema import ExplorerData
+
+        self.data = ExplorerData.model_validate(
+            {"models": [], "translations": translations or [], "captions": captions or []}
+        ).model_dump(mode="json")
+        rows = max([len(t["target_pieces"]) for t in self.data["translations"]] + [0])
+        self.height = height or (760 if self.data["captions"] else min(1200, 360 + 18 * rows))
+
+    @property
+    def html(self) -> str:
+        from ..explorer.html import standalone_html
+
+        return standalone_html(self.data)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the page (the same file ``--html`` writes) to ``path``."""
+        from ..explorer.html import write_explorer_html
+
+        return write_explorer_html(path, translations=self.data["translations"], captions=self.data["captions"])
+
+    def _repr_html_(self) -> str:
+        return (
+            f'<iframe class="attnkit-view" srcdoc="{html_lib.escape(self.html, quote=True)}" '
+            f'style="width: 100%; height: {self.height}px; border: 1px solid #ddd; resize: vertical"></iframe>'
+        )
+
+
+def _translation_view(att) -> ExplorerView:
+    from ..explorer.payload import attribution_fields, empty_translation
+
+    p = empty_translation(
+        model=att.extra.get("model", ""),
+        kind=att.extra.get("kind", "translation"),
+        source=att.extra.get("source", ""),
+        translation=att.extra.get("translation", ""),
+        source_pieces=att.source,
+        target_pieces=att.target,
+        forced=bool(att.extra.get("forced", True)),
+    )
+    p["attribution"] = attribution_fields(att)
+    return ExplorerView(translations=[p])
+
+
+def _caption_view(att) -> ExplorerView:
+    from ..explorer.payload import caption_attribution_fields, image_data_url
+
+    fields = caption_attribution_fields(att)
+    p = {
+        "model": att.extra.get("model", ""),
+        "kind": "captioner",
+        "attention_type": att.method,
+        "caption": " ".join(att.target),
+        "words": att.target,
+        "grid": list(att.grid),
+        "canvas": int(att.image.shape[-1]),
+        "attention": fields["maps"],  # the view shows the attribution's maps (the same numbers)
+        "image": image_data_url(att.image),
+        "boxes": None,
+        "word_items": None,
+        "correctness": None,
+        "scene": None,
+        "attribution": fields,
+    }
+    return ExplorerView(captions=[p])
+
+
+def attribution_html(att) -> str:
+    """An :class:`~attnkit.attribution.Attribution` as an inline explorer view (iframe HTML)."""
+    return (_caption_view(att) if att.is_image else _translation_view(att))._repr_html_()
+
+
+def _translation_attention_view(ta) -> ExplorerView:
+    from ..explorer.payload import add_attention_fields, empty_translation
+
+    text = "".join(ta.target_pieces).replace("\u2581", " ").strip()
+    p = empty_translation(
+        model="",
+        kind="translation",
+        source="",
+        translation=text,
+        source_pieces=ta.source_pieces,
+        target_pieces=ta.target_pieces,
+    )
+    return ExplorerView(translations=[add_attention_fields(p, ta, heads=True)])
+
+
+def translation_attention_html(ta) -> str:
+    """A :class:`attnkit.tasks.translation.TranslationAttention` (every attention of one pair) as an inline view."""
+    return _translation_attention_view(ta)._repr_html_()
+
+
+def show(obj, data=None, *, method: str | None = None, target: str | None = None, beam: int = 5) -> ExplorerView:
+    """An inline explorer view of ``obj``: a ``Translator`` with Spanish text ``data`` (``target`` forces
+    the English), a ``Captioner`` with an image tensor ``(1, C, C)`` ``data``, an
+    :class:`~attnkit.attribution.Attribution`, a ``TranslationAttention``, or an explorer payload dict
+    (:func:`attnkit.explorer.translation_payload` / ``caption_payload``). ``method``: an attribution method."""
+    from ..errors import InputError
+    from ..tasks.captioning import Captioner
+    from ..tasks.translation import TranslationAttention, Translator
+    from .result import Attribution
+
+    if isinstance(obj, Translator):
+        from ..explorer.payload import translation_payload
+
+        if not isinstance(data, str):
+            raise InputError("show(translator, text): give the Spanish text to translate")
+        return ExplorerView(
+            translations=[translation_payload(obj, data, beam=beam, heads=True, target=target, method=method)]
+        )
+    if isinstance(obj, Captioner):
+        from ..explorer.payload import caption_payload
+
+        if data is None:
+            raise InputError("show(captioner, image): give the image, a (1, C, C) tensor in [0, 1]")
+        return ExplorerView(captions=[caption_payload(obj, data, beam=1 if beam == 5 else beam, method=method)])
+    if isinstance(obj, Attribution):
+        return _caption_view(obj) if obj.is_image else _translation_view(obj)
+    if isinstance(obj, TranslationAttention):
+        return _translation_attention_view(obj)
+    if isinstance(obj, dict) and "target_pieces" in obj:
+        return ExplorerView(translations=[obj])
+    if isinstance(obj, dict) and "grid" in obj:
+        return ExplorerView(captions=[obj])
+    raise InputError(
+        f"show() takes a Translator and text, a Captioner and an image, an Attribution, a TranslationAttention "
+        f"or an explorer payload; got {type(obj).__name__}"
+    )
