@@ -82,11 +82,11 @@ def main() -> None:
     tok = get_tokenizer(cfg.vocab_size)
     train = encode_pairs(load_pairs("train"), tok, cfg.max_len)
     valid = encode_pairs(load_pairs("valid")[: args.valid_verses], tok, cfg.max_len)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.run.seed)
     model = build_translation_model(cfg, tok.vocab_size).train()
     opt, sched = build_optimizer(cfg, model)
     loss_fn = translation_loss_fn(tok.pad_id, cfg.label_smoothing)
-    batches = translation_batches(train, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.seed)
+    batches = translation_batches(train, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.run.seed)
     vbatches = translation_batches(valid, batch_size=64, max_tokens=None, seed=0, shuffle=False)
     out = ROOT / "benchmarks" / "results" / "rnn_recipe" / f"{args.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -100,8 +100,8 @@ def main() -> None:
             loss_sum, n, _ = loss_fn(model, batch)
             opt.zero_grad(set_to_none=True)
             (loss_sum / n).backward()
-            if cfg.clip_grad_norm:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad_norm)
+            if cfg.run.clip_grad_norm:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.run.clip_grad_norm)
             opt.step()
             if sched is not None:
                 sched.step()

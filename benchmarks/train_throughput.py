@@ -65,7 +65,7 @@ def time_model(name: str, batches: list[dict], warmup: int, pad_id: int) -> dict
             loss_fn=translation_loss_fn(pad_id, cfg.label_smoothing),
             train_batches=ListBatches(batches),
             scheduler=sched,
-            clip_grad_norm=cfg.clip_grad_norm,
+            clip_grad_norm=cfg.run.clip_grad_norm,
             out_dir=tmp,
             save_every_steps=10**9,
             max_epochs=1,

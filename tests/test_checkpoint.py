@@ -7,17 +7,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from attnkit.models.registry import build_model, register_model
 from attnkit.training import checkpoint
 from attnkit.training.checkpoint import (
     CheckpointError,
     average_checkpoints,
-    build_model,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
     load_into,
     load_model,
-    register_model,
     save_checkpoint,
 )
 

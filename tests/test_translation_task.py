@@ -62,11 +62,11 @@ def test_training_writes_checkpoints_and_summary(trained):
 
 def test_resume_equals_uninterrupted_run(bible_home, tmp_path):
     base = TranslationConfig.from_options("rnnsearch", epochs=3, save_every_steps=2, patience=None, **TINY)
-    straight = replace(base, out_dir=str(tmp_path / "a"), max_steps=7)
+    straight = replace(base, run=replace(base.run, out_dir=str(tmp_path / "a"), max_steps=7))
     train_translation(straight, home=bible_home)
-    first = replace(base, out_dir=str(tmp_path / "b"), max_steps=3)
+    first = replace(base, run=replace(base.run, out_dir=str(tmp_path / "b"), max_steps=3))
     train_translation(first, home=bible_home)
-    rest = replace(first, max_steps=7)
+    rest = replace(first, run=replace(first.run, max_steps=7))
     s = train_translation(rest, home=bible_home, resume=True)
     assert s["resumed_from"] is not None and s["steps"] == 7
     a = load_checkpoint(tmp_path / "a" / "step-00000007").state_dict

@@ -77,33 +77,13 @@ def cmd_data_prepare(args) -> None:
 
 
 # ---------------------------------------------------------------- translation
-def _translation_config(args):
-    """The TranslationConfig the flags describe; a model option given for another model is an error."""
-    from .config import option_names
-    from .tasks.translation import TRANSLATION_MODELS, TranslationConfig, model_config_class
-
-    given = {k for k, v in vars(args).items() if v is not None}
-    mine = option_names(model_config_class(args.model))
-    others = set().union(*(option_names(model_config_class(m)) for m in TRANSLATION_MODELS)) - mine
-    foreign = sorted((given & others) - option_names(TranslationConfig))
-    if foreign:
-        flags = ", ".join("--" + f.replace("_", "-") for f in foreign)
-        raise CLIError(f"{flags}: not an option of the {args.model} model (see `attnkit train translation --help`)")
-    options = {
-        k: getattr(args, k)
-        for k in (option_names(TranslationConfig) | mine) - {"model"}
-        if getattr(args, k, None) is not None
-    }
-    return TranslationConfig.from_options(args.model, progress=not args.no_progress, **options)
-
-
 def cmd_train_translation(args) -> None:
     import os
 
-    from .tasks.translation import train_translation
+    from .tasks.translation import TranslationConfig, train_translation
 
-    cfg = _translation_config(args)
-    _output(cfg.out_dir, "--out-dir", folder=True)
+    cfg = TranslationConfig.from_args(args)
+    _output(cfg.run.out_dir, "--out-dir", folder=True)
     summary = train_translation(cfg, resume=args.resume, home=args.home)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary
         _print_json(summary)
@@ -390,26 +370,22 @@ def cmd_explain(args) -> None:
 
 # ---------------------------------------------------------------- captioning
 def cmd_train_captioning(args) -> None:
-    from .config import config_from_args
     from .tasks.captioning import CaptioningConfig, train_captioning
 
-    cfg = config_from_args(CaptioningConfig, args)
-    cfg.progress = not args.no_progress
+    cfg = CaptioningConfig.from_args(args)
     for opt in ("encoder_from", "init_from"):
         if getattr(cfg, opt) and not Path(getattr(cfg, opt)).exists():
             raise CLIError(f"--{opt.replace('_', '-')}: folder {getattr(cfg, opt)} does not exist")
-    _output(cfg.out_dir, "--out-dir", folder=True)
+    _output(cfg.run.out_dir, "--out-dir", folder=True)
     summary = train_captioning(cfg, resume=args.resume, home=args.home)
     _print_json(summary)
 
 
 def cmd_train_classifier(args) -> None:
-    from .config import config_from_args
     from .tasks.classification import ClassifierTaskConfig, train_classifier
 
-    cfg = config_from_args(ClassifierTaskConfig, args)
-    cfg.progress = not args.no_progress
-    _output(cfg.out_dir, "--out-dir", folder=True)
+    cfg = ClassifierTaskConfig.from_args(args)
+    _output(cfg.run.out_dir, "--out-dir", folder=True)
     _print_json(train_classifier(cfg, resume=args.resume))
 
 
@@ -541,41 +517,21 @@ def cmd_evaluate_alignment(args) -> None:
 def cmd_export(args) -> None:
     import torch
 
-    from .training.checkpoint import (
-        CheckpointError,
-        average_checkpoints,
-        list_checkpoints,
-        load_into,
-        load_model,
-        save_checkpoint,
-    )
+    from .training.checkpoint import CheckpointError, export_checkpoint
 
     _output(args.out, "out", folder=True)
-    sources = [Path(args.checkpoint)]
-    if args.average_last is not None:
-        found = list_checkpoints(args.checkpoint)
-        if len(found) < args.average_last:
-            raise CLIError(
-                f"--average-last {args.average_last}: {args.checkpoint} holds {len(found)} complete "
-                f"step checkpoint(s){': ' + ', '.join(p.name for p in found) if found else ''}"
-            )
-        sources = found[-args.average_last :]
     try:
-        model, config, ckpt = load_model(sources[-1])
-        if len(sources) > 1:  # Vaswani et al.: the mean of the last k checkpoints' weights
-            load_into(model, average_checkpoints(sources), source=f"mean of {len(sources)} checkpoints")
+        done = export_checkpoint(
+            args.checkpoint, args.out, average_last=args.average_last, dtype=None if args.fp32 else torch.float16
+        )
     except CheckpointError as exc:
-        raise CLIError(f"cannot load checkpoint: {exc}") from None
-    extra = {
-        name: Path(p).read_bytes()
-        for name, p in ckpt.files.items()
-        if name not in ("config.json", "model.safetensors", "trainer_state.pt", "COMPLETE")
-    }
-    dtype = None if args.fp32 else torch.float16
-    out = save_checkpoint(args.out, model=model, config=config, extra_files=extra, dtype=dtype)
-    size = sum(f.stat().st_size for f in Path(out).iterdir() if f.is_file())
-    what = f"mean of {', '.join(p.name for p in sources)}" if len(sources) > 1 else str(sources[0])
-    print(f"wrote {out} from {what} ({size / 1e6:.1f} MB, {'fp32' if args.fp32 else 'fp16'} weights, no trainer state)")
+        given = f"--average-last {args.average_last}" if args.average_last is not None else "cannot load checkpoint"
+        raise CLIError(f"{given}: {exc}") from None
+    what = f"mean of {', '.join(p.name for p in done.sources)}" if len(done.sources) > 1 else str(done.sources[0])
+    print(
+        f"wrote {done.path} from {what} ({done.size_bytes / 1e6:.1f} MB, "
+        f"{'fp32' if args.fp32 else 'fp16'} weights, no trainer state)"
+    )
 
 
 # ---------------------------------------------------------------- serve

@@ -54,14 +54,20 @@ def option(
     default_factory: Any = dataclasses.MISSING,
     metavar: str | None = None,
     check: Range | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> Any:
     """A dataclass field that is also a command-line option (``cli=False``: a field only).
 
     ``check``: the numbers the field takes (:mod:`attnkit.checks`); the flag refuses others when the
     command line is read, and :func:`attnkit.checks.check_fields` in the config's ``__post_init__``
     refuses them when the config is built in Python.
+
+    ``overrides``: for a nested config field, the defaults of its fields that this config changes (a
+    task's own number of epochs in its :class:`attnkit.training.RunConfig`); the flags show them and a
+    config built from flags or from a file keeps them where nothing else is given.
     """
     meta = {"help": help, "choices": choices, "cli": cli, "metavar": metavar, "check": check}
+    meta["overrides"] = dict(overrides or {})
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -81,15 +87,19 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def iter_options(cls: type, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], dataclasses.Field, Any]]:
-    """Every command-line leaf field of ``cls`` (nested dataclasses flattened): ``(path, field, type)``."""
+def iter_options(
+    cls: type, prefix: tuple[str, ...] = (), overrides: dict[str, Any] | None = None
+) -> Iterator[tuple[tuple[str, ...], dataclasses.Field, Any, Any]]:
+    """Every command-line leaf field of ``cls`` (nested dataclasses flattened): ``(path, field, type,
+    default)``, the default being the one a nesting config gives (``option(overrides=...)``) if any."""
     hints = _hints(cls)
+    overrides = overrides or {}
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):
-            yield from iter_options(tp, (*prefix, f.name))
+            yield from iter_options(tp, (*prefix, f.name), f.metadata.get("overrides"))
         elif f.metadata.get("cli", True) and f.init:
-            yield (*prefix, f.name), f, tp
+            yield (*prefix, f.name), f, tp, overrides.get(f.name, _default_of(f))
 
 
 def _default_of(f: dataclasses.Field) -> Any:
@@ -107,20 +117,20 @@ def add_config_arguments(parser: argparse.ArgumentParser | Any, *classes: type, 
     default; the help text shows that default. A field name that appears in several classes (or in
     two nested configs) becomes one flag; its help lists each class's default where they differ.
     """
-    found: dict[str, list[tuple[type, dataclasses.Field, Any]]] = {}
+    found: dict[str, list[tuple[type, dataclasses.Field, Any, Any]]] = {}
     for cls in classes:
-        for path, f, tp in iter_options(cls):
+        for path, f, tp, default in iter_options(cls):
             if path[-1] not in skip:
-                found.setdefault(path[-1], []).append((cls, f, tp))
+                found.setdefault(path[-1], []).append((cls, f, tp, default))
     for name, entries in found.items():
-        _, f, tp = entries[0]
+        _, f, tp, default = entries[0]
         base, _ = _unwrap_optional(tp)
         help_text = f.metadata.get("help", "")
-        by_cls = {getattr(c, "flag_label", c.__name__): _default_of(g) for c, g, _ in entries}
+        by_cls = {getattr(c, "flag_label", c.__name__): d for c, _, _, d in entries}
         if len(set(map(repr, by_cls.values()))) > 1:
             shown = ", ".join(f"{k} {_show(v, base)}" for k, v in by_cls.items())
         else:
-            shown = _show(_default_of(f), base)
+            shown = _show(default, base)
         if "(default:" not in help_text:  # a help text may say its default in its own words
             help_text = f"{help_text} (default: {shown})"
         kwargs: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
@@ -152,24 +162,24 @@ def _show(value: Any, base: Any) -> str:
 
 def option_names(cls: type) -> set[str]:
     """The flag names (field names) that :func:`add_config_arguments` makes for ``cls``."""
-    return {path[-1] for path, _, _ in iter_options(cls)}
+    return {path[-1] for path, _, _, _ in iter_options(cls)}
 
 
-def config_from_dict(cls: type, values: dict[str, Any]) -> Any:
+def config_from_dict(cls: type, values: dict[str, Any], overrides: dict[str, Any] | None = None) -> Any:
     """Build ``cls`` from a flat ``{option name: value}`` mapping (parsed flags), nested configs included.
 
     Only command-line options are taken from ``values`` (fields with ``cli=False`` keep their
     defaults, even when an option of another config has the same name); a name missing or mapped
-    to ``None`` keeps its default; names that are not options are ignored.
+    to ``None`` keeps its default (``overrides``' where it names one); names that are not options are ignored.
     """
     hints = _hints(cls)
-    kwargs = {}
+    kwargs = dict(overrides or {})
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):
-            kwargs[f.name] = config_from_dict(tp, values)
+            kwargs[f.name] = config_from_dict(tp, values, f.metadata.get("overrides"))
         elif f.metadata.get("cli", True) and values.get(f.name) is not None:
             kwargs[f.name] = values[f.name]
     return cls(**kwargs)
@@ -192,20 +202,29 @@ def config_from_json(cls: type, data: dict[str, Any]) -> Any:
 
     Keys that are not fields are dropped: ``model_type`` and ``attnkit_version`` (the checkpoint's,
     not the config's), and fields that earlier versions had and this one removed (``extra``,
-    ``max_tgt_len``: never used). Nested config dataclasses are rebuilt from nested objects; lists
-    stay lists.
+    ``max_tgt_len``: never used). Nested config dataclasses are rebuilt from nested objects; a file
+    written before a nested config existed (a flat ``train_config.json`` whose ``epochs`` now lives in
+    ``run``) gives the nested config its keys from the top level. Lists stay lists.
     """
     if not isinstance(data, dict):
         raise TypeError(f"{cls.__name__}: config must be a JSON object, got {type(data).__name__}")
+    return _from_json(cls, data, {})
+
+
+def _from_json(cls: type, data: dict[str, Any], overrides: dict[str, Any]) -> Any:
     hints = _hints(cls)
-    kwargs = {}
+    kwargs = dict(overrides)
     for f in dataclasses.fields(cls):
-        if f.init and f.name in data:
-            tp = hints[f.name]
-            value = data[f.name]
-            kwargs[f.name] = (
-                config_from_json(tp, value) if dataclasses.is_dataclass(tp) and isinstance(value, dict) else value
-            )
+        if not f.init:
+            continue
+        tp = hints[f.name]
+        nested = dataclasses.is_dataclass(tp)
+        if nested and isinstance(data.get(f.name), dict):
+            kwargs[f.name] = _from_json(tp, data[f.name], f.metadata.get("overrides", {}))
+        elif nested and f.name not in data and {g.name for g in dataclasses.fields(tp)} & data.keys():
+            kwargs[f.name] = _from_json(tp, data, f.metadata.get("overrides", {}))  # an older, flat file
+        elif f.name in data:
+            kwargs[f.name] = data[f.name]
     return cls(**kwargs)
 
 

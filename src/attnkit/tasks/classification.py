@@ -5,9 +5,7 @@ from __future__ import annotations
 __all__ = ["ClassifierTaskConfig", "photo_batches", "train_classifier"]
 
 import dataclasses
-import json
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -22,14 +20,14 @@ from ..models.captioner import ENCODER_CHANNELS
 from ..models.classifier import ClassifierConfig, FashionClassifier
 from ..training.data import Batches, shuffled
 from ..training.optim import adam
+from ..training.run_config import RunConfig, TaskConfig, run_options
 
 
 @dataclass
-class ClassifierTaskConfig:
+class ClassifierTaskConfig(TaskConfig):
     """``attnkit train classifier``: Fashion-MNIST photos at random offsets on a small canvas, and the
     classifier's config nested (``model_config``; ``--channels`` gives its conv widths)."""
 
-    out_dir: str = option("runs/classifier", "checkpoint folder")
     channels: str | None = option(
         None,
         "conv block widths, comma-separated (default: "
@@ -37,18 +35,8 @@ class ClassifierTaskConfig:
     )
     batch_size: int = option(128, "photos per batch", check=POSITIVE)
     lr: float = option(2e-3, "Adam's learning rate", check=POSITIVE)
-    epochs: int = option(2, "passes over the 55,000 training photos", check=POSITIVE)
-    max_steps: int | None = option(None, "stop after this many optimizer steps", check=POSITIVE)
-    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds", check=POSITIVE)
-    save_every_steps: int = option(200, "write a step checkpoint this often", check=POSITIVE)
-    seed: int = option(0, "random seed (weights, batches, offsets)")
-    threads: int | None = option(None, "torch CPU threads (default: torch's choice)", check=POSITIVE)
-    device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
-    precision: str = option(
-        "fp32", "training precision: fp32, bf16 or fp16 (autocast), or auto", choices=("fp32", "bf16", "fp16", "auto")
-    )
-    progress: bool = option(True, "show a progress bar", cli=False)
     model_config: ClassifierConfig = option(default_factory=ClassifierConfig, help="the classifier's config")
+    run: RunConfig = run_options(out_dir="runs/classifier", epochs=2, save_every_steps=200)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -101,11 +89,9 @@ def train_classifier(cfg: ClassifierTaskConfig, *, resume: bool = False) -> dict
     from ..data.scenes import VALID_HOLDOUT
     from ..training import Trainer
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     photos, labels = load_fashion_mnist("train")
     cut = len(photos) - VALID_HOLDOUT
-    torch.manual_seed(cfg.seed)
+    cfg.run.start()
     model = FashionClassifier(cfg.model_config)
     valid = photo_batches(
         photos[cut:], labels[cut:], batch_size=500, canvas=cfg.model_config.canvas, seed=0, shuffle=False
@@ -126,28 +112,17 @@ def train_classifier(cfg: ClassifierTaskConfig, *, resume: bool = False) -> dict
             n += len(b["labels"])
         return {"valid_acc": right / n}
 
-    out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    trainer = Trainer(
+    trainer = Trainer.from_config(
+        cfg.run,
         model,
         adam(model.parameters(), lr=cfg.lr),
+        task_config=cfg,
         loss_fn=loss_fn,
         train_batches=photo_batches(
-            photos[:cut], labels[:cut], batch_size=cfg.batch_size, canvas=cfg.model_config.canvas, seed=cfg.seed
+            photos[:cut], labels[:cut], batch_size=cfg.batch_size, canvas=cfg.model_config.canvas, seed=cfg.run.seed
         ),
         valid_fn=valid_fn,
-        out_dir=out,
-        save_every_steps=cfg.save_every_steps,
-        max_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        max_time_s=cfg.max_time_s,
         metric_for_best="valid_acc",
         greater_is_better=True,
-        seed=cfg.seed,
-        log_every=20,
-        progress=cfg.progress,
-        device=cfg.device,
-        precision=cfg.precision,
     )
     return trainer.fit(resume=resume)

@@ -1,8 +1,12 @@
 """Training, checkpointing and distributed helpers shared by every attnkit model.
 
-* :mod:`.checkpoint` — atomic checkpoint folders, the model registry, ``load_model``, averaging.
-* :mod:`.trainer` — :class:`Trainer`, one loop with exact resume, DDP and early stopping.
-* :mod:`.data` — the resumable batch-source interface and :class:`ListBatches`.
+* :mod:`.checkpoint` — atomic checkpoint folders, ``load_model`` (through the model registry,
+  :mod:`attnkit.models.registry`), averaging, ``export_checkpoint``.
+* :mod:`.trainer` — :class:`Trainer`, one loop with exact resume, DDP and early stopping;
+  :mod:`.run_config` — :class:`RunConfig`, the run options every task config nests (``Trainer.from_config``).
+* :mod:`.data` — the resumable batch-source interface, :class:`Batches` and :class:`ListBatches`.
+* :mod:`.optim` — Adam with attnkit's defaults; :mod:`.linear_cross_entropy` — the output layer's
+  cross-entropy computed in row chunks, without the full logits.
 * :mod:`.schedules` — LR schedules as ``LambdaLR``; :mod:`.losses` — ``label_smoothed_nll``.
 * :mod:`.distributed` — torchrun helpers.
 """
@@ -11,17 +15,16 @@ from .checkpoint import (
     Checkpoint,
     CheckpointError,
     average_checkpoints,
-    build_model,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
     load_into,
     load_model,
-    register_model,
     save_checkpoint,
 )
 from .data import ListBatches
 from .losses import label_smoothed_nll
+from .run_config import RunConfig
 from .schedules import constant, inverse_sqrt_with_warmup
 from .trainer import Trainer
 
@@ -29,9 +32,9 @@ __all__ = [
     "Checkpoint",
     "CheckpointError",
     "ListBatches",
+    "RunConfig",
     "Trainer",
     "average_checkpoints",
-    "build_model",
     "constant",
     "inverse_sqrt_with_warmup",
     "label_smoothed_nll",
@@ -40,6 +43,5 @@ __all__ = [
     "load_checkpoint",
     "load_into",
     "load_model",
-    "register_model",
     "save_checkpoint",
 ]

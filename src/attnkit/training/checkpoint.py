@@ -51,6 +51,8 @@ from safetensors.torch import save as _st_save
 from attnkit import __version__
 
 from ..errors import AttnkitError
+from ..models.registry import build_model
+from ..paths import atomic_write_bytes, fsync_dir  # one atomic write for the package: temp file, fsync, os.replace
 
 __all__ = [
     "COMPLETE_NAME",
@@ -59,14 +61,14 @@ __all__ = [
     "WEIGHTS_NAME",
     "Checkpoint",
     "CheckpointError",
+    "Export",
     "average_checkpoints",
-    "build_model",
+    "export_checkpoint",
     "latest_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
     "load_into",
     "load_model",
-    "register_model",
     "rotate_checkpoints",
     "save_checkpoint",
     "step_dir_name",
@@ -109,10 +111,6 @@ class Checkpoint:
 # ----------------------------------------------------------------------------- atomic writes
 
 
-# One implementation for the whole package: temp file in the same folder, fsync, os.replace.
-from ..paths import atomic_write_bytes, fsync_dir  # noqa: E402
-
-
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -148,10 +146,6 @@ def _write_folder(path: Path, files: Mapping[str, bytes]) -> None:
     else:
         os.replace(tmp, path)
     fsync_dir(path.parent)
-
-
-# ----------------------------------------------------------------------------- registry
-from ..models.registry import build_model, register_model, registered_models  # noqa: E402,F401  (re-exported)
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -488,3 +482,42 @@ def average_checkpoints(dirs: Iterable[str | os.PathLike]) -> dict[str, torch.Te
                 ref[k] = v  # non-float tensors (counters, int buffers): keep the last one's
     n = len(dirs)
     return {k: (acc[k] / n).to(v.dtype) if k in acc else v for k, v in ref.items()}
+
+
+@dataclass(frozen=True)
+class Export:
+    """What :func:`export_checkpoint` wrote: the folder, the checkpoints its weights come from, its size."""
+
+    path: Path
+    sources: list[Path]
+    size_bytes: int
+
+
+def export_checkpoint(
+    source: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    average_last: int | None = None,
+    dtype: torch.dtype | None = torch.float16,
+) -> Export:
+    """Write a shippable copy of a checkpoint to ``out``: the weights (cast to ``dtype``; ``None`` keeps
+    them), the config and the extra files (tokenizer, vocabulary), without the trainer state.
+
+    ``average_last=k``: ``source`` is a run folder and the weights are the mean of its last ``k``
+    step checkpoints (Vaswani et al. 2017, §6.1: "averaging the last 5 checkpoints"); the config and
+    extra files come from the newest. Too few checkpoints is a :class:`CheckpointError`.
+    """
+    sources = [Path(source)]
+    if average_last is not None:
+        found = list_checkpoints(source)
+        if len(found) < average_last:
+            listed = f": {', '.join(p.name for p in found)}" if found else ""
+            raise CheckpointError(f"{source} holds {len(found)} complete step checkpoint(s){listed}")
+        sources = found[-average_last:]
+    model, config, ckpt = load_model(sources[-1])
+    if len(sources) > 1:
+        load_into(model, average_checkpoints(sources), source=f"mean of {len(sources)} checkpoints")
+    extra = {name: Path(p).read_bytes() for name, p in ckpt.files.items() if name not in _RESERVED}
+    path = save_checkpoint(out, model=model, config=config, extra_files=extra, dtype=dtype)
+    size = sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())
+    return Export(Path(path), sources, size)

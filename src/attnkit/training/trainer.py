@@ -63,10 +63,12 @@ from .checkpoint import (
     step_dir_name,
 )
 from .distributed import all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed, local_rank
+from .run_config import RunConfig
 
 __all__ = ["Trainer", "get_rng_state", "run_totals", "set_rng_state"]
 
 LOG_NAME = "train_log.jsonl"
+TRAIN_CONFIG_NAME = "train_config.json"  # the task config a run was started with
 BEST_NAME = "best"
 
 
@@ -266,6 +268,45 @@ class Trainer:
         self._stop_requested = False
         self._saved_at: tuple[int, int] | None = None
         self._log_file = None
+
+    @classmethod
+    def from_config(
+        cls,
+        run: RunConfig,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        task_config: Any = None,
+        **task: Any,
+    ) -> Trainer:
+        """A trainer for one task's run: every run option comes from ``run`` (a :class:`RunConfig`), and
+        ``task`` gives what only the task knows (``loss_fn``, ``train_batches``, ``valid_fn``,
+        ``scheduler``, ``metric_for_best``, ``greater_is_better``, ``extra_files``, ``after_step``).
+        ``task_config`` (a dataclass, the task's whole config) is written to ``run.out_dir/train_config.json``."""
+        if run.out_dir is None:
+            raise ValueError("Trainer.from_config: run.out_dir must be set (the task config sets its default)")
+        out = Path(run.out_dir)
+        if task_config is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / TRAIN_CONFIG_NAME).write_text(json.dumps(dataclasses.asdict(task_config), indent=2))
+        return cls(
+            model,
+            optimizer,
+            out_dir=out,
+            clip_grad_norm=run.clip_grad_norm,
+            save_every_steps=run.save_every_steps,
+            keep_last=run.keep_last,
+            max_epochs=run.epochs,
+            max_steps=run.max_steps,
+            max_time_s=run.max_time_s,
+            early_stopping_patience=run.patience,
+            seed=run.seed,
+            log_every=run.log_every,
+            progress=run.progress,
+            device=run.device,
+            precision=run.precision,
+            **task,
+        )
 
     # ------------------------------------------------------------------ public controls
 

@@ -8,6 +8,7 @@ from ...checks import NON_NEGATIVE, POSITIVE, check_fields
 from ...config import option
 from ...errors import ConfigError
 from ...models.captioner import CaptionerConfig
+from ...training.run_config import RunConfig, TaskConfig, run_options
 
 VOCAB_FILE = "vocab.json"
 
@@ -17,7 +18,7 @@ def _default_model() -> CaptionerConfig:
 
 
 @dataclass
-class CaptioningConfig:
+class CaptioningConfig(TaskConfig):
     """The training options of a captioner and its model's config (``model_config``, whose fields
     are flags too: ``--attention hard``, ``--hidden-dim 256``). Saved as ``train_config.json``.
 
@@ -27,21 +28,14 @@ class CaptioningConfig:
     (one conv block halves it: ``canvas / 2^len(channels)``), in :func:`attnkit.tasks.captioning.build_captioner`.
     """
 
-    out_dir: str | None = option(None, "checkpoint folder (default: runs/captioner-ATTENTION)")
     batch_size: int = option(32, "scenes per batch", check=POSITIVE)
     lr: float = option(2e-3, "Adam's learning rate", check=POSITIVE)
-    clip_grad_norm: float = option(5.0, "clip the gradient norm to this", check=NON_NEGATIVE)
-    epochs: int = option(30, "at most this many epochs (of --scenes-per-epoch scenes)", check=POSITIVE)
     scenes_per_epoch: int | None = option(
         4000,
         "scenes (or image-caption pairs, with --captions) per epoch: a "
         "validation and a `best` checkpoint this often; 0: one whole pass",
         check=NON_NEGATIVE,
     )
-    max_steps: int | None = option(None, "stop after this many optimizer steps", check=POSITIVE)
-    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds", check=POSITIVE)
-    patience: int | None = option(None, "stop after this many validations without a better BLEU-4", check=POSITIVE)
-    save_every_steps: int = option(200, "write a step checkpoint this often", check=POSITIVE)
     valid_scenes: int = option(
         300, "validation scenes (or `val` images, with --captions) captioned at every validation", check=POSITIVE
     )
@@ -55,14 +49,8 @@ class CaptioningConfig:
     images: str | None = option(None, "the folder of the --captions images", metavar="DIR")
     encoder_from: str | None = option(None, "a `train classifier` checkpoint whose conv trunk starts the encoder")
     init_from: str | None = option(None, "warm start from a captioner checkpoint (every weight whose shape fits)")
-    seed: int = option(0, "random seed (weights, batches, sampling)")
-    threads: int | None = option(None, "torch CPU threads (default: torch's choice)", check=POSITIVE)
-    device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
-    precision: str = option(
-        "fp32", "training precision: fp32, bf16 or fp16 (autocast), or auto", choices=("fp32", "bf16", "fp16", "auto")
-    )
-    progress: bool = option(True, "show a progress bar", cli=False)
     model_config: CaptionerConfig = option(default_factory=_default_model, help="the model's config")
+    run: RunConfig = run_options(epochs=30, save_every_steps=200, clip_grad_norm=5.0)
 
     def __post_init__(self) -> None:
         if isinstance(self.model_config, dict):
@@ -75,8 +63,8 @@ class CaptioningConfig:
                 "captions and images go together: give both (a Karpathy JSON and its image folder) "
                 "or neither (the scenes)"
             )
-        if self.out_dir is None:
-            self.out_dir = f"runs/captioner-{self.model_config.attention}"
+        if self.run.out_dir is None:
+            self.run.out_dir = f"runs/captioner-{self.model_config.attention}"
 
     def to_dict(self) -> dict:
         return asdict(self)

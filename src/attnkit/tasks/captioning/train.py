@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -50,7 +48,7 @@ def _scene_data(cfg: CaptioningConfig, home) -> tuple[Batches, dict, CaptionVoca
             },
             train.vocab,
         )
-    batches = scene_batches(train, batch_size=cfg.batch_size, seed=cfg.seed, scenes_per_epoch=cfg.scenes_per_epoch)
+    batches = scene_batches(train, batch_size=cfg.batch_size, seed=cfg.run.seed, scenes_per_epoch=cfg.scenes_per_epoch)
     return batches, collate_captions([valid[i] for i in range(min(cfg.valid_scenes, len(valid)))]), train.vocab
 
 
@@ -68,7 +66,7 @@ def _photo_data(cfg: CaptioningConfig) -> tuple[Batches, dict, CaptionVocab]:
     vocab = CaptionVocab.from_captions(c for im in train for c in im.captions)
     canvas = cfg.model_config.canvas
     batches = photo_caption_batches(
-        train, vocab, canvas=canvas, batch_size=cfg.batch_size, seed=cfg.seed, pairs_per_epoch=cfg.scenes_per_epoch
+        train, vocab, canvas=canvas, batch_size=cfg.batch_size, seed=cfg.run.seed, pairs_per_epoch=cfg.scenes_per_epoch
     )
     return (
         batches,
@@ -91,41 +89,26 @@ def train_captioning(cfg: CaptioningConfig, *, resume: bool = False, home: str |
     Karpathy-format photos; returns the trainer's summary."""
     from ...training import Trainer
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     train_batches, valid_batch, vocab = _photo_data(cfg) if cfg.captions else _scene_data(cfg, home)
-    torch.manual_seed(cfg.seed)
+    cfg.run.start()
     model = build_captioner(cfg, len(vocab))
     if cfg.encoder_from:
         _load_encoder_trunk(model, cfg.encoder_from)
     if cfg.init_from:
         warm_start(model, cfg.init_from)
     optimizer = adam(model.parameters(), lr=cfg.lr)
-    out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    trainer = Trainer(
+    trainer = Trainer.from_config(
+        cfg.run,
         model,
         optimizer,
+        task_config=cfg,
         loss_fn=caption_loss_fn(model.config),
         after_step=update_reward_baseline,
         train_batches=train_batches,
         valid_fn=_valid_fn(valid_batch, vocab),
-        clip_grad_norm=cfg.clip_grad_norm,
-        out_dir=out,
-        save_every_steps=cfg.save_every_steps,
-        max_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        max_time_s=cfg.max_time_s,
-        early_stopping_patience=cfg.patience,
         metric_for_best="valid_bleu4",
         greater_is_better=True,
-        seed=cfg.seed,
-        log_every=20,
-        progress=cfg.progress,
         extra_files={VOCAB_FILE: vocab.to_bytes()},
-        device=cfg.device,
-        precision=cfg.precision,
     )
     return trainer.fit(resume=resume)
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass
 
-from ...checks import NON_NEGATIVE, POSITIVE, PROBABILITY, check_fields
+from ...checks import POSITIVE, PROBABILITY, check_fields
 from ...config import config_from_dict, config_from_json, option, option_names
 from ...errors import ConfigError
 from ...models.registry import model_class
 from ...models.seq2seq import Seq2SeqConfig
 from ...models.transformer import TransformerConfig
+from ...training.run_config import RunConfig, TaskConfig, run_options
 
 #: The models ``attnkit train translation --model`` accepts (registry names). A new translation
 #: model is added here and in the registry; the CLI, the decoders and the viewers need no edit.
@@ -35,7 +36,7 @@ def model_config_class(model: str) -> type:
 
 
 @dataclass
-class TranslationConfig:
+class TranslationConfig(TaskConfig):
     """Everything ``attnkit train translation`` takes: the task's options and, nested, the model's
     config (``model_config``, a :class:`Seq2SeqConfig` or :class:`TransformerConfig`). Saved as
     ``train_config.json`` beside the checkpoints.
@@ -46,7 +47,6 @@ class TranslationConfig:
     """
 
     model: str = option("rnnsearch", "the model to train", choices=TRANSLATION_MODELS)
-    out_dir: str | None = option(None, "checkpoint folder (default: runs/MODEL)")
     vocab_size: int = option(8000, "size of the joint Spanish+English sentencepiece vocabulary", check=POSITIVE)
     max_len: int = option(
         100, "drop training pairs longer than this many subword tokens; the model's longest source", check=POSITIVE
@@ -67,26 +67,10 @@ class TranslationConfig:
         check=POSITIVE,
     )
     warmup_steps: int = option(2000, "Transformer: linear warm-up steps before the 1/sqrt(step) decay", check=POSITIVE)
-    clip_grad_norm: float = option(1.0, "clip the gradient norm to this", check=NON_NEGATIVE)
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", check=PROBABILITY)
-    epochs: int = option(10, "at most this many passes over the training data", check=POSITIVE)
-    max_steps: int | None = option(None, "stop after this many optimizer steps", check=POSITIVE)
-    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds", check=POSITIVE)
-    patience: int | None = option(3, "stop after this many validations without a better BLEU", check=POSITIVE)
-    save_every_steps: int = option(500, "write a step checkpoint this often", check=POSITIVE)
-    keep_last: int = option(3, "step checkpoints kept (keep at least K for export --average-last K)", check=POSITIVE)
     valid_bleu_sentences: int = option(300, "validation verses translated for BLEU at every validation", check=POSITIVE)
-    seed: int = option(0, "random seed (weights, batches, dropout)")
-    threads: int | None = option(None, "torch CPU threads (default: torch's choice)", check=POSITIVE)
-    device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
-    precision: str = option(
-        "fp32",
-        "training precision: fp32, bf16 or fp16 (autocast; fp32 master weights), "
-        "or auto (bf16 where it is measured faster)",
-        choices=("fp32", "bf16", "fp16", "auto"),
-    )
-    progress: bool = option(True, "show a progress bar", cli=False)
     model_config: Seq2SeqConfig | TransformerConfig | None = option(None, "the model's config", cli=False)
+    run: RunConfig = run_options(epochs=10, save_every_steps=500, patience=3, keep_last=3, clip_grad_norm=1.0)
 
     def __post_init__(self) -> None:
         cls = model_config_class(self.model)
@@ -99,8 +83,8 @@ class TranslationConfig:
                 f"model_config must be a {cls.__name__} for model {self.model!r}, "
                 f"got {type(self.model_config).__name__}"
             )
-        if self.out_dir is None:
-            self.out_dir = f"runs/{self.model}"
+        if self.run.out_dir is None:
+            self.run.out_dir = f"runs/{self.model}"
         recipe = RECIPES[self.model]
         if self.lr is None:
             self.lr = recipe["lr"]
@@ -115,12 +99,32 @@ class TranslationConfig:
         d_model=128, lr=5e-4)``). A name neither has is a :class:`ConfigError`."""
         mcls = model_config_class(model)
         task_names, model_names = option_names(cls), option_names(mcls)
-        unknown = set(options) - task_names - model_names - {"progress"}
+        run_names = {f.name for f in dataclasses.fields(RunConfig)}
+        unknown = set(options) - task_names - model_names - run_names
         if unknown:
             raise ConfigError(f"{', '.join(sorted(unknown))}: not an option of the {model} model or of training")
         model_config = config_from_dict(mcls, {k: v for k, v in options.items() if k in model_names})
-        task = {k: v for k, v in options.items() if k in task_names or k == "progress"}
-        return cls(model=model, model_config=model_config, **task)
+        run = dataclasses.replace(cls().run, **{k: v for k, v in options.items() if k in run_names})
+        task = {k: v for k, v in options.items() if k in task_names and k not in run_names}
+        return cls(model=model, model_config=model_config, run=run, **task)
+
+    @classmethod
+    def from_args(cls, args) -> TranslationConfig:
+        """The config the parsed flags describe (``args.model`` picks the model); a flag of another
+        model's config is a :class:`ConfigError`."""
+        given = {k for k, v in vars(args).items() if v is not None}
+        mine = option_names(model_config_class(args.model))
+        others = set().union(*(option_names(model_config_class(m)) for m in TRANSLATION_MODELS)) - mine
+        foreign = sorted((given & others) - option_names(cls))
+        if foreign:
+            flags = ", ".join("--" + f.replace("_", "-") for f in foreign)
+            raise ConfigError(
+                f"{flags}: not an option of the {args.model} model (see `attnkit train translation --help`)"
+            )
+        options = {
+            k: getattr(args, k) for k in (option_names(cls) | mine) - {"model"} if getattr(args, k, None) is not None
+        }
+        return cls.from_options(args.model, progress=not getattr(args, "no_progress", False), **options)
 
     def sized_model_config(self, vocab_size: int):
         """The model config for a tokenizer of ``vocab_size`` (see the class docstring)."""

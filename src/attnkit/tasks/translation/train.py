@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from ...data.batching import Example, encode_pairs
 from ...data.bible import load_pairs
-from ...data.tokenizer import Tokenizer
+from ...data.tokenizer import MODEL_FILENAME, Tokenizer
 from ...device import to_device
 from ...models.registry import model_class
 from ...models.transformer import TransformerConfig
@@ -78,43 +76,27 @@ def train_translation(cfg: TranslationConfig, *, resume: bool = False, home: str
     """Train ``cfg.model`` on the Bible training split with the shared trainer; returns its summary."""
     from ...training import Trainer
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     tokenizer = get_tokenizer(cfg.vocab_size, home)
     train_pairs = load_pairs("train", home=home, limit=cfg.limit_train)
     valid_pairs = load_pairs("valid", home=home)
     train_ex = encode_pairs(train_pairs, tokenizer, cfg.max_len)
     valid_ex = encode_pairs(valid_pairs, tokenizer, cfg.max_len)
-    torch.manual_seed(cfg.seed)
+    cfg.run.start()
     model = build_translation_model(cfg, tokenizer.vocab_size)
     optimizer, scheduler = build_optimizer(cfg, model)
-    out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    trainer = Trainer(
+    trainer = Trainer.from_config(
+        cfg.run,
         model,
         optimizer,
+        task_config=cfg,
         loss_fn=translation_loss_fn(tokenizer.pad_id, cfg.label_smoothing),
         train_batches=translation_batches(
-            train_ex, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.seed
+            train_ex, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.run.seed
         ),
         valid_fn=_valid_fn(valid_ex, valid_pairs, tokenizer, cfg.valid_bleu_sentences, cfg.max_len),
         scheduler=scheduler,
-        clip_grad_norm=cfg.clip_grad_norm,
-        out_dir=out,
-        save_every_steps=cfg.save_every_steps,
-        keep_last=cfg.keep_last,
-        max_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        max_time_s=cfg.max_time_s,
-        early_stopping_patience=cfg.patience,
         metric_for_best="valid_bleu",
         greater_is_better=True,
-        seed=cfg.seed,
-        log_every=20,
-        progress=cfg.progress,
-        device=cfg.device,
-        precision=cfg.precision,
-        extra_files={"tokenizer.model": tokenizer.to_bytes()},
+        extra_files={MODEL_FILENAME: tokenizer.to_bytes()},
     )
     return trainer.fit(resume=resume)

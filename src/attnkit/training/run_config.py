@@ -1,0 +1,80 @@
+"""The options of one training run that every task shares: :class:`RunConfig`.
+
+Each task config (translation, captioning, classification) nests one ``RunConfig`` as its ``run``
+field, with the task's own defaults (:func:`run_options`), and :meth:`attnkit.training.Trainer.from_config`
+reads it. A new run option is one field here: every task's command line (``--name``, through
+:func:`attnkit.config.add_config_arguments`, which flattens nested configs), its saved
+``train_config.json`` and the trainer get it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..checks import NON_NEGATIVE, POSITIVE, check_fields
+from ..config import config_from_args, option
+
+__all__ = ["RunConfig", "TaskConfig", "run_options"]
+
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+
+
+@dataclass
+class RunConfig:
+    """How long, where and how a training run goes, whatever it trains (see :class:`attnkit.training.Trainer`)."""
+
+    out_dir: str | None = option(None, "checkpoint folder (default: the task's, under runs/)")
+    epochs: int = option(10, "at most this many passes over the training data", check=POSITIVE)
+    max_steps: int | None = option(None, "stop after this many optimizer steps", check=POSITIVE)
+    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds", check=POSITIVE)
+    patience: int | None = option(
+        None, "stop after this many validations without a better validation score", check=POSITIVE
+    )
+    save_every_steps: int = option(500, "write a step checkpoint this often", check=POSITIVE)
+    keep_last: int = option(3, "step checkpoints kept (keep at least K for export --average-last K)", check=POSITIVE)
+    clip_grad_norm: float = option(1.0, "clip the gradient norm to this (0: no clipping)", check=NON_NEGATIVE)
+    seed: int = option(0, "random seed (weights, batches, dropout, sampling)")
+    threads: int | None = option(None, "torch CPU threads (default: torch's choice)", check=POSITIVE)
+    device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
+    precision: str = option(
+        "fp32",
+        "training precision: fp32, bf16 or fp16 (autocast; fp32 master weights), "
+        "or auto (bf16 where it is measured faster)",
+        choices=PRECISIONS,
+    )
+    log_every: int = option(20, "steps between log lines", cli=False, check=POSITIVE)
+    progress: bool = option(True, "show a progress bar", cli=False)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def start(self) -> None:
+        """Set torch's CPU threads (when given) and seed torch: call right before the model is built, so
+        its initial weights depend on ``seed`` only."""
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        torch.manual_seed(self.seed)
+
+
+def run_options(help: str = "the training run's options", **defaults: Any) -> Any:
+    """The ``run`` field of a task config: a :class:`RunConfig` whose defaults are ``defaults`` (a task's
+    own, e.g. ``epochs=30``); ``--help`` shows them, and a flag not given keeps them."""
+    return option(default_factory=lambda: RunConfig(**defaults), help=help, cli=False, overrides=defaults)
+
+
+class TaskConfig:
+    """Base of the task configs (dataclasses with a ``run`` field made by :func:`run_options`)."""
+
+    run: RunConfig
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Any:
+        """The config the parsed flags describe (flags made by :func:`attnkit.config.add_config_arguments`;
+        ``--no-progress`` turns the progress bar off)."""
+        cfg = config_from_args(cls, args)
+        cfg.run.progress = not getattr(args, "no_progress", False)
+        return cfg
