@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 from attnkit.attention.functional import masked_softmax  # noqa: E402
 from attnkit.decoding import beam_search, greedy_search  # noqa: E402
-from attnkit.models.seq2seq import RNNSearch, Seq2SeqConfig, build_seq2seq  # noqa: E402
+from attnkit.models.registry import model_class  # noqa: E402
+from attnkit.models.seq2seq import RNNSearch, Seq2SeqConfig  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results"
 
@@ -46,7 +47,7 @@ def median_time(fn, repeats, warmup=1):
 
 def train_throughput(kind, V, dim, B, L, repeats):
     torch.manual_seed(0)
-    m = build_seq2seq(kind, Seq2SeqConfig(vocab_size=V, emb_dim=dim, hidden_dim=dim, attn_dim=dim))
+    m = model_class(kind).from_config(Seq2SeqConfig(vocab_size=V, emb_dim=dim, hidden_dim=dim, attn_dim=dim))
     opt = torch.optim.Adam(m.parameters(), 1e-3)
     src, tgt = torch.randint(4, V, (B, L)), torch.randint(4, V, (B, L))
     lengths = torch.full((B,), L)
@@ -124,7 +125,11 @@ def decoding_speed(n, quick):
             out[f"beam{beam}_sentences_per_s"] = round(len(sents) / (time.perf_counter() - t), 2)
         return out
     torch.manual_seed(0)
-    m = build_seq2seq("rnnsearch", Seq2SeqConfig(vocab_size=200, emb_dim=32, hidden_dim=32, attn_dim=32)).eval()
+    m = (
+        model_class("rnnsearch")
+        .from_config(Seq2SeqConfig(vocab_size=200, emb_dim=32, hidden_dim=32, attn_dim=32))
+        .eval()
+    )
     src = torch.randint(4, 200, (n, 12))
     inputs = {"src": src, "src_lengths": torch.full((n,), 12)}
     out = {"model": "random tiny", "sentences": n}

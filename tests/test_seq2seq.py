@@ -5,7 +5,8 @@ import torch
 
 from attnkit.decoding import beam_search, greedy_search
 from attnkit.errors import ConfigError
-from attnkit.models.seq2seq import RNNEncDec, RNNSearch, Seq2SeqConfig, build_seq2seq
+from attnkit.models.registry import model_class
+from attnkit.models.seq2seq import RNNEncDec, RNNSearch, Seq2SeqConfig
 
 V = 24
 
@@ -14,19 +15,22 @@ def tiny(kind="rnnsearch", score="additive", dropout=0.0, encoder_dim=None):
     """``kind``: rnnsearch, rnnencdec or rnnsearch-luong (attention after the GRU step)."""
     torch.manual_seed(0)
     kind, _, step = kind.partition("-")
-    return build_seq2seq(
-        kind,
-        Seq2SeqConfig(
-            vocab_size=V,
-            emb_dim=12,
-            hidden_dim=10,
-            attn_dim=8,
-            score=score,
-            dropout=dropout,
-            rnn_attention=step or "bahdanau",
-            encoder_dim=encoder_dim,
-        ),
-    ).eval()
+    return (
+        model_class(kind)
+        .from_config(
+            Seq2SeqConfig(
+                vocab_size=V,
+                emb_dim=12,
+                hidden_dim=10,
+                attn_dim=8,
+                score=score,
+                dropout=dropout,
+                rnn_attention=step or "bahdanau",
+                encoder_dim=encoder_dim,
+            ),
+        )
+        .eval()
+    )
 
 
 def batch():
@@ -143,14 +147,13 @@ def test_rnn_attention_is_checked_and_is_for_rnnsearch_only():
     with pytest.raises(ConfigError, match="rnn_attention"):
         Seq2SeqConfig(rnn_attention="input_feed")
     with pytest.raises(ConfigError, match="RNNsearch"):
-        build_seq2seq("rnnencdec", Seq2SeqConfig(vocab_size=V, rnn_attention="luong"))
+        model_class("rnnencdec").from_config(Seq2SeqConfig(vocab_size=V, rnn_attention="luong"))
 
 
 @pytest.mark.parametrize("rnn_attention", ["bahdanau", "luong"])
 def test_overfits_a_handful_of_pairs_and_beam1_equals_greedy(rnn_attention):
     torch.manual_seed(0)
-    m = build_seq2seq(
-        "rnnsearch",
+    m = model_class("rnnsearch").from_config(
         Seq2SeqConfig(vocab_size=V, emb_dim=32, hidden_dim=32, attn_dim=32, dropout=0.0, rnn_attention=rnn_attention),
     )
     g = torch.Generator().manual_seed(3)
@@ -196,8 +199,8 @@ def test_bad_inputs_are_reported():
         m(src + 100, lengths, tgt_in)
     with pytest.raises(ValueError, match=r"tgt_in must be \(B=3, T\)"):
         m(src, lengths, tgt_in[:2])
-    with pytest.raises(ValueError, match=r"model_type must be one of"):
-        build_seq2seq("lstm", {})
+    with pytest.raises(ValueError, match=r"model_type 'lstm' is not registered"):
+        model_class("lstm")
     assert isinstance(tiny(), RNNSearch) and isinstance(tiny("rnnencdec"), RNNEncDec)
 
 
@@ -205,7 +208,7 @@ def test_bad_inputs_are_reported():
 def test_param_init_draws_every_weight_from_the_uniform_range(kind):
     torch.manual_seed(0)
     cfg = Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8, param_init=0.3)
-    m = build_seq2seq(kind, cfg)
+    m = model_class(kind).from_config(cfg)
     for name, p in m.named_parameters():
         bound = p.detach().abs().max().item()
         assert bound <= 0.3, name
@@ -218,7 +221,9 @@ def test_param_init_draws_every_weight_from_the_uniform_range(kind):
 
 def test_param_init_zero_keeps_pytorch_defaults_and_bad_values_are_refused():
     torch.manual_seed(0)
-    m = build_seq2seq("rnnsearch", Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=100, attn_dim=8, param_init=0.0))
+    m = model_class("rnnsearch").from_config(
+        Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=100, attn_dim=8, param_init=0.0)
+    )
     assert m.encoder.weight_hh_l0.abs().max() <= 100**-0.5  # nn.GRU's U(-1/√H, 1/√H)
     for bad in (-0.1, 1.5, "0.1", True):
         with pytest.raises(ConfigError, match="param_init"):
@@ -239,7 +244,7 @@ def test_encoder_dim_sets_the_encoder_width_and_steps_still_equal_teacher_forcin
         for t in range(tgt_in.shape[1]):
             lp, state, _ = m.step(tgt_in[:, t], state)
             torch.testing.assert_close(lp, torch.log_softmax(logits[:, t], -1), rtol=1e-5, atol=1e-5)
-    again = build_seq2seq(m.model_type, m.to_config())  # config.json round trip keeps the width
+    again = model_class(m.model_type).from_config(m.to_config())  # config.json round trip keeps the width
     assert again.encoder.hidden_size == 6
 
 
@@ -247,7 +252,7 @@ def test_encoder_dim_defaults_to_hidden_dim_and_is_checked():
     old = Seq2SeqConfig(vocab_size=V, hidden_dim=10).to_dict()
     del old["encoder_dim"]  # a config.json written before the option existed
     assert Seq2SeqConfig.from_dict(old).enc_dim == 10
-    assert build_seq2seq("rnnsearch", old).encoder.hidden_size == 10
+    assert model_class("rnnsearch").from_config(old).encoder.hidden_size == 10
     for bad in (0, -3, 2.5, True, "8"):
         with pytest.raises(ConfigError, match="encoder_dim"):
             Seq2SeqConfig(vocab_size=V, encoder_dim=bad)

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnkit.decoding import OutputLayerDecoder, beam_search, greedy_search, output_layer
-from attnkit.models.seq2seq import Seq2SeqConfig, build_seq2seq
+from attnkit.models.registry import model_class
+from attnkit.models.seq2seq import Seq2SeqConfig
 from attnkit.models.transformer import TransformerConfig, TransformerTranslator
 from attnkit.tasks.translation import LexicalShortlist, ShortlistError
 
@@ -32,9 +33,11 @@ def model(kind: str, seed: int = 0):
                 max_len=64,
             )
         ).eval()
-    return build_seq2seq(
-        "rnnsearch", Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8, dropout=0.0, param_init=0.5)
-    ).eval()
+    return (
+        model_class("rnnsearch")
+        .from_config(Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8, dropout=0.0, param_init=0.5))
+        .eval()
+    )
 
 
 def inputs(seed: int = 1):

@@ -333,7 +333,8 @@ def test_resume_with_other_batches_is_refused(trained, bible_home, tmp_path, cap
 def test_fused_loss_equals_the_logits_loss(kind):
     """The training loss projects only non-pad rows, in chunks; loss and gradients must equal the
     plain path: full (B, T, V) logits, then label_smoothed_nll ignoring padding (float64)."""
-    from attnkit.models.seq2seq import Seq2SeqConfig, build_seq2seq
+    from attnkit.models.registry import model_class
+    from attnkit.models.seq2seq import Seq2SeqConfig
     from attnkit.models.transformer import TransformerConfig, TransformerTranslator
     from attnkit.training.losses import label_smoothed_nll
 
@@ -353,8 +354,7 @@ def test_fused_loss_equals_the_logits_loss(kind):
             )
         )
     else:
-        model = build_seq2seq(
-            name,
+        model = model_class(name).from_config(
             Seq2SeqConfig(
                 vocab_size=V,
                 emb_dim=12,

@@ -130,10 +130,12 @@ def _model_path(model: str | None, default: str) -> Path:
         raise CLIError(str(exc)) from None
 
 
-def _load_translator(args):
+def _load_translator(args, path: Path | None = None):
+    """The ``--model`` translator (``path``: the folder it was already resolved to)."""
     from .tasks.translation import Translator
 
-    return Translator.load(_model_path(args.model, DEFAULT_TRANSLATION_MODEL), device=args.device, dtype=args.precision)
+    path = path or _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
+    return Translator.load(path, device=args.device, dtype=args.precision)
 
 
 def _load_shortlist(path: str | None):
@@ -149,8 +151,9 @@ def cmd_shortlist(args) -> None:
     from .data.bible import load_pairs
     from .tasks.translation.lexical_shortlist import FILENAME
 
-    tr = _load_translator(args)
-    out = _output(args.output, "--output") or _model_path(args.model, DEFAULT_TRANSLATION_MODEL) / FILENAME
+    path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
+    tr = _load_translator(args, path)
+    out = _output(args.output, "--output") or path / FILENAME
     try:
         shortlist = tr.build_shortlist(
             load_pairs(args.split, home=args.home), frequent=args.frequent, per_source=args.per_source
@@ -224,7 +227,8 @@ def cmd_translate(args) -> None:
                 f"attnkit: warning: this looks like English, but the model translates Spanish → English: {s[:60]!r}",
                 file=sys.stderr,
             )
-    tr = _load_translator(args)
+    model_dir = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
+    tr = _load_translator(args, model_dir)
     need_attn = args.show_attention or args.plot is not None
     results = tr.translate(
         sentences,
@@ -244,7 +248,7 @@ def cmd_translate(args) -> None:
     if args.html is not None:
         from .explorer import translation_payload, write_explorer_html
 
-        name = _model_path(args.model, DEFAULT_TRANSLATION_MODEL).name
+        name = model_dir.name
         payloads = [
             translation_payload(tr, s, beam=args.beam, heads=True, model=name, result=r)
             for s, r in zip(sentences, results)
@@ -339,7 +343,9 @@ def cmd_explain(args) -> None:
     path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
     progress = _progress_printer(method)
     options = dict(method=method, steps=args.steps, progress=progress)
-    if (path / "tokenizer.model").is_file():
+    from .pretrained import model_task
+
+    if model_task(path) == "translation":
         from .tasks.translation import Translator
 
         tr = Translator.load(path, device=args.device, dtype=args.precision)
@@ -389,10 +395,12 @@ def cmd_train_classifier(args) -> None:
     _print_json(train_classifier(cfg, resume=args.resume))
 
 
-def _load_captioner(args):
+def _load_captioner(args, path: Path | None = None):
+    """The ``--model`` captioner (``path``: the folder it was already resolved to)."""
     from .tasks.captioning import Captioner
 
-    return Captioner.load(_model_path(args.model, DEFAULT_CAPTION_MODEL), device=args.device, dtype=args.precision)
+    path = path or _model_path(args.model, DEFAULT_CAPTION_MODEL)
+    return Captioner.load(path, device=args.device, dtype=args.precision)
 
 
 def cmd_caption(args) -> None:
@@ -402,7 +410,8 @@ def cmd_caption(args) -> None:
 
     _output(args.plot, "--plot")
     _output(args.html, "--html")
-    cm = _load_captioner(args)
+    model_dir = _model_path(args.model, DEFAULT_CAPTION_MODEL)
+    cm = _load_captioner(args, model_dir)
     images = []
     for f in args.images:
         try:
@@ -430,7 +439,7 @@ def cmd_caption(args) -> None:
     if args.html is not None:
         from .explorer import caption_payload, write_explorer_html
 
-        name = _model_path(args.model, DEFAULT_CAPTION_MODEL).name
+        name = model_dir.name
         payloads = [caption_payload(cm, img, model=name, beam=args.beam) for img in batch]
         print(f"wrote {write_explorer_html(args.html, captions=payloads)}")
 

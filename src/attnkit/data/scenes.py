@@ -303,6 +303,10 @@ def make_scenes(
 # --------------------------------------------------------------------------- vocab
 
 
+#: The caption vocabulary's file: in a prepared scenes folder and in every captioner checkpoint.
+VOCAB_FILENAME = "vocab.json"
+
+
 class CaptionVocab:
     """Word-level caption vocabulary: pad=0, bos=1, eos=2, unk=3, then sorted words.
 
@@ -442,7 +446,7 @@ def prepare_scenes(
         atomic_write_bytes(out / f"{split}.npz", _npz_bytes(arrays))
         if split == "train":
             vocab = CaptionVocab.from_captions(arrays["captions"].tolist())
-    vocab.save(out / "vocab.json")
+    vocab.save(out / VOCAB_FILENAME)
     atomic_write_bytes(out / "config.json", json.dumps(cfg.to_dict(), indent=1, sort_keys=True).encode())
     return out
 
@@ -518,7 +522,7 @@ def load_scenes(split: str, home: str | os.PathLike | None = None, **config: Any
     if split not in SPLITS:
         raise ValueError(f"split: expected one of {SPLITS}, got {split!r}")
     folder = prepare_scenes(home, **config)
-    return ScenesDataset.from_npz(folder / f"{split}.npz", CaptionVocab.load(folder / "vocab.json"))
+    return ScenesDataset.from_npz(folder / f"{split}.npz", CaptionVocab.load(folder / VOCAB_FILENAME))
 
 
 def pad_captions(ids: Sequence[Sequence[int] | torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -113,9 +113,10 @@ class LoadedModels:
 
 def load_models(names: list[str] | None = None, *, device: str = "cpu", dtype: str | None = None) -> LoadedModels:
     """Load models by name or folder (default: every shipped model). The task is the model's own."""
-    from ..pretrained import known_models, resolve_model, shipped_models
+    from ..pretrained import known_models, model_task, resolve_model, shipped_models
     from ..tasks.captioning import Captioner
     from ..tasks.translation import Translator
+    from ..training.checkpoint import CONFIG_NAME
 
     infos = {m.name: m for m in known_models()}
     chosen = names or [m.name for m in shipped_models()]
@@ -124,7 +125,7 @@ def load_models(names: list[str] | None = None, *, device: str = "cpu", dtype: s
         path = resolve_model(name)
         label = path.name if name not in infos else name
         info = infos.get(name)
-        is_translation = (path / "tokenizer.model").is_file()
+        is_translation = model_task(path) == "translation"
         if is_translation:
             tr = Translator.load(path, device=device, dtype=dtype)
             loaded.translators[label] = tr
@@ -143,7 +144,7 @@ def load_models(names: list[str] | None = None, *, device: str = "cpu", dtype: s
             "methods": [method_info(m) for m in methods_for(model_for_methods)],
             "name": label,
             "task": "translation" if is_translation else "captioning",
-            "kind": json.loads((path / "config.json").read_text()).get("model_type", "?"),
+            "kind": json.loads((path / CONFIG_NAME).read_text()).get("model_type", "?"),
             "scores": dict(info.scores) if info else {},
             "has_attention": probe,
             "config": config,
@@ -197,12 +198,12 @@ def _describe(errors) -> str:
 
 def _held_out_verses(home) -> list[dict]:
     """The scored gold verses first (they have hand-made links), then a spread of test verses by length."""
-    from ..alignment.gold import load_gold
+    from ..alignment.gold import DEV_VERSES, load_gold
     from ..data.bible import load_pairs
 
     gold = [
         {"ref": v.ref, "source": " ".join(v.source), "reference": " ".join(v.target), "gold": True}
-        for v in load_gold()[50:]
+        for v in load_gold()[DEV_VERSES:]
     ]
     test = load_pairs("test", home=home)
     picks = sorted(test[:: max(1, len(test) // 120)], key=lambda p: len(p.src.split()))

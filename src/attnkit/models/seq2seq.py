@@ -30,7 +30,7 @@ Both models follow the incremental decoding protocol of :mod:`attnkit.decoding`
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -39,20 +39,20 @@ from torch import Tensor, nn
 from ..attention import Attention, PreparedMemory, padding_mask
 from ..attention.scores import SCORE_ALIASES, canonical_score_name
 from ..checks import POSITIVE, PROBABILITY, Range, check_fields
-from ..config import config_from_json, option
+from ..config import ConfigRecord, option
 from ..decoding import PER_SOURCE, reorder_state
 from ..errors import ConfigError
 from .base import AttentionMaps, TiedOutputLayer
-from .registry import register_model
+from .registry import ConfiguredModel, register_model
 
 #: Where RNNsearch's attention sits in the decoder step (see the module docstring).
 RNN_ATTENTION = ("bahdanau", "luong")
 
-__all__ = ["RNNEncDec", "RNNSearch", "RNNState", "Seq2SeqConfig", "build_seq2seq"]
+__all__ = ["RNNEncDec", "RNNSearch", "RNNState", "Seq2SeqConfig"]
 
 
 @dataclass
-class Seq2SeqConfig:
+class Seq2SeqConfig(ConfigRecord):
     """Hyper-parameters of the RNN translators (RNNencdec and RNNsearch); saved as ``config.json``.
 
     Which of the two a config builds is the checkpoint's ``model_type`` (the model registry), not
@@ -108,14 +108,6 @@ class Seq2SeqConfig:
         """The encoder GRU's size (per direction): ``encoder_dim``, or ``hidden_dim`` when not set."""
         return self.encoder_dim or self.hidden_dim
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Seq2SeqConfig:
-        """From a ``config.json`` object (old files convert through :func:`attnkit.config.config_from_json`)."""
-        return config_from_json(cls, d)
-
 
 @dataclass
 class RNNState:
@@ -132,7 +124,7 @@ class RNNState:
     context: Tensor | None = field(default=None, metadata=PER_SOURCE)
 
 
-class _RNNTranslator(TiedOutputLayer, nn.Module):
+class _RNNTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
     """Shared parts: embeddings, decoder GRU cell, deep output, the training loop over steps."""
 
     model_type = "?"  # set by @register_model
@@ -178,14 +170,6 @@ class _RNNTranslator(TiedOutputLayer, nn.Module):
 
     # -- shared --------------------------------------------------------------------------------------
     config_class = Seq2SeqConfig
-
-    @classmethod
-    def from_config(cls, config: dict | Seq2SeqConfig) -> _RNNTranslator:
-        return cls(config if isinstance(config, Seq2SeqConfig) else Seq2SeqConfig.from_dict(config))
-
-    def to_config(self) -> dict:
-        """The checkpoint's config.json: the config's fields and the registered ``model_type``."""
-        return {**self.config.to_dict(), "model_type": self.model_type}
 
     def _check_src(self, src: Tensor, src_lengths: Tensor) -> None:
         if not isinstance(src, Tensor) or src.dim() != 2 or src.dtype != torch.long:
@@ -361,11 +345,3 @@ class RNNSearch(_RNNTranslator):
 
     def _raw_scores(self, query, state):
         return self.attention.raw_scores(query, state.memory, key_padding_mask=state.mask)
-
-
-def build_seq2seq(model_type: str, config: dict | Seq2SeqConfig) -> _RNNTranslator:
-    """Build RNNsearch (``"rnnsearch"``) or RNNencdec (``"rnnencdec"``) from a config."""
-    kinds = {"rnnsearch": RNNSearch, "rnnencdec": RNNEncDec}
-    if model_type not in kinds:
-        raise ValueError(f"model_type must be one of {sorted(kinds)}, got {model_type!r}")
-    return kinds[model_type].from_config(config)

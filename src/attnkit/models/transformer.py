@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -37,11 +37,11 @@ from torch import Tensor, nn
 from ..attention import LearnedPositionalEncoding, SinusoidalPositionalEncoding, padding_mask
 from ..attention.transformer import DecoderLayerCache, TransformerDecoder, TransformerEncoder
 from ..checks import POSITIVE, PROBABILITY, Range, check_fields
-from ..config import config_from_json, option
+from ..config import ConfigRecord, option
 from ..decoding import PER_SOURCE, reorder_state
 from ..errors import ConfigError
 from .base import AttentionMaps, TiedOutputLayer
-from .registry import register_model
+from .registry import ConfiguredModel, register_model
 
 __all__ = ["TransformerConfig", "TransformerState", "TransformerTranslator"]
 
@@ -49,7 +49,7 @@ _POSITIONAL = ("sinusoidal", "learned")
 
 
 @dataclass
-class TransformerConfig:
+class TransformerConfig(ConfigRecord):
     """Hyper-parameters of the Transformer translator; saved as ``config.json`` beside the weights.
 
     ``max_len`` is the size of the learned position table (and the initial size of the
@@ -82,14 +82,6 @@ class TransformerConfig:
         if self.max_src_len is None:
             self.max_src_len = self.max_len
         self.validate()
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TransformerConfig:
-        """From a ``config.json`` object (old files convert through :func:`attnkit.config.config_from_json`)."""
-        return config_from_json(cls, d)
 
     def validate(self) -> None:
         """Raise :class:`attnkit.errors.ConfigError` naming the first field that is out of range."""
@@ -127,7 +119,7 @@ class TransformerState:
 
 
 @register_model("transformer")
-class TransformerTranslator(TiedOutputLayer, nn.Module):
+class TransformerTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
     """Encoder-decoder Transformer translator (see the module docstring).
 
     ``forward(src (B, S) long, src_lengths (B,), tgt_in (B, T) long, *, need_weights=False)``
@@ -167,16 +159,6 @@ class TransformerTranslator(TiedOutputLayer, nn.Module):
         self.decoder = TransformerDecoder(
             c.d_model, c.nhead, c.num_decoder_layers, c.dim_feedforward, c.dropout, norm_first=c.norm_first
         )
-
-    # -- config ------------------------------------------------------------------------------------
-    @classmethod
-    def from_config(cls, config: dict | TransformerConfig) -> TransformerTranslator:
-        cfg = config if isinstance(config, TransformerConfig) else TransformerConfig.from_dict(config)
-        return cls(cfg)
-
-    def to_config(self) -> dict:
-        """The checkpoint's config.json: the config's fields and the registered ``model_type``."""
-        return {**self.config.to_dict(), "model_type": self.model_type}
 
     # -- checks ------------------------------------------------------------------------------------
     def _check_ids(self, name: str, ids: Tensor, shape_hint: str) -> None:

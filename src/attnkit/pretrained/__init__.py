@@ -35,6 +35,7 @@ __all__ = [
     "UnknownModelError",
     "known_models",
     "local_models",
+    "model_task",
     "resolve_model",
     "shipped_models",
 ]
@@ -82,6 +83,19 @@ def _is_model_dir(path: Path) -> bool:
     return (path / "config.json").is_file() and (path / "model.safetensors").is_file()
 
 
+def model_task(path: str | os.PathLike) -> str:
+    """What the model in folder ``path`` does, from the files beside its weights: ``"translation"`` (a
+    sentencepiece tokenizer), ``"captioning"`` (a caption vocabulary) or ``"?"``."""
+    from ..data.tokenizer import MODEL_FILENAME
+
+    path = Path(path)
+    if (path / MODEL_FILENAME).is_file():
+        return "translation"
+    from ..data.scenes import VOCAB_FILENAME
+
+    return "captioning" if (path / VOCAB_FILENAME).is_file() else "?"
+
+
 def _info(name: str, path: Path, source: str) -> ModelInfo:
     try:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
@@ -89,13 +103,7 @@ def _info(name: str, path: Path, source: str) -> ModelInfo:
         config = {}
     model_type = str(config.get("model_type", "?"))
     entry = _index().get(name, {}) if source == "shipped" else {}
-    task = entry.get("task") or (
-        "translation"
-        if (path / "tokenizer.model").is_file()
-        else "captioning"
-        if (path / "vocab.json").is_file()
-        else "?"
-    )
+    task = entry.get("task") or model_task(path)
     size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
     return ModelInfo(name, path, source, task, model_type, size, dict(entry.get("scores", {})))
 

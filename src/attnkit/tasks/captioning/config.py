@@ -6,11 +6,12 @@ from dataclasses import asdict, dataclass
 
 from ...checks import NON_NEGATIVE, POSITIVE, check_fields
 from ...config import option
+from ...data.scenes import VOCAB_FILENAME
 from ...errors import ConfigError
 from ...models.captioner import CaptionerConfig
 from ...training.run_config import RunConfig, TaskConfig, run_options
 
-VOCAB_FILE = "vocab.json"
+VOCAB_FILE = VOCAB_FILENAME  # a captioner checkpoint keeps its vocabulary under the scenes' file name
 
 
 def _default_model() -> CaptionerConfig:

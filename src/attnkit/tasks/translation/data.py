@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ...data.batching import BucketBatchSampler, Example, collate
 from ...data.bible import load_pairs
-from ...data.tokenizer import Tokenizer
+from ...data.tokenizer import MODEL_FILENAME, Tokenizer
 from ...paths import attnkit_home
 from ...training.data import Batches
 
@@ -30,7 +30,7 @@ def translation_batches(
 def get_tokenizer(vocab_size: int = 8000, home: str | Path | None = None) -> Tokenizer:
     """The joint Spanish+English sentencepiece model, trained on the training split once and cached."""
     folder = attnkit_home(home) / "bible" / f"spm-joint-{vocab_size}"
-    if (folder / "tokenizer.model").is_file():
+    if (folder / MODEL_FILENAME).is_file():
         return Tokenizer.load(folder)
     train = load_pairs("train", home=home)
     texts = [p.src for p in train] + [p.tgt for p in train]
