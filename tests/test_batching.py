@@ -11,6 +11,13 @@ from attnkit.data.batching import (
     example_lengths,
 )
 from attnkit.data.bible import Pair
+from attnkit.training.data import Batches
+
+
+def _source(lengths, **kw):
+    """A resumable source of index batches planned by the sampler (as training uses it)."""
+    s = BucketBatchSampler(lengths, **kw)
+    return Batches(s.plan, lambda idx, epoch, i: list(idx), fingerprint={"num_examples": len(lengths), "seed": s.seed})
 
 
 class CharTokenizer:
@@ -66,8 +73,9 @@ lengths_st = st.lists(st.integers(0, 60), min_size=1, max_size=300)
 def test_every_example_once_per_epoch(lengths, batch_size, max_tokens, seed):
     if batch_size is None and max_tokens is None:
         batch_size = 8
-    s = BucketBatchSampler(lengths, batch_size=batch_size, max_tokens=max_tokens, seed=seed, pool_size=3)
-    for _epoch in range(2):
+    s = _source(lengths, batch_size=batch_size, max_tokens=max_tokens, seed=seed, pool_size=3)
+    for epoch in range(2):
+        s.set_epoch(epoch)
         n_batches = len(s)
         batches = list(s)
         assert len(batches) == n_batches
@@ -78,38 +86,42 @@ def test_every_example_once_per_epoch(lengths, batch_size, max_tokens, seed):
                 assert len(b) <= batch_size
             if max_tokens is not None and len(b) > 1:
                 assert len(b) * max(max(lengths[i], 1) for i in b) <= max_tokens
-    assert s.epoch == 2
+    assert (s.epoch, s.position) == (1, n_batches)
 
 
 @settings(max_examples=40, deadline=None)
 @given(lengths_st, st.integers(1, 16), st.integers(0, 50), st.integers(0, 99))
 def test_resume_gives_the_same_remaining_batches(lengths, batch_size, stop, seed):
-    ref = BucketBatchSampler(lengths, batch_size=batch_size, seed=seed)
-    uninterrupted = list(ref) + list(ref)  # two epochs
+    ref = _source(lengths, batch_size=batch_size, seed=seed)
+    uninterrupted = list(ref)
+    ref.set_epoch(1)
+    uninterrupted += list(ref)  # two epochs
 
-    run = BucketBatchSampler(lengths, batch_size=batch_size, seed=seed)
+    run = _source(lengths, batch_size=batch_size, seed=seed)
     seen, it = [], iter(run)
     stop = min(stop, len(uninterrupted))
     while len(seen) < stop:
         try:
             seen.append(next(it))
-        except StopIteration:
+        except StopIteration:  # the trainer's epoch loop: the next epoch from its first batch
+            run.set_epoch(run.epoch + 1)
             it = iter(run)
     state = run.state_dict()
 
-    resumed = BucketBatchSampler(lengths, batch_size=batch_size, seed=12345)
+    resumed = _source(lengths, batch_size=batch_size, seed=seed)
     resumed.load_state_dict(state)
-    rest = []
-    while resumed.epoch < 2:
+    rest = list(resumed)
+    if resumed.epoch == 0:
+        resumed.set_epoch(1)
         rest += list(resumed)
     assert seen + rest == uninterrupted
 
 
 def test_deterministic_shuffle_and_buckets():
     lengths = [((i * 37) % 50) + 1 for i in range(500)]
-    a = list(BucketBatchSampler(lengths, max_tokens=200, seed=7))
-    b = list(BucketBatchSampler(lengths, max_tokens=200, seed=7))
-    c = list(BucketBatchSampler(lengths, max_tokens=200, seed=8))
+    a = BucketBatchSampler(lengths, max_tokens=200, seed=7).plan(0)
+    b = BucketBatchSampler(lengths, max_tokens=200, seed=7).plan(0)
+    c = BucketBatchSampler(lengths, max_tokens=200, seed=8).plan(0)
     assert a == b and a != c
     # bucketing: padding waste is small compared with random batching
     pad = sum(len(x) * max(lengths[i] for i in x) - sum(lengths[i] for i in x) for x in a)
@@ -121,8 +133,10 @@ def test_sampler_argument_errors():
         BucketBatchSampler([1, 2])
     with pytest.raises(ValueError, match="batch_size"):
         BucketBatchSampler([1, 2], batch_size=0)
-    s = BucketBatchSampler([1, 2, 3], batch_size=2)
-    with pytest.raises(ValueError, match="3 examples"):
-        BucketBatchSampler([1, 2], batch_size=2).load_state_dict(s.state_dict())
+    s = _source([1, 2, 3], batch_size=2)
+    with pytest.raises(ValueError, match="num_examples=3"):
+        _source([1, 2], batch_size=2).load_state_dict(s.state_dict())
     with pytest.raises(ValueError, match="missing"):
         s.load_state_dict({"epoch": 0})
+    with pytest.raises(ValueError, match="epoch must be an int >= 0"):
+        BucketBatchSampler([1, 2], batch_size=2).plan(-1)

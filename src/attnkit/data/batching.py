@@ -14,12 +14,12 @@ exactly the batches the uninterrupted run would have seen next.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 
-from ..checks import POSITIVE_INT, check
+from ..checks import NON_NEGATIVE_INT, POSITIVE_INT, check
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 __all__ = ["BucketBatchSampler", "Example", "collate", "encode_pairs", "example_lengths"]
@@ -62,18 +62,15 @@ def example_lengths(examples: Sequence[Example]) -> list[int]:
 
 
 class BucketBatchSampler:
-    """Batches of indices of similar length, shuffled from a seed, resumable mid-epoch.
+    """Batches of indices of similar length, planned per epoch from a seed: :meth:`plan` is a pure
+    function of ``(seed, epoch)``, so :class:`attnkit.training.data.Batches` (which keeps the position
+    and resumes) can replay any epoch exactly.
 
     Each epoch: indices are shuffled with ``random.Random(f"{seed}:{epoch}")``, cut into pools of
     ``pool_size`` batches' worth, each pool sorted by length and cut into batches, and the batch
     order shuffled. A batch holds at most ``batch_size`` examples and at most ``max_tokens``
     padded tokens (``len(batch) * longest length``); give either or both. An example longer than
     ``max_tokens`` alone still forms a batch of one. Every index appears exactly once per epoch.
-
-    Iterating yields the remaining batches of the current epoch, then moves to the next epoch.
-    Use it as a DataLoader ``batch_sampler``. :meth:`state_dict` counts batches handed out; with
-    DataLoader workers prefetching, save the number of batches actually trained on instead
-    (``{"seed": ..., "epoch": ..., "index": steps_this_epoch}``).
     """
 
     def __init__(
@@ -101,9 +98,6 @@ class BucketBatchSampler:
         self.shuffle = bool(shuffle)
         self.pool_size = pool_size
         self.drop_last = bool(drop_last)
-        self.epoch = 0
-        self.index = 0
-        self._cache: tuple[tuple[int, int], list[list[int]]] | None = None
 
     def _cut(self, order: list[int]) -> list[list[int]]:
         batches, cur, longest = [], [], 0
@@ -120,11 +114,9 @@ class BucketBatchSampler:
             batches.append(cur)
         return batches
 
-    def batches(self, epoch: int | None = None) -> list[list[int]]:
-        """All batches of ``epoch`` (default: the current one), a pure function of seed and epoch."""
-        epoch = self.epoch if epoch is None else int(epoch)
-        if self._cache is not None and self._cache[0] == (self.seed, epoch):
-            return self._cache[1]
+    def plan(self, epoch: int) -> list[list[int]]:
+        """All batches of ``epoch``, in visiting order: a pure function of the seed and ``epoch``."""
+        check("epoch", epoch, NON_NEGATIVE_INT)
         rng = random.Random(f"{self.seed}:{epoch}")
         order = list(range(len(self.lengths)))
         if self.shuffle:
@@ -142,45 +134,7 @@ class BucketBatchSampler:
             out = [b for b in out if len(b) == self.batch_size]
         if self.shuffle:
             rng.shuffle(out)
-        self._cache = ((self.seed, epoch), out)
         return out
-
-    def __len__(self) -> int:
-        """Number of batches in the current epoch."""
-        return len(self.batches())
-
-    def __iter__(self) -> Iterator[list[int]]:
-        batches = self.batches()
-        while self.index < len(batches):
-            batch = batches[self.index]
-            self.index += 1
-            yield list(batch)
-        self.epoch += 1
-        self.index = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` from its first batch."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
-        self.epoch, self.index = epoch, 0
-
-    def state_dict(self) -> dict:
-        """Position to resume from: seed, epoch, and batches of this epoch handed out."""
-        return {"seed": self.seed, "epoch": self.epoch, "index": self.index, "num_examples": len(self.lengths)}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from a :meth:`state_dict`; the next batches are those the saved run had next."""
-        if not isinstance(state, dict):
-            raise TypeError(f"state must be a dict, got {type(state).__name__}")
-        missing = {"seed", "epoch", "index"} - state.keys()
-        if missing:
-            raise ValueError(f"state is missing {sorted(missing)}")
-        n = state.get("num_examples", len(self.lengths))
-        if n != len(self.lengths):
-            raise ValueError(f"state was saved for {n} examples, this sampler has {len(self.lengths)}")
-        if int(state["epoch"]) < 0 or int(state["index"]) < 0:
-            raise ValueError(f"state epoch and index must be >= 0, got {state['epoch']}, {state['index']}")
-        self.seed, self.epoch, self.index = int(state["seed"]), int(state["epoch"]), int(state["index"])
 
 
 def collate(

@@ -81,6 +81,11 @@ class Batches:
         return {"epoch": self.epoch, "position": self.position, **self.fingerprint}
 
     def load_state_dict(self, state: dict) -> None:
+        if not isinstance(state, dict):
+            raise TypeError(f"batch source state must be a dict, got {type(state).__name__}")
+        missing = {"epoch", "position"} - state.keys()
+        if missing:
+            raise ValueError(f"batch source state is missing {sorted(missing)}")
         for k, v in self.fingerprint.items():
             if state.get(k, v) != v:
                 raise ValueError(f"batch source state was saved with {k}={state.get(k)!r}, this one has {v!r}")

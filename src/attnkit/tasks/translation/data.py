@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ...data.batching import BucketBatchSampler, Example, collate
+from ...data.batching import BucketBatchSampler, Example, collate, example_lengths
 from ...data.bible import load_pairs
 from ...data.tokenizer import MODEL_FILENAME, Tokenizer
 from ...paths import attnkit_home
@@ -18,10 +18,11 @@ def translation_batches(
     """Resumable batches of similar-length pairs (:class:`BucketBatchSampler` plans each epoch;
     ``shuffle=False``: one fixed order, for validation)."""
     examples = list(examples)
-    lengths = [max(len(e.src), len(e.tgt) + 1) for e in examples]
-    sampler = BucketBatchSampler(lengths, batch_size=batch_size, max_tokens=max_tokens, seed=seed, shuffle=shuffle)
+    sampler = BucketBatchSampler(
+        example_lengths(examples), batch_size=batch_size, max_tokens=max_tokens, seed=seed, shuffle=shuffle
+    )
     return Batches(
-        sampler.batches,
+        sampler.plan,
         lambda idx, epoch, i: collate([examples[j] for j in idx]),
         fingerprint={"num_examples": len(examples), "seed": seed, "batch_size": batch_size, "max_tokens": max_tokens},
     )  # resuming with other batches is refused
