@@ -238,11 +238,11 @@ def cmd_translate(args) -> None:
         shortlist=_load_shortlist(args.shortlist),
     )
     for r in results:
-        print(r["translation"])
-        if args.show_attention and "attention" in r:
+        print(r.translation)
+        if args.show_attention and r.attention is not None:
             from .viz import format_top_alignments
 
-            print(format_top_alignments(r["attention"], r["source_pieces"], r["target_pieces"], k=3))
+            print(format_top_alignments(r.attention, r.source_pieces, r.target_pieces, k=3))
     if args.plot is not None:
         _plot_translation(tr, results, sentences, args.plot)
     if args.html is not None:
@@ -259,7 +259,7 @@ def cmd_translate(args) -> None:
 def _plot_translation(tr, results, sentences, path) -> None:
     from .viz import plot_alignment, plot_alignments
 
-    first = tr.attention(sentences[0], results[0]["tokens"]) if results[0]["tokens"] else None
+    first = tr.attention(sentences[0], results[0].tokens) if results[0].tokens else None
     if first is not None and first.maps.cross is not None:  # a per-layer, per-head model: the head grid
         from .viz import plot_transformer_heads
 
@@ -267,15 +267,15 @@ def _plot_translation(tr, results, sentences, path) -> None:
         out = plot_transformer_heads(m.enc_self, m.dec_self, m.cross, first.source_pieces, first.target_pieces, path)
         print(f"wrote {out}")
         return
-    with_attn = [r for r in results if "attention" in r]
+    with_attn = [r for r in results if r.attention is not None]
     if not with_attn:
         raise CLIError(f"this model ({getattr(tr.model, 'model_type', '?')}) has no attention weights to plot")
     if len(with_attn) == 1:
         r = with_attn[0]
-        out = plot_alignment(r["attention"], r["source_pieces"], r["target_pieces"], path, title=r["translation"][:80])
+        out = plot_alignment(r.attention, r.source_pieces, r.target_pieces, path, title=r.translation[:80])
     else:
         out = plot_alignments(
-            [(r["attention"], r["source_pieces"], r["target_pieces"], r["translation"][:60]) for r in with_attn], path
+            [(r.attention, r.source_pieces, r.target_pieces, r.translation[:60]) for r in with_attn], path
         )
     print(f"wrote {out}")
 
@@ -423,9 +423,9 @@ def cmd_caption(args) -> None:
     beam = cm.caption(batch, beam_size=args.beam) if args.beam > 1 else greedy
     for f, g, b in zip(args.images, greedy, beam):
         print(f"{f}")
-        print(f"  greedy:    {g['caption']}")
+        print(f"  greedy:    {g.caption}")
         if args.beam > 1:
-            print(f"  beam {args.beam:<4} {b['caption']}")
+            print(f"  beam {args.beam:<4} {b.caption}")
     if args.plot is not None:
         if len(args.images) == 1:
             out = cm.plot(batch[0], beam[0], args.plot)
@@ -434,7 +434,7 @@ def cmd_caption(args) -> None:
             stem = Path(args.plot)
             for k, (f, r) in enumerate(zip(args.images, beam)):
                 path = stem.with_name(f"{stem.stem}-{k + 1}{stem.suffix or '.png'}")
-                title = f"{Path(f).name}: {r['caption']}"
+                title = f"{Path(f).name}: {r.caption}"
                 print(f"wrote {cm.plot(batch[k], r, path, title=title)}")
     if args.html is not None:
         from .explorer import caption_payload, write_explorer_html

@@ -49,11 +49,11 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo"), device: str = "cpu"
     results = tr.translate([p.src for p in picks], beam_size=5, return_attention=True)
     for p, r in zip(picks, results):
         print(f"\n[{p.ref}]  ({len(p.src.split())} words)")
-        for label, text in (("source", p.src), ("reference", p.tgt), ("RNNsearch", r["translation"])):
+        for label, text in (("source", p.src), ("reference", p.tgt), ("RNNsearch", r.translation)):
             print(textwrap.fill(text, width=100, initial_indent=f"  {label:>10}: ", subsequent_indent=" " * 14))
     shown = [(p, r) for p, r in zip(picks, results) if len(p.src.split()) <= 35][-3:]  # readable sizes
     heat = plot_alignments(
-        [(r["attention"], r["source_pieces"], r["target_pieces"], p.ref) for p, r in shown],
+        [(r.attention, r.source_pieces, r.target_pieces, p.ref) for p, r in shown],
         out_dir / "alignment.png",
         ncols=1,
     )
@@ -68,7 +68,7 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo"), device: str = "cpu"
             continue
         m = tr if name == "rnnsearch-es-en" else Translator.load(d, device=device, dtype=dtype)
         t1 = time.perf_counter()
-        hyps = [h["translation"] for h in m.translate([p.src for p in slice_], beam_size=1)]
+        hyps = [h.translation for h in m.translate([p.src for p in slice_], beam_size=1)]
         sc = corpus_scores(hyps, [p.tgt for p in slice_])
         scores[name] = sc
         print(f"  {name:<20} BLEU {sc['bleu']:6.2f}   chrF {sc['chrf']:6.2f}   ({time.perf_counter() - t1:.1f} s)")

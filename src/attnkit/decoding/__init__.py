@@ -1,5 +1,5 @@
-"""Decoding: greedy and batched beam search over the ``start`` / ``step`` / ``reorder`` protocol
-(:mod:`attnkit.decoding.search`), and a model wrapper that prepares the output layer once per batch:
+"""Decoding: greedy and batched beam search over the ``start`` / ``step`` / ``reorder`` protocol, and
+``search(model, inputs, beam_size=...)``, the one place that picks between them (:mod:`attnkit.decoding.search`), and a model wrapper that prepares the output layer once per batch:
 packed for the GEMM, and optionally restricted to a shortlist of the vocabulary
 (:mod:`attnkit.decoding.output_layer`)."""
 
@@ -12,6 +12,7 @@ from .search import (
     gnmt_length_penalty,
     greedy_search,
     reorder_state,
+    search,
 )
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "gnmt_length_penalty",
     "greedy_search",
     "reorder_state",
+    "search",
 ]

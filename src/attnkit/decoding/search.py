@@ -64,6 +64,7 @@ __all__ = [
     "gnmt_length_penalty",
     "greedy_search",
     "reorder_state",
+    "search",
 ]
 
 #: Dataclass field metadata of a decoder state field that depends on the source alone (the same rows
@@ -309,6 +310,38 @@ def beam_search(
         hyps = sorted(finished[b], key=lambda h: (h.finished, h.penalized_score(alpha)), reverse=True)
         results.append(hyps[:n_best])
     return results
+
+
+def search(
+    model: IncrementalDecoder,
+    inputs: Mapping[str, Any],
+    *,
+    beam_size: int = 1,
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+    length_penalty: float = 0.0,
+    return_attention: bool = False,
+) -> list[Hypothesis]:
+    """The best hypothesis for each input: :func:`greedy_search` when ``beam_size`` is 1 (a beam of
+    one, without the beam bookkeeping), else the first of :func:`beam_search`'s n-best lists. Every
+    caller that lets a user pick the beam goes through here, so the choice is made in one place."""
+    check("beam_size", beam_size, POSITIVE_INT)
+    if beam_size == 1:
+        return greedy_search(
+            model, inputs, bos_id=bos_id, eos_id=eos_id, max_len=max_len, return_attention=return_attention
+        )
+    found = beam_search(
+        model,
+        inputs,
+        beam_size=beam_size,
+        bos_id=bos_id,
+        eos_id=eos_id,
+        max_len=max_len,
+        length_penalty=length_penalty,
+        return_attention=return_attention,
+    )
+    return [n_best[0] for n_best in found]
 
 
 class _Beams:

@@ -12,13 +12,14 @@ from .config import VOCAB_FILE, CaptioningConfig
 from .data import collate_photo_captions, load_image_file, photo_caption_batches, scene_batches, scene_order
 from .demo import caption_demo, overlay_for_scene
 from .evaluate import evaluate_captioning
-from .inference import Captioner
+from .inference import Caption, Captioner
 from .loss import caption_loss_fn, update_reward_baseline
 from .metrics import attention_correctness, attention_mass_in_box, caption_scores, words_to_items
 from .train import build_captioner, train_captioning, warm_start
 
 __all__ = [
     "VOCAB_FILE",
+    "Caption",
     "Captioner",
     "CaptioningConfig",
     "attention_correctness",

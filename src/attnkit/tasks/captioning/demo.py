@@ -28,7 +28,7 @@ def demo_picks(data: ScenesDataset, k: int = 4) -> list[int]:
 
 def overlay_for_scene(cm: Captioner, item: dict, result: dict, path, title: str | None = None):
     """Write the per-word overlay of a captioned scene, each item word with its true box."""
-    wi = words_to_items(result["words"], item["classes"].tolist(), item["places"].tolist())
+    wi = words_to_items(result.words, item["classes"].tolist(), item["places"].tolist())
     boxes = [item["boxes"][k].tolist() if k >= 0 else None for k in wi]
     return cm.plot(item["image"], result, path, boxes=boxes, title=title)
 
@@ -51,11 +51,11 @@ def caption_demo(*, home=None, out_dir: Path = Path("out/demo"), model_dirs: Seq
         print(f"\n{name} ({cm.config.attention} attention, greedy):")
         rows = []
         for i, (it, r) in enumerate(zip(items, results)):
-            ok = "=" if r["caption"] == it["caption"] else "≠"
+            ok = "=" if r.caption == it["caption"] else "≠"
             print(f"  scene {picks[i]:>4}  true: {it['caption']}")
-            print(f"              {ok} out: {r['caption']}")
+            print(f"              {ok} out: {r.caption}")
             png = overlay_for_scene(cm, it, r, out_dir / f"{name}-scene{picks[i]}.png")
-            rows.append({"scene": picks[i], "truth": it["caption"], "output": r["caption"], "png": str(png)})
+            rows.append({"scene": picks[i], "truth": it["caption"], "output": r.caption, "png": str(png)})
         print("  overlays: " + ", ".join(r["png"] for r in rows))
         report[name] = rows
     return report

@@ -48,15 +48,15 @@ def evaluate_captioning(
         for b, it in enumerate(items[s : s + 200]):
             tf_maps.append(tf[b, : len(it["word_item"])].numpy())
     elapsed = time.perf_counter() - t0
-    hyps = [r["caption"] for r in results]
+    hyps = [r.caption for r in results]
     refs = [it["caption"] for it in items]
     scores = caption_scores(hyps, refs)
     grid = cm.model.grid_shape
     gen_items = [
-        words_to_items(r["words"], it["classes"].tolist(), it["places"].tolist()) for r, it in zip(results, items)
+        words_to_items(r.words, it["classes"].tolist(), it["places"].tolist()) for r, it in zip(results, items)
     ]
     gen = attention_correctness(
-        [r["attention"].numpy() for r in results], gen_items, [it["boxes"].numpy() for it in items], grid, cm.canvas
+        [r.attention.numpy() for r in results], gen_items, [it["boxes"].numpy() for it in items], grid, cm.canvas
     )
     tf = attention_correctness(
         tf_maps, [it["word_item"].tolist() for it in items], [it["boxes"].numpy() for it in items], grid, cm.canvas

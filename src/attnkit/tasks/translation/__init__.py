@@ -11,7 +11,7 @@ translation``, ``translate``, ``evaluate translation``) calls these; so can a no
 from .config import TRANSLATION_MODELS, TranslationConfig, model_config_class
 from .data import get_tokenizer, read_lines, translation_batches
 from .evaluate import evaluate_translation
-from .inference import TranslationAttention, Translator
+from .inference import Translation, TranslationAttention, Translator
 from .lexical_shortlist import LexicalShortlist, ShortlistError
 from .loss import translation_loss_fn
 from .metrics import LENGTH_BUCKETS, bleu_by_length, corpus_scores
@@ -22,6 +22,7 @@ __all__ = [
     "TRANSLATION_MODELS",
     "LexicalShortlist",
     "ShortlistError",
+    "Translation",
     "TranslationAttention",
     "TranslationConfig",
     "Translator",

@@ -31,7 +31,7 @@ def evaluate_translation(
     t0 = time.perf_counter()
     hyps = tr.translate([p.src for p in pairs], beam_size=beam_size, truncate=True, shortlist=shortlist)
     elapsed = time.perf_counter() - t0
-    out_text = [h["translation"] for h in hyps]
+    out_text = [h.translation for h in hyps]
     scores = corpus_scores(out_text, [p.tgt for p in pairs])
     return {
         "model": str(model_dir),

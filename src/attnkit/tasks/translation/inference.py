@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import torch
 
 from ...data.tokenizer import MODEL_FILENAME, Tokenizer
-from ...decoding import OutputLayerDecoder, beam_search, greedy_search
+from ...decoding import OutputLayerDecoder, search
 from ...errors import InputError
 from ...models.base import AttentionMaps
-from ..wrapper import InferenceWrapper
+from ..wrapper import InferenceWrapper, ResultRecord
 from .lexical_shortlist import DEFAULT_FREQUENT, DEFAULT_PER_SOURCE, LexicalShortlist, ShortlistError, tokenizer_digest
 
 
@@ -42,6 +42,21 @@ class TranslationAttention:
         from ...attribution.notebook import translation_attention_html
 
         return translation_attention_html(self)
+
+
+@dataclass
+class Translation(ResultRecord):
+    """One translated sentence: the text, its subword ids and the search's score (log-probability,
+    length-penalised under beam search); with ``return_attention``, the cross-attention
+    ``attention (T_out, S_in)`` and the source and target subword pieces it is indexed by."""
+
+    translation: str
+    tokens: list[int]
+    score: float
+    source: str | None = None
+    attention: torch.Tensor | None = None
+    source_pieces: list[str] | None = None
+    target_pieces: list[str] | None = None
 
 
 class Translator(InferenceWrapper):
@@ -104,7 +119,7 @@ class Translator(InferenceWrapper):
     def attention(self, source: str, target: str | Sequence[int]) -> TranslationAttention:
         """All the model's attention when it reads ``source`` and is forced to write ``target``
         (teacher forcing): ``target`` is English text (tokenised here, e.g. a reference) or the
-        token ids of a translation (``result["tokens"]``)."""
+        token ids of a translation (``result.tokens``)."""
         src_ids = self.encode_sources([source])[0]
         if isinstance(target, str):
             if not target.strip():
@@ -134,9 +149,9 @@ class Translator(InferenceWrapper):
         return_attention: bool = False,
         truncate: bool = False,
         shortlist: LexicalShortlist | None = None,
-    ) -> list[dict]:
-        """Translate ``sentences``; each result has ``translation``, ``tokens``, ``score`` and, on
-        request, ``attention (T_out, S_in)`` with the source/target subword pieces. Sentences
+    ) -> list[Translation]:
+        """Translate ``sentences`` (:class:`Translation` results: ``attention`` and the pieces filled on
+        request). Sentences
         longer than the model's maximum raise ``ValueError`` (or are cut, with ``truncate``).
         ``shortlist``: search over each batch's lexical shortlist instead of the whole vocabulary
         (faster; ``score`` is then normalised over the shortlist)."""
@@ -150,7 +165,7 @@ class Translator(InferenceWrapper):
             shortlist=shortlist,
         )
         for r, s in zip(results, sentences):
-            r["source"] = s
+            r.source = s
         return results
 
     @torch.no_grad()
@@ -163,14 +178,14 @@ class Translator(InferenceWrapper):
         batch_size: int = 64,
         return_attention: bool = False,
         shortlist: LexicalShortlist | None = None,
-    ) -> list[dict]:
+    ) -> list[Translation]:
         """Translate already-tokenised sources (lists of subword ids), batching similar lengths."""
         self.model.eval()
         if shortlist is not None:
             self.check_shortlist(shortlist)
         tok = self.tokenizer
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch
-        results: list[dict | None] = [None] * len(ids)
+        results: list[Translation | None] = [None] * len(ids)
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             lens = torch.tensor([len(ids[i]) for i in chunk])
@@ -183,31 +198,23 @@ class Translator(InferenceWrapper):
             vocab = None if shortlist is None else shortlist.ids_for(src, always=(tok.bos_id, tok.eos_id, tok.unk_id))
             model = OutputLayerDecoder(self.model, vocab)
             bos, eos = model.index_of(tok.bos_id), model.index_of(tok.eos_id)
-            if beam_size <= 1:
-                hyps = greedy_search(
-                    model, inputs, bos_id=bos, eos_id=eos, max_len=max_len, return_attention=return_attention
-                )
-            else:
-                hyps = [
-                    h[0]
-                    for h in beam_search(
-                        model,
-                        inputs,
-                        beam_size=beam_size,
-                        bos_id=bos,
-                        eos_id=eos,
-                        max_len=max_len,
-                        length_penalty=length_penalty,
-                        return_attention=return_attention,
-                    )
-                ]
+            hyps = search(
+                model,
+                inputs,
+                beam_size=beam_size,
+                bos_id=bos,
+                eos_id=eos,
+                max_len=max_len,
+                length_penalty=length_penalty,
+                return_attention=return_attention,
+            )
             for h in hyps:
                 h.tokens = model.vocabulary_ids(h.tokens)
             for i, h in zip(chunk, hyps):
-                res = {"translation": self.tokenizer.decode(h.tokens), "tokens": h.tokens, "score": h.score}
+                res = Translation(self.tokenizer.decode(h.tokens), h.tokens, h.score)
                 if return_attention and h.attention is not None:
-                    res["attention"] = h.attention[:, : len(ids[i])]
-                    res["source_pieces"] = [self.tokenizer.id_to_piece(t) for t in ids[i]]
-                    res["target_pieces"] = [self.tokenizer.id_to_piece(t) for t in h.tokens]
+                    res.attention = h.attention[:, : len(ids[i])]
+                    res.source_pieces = [self.tokenizer.id_to_piece(t) for t in ids[i]]
+                    res.target_pieces = [self.tokenizer.id_to_piece(t) for t in h.tokens]
                 results[i] = res
         return results  # type: ignore[return-value]

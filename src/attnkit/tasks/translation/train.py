@@ -42,7 +42,7 @@ def _valid_fn(valid_examples: list[Example], valid_pairs, tokenizer: Tokenizer, 
         tr = Translator(model, tokenizer, max_len=max_len)
         subset = valid_pairs[:n_bleu]
         hyps = tr.translate_ids([e.src for e in valid_examples[:n_bleu]], beam_size=1)  # already cut to max_len
-        scores = corpus_scores([h["translation"] for h in hyps], [p.tgt for p in subset])
+        scores = corpus_scores([h.translation for h in hyps], [p.tgt for p in subset])
         return {
             "valid_loss": total / max(n, 1),
             "valid_ppl": math.exp(min(total / max(n, 1), 50)),
