@@ -604,6 +604,31 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+def _add_train_flags(parser: argparse.ArgumentParser, func) -> None:
+    """``--resume`` and ``--no-progress``, which every ``attnkit train`` task takes, and the task's command."""
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: off)")
+    parser.set_defaults(func=func)
+
+
+def _add_model_flag(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--model``: a shipped or local model name, or a checkpoint folder."""
+    parser.add_argument("--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {default})")
+
+
+def _add_shortlist_flag(parser: argparse.ArgumentParser) -> None:
+    """``--shortlist FILE`` for the commands that translate."""
+    parser.add_argument(
+        "--shortlist",
+        default=None,
+        metavar="FILE",
+        help="search only each batch's lexical shortlist "
+        "of the vocabulary (faster), from `attnkit shortlist` (default: none: the whole vocabulary)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .tasks.translation.lexical_shortlist import DEFAULT_FREQUENT, DEFAULT_PER_SOURCE
 
@@ -637,11 +662,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_config_arguments(tt, TranslationConfig, *dict.fromkeys(model_config_class(m) for m in TRANSLATION_MODELS))
     tt.set_defaults(model="rnnsearch")
-    tt.add_argument(
-        "--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)"
-    )
-    tt.add_argument("--no-progress", action="store_true", help="no progress bar (default: off)")
-    tt.set_defaults(func=cmd_train_translation)
+    _add_train_flags(tt, cmd_train_translation)
 
     tc = t.add_parser(
         "captioning", help="Show, Attend and Tell on Fashion-MNIST scenes, or on photos (--captions, --images)"
@@ -650,27 +671,15 @@ def build_parser() -> argparse.ArgumentParser:
     from .tasks.classification import ClassifierTaskConfig
 
     add_config_arguments(tc, CaptioningConfig)
-    tc.add_argument(
-        "--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)"
-    )
-    tc.add_argument("--no-progress", action="store_true", help="no progress bar (default: off)")
-    tc.set_defaults(func=cmd_train_captioning)
+    _add_train_flags(tc, cmd_train_captioning)
 
     tk = t.add_parser("classifier", help="Fashion-MNIST classifier (its conv encoder can start a captioner)")
     add_config_arguments(tk, ClassifierTaskConfig)
-    tk.add_argument(
-        "--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)"
-    )
-    tk.add_argument("--no-progress", action="store_true", help="no progress bar (default: off)")
-    tk.set_defaults(func=cmd_train_classifier)
+    _add_train_flags(tk, cmd_train_classifier)
 
     tr = sub.add_parser("translate", help="translate Spanish to English")
     tr.add_argument("text", nargs="*", help="Spanish sentences (or --file, or stdin)")
-    tr.add_argument(
-        "--model",
-        default=None,
-        help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_TRANSLATION_MODEL})",
-    )
+    _add_model_flag(tr, DEFAULT_TRANSLATION_MODEL)
     tr.add_argument("--file", default=None, help="read sentences from this file, one per line (default: none)")
     tr.add_argument("--beam", type=arg_type(POSITIVE_INT, "beam"), default=5, help="beam size, 1 = greedy (default: 5)")
     tr.add_argument(
@@ -686,13 +695,7 @@ def build_parser() -> argparse.ArgumentParser:
         "self-contained HTML file (opens offline) (default: none)",
     )
     _add_device_flags(tr)
-    tr.add_argument(
-        "--shortlist",
-        default=None,
-        metavar="FILE",
-        help="search only each batch's lexical shortlist "
-        "of the vocabulary (faster), from `attnkit shortlist` (default: none: the whole vocabulary)",
-    )
+    _add_shortlist_flag(tr)
     tr.add_argument(
         "--truncate",
         action="store_true",
@@ -701,11 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=cmd_translate)
 
     sl = sub.add_parser("shortlist", help="build a translation model's lexical shortlist (for translate --shortlist)")
-    sl.add_argument(
-        "--model",
-        default=None,
-        help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_TRANSLATION_MODEL})",
-    )
+    _add_model_flag(sl, DEFAULT_TRANSLATION_MODEL)
     sl.add_argument(
         "--output", default=None, help="where to write it (default: shortlist.safetensors in the model's folder)"
     )
@@ -731,9 +730,7 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument(
         "images", nargs="+", help="image files (any size/colour mode; converted to the model's grayscale canvas)"
     )
-    ca.add_argument(
-        "--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_CAPTION_MODEL})"
-    )
+    _add_model_flag(ca, DEFAULT_CAPTION_MODEL)
     ca.add_argument(
         "--beam",
         type=arg_type(POSITIVE_INT, "beam"),
@@ -760,11 +757,7 @@ def build_parser() -> argparse.ArgumentParser:
         "saliency, input_x_gradient, integrated_gradients (see attnkit.attribution).",
     )
     xp.add_argument("input", help="Spanish text (translation models) or an image file (captioners)")
-    xp.add_argument(
-        "--model",
-        default=None,
-        help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_TRANSLATION_MODEL})",
-    )
+    _add_model_flag(xp, DEFAULT_TRANSLATION_MODEL)
     xp.add_argument("--method", default="attention", help="the attribution method (default: attention)")
     xp.add_argument(
         "--target", default=None, help="the English (or caption) to force (default: the model's own output)"
@@ -812,19 +805,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_evaluate_flags(et, "verses")
     et.add_argument("--plot", default=None, help="plot BLEU by source length to this PNG (default: none)")
     _add_device_flags(et)
-    et.add_argument(
-        "--shortlist",
-        default=None,
-        metavar="FILE",
-        help="search only each batch's lexical shortlist "
-        "of the vocabulary (faster), from `attnkit shortlist` (default: none: the whole vocabulary)",
-    )
+    _add_shortlist_flag(et)
     et.set_defaults(func=cmd_evaluate_translation)
 
     ec = e.add_parser("captioning", help="BLEU-1..4, exact match and attention correctness on the test scenes")
-    ec.add_argument(
-        "--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_CAPTION_MODEL})"
-    )
+    _add_model_flag(ec, DEFAULT_CAPTION_MODEL)
     _add_evaluate_flags(ec, "scenes")
     _add_device_flags(ec)
     ec.set_defaults(func=cmd_evaluate_captioning)
