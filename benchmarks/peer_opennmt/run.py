@@ -24,7 +24,7 @@ What it does, in order (everything under --work, default runs/peer_opennmt/MODEL
    include its per-epoch validation; OpenNMT-py validates only every 10,000 steps, so never here).
 
 Model sizes: RNN: bidirectional GRU encoder and GRU decoder, embeddings 256, additive ("mlp")
-attention, no input feeding, the issue's sizes: 256 units in each toolkit's terms. OpenNMT's ``brnn``
+attention, no input feeding, 256 units in each toolkit's terms. OpenNMT's ``brnn``
 splits ``hidden_size`` 256 over the two directions (128 each) and has a 256 decoder and separate
 source/target embeddings and generator; attnkit has 256 per direction by default (``--encoder-dim``
 sets it), a 256 decoder and one tied embedding matrix; the table prints both parameter counts. (A 512 OpenNMT model, 256 per direction,

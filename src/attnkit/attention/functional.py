@@ -1,4 +1,5 @@
-"""``attend``: score, normalise, sum — the three steps every attention in the seeds shares.
+"""``attend``: score, normalise, sum — the three steps every attention here shares, from Bahdanau et al.
+(2015) to the Transformer (Vaswani et al. 2017) and Show, Attend and Tell (Xu et al. 2015).
 
 Given queries ``Q (B, Nq, Dq)``, keys ``K (B, Nk, Dk)`` and values ``V (B, Nk, Dv)``:
 

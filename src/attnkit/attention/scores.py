@@ -25,8 +25,9 @@ modules (:class:`Dot`, :class:`ScaledDot`, :class:`Bilinear`, :class:`Additive`)
 The additive score is the expensive one: the naive form materialises ``(B, Nq, Nk, A)``.
 :func:`additive_prepared` computes it over cache-sized blocks (:mod:`attnkit.attention.additive_fused`)
 and, without autograd, in place in one reused buffer (no page faults on fresh large temporaries).
-Its tanh is computed as ``2σ(2x) − 1``: PyTorch's CPU sigmoid is about 7× faster than its tanh on
-this project's machine, and the result is within 2e-7 of float64 tanh.
+Its tanh is computed as ``2σ(2x) − 1``: PyTorch's CPU sigmoid is vectorised where its tanh is not
+(about 7× faster, measured on a 2-core x86-64 VM, benchmarks/RESULTS.md), and the result is within
+2e-7 of float64 tanh.
 """
 
 from __future__ import annotations

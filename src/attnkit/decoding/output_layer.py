@@ -7,7 +7,7 @@ the output matrix. :class:`OutputLayerDecoder` wraps a model that exposes that l
 
 * **Packed weights.** On the CPU in float32 the projection runs through oneDNN with the weight
   reordered once into its blocked layout (``torch.ops.mkldnn``, the path ``torch.compile``'s
-  weight freezing takes for a constant linear layer). On this project's AMD EPYC it is 2.4× faster
+  weight freezing takes for a constant linear layer). On an AMD EPYC it was 2.4× faster
   than ``F.linear`` (MKL) at 188 × 256 × 8,000, with float32 arithmetic; elsewhere, or when autograd
   is on, it is ``F.linear``.
 * **Vocabulary selection** (Jean et al. 2015; the lexical shortlists of Marian and CTranslate2's
