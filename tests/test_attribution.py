@@ -28,8 +28,8 @@ from attnkit.attribution.methods import (
     translation_log_probs,
 )
 from attnkit.attribution.trace import trace_transformer
-from attnkit.data.scenes import CaptionVocab
 from attnkit.data.tokenizer import Tokenizer
+from attnkit.data.vocab import CaptionVocab
 from attnkit.errors import InputError
 from attnkit.models.captioner import CaptionerConfig, ShowAttendTell
 from attnkit.models.seq2seq import RNNEncDec, RNNSearch, Seq2SeqConfig

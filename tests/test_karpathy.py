@@ -11,7 +11,7 @@ from PIL import Image
 
 from attnkit.cli import main as cli_main
 from attnkit.data.karpathy import karpathy_split, read_karpathy
-from attnkit.data.scenes import CaptionVocab
+from attnkit.data.vocab import CaptionVocab
 from attnkit.errors import InputError
 from attnkit.tasks.captioning import collate_photo_captions, photo_caption_batches
 

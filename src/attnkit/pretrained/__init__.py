@@ -91,7 +91,7 @@ def model_task(path: str | os.PathLike) -> str:
     path = Path(path)
     if (path / MODEL_FILENAME).is_file():
         return "translation"
-    from ..data.scenes import VOCAB_FILENAME
+    from ..data.vocab import VOCAB_FILENAME
 
     return "captioning" if (path / VOCAB_FILENAME).is_file() else "?"
 

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 
 from ...checks import NON_NEGATIVE, POSITIVE, check_fields
 from ...config import option
-from ...data.scenes import VOCAB_FILENAME
+from ...data.vocab import VOCAB_FILENAME
 from ...errors import ConfigError
 from ...models.captioner import CaptionerConfig
 from ...training.run_config import RunConfig, TaskConfig, run_options

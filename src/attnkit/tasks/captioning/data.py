@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from ...data.karpathy import KarpathyImage
-from ...data.scenes import CaptionVocab, ScenesDataset, collate_captions, pad_captions
+from ...data.scenes import ScenesDataset, collate_captions, pad_captions
+from ...data.vocab import CaptionVocab
 from ...errors import InputError
 from ...training.data import Batches, shuffled
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...data.scenes import CaptionVocab
+from ...data.vocab import CaptionVocab
 from ...decoding import search
 from ..wrapper import InferenceWrapper, ResultRecord
 from .config import VOCAB_FILE
