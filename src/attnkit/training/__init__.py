@@ -5,6 +5,7 @@
 * :mod:`.trainer` — :class:`Trainer`, one loop with exact resume, DDP and early stopping;
   :mod:`.run_config` — :class:`RunConfig`, the run options every task config nests (``Trainer.from_config``).
 * :mod:`.data` — the resumable batch-source interface, :class:`Batches` and :class:`ListBatches`.
+* :mod:`.rng` — the global RNG states a checkpoint saves for exact resume.
 * :mod:`.optim` — Adam with attnkit's defaults; :mod:`.linear_cross_entropy` — the output layer's
   cross-entropy computed in row chunks, without the full logits.
 * :mod:`.schedules` — LR schedules as ``LambdaLR``; :mod:`.losses` — ``label_smoothed_nll``.

@@ -63,9 +63,10 @@ from .checkpoint import (
     step_dir_name,
 )
 from .distributed import all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed, local_rank
+from .rng import get_rng_state, set_rng_state
 from .run_config import RunConfig
 
-__all__ = ["Trainer", "get_rng_state", "run_totals", "set_rng_state"]
+__all__ = ["Trainer", "run_totals"]
 
 LOG_NAME = "train_log.jsonl"
 TRAIN_CONFIG_NAME = "train_config.json"  # the task config a run was started with
@@ -90,30 +91,6 @@ def run_totals(out_dir) -> dict:
         "epochs": last.get("epochs"),
         "best_metric": last.get("best_metric"),
     }
-
-
-def get_rng_state() -> dict:
-    """python, numpy and torch (CPU and CUDA) RNG states, as weights_only-loadable values."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {
-        "python": random.getstate(),
-        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: Mapping) -> None:
-    """Restore what :func:`get_rng_state` returned."""
-    py = state["python"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"].cpu())
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
 def _check_batches(train_batches: Any) -> None:
