@@ -1,4 +1,4 @@
-"""The ``attnkit`` command: data, train, translate, caption, evaluate, export, models, serve, demo.
+"""The ``attnkit`` command: data, train, translate, align, caption, evaluate, export, models, serve, demo.
 
 Every subcommand reports bad input as one clear line on stderr (exit status 2), never a traceback.
 """
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .checks import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, Range, arg_type
+from .checks import NON_NEGATIVE_INT, POSITIVE_INT, Range, arg_type
 from .errors import AttnkitError
 from .pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
 
@@ -487,41 +487,6 @@ def cmd_evaluate_captioning(args) -> None:
     )
 
 
-def cmd_evaluate_alignment(args) -> None:
-    from .alignment.evaluate import evaluate_alignment
-
-    if args.head is not None and args.layer is None:
-        raise CLIError("--head needs --layer (heads are numbered within a layer)")
-    try:
-        r = evaluate_alignment(
-            _model_path(args.model, DEFAULT_TRANSLATION_MODEL),
-            layer=args.layer,
-            head=args.head,
-            all_heads=args.all_heads,
-            threshold=args.threshold,
-            references=not args.no_references,
-            home=args.home,
-            device=args.device,
-            dtype=args.precision,
-        )
-    except ValueError as exc:  # a model without attention, a layer it does not have
-        raise CLIError(str(exc)) from None
-    if args.json:
-        print(json.dumps(r, ensure_ascii=False))
-        return
-    print(
-        f"{r['model']}: alignment of the reference translation, {r['scored_verses']} scored gold verses "
-        f"({r['dev_verses']} more for choosing heads); {r['rule']}"
-    )
-    print(f"  {'':<52} {'AER':>6} {'prec.':>6} {'recall':>6}")
-    rows = r["rows"] + ([r["best_head"]] if r["best_head"] else []) + r["references"]
-    for row in rows:
-        if row.get("skipped"):
-            print(f"  {row['name']}")
-            continue
-        print(f"  {row['name']:<52} {row['aer']:>6.3f} {row['precision']:>6.3f} {row['recall']:>6.3f}")
-
-
 # ---------------------------------------------------------------- export
 def cmd_export(args) -> None:
     import torch
@@ -630,6 +595,7 @@ def _add_shortlist_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .cli_alignment import add_align_parser, add_data_links_parser, add_evaluate_alignment_parser
     from .tasks.translation.lexical_shortlist import DEFAULT_FREQUENT, DEFAULT_PER_SOURCE
 
     p = _Parser(prog="attnkit", description="Attention mechanisms for PyTorch, and the models built from them.")
@@ -640,6 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("data", help="prepare the corpora").add_subparsers(dest="action", required=True)
+    add_data_links_parser(d)
     dp = d.add_parser("prepare", help="build and cache a dataset")
     dp.add_argument("dataset", choices=["bible", "scenes"])
     dp.add_argument("--force", action="store_true", help="rebuild even if cached (default: off)")
@@ -702,6 +669,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="cut sentences longer than the model's maximum instead of stopping (default: off)",
     )
     tr.set_defaults(func=cmd_translate)
+
+    add_align_parser(sub, _add_device_flags)
 
     sl = sub.add_parser("shortlist", help="build a translation model's lexical shortlist (for translate --shortlist)")
     _add_model_flag(sl, DEFAULT_TRANSLATION_MODEL)
@@ -814,41 +783,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device_flags(ec)
     ec.set_defaults(func=cmd_evaluate_captioning)
 
-    ea = e.add_parser("alignment", help="does attention align? AER against the hand-made gold alignments")
-    ea.add_argument(
-        "--model", default=None, help=f"a translation model name or folder (default: {DEFAULT_TRANSLATION_MODEL})"
-    )
-    ea.add_argument(
-        "--layer",
-        type=arg_type(POSITIVE_INT, "layer"),
-        default=None,
-        help="score this cross-attention layer (1-based) instead of "
-        "the model's alignment; with --head one head, else the layer's head mean (default: none)",
-    )
-    ea.add_argument(
-        "--head",
-        type=arg_type(POSITIVE_INT, "head"),
-        default=None,
-        help="with --layer: the head (1-based) (default: none)",
-    )
-    ea.add_argument(
-        "--all-heads",
-        action="store_true",
-        help="score every layer × head, each layer's mean, and the "
-        "best head chosen on the 50 dev verses (default: off)",
-    )
-    ea.add_argument(
-        "--threshold",
-        type=arg_type(POSITIVE, "threshold"),
-        default=None,
-        help="also link every word pair with attention at least this (default: none: argmax links only)",
-    )
-    ea.add_argument(
-        "--no-references", action="store_true", help="skip the diagonal baseline and eflomal (default: off)"
-    )
-    ea.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
-    _add_device_flags(ea)
-    ea.set_defaults(func=cmd_evaluate_alignment)
+    add_evaluate_alignment_parser(e, _add_device_flags)
 
     ex = sub.add_parser("export", help="write a small (fp16) copy of a checkpoint for shipping")
     ex.add_argument(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-__all__ = ["AERCounts", "aer_counts", "argmax_links", "diagonal_links", "grow_diag_final_and", "threshold_links"]
+__all__ = ["AERCounts", "aer_counts", "argmax_links", "diagonal_links", "threshold_links"]
 
 Link = tuple[int, int]
 
@@ -82,35 +82,3 @@ def diagonal_links(n_source: int, n_target: int) -> set[Link]:
     if n_source < 1 or n_target < 1:
         return set()
     return {(min(n_source - 1, int((j + 0.5) * n_source / n_target)), j) for j in range(n_target)}
-
-
-def grow_diag_final_and(forward: set[Link], reverse: set[Link]) -> set[Link]:
-    """Symmetrise two directional alignments (Koehn et al. 2003, as in Moses' ``grow-diag-final-and``).
-
-    Start from their intersection; grow it with links of the union that touch a neighbouring
-    (diagonal included) alignment point while one of their words is still unaligned; finally add
-    union links whose two words are both still unaligned.
-    """
-    union = forward | reverse
-    alignment = set(forward & reverse)
-    neighbours = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
-
-    def aligned():
-        return {i for i, _ in alignment}, {j for _, j in alignment}
-
-    added = True
-    while added:
-        added = False
-        for i, j in sorted(alignment):
-            for di, dj in neighbours:
-                cand = (i + di, j + dj)
-                src, tgt = aligned()
-                if cand in union and cand not in alignment and (cand[0] not in src or cand[1] not in tgt):
-                    alignment.add(cand)
-                    added = True
-    for direction in (forward, reverse):  # final-and: both words unaligned
-        for i, j in sorted(direction):
-            src, tgt = aligned()
-            if i not in src and j not in tgt:
-                alignment.add((i, j))
-    return alignment

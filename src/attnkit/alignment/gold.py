@@ -13,7 +13,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEV_VERSES", "GOLD_DIR", "GoldVerse", "format_links", "load_gold", "parse_links", "validate_gold"]
+__all__ = [
+    "DEV_VERSES",
+    "GOLD_DIR",
+    "GoldVerse",
+    "format_links",
+    "load_gold",
+    "load_gold_files",
+    "parse_gold_links",
+    "parse_links",
+    "validate_gold",
+]
 
 GOLD_DIR = Path(__file__).resolve().parent / "gold"
 DEV_VERSES = 50
@@ -51,6 +61,47 @@ def parse_links(line: str, *, where: str = "") -> set[Link]:
             raise ValueError(f"{where}: {item!r} is not a link i-j of two non-negative integers")
         links.add((int(a), int(b)))
     return links
+
+
+def parse_gold_links(line: str, *, where: str = "") -> tuple[set[Link], set[Link]]:
+    """One line of a gold file in the one-file convention of Lilt's ``alignment-scripts`` (used by
+    Zenkel et al., Garg et al., Chen et al.): ``i-j`` a sure link, ``ipj`` (or ``i?j``) a possible
+    one → ``(sure, possible)``, possible holding the sure links too."""
+    sure, possible = set(), set()
+    for item in line.split():
+        sep = next((c for c in "-p?" if c in item), "")
+        a, _, b = item.partition(sep) if sep else (item, "", "")
+        if not sep or not a.isdigit() or not b.isdigit():
+            raise ValueError(
+                f"{where}: {item!r} is not a link i-j (sure) or ipj (possible) of two non-negative integers"
+            )
+        link = (int(a), int(b))
+        possible.add(link)
+        if sep == "-":
+            sure.add(link)
+    return sure, possible
+
+
+def load_gold_files(source: str | Path, target: str | Path, gold: str | Path) -> list[GoldVerse]:
+    """A user's gold set: line-parallel source, target and gold files (:func:`parse_gold_links`),
+    checked with :func:`validate_gold`; any problem is a ValueError naming the file and line."""
+    paths = {"source": Path(source), "target": Path(target), "gold": Path(gold)}
+    lines = {k: _lines(p) for k, p in paths.items()}
+    if len({len(v) for v in lines.values()}) != 1:
+        raise ValueError(
+            "the gold files must have one line per sentence pair; they have "
+            + ", ".join(f"{paths[k]} {len(v)}" for k, v in lines.items())
+        )
+    verses = []
+    for k, (s, t, g) in enumerate(zip(lines["source"], lines["target"], lines["gold"])):
+        sure, possible = parse_gold_links(g, where=f"{paths['gold']} line {k + 1}")
+        verses.append(GoldVerse(f"line {k + 1}", s.split(), t.split(), sure, possible))
+    problems = [p for p in validate_gold(verses) if not p.endswith("no links")]
+    if problems:
+        raise ValueError(
+            f"{paths['gold']}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if problems[1:] else "")
+        )
+    return verses
 
 
 def format_links(links: Iterable[Link]) -> str:

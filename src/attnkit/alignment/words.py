@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["WORD_START", "word_attention", "word_spans", "words_from_pieces"]
+__all__ = ["WORD_START", "span_attention", "word_attention", "word_spans", "words_from_pieces"]
 
 WORD_START = "\u2581"
 
@@ -53,13 +53,30 @@ def word_attention(attention: Tensor, source_pieces: Sequence[str], target_piece
             f"attention has shape {tuple(attention.shape)}, but there are {len(target_pieces)} target "
             f"and {len(source_pieces)} source pieces: expected ({len(target_pieces)}, {len(source_pieces)})"
         )
-    src, tgt = word_spans(source_pieces), word_spans(target_pieces)
+    return span_attention(attention, word_spans(source_pieces), word_spans(target_pieces))
+
+
+def span_attention(
+    attention: Tensor, source_spans: Sequence[Sequence[int]], target_spans: Sequence[Sequence[int]]
+) -> Tensor:
+    """``(T, S)`` piece attention → ``(len(target_spans), len(source_spans))`` word attention by the
+    rule of the module docstring, with the words' piece indices given. A word with no pieces (a
+    character the tokenizer drops) gets a zero column (source) or a zero row (target)."""
+    if not isinstance(attention, Tensor) or attention.dim() != 2:
+        raise ValueError(f"attention must be a (T, S) tensor, got {getattr(attention, 'shape', type(attention))}")
     dtype = attention.dtype if attention.is_floating_point() else torch.float32
+    a = attention.to(dtype)
+    for name, spans, size in (("source_spans", source_spans, a.shape[1]), ("target_spans", target_spans, a.shape[0])):
+        bad = [k for span in spans for k in span if not 0 <= k < size]
+        if bad:
+            raise ValueError(f"{name} name piece {bad[0]}, outside the attention's {size} pieces {tuple(a.shape)}")
+    zero_col = a.new_zeros(a.shape[0])
     summed = (
-        torch.stack([attention[:, span].sum(dim=1) for span in src], dim=1)
-        if src
-        else attention.new_zeros(attention.shape[0], 0, dtype=dtype)
+        torch.stack([a[:, list(span)].sum(dim=1) if span else zero_col for span in source_spans], dim=1)
+        if source_spans
+        else a.new_zeros(a.shape[0], 0)
     )  # (T, S_words)
-    if not tgt:
-        return summed.new_zeros(0, len(src))
-    return torch.stack([summed[span].mean(dim=0) for span in tgt], dim=0)  # (T_words, S_words)
+    if not target_spans:
+        return summed.new_zeros(0, len(source_spans))
+    zero_row = summed.new_zeros(len(source_spans))
+    return torch.stack([summed[list(span)].mean(dim=0) if span else zero_row for span in target_spans], dim=0)

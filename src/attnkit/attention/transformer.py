@@ -259,8 +259,9 @@ class TransformerDecoder(_LayerStack):
     ``cache``: a list with one :class:`DecoderLayerCache` per layer (make it with
     :meth:`new_cache`) for incremental decoding; positions are the caller's business.
 
-    ``need_weights``: ``True`` returns every layer's weights; ``"last"`` only the last layer's
-    (the others keep the fused kernel), the other entries being ``None``.
+    ``need_weights``: ``True`` returns every layer's weights; ``"last"`` only the last layer's, an
+    ``int`` ``i`` only layer ``i``'s (0-based; e.g. the head supervised by guided alignment); the
+    other layers keep the fused kernel, their entries being ``None``.
     """
 
     layer_cls = TransformerDecoderLayer
@@ -279,16 +280,19 @@ class TransformerDecoder(_LayerStack):
         memory_key_padding_mask: Tensor | None = None,
         causal: bool = True,
         cache: list | None = None,
-        need_weights: bool | str = False,
+        need_weights: bool | str | int = False,
     ) -> DecoderOutput:
         if cache is not None and len(cache) != len(self.layers):
             raise ValueError(f"cache must hold one DecoderLayerCache per layer ({len(self.layers)}), got {len(cache)}")
-        if need_weights not in (True, False, "last"):
-            raise ValueError(f"need_weights must be True, False or 'last', got {need_weights!r}")
         last = len(self.layers) - 1
+        one = need_weights if isinstance(need_weights, int) and not isinstance(need_weights, bool) else None
+        if need_weights not in (True, False, "last") and not (one is not None and 0 <= one <= last):
+            raise ValueError(
+                f"need_weights must be True, False, 'last' or a layer index 0..{last}, got {need_weights!r}"
+            )
         x, sws, cws = tgt, [], []
         for i, layer in enumerate(self.layers):
-            want = need_weights is True or (need_weights == "last" and i == last)
+            want = need_weights is True or (need_weights == "last" and i == last) or i == one
             x, (sw, cw) = layer(
                 x,
                 memory,
@@ -302,4 +306,5 @@ class TransformerDecoder(_LayerStack):
             cws.append(cw)
         if self.norm is not None:
             x = self.norm(x)
-        return DecoderOutput(x, sws if need_weights else None, cws if need_weights else None)
+        keep = need_weights is not False
+        return DecoderOutput(x, sws if keep else None, cws if keep else None)

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from ..attention import LearnedPositionalEncoding, SinusoidalPositionalEncoding, padding_mask
 from ..attention.transformer import DecoderLayerCache, TransformerDecoder, TransformerEncoder
-from ..checks import POSITIVE, PROBABILITY, Range, check_fields
+from ..checks import POSITIVE, POSITIVE_INT, PROBABILITY, Range, check_fields
 from ..config import ConfigRecord, option
 from ..decoding import PER_SOURCE, reorder_state
 from ..errors import ConfigError
@@ -77,6 +77,17 @@ class TransformerConfig(ConfigRecord):
     max_src_len: int | None = option(
         None, "the longest source (subword tokens) the model accepts", cli=False, check=POSITIVE
     )
+    alignment_layer: int | None = option(
+        None,
+        "Transformer: the cross-attention layer (1-based) that --guided-alignment supervises and `attnkit align "
+        "--method guided` reads (with --guided-alignment, default: the penultimate)",
+        check=POSITIVE_INT,
+    )
+    alignment_head: int | None = option(
+        None,
+        "Transformer: that layer's supervised head (1-based) (with --guided-alignment, default: 1)",
+        check=POSITIVE_INT,
+    )
 
     def __post_init__(self) -> None:
         if self.max_src_len is None:
@@ -96,6 +107,10 @@ class TransformerConfig(ConfigRecord):
             raise ConfigError(
                 f"max_src_len ({self.max_src_len}) exceeds the learned position table (max_len={self.max_len})"
             )
+        for name, top in (("alignment_layer", self.num_decoder_layers), ("alignment_head", self.nhead)):
+            v = getattr(self, name)
+            if v is not None and v > top:
+                raise ConfigError(f"{name} must be an int in 1..{top} (1-based), got {v!r}")
         for name in ("pad_id", "bos_id", "eos_id"):
             v = getattr(self, name)
             if not isinstance(v, int) or not 0 <= v < self.vocab_size:
@@ -209,11 +224,13 @@ class TransformerTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
         src_lengths: Tensor,
         tgt_in: Tensor,
         *,
-        need_weights: bool = False,
+        need_weights: bool | int = False,
         features_only: bool = False,
     ):
         """Teacher forcing: logits ``(B, T, V)`` for ``tgt_in`` (bos + target, right-padded) and,
-        when ``need_weights``, the last decoder layer's cross-attention averaged over heads ``(B, T, S)``.
+        when ``need_weights``, the last decoder layer's cross-attention averaged over heads ``(B, T, S)``;
+        ``need_weights=l`` (an int, 1-based) gives layer ``l``'s weights per head ``(B, H, T, S)``
+        instead (the head guided alignment supervises).
         With ``features_only``: the decoder's output ``(B, T, D)`` instead of the logits (see
         :meth:`output_layer`)."""
         self._check_src(src, src_lengths)
@@ -222,14 +239,20 @@ class TransformerTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
             raise ValueError(
                 f"tgt_in must be (B={src.shape[0]}, T) like src {tuple(src.shape)}, got {tuple(tgt_in.shape)}"
             )
+        layer = need_weights if isinstance(need_weights, int) and not isinstance(need_weights, bool) else None
+        if layer is not None and not 1 <= layer <= len(self.decoder.layers):
+            raise ValueError(f"need_weights must be a bool or a layer 1..{len(self.decoder.layers)}, got {layer}")
         memory, mask, _ = self.encode(src, src_lengths)
         out = self.decoder(
             self._embed_tgt(tgt_in),
             memory,
             memory_key_padding_mask=mask,
-            need_weights="last" if need_weights else False,
+            need_weights=(layer - 1) if layer is not None else ("last" if need_weights else False),
         )
-        weights = out.cross_weights[-1].mean(dim=1) if need_weights else None  # (B, T, S)
+        if layer is not None:
+            weights = out.cross_weights[layer - 1]  # (B, H, T, S)
+        else:
+            weights = out.cross_weights[-1].mean(dim=1) if need_weights else None  # (B, T, S)
         return (out.output if features_only else self._logits(out.output)), weights
 
     # -- incremental decoding protocol (attnkit.decoding) ----------------------------------------

@@ -69,6 +69,12 @@ class TranslationConfig(TaskConfig):
     warmup_steps: int = option(2000, "Transformer: linear warm-up steps before the 1/sqrt(step) decay", check=POSITIVE)
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", check=PROBABILITY)
     valid_bleu_sentences: int = option(300, "validation verses translated for BLEU at every validation", check=POSITIVE)
+    guided_alignment: str | None = option(
+        None,
+        "guided alignment (Garg et al. 2019): a file of Pharaoh word links, one line per training pair in "
+        "order (`attnkit data links`), that one cross-attention head learns to follow",
+    )
+    guided_alignment_weight: float = option(0.05, "λ, the weight of the guided alignment loss", check=POSITIVE)
     model_config: Seq2SeqConfig | TransformerConfig | None = option(None, "the model's config", cli=False)
     run: RunConfig = run_options(epochs=10, save_every_steps=500, patience=3, keep_last=3, clip_grad_norm=1.0)
 
@@ -91,6 +97,33 @@ class TranslationConfig(TaskConfig):
         if self.batch_size is None and self.max_tokens is None:
             self.batch_size, self.max_tokens = recipe.get("batch_size"), recipe.get("max_tokens")
         check_fields(self)
+        self._check_guided()
+
+    def _check_guided(self) -> None:
+        """Guided alignment needs attention; a Transformer's supervised head defaults to the
+        penultimate layer's first (Garg et al. 2019), recorded in the model's config."""
+        mc = self.model_config
+        if self.guided_alignment is None:
+            return
+        if self.model == "rnnencdec":
+            raise ConfigError("guided alignment supervises attention; rnnencdec has none (use rnnsearch)")
+        if isinstance(mc, TransformerConfig):
+            if mc.alignment_layer is None:
+                mc.alignment_layer = max(1, mc.num_decoder_layers - 1)
+            if mc.alignment_head is None:
+                mc.alignment_head = 1
+            mc.validate()
+
+    def guided(self):
+        """The :class:`~.guided.GuidedAlignment` the loss applies, or None without guided alignment."""
+        from .guided import GuidedAlignment
+
+        if self.guided_alignment is None:
+            return None
+        mc = self.model_config
+        return GuidedAlignment(
+            self.guided_alignment_weight, getattr(mc, "alignment_layer", None), getattr(mc, "alignment_head", None)
+        )
 
     @classmethod
     def from_options(cls, model: str = "rnnsearch", **options) -> TranslationConfig:

@@ -13,17 +13,31 @@ from ...training.data import Batches
 
 
 def translation_batches(
-    examples: Sequence[Example], *, batch_size: int | None, max_tokens: int | None, seed: int, shuffle: bool = True
+    examples: Sequence[Example],
+    *,
+    batch_size: int | None,
+    max_tokens: int | None,
+    seed: int,
+    shuffle: bool = True,
+    links: Sequence | None = None,
 ) -> Batches:
     """Resumable batches of similar-length pairs (:class:`BucketBatchSampler` plans each epoch;
-    ``shuffle=False``: one fixed order, for validation)."""
+    ``shuffle=False``: one fixed order, for validation). ``links``: each example's piece links for
+    guided alignment (:mod:`.guided`), added to each batch as ``"align"`` targets."""
+    from .guided import add_alignment_targets
+
     examples = list(examples)
     sampler = BucketBatchSampler(
         example_lengths(examples), batch_size=batch_size, max_tokens=max_tokens, seed=seed, shuffle=shuffle
     )
+
+    def make(idx, epoch, i):
+        batch = collate([examples[j] for j in idx])
+        return batch if links is None else add_alignment_targets(batch, [links[j] for j in idx])
+
     return Batches(
         sampler.plan,
-        lambda idx, epoch, i: collate([examples[j] for j in idx]),
+        make,
         fingerprint={"num_examples": len(examples), "seed": seed, "batch_size": batch_size, "max_tokens": max_tokens},
     )  # resuming with other batches is refused
 

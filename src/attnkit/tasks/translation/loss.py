@@ -7,9 +7,10 @@ import torch
 from ...training.checkpoint import unwrap_model
 from ...training.linear_cross_entropy import linear_cross_entropy
 from ...training.losses import label_smoothed_nll
+from .guided import GuidedAlignment, guided_alignment_loss
 
 
-def translation_loss_fn(pad_id: int, smoothing: float):
+def translation_loss_fn(pad_id: int, smoothing: float, guided: GuidedAlignment | None = None):
     """The trainer's loss: label-smoothed NLL summed over non-pad target tokens, and their count.
 
     Models with an ``output_layer`` (every attnkit translator) are trained in full precision
@@ -18,20 +19,35 @@ def translation_loss_fn(pad_id: int, smoothing: float):
     the vocabulary, in chunks, so the ``(B, T, V)`` logits are never made and padding costs no
     output GEMM. Under autocast (bf16/fp16 training) the plain logits path keeps the big GEMM in
     the low precision.
+
+    With ``guided`` (and batches holding ``"align"`` targets, :mod:`.guided`), the supervised
+    attention's cross-entropy is added: ``loss_sum + λ · L_align``; the metrics report ``align_loss``
+    (per target token).
     """
+    need = False if guided is None else (guided.layer if guided.layer is not None else True)
+
+    def alignment_term(weights, batch):
+        if guided is None or "align" not in batch:
+            return None
+        att = weights[:, guided.head - 1] if guided.layer is not None else weights  # (B, T, S)
+        return guided_alignment_loss(att.float(), batch["align"])
 
     def loss_fn(model, batch):
         core = unwrap_model(model)  # the model inside DistributedDataParallel
         src, lengths, tgt_in, tgt_out = batch["src"], batch["src_lengths"], batch["tgt_in"], batch["tgt_out"]
         if hasattr(core, "output_layer") and not torch.is_autocast_enabled(tgt_out.device.type):
-            feats, _ = model(src, lengths, tgt_in, features_only=True)  # (B, T, E)
+            feats, weights = model(src, lengths, tgt_in, features_only=True, need_weights=need)  # (B, T, E)
             real = tgt_out.ne(pad_id)  # (B, T)
             weight, bias = core.output_layer()
             # feats[real]: (N, E), the N real target positions only
             loss_sum = linear_cross_entropy(feats[real], weight, bias, tgt_out[real], smoothing=smoothing)
-            return loss_sum, int(real.sum()), {}
-        logits, _ = model(src, lengths, tgt_in)
-        loss_sum, n = label_smoothed_nll(logits, tgt_out, pad_id, smoothing)
-        return loss_sum, n, {}
+            n = int(real.sum())
+        else:
+            logits, weights = model(src, lengths, tgt_in, need_weights=need)
+            loss_sum, n = label_smoothed_nll(logits, tgt_out, pad_id, smoothing)
+        align = alignment_term(weights, batch)
+        if align is None:
+            return loss_sum, n, {}
+        return loss_sum + guided.weight * align, n, {"align_loss": float(align.detach()) / max(n, 1)}
 
     return loss_fn

@@ -53,6 +53,25 @@ def _valid_fn(valid_examples: list[Example], valid_pairs, tokenizer: Tokenizer, 
     return valid_fn
 
 
+def _guided_links(cfg: TranslationConfig, train_pairs, tokenizer: Tokenizer) -> list[torch.Tensor]:
+    """Each training pair's piece links for guided alignment, from the word links file (:mod:`.guided`)."""
+    from .guided import piece_links, read_links_file
+
+    words = read_links_file(cfg.guided_alignment, len(train_pairs))
+    src_ids = tokenizer.encode_batch([p.src for p in train_pairs])
+    tgt_ids = tokenizer.encode_batch([p.tgt for p in train_pairs])
+    return [
+        piece_links(
+            [tokenizer.id_to_piece(i) for i in s],
+            [tokenizer.id_to_piece(i) for i in t],
+            w,
+            (len(p.src.split()), len(p.tgt.split())),
+            cfg.max_len,
+        )
+        for p, s, t, w in zip(train_pairs, src_ids, tgt_ids, words)
+    ]
+
+
 def build_optimizer(cfg: TranslationConfig, model: torch.nn.Module):
     """``(optimizer, scheduler)``: Adam at ``cfg.lr`` for the RNNs; for the Transformer Vaswani et al.'s.
 
@@ -80,6 +99,7 @@ def train_translation(cfg: TranslationConfig, *, resume: bool = False, home: str
     train_pairs = load_pairs("train", home=home, limit=cfg.limit_train)
     valid_pairs = load_pairs("valid", home=home)
     train_ex = encode_pairs(train_pairs, tokenizer, cfg.max_len)
+    links = _guided_links(cfg, train_pairs, tokenizer) if cfg.guided_alignment else None
     valid_ex = encode_pairs(valid_pairs, tokenizer, cfg.max_len)
     cfg.run.start()
     model = build_translation_model(cfg, tokenizer.vocab_size)
@@ -89,9 +109,9 @@ def train_translation(cfg: TranslationConfig, *, resume: bool = False, home: str
         model,
         optimizer,
         task_config=cfg,
-        loss_fn=translation_loss_fn(tokenizer.pad_id, cfg.label_smoothing),
+        loss_fn=translation_loss_fn(tokenizer.pad_id, cfg.label_smoothing, cfg.guided()),
         train_batches=translation_batches(
-            train_ex, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.run.seed
+            train_ex, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.run.seed, links=links
         ),
         valid_fn=_valid_fn(valid_ex, valid_pairs, tokenizer, cfg.valid_bleu_sentences, cfg.max_len),
         scheduler=scheduler,

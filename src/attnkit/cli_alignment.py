@@ -1,0 +1,345 @@
+"""The alignment commands of ``attnkit``: ``align`` (Pharaoh links from a model's attention or from
+eflomal) and ``evaluate alignment`` (AER with bootstrap intervals against gold links)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from .checks import POSITIVE_INT, Range, arg_type
+from .errors import InputError
+
+__all__ = [
+    "add_align_parser",
+    "add_data_links_parser",
+    "add_evaluate_alignment_parser",
+    "cmd_align",
+    "cmd_data_links",
+    "cmd_evaluate_alignment",
+]
+
+_SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
+_WEIGHT = Range(0, open_low=True, high=1.0000001)  # an attention weight threshold in (0, 1]
+_DEV = Range(0, integer=True)
+
+
+def _checked_output(path, flag: str):
+    """The output path, checked before any work (see :func:`attnkit.cli._output`)."""
+    from .cli import _output
+
+    return _output(path, flag)
+
+
+# ---------------------------------------------------------------- align
+def cmd_align(args) -> None:
+    from .alignment.gold import format_links
+
+    _checked_output(args.output, "--output")
+    if args.method == "eflomal":
+        if args.model or args.reverse_model or args.layer or args.head:
+            raise InputError("--method eflomal aligns the files with eflomal itself: give no --model/--layer/--head")
+        links = _eflomal_file_links(args)
+    else:
+        links = _model_file_links(args)
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    skipped = 0
+    try:
+        for a in links:
+            skipped += a is None
+            out.write(("" if a is None else format_links(a)) + "\n")
+    except BrokenPipeError:  # the reader stopped early (`| head`): not an error
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (Python flushes stdout at exit)
+        return
+    finally:
+        if args.output:
+            out.close()
+        else:
+            out.flush()
+    if skipped:
+        print(
+            f"attnkit: {skipped} pairs had a source longer than the model accepts: their lines are empty",
+            file=sys.stderr,
+        )
+
+
+def _eflomal_file_links(args):
+    from .alignment.eflomal import eflomal_available, eflomal_links
+    from .tasks.translation.alignment import read_parallel
+
+    if not eflomal_available():
+        raise InputError("eflomal is not installed: pip install 'attnkit[align]'")
+    _, pairs = read_parallel(args.src, args.tgt)
+    pairs = [(" ".join(s), " ".join(t)) for s, t in pairs]
+    return eflomal_links([s for s, _ in pairs], [t for _, t in pairs], method=args.symmetrize or "grow-diag-final-and")
+
+
+def _model_file_links(args):
+    from .pretrained import DEFAULT_TRANSLATION_MODEL, resolve_model
+    from .tasks.translation import Translator
+    from .tasks.translation.alignment import (
+        AttentionReading,
+        ModelAligner,
+        progress_bar,
+        read_parallel,
+        symmetrized,
+    )
+
+    # --symmetrize without a reverse model: the row and column argmaxes of the one model's matrix
+    both_ways = args.symmetrize if not args.reverse_model else None
+    reading = AttentionReading(args.method, args.layer, args.head, args.threshold, both_ways)
+    aligner = ModelAligner(
+        Translator.load(
+            resolve_model(args.model or DEFAULT_TRANSLATION_MODEL), device=args.device, dtype=args.precision
+        ),
+        reading,
+    )
+    total, pairs = read_parallel(args.src, args.tgt)
+    print(f"attnkit align: {total} pairs, {aligner.describe()}", file=sys.stderr)
+    bar = progress_bar(total, not args.no_progress)
+
+    def counted(stream):
+        for x in stream:
+            bar.update(1)
+            yield x
+        bar.close()
+
+    forward = aligner.align(pairs, batch_size=args.batch_size)
+    if not args.reverse_model:
+        return counted(forward)
+    back = ModelAligner(
+        Translator.load(resolve_model(args.reverse_model), device=args.device, dtype=args.precision), reading
+    )
+    _, pairs_again = read_parallel(args.src, args.tgt)
+    reverse = back.align(pairs_again, batch_size=args.batch_size, reverse=True)
+    return counted(symmetrized(forward, reverse, args.symmetrize or "grow-diag-final-and"))
+
+
+def add_align_parser(sub, add_device_flags) -> None:
+    al = sub.add_parser(
+        "align",
+        help="word alignments (Pharaoh i-j lines, as fast_align and eflomal write) from a model's attention",
+        description="Force the model to write each target line while reading its source line, read its "
+        "attention, and print one line of 0-based `source-target` word links per pair (whitespace words).",
+    )
+    al.add_argument(
+        "--model", default=None, help="a translation model name or folder (default: the shipped Transformer)"
+    )
+    al.add_argument("--src", required=True, help="source-language file, one sentence per line (required, no default)")
+    al.add_argument("--tgt", required=True, help="target-language file, line-parallel to --src (required, no default)")
+    al.add_argument(
+        "--method",
+        default="attention",
+        choices=["attention", "shift", "guided", "eflomal"],
+        help="attention: the model's attention at the step that outputs each target word; shift: Shift-Att "
+        "(Chen et al. 2020), the step where it is the input (penultimate layer by default); guided: the head "
+        "trained with --guided-alignment; eflomal: no model, eflomal on the two files (default: attention)",
+    )
+    al.add_argument(
+        "--layer",
+        type=arg_type(POSITIVE_INT, "layer"),
+        default=None,
+        help="cross-attention layer, 1-based (default: the method's)",
+    )
+    al.add_argument(
+        "--head",
+        type=arg_type(POSITIVE_INT, "head"),
+        default=None,
+        help="with --layer: one head, 1-based (default: head mean)",
+    )
+    al.add_argument(
+        "--threshold",
+        type=arg_type(_WEIGHT, "threshold"),
+        default=None,
+        help="also link pairs with attention at least this (default: none)",
+    )
+    al.add_argument(
+        "--batch-size",
+        type=arg_type(POSITIVE_INT, "batch size"),
+        default=32,
+        help="pairs per forced-decoding batch (default: 32)",
+    )
+    al.add_argument(
+        "--symmetrize",
+        default=None,
+        choices=_SYMMETRIZATIONS,
+        help="combine two directions: with --reverse-model its links; without, each source word's argmax target "
+        "word read from the same attention; with eflomal its two directions (default: grow-diag-final-and with "
+        "--reverse-model or eflomal, else none: each target word's argmax source word only)",
+    )
+    al.add_argument(
+        "--reverse-model", default=None, help="a model of the other direction (target → source) (default: none)"
+    )
+    al.add_argument("--output", default=None, help="write the links here instead of stdout (default: stdout)")
+    al.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (default: off)")
+    add_device_flags(al)
+    al.set_defaults(func=cmd_align)
+
+
+# ---------------------------------------------------------------- data links
+def cmd_data_links(args) -> None:
+    from .alignment.eflomal import eflomal_available, eflomal_links
+    from .alignment.gold import format_links
+    from .data.bible import load_pairs
+    from .paths import atomic_write_text
+
+    if args.dataset != "bible":  # argparse restricts choices
+        raise InputError(f"unknown dataset {args.dataset!r}")
+    _checked_output(args.output, "--output")
+    if not eflomal_available():
+        raise InputError("eflomal is not installed: pip install 'attnkit[align]'")
+    pairs = load_pairs(args.split, home=args.home, limit=args.limit)
+    print(f"attnkit data links: eflomal on {len(pairs)} {args.split} pairs, both directions ...", file=sys.stderr)
+    links = eflomal_links([p.src for p in pairs], [p.tgt for p in pairs], method=args.symmetrize)
+    try:
+        atomic_write_text(args.output, "".join(format_links(a) + "\n" for a in links))
+    except OSError as exc:
+        raise InputError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    print(f"{args.output}: {len(links)} lines of {args.symmetrize} links (Pharaoh i-j, source-target)")
+
+
+def add_data_links_parser(d) -> None:
+    dl = d.add_parser(
+        "links",
+        help="word links for a corpus's pairs with eflomal (both directions, symmetrised), for --guided-alignment",
+    )
+    dl.add_argument("dataset", choices=["bible"], help="which corpus")
+    dl.add_argument("--split", default="train", choices=["train", "valid", "test"], help="which split (default: train)")
+    dl.add_argument(
+        "--limit",
+        type=arg_type(POSITIVE_INT, "limit"),
+        default=None,
+        help="the first N pairs only (as --limit-train N) (default: all)",
+    )
+    dl.add_argument(
+        "--symmetrize", default="grow-diag-final-and", choices=_SYMMETRIZATIONS, help="(default: %(default)s)"
+    )
+    dl.add_argument("--output", required=True, help="the links file to write, one line per pair (required, no default)")
+    dl.set_defaults(func=cmd_data_links)
+
+
+# ---------------------------------------------------------------- evaluate alignment
+def cmd_evaluate_alignment(args) -> None:
+    from .pretrained import DEFAULT_TRANSLATION_MODEL
+    from .tasks.translation.alignment_evaluate import evaluate_alignment
+
+    if args.head is not None and args.layer is None:
+        raise InputError("--head needs --layer (heads are numbered within a layer)")
+    gold_files = (args.src, args.tgt, args.gold)
+    if any(gold_files) and not all(gold_files):
+        raise InputError("a gold set of your own needs all three of --src, --tgt and --gold")
+    try:
+        r = evaluate_alignment(
+            args.model or DEFAULT_TRANSLATION_MODEL,
+            methods=tuple(args.method or ["attention"]),
+            layer=args.layer,
+            head=args.head,
+            all_heads=args.all_heads,
+            threshold=args.threshold,
+            both_ways=args.symmetrize,
+            references=not args.no_references,
+            gold=gold_files if all(gold_files) else None,
+            dev=args.dev,
+            samples=args.samples,
+            home=args.home,
+            device=args.device,
+            dtype=args.precision,
+        )
+    except ValueError as exc:  # a model without attention, a layer it does not have, a malformed gold file
+        raise InputError(str(exc)) from None
+    if args.json:
+        print(json.dumps(r, ensure_ascii=False))
+        return
+    print(
+        f"{r['model']} on {r['gold']}: alignment of the reference translation, {r['scored_verses']} scored pairs "
+        f"({r['dev_verses']} more for choosing layers and heads); {r['rule']}; 95 % bootstrap intervals over "
+        f"pairs ({r['bootstrap']['samples']} resamples); Δ = AER − the first row's, paired"
+    )
+    rows = r["rows"] + ([r["best_head"]] if r["best_head"] else []) + r["references"]
+    width = max(len(row["name"]) for row in rows if not row.get("skipped"))
+    print(f"  {'':<{width}} {'AER':>6} {'95% interval':>14} {'prec.':>6} {'recall':>6}  Δ vs first row [95%]")
+    for row in rows:
+        if row.get("skipped"):
+            print(f"  {row['name']}")
+            continue
+        lo, hi = row["aer_95ci"]
+        vs = row.get("vs_first")
+        diff = (
+            ""
+            if vs is None
+            else f"{vs['difference']:+.3f} [{vs['low']:+.3f}, {vs['high']:+.3f}]" + (" tie" if vs["tie"] else "")
+        )
+        print(
+            f"  {row['name']:<{width}} {row['aer']:>6.3f} [{lo:.3f}, {hi:.3f}] {row['precision']:>6.3f} "
+            f"{row['recall']:>6.3f}  {diff}"
+        )
+
+
+def add_evaluate_alignment_parser(e, add_device_flags) -> None:
+    ea = e.add_parser("alignment", help="does attention align? AER against gold alignments, with bootstrap intervals")
+    ea.add_argument(
+        "--model", default=None, help="a translation model name or folder (default: the shipped Transformer)"
+    )
+    ea.add_argument(
+        "--method",
+        action="append",
+        choices=["attention", "shift", "guided"],
+        help="how attention is read (see `attnkit align --help`); repeat to compare, one row each, paired "
+        "against the first (default: attention)",
+    )
+    ea.add_argument(
+        "--layer",
+        type=arg_type(POSITIVE_INT, "layer"),
+        default=None,
+        help="read this cross-attention layer (1-based) instead of the method's default; with --head one "
+        "head, else the layer's head mean (default: none; Shift-Att picks its layer on the dev pairs)",
+    )
+    ea.add_argument(
+        "--head",
+        type=arg_type(POSITIVE_INT, "head"),
+        default=None,
+        help="with --layer: the head (1-based) (default: none)",
+    )
+    ea.add_argument(
+        "--all-heads",
+        action="store_true",
+        help="score every layer × head, each layer's mean, and the best head chosen on the dev pairs (default: off)",
+    )
+    ea.add_argument(
+        "--threshold",
+        type=arg_type(_WEIGHT, "threshold"),
+        default=None,
+        help="also link every word pair with attention at least this (default: none: argmax links only)",
+    )
+    ea.add_argument(
+        "--symmetrize",
+        default=None,
+        choices=_SYMMETRIZATIONS,
+        help="also read each source word's argmax target word from the same attention and combine the two "
+        "directions so (default: none: each target word's argmax source word only)",
+    )
+    ea.add_argument("--src", default=None, help="your own gold set: source sentences, one per line (default: none)")
+    ea.add_argument("--tgt", default=None, help="your own gold set: target sentences, line-parallel (default: none)")
+    ea.add_argument(
+        "--gold",
+        default=None,
+        help="your own gold set: one line of links per pair, 0-based source-target, `i-j` sure and `ipj` "
+        "possible (Lilt alignment-scripts' convention; `i?j` is read as possible too) (default: the built-in "
+        "Spanish-English gold set)",
+    )
+    ea.add_argument(
+        "--dev",
+        type=arg_type(_DEV, "dev"),
+        default=None,
+        help="the first N pairs are for choosing a layer or head, the rest are scored (default: 50 for the "
+        "built-in gold set, 0 for your own)",
+    )
+    ea.add_argument(
+        "--samples", type=arg_type(POSITIVE_INT, "samples"), default=1000, help="bootstrap resamples (default: 1000)"
+    )
+    ea.add_argument(
+        "--no-references", action="store_true", help="skip the diagonal baseline and eflomal (default: off)"
+    )
+    ea.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
+    add_device_flags(ea)
+    ea.set_defaults(func=cmd_evaluate_alignment)

@@ -1,0 +1,203 @@
+"""``attnkit evaluate alignment``: does a model's attention align words, measured against gold links.
+
+For each gold pair the model is forced to write the **reference** target (so the words line up with
+the gold's), its attention is read as :class:`~attnkit.tasks.translation.alignment.ModelAligner`
+reads it (plain or Shift-Att rows, a layer or head), and each target word is linked to its argmax
+source word. AER, precision and recall are summed over the **scored** pairs, each with a 95 %
+bootstrap interval over pairs (:mod:`attnkit.alignment.bootstrap`); every row after the first is
+compared with the first, paired, and called a tie when the difference's interval holds 0. A layer
+or head is chosen on the **dev** pairs only (the built-in gold set's first 50 verses; none for a
+user's gold unless ``dev`` says how many of its first lines to use).
+
+References in the same table: the diagonal baseline, and eflomal (Östling & Tiedemann 2016) trained
+without labels on the gold sentences plus, for the built-in gold set, the Bible training split, both
+directions symmetrised with grow-diag-final-and (:mod:`attnkit.alignment.eflomal`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from ...alignment import AERCounts, aer_counts, diagonal_links
+from ...alignment.bootstrap import DEFAULT_SAMPLES, aer_interval, paired_aer_difference
+from ...alignment.eflomal import EFLOMAL_MISSING, eflomal_available, eflomal_directional
+from ...alignment.gold import DEV_VERSES, GoldVerse, format_links, load_gold, load_gold_files, parse_links
+from ...alignment.symmetrize import grow_diag_final_and
+from ...errors import InputError
+from ...paths import atomic_write_text, attnkit_home
+from .alignment import AttentionReading, ModelAligner, _model_layers, describe_reading
+from .inference import Translator
+
+__all__ = ["evaluate_alignment", "gold_eflomal_links", "per_verse_counts"]
+
+
+def per_verse_counts(links: list[set], verses: list[GoldVerse]) -> list[AERCounts]:
+    """The AER counts of each verse (sum them for the corpus AER)."""
+    return [aer_counts(a, v.sure, v.possible) for a, v in zip(links, verses)]
+
+
+def _total(counts: list[AERCounts]) -> AERCounts:
+    return sum(counts, AERCounts())
+
+
+def gold_eflomal_links(verses: list[GoldVerse], *, builtin: bool, home=None) -> list[set]:
+    """eflomal's grow-diag-final-and links for the gold pairs, trained on them (plus the Bible
+    training split for the built-in gold). Both directions are cached under ``$ATTNKIT_HOME/alignment``."""
+    src = [" ".join(v.source) for v in verses]
+    tgt = [" ".join(v.target) for v in verses]
+    key = hashlib.sha256(("bible\n" if builtin else "\n").encode() + "\n".join(src + tgt).encode()).hexdigest()[:12]
+    folder = attnkit_home(home) / "alignment"
+    fwd_path, rev_path = folder / f"eflomal-{key}.fwd", folder / f"eflomal-{key}.rev"
+    if not (fwd_path.is_file() and rev_path.is_file()):
+        extra: tuple = ((), ())
+        if builtin:
+            from ...data.bible import load_pairs
+
+            train = load_pairs("train", home=home)
+            extra = ([p.src for p in train], [p.tgt for p in train])
+        forward, reverse = eflomal_directional(src, tgt, extra=extra)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(fwd_path, "".join(format_links(a) + "\n" for a in forward))
+        atomic_write_text(rev_path, "".join(format_links(a) + "\n" for a in reverse))
+    forward = [parse_links(x) for x in fwd_path.read_text().splitlines()]
+    reverse = [parse_links(x) for x in rev_path.read_text().splitlines()]
+    return [grow_diag_final_and(f, r) for f, r in zip(forward, reverse)]
+
+
+def _candidates(aligner: ModelAligner, base: AttentionReading, all_heads: bool) -> dict[str, AttentionReading]:
+    """The readings to score: ``base`` resolved, and with ``all_heads`` every layer's head mean and every head."""
+    model = aligner.translator.model
+    layers = _model_layers(model)
+    out = {"": aligner.resolve(aligner.translator, base)}
+    if layers is None:
+        return out
+    heads = getattr(model.config, "nhead", 1)
+    if all_heads or (base.method == "shift" and base.layer is None):
+        for layer in range(1, layers + 1):
+            out[f"L{layer}avg"] = AttentionReading(base.method, layer, None, base.threshold, base.both_ways)
+    if all_heads:
+        for layer in range(1, layers + 1):
+            for head in range(1, heads + 1):
+                out[f"L{layer}H{head}"] = AttentionReading(base.method, layer, head, base.threshold, base.both_ways)
+    return out
+
+
+def evaluate_alignment(
+    model,
+    *,
+    methods: tuple[str, ...] = ("attention",),
+    layer: int | None = None,
+    head: int | None = None,
+    all_heads: bool = False,
+    threshold: float | None = None,
+    both_ways: str | None = None,
+    references: bool = True,
+    gold: tuple[str | Path, str | Path, str | Path] | None = None,
+    dev: int | None = None,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+    batch_size: int = 32,
+    home=None,
+    device: str = "cpu",
+    dtype=None,
+) -> dict:
+    """The AER table of a model (see the module docstring). ``methods``: one row per attention
+    reading (``attention``, ``shift``, ``guided``); ``layer``/``head`` (1-based) pick a
+    cross-attention layer or head for them; Shift-Att without ``layer`` uses the layer with the best
+    dev AER when there are dev pairs. ``gold``: ``(source, target, gold)`` files of a user's gold
+    set (else the built-in Spanish–English one), whose first ``dev`` pairs are for choosing.
+    ``both_ways``: links are the symmetrisation of each matrix's row and column argmaxes."""
+    from ...pretrained import resolve_model
+
+    builtin = gold is None
+    verses = load_gold() if builtin else load_gold_files(*gold)
+    n_dev = (DEV_VERSES if builtin else 0) if dev is None else dev
+    if not 0 <= n_dev < len(verses):
+        raise InputError(f"dev must leave at least one scored pair: 0 <= dev < {len(verses)}, got {n_dev}")
+    scored = verses[n_dev:]
+    path = resolve_model(model)
+    aligner = ModelAligner(Translator.load(path, device=device, dtype=dtype))
+    pairs = [(v.source, v.target) for v in verses]
+
+    readings: dict[str, AttentionReading] = {}
+    for k, method in enumerate(dict.fromkeys(methods)):
+        base = AttentionReading(method, layer, head, threshold, both_ways)
+        for name, r in _candidates(aligner, base, all_heads and k == 0).items():
+            readings[f"{method}{' ' + name if name else ''}"] = r
+    names = list(readings)
+    attention: dict[str, list] = {n: [] for n in names}
+    for start in range(0, len(pairs), batch_size):
+        for n, wa in zip(names, aligner.word_attentions(pairs[start : start + batch_size], list(readings.values()))):
+            attention[n].extend(wa)
+    links = {n: [set() if wa is None else readings[n].links(wa) for wa in attention[n]] for n in names}
+    counts = {n: per_verse_counts(links[n], verses) for n in names}
+
+    def dev_aer(n):
+        return round(_total(counts[n][:n_dev]).aer, 4) if n_dev else None
+
+    main_rows = []
+    for method in dict.fromkeys(methods):
+        n = method
+        if method == "shift" and layer is None and f"{method} L1avg" in readings and n_dev:
+            n = min((x for x in names if x.startswith(f"{method} L") and x.endswith("avg")), key=dev_aer)
+        main_rows.append(
+            (n, f"{path.name} {describe_reading(readings[n])}" + (" (layer chosen on dev)" if n != method else ""))
+        )
+    rows_spec = list(main_rows)
+    best = None
+    if all_heads and len(readings) > 1:
+        first = methods[0]
+        per_layer = [n for n in names if n.startswith(first + " L")]
+        rows_spec += [(n, f"{path.name} {describe_reading(readings[n])}") for n in per_layer]
+        heads = [n for n in per_layer if not n.endswith("avg")]
+        if heads and n_dev:
+            best = min(heads, key=dev_aer)
+
+    def row(label: str, per_verse: list[AERCounts], with_dev: str | None = None) -> dict:
+        scored_counts = per_verse[n_dev:]
+        lo, hi = aer_interval(scored_counts, samples=samples, seed=seed)
+        out = {"name": label, **_total(scored_counts).to_dict(), "aer_95ci": [round(lo, 4), round(hi, 4)]}
+        if with_dev is not None:
+            out["dev_aer"] = dev_aer(with_dev)
+        return out
+
+    rows = [row(label, counts[n], n) for n, label in rows_spec]
+    best_row = (
+        row(f"{path.name} {describe_reading(readings[best])} (best head on dev)", counts[best], best) if best else None
+    )
+    refs = []
+    ref_counts: list[list[AERCounts]] = []
+    if references:
+        diag = [diagonal_links(len(v.source), len(v.target)) for v in verses]
+        ref_counts.append(per_verse_counts(diag, verses))
+        refs.append(row("diagonal baseline", ref_counts[-1]))
+        if eflomal_available():
+            ef = gold_eflomal_links(verses, builtin=builtin, home=home)
+            ref_counts.append(per_verse_counts(ef, verses))
+            refs.append(row("eflomal (unsupervised, grow-diag-final-and)", ref_counts[-1]))
+        else:
+            refs.append({"name": f"eflomal: {EFLOMAL_MISSING}", "skipped": True})
+
+    # paired comparisons with the first row, on the scored pairs
+    first = counts[rows_spec[0][0]][n_dev:]
+    others = [(r, counts[n][n_dev:]) for r, (n, _) in zip(rows[1:], rows_spec[1:])]
+    others += [(best_row, counts[best][n_dev:])] if best_row else []
+    others += list(zip([r for r in refs if not r.get("skipped")], [c[n_dev:] for c in ref_counts]))
+    for r, c in others:
+        d = paired_aer_difference(c, first, samples=samples, seed=seed)
+        r["vs_first"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in d.items()}
+    return {
+        "model": path.name,
+        "gold": "built-in es-en gold set" if builtin else str(gold[2]),
+        "scored_verses": len(scored),
+        "dev_verses": n_dev,
+        "bootstrap": {"samples": samples, "seed": seed, "confidence": 0.95, "unit": "scored pair"},
+        "rule": "links: each target word → its argmax source word (word attention = mean over the target "
+        "word's pieces of the sum over the source word's pieces)"
+        + (f", plus every pair ≥ {threshold}" if threshold is not None else "")
+        + (f"; {both_ways} of those and each source word's argmax target word" if both_ways else ""),
+        "rows": rows,
+        "best_head": best_row,
+        "references": refs,
+    }
