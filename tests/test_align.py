@@ -202,7 +202,7 @@ def test_align_command_errors_are_one_line(tmp_path, capsys):
         (["--src", str(src), "--tgt", str(src), "--batch-size", "0"], "batch size must be an int >= 1"),
         (["--src", str(src), "--tgt", str(src), "--model", "rnnencdec-es-en"], "has no attention"),
         (["--src", str(src), "--tgt", str(src), "--model", "rnnsearch-es-en", "--layer", "2"], "one attention"),
-        (["--src", str(src), "--tgt", str(src), "--threshold", "1.5"], "threshold must be in (0, "),
+        (["--src", str(src), "--tgt", str(src), "--threshold", "1.5"], "threshold must be in (0, 1]"),
     ]
     for argv, message in cases:
         assert cli_main(["align", *argv]) == 2, argv

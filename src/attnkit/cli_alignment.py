@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from .checks import POSITIVE_INT, Range, arg_type
+from .checks import POSITIVE, POSITIVE_INT, Range, arg_type
 from .errors import InputError
 
 __all__ = [
@@ -20,7 +20,6 @@ __all__ = [
 ]
 
 _SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
-_WEIGHT = Range(0, open_low=True, high=1.0000001)  # an attention weight threshold in (0, 1]
 _DEV = Range(0, integer=True)
 
 
@@ -149,7 +148,7 @@ def add_align_parser(sub, add_device_flags) -> None:
     )
     al.add_argument(
         "--threshold",
-        type=arg_type(_WEIGHT, "threshold"),
+        type=arg_type(POSITIVE, "threshold"),
         default=None,
         help="also link pairs with attention at least this (default: none)",
     )
@@ -307,7 +306,7 @@ def add_evaluate_alignment_parser(e, add_device_flags) -> None:
     )
     ea.add_argument(
         "--threshold",
-        type=arg_type(_WEIGHT, "threshold"),
+        type=arg_type(POSITIVE, "threshold"),
         default=None,
         help="also link every word pair with attention at least this (default: none: argmax links only)",
     )
