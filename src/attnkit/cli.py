@@ -374,6 +374,22 @@ def cmd_explain(args) -> None:
         )
 
 
+def cmd_evaluate_explanations(args) -> None:
+    from .attribution.evaluate import evaluate_caption_explanations, evaluate_explanations, format_report
+
+    path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
+    options = dict(methods=args.method, limit=args.limit, sanity_verses=args.sanity_verses, device=args.device)
+    if (path / "tokenizer.model").is_file():
+        report = evaluate_explanations(path, dtype=args.precision, **options)
+    else:
+        options["limit"] = args.limit or 100
+        report = evaluate_caption_explanations(path, dtype=args.precision, home=args.home, **options)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    print(json.dumps(report, ensure_ascii=False) if args.json else format_report(report))
+
+
 # ---------------------------------------------------------------- captioning
 def cmd_train_captioning(args) -> None:
     from .tasks.captioning import CaptioningConfig, train_captioning
@@ -784,6 +800,35 @@ def build_parser() -> argparse.ArgumentParser:
     ec.set_defaults(func=cmd_evaluate_captioning)
 
     add_evaluate_alignment_parser(e, _add_device_flags)
+
+    ee = e.add_parser(
+        "explanations",
+        help="every attribution method of a translator: AER, deletion area, sanity (randomised model), ms per verse",
+    )
+    ee.add_argument(
+        "--model",
+        default=None,
+        help=f"a model name (`attnkit models`) or folder (default: {DEFAULT_TRANSLATION_MODEL})",
+    )
+    ee.add_argument(
+        "--method", action="append", default=None, help="score only this method; repeat for more (default: all)"
+    )
+    ee.add_argument(
+        "--limit",
+        type=arg_type(POSITIVE_INT, "limit"),
+        default=None,
+        help="only the first N of the 100 scored gold verses (captioners: test scenes; default: all verses, 100 scenes)",
+    )
+    ee.add_argument(
+        "--sanity-verses",
+        type=arg_type(POSITIVE_INT, "sanity_verses"),
+        default=3,
+        help="verses for the randomisation check, the first of those scored (default: 3)",
+    )
+    ee.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
+    ee.add_argument("--output", default=None, help="also write the JSON report here (default: none)")
+    _add_device_flags(ee)
+    ee.set_defaults(func=cmd_evaluate_explanations)
 
     ex = sub.add_parser("export", help="write a small (fp16) copy of a checkpoint for shipping")
     ex.add_argument(

@@ -1,0 +1,430 @@
+"""``attnkit evaluate explanations``: every attribution method of a model, scored for plausibility,
+faithfulness, sanity and cost.
+
+Translators, on the hand-aligned gold verses (the scored ones, lines 51–150; ``limit`` takes the first
+N), each forced to write the verse's reference:
+
+- **plausibility**: AER against the gold links, each target word linked to its argmax source word
+  (the rule of ``attnkit evaluate alignment``, on the word-level attributions);
+- **faithfulness** (deletion curve): for each target word, remove the source words in the method's
+  order, most important first (their pieces replaced by ``<unk>``, so positions stay), and record the
+  drop in the forced target word's log-probability ``d_k = log p_0 − log p_k``, read at k = round(j·n/10)
+  words removed, j = 0 … 10 (every k for sentences of up to 10 words); the area is the trapezoid rule over
+  the fraction removed k/n. A faithful order has a larger area than a random one:
+  ``random_area`` is the mean over three random orders (seeded), the floor;
+- **sanity** (Adebayo et al. 2018, cascading randomisation): the model's parameters are re-drawn layer
+  by layer from the output side (each tensor from a normal with its own mean and standard deviation), and
+  after each stage the method's word attributions are compared with the trained model's by Spearman rank
+  correlation, per target word, averaged. The score is the correlation with every stage randomised; a
+  method above 0.2 there is flagged (it explains the input, not the model). Integrated gradients runs
+  here with a fixed 32 points;
+- **cost**: milliseconds per verse (the method's own wall-clock time, on this machine, as measured).
+
+Everything but the cost is deterministic.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..alignment.aer import AERCounts, aer_counts, argmax_links
+from ..alignment.words import word_spans
+from .methods import ForcedTranslation, explain, forced_translation, methods_for
+
+__all__ = [
+    "SANITY_THRESHOLD",
+    "evaluate_caption_explanations",
+    "evaluate_explanations",
+    "format_report",
+    "randomisation_stages",
+    "spearman",
+]
+
+SANITY_THRESHOLD = 0.2
+RANDOM_ORDERS = 3
+#: the deletion curve is read at k = round(j·n / DELETION_POINTS) words removed, j = 0 … DELETION_POINTS
+DELETION_POINTS = 10
+
+
+# ---------------------------------------------------------------------------------------- helpers
+def _average_ranks(x: np.ndarray) -> np.ndarray:
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x), dtype=np.float64)
+    ranks[order] = np.arange(len(x), dtype=np.float64)
+    _, inverse = np.unique(x, return_inverse=True)
+    return (np.bincount(inverse, weights=ranks) / np.bincount(inverse))[inverse]  # ties share their mean rank
+
+
+def spearman(a, b) -> float:
+    """Spearman's rank correlation of two equal-length vectors (ties get average ranks); NaN when one is constant."""
+    ra, rb = _average_ranks(np.asarray(a, dtype=np.float64)), _average_ranks(np.asarray(b, dtype=np.float64))
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    den = math.sqrt(float((ra * ra).sum() * (rb * rb).sum()))
+    return float((ra * rb).sum() / den) if den > 0 else float("nan")
+
+
+def randomisation_stages(model) -> list[list[torch.nn.Parameter]]:
+    """The parameters in cascade order, output side first: the model's own parameters (output bias), then
+    its children from the last registered to the first, a stack of layers (``nn.ModuleList``) one layer
+    at a time from the top."""
+    stages: list[list[torch.nn.Parameter]] = []
+
+    def walk(module):
+        own = list(module.parameters(recurse=False))
+        if own:
+            stages.append(own)
+        for child in reversed(list(module.children())):
+            if isinstance(child, torch.nn.ModuleList):
+                for layer in reversed(list(child)):
+                    if any(True for _ in layer.parameters()):
+                        stages.append(list(layer.parameters()))
+            elif any(isinstance(c, torch.nn.ModuleList) for c in child.children()):
+                walk(child)
+            elif any(True for _ in child.parameters()):
+                stages.append(list(child.parameters()))
+
+    walk(model)
+    return stages
+
+
+@torch.no_grad()
+def _randomise(params: list[torch.nn.Parameter], generator: torch.Generator) -> None:
+    for p in params:
+        std = float(p.float().std()) if p.numel() > 1 else 0.0
+        mean = float(p.float().mean())
+        noise = torch.randn(p.shape, generator=generator, dtype=torch.float32)
+        p.copy_((noise * (std if std > 0 else 1.0) + mean).to(p.dtype))
+
+
+@torch.no_grad()
+def _word_log_probs(model, pair: ForcedTranslation, sources: torch.Tensor, tgt_spans) -> torch.Tensor:
+    """``sources (N, S)`` variants of the source → ``(N, T_words)``: log p of each forced target word
+    (the sum over its pieces), teacher forced on the same target."""
+    out = []
+    lengths = torch.full((1,), sources.shape[1], dtype=torch.long)
+    for chunk in sources.split(256):
+        n = chunk.shape[0]
+        logits, _ = model(chunk, lengths.expand(n), pair.tgt_in[None].expand(n, -1))
+        lp = F.log_softmax(logits.float(), -1).gather(-1, pair.tgt[None, :, None].expand(n, -1, -1))[..., 0]  # (n, T)
+        out.append(torch.stack([lp[:, span].sum(1) for span in tgt_spans], 1))
+    return torch.cat(out)
+
+
+def _deletion_areas(model, pair: ForcedTranslation, orders: list[list[list[int]]], unk_id: int) -> list[list[float]]:
+    """For each order set (a list with one source-word order per target word), the deletion area of each
+    target word (see the module docstring). Source variants are evaluated once each, whichever order asks."""
+    src_spans, tgt_spans = word_spans(pair.source_pieces), word_spans(pair.target_pieces)
+    n = len(src_spans)
+    ks = sorted({round(j * n / DELETION_POINTS) for j in range(DELETION_POINTS + 1)})  # 0 … n
+    variants: dict[frozenset, int] = {}
+    for order_set in orders:
+        for order in order_set:
+            for k in ks:
+                variants.setdefault(frozenset(order[:k]), len(variants))
+    rows = pair.src[None].repeat(len(variants), 1)
+    for removed, r in variants.items():
+        for w in removed:
+            rows[r, src_spans[w]] = unk_id
+    lp = _word_log_probs(model, pair, rows, tgt_spans)  # (variants, T_words)
+    base = lp[variants[frozenset()]]
+    areas = []
+    for order_set in orders:
+        per_word = []
+        for i, order in enumerate(order_set):
+            drops = [float(base[i] - lp[variants[frozenset(order[:k])], i]) for k in ks]
+            per_word.append(float(np.trapezoid(drops, [k / n for k in ks])) if n > 0 else 0.0)
+        areas.append(per_word)
+    return areas
+
+
+# ---------------------------------------------------------------------------------------- the evaluation
+def evaluate_explanations(
+    model,
+    *,
+    methods: list[str] | None = None,
+    limit: int | None = None,
+    sanity_verses: int = 3,
+    seed: int = 0,
+    gold_dir=None,
+    verses=None,
+    device: str = "cpu",
+    dtype=None,
+    progress=None,
+) -> dict:
+    """The explanation scores of a translation model (see the module docstring): one entry per method.
+    ``verses``: gold verses to score instead of the scored ones (:func:`attnkit.alignment.gold.load_gold`)."""
+    from ..alignment.gold import DEV_VERSES, load_gold
+    from ..pretrained import resolve_model
+    from ..tasks.translation import Translator
+    from .methods import canonical_method
+
+    path = resolve_model(model)
+    tr = Translator.load(path, device=device, dtype=dtype)
+    tr.model.eval()
+    names = methods_for(tr) if not methods else [canonical_method(m) for m in methods]
+    unknown = [m for m in names if m not in methods_for(tr)]
+    if unknown:
+        from .methods import UnknownMethodError
+
+        raise UnknownMethodError(f"{path.name} has no {', '.join(unknown)}; it has: {', '.join(methods_for(tr))}")
+    verses = load_gold(gold_dir)[DEV_VERSES:] if verses is None else list(verses)
+    if limit is not None:
+        verses = verses[:limit]
+    pairs = [forced_translation(tr, " ".join(v.source), " ".join(v.target)) for v in verses]
+    unk = tr.tokenizer.unk_id
+    rng = np.random.default_rng(seed)
+    random_orders = []
+    for p in pairs:
+        n_src, n_tgt = len(word_spans(p.source_pieces)), len(word_spans(p.target_pieces))
+        random_orders.append([[list(rng.permutation(n_src)) for _ in range(n_tgt)] for _ in range(RANDOM_ORDERS)])
+    random_area = []
+    for p, orders in zip(pairs, random_orders):
+        random_area.extend(w for a in _deletion_areas(tr.model, p, orders, unk) for w in a)
+    floor = float(np.mean(random_area))
+
+    report: dict = {
+        "model": path.name,
+        "kind": getattr(tr.model, "model_type", "?"),
+        "verses": len(verses),
+        "sanity_verses": min(sanity_verses, len(verses)),
+        "random_area": round(floor, 4),
+        "methods": {},
+    }
+    trained_words: dict[str, list] = {}
+    for m in names:
+        counts, areas, seconds = AERCounts(), [], []
+        trained_words[m] = []
+        for v, p in zip(verses, pairs):
+            att = explain(tr, "", method=m, pair=p)
+            seconds.append(att.seconds)
+            _, _, words = att.word_scores()
+            trained_words[m].append(words)
+            counts = counts + aer_counts(argmax_links(words), v.sure, v.possible)
+            orders = [[int(j) for j in torch.argsort(row, descending=True, stable=True)] for row in words]
+            areas.extend(_deletion_areas(tr.model, p, [orders], unk)[0])
+            if progress is not None:
+                progress(m)
+        report["methods"][m] = {
+            **{k: v for k, v in counts.to_dict().items() if k in ("aer", "precision", "recall")},
+            "deletion_area": round(float(np.mean(areas)), 4),
+            "random_area": report["random_area"],
+            "ms_per_sentence": round(1000 * float(np.mean(seconds)), 1),
+        }
+    _sanity(tr, names, pairs[: report["sanity_verses"]], trained_words, report, seed)
+    attention = report["methods"].get("attention")
+    if attention is not None:
+        better = [
+            m
+            for m, r in report["methods"].items()
+            if m != "attention" and r["aer"] < attention["aer"] and r["deletion_area"] > attention["deletion_area"]
+        ]
+        report["beats_attention_on_aer_and_deletion"] = better
+    return report
+
+
+def _sanity(tr, names, pairs, trained_words, report, seed) -> None:
+    """Cascading randomisation (see the module docstring): fills each method's ``"sanity"``."""
+    from ..tasks.translation import Translator
+
+    if not pairs:
+        return
+    model = copy.deepcopy(tr.model).eval()
+    shadow = Translator(model, tr.tokenizer)
+    generator = torch.Generator().manual_seed(seed)
+    by_stage: dict[str, list[float]] = {m: [] for m in names}
+    for stage in randomisation_stages(model):
+        _randomise(stage, generator)
+        for m in names:
+            rhos = []
+            for k, p in enumerate(pairs):
+                steps = 32 if m == "integrated_gradients" else None
+                _, _, words = explain(shadow, "", method=m, pair=p, steps=steps).word_scores()
+                trained = trained_words[m][k]
+                rhos += [spearman(a, b) for a, b in zip(trained.tolist(), words.tolist()) if len(a) >= 3]
+            rhos = [r for r in rhos if not math.isnan(r)]
+            by_stage[m].append(round(float(np.mean(rhos)), 4) if rhos else float("nan"))
+    for m in names:
+        final = by_stage[m][-1]
+        report["methods"][m]["sanity"] = {
+            "spearman": final,
+            "by_stage": by_stage[m],
+            "passes": bool(final <= SANITY_THRESHOLD),
+        }
+
+
+# ---------------------------------------------------------------------------------------- captioners
+@torch.no_grad()
+def _caption_deletion_areas(model, pair, words: list[int], orders: list[list[list[int]]]) -> list[list[float]]:
+    """Captioners' deletion areas: the grid cells of the image zeroed (black, the scenes' background) in each
+    order, the drop in log p of caption word ``words[i]`` read at DELETION_POINTS + 1 points."""
+    from .methods import _cell_index, caption_log_probs
+
+    h, w = model.grid_shape
+    n = h * w
+    canvas = pair.image.shape[-1]
+    cell_of = _cell_index(canvas, (h, w), pair.image.device).reshape(canvas, canvas)
+    ks = sorted({round(j * n / DELETION_POINTS) for j in range(DELETION_POINTS + 1)})
+    variants: dict[frozenset, int] = {}
+    for order_set in orders:
+        for order in order_set:
+            for k in ks:
+                variants.setdefault(frozenset(order[:k]), len(variants))
+    images = pair.image[None].repeat(len(variants), 1, 1, 1)  # (N, 1, C, C)
+    for removed, r in variants.items():
+        if removed:
+            keep = ~torch.isin(cell_of, torch.tensor(sorted(removed), device=cell_of.device))
+            images[r, 0] *= keep
+    f = caption_log_probs(model, pair)
+    lp = torch.cat([f(chunk) for chunk in images.split(256)])  # (N, T)
+    base = lp[variants[frozenset()]]
+    areas = []
+    for order_set in orders:
+        areas.append(
+            [
+                float(
+                    np.trapezoid([float(base[t] - lp[variants[frozenset(o[:k])], t]) for k in ks], [k / n for k in ks])
+                )
+                for t, o in zip(words, order_set)
+            ]
+        )
+    return areas
+
+
+def evaluate_caption_explanations(
+    model,
+    *,
+    methods: list[str] | None = None,
+    limit: int | None = 100,
+    sanity_verses: int = 3,
+    seed: int = 0,
+    home=None,
+    scenes=None,
+    device: str = "cpu",
+    dtype=None,
+) -> dict:
+    """A captioner's explanation scores on held-out test scenes forced to their reference captions:
+    plausibility is the mass inside the named item's box (the attention-correctness measure, for every
+    method), faithfulness and sanity as for translators (cells zeroed; item words only), cost in ms per scene."""
+    from ..pretrained import resolve_model
+    from ..tasks.captioning import Captioner, attention_mass_in_box, words_to_items
+    from .methods import canonical_method, explain_caption, forced_caption
+
+    path = resolve_model(model)
+    cm = Captioner.load(path, device=device, dtype=dtype)
+    cm.model.eval()
+    names = methods_for(cm) if not methods else [canonical_method(m) for m in methods]
+    if scenes is None:
+        from ..data.scenes import load_scenes
+
+        scenes = load_scenes("test", home, canvas=cm.canvas)
+    items_all = [scenes[i] for i in range(min(len(scenes), limit or len(scenes)))]
+    grid = tuple(cm.model.grid_shape)
+    pairs, named = [], []
+    for it in items_all:
+        pair = forced_caption(cm, it["image"], it["caption"])
+        items = words_to_items(pair.words, it["classes"].tolist(), it["places"].tolist())
+        pairs.append(pair)
+        named.append([(t, k) for t, k in enumerate(items) if k >= 0])
+    rng = np.random.default_rng(seed)
+    n_cells = grid[0] * grid[1]
+    random_area = []
+    for pair, nm in zip(pairs, named):
+        if nm:
+            orders = [[list(rng.permutation(n_cells)) for _ in nm] for _ in range(RANDOM_ORDERS)]
+            random_area += [a for o in _caption_deletion_areas(cm.model, pair, [t for t, _ in nm], orders) for a in o]
+    report: dict = {
+        "model": path.name,
+        "kind": "captioner",
+        "scenes": len(items_all),
+        "sanity_scenes": min(sanity_verses, len(items_all)),
+        "random_area": round(float(np.mean(random_area)), 4) if random_area else None,
+        "methods": {},
+    }
+    trained: dict[str, list] = {}
+    for m in names:
+        masses, areas, seconds = [], [], []
+        trained[m] = []
+        for it, pair, nm in zip(items_all, pairs, named):
+            att = explain_caption(cm, it["image"], method=m, pair=pair)
+            seconds.append(att.seconds)
+            trained[m].append(att.scores)
+            if not nm:
+                continue
+            boxes = it["boxes"].numpy()[[k for _, k in nm]]
+            masses += attention_mass_in_box(att.scores[[t for t, _ in nm]].numpy(), grid, cm.canvas, boxes).tolist()
+            orders = [[int(j) for j in torch.argsort(att.scores[t], descending=True, stable=True)] for t, _ in nm]
+            areas += _caption_deletion_areas(cm.model, pair, [t for t, _ in nm], [orders])[0]
+        report["methods"][m] = {
+            "mass_in_box": round(float(np.mean(masses)), 4) if masses else None,
+            "deletion_area": round(float(np.mean(areas)), 4) if areas else None,
+            "random_area": report["random_area"],
+            "ms_per_sentence": round(1000 * float(np.mean(seconds)), 1),
+        }
+    model_copy = copy.deepcopy(cm.model).eval()
+    shadow = Captioner(model_copy, cm.vocab)
+    generator = torch.Generator().manual_seed(seed)
+    by_stage: dict[str, list[float]] = {m: [] for m in names}
+    for stage in randomisation_stages(model_copy):
+        _randomise(stage, generator)
+        for m in names:
+            rhos = []
+            for k in range(report["sanity_scenes"]):
+                steps = 32 if m == "integrated_gradients" else None
+                att = explain_caption(shadow, items_all[k]["image"], method=m, pair=pairs[k], steps=steps)
+                rhos += [spearman(a, b) for a, b in zip(trained[m][k].tolist(), att.scores.tolist())]
+            rhos = [r for r in rhos if not math.isnan(r)]
+            by_stage[m].append(round(float(np.mean(rhos)), 4) if rhos else float("nan"))
+    for m in names:
+        final = by_stage[m][-1] if by_stage[m] else float("nan")
+        report["methods"][m]["sanity"] = {
+            "spearman": final,
+            "by_stage": by_stage[m],
+            "passes": bool(final <= SANITY_THRESHOLD),
+        }
+    return report
+
+
+def format_report(report: dict) -> str:
+    """The table ``attnkit evaluate explanations`` prints."""
+    if report.get("kind") == "captioner":
+        return _format_caption_report(report)
+    lines = [
+        f"{report['model']} ({report['kind']}): {report['verses']} gold verses forced to their reference; "
+        f"sanity on {report['sanity_verses']}",
+        f"{'method':<22} {'AER':>6} {'P':>6} {'R':>6} {'deletion':>9} {'random':>7} {'sanity ρ':>9}  {'':4} {'ms/verse':>9}",
+    ]
+    for m, r in report["methods"].items():
+        s = r.get("sanity", {})
+        flag = "" if s.get("passes", True) else "FLAG"
+        lines.append(
+            f"{m:<22} {r['aer']:>6.3f} {r['precision']:>6.3f} {r['recall']:>6.3f} {r['deletion_area']:>9.3f} "
+            f"{r['random_area']:>7.3f} {s.get('spearman', float('nan')):>9.3f}  {flag:4} {r['ms_per_sentence']:>9.1f}"
+        )
+    if "beats_attention_on_aer_and_deletion" in report:
+        better = report["beats_attention_on_aer_and_deletion"]
+        lines.append(
+            "better than raw attention on both AER and deletion area: " + (", ".join(better) if better else "none")
+        )
+    return "\n".join(lines)
+
+
+def _format_caption_report(report: dict) -> str:
+    fmt = lambda x, d=3: "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
+    lines = [
+        f"{report['model']} (captioner): {report['scenes']} test scenes forced to their reference; "
+        f"sanity on {report['sanity_scenes']}",
+        f"{'method':<22} {'mass in box':>11} {'deletion':>9} {'random':>7} {'sanity ρ':>9}  {'':4} {'ms/scene':>9}",
+    ]
+    for m, r in report["methods"].items():
+        s = r.get("sanity", {})
+        flag = "" if s.get("passes", True) else "FLAG"
+        lines.append(
+            f"{m:<22} {fmt(r['mass_in_box']):>11} {fmt(r['deletion_area']):>9} {fmt(r['random_area']):>7} "
+            f"{fmt(s.get('spearman')):>9}  {flag:4} {r['ms_per_sentence']:>9.1f}"
+        )
+    return "\n".join(lines)
