@@ -1,35 +1,47 @@
 """attnkit: attention mechanisms for PyTorch, from Bahdanau to the Transformer.
 
 The core is one function, :func:`attend` (score, normalise, sum), and the layers built on it.
+
+The public names below are imported on first use (PEP 562), so ``import attnkit`` alone does not
+import torch: the torch-free paths (``attnkit translate --engine ctranslate2``) stay torch-free.
 """
 
 __version__ = "0.1.0"
 
-from .attention import (  # noqa: F401  (the public API)
-    Attention,
-    AttentionPooling,
-    LearnedPositionalEncoding,
-    MultiHeadAttention,
-    SelfAttention,
-    SelfAttentiveEncoder,
-    SinusoidalPositionalEncoding,
-    SpatialSelfAttention,
-    TransformerDecoder,
-    TransformerDecoderLayer,
-    TransformerEncoder,
-    TransformerEncoderLayer,
-    attend,
-    attend_hard,
-    causal_mask,
-    padding_mask,
-    scores,
+_PUBLIC = (
+    "Attention",
+    "AttentionPooling",
+    "LearnedPositionalEncoding",
+    "MultiHeadAttention",
+    "SelfAttention",
+    "SelfAttentiveEncoder",
+    "SinusoidalPositionalEncoding",
+    "SpatialSelfAttention",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
+    "attend",
+    "attend_hard",
+    "causal_mask",
+    "padding_mask",
+    "scores",
 )
+__all__ = [*_PUBLIC, "__version__", "show"]
 
 
 def __getattr__(name: str):
-    """``attnkit.show(...)``: the explorer's views inline in a notebook (imported on first use)."""
-    if name == "show":
-        from .attribution.notebook import show
+    """The public API from :mod:`attnkit.attention`, and ``attnkit.show(...)`` (the explorer's views
+    inline in a notebook), each imported on first use."""
+    import importlib
 
-        return show
+    if name in _PUBLIC or name == "attention":
+        attention = importlib.import_module(".attention", __name__)
+        return attention if name == "attention" else getattr(attention, name)
+    if name == "show":
+        return importlib.import_module(".attribution.notebook", __name__).show
     raise AttributeError(f"module 'attnkit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC, "show"])

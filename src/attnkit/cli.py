@@ -6,6 +6,7 @@ Every subcommand reports bad input as one clear line on stderr (exit status 2), 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -89,8 +90,9 @@ def cmd_train_translation(args) -> None:
         _print_json(summary)
 
 
-def _add_device_flags(parser: argparse.ArgumentParser) -> None:
-    """``--device`` and ``--precision`` for a command that runs a model (see :mod:`attnkit.device`)."""
+def _add_device_flags(parser: argparse.ArgumentParser, *, int8: bool = False) -> None:
+    """``--device`` and ``--precision`` for a command that runs a model (see :mod:`attnkit.device`);
+    ``int8``: the command runs translators, which also take ``--precision int8``."""
     parser.add_argument(
         "--device",
         default="auto",
@@ -99,9 +101,66 @@ def _add_device_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--precision",
         default="fp32",
-        choices=["fp32", "bf16", "fp16", "auto"],
-        help="weights and arithmetic: fp32, bf16, fp16, or auto (bf16 where it is measured faster) (default: fp32)",
+        choices=["fp32", "bf16", "fp16", *(["int8"] if int8 else []), "auto"],
+        help="weights and arithmetic: fp32, bf16, fp16, "
+        + ("int8 (dynamic quantization, CPU), " if int8 else "")
+        + "or auto (bf16 where it is measured faster) (default: fp32)",
     )
+
+
+def _add_engine_flag(parser: argparse.ArgumentParser) -> None:
+    """``--engine``: attnkit's own PyTorch decoding, or a CTranslate2 export (:mod:`attnkit.deploy`)."""
+    parser.add_argument(
+        "--engine",
+        default="pytorch",
+        choices=["pytorch", "ctranslate2"],
+        help="pytorch: attnkit's own decoding; ctranslate2: a model written by `attnkit export MODEL OUT "
+        "--format ctranslate2` (pip install 'attnkit[deploy]'; no torch import) (default: pytorch)",
+    )
+    parser.add_argument(
+        "--vmap",
+        action="store_true",
+        help="ctranslate2: decode over the export's vocabulary map, the lexical shortlist given to "
+        "`attnkit export --shortlist` (default: off)",
+    )
+
+
+def _check_engine_flags(args) -> None:
+    """The flags that belong to one engine only, refused on the other with the reason."""
+    if args.engine == "ctranslate2":
+        if args.precision != "fp32":
+            raise CLIError(
+                "--precision is the PyTorch engine's: a CTranslate2 model computes in the type it was "
+                "exported with (`attnkit export --quantization`)"
+            )
+        if getattr(args, "shortlist", None):
+            raise CLIError(
+                "--shortlist is the PyTorch engine's: give the shortlist to `attnkit export --shortlist` "
+                "and decode with --vmap"
+            )
+    elif getattr(args, "vmap", False):
+        raise CLIError("--vmap needs --engine ctranslate2 (the PyTorch engine takes --shortlist FILE)")
+
+
+def _load_ct2(model: str | None, device: str):
+    """A CTranslate2 export (a folder, or a name under ``$ATTNKIT_HOME/models``) as a
+    :class:`attnkit.deploy.ct2_engine.CT2Translator`."""
+    from .deploy.ct2_engine import CT2Translator
+    from .paths import attnkit_home
+
+    if not model:
+        raise CLIError(
+            "--engine ctranslate2 needs --model FOLDER, written by `attnkit export MODEL OUT --format ctranslate2`"
+        )
+    path = Path(model)
+    if not path.is_dir():
+        from .pretrained import PRETRAINED_DIR
+
+        for folder in (attnkit_home() / "models" / model, PRETRAINED_DIR / model):
+            if "/" not in model and folder.is_dir():
+                path = folder
+                break
+    return CT2Translator.load(path, device=device)
 
 
 def _add_evaluate_flags(parser: argparse.ArgumentParser, unit: str) -> None:
@@ -203,20 +262,25 @@ def _looks_english(text: str) -> bool:
     return sum(w in common for w in words) / len(words) > 0.3
 
 
-def cmd_translate(args) -> None:
-    from .tasks.translation import read_lines
+def _read_lines(stream) -> list[str]:
+    """Non-empty stripped lines of a file or stdin (here rather than tasks.translation.read_lines,
+    which would import torch on the CTranslate2 path)."""
+    return [line.strip() for line in stream if line.strip()]
 
+
+def cmd_translate(args) -> None:
+    _check_engine_flags(args)
     _output(args.plot, "--plot")
     _output(args.html, "--html")
     sentences = list(args.text)
     if args.file:
         try:
             with open(args.file, encoding="utf-8") as fh:
-                sentences += read_lines(fh)
+                sentences += _read_lines(fh)
         except OSError as exc:
             raise CLIError(f"cannot read {args.file}: {exc.strerror}") from None
     if not sentences and not sys.stdin.isatty():
-        sentences = read_lines(sys.stdin)
+        sentences = _read_lines(sys.stdin)
     if not sentences or not any(s.strip() for s in sentences):
         raise CLIError("nothing to translate: give Spanish text as arguments, with --file, or on stdin")
     for s in sentences:
@@ -227,16 +291,30 @@ def cmd_translate(args) -> None:
                 f"attnkit: warning: this looks like English, but the model translates Spanish → English: {s[:60]!r}",
                 file=sys.stderr,
             )
-    model_dir = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
-    tr = _load_translator(args, model_dir)
     need_attn = args.show_attention or args.plot is not None
-    results = tr.translate(
-        sentences,
-        beam_size=args.beam,
-        return_attention=need_attn,
-        truncate=args.truncate,
-        shortlist=_load_shortlist(args.shortlist),
-    )
+    if args.engine == "ctranslate2":
+        if args.html is not None:
+            raise CLIError(
+                "--html needs the PyTorch engine (the explorer's views replay the model); use `attnkit serve --engine ctranslate2`"
+            )
+        tr = _load_ct2(args.model, args.device)
+        results = tr.translate(
+            sentences,
+            beam_size=args.beam,
+            return_attention=need_attn,
+            truncate=args.truncate,
+            use_vocabulary_map=args.vmap,
+        )
+    else:
+        model_dir = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
+        tr = _load_translator(args, model_dir)
+        results = tr.translate(
+            sentences,
+            beam_size=args.beam,
+            return_attention=need_attn,
+            truncate=args.truncate,
+            shortlist=_load_shortlist(args.shortlist),
+        )
     for r in results:
         print(r.translation)
         if args.show_attention and r.attention is not None:
@@ -259,7 +337,8 @@ def cmd_translate(args) -> None:
 def _plot_translation(tr, results, sentences, path) -> None:
     from .viz import plot_alignment, plot_alignments
 
-    first = tr.attention(sentences[0], results[0].tokens) if results[0].tokens else None
+    per_head = hasattr(tr, "attention") and results[0].tokens  # the CTranslate2 engine has the alignment only
+    first = tr.attention(sentences[0], results[0].tokens) if per_head else None
     if first is not None and first.maps.cross is not None:  # a per-layer, per-head model: the head grid
         from .viz import plot_transformer_heads
 
@@ -284,11 +363,27 @@ def cmd_evaluate_translation(args) -> None:
     from .tasks.translation import evaluate_translation
     from .training.checkpoint import CheckpointError
 
+    _check_engine_flags(args)
     _output(args.output, "--output")
     _output(args.plot, "--plot")
     reports = []
     shortlist = _load_shortlist(args.shortlist)  # read once, checked against each model's tokenizer
-    for name in args.model or [DEFAULT_TRANSLATION_MODEL]:
+    if args.engine == "ctranslate2":
+        from .deploy.ct2_engine import evaluate_ct2
+
+        for name in args.model or [None]:
+            tr = _load_ct2(name, args.device)
+            reports.append(
+                evaluate_ct2(
+                    tr,
+                    split=args.split,
+                    limit=args.limit,
+                    beam_size=args.beam,
+                    home=args.home,
+                    use_vocabulary_map=args.vmap,
+                )
+            )
+    for name in [] if args.engine == "ctranslate2" else args.model or [DEFAULT_TRANSLATION_MODEL]:
         m = _model_path(name, DEFAULT_TRANSLATION_MODEL)
         try:
             reports.append(
@@ -319,7 +414,8 @@ def cmd_evaluate_translation(args) -> None:
         print(
             f"{r['model']} ({r['model_type']}): BLEU {r['bleu']:.2f}  chrF {r['chrf']:.2f}  "
             f"on {r['n_sentences']} {r['split']} verses, {r['sentences_per_s']:.1f} sentences/s (beam {r['beam_size']}"
-            f"{', lexical shortlist' if r.get('shortlist') else ''})"
+            f"{', lexical shortlist' if r.get('shortlist') else ''}"
+            f"{', CTranslate2 ' + r['quantization'] if r.get('engine') == 'ctranslate2' else ''})"
         )
         print("  source words  " + "  ".join(f"{b['bucket']:>6}" for b in r["by_length"]))
         print("  verses        " + "  ".join(f"{b['n']:>6}" for b in r["by_length"]))
@@ -504,7 +600,34 @@ def cmd_evaluate_captioning(args) -> None:
 
 
 # ---------------------------------------------------------------- export
+def cmd_export_ctranslate2(args) -> None:
+    from .deploy.ct2_engine import ct2_available
+    from .deploy.ct2_export import export_ctranslate2
+
+    if args.fp32 or args.average_last is not None:
+        raise CLIError("--fp32 and --average-last are for --format attnkit; export the averaged checkpoint first")
+    reason = ct2_available()
+    if reason:
+        raise CLIError(reason)
+    _output(args.out, "out", folder=True)
+    out = export_ctranslate2(
+        _model_path(args.checkpoint, DEFAULT_TRANSLATION_MODEL),
+        args.out,
+        quantization=args.quantization,
+        shortlist=_load_shortlist(args.shortlist),
+        force=args.force,
+    )
+    size = sum(f.stat().st_size for f in Path(out).iterdir() if f.is_file())
+    print(
+        f"wrote {out} (CTranslate2, {args.quantization} weights, {size / 1e6:.1f} MB"
+        f"{', with the vocabulary map' if args.shortlist else ''}); "
+        f"translate with: attnkit translate --engine ctranslate2 --model {out} TEXT"
+    )
+
+
 def cmd_export(args) -> None:
+    if args.format == "ctranslate2":
+        return cmd_export_ctranslate2(args)
     import torch
 
     from .training.checkpoint import CheckpointError, export_checkpoint
@@ -530,7 +653,10 @@ def cmd_serve(args) -> None:
 
     from .explorer.app import create_app, load_models
 
-    models = load_models(args.model, device=args.device, dtype=args.precision)
+    _check_engine_flags(args)
+    if args.vmap:
+        raise CLIError("--vmap is for translate and evaluate; the explorer decodes over the whole vocabulary")
+    models = load_models(args.model, device=args.device, dtype=args.precision, engine=args.engine)
     loaded = ", ".join(f"{n} ({i['task']})" for n, i in models.info.items())
     print(f"attnkit explorer: {loaded}")
     if args.host not in ("127.0.0.1", "localhost", "::1"):
@@ -610,6 +736,36 @@ def _add_shortlist_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_translate_parser(sub) -> None:
+    """``attnkit translate``'s flags (torch-free: :func:`main` also builds it alone, for the CTranslate2 path)."""
+    tr = sub.add_parser("translate", help="translate Spanish to English")
+    tr.add_argument("text", nargs="*", help="Spanish sentences (or --file, or stdin)")
+    _add_model_flag(tr, DEFAULT_TRANSLATION_MODEL)
+    tr.add_argument("--file", default=None, help="read sentences from this file, one per line (default: none)")
+    tr.add_argument("--beam", type=arg_type(POSITIVE_INT, "beam"), default=5, help="beam size, 1 = greedy (default: 5)")
+    tr.add_argument(
+        "--show-attention", action="store_true", help="print the top source pieces of each output piece (default: off)"
+    )
+    tr.add_argument(
+        "--plot", default=None, help="write the alignment heatmap (or head grid) to this PNG (default: none)"
+    )
+    tr.add_argument(
+        "--html",
+        default=None,
+        help="write the explorer's views of these translations to this "
+        "self-contained HTML file (opens offline) (default: none)",
+    )
+    _add_device_flags(tr, int8=True)
+    _add_engine_flag(tr)
+    _add_shortlist_flag(tr)
+    tr.add_argument(
+        "--truncate",
+        action="store_true",
+        help="cut sentences longer than the model's maximum instead of stopping (default: off)",
+    )
+    tr.set_defaults(func=cmd_translate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .cli_alignment import add_align_parser, add_data_links_parser, add_evaluate_alignment_parser
     from .tasks.translation.lexical_shortlist import DEFAULT_FREQUENT, DEFAULT_PER_SOURCE
@@ -660,31 +816,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_arguments(tk, ClassifierTaskConfig)
     _add_train_flags(tk, cmd_train_classifier)
 
-    tr = sub.add_parser("translate", help="translate Spanish to English")
-    tr.add_argument("text", nargs="*", help="Spanish sentences (or --file, or stdin)")
-    _add_model_flag(tr, DEFAULT_TRANSLATION_MODEL)
-    tr.add_argument("--file", default=None, help="read sentences from this file, one per line (default: none)")
-    tr.add_argument("--beam", type=arg_type(POSITIVE_INT, "beam"), default=5, help="beam size, 1 = greedy (default: 5)")
-    tr.add_argument(
-        "--show-attention", action="store_true", help="print the top source pieces of each output piece (default: off)"
-    )
-    tr.add_argument(
-        "--plot", default=None, help="write the alignment heatmap (or head grid) to this PNG (default: none)"
-    )
-    tr.add_argument(
-        "--html",
-        default=None,
-        help="write the explorer's views of these translations to this "
-        "self-contained HTML file (opens offline) (default: none)",
-    )
-    _add_device_flags(tr)
-    _add_shortlist_flag(tr)
-    tr.add_argument(
-        "--truncate",
-        action="store_true",
-        help="cut sentences longer than the model's maximum instead of stopping (default: off)",
-    )
-    tr.set_defaults(func=cmd_translate)
+    _add_translate_parser(sub)
 
     add_align_parser(sub, _add_device_flags)
 
@@ -789,7 +921,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_evaluate_flags(et, "verses")
     et.add_argument("--plot", default=None, help="plot BLEU by source length to this PNG (default: none)")
-    _add_device_flags(et)
+    _add_device_flags(et, int8=True)
+    _add_engine_flag(et)
     _add_shortlist_flag(et)
     et.set_defaults(func=cmd_evaluate_translation)
 
@@ -845,6 +978,28 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="export the mean weights of the last K step checkpoints in the run folder (default: none: one checkpoint)",
     )
+    ex.add_argument(
+        "--format",
+        default="attnkit",
+        choices=["attnkit", "ctranslate2"],
+        help="attnkit: a checkpoint folder; ctranslate2: a CTranslate2 model of a Transformer translator, with its "
+        "tokenizer and attnkit.json, for --engine ctranslate2 (pip install 'attnkit[deploy]') (default: attnkit)",
+    )
+    ex.add_argument(
+        "--quantization",
+        default="int8",
+        choices=["int8", "int8_float32", "float32"],
+        help="ctranslate2: the weights' type (int8: int8 matmuls; int8_float32: the same on CPUs; float32: "
+        "the exact network) (default: int8)",
+    )
+    ex.add_argument(
+        "--shortlist",
+        default=None,
+        metavar="FILE",
+        help="ctranslate2: a lexical shortlist (`attnkit shortlist`) written as the export's vocabulary map, "
+        "for translate --vmap (default: none)",
+    )
+    ex.add_argument("--force", action="store_true", help="ctranslate2: replace a non-empty OUT (default: off)")
     ex.set_defaults(func=cmd_export)
 
     sv = sub.add_parser("serve", help="the attention explorer: a local web page and JSON API over the models")
@@ -865,7 +1020,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODEL",
         help="model names or folders to load (--model a b, or --model a --model b) (default: every shipped model)",
     )
-    _add_device_flags(sv)
+    _add_device_flags(sv, int8=True)
+    _add_engine_flag(sv)
     sv.set_defaults(func=cmd_serve)
 
     ms = sub.add_parser("models", help="list the shipped and locally trained models ($ATTNKIT_HOME/models)")
@@ -879,10 +1035,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _is_ct2_translate(argv: list[str]) -> bool:
+    """Whether the command line is ``attnkit [--home H] translate ... --engine ctranslate2``."""
+    rest = list(argv)
+    while rest and rest[0].startswith("--home"):
+        rest = rest[1:] if "=" in rest[0] else rest[2:]
+    if not rest or rest[0] != "translate":
+        return False
+    return "--engine=ctranslate2" in rest or any(
+        a == "--engine" and b == "ctranslate2" for a, b in itertools.pairwise(rest)
+    )
+
+
+def _ct2_translate_parser() -> argparse.ArgumentParser:
+    """The parser for ``translate --engine ctranslate2`` alone: :func:`build_parser` imports the models'
+    configs (and so torch) to list every command's options; this path must not (a CTranslate2 export
+    translates in a fraction of the second torch's import takes)."""
+    p = _Parser(prog="attnkit")
+    p.add_argument("--home", default=None, help="data and cache folder (default $ATTNKIT_HOME or ~/.cache/attnkit)")
+    _add_translate_parser(p.add_subparsers(dest="command", required=True))
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command; bad input (an :class:`attnkit.errors.AttnkitError`, a bad flag, a file that is not
     there or cannot be written) is one line on stderr and exit status 2. Any other exception is a bug: it keeps its traceback."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _ct2_translate_parser() if _is_ct2_translate(argv) else build_parser()
     try:
         args = parser.parse_args(argv)
         args.func(args)

@@ -9,6 +9,10 @@
   measured, so auto never picks it there.
 - Inference casts the weights to the precision (half the memory); training keeps fp32 master weights
   and runs forward and loss under :func:`autocast` (with a gradient scaler for fp16, in the trainer).
+- ``"int8"`` (inference on the CPU only, :func:`quantize_int8`): dynamic quantization (PyTorch's
+  ``quantize_dynamic``): the weights of the linear layers and the recurrent cells are stored as int8
+  with one scale per output row, and each call quantizes its input on the fly
+  (``y ≈ s_x s_w (x_q W_qᵀ) + b``), so no calibration data is needed.
 
 We keep this to ~100 lines of our own rather than adopt Lightning Fabric or HF Accelerate: both would
 bring their own checkpointing and launcher, while attnkit's atomic, manifest-checked checkpoints and
@@ -20,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+import warnings
 
 import torch
 
@@ -31,12 +36,15 @@ __all__ = [
     "cpu_bf16_speedup",
     "describe",
     "place",
+    "quantize_int8",
     "resolve_device",
     "resolve_precision",
     "to_device",
 ]
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: Inference precisions that are not a dtype: ``place(model, "cpu", "int8")``.
+INT8 = "int8"
 
 
 def _mps_available() -> bool:
@@ -109,11 +117,40 @@ def autocast(device: torch.device, dtype: torch.dtype):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` (float32, CPU, eval) with its ``nn.Linear`` and recurrent layers (GRU, LSTM and their
+    cells) dynamically quantized to int8 (see the module docstring), in place of the float ones.
+
+    A module the model reads by its ``.weight`` rather than calling it (a translator's untied
+    ``out_proj``, which :meth:`output_layer` hands to the decoder) stays float here; the decoder
+    quantizes the output layer itself (:class:`attnkit.decoding.OutputLayerDecoder`). The model is
+    marked ``model.precision = "int8"`` so that the decoder knows."""
+    with warnings.catch_warnings():  # importing it warns that it is deprecated
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
+
+    kinds = (torch.nn.Linear, torch.nn.GRU, torch.nn.GRUCell, torch.nn.LSTM, torch.nn.LSTMCell)
+    spec = {}
+    for name, module in model.named_modules():
+        if isinstance(module, kinds) and name != "out_proj":
+            spec[name] = per_channel_dynamic_qconfig if isinstance(module, torch.nn.Linear) else default_dynamic_qconfig
+    with warnings.catch_warnings():  # torch.ao.quantization warns that torchao succeeds it
+        warnings.simplefilter("ignore")
+        model = quantize_dynamic(model.float().cpu().eval(), spec, dtype=torch.qint8)
+    model.precision = INT8
+    return model
+
+
 def place(
     model: torch.nn.Module, device: str | torch.device | None = "cpu", dtype: str | torch.dtype | None = None
 ) -> torch.nn.Module:
     """Put an inference model on ``device`` with weights in ``dtype`` (a torch dtype, ``"fp32"``,
-    ``"bf16"``, ``"fp16"`` or ``"auto"``; ``None`` = float32), in eval mode."""
+    ``"bf16"``, ``"fp16"``, ``"auto"``, or ``"int8"`` on the CPU; ``None`` = float32), in eval mode."""
+    if dtype == INT8:
+        dev = torch.device("cpu") if device in (None, "auto") else resolve_device(device)
+        if dev.type != "cpu":
+            raise ConfigError(f"precision int8 runs on the CPU (dynamic quantization has CPU kernels only), not {dev}")
+        return quantize_int8(model)
     dev = resolve_device(device)
     if dtype is None or isinstance(dtype, torch.dtype):
         dt = dtype or torch.float32

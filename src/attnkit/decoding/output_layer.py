@@ -24,6 +24,7 @@ the output matrix. :class:`OutputLayerDecoder` wraps a model that exposes that l
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -32,7 +33,7 @@ from torch import Tensor
 
 from .search import takes_beams_only
 
-__all__ = ["OutputLayerDecoder", "packed_linear"]
+__all__ = ["OutputLayerDecoder", "int8_linear", "packed_linear"]
 
 
 def _has_onednn_linear() -> bool:
@@ -73,6 +74,26 @@ def packed_linear(weight: Tensor, bias: Tensor | None) -> Callable[[Tensor], Ten
     return lambda x: F.linear(x, weight, bias)
 
 
+def int8_linear(weight: Tensor, bias: Tensor | None) -> Callable[[Tensor], Tensor]:
+    """``x -> x @ weight.T + bias`` with ``weight`` quantized to int8 once (one scale per row) and
+    ``x`` quantized per call (PyTorch's dynamic quantized linear, fbgemm on x86): the output layer
+    of a model placed with ``precision="int8"`` (:func:`attnkit.device.quantize_int8`)."""
+    with warnings.catch_warnings():  # torch.ao.quantization warns that torchao succeeds it
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    layer = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+        if bias is not None:
+            layer.bias.copy_(bias)
+    with warnings.catch_warnings():  # torch 2.10+ marks its quantized tensors deprecated
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(
+            torch.nn.Sequential(layer).eval(), {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
+        )[0]
+
+
 class OutputLayerDecoder:
     """``model`` with its output layer prepared for one batch, as an :class:`~attnkit.decoding.IncrementalDecoder`.
 
@@ -81,7 +102,8 @@ class OutputLayerDecoder:
     besides ``start`` and ``reorder``. ``ids (V',)``: search over these vocabulary ids only (None:
     the whole vocabulary). Use :meth:`index_of` for the search's ``bos_id`` / ``eos_id`` and
     :meth:`vocabulary_ids` to turn its tokens back into vocabulary ids (both the identity without ``ids``).
-    Build it after the weights are final (it keeps a prepared copy of the output layer).
+    Build it after the weights are final (it keeps a prepared copy of the output layer). A model
+    marked ``precision == "int8"`` gets an int8 output layer (:func:`int8_linear`).
     """
 
     def __init__(self, model, ids: Tensor | None = None):
@@ -116,7 +138,8 @@ class OutputLayerDecoder:
             self._position = {int(v): i for i, v in enumerate(ids.tolist())}
             weight = weight.index_select(0, ids)  # (V', E)
             bias = None if bias is None else bias.index_select(0, ids)  # (V',)
-        self._project = packed_linear(weight, bias)
+        int8 = getattr(model, "precision", None) == "int8" and weight.device.type == "cpu"
+        self._project = (int8_linear if int8 else packed_linear)(weight.float() if int8 else weight, bias)
         self._beams_only = takes_beams_only(model)
 
     def index_of(self, token_id: int) -> int:

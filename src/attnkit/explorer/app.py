@@ -111,8 +111,13 @@ class LoadedModels:
     info: dict[str, dict] = field(default_factory=dict)
 
 
-def load_models(names: list[str] | None = None, *, device: str = "cpu", dtype: str | None = None) -> LoadedModels:
-    """Load models by name or folder (default: every shipped model). The task is the model's own."""
+def load_models(
+    names: list[str] | None = None, *, device: str = "cpu", dtype: str | None = None, engine: str = "pytorch"
+) -> LoadedModels:
+    """Load models by name or folder (default: every shipped model). The task is the model's own.
+    ``engine="ctranslate2"``: each name is a CTranslate2 export (``attnkit export --format ctranslate2``)."""
+    if engine == "ctranslate2":
+        return _load_ct2_models(names, device=device)
     from ..pretrained import known_models, model_task, resolve_model, shipped_models
     from ..tasks.captioning import Captioner
     from ..tasks.translation import Translator
@@ -148,6 +153,32 @@ def load_models(names: list[str] | None = None, *, device: str = "cpu", dtype: s
             "scores": dict(info.scores) if info else {},
             "has_attention": probe,
             "config": config,
+        }
+    return loaded
+
+
+def _load_ct2_models(names: list[str] | None, *, device: str) -> LoadedModels:
+    from ..deploy.ct2_engine import CT2Translator
+    from ..deploy.ct2_explorer import CT2ExplorerTranslator
+    from ..deploy.manifest import DeployError
+
+    if not names:
+        raise DeployError(
+            "serve --engine ctranslate2 needs --model FOLDER, written by `attnkit export MODEL OUT --format ctranslate2`"
+        )
+    loaded = LoadedModels()
+    for name in names:
+        tr = CT2ExplorerTranslator(CT2Translator.load(name, device=device))
+        label = Path(name).name
+        loaded.translators[label] = tr
+        loaded.info[label] = {
+            "name": label,
+            "task": "translation",
+            "kind": f"{tr.model.model_type} (CTranslate2 {tr.ct2.quantization})",
+            "scores": {},
+            "has_attention": True,
+            "config": tr.model.config.to_dict(),
+            "engine": "ctranslate2",
         }
     return loaded
 

@@ -124,6 +124,8 @@ def translation_payload(
         "gold": gold_for(source, target) if target is not None else None,
         "attribution": None,
     }
+    if getattr(translator, "note", None):  # an engine without some of the views (CTranslate2: no per-head maps)
+        out["note"] = translator.note
     if not tokens:  # an empty translation: nothing to align
         return out
     ta = translator.attention(source, tokens)  # forced decoding of the search's own output

@@ -157,6 +157,7 @@ class Translation(_Strict):
     attribution: Attribution | None = Field(
         None, description="the asked-for attribution method's view (request 'method')"
     )
+    note: str | None = Field(None, description="what this engine cannot show (e.g. per-head maps on CTranslate2)")
 
 
 class SceneRef(_Strict):
@@ -195,6 +196,7 @@ class ModelInfo(_Strict):
     has_attention: bool
     config: dict[str, Any]
     methods: list[MethodInfo] = Field([], description="the attribution methods this model has (request 'method')")
+    engine: Literal["pytorch", "ctranslate2"] = Field("pytorch", description="what decodes it (attnkit serve --engine)")
 
 
 class ModelList(_Strict):

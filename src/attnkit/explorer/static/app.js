@@ -138,6 +138,7 @@ function renderTranslation(p) {
   }
   if (p.diagnostics) card.append(renderDiagnostics(p));
   if (p.heads) card.append(renderHeads(p));
+  if (p.note) card.append(el("p", { class: "note engine-note" }, p.note));
   card.append(exportsFor(card, p, "translation"));
   return card;
 }

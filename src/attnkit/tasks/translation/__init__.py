@@ -10,7 +10,7 @@ translation``, ``translate``, ``evaluate translation``) calls these; so can a no
 
 from .config import TRANSLATION_MODELS, TranslationConfig, model_config_class
 from .data import get_tokenizer, read_lines, translation_batches
-from .evaluate import evaluate_translation
+from .evaluate import evaluate_translation, evaluate_translator
 from .inference import Translation, TranslationAttention, Translator
 from .lexical_shortlist import LexicalShortlist, ShortlistError
 from .loss import translation_loss_fn
@@ -31,6 +31,7 @@ __all__ = [
     "build_translation_model",
     "corpus_scores",
     "evaluate_translation",
+    "evaluate_translator",
     "get_tokenizer",
     "model_config_class",
     "read_lines",

@@ -1,0 +1,13 @@
+"""Serving attnkit translators on other inference engines.
+
+- :mod:`attnkit.deploy.ct2_export`: ``attnkit export MODEL OUT --format ctranslate2`` writes a
+  Transformer translator as a CTranslate2 model (Klein et al. 2020's C++ engine, int8 weights);
+  it imports torch, since it reads the PyTorch checkpoint.
+- :mod:`attnkit.deploy.ct2_engine`: translates with such an export; it imports only
+  ``ctranslate2`` and ``sentencepiece`` (no torch), so a one-sentence ``attnkit translate
+  --engine ctranslate2`` starts in a fraction of a second.
+- :mod:`attnkit.deploy.manifest`: the small JSON (``attnkit.json``) that travels beside the
+  engine's files: the tokenizer's digest, the language pair, the length penalty, the decoding limits.
+
+This package's ``__init__`` imports nothing, so the torch-free path stays torch-free.
+"""

@@ -1,0 +1,310 @@
+"""``attnkit export MODEL OUT --format ctranslate2``: a Transformer translator as a CTranslate2 model.
+
+CTranslate2 (Klein et al. 2020) documents third-party export as a
+:class:`ctranslate2.converters.Converter` whose ``_load()`` returns a filled
+:class:`ctranslate2.specs.TransformerSpec`; :class:`AttnkitTransformerConverter` is that converter.
+How attnkit's :class:`attnkit.models.TransformerTranslator` maps onto the spec:
+
+- **Embeddings.** One shared table ``E (V, D)`` (or a source and a target table when untied) feeds
+  the encoder's and the decoder's embeddings, multiplied by ``√D`` (the spec's
+  ``scale_embeddings``); the output projection is ``E`` with attnkit's output bias.
+- **Positions.** An explicit table: attnkit's sinusoids interleave (``sin`` on even, ``cos`` on odd
+  dimensions) while CTranslate2's built-in table puts every sine first, so the export writes
+  attnkit's own encodings (or its learned table) as ``position_encodings``.
+- **Layers.** Pre-norm with a final LayerNorm on both stacks, or post-norm without one
+  (``pre_norm``), ``ε`` as the model's (1e-5); ReLU feed-forward. Self-attention's packed
+  ``in_proj`` ``[W_q; W_k; W_v]`` is the spec's fused QKV layer as it is; cross-attention splits it
+  into a query layer ``W_q`` and a fused key/value layer ``[W_k; W_v]``.
+- **Vocabulary.** The sentencepiece pieces in id order (``<pad>`` 0, ``<s>`` 1, ``</s>`` 2,
+  ``<unk>`` 3) are both vocabularies; decoding starts from ``<s>``.
+- **Alignment.** ``alignment_layer=-1``, ``alignment_heads=H``: ``translate_batch(return_attention=True)``
+  returns the last decoder layer's cross-attention averaged over all its heads, which is the
+  alignment attnkit's own search reports.
+
+A model the spec cannot express is refused with a :class:`attnkit.deploy.manifest.DeployError`
+that names the reason: CTranslate2 has no recurrent networks (RNNsearch, RNNencdec), a captioner is
+not a translator, and an option this converter does not know is not silently dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import __version__
+from ..attention.positional import sinusoidal_encoding
+from ..data.tokenizer import MODEL_FILENAME, Tokenizer
+from .manifest import DeployError, tokenizer_sha256, write_manifest
+
+__all__ = [
+    "CT2_LENGTH_PENALTY",
+    "GNMT_LENGTH_PENALTY",
+    "QUANTIZATIONS",
+    "AttnkitTransformerConverter",
+    "export_ctranslate2",
+]
+
+QUANTIZATIONS = ("int8", "int8_float32", "float32")
+#: attnkit's beam search divides by ((5 + L) / 6)^α with this α (Wu et al. 2016; Translator.translate's default).
+GNMT_LENGTH_PENALTY = 0.6
+#: CTranslate2 divides by L^α; with this α its beam output is closest to attnkit's GNMT 0.6
+#: (see :mod:`attnkit.deploy.ct2_engine` for how close).
+CT2_LENGTH_PENALTY = 0.5
+#: The most tokens attnkit's Translator decodes (its ``max_len``); the position table covers it.
+MAX_DECODE = 200
+#: TransformerConfig fields the converter maps (or that do not change the network at inference).
+_KNOWN_FIELDS = {
+    "vocab_size",
+    "d_model",
+    "nhead",
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "dim_feedforward",
+    "dropout",
+    "norm_first",
+    "positional",
+    "max_len",
+    "tie_embeddings",
+    "pad_id",
+    "bos_id",
+    "eos_id",
+    "max_src_len",
+}
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to(torch.float32).cpu().contiguous().numpy()
+
+
+def _check_model_type(model_type: str) -> None:
+    if model_type in ("rnnsearch", "rnnencdec"):
+        raise DeployError(
+            f"{model_type} is a recurrent (GRU) translator and CTranslate2 has no recurrent networks; "
+            "only Transformer translators export to it (--precision int8 speeds up the RNNs instead)"
+        )
+    if model_type != "transformer":
+        raise DeployError(f"a {model_type} model is not a Transformer translator; only those export to CTranslate2")
+
+
+def check_expressible(model, tokenizer: Tokenizer) -> None:
+    """Raise :class:`DeployError` with the reason when ``model`` cannot become a CTranslate2 TransformerSpec."""
+    _check_model_type(getattr(model, "model_type", type(model).__name__))
+    c = model.config
+    defaults = type(c)()
+    for f in dataclasses.fields(c):
+        if f.name not in _KNOWN_FIELDS and getattr(c, f.name) != getattr(defaults, f.name):
+            raise DeployError(
+                f"{f.name}={getattr(c, f.name)!r}: the CTranslate2 export does not know this option, "
+                "so it cannot promise the same translations"
+            )
+    if c.positional not in ("sinusoidal", "learned"):
+        raise DeployError(f"positional={c.positional!r}: CTranslate2 takes only a table of absolute positions")
+    if len(tokenizer) != c.vocab_size:
+        raise DeployError(f"the tokenizer has {len(tokenizer)} pieces but the model's vocabulary is {c.vocab_size}")
+    pieces = {i: tokenizer.id_to_piece(i) for i in (c.bos_id, c.eos_id, tokenizer.unk_id)}
+    if (pieces[c.bos_id], pieces[c.eos_id]) != ("<s>", "</s>"):
+        raise DeployError(f"bos/eos pieces are {pieces[c.bos_id]!r}/{pieces[c.eos_id]!r}, CTranslate2 expects <s>/</s>")
+    eps = {m.eps for m in model.modules() if isinstance(m, torch.nn.LayerNorm)}
+    if len(eps) != 1:
+        raise DeployError(f"the LayerNorms use several epsilons {sorted(eps)}; CTranslate2 takes one")
+    acts = {getattr(layer, "activation", None) for layer in [*model.encoder.layers, *model.decoder.layers]}
+    if acts != {torch.nn.functional.relu}:
+        raise DeployError("the feed-forward activation is not ReLU; this export maps ReLU only")
+
+
+def position_table(model) -> np.ndarray:
+    """``(N, D)`` the encodings CTranslate2 adds at positions ``0 .. N-1``: attnkit's own (interleaved
+    sinusoids, or the learned table), long enough for the longest source and the longest output."""
+    c = model.config
+    if c.positional == "learned":
+        return _np(model.positions.table.weight)
+    n = max(c.max_len, c.max_src_len or 0, MAX_DECODE)
+    return _np(sinusoidal_encoding(torch.arange(n), c.d_model))
+
+
+class AttnkitTransformerConverter:
+    """A :class:`ctranslate2.converters.Converter` for attnkit's Transformer translator (made a
+    subclass on first use, so this module imports without ctranslate2 installed)."""
+
+    def __new__(cls, model, tokenizer: Tokenizer):
+        return _converter_class()(model, tokenizer)
+
+
+def _converter_class():
+    from ctranslate2.converters import Converter
+
+    class _Converter(Converter):
+        def __init__(self, model, tokenizer: Tokenizer):
+            check_expressible(model, tokenizer)
+            self.model, self.tokenizer = model, tokenizer
+
+        def _load(self):
+            return build_spec(self.model, self.tokenizer)
+
+    _Converter.__name__ = _Converter.__qualname__ = "AttnkitTransformerConverter"
+    return _Converter
+
+
+def build_spec(model, tokenizer: Tokenizer):
+    """The filled :class:`ctranslate2.specs.TransformerSpec` (see the module docstring for the mapping)."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    c = model.config
+    sd = model.state_dict()
+    spec = transformer_spec.TransformerSpec.from_config(
+        (c.num_encoder_layers, c.num_decoder_layers),
+        c.nhead,
+        pre_norm=c.norm_first,
+        activation=common_spec.Activation.RELU,
+        alignment_layer=-1,
+        alignment_heads=c.nhead,
+    )
+    spec.config.layer_norm_epsilon = float(next(m.eps for m in model.modules() if isinstance(m, torch.nn.LayerNorm)))
+    spec.config.decoder_start_token = "<s>"
+    spec.config.unk_token = tokenizer.id_to_piece(tokenizer.unk_id)
+
+    def linear(ls, w, b):
+        ls.weight, ls.bias = _np(w), _np(b)
+
+    def norm(ns, prefix):
+        ns.gamma, ns.beta = _np(sd[prefix + ".weight"]), _np(sd[prefix + ".bias"])
+
+    def self_attention(att, prefix):
+        linear(att.linear[0], sd[prefix + ".in_proj_weight"], sd[prefix + ".in_proj_bias"])  # fused [q; k; v]
+        linear(att.linear[1], sd[prefix + ".out_proj.weight"], sd[prefix + ".out_proj.bias"])
+
+    def cross_attention(att, prefix):
+        w, b, d = sd[prefix + ".in_proj_weight"], sd[prefix + ".in_proj_bias"], c.d_model
+        linear(att.linear[0], w[:d], b[:d])  # query
+        linear(att.linear[1], w[d:], b[d:])  # fused [k; v]
+        linear(att.linear[2], sd[prefix + ".out_proj.weight"], sd[prefix + ".out_proj.bias"])
+
+    def ffn(f, prefix):
+        linear(f.linear_0, sd[prefix + ".linear1.weight"], sd[prefix + ".linear1.bias"])
+        linear(f.linear_1, sd[prefix + ".linear2.weight"], sd[prefix + ".linear2.bias"])
+
+    positions = position_table(model)
+    src_emb = sd["embedding.weight"]
+    tgt_emb = src_emb if c.tie_embeddings else sd["tgt_embedding.weight"]
+    enc, dec = spec.encoder, spec.decoder
+    enc.embeddings[0].weight = _np(src_emb)
+    dec.embeddings.weight = _np(tgt_emb)
+    enc.scale_embeddings = dec.scale_embeddings = True  # × √D, as attnkit's embed_scale
+    enc.position_encodings.encodings = positions
+    dec.position_encodings.encodings = positions
+    if c.norm_first:
+        norm(enc.layer_norm, "encoder.norm")
+        norm(dec.layer_norm, "decoder.norm")
+    for i, layer in enumerate(enc.layer):
+        p = f"encoder.layers.{i}"
+        self_attention(layer.self_attention, p + ".self_attn")
+        norm(layer.self_attention.layer_norm, p + ".norm1")
+        ffn(layer.ffn, p)
+        norm(layer.ffn.layer_norm, p + ".norm2")
+    for i, layer in enumerate(dec.layer):
+        p = f"decoder.layers.{i}"
+        self_attention(layer.self_attention, p + ".self_attn")
+        norm(layer.self_attention.layer_norm, p + ".norm1")
+        cross_attention(layer.attention, p + ".multihead_attn")
+        norm(layer.attention.layer_norm, p + ".norm2")
+        ffn(layer.ffn, p)
+        norm(layer.ffn.layer_norm, p + ".norm3")
+    if c.tie_embeddings:
+        linear(dec.projection, src_emb, sd["out_bias"])
+    else:
+        linear(dec.projection, sd["out_proj.weight"], sd["out_proj.bias"])
+    pieces = [tokenizer.id_to_piece(i) for i in range(len(tokenizer))]
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    return spec
+
+
+def write_vocabulary_map(shortlist, tokenizer: Tokenizer, path: Path) -> Path:
+    """A lexical shortlist as CTranslate2's vocabulary map (``vmap.txt``): a line
+    ``source-piece<TAB>target pieces`` per source piece, and one with an empty source for the
+    pieces every batch keeps (the shortlist's frequent ones, ``<s>``, ``</s>``, ``<unk>``).
+    Decoding with ``use_vmap=True`` then scores the union of the batch's lines, as
+    :meth:`attnkit.tasks.translation.LexicalShortlist.ids_for` does."""
+    piece = tokenizer.id_to_piece
+    always = sorted(
+        {int(i) for i in shortlist.frequent.tolist()} | {tokenizer.bos_id, tokenizer.eos_id, tokenizer.unk_id}
+    )
+    lines = ["\t" + " ".join(piece(i) for i in always)]
+    for s, row in enumerate(shortlist.table.tolist()):
+        targets = [piece(t) for t in row if t >= 0]
+        if targets:
+            lines.append(f"{piece(s)}\t{' '.join(targets)}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def export_ctranslate2(
+    model_dir: str | Path,
+    out: str | Path,
+    *,
+    quantization: str = "int8",
+    shortlist=None,
+    force: bool = False,
+    source_language: str | None = None,
+    target_language: str | None = None,
+) -> Path:
+    """Write the translator in ``model_dir`` as a CTranslate2 model in ``out``, with its tokenizer
+    and ``attnkit.json``; ``shortlist`` (a :class:`LexicalShortlist`) becomes its vocabulary map."""
+    from ..training.checkpoint import load_model
+
+    if quantization not in QUANTIZATIONS:
+        raise DeployError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}")
+    model_dir, out = Path(model_dir), Path(out)
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    _check_model_type(str(config.get("model_type", "?")))
+    if not (model_dir / MODEL_FILENAME).is_file():
+        raise DeployError(f"{model_dir} has no {MODEL_FILENAME}: it is not a translation model")
+    if out.exists() and any(out.iterdir()) and not force:
+        raise DeployError(f"{out} exists and is not empty; choose another folder or pass --force")
+    model, _, _ = load_model(model_dir)
+    model.eval()
+    tokenizer = Tokenizer.load(model_dir)
+    converter = AttnkitTransformerConverter(model, tokenizer)
+    with tempfile.TemporaryDirectory() as tmp:
+        vmap = None
+        if shortlist is not None:
+            from ..tasks.translation.lexical_shortlist import tokenizer_digest
+
+            if shortlist.tokenizer_sha256 != tokenizer_digest(tokenizer):
+                raise DeployError("the shortlist was built with another tokenizer than this model's")
+            vmap = str(write_vocabulary_map(shortlist, tokenizer, Path(tmp) / "vmap.txt"))
+        staging = Path(tmp) / "model"
+        converter.convert(str(staging), vmap=vmap, quantization=quantization)
+        shutil.copyfile(model_dir / MODEL_FILENAME, staging / MODEL_FILENAME)
+        c = model.config
+        write_manifest(
+            staging,
+            {
+                "engine": "ctranslate2",
+                "attnkit_version": __version__,
+                "source_model": model_dir.name,
+                "model_type": model.model_type,
+                "quantization": quantization,
+                "source_language": source_language or config.get("source_language", "es"),
+                "target_language": target_language or config.get("target_language", "en"),
+                "tokenizer": MODEL_FILENAME,
+                "tokenizer_sha256": tokenizer_sha256(model_dir / MODEL_FILENAME),
+                "length_penalty": CT2_LENGTH_PENALTY,
+                "gnmt_length_penalty": GNMT_LENGTH_PENALTY,
+                "max_src_len": c.max_src_len,
+                "max_len": min(MAX_DECODE, position_table(model).shape[0]),
+                "vocabulary_map": vmap is not None,
+                "alignment": {"layer": -1, "heads": c.nhead, "what": "last decoder layer's cross-attention, head mean"},
+            },
+        )
+        if out.exists():
+            shutil.rmtree(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(staging), str(out))
+    return out
