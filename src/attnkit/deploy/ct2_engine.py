@@ -106,7 +106,8 @@ class CT2Translator:
     @classmethod
     def load(cls, path: str | os.PathLike, *, device: str | None = "auto", threads: int = 0) -> CT2Translator:
         """Load the export in folder ``path`` on ``device`` (auto, cpu, cuda, cuda:N), computing in the
-        type it was exported with; ``threads``: CTranslate2's threads per translation (0: its default)."""
+        type it was exported with; ``threads``: CTranslate2's threads per translation (0: ``$OMP_NUM_THREADS``
+        where it is set, as torch reads it, else CTranslate2's default)."""
         reason = ct2_available()
         if reason:
             raise DeployError(reason)
@@ -119,6 +120,9 @@ class CT2Translator:
             )
         manifest = read_manifest(path, engine=ENGINE)
         kind, index = _device(device)
+        if not threads:
+            env = os.environ.get("OMP_NUM_THREADS", "")
+            threads = int(env) if env.isdigit() else 0
         translator = ctranslate2.Translator(
             str(path), device=kind, device_index=index, compute_type="default", inter_threads=1, intra_threads=threads
         )
