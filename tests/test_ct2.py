@@ -248,6 +248,19 @@ def test_cli_export_and_engine_errors_are_one_line(tmp_path, exports, capsys):
         capsys, "translate", "--engine", "ctranslate2", "--model", i8, "--html", tmp_path / "a.html", "Hola."
     )
     assert rc == 2 and "--html needs the PyTorch engine" in err
+    rc, out, _ = _main(
+        capsys,
+        "translate",
+        "--engine",
+        "ctranslate2",
+        "--model",
+        i8,
+        "--show-attention",
+        "--plot",
+        tmp_path / "a.png",
+        "Jesús lloró.",
+    )
+    assert rc == 0 and "top 3 source (weight)" in out and (tmp_path / "a.png").stat().st_size > 0
     out = tmp_path / "cli-export"
     rc, stdout, _ = _main(
         capsys, "export", "transformer-es-en", out, "--format", "ctranslate2", "--quantization", "int8_float32"
