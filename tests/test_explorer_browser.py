@@ -120,6 +120,10 @@ def test_translate_hover_words_heads(server, browser, tmp_path):
     card.locator(".tokens.tgt .tok[data-i='1']").hover()
     wweights = card.locator(".tokens.src .tok").evaluate_all("els => els.map(e => parseFloat(e.dataset.w))")
     assert wweights == pytest.approx(want["words"]["attention"][1], abs=1e-4)
+    # the links read from the word matrix both ways are drawn on it, one black ring each, where the API puts them
+    rings = card.locator("circle.model-link")
+    assert rings.count() == len(want["words"]["links"]) > 0
+    assert "black rings: attention links" in card.inner_text()
     assert "mean over a target word's pieces" in page.locator("#rule").inner_text()
     page.uncheck("#words")
 

@@ -17,7 +17,15 @@ import io
 import torch
 from torch import Tensor
 
-from ..alignment import attention_diagnostics, attention_rollout, word_attention, words_from_pieces
+from ..alignment import (
+    attention_diagnostics,
+    attention_links,
+    attention_rollout,
+    column_links,
+    grow_diag_final_and,
+    word_attention,
+    words_from_pieces,
+)
 
 __all__ = ["WORD_RULE", "caption_payload", "image_data_url", "method_info", "translation_payload"]
 
@@ -25,6 +33,17 @@ WORD_RULE = (
     "word attention = the mean over a target word's pieces of the sum over a source word's pieces "
     "(each row still sums to 1)"
 )
+
+
+LINKS_RULE = (
+    "links read from this matrix both ways: each target word's argmax source word and each source word's "
+    "argmax target word, combined by grow-diag-final-and (`attnkit align --symmetrize grow-diag-final-and`)"
+)
+
+
+def word_links(word_matrix: Tensor) -> list[list[int]]:
+    """``[source word, target word]`` links read from a word matrix ``(Tw, Sw)`` by :data:`LINKS_RULE`."""
+    return sorted([i, j] for i, j in grow_diag_final_and(attention_links(word_matrix), column_links(word_matrix)))
 
 
 def _rows(t: Tensor | None, digits: int = 5):
@@ -148,7 +167,9 @@ def add_attention_fields(out: dict, ta, *, heads: bool = False) -> dict:
         return out
     out["has_attention"] = True
     out["attention"] = _rows(m.alignment)
-    out["words"]["attention"] = _rows(word_attention(m.alignment, ta.source_pieces, ta.target_pieces))
+    wa = word_attention(m.alignment, ta.source_pieces, ta.target_pieces)  # (Tw, Sw)
+    out["words"]["attention"] = _rows(wa)
+    out["words"]["links"] = word_links(wa)
     out["diagnostics"] = attention_diagnostics(m.alignment, ta.source_pieces)
     out["diagnostics"] = {
         k: (_rows(torch.tensor(v)) if isinstance(v, list) else v) for k, v in out["diagnostics"].items()
@@ -212,7 +233,8 @@ def empty_translation(
 
 def attribution_fields(att) -> dict:
     """An :class:`attnkit.attribution.Attribution` as the payload's ``attribution`` (translation) object."""
-    return {**_attribution_view(att), "scores": _rows(att.scores), "words": _rows(att.word_scores()[2])}
+    words = att.word_scores()[2]  # (Tw, Sw)
+    return {**_attribution_view(att), "scores": _rows(att.scores), "words": _rows(words), "links": word_links(words)}
 
 
 def caption_attribution_fields(att) -> dict:

@@ -54,6 +54,9 @@ class WordView(_Strict):
     target: list[str] = Field(description="target words (Tw)")
     attention: Matrix | None = Field(description="word attention, Tw × Sw; null without attention")
     rule: str = Field(description="the aggregation rule, in words (the page shows it)")
+    links: list[list[int]] | None = Field(
+        default=None, description="[source word, target word] links read from the word attention both ways"
+    )
 
 
 class Diagnostics(_Strict):
@@ -102,6 +105,9 @@ class Attribution(_Strict):
     params: dict[str, Any] = Field(description="the options it ran with")
     scores: Matrix = Field(description="T × S source-piece attributions, every row sums to 1")
     words: Matrix = Field(description="word level (the same rule as word attention), Tw × Sw")
+    links: list[list[int]] | None = Field(
+        default=None, description="[source word, target word] links read from the word level both ways"
+    )
 
 
 class CaptionAttribution(_Strict):

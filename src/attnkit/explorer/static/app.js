@@ -36,7 +36,7 @@ async function api(path, options) {
 function modelInfo(name) { return state.models.find((m) => m.name === name) || { name, scores: {} }; }
 
 // ---------------------------------------------------------------- one matrix, in SVG
-function matrixSvg(att, rows, cols, cell = 14, gold = null, font = 10) {
+function matrixSvg(att, rows, cols, cell = 14, gold = null, font = 10, links = null) {
   const left = 8 + 0.62 * font * Math.max(...rows.map((r) => r.length), 1);
   const top = 8 + 0.62 * font * Math.max(...cols.map((c) => c.length), 1);
   const W = left + cols.length * cell + 4 * font, H = top + rows.length * cell + 4;  // room for the last rotated label
@@ -63,6 +63,9 @@ function matrixSvg(att, rows, cols, cell = 14, gold = null, font = 10) {
         : sv("circle", { cx: x + cell / 2 - 0.5, cy: y + cell / 2 - 0.5, r: 2, fill: "#ff7f0e", class: "gold-possible" }));
     });
   }
+  (links || []).forEach(([a, b]) => svg.append(sv("circle", { cx: left + a * cell + cell / 2 - 0.5,
+    cy: top + b * cell + cell / 2 - 0.5, r: cell / 2 - 3, fill: "none", stroke: "#000", "stroke-width": 1,
+    class: "model-link" })));  // links read from this matrix [source word, target word]: black rings
   return svg;
 }
 
@@ -77,7 +80,8 @@ function heatCanvas(mat, px = 3) {
 // ---------------------------------------------------------------- translation cards
 function currentView(p) { // the chosen attribution method's matrix when there is one, else the attention
   const a = p.attribution;
-  if (state.words) return { src: p.words.source, tgt: p.words.target, att: a ? a.words : p.words.attention, words: true };
+  if (state.words) return { src: p.words.source, tgt: p.words.target, att: a ? a.words : p.words.attention, words: true,
+    links: a ? a.links : p.words.links };
   return { src: p.source_pieces.map(clean), tgt: p.target_pieces.map(clean), att: a ? a.scores : p.attention, words: false };
 }
 
@@ -103,9 +107,11 @@ function renderTranslation(p) {
   card.append(el("div", { class: "label" }, "source (Spanish)"), srcRow, el("div", { class: "label" },
     "target (English) — hover to see where it looks, click for that decoder step"), tgtRow);
   const gold = v.words && p.gold ? p.gold : null;
-  const svg = matrixSvg(v.att, v.tgt, v.src, 14, gold);
+  const svg = matrixSvg(v.att, v.tgt, v.src, 14, gold, 10, v.links);
   card.append(el("div", { class: "label" }, (p.attribution ? `${p.attribution.method} attributions` : "alignment matrix") +
     ": rows = target, columns = source" +
+    (v.links ? ` — black rings: ${p.attribution ? p.attribution.method : "attention"} links (argmax both ways, ` +
+      "grow-diag-final-and)" : "") +
     (p.gold ? (gold ? ` — gold links of ${p.gold.ref}: red squares sure, orange dots possible` :
       " — switch to whole words to see this verse's gold links") : "")), svg, status);
 
