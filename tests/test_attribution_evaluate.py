@@ -9,7 +9,6 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 
 from attnkit.alignment.aer import aer_counts, argmax_links
-from attnkit.alignment.evaluate import verse_word_maps
 from attnkit.alignment.gold import load_gold
 from attnkit.alignment.words import word_spans
 from attnkit.attribution import forced_translation
@@ -23,6 +22,7 @@ from attnkit.attribution.evaluate import (
 )
 from attnkit.models.transformer import TransformerConfig, TransformerTranslator
 from attnkit.tasks.translation import Translator
+from attnkit.tasks.translation.alignment import ModelAligner
 
 
 @settings(max_examples=40, deadline=None)
@@ -101,7 +101,8 @@ def test_evaluate_explanations_on_one_gold_verse():
     )
     assert report["verses"] == 1 and list(report["methods"]) == ["attention", "alti_plus"]
     tr = Translator.load("transformer-es-en")
-    expected = aer_counts(argmax_links(verse_word_maps(tr, verse)["model"]), verse.sure, verse.possible)
+    words = ModelAligner(tr).word_attention_batch([(verse.source, verse.target)])[0]  # evaluate alignment's path
+    expected = aer_counts(argmax_links(words), verse.sure, verse.possible)
     assert report["methods"]["attention"]["aer"] == pytest.approx(expected.aer, abs=1e-4)
     for r in report["methods"].values():
         assert 0 <= r["aer"] <= 1 and r["ms_per_sentence"] > 0 and np.isfinite(r["deletion_area"])
