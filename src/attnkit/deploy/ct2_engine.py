@@ -33,13 +33,14 @@ from typing import Any
 
 from ..data.tokenizer import Tokenizer
 from ..errors import InputError
+from ..tasks.results import ResultRecord
 from .manifest import DeployError, read_manifest
 
 __all__ = ["ENGINE", "CT2Translation", "CT2Translator", "ct2_available", "evaluate_ct2"]
 
 
 @dataclass
-class CT2Translation:
+class CT2Translation(ResultRecord):
     """One translated sentence, with the fields of :class:`attnkit.tasks.translation.Translation` (that
     class imports torch; this path must not): ``attention`` is a numpy array ``(T_out, S_in)``. Read by
     attribute, or as a mapping (``r["tokens"]``, ``"attention" in r``; a field that is ``None`` is absent)."""
@@ -51,15 +52,6 @@ class CT2Translation:
     attention: Any = None
     source_pieces: list[str] | None = None
     target_pieces: list[str] | None = None
-
-    def __getitem__(self, key: str) -> Any:
-        value = getattr(self, key, None) if isinstance(key, str) and not key.startswith("_") else None
-        if value is None:
-            raise KeyError(key)
-        return value
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and not key.startswith("_") and getattr(self, key, None) is not None
 
 
 ENGINE = "ctranslate2"

@@ -8,7 +8,8 @@ import torch
 
 from ...data.vocab import CaptionVocab
 from ...decoding import search
-from ..wrapper import InferenceWrapper, ResultRecord
+from ..results import ResultRecord
+from ..wrapper import InferenceWrapper
 from .config import VOCAB_FILE
 
 # ---------------------------------------------------------------------------------------- model wrapper

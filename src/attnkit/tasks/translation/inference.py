@@ -11,7 +11,8 @@ from ...data.tokenizer import MODEL_FILENAME, Tokenizer
 from ...decoding import OutputLayerDecoder, search
 from ...errors import InputError
 from ...models.base import AttentionMaps
-from ..wrapper import InferenceWrapper, ResultRecord
+from ..results import ResultRecord
+from ..wrapper import InferenceWrapper
 from .lexical_shortlist import DEFAULT_FREQUENT, DEFAULT_PER_SOURCE, LexicalShortlist, ShortlistError, tokenizer_digest
 
 
