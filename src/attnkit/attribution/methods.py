@@ -408,13 +408,22 @@ def canonical_method(name: str) -> str:
 
 
 def methods_for(model) -> list[str]:
-    """The methods ``model`` (a translation model, a captioner, or their inference wrappers) has, in registry order."""
+    """The methods ``model`` (a translation model, a captioner, or their inference wrappers) has, in registry
+    order; the gradient methods only where Captum is installed (``pip install 'attnkit[explain]'``)."""
     from ..models.captioner import ShowAttendTell
 
     m = getattr(model, "model", model)
+    usable = [name for name, meth in METHODS.items() if not meth.needs_gradients or _have_captum()]
     if isinstance(m, ShowAttendTell):
-        return [name for name, meth in METHODS.items() if meth.caption is not None]
-    return [name for name, meth in METHODS.items() if meth.translation is not None and meth.applies(m)]
+        return [name for name in usable if METHODS[name].caption is not None]
+    return [name for name in usable if METHODS[name].translation is not None and METHODS[name].applies(m)]
+
+
+def _have_captum() -> bool:
+    """Whether Captum (the ``explain`` extra) is installed: the gradient methods need it."""
+    import importlib.util
+
+    return importlib.util.find_spec("captum") is not None
 
 
 def _run(method: str, kind: str, model, pair, source, target, options, grid=None) -> Attribution:
