@@ -242,3 +242,23 @@ def test_evaluate_alignment_with_your_own_gold(tmp_path, capsys):
     (tmp_path / "g").write_text("\n".join(gold_lines[:-1]) + "\n0-0 1x1\n")
     assert cli_main([*argv, "--no-references"]) == 2
     assert f"{tmp_path / 'g'} line 8: '1x1' is not a link" in capsys.readouterr().err
+
+
+def test_align_with_eflomal_itself(tmp_path, capsys):
+    pytest.importorskip("eflomal")
+    verses = load_gold()[:30]
+    src, tgt = tmp_path / "a.es", tmp_path / "a.en"
+    src.write_text("".join(" ".join(v.source) + "\n" for v in verses))
+    tgt.write_text("".join(" ".join(v.target) + "\n" for v in verses))
+    assert cli_main(["align", "--method", "eflomal", "--src", str(src), "--tgt", str(tgt)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 30
+    for v, line in zip(verses, lines):
+        links = parse_links(line)
+        assert all(i < len(v.source) and j < len(v.target) for i, j in links)
+    assert sum(len(parse_links(x)) for x in lines) > 300  # it aligns most words even on 30 pairs
+    assert (
+        cli_main(["align", "--method", "eflomal", "--model", "transformer-es-en", "--src", str(src), "--tgt", str(tgt)])
+        == 2
+    )
+    assert "give no --model" in capsys.readouterr().err
