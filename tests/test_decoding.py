@@ -157,6 +157,27 @@ def test_finished_sentences_leave_the_batch():
     assert model.rows_per_call[0] == 2 and all(r == 2 for r in model.rows_per_call[1:])
 
 
+def test_greedy_finished_sentences_leave_the_batch_and_the_rest_decode_as_alone():
+    """Greedy drops a sentence once it has produced eos (fewer rows each step after that); every
+    sentence's tokens, score and attention equal decoding it alone (the reference)."""
+    model, inputs = MarkovDecoder(seed=21), make_inputs(B=5, seed=22)
+    inputs["bias"][0, EOS] = 1e4  # sentence 0 ends at once; 3 never ends; the others when they do
+    inputs["bias"][3, EOS] = -1e4
+    kw = dict(bos_id=BOS, eos_id=EOS, max_len=8, return_attention=True)
+    batched = greedy_search(model, inputs, **kw)
+    rows = model.rows_per_call
+    assert rows[0] == 5 and rows[1] < 5 and rows == sorted(rows, reverse=True)
+    assert rows[-1] == sum(not h.finished for h in batched)  # at the last step only the unfinished ones
+    for b in range(5):
+        alone = greedy_search(MarkovDecoder(seed=21), {"bias": inputs["bias"][b : b + 1]}, **kw)[0]
+        h = batched[b]
+        assert (h.tokens, h.finished) == (alone.tokens, alone.finished)
+        assert h.score == pytest.approx(alone.score, abs=1e-6)
+        assert torch.equal(h.attention[:, 1:], alone.attention[:, 1:]) and h.attention[:, 0].eq(b).all()
+    assert batched[0].tokens == [] and batched[0].finished and batched[0].attention.shape == (0, NK)
+    assert len(batched[3].tokens) == 8 and not batched[3].finished
+
+
 def test_argument_errors():
     model, inputs = MarkovDecoder(), make_inputs()
     with pytest.raises(ValueError, match="beam_size"):

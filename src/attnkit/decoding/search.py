@@ -197,8 +197,9 @@ def greedy_search(
 ) -> list[Hypothesis]:
     """Pick the most probable next token at every step, for the whole batch at once.
 
-    Returns one :class:`Hypothesis` per batch element. Stops when every row has produced eos
-    or after ``max_len`` steps.
+    Returns one :class:`Hypothesis` per batch element. A sentence that produces eos leaves the
+    batch (``model.reorder`` keeps the other rows), so the later steps decode only the sentences
+    still going; the search stops when none is left or after ``max_len`` steps.
     """
     _check_model(model)
     check("max_len", max_len, POSITIVE_INT)
@@ -206,32 +207,45 @@ def greedy_search(
     state = model.start(**inputs)
     prev = torch.full((B,), bos_id, dtype=torch.long, device=device)
     scores = torch.zeros(B, dtype=torch.float32, device=device)
-    done = torch.zeros(B, dtype=torch.bool, device=device)
+    finished = [False] * B
+    live = list(range(B))  # the batch element of each row the model still decodes
+    rows = torch.arange(B, device=device)
     tokens: list[list[int]] = [[] for _ in range(B)]
     attns: list[list[torch.Tensor]] = [[] for _ in range(B)]
+    n_keys = None
     for _ in range(max_len):
         log_probs, state, attn = model.step(prev, state)
-        _check_step(log_probs, attn, B)
+        _check_step(log_probs, attn, len(live))
         log_probs = log_probs.float()
         tok = log_probs.argmax(dim=-1)
         gained = log_probs.gather(1, tok.unsqueeze(1)).squeeze(1)
-        scores = torch.where(done, scores, scores + gained)
-        for b, t in enumerate(tok.tolist()):
-            if done[b] or t == eos_id:
+        scores.index_add_(0, rows, gained)  # (R,) into (B,): each live element's score + its token's log-prob
+        if attn is not None:
+            n_keys = attn.size(-1)
+            if return_attention:
+                attn = attn.detach().float().cpu()
+        for r, (b, t) in enumerate(zip(live, tok.tolist())):
+            if t == eos_id:
+                finished[b] = True
                 continue
             tokens[b].append(t)
             if return_attention and attn is not None:
-                attns[b].append(attn[b].detach().float().cpu())
-        done = done | tok.eq(eos_id)
-        if bool(done.all()):
+                attns[b].append(attn[r])
+        ended = tok.eq(eos_id)
+        if bool(ended.all()):
             break
+        if bool(ended.any()):  # finished sentences leave the batch: the next steps decode only the others
+            keep = (~ended).nonzero().squeeze(1)
+            state = model.reorder(state, keep)
+            rows, tok = rows.index_select(0, keep), tok.index_select(0, keep)
+            live = [live[i] for i in keep.tolist()]
         prev = tok
     out = []
     for b in range(B):
         att = None
-        if return_attention and attn is not None:
-            att = torch.stack(attns[b]) if attns[b] else torch.zeros(0, attn.size(-1))
-        out.append(Hypothesis(tokens[b], float(scores[b]), att, bool(done[b])))
+        if return_attention and n_keys is not None:
+            att = torch.stack(attns[b]) if attns[b] else torch.zeros(0, n_keys)
+        out.append(Hypothesis(tokens[b], float(scores[b]), att, finished[b]))
     return out
 
 
