@@ -93,3 +93,21 @@ def test_cli_translate_and_evaluate_int8_run_end_to_end(bible_home, capsys):
     assert main([*args, "--precision", "int8"]) == 0
     out = capsys.readouterr()
     assert "BLEU" in out.out and out.err == ""
+
+
+def test_explorer_serves_int8_models_without_attribution_methods(bible_home):
+    """``serve --precision int8``: translations with every attention map; no attribution methods are
+    offered (they read float weights), and asking for one is a 4xx, not a crash."""
+    from fastapi.testclient import TestClient
+
+    from attnkit.data.bible import load_pairs
+    from attnkit.explorer.app import create_app, load_models
+
+    models = load_models(["transformer-es-en"], device="cpu", dtype="int8")
+    client = TestClient(create_app(models, verses=load_pairs("test", home=bible_home)[:3]))
+    info = client.get("/api/models").json()["models"][0]
+    assert info["methods"] == []
+    p = client.post("/api/translate", json={"text": "Jesús lloró.", "heads": True}).json()
+    assert p["translation"] == "Jesus wept." and p["heads"] is not None and p["attention"]
+    r = client.post("/api/translate", json={"text": "Jesús lloró.", "method": "attention"})
+    assert 400 <= r.status_code < 500

@@ -409,10 +409,14 @@ def canonical_method(name: str) -> str:
 
 def methods_for(model) -> list[str]:
     """The methods ``model`` (a translation model, a captioner, or their inference wrappers) has, in registry
-    order; the gradient methods only where Captum is installed (``pip install 'attnkit[explain]'``)."""
+    order; the gradient methods only where Captum is installed (``pip install 'attnkit[explain]'``). A model
+    loaded with ``precision="int8"`` has none: its quantized layers have no float weights to read or
+    differentiate."""
     from ..models.captioner import ShowAttendTell
 
     m = getattr(model, "model", model)
+    if getattr(m, "precision", None) == "int8":
+        return []
     usable = [name for name, meth in METHODS.items() if not meth.needs_gradients or _have_captum()]
     if isinstance(m, ShowAttendTell):
         return [name for name in usable if METHODS[name].caption is not None]
