@@ -68,6 +68,8 @@ def cmd_data_prepare(args) -> None:
             f"Bible corpus: {path}  ({', '.join(f'{k} {v}' for k, v in counts.items())} verse pairs; "
             f"{time.perf_counter() - t0:.1f} s)"
         )
+    elif args.dataset == "parallel":
+        _prepare_parallel(args)
     elif args.dataset == "scenes":
         from .data.scenes import prepare_scenes
 
@@ -75,6 +77,51 @@ def cmd_data_prepare(args) -> None:
         print(f"Fashion-MNIST scenes: {path}")
     else:  # argparse restricts choices
         raise CLIError(f"unknown dataset {args.dataset!r}")
+
+
+def _prepare_parallel(args) -> None:
+    """``attnkit data prepare parallel NAME ...``: the user's corpus (see :mod:`attnkit.data.corpus`)."""
+    from .data.corpus import prepare_parallel
+
+    if not args.name:
+        raise CLIError("data prepare parallel: give the corpus a NAME (e.g. `attnkit data prepare parallel de-en ...`)")
+    for flag in ("src_lang", "tgt_lang", "train"):
+        if getattr(args, flag) is None:
+            raise CLIError(f"data prepare parallel: --{flag.replace('_', '-')} is required")
+    corpus = prepare_parallel(
+        args.name,
+        src_lang=args.src_lang,
+        tgt_lang=args.tgt_lang,
+        train=args.train,
+        valid=args.valid,
+        test=args.test,
+        vocab_size=args.vocab_size,
+        separate_vocab=args.separate_vocab,
+        max_words=args.max_words,
+        home=args.home,
+        force=args.force,
+        workers=args.workers,
+    )
+    m = corpus.meta
+    held = f" (valid/test held out of the training files: {', '.join(m['heldout']['from_train'])})" * bool(
+        m["heldout"]["from_train"]
+    )
+    print(
+        f"corpus {corpus.name} ({corpus.src_lang} → {corpus.tgt_lang}): {corpus.path}\n"
+        f"  pairs: {', '.join(f'{k} {v}' for k, v in m['splits'].items())}{held}\n"
+        f"  dropped: "
+        + "; ".join(
+            f"{k} {d['empty']} empty, {d['too_long']} over {m['max_words']} words" for k, d in m["dropped"].items()
+        )
+        + f"\n  vocabulary: {m['vocab_size']} pieces{' per side' if m['separate_vocab'] else ' (joint)'}; "
+        f"{m['seconds']:.1f} s\n  train with: attnkit train translation --data {corpus.name}"
+    )
+    if m["test_sources_in_train"]:
+        print(
+            f"attnkit: warning: {m['test_sources_in_train']} training pairs have a source sentence that is also "
+            "in the test set: test scores will be flattered",
+            file=sys.stderr,
+        )
 
 
 # ---------------------------------------------------------------- translation
@@ -207,16 +254,18 @@ def _load_shortlist(path: str | None):
 
 
 def cmd_shortlist(args) -> None:
-    from .data.bible import load_pairs
+    from .data.corpus import UnknownCorpusError, open_corpus
     from .tasks.translation.lexical_shortlist import FILENAME
 
     path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
     tr = _load_translator(args, path)
     out = _output(args.output, "--output") or path / FILENAME
     try:
-        shortlist = tr.build_shortlist(
-            load_pairs(args.split, home=args.home), frequent=args.frequent, per_source=args.per_source
-        )
+        corpus = open_corpus(tr.corpus, args.home)
+    except UnknownCorpusError as exc:
+        raise CLIError(f"the model was trained on corpus {tr.corpus!r}, which is not prepared here: {exc}") from None
+    try:
+        shortlist = tr.build_shortlist(corpus.pairs(args.split), frequent=args.frequent, per_source=args.per_source)
     except ValueError as exc:  # --frequent / --per-source out of range
         raise CLIError(str(exc)) from None
     try:
@@ -282,15 +331,10 @@ def cmd_translate(args) -> None:
     if not sentences and not sys.stdin.isatty():
         sentences = _read_lines(sys.stdin)
     if not sentences or not any(s.strip() for s in sentences):
-        raise CLIError("nothing to translate: give Spanish text as arguments, with --file, or on stdin")
+        raise CLIError("nothing to translate: give source-language text as arguments, with --file, or on stdin")
     for s in sentences:
         if not s.strip():
-            raise CLIError("one of the inputs is empty: give some Spanish text to translate")
-        if _looks_english(s):
-            print(
-                f"attnkit: warning: this looks like English, but the model translates Spanish → English: {s[:60]!r}",
-                file=sys.stderr,
-            )
+            raise CLIError("one of the inputs is empty: give some text to translate")
     need_attn = args.show_attention or args.plot is not None
     if args.engine == "ctranslate2":
         if args.html is not None:
@@ -308,6 +352,14 @@ def cmd_translate(args) -> None:
     else:
         model_dir = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
         tr = _load_translator(args, model_dir)
+        src_lang, tgt_lang = tr.src_lang, tr.tgt_lang
+        for s in sentences:
+            if src_lang != "en" and tgt_lang == "en" and _looks_english(s):
+                print(
+                    f"attnkit: warning: this looks like English, but the model translates {tr.language_pair}: "
+                    f"{s[:60]!r}",
+                    file=sys.stderr,
+                )
         results = tr.translate(
             sentences,
             beam_size=args.beam,
@@ -361,11 +413,15 @@ def _plot_translation(tr, results, sentences, path) -> None:
 
 def cmd_evaluate_translation(args) -> None:
     from .tasks.translation import evaluate_translation
+    from .tasks.translation.evaluate import read_test_files
     from .training.checkpoint import CheckpointError
 
     _check_engine_flags(args)
     _output(args.output, "--output")
     _output(args.plot, "--plot")
+    if (args.src is None) != (args.ref is None):
+        raise CLIError("--src and --ref go together: the source sentences and their reference translations")
+    pairs = read_test_files(args.src, args.ref) if args.src is not None else None
     reports = []
     shortlist = _load_shortlist(args.shortlist)  # read once, checked against each model's tokenizer
     if args.engine == "ctranslate2":
@@ -396,6 +452,7 @@ def cmd_evaluate_translation(args) -> None:
                     device=args.device,
                     dtype=args.precision,
                     shortlist=shortlist,
+                    pairs=pairs,
                 )
             )
         except CheckpointError as exc:
@@ -411,14 +468,16 @@ def cmd_evaluate_translation(args) -> None:
         print(json.dumps(out, ensure_ascii=False, default=str))
         return
     for r in reports:
+        on = f"{args.src}" if r["split"] == "files" else f"{r['split']} sentences"
         print(
-            f"{r['model']} ({r['model_type']}): BLEU {r['bleu']:.2f}  chrF {r['chrf']:.2f}  "
-            f"on {r['n_sentences']} {r['split']} verses, {r['sentences_per_s']:.1f} sentences/s (beam {r['beam_size']}"
+            f"{r['model']} ({r['model_type']}, {r['src_lang']} → {r['tgt_lang']}): BLEU {r['bleu']:.2f}  "
+            f"chrF {r['chrf']:.2f}  on {r['n_sentences']} {on}, {r['sentences_per_s']:.1f} sentences/s "
+            f"(beam {r['beam_size']}"
             f"{', lexical shortlist' if r.get('shortlist') else ''}"
             f"{', CTranslate2 ' + r['quantization'] if r.get('engine') == 'ctranslate2' else ''})"
         )
         print("  source words  " + "  ".join(f"{b['bucket']:>6}" for b in r["by_length"]))
-        print("  verses        " + "  ".join(f"{b['n']:>6}" for b in r["by_length"]))
+        print("  sentences     " + "  ".join(f"{b['n']:>6}" for b in r["by_length"]))
         print("  BLEU          " + "  ".join(f"{b['bleu']:>6.1f}" for b in r["by_length"]))
 
 
@@ -676,7 +735,7 @@ def cmd_models(args) -> None:
     if args.json:
         _print_json([m.to_dict() for m in infos])
         return
-    print(f"{'name':<22} {'source':<8} {'task':<12} {'kind':<12} {'size':>8}  test score")
+    print(f"{'name':<22} {'source':<8} {'task':<12} {'kind':<12} {'pair':<14} {'size':>8}  test score")
     for m in infos:
         sc = m.scores
         beam5 = f", {sc['test_beam5_bleu']:.2f} beam 5" if "test_beam5_bleu" in sc else ""
@@ -687,7 +746,10 @@ def cmd_models(args) -> None:
             if "test_bleu4" in sc
             else "not measured"
         )
-        print(f"{m.name:<22} {m.source:<8} {m.task:<12} {m.model_type:<12} {m.size_bytes / 1e6:>6.1f}MB  {score}")
+        pair = f"{m.src_lang}→{m.tgt_lang} {m.corpus}" if m.task == "translation" else "-"
+        print(
+            f"{m.name:<22} {m.source:<8} {m.task:<12} {m.model_type:<12} {pair:<14} {m.size_bytes / 1e6:>6.1f}MB  {score}"
+        )
 
 
 # ---------------------------------------------------------------- demo
@@ -738,8 +800,8 @@ def _add_shortlist_flag(parser: argparse.ArgumentParser) -> None:
 
 def _add_translate_parser(sub) -> None:
     """``attnkit translate``'s flags (torch-free: :func:`main` also builds it alone, for the CTranslate2 path)."""
-    tr = sub.add_parser("translate", help="translate Spanish to English")
-    tr.add_argument("text", nargs="*", help="Spanish sentences (or --file, or stdin)")
+    tr = sub.add_parser("translate", help="translate with a model, from the language pair it was trained on")
+    tr.add_argument("text", nargs="*", help="sentences in the model's source language (or --file, or stdin)")
     _add_model_flag(tr, DEFAULT_TRANSLATION_MODEL)
     tr.add_argument("--file", default=None, help="read sentences from this file, one per line (default: none)")
     tr.add_argument("--beam", type=arg_type(POSITIVE_INT, "beam"), default=5, help="beam size, 1 = greedy (default: 5)")
@@ -779,8 +841,52 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("data", help="prepare the corpora").add_subparsers(dest="action", required=True)
     add_data_links_parser(d)
-    dp = d.add_parser("prepare", help="build and cache a dataset")
-    dp.add_argument("dataset", choices=["bible", "scenes"])
+    dp = d.add_parser(
+        "prepare",
+        help="build and cache a dataset",
+        description="bible and scenes: the built-in corpora; parallel NAME: your own parallel corpus "
+        "(aligned text files or a TSV, .gz accepted), prepared under $ATTNKIT_HOME/corpora/NAME for "
+        "`attnkit train translation --data NAME`",
+    )
+    dp.add_argument("dataset", choices=["bible", "scenes", "parallel"])
+    dp.add_argument("name", nargs="?", default=None, help="parallel: the corpus's name, e.g. de-en")
+    dp.add_argument("--src-lang", default=None, help="parallel: source language code, e.g. de (required)")
+    dp.add_argument("--tgt-lang", default=None, help="parallel: target language code, e.g. en (required)")
+    for split, what in (
+        ("train", "required"),
+        ("valid", "default: held out of --train"),
+        ("test", "default: held out of --train"),
+    ):
+        dp.add_argument(
+            f"--{split}",
+            nargs="+",
+            metavar="FILE",
+            default=None,
+            help=f"parallel: {split} data, SRC TGT (aligned, one sentence a line) or PAIRS.tsv ({what})",
+        )
+    dp.add_argument(
+        "--vocab-size",
+        type=arg_type(Range(300, integer=True), "vocab-size"),
+        default=8000,
+        help="parallel: sentencepiece pieces (default: 8000)",
+    )
+    dp.add_argument(
+        "--separate-vocab",
+        action="store_true",
+        help="parallel: one vocabulary per language instead of a joint one (default: off: joint)",
+    )
+    dp.add_argument(
+        "--max-words",
+        type=arg_type(POSITIVE_INT, "max-words"),
+        default=250,
+        help="parallel: drop pairs with a side over this many words (default: 250)",
+    )
+    dp.add_argument(
+        "--workers",
+        type=arg_type(POSITIVE_INT, "workers"),
+        default=None,
+        help="parallel: tokenising processes (default: one per core)",
+    )
     dp.add_argument("--force", action="store_true", help="rebuild even if cached (default: off)")
     dp.add_argument(
         "--canvas",
@@ -793,8 +899,9 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a model").add_subparsers(dest="task", required=True)
     tt = t.add_parser(
         "translation",
-        help="Spanish→English on the Bible corpus",
-        description="Train a translation model. Model options apply to the model named by --model.",
+        help="a translation model on the Bible (Spanish→English) or on your corpus (--data NAME)",
+        description="Train a translation model on --data (bible, or a corpus prepared with `attnkit data "
+        "prepare parallel`). Model options apply to the model named by --model.",
     )
     from .config import add_config_arguments
     from .tasks.translation import TRANSLATION_MODELS, TranslationConfig, model_config_class
@@ -826,19 +933,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", default=None, help="where to write it (default: shortlist.safetensors in the model's folder)"
     )
     sl.add_argument(
-        "--split", default="train", choices=["train", "valid", "test"], help="the Bible pairs to count (default: train)"
+        "--split",
+        default="train",
+        choices=["train", "valid", "test"],
+        help="the pairs of the model's own corpus to count (default: train)",
     )
     sl.add_argument(
         "--frequent",
         type=arg_type(NON_NEGATIVE_INT, "frequent"),
         default=DEFAULT_FREQUENT,
-        help=f"the most common English pieces always in the list (default: {DEFAULT_FREQUENT})",
+        help=f"the most common target pieces always in the list (default: {DEFAULT_FREQUENT})",
     )
     sl.add_argument(
         "--per-source",
         type=arg_type(POSITIVE_INT, "per_source"),
         default=DEFAULT_PER_SOURCE,
-        help=f"English pieces per Spanish piece, by Dice association (default: {DEFAULT_PER_SOURCE})",
+        help=f"target pieces per source piece, by Dice association (default: {DEFAULT_PER_SOURCE})",
     )
     _add_device_flags(sl)
     sl.set_defaults(func=cmd_shortlist)
@@ -913,13 +1023,23 @@ def build_parser() -> argparse.ArgumentParser:
     xp.set_defaults(func=cmd_explain)
 
     e = sub.add_parser("evaluate", help="evaluate a model").add_subparsers(dest="task", required=True)
-    et = e.add_parser("translation", help="BLEU/chrF on the Bible test split, and BLEU by source length")
+    et = e.add_parser(
+        "translation",
+        help="BLEU/chrF on a split of the model's corpus (the test split by default) or on your files "
+        "(--src, --ref), and BLEU by source length",
+    )
     et.add_argument(
         "--model",
         action="append",
         help=f"a model name or folder; repeat to compare models (default: {DEFAULT_TRANSLATION_MODEL})",
     )
-    _add_evaluate_flags(et, "verses")
+    _add_evaluate_flags(et, "sentences")
+    et.add_argument(
+        "--src", default=None, metavar="FILE", help="source sentences, one a line (with --ref; default: the split)"
+    )
+    et.add_argument(
+        "--ref", default=None, metavar="FILE", help="their reference translations, line by line (with --src)"
+    )
     et.add_argument("--plot", default=None, help="plot BLEU by source length to this PNG (default: none)")
     _add_device_flags(et, int8=True)
     _add_engine_flag(et)

@@ -32,13 +32,14 @@ class Example(NamedTuple):
     tgt: torch.Tensor
 
 
-def encode_pairs(pairs: Sequence, tokenizer, max_len: int) -> list[Example]:
+def encode_pairs(pairs: Sequence, tokenizer, max_len: int, *, tgt_tokenizer=None) -> list[Example]:
     """Tokenize ``pairs`` (objects with ``.src`` and ``.tgt`` text, or ``(src, tgt, ...)`` tuples).
 
     Each side is truncated to its first ``max_len`` tokens (a verse longer than that loses its
     end; with the Bible and an 8k vocabulary, ``max_len=100`` truncates well under 1% of verses).
     No special ids are added here: :func:`collate` adds ``bos``/``eos`` to the target, so a
-    target has at most ``max_len + 1`` positions in ``tgt_in``/``tgt_out``.
+    target has at most ``max_len + 1`` positions in ``tgt_in``/``tgt_out``. ``tgt_tokenizer``: the
+    target side's, for separate vocabularies (default: ``tokenizer``, one joint vocabulary).
     """
     check("max_len", max_len, POSITIVE_INT)
     srcs, tgts = [], []
@@ -49,7 +50,7 @@ def encode_pairs(pairs: Sequence, tokenizer, max_len: int) -> list[Example]:
         srcs.append(src)
         tgts.append(tgt)
     src_ids = tokenizer.encode_batch(srcs) if srcs else []
-    tgt_ids = tokenizer.encode_batch(tgts) if tgts else []
+    tgt_ids = (tgt_tokenizer or tokenizer).encode_batch(tgts) if tgts else []
     return [
         Example(torch.tensor(s[:max_len], dtype=torch.long), torch.tensor(t[:max_len], dtype=torch.long))
         for s, t in zip(src_ids, tgt_ids)

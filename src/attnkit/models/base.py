@@ -25,7 +25,47 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["AttentionMaps", "TiedOutputLayer", "TranslationModel"]
+from ..checks import Range
+from ..config import option
+
+__all__ = ["AttentionMaps", "LanguagePair", "TiedOutputLayer", "TranslationModel"]
+
+
+@dataclass
+class LanguagePair:
+    """What a translation model's config says about its data, so that it travels with the model:
+    the source and target languages, the corpus it was trained on and, when the two sides have
+    separate vocabularies, the source vocabulary's size (``vocab_size`` is then the target's).
+
+    Set from the corpus when training starts (never command-line flags). A ``config.json`` written
+    before these fields existed loads with their defaults: the Bible, Spanish → English, one joint
+    vocabulary.
+    """
+
+    src_lang: str = option("es", "source language code (set from the corpus)", cli=False)
+    tgt_lang: str = option("en", "target language code (set from the corpus)", cli=False)
+    corpus: str = option("bible", "the corpus the model was trained on (set from the corpus)", cli=False)
+    src_vocab_size: int | None = option(
+        None,
+        "source vocabulary size when it is separate from the target's; None: one joint vocabulary",
+        cli=False,
+        check=Range(4),
+    )
+
+    def check_language_pair(self) -> None:
+        """:class:`attnkit.errors.ConfigError` naming the first text field of the pair that is not valid
+        (``src_vocab_size``'s range is checked with the config's other numbers, by ``check_fields``)."""
+        from ..errors import ConfigError
+
+        for name in ("src_lang", "tgt_lang", "corpus"):
+            v = getattr(self, name)
+            if not isinstance(v, str) or not v:
+                raise ConfigError(f"{name} must be a non-empty str, got {v!r}")
+
+    @property
+    def source_vocab_size(self) -> int:
+        """The size of the source side's vocabulary: ``src_vocab_size``, or the joint ``vocab_size``."""
+        return self.src_vocab_size or self.vocab_size  # type: ignore[attr-defined]
 
 
 class TiedOutputLayer:

@@ -42,7 +42,7 @@ from ..checks import POSITIVE, PROBABILITY, Range, check_fields
 from ..config import ConfigRecord, option
 from ..decoding import PER_SOURCE, reorder_state
 from ..errors import ConfigError
-from .base import AttentionMaps, TiedOutputLayer
+from .base import AttentionMaps, LanguagePair, TiedOutputLayer
 from .registry import ConfiguredModel, register_model
 
 #: Where RNNsearch's attention sits in the decoder step (see the module docstring).
@@ -52,7 +52,7 @@ __all__ = ["RNNEncDec", "RNNSearch", "RNNState", "Seq2SeqConfig"]
 
 
 @dataclass
-class Seq2SeqConfig(ConfigRecord):
+class Seq2SeqConfig(LanguagePair, ConfigRecord):
     """Hyper-parameters of the RNN translators (RNNencdec and RNNsearch); saved as ``config.json``.
 
     Which of the two a config builds is the checkpoint's ``model_type`` (the model registry), not
@@ -96,6 +96,7 @@ class Seq2SeqConfig(ConfigRecord):
 
     def __post_init__(self) -> None:
         check_fields(self)
+        self.check_language_pair()
         if self.rnn_attention not in RNN_ATTENTION:
             raise ConfigError(f"rnn_attention must be one of {RNN_ATTENTION}, got {self.rnn_attention!r}")
         try:
@@ -136,6 +137,13 @@ class _RNNTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
         nn.init.normal_(self.embedding.weight, std=c.emb_dim**-0.5)
         with torch.no_grad():
             self.embedding.weight[c.pad_id].zero_()
+        # separate vocabularies: the source has its own table; ``embedding`` is the target's (and the tied output)
+        self.src_embedding = None
+        if c.src_vocab_size is not None:
+            self.src_embedding = nn.Embedding(c.src_vocab_size, c.emb_dim, padding_idx=c.pad_id)
+            nn.init.normal_(self.src_embedding.weight, std=c.emb_dim**-0.5)
+            with torch.no_grad():
+                self.src_embedding.weight[c.pad_id].zero_()
         self.context_dim = context_dim
         self.input_feed = c.rnn_attention == "bahdanau"  # c_t is an input of the GRU
         if self.input_feed:
@@ -156,6 +164,8 @@ class _RNNTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
                 for p in self.parameters():
                     p.uniform_(-x, x)
                 self.embedding.weight[self.config.pad_id].zero_()
+                if self.src_embedding is not None:
+                    self.src_embedding.weight[self.config.pad_id].zero_()
 
     # -- pieces every model provides ---------------------------------------------------------------
     def encode(self, src: Tensor, src_lengths: Tensor) -> RNNState:  # pragma: no cover - abstract
@@ -178,10 +188,13 @@ class _RNNTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
             raise ValueError(f"src_lengths must have shape (B,) = ({src.shape[0]},), got {tuple(src_lengths.shape)}")
         if int(src_lengths.min()) < 1:
             raise ValueError("every source sentence needs at least one token (src_lengths >= 1)")
-        if int(src.max()) >= self.config.vocab_size or int(src.min()) < 0:
-            raise ValueError(
-                f"src token ids must lie in [0, {self.config.vocab_size}), got [{int(src.min())}, {int(src.max())}]"
-            )
+        v = self.config.source_vocab_size
+        if int(src.max()) >= v or int(src.min()) < 0:
+            raise ValueError(f"src token ids must lie in [0, {v}), got [{int(src.min())}, {int(src.max())}]")
+
+    def embed_source(self, src: Tensor) -> Tensor:
+        """Source embeddings ``(B, S) -> (B, S, E)``: the source table with separate vocabularies, else the joint one."""
+        return (self.embedding if self.src_embedding is None else self.src_embedding)(src)
 
     def _features(self, s: Tensor, c: Tensor, y_emb: Tensor) -> Tensor:
         """The deep output ``tanh(W_o [s_t; c_t; E y_{t-1}])``: ``(..., H), (..., C), (..., E) -> (..., E)``."""
@@ -301,7 +314,7 @@ class RNNEncDec(_RNNTranslator):
         self._init_parameters()
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> RNNState:
-        x = self.drop(self.embedding(src))  # (B, S, E)
+        x = self.drop(self.embed_source(src))  # (B, S, E)
         packed = nn.utils.rnn.pack_padded_sequence(x, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
         _, h_n = self.encoder(packed)  # (1, B, H): the state after each sentence's last real token
         context = h_n[-1]  # (B, H)
@@ -330,7 +343,7 @@ class RNNSearch(_RNNTranslator):
         self._init_parameters()
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> dict:
-        x = self.drop(self.embedding(src))  # (B, S, E)
+        x = self.drop(self.embed_source(src))  # (B, S, E)
         packed = nn.utils.rnn.pack_padded_sequence(x, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
         out, h_n = self.encoder(packed)
         annotations, _ = nn.utils.rnn.pad_packed_sequence(

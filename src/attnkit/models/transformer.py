@@ -40,7 +40,7 @@ from ..checks import POSITIVE, POSITIVE_INT, PROBABILITY, Range, check_fields
 from ..config import ConfigRecord, option
 from ..decoding import PER_SOURCE, reorder_state
 from ..errors import ConfigError
-from .base import AttentionMaps, TiedOutputLayer
+from .base import AttentionMaps, LanguagePair, TiedOutputLayer
 from .registry import ConfiguredModel, register_model
 
 __all__ = ["TransformerConfig", "TransformerState", "TransformerTranslator"]
@@ -49,7 +49,7 @@ _POSITIONAL = ("sinusoidal", "learned")
 
 
 @dataclass
-class TransformerConfig(ConfigRecord):
+class TransformerConfig(LanguagePair, ConfigRecord):
     """Hyper-parameters of the Transformer translator; saved as ``config.json`` beside the weights.
 
     ``max_len`` is the size of the learned position table (and the initial size of the
@@ -97,6 +97,7 @@ class TransformerConfig(ConfigRecord):
     def validate(self) -> None:
         """Raise :class:`attnkit.errors.ConfigError` naming the first field that is out of range."""
         check_fields(self)
+        self.check_language_pair()
         if self.d_model % self.nhead != 0:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by nhead ({self.nhead})")
         if self.positional not in _POSITIONAL:
@@ -153,10 +154,21 @@ class TransformerTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
         nn.init.normal_(self.embedding.weight, std=c.d_model**-0.5)
         with torch.no_grad():
             self.embedding.weight[c.pad_id].zero_()
-        if c.tie_embeddings:
+        # separate vocabularies: the source has its own table and ``embedding`` is the target's
+        self.src_embedding = None
+        if c.src_vocab_size is not None:
+            self.src_embedding = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
+            nn.init.normal_(self.src_embedding.weight, std=c.d_model**-0.5)
+            with torch.no_grad():
+                self.src_embedding.weight[c.pad_id].zero_()
+        if c.tie_embeddings or c.src_vocab_size is not None:
             self.tgt_embedding = None
+        if c.tie_embeddings:
             self.out_proj = None
             self.out_bias = nn.Parameter(torch.zeros(c.vocab_size))
+        elif c.src_vocab_size is not None:
+            self.out_proj = nn.Linear(c.d_model, c.vocab_size)
+            self.out_bias = None
         else:
             self.tgt_embedding = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
             nn.init.normal_(self.tgt_embedding.weight, std=c.d_model**-0.5)
@@ -180,10 +192,9 @@ class TransformerTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
         if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
             got = f"{tuple(ids.shape)} {ids.dtype}" if isinstance(ids, Tensor) else type(ids).__name__
             raise ValueError(f"{name} must be a {shape_hint} long tensor of token ids, got {got}")
-        if ids.numel() and (int(ids.max()) >= self.config.vocab_size or int(ids.min()) < 0):
-            raise ValueError(
-                f"{name} token ids must lie in [0, {self.config.vocab_size}), got [{int(ids.min())}, {int(ids.max())}]"
-            )
+        v = self.config.source_vocab_size if name == "src" else self.config.vocab_size
+        if ids.numel() and (int(ids.max()) >= v or int(ids.min()) < 0):
+            raise ValueError(f"{name} token ids must lie in [0, {v}), got [{int(ids.min())}, {int(ids.max())}]")
 
     def _check_src(self, src: Tensor, src_lengths: Tensor) -> None:
         self._check_ids("src", src, "(B, S)")
@@ -213,7 +224,8 @@ class TransformerTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
     def encode(self, src: Tensor, src_lengths: Tensor, *, need_weights: bool = False):
         """``(B, S), (B,) -> (memory (B, S, D), mask (B, S) True at real tokens, per-layer weights)``."""
         mask = padding_mask(src_lengths.to(src.device), src.shape[1])
-        x = self.positions(self.embedding(src) * self.embed_scale)
+        emb = self.embedding if self.src_embedding is None else self.src_embedding
+        x = self.positions(emb(src) * self.embed_scale)  # (B, S, D)
         out = self.encoder(x, key_padding_mask=mask, need_weights=need_weights)
         return out.output, mask, out.weights
 

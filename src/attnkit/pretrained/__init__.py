@@ -61,9 +61,15 @@ class ModelInfo:
     model_type: str
     size_bytes: int
     scores: dict = field(default_factory=dict)  # e.g. {"test_bleu": 31.23, "test_chrf": 51.99}
+    src_lang: str | None = None  # translation models: the pair and the corpus from config.json
+    tgt_lang: str | None = None
+    corpus: str | None = None
 
     def to_dict(self) -> dict:
         return {
+            "src_lang": self.src_lang,
+            "tgt_lang": self.tgt_lang,
+            "corpus": self.corpus,
             "name": self.name,
             "path": str(self.path),
             "source": self.source,
@@ -105,7 +111,10 @@ def _info(name: str, path: Path, source: str) -> ModelInfo:
     entry = _index().get(name, {}) if source == "shipped" else {}
     task = entry.get("task") or model_task(path)
     size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-    return ModelInfo(name, path, source, task, model_type, size, dict(entry.get("scores", {})))
+    pair = {}
+    if task == "translation":  # models saved before languages were recorded are the Bible's es → en
+        pair = {k: str(config.get(k, d)) for k, d in (("src_lang", "es"), ("tgt_lang", "en"), ("corpus", "bible"))}
+    return ModelInfo(name, path, source, task, model_type, size, dict(entry.get("scores", {})), **pair)
 
 
 def shipped_models() -> list[ModelInfo]:

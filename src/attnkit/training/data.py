@@ -11,7 +11,8 @@ which epoch's order it stopped. Any object with this interface works::
 
 The position must count batches *handed out* (advance before each ``yield``), so that a state
 saved after the trainer has used batch ``i`` resumes at batch ``i + 1``.
-Under DDP every rank iterates the same full order and keeps batches ``i % world_size == rank``.
+Under DDP every rank walks the same full order and keeps batches ``i % world_size == rank``
+(:meth:`Batches.shard` makes only those, so each rank reads only its share of the data).
 """
 
 from __future__ import annotations
@@ -72,6 +73,20 @@ class Batches:
             i = self.position
             self.position += 1  # counted as handed out before the trainer uses it
             yield self.make(groups[i], self.epoch, i)
+
+    def shard(self, rank: int, world_size: int) -> Iterator[Any]:
+        """Rank ``rank``'s share of the rest of the epoch: batch ``rank`` of every group of
+        ``world_size`` (the last incomplete group is skipped, so every rank takes as many steps).
+        Only this rank's batches are made (read, collated); the position advances by a whole
+        group before each ``yield``, exactly as iterating every batch and keeping this rank's."""
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+        groups = self.batches(self.epoch)
+        while self.position + world_size <= len(groups):
+            i = self.position + rank
+            self.position += world_size
+            yield self.make(groups[i], self.epoch, i)
+        self.position = len(groups)
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its first batch."""

@@ -396,6 +396,9 @@ class Trainer:
         if self.world_size == 1:
             yield from iter(self.train_batches)
             return
+        if hasattr(self.train_batches, "shard"):  # makes only this rank's batches
+            yield from self.train_batches.shard(self.rank, self.world_size)
+            return
         group = []
         for batch in self.train_batches:
             group.append(batch)

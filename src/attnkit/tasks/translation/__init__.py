@@ -1,6 +1,7 @@
-"""Spanish → English translation on the verse-aligned Bible: data, training, translating, evaluating.
+"""Translation on any parallel corpus (the verse-aligned Spanish → English Bible built in, or the user's
+own, :mod:`attnkit.data.corpus`): data, training, translating, evaluating.
 
-The glue between the corpus (:mod:`attnkit.data.bible`), the models
+The glue between the corpora (:mod:`attnkit.data.corpus`), the models
 (:mod:`attnkit.models.seq2seq`, :mod:`attnkit.models.transformer`), the shared trainer and the
 shared decoding, in the shape every task has: ``config`` (the task's options nesting the model's
 config), ``data`` (tokenizer, batches), ``loss``, ``inference`` (the wrapper people use:

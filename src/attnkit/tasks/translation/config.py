@@ -47,11 +47,21 @@ class TranslationConfig(TaskConfig):
     """
 
     model: str = option("rnnsearch", "the model to train", choices=TRANSLATION_MODELS)
-    vocab_size: int = option(8000, "size of the joint Spanish+English sentencepiece vocabulary", check=POSITIVE)
+    data: str = option(
+        "bible",
+        "the corpus: bible (built in, Spanish→English) or the NAME of one prepared with "
+        "`attnkit data prepare parallel NAME`",
+    )
+    vocab_size: int | None = option(
+        None,
+        "bible: size of its joint sentencepiece vocabulary (default: 8000); "
+        "a prepared corpus has its own (`data prepare parallel --vocab-size`)",
+        check=POSITIVE,
+    )
     max_len: int = option(
         100, "drop training pairs longer than this many subword tokens; the model's longest source", check=POSITIVE
     )
-    limit_train: int | None = option(None, "train on the first N verse pairs only", check=POSITIVE)
+    limit_train: int | None = option(None, "train on the first N training pairs only", check=POSITIVE)
     batch_size: int | None = option(
         None,
         "at most this many verse pairs per batch (with neither this nor "
@@ -159,12 +169,18 @@ class TranslationConfig(TaskConfig):
         }
         return cls.from_options(args.model, progress=not getattr(args, "no_progress", False), **options)
 
-    def sized_model_config(self, vocab_size: int):
-        """The model config for a tokenizer of ``vocab_size`` (see the class docstring)."""
+    def sized_model_config(self, vocab_size: int, *, src_vocab_size: int | None = None, corpus=None):
+        """The model config for a tokenizer of ``vocab_size`` (see the class docstring); with a
+        :class:`attnkit.data.corpus.Corpus`, its languages and name too, and ``src_vocab_size`` for
+        separate source and target vocabularies."""
         extra = (
             {"max_len": max(self.model_config.max_len, self.max_len)} if hasattr(self.model_config, "max_len") else {}
         )
-        return dataclasses.replace(self.model_config, vocab_size=vocab_size, max_src_len=self.max_len, **extra)
+        if corpus is not None:
+            extra.update(src_lang=corpus.src_lang, tgt_lang=corpus.tgt_lang, corpus=corpus.name)
+        return dataclasses.replace(
+            self.model_config, vocab_size=vocab_size, src_vocab_size=src_vocab_size, max_src_len=self.max_len, **extra
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,9 +1,13 @@
-"""The Bible corpus for translation: the joint tokenizer, and resumable batches of similar-length pairs."""
+"""Translation data: the Bible's joint tokenizer, and resumable batches of similar-length pairs, from
+memory (:func:`translation_batches`) or from a memory-mapped token cache (:func:`cached_translation_batches`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+import numpy as np
+import torch
 
 from ...data.batching import BucketBatchSampler, Example, collate, example_lengths
 from ...data.bible import load_pairs
@@ -42,8 +46,45 @@ def translation_batches(
     )  # resuming with other batches is refused
 
 
+def cached_translation_batches(
+    src,
+    tgt,
+    *,
+    max_len: int,
+    batch_size: int | None,
+    max_tokens: int | None,
+    seed: int,
+    shuffle: bool = True,
+    limit: int | None = None,
+) -> Batches:
+    """:func:`translation_batches` over a memory-mapped token cache (two
+    :class:`attnkit.data.token_cache.TokenArray`, source and target): the same batches, in the same
+    order, as :func:`translation_batches` of ``encode_pairs(pairs, tokenizer, max_len)`` over the
+    same pairs, but only the lengths (one small int array) live in memory; a batch reads its own
+    sentences from the map when it is made, so under ``torchrun`` each rank reads only its share.
+    ``limit``: the first ``limit`` pairs only."""
+    n = len(src) if limit is None else min(limit, len(src))
+    src_len = np.minimum(src.lengths[:n], max_len)
+    tgt_len = np.minimum(tgt.lengths[:n], max_len)
+    lengths = np.maximum(src_len, tgt_len + 1)  # what example_lengths gives for truncated examples
+    sampler = BucketBatchSampler(
+        lengths.tolist(), batch_size=batch_size, max_tokens=max_tokens, seed=seed, shuffle=shuffle
+    )
+
+    def example(j: int) -> Example:
+        return Example(
+            torch.from_numpy(src[j][:max_len].astype(np.int64)), torch.from_numpy(tgt[j][:max_len].astype(np.int64))
+        )
+
+    return Batches(
+        sampler.batches,
+        lambda idx, epoch, i: collate([example(j) for j in idx]),
+        fingerprint={"num_examples": n, "seed": seed, "batch_size": batch_size, "max_tokens": max_tokens},
+    )
+
+
 def get_tokenizer(vocab_size: int = 8000, home: str | Path | None = None) -> Tokenizer:
-    """The joint Spanish+English sentencepiece model, trained on the training split once and cached."""
+    """The Bible's joint Spanish+English sentencepiece model, trained on its training split once and cached."""
     folder = attnkit_home(home) / "bible" / f"spm-joint-{vocab_size}"
     if (folder / MODEL_FILENAME).is_file():
         return Tokenizer.load(folder)

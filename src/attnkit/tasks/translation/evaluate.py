@@ -1,4 +1,5 @@
-"""``attnkit evaluate translation``: BLEU/chrF of a model on a split, and BLEU by length."""
+"""``attnkit evaluate translation``: BLEU/chrF of a model on a split of its corpus, or on the user's
+own source and reference files, and BLEU by length."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pathlib import Path
 
 import torch
 
-from ...data.bible import load_pairs
+from ...data.bible import Pair
+from ...data.corpus import UnknownCorpusError, open_corpus
+from ...data.parallel import ParallelDataError, read_parallel
 from .inference import Translator
 from .lexical_shortlist import LexicalShortlist
 from .metrics import bleu_by_length, corpus_scores
@@ -23,9 +26,11 @@ def evaluate_translation(
     device: str | None = "cpu",
     dtype: str | torch.dtype | None = None,
     shortlist: LexicalShortlist | None = None,
+    pairs: list[Pair] | None = None,
 ) -> dict:
-    """BLEU/chrF of a model on a split (optionally its first ``limit`` verses), and BLEU by length;
-    with ``shortlist``, searching each batch's lexical shortlist instead of the whole vocabulary."""
+    """BLEU/chrF of a model on a split of the corpus it was trained on (optionally its first
+    ``limit`` pairs), or on ``pairs`` (e.g. :func:`read_test_files`), and BLEU by length; with
+    ``shortlist``, searching each batch's lexical shortlist instead of the whole vocabulary."""
     tr = Translator.load(model_dir, device=device, dtype=dtype)
     report = evaluate_translator(
         tr,
@@ -35,6 +40,7 @@ def evaluate_translation(
         home=home,
         shortlist=shortlist is not None,
         options={"shortlist": shortlist},
+        pairs=pairs,
     )
     return {"model": str(model_dir), "model_type": getattr(tr.model, "model_type", "?"), **report}
 
@@ -48,11 +54,26 @@ def evaluate_translator(
     home: str | Path | None = None,
     shortlist: bool = False,
     options: dict | None = None,
+    pairs: list[Pair] | None = None,
 ) -> dict:
     """The report of :func:`evaluate_translation` (less ``model``/``model_type``) for a loaded
     translator of either engine: anything with ``translate(sources, beam_size=, truncate=, **options)``
     returning dicts with ``translation``. ``shortlist`` says whether ``options`` restrict the vocabulary."""
-    pairs = load_pairs(split, home=home, limit=limit)
+    corpus_name = getattr(tr, "corpus", "bible")
+    if pairs is None:
+        try:
+            corpus = open_corpus(corpus_name, home)
+        except UnknownCorpusError as exc:
+            raise UnknownCorpusError(
+                f"the model was trained on corpus {corpus_name!r}, which is not prepared here ({exc}); "
+                "or evaluate it on your own files with --src FILE --ref FILE"
+            ) from None
+        pairs = corpus.pairs(split, limit=limit)
+        if not pairs:
+            raise UnknownCorpusError(f"corpus {corpus_name!r} has no {split} pairs; give --src FILE --ref FILE")
+    else:
+        split = "files"
+        pairs = pairs[:limit] if limit is not None else pairs
     t0 = time.perf_counter()
     hyps = tr.translate([p.src for p in pairs], beam_size=beam_size, truncate=True, **(options or {}))
     elapsed = time.perf_counter() - t0
@@ -60,6 +81,8 @@ def evaluate_translator(
     scores = corpus_scores(out_text, [p.tgt for p in pairs])
     return {
         "split": split,
+        "src_lang": getattr(tr, "src_lang", "es"),
+        "tgt_lang": getattr(tr, "tgt_lang", "en"),
         "beam_size": beam_size,
         "shortlist": shortlist,
         **scores,
@@ -69,3 +92,15 @@ def evaluate_translator(
             {"ref": p.ref, "source": p.src, "reference": p.tgt, "output": o} for p, o in list(zip(pairs, out_text))[:5]
         ],
     }
+
+
+def read_test_files(src: str | Path, ref: str | Path) -> list[Pair]:
+    """The pairs of a source file and its reference translations (aligned, one sentence a line; UTF-8
+    with or without BOM, ``\\n`` or ``\\r\\n``, ``.gz`` too). Files of different lengths, or an
+    empty source line, are a :class:`attnkit.data.parallel.ParallelDataError` naming file (and line)."""
+    pairs = []
+    for n, s, r in read_parallel((src, ref)):
+        if not s.strip():
+            raise ParallelDataError(f"{src}:{n}: empty source line (give one sentence a line)")
+        pairs.append(Pair(s.strip(), r.strip(), f"{Path(src).name}:{n}"))
+    return pairs

@@ -62,17 +62,46 @@ class Translation(ResultRecord):
 
 class Translator(InferenceWrapper):
     """Translate with a trained model: tokenise, batch, search, detokenise, keep the attention.
-    :meth:`load` takes a name (``"transformer-es-en"``) or a folder holding ``tokenizer.model``."""
+    :meth:`load` takes a name (``"transformer-es-en"``) or a folder holding ``tokenizer.model`` (and
+    ``source_tokenizer.model`` when the model has separate source and target vocabularies).
+
+    ``tokenizer`` is the target side's (the joint one by default); ``src_tokenizer`` the source
+    side's, when separate. ``src_lang``/``tgt_lang``/``corpus`` come from the model's config
+    (Bible Spanish → English for models saved before languages were recorded)."""
 
     companion_file, kind = MODEL_FILENAME, "a translation model"
 
-    def __init__(self, model, tokenizer: Tokenizer, *, max_len: int = 200):
+    def __init__(self, model, tokenizer: Tokenizer, *, max_len: int = 200, src_tokenizer: Tokenizer | None = None):
         self.model = model
         self.tokenizer = tokenizer
+        self.src_tokenizer = src_tokenizer or tokenizer
         self.max_len = max_len
-        self.max_src_len = getattr(getattr(model, "config", None), "max_src_len", None) or max_len
+        config = getattr(model, "config", None)
+        self.max_src_len = getattr(config, "max_src_len", None) or max_len
+        self.src_lang = getattr(config, "src_lang", "es")
+        self.tgt_lang = getattr(config, "tgt_lang", "en")
+        self.corpus = getattr(config, "corpus", "bible")
 
-    read_companion = staticmethod(Tokenizer.load)
+    @classmethod
+    def read_companion(cls, path):
+        return Tokenizer.load(path)
+
+    @classmethod
+    def load(cls, model_dir, *, device="cpu", dtype=None) -> Translator:
+        """:meth:`InferenceWrapper.load`, plus the source tokenizer of a model with separate vocabularies."""
+        from ...data.corpus import SOURCE_TOKENIZER_FILE
+        from ...pretrained import resolve_model
+
+        tr = super().load(model_dir, device=device, dtype=dtype)
+        src = resolve_model(model_dir) / SOURCE_TOKENIZER_FILE
+        if src.is_file():
+            tr.src_tokenizer = Tokenizer.load(src)
+        return tr
+
+    @property
+    def language_pair(self) -> str:
+        """``"es → en"``: what the model translates."""
+        return f"{self.src_lang} → {self.tgt_lang}"
 
     def check_shortlist(self, shortlist: LexicalShortlist) -> None:
         """``ShortlistError`` unless ``shortlist`` was built with this model's tokenizer."""
@@ -91,9 +120,9 @@ class Translator(InferenceWrapper):
         e.g. :func:`attnkit.data.bible.load_pairs` of the training split), with this model's tokenizer."""
         tok = self.tokenizer
         return LexicalShortlist.build(
-            tok.encode_batch([p.src for p in pairs]),
+            self.src_tokenizer.encode_batch([p.src for p in pairs]),
             tok.encode_batch([p.tgt for p in pairs]),
-            vocab_size=len(tok),
+            vocab_size=max(len(tok), len(self.src_tokenizer)),
             tokenizer_sha256=tokenizer_digest(tok),
             frequent=frequent,
             per_source=per_source,
@@ -104,8 +133,8 @@ class Translator(InferenceWrapper):
         out = []
         for i, s in enumerate(sentences):
             if not isinstance(s, str) or not s.strip():
-                raise InputError(f"sentence {i + 1} is empty: give some Spanish text to translate")
-            ids = self.tokenizer.encode(s.strip())
+                raise InputError(f"sentence {i + 1} is empty: give some text to translate")
+            ids = self.src_tokenizer.encode(s.strip())
             if len(ids) > self.max_src_len:
                 if not truncate:
                     raise InputError(
@@ -119,12 +148,12 @@ class Translator(InferenceWrapper):
     @torch.no_grad()
     def attention(self, source: str, target: str | Sequence[int]) -> TranslationAttention:
         """All the model's attention when it reads ``source`` and is forced to write ``target``
-        (teacher forcing): ``target`` is English text (tokenised here, e.g. a reference) or the
+        (teacher forcing): ``target`` is target-language text (tokenised here, e.g. a reference) or the
         token ids of a translation (``result.tokens``)."""
         src_ids = self.encode_sources([source])[0]
         if isinstance(target, str):
             if not target.strip():
-                raise InputError("target is empty: give the English text (or token ids) to align with")
+                raise InputError("target is empty: give the target text (or token ids) to align with")
             tgt_ids = self.tokenizer.encode(target.strip())
         else:
             tgt_ids = [int(t) for t in target]
@@ -135,7 +164,7 @@ class Translator(InferenceWrapper):
         tgt_in = torch.tensor([[self.tokenizer.bos_id, *tgt_ids[:-1]]], dtype=torch.long, device=device)
         maps = self.model.attention_maps(src, torch.tensor([len(src_ids)], device=device), tgt_in)
         return TranslationAttention(
-            source_pieces=[self.tokenizer.id_to_piece(t) for t in src_ids],
+            source_pieces=[self.src_tokenizer.id_to_piece(t) for t in src_ids],
             target_pieces=[self.tokenizer.id_to_piece(t) for t in tgt_ids],
             maps=maps.map_tensors(lambda t: t[0].float().cpu()),
         )
@@ -215,7 +244,7 @@ class Translator(InferenceWrapper):
                 res = Translation(self.tokenizer.decode(h.tokens), h.tokens, h.score)
                 if return_attention and h.attention is not None:
                     res.attention = h.attention[:, : len(ids[i])]
-                    res.source_pieces = [self.tokenizer.id_to_piece(t) for t in ids[i]]
+                    res.source_pieces = [self.src_tokenizer.id_to_piece(t) for t in ids[i]]
                     res.target_pieces = [self.tokenizer.id_to_piece(t) for t in h.tokens]
                 results[i] = res
         return results  # type: ignore[return-value]

@@ -1,4 +1,4 @@
-"""A lexical shortlist: which English pieces a batch of Spanish sentences may translate into.
+"""A lexical shortlist: which target pieces a batch of source sentences may translate into.
 
 Vocabulary selection for decoding (Jean et al. 2015; Marian's ``--shortlist``, CTranslate2's
 vocabulary map): the search scores only the ``frequent`` most common target pieces plus, for

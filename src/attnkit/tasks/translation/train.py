@@ -8,25 +8,35 @@ from pathlib import Path
 import torch
 
 from ...data.batching import Example, encode_pairs
-from ...data.bible import load_pairs
+from ...data.corpus import SOURCE_TOKENIZER_FILE, CorpusError, open_corpus
 from ...data.tokenizer import MODEL_FILENAME, Tokenizer
 from ...device import to_device
 from ...models.registry import model_class
 from ...models.transformer import TransformerConfig
 from ...training.losses import label_smoothed_nll
 from .config import TranslationConfig
-from .data import get_tokenizer, translation_batches
+from .data import cached_translation_batches, translation_batches
 from .inference import Translator
 from .loss import translation_loss_fn
 from .metrics import corpus_scores
 
 
-def build_translation_model(cfg: TranslationConfig, vocab_size: int) -> torch.nn.Module:
-    """The model ``cfg.model`` names, built from its nested config, for a vocabulary of ``vocab_size``."""
-    return model_class(cfg.model)(cfg.sized_model_config(vocab_size))
+def build_translation_model(
+    cfg: TranslationConfig, vocab_size: int, *, src_vocab_size: int | None = None, corpus=None
+) -> torch.nn.Module:
+    """The model ``cfg.model`` names, built from its nested config, for a vocabulary of ``vocab_size``
+    (and a separate source vocabulary of ``src_vocab_size``), with ``corpus``'s languages."""
+    return model_class(cfg.model)(cfg.sized_model_config(vocab_size, src_vocab_size=src_vocab_size, corpus=corpus))
 
 
-def _valid_fn(valid_examples: list[Example], valid_pairs, tokenizer: Tokenizer, n_bleu: int, max_len: int):
+def _valid_fn(
+    valid_examples: list[Example],
+    valid_pairs,
+    tokenizer: Tokenizer,
+    n_bleu: int,
+    max_len: int,
+    src_tokenizer: Tokenizer | None = None,
+):
     batches = translation_batches(valid_examples, batch_size=64, max_tokens=None, seed=0, shuffle=False)
 
     def valid_fn(model):
@@ -39,7 +49,7 @@ def _valid_fn(valid_examples: list[Example], valid_pairs, tokenizer: Tokenizer, 
             s, k = label_smoothed_nll(logits, b["tgt_out"], tokenizer.pad_id, 0.0)
             total += float(s)
             n += k
-        tr = Translator(model, tokenizer, max_len=max_len)
+        tr = Translator(model, tokenizer, max_len=max_len, src_tokenizer=src_tokenizer)
         subset = valid_pairs[:n_bleu]
         hyps = tr.translate_ids([e.src for e in valid_examples[:n_bleu]], beam_size=1)  # already cut to max_len
         scores = corpus_scores([h.translation for h in hyps], [p.tgt for p in subset])
@@ -92,31 +102,54 @@ def build_optimizer(cfg: TranslationConfig, model: torch.nn.Module):
 
 
 def train_translation(cfg: TranslationConfig, *, resume: bool = False, home: str | Path | None = None) -> dict:
-    """Train ``cfg.model`` on the Bible training split with the shared trainer; returns its summary."""
+    """Train ``cfg.model`` on the training split of corpus ``cfg.data`` (the Bible by default) with
+    the shared trainer; returns its summary. The Bible is tokenised in memory; a prepared corpus is
+    streamed from its memory-mapped token cache (:func:`cached_translation_batches`)."""
     from ...training import Trainer
 
-    tokenizer = get_tokenizer(cfg.vocab_size, home)
-    train_pairs = load_pairs("train", home=home, limit=cfg.limit_train)
-    valid_pairs = load_pairs("valid", home=home)
-    train_ex = encode_pairs(train_pairs, tokenizer, cfg.max_len)
-    links = _guided_links(cfg, train_pairs, tokenizer) if cfg.guided_alignment else None
-    valid_ex = encode_pairs(valid_pairs, tokenizer, cfg.max_len)
+    corpus = open_corpus(cfg.data, home)
+    src_tok, tokenizer = corpus.tokenizers(cfg.vocab_size)
+    valid_pairs = corpus.pairs("valid")
+    if not valid_pairs:
+        raise CorpusError(
+            f"corpus {corpus.name!r} has no validation pairs: prepare it again with --valid SRC TGT "
+            "(or with more training pairs, for a held-out share)"
+        )
+    valid_ex = encode_pairs(valid_pairs, src_tok, cfg.max_len, tgt_tokenizer=tokenizer)
+    batching = {"batch_size": cfg.batch_size, "max_tokens": cfg.max_tokens, "seed": cfg.run.seed}
+    cache = corpus.token_cache("train")
+    if cache is None:  # the Bible: tokenised in memory
+        train_pairs = corpus.pairs("train", limit=cfg.limit_train)
+        train_ex = encode_pairs(train_pairs, tokenizer, cfg.max_len)
+        links = _guided_links(cfg, train_pairs, tokenizer) if cfg.guided_alignment else None
+        train_batches = translation_batches(train_ex, **batching, links=links)
+    elif cfg.guided_alignment:
+        raise CorpusError(
+            f"--guided-alignment reads the training pairs in memory: it works with --data bible, not with "
+            f"corpus {corpus.name!r} (streamed from its token cache)"
+        )
+    else:
+        train_batches = cached_translation_batches(*cache, max_len=cfg.max_len, limit=cfg.limit_train, **batching)
     cfg.run.start()
-    model = build_translation_model(cfg, tokenizer.vocab_size)
+    separate = src_tok is not tokenizer
+    model = build_translation_model(
+        cfg, tokenizer.vocab_size, src_vocab_size=src_tok.vocab_size if separate else None, corpus=corpus
+    )
     optimizer, scheduler = build_optimizer(cfg, model)
+    extra_files = {MODEL_FILENAME: tokenizer.to_bytes()}
+    if separate:
+        extra_files[SOURCE_TOKENIZER_FILE] = src_tok.to_bytes()
     trainer = Trainer.from_config(
         cfg.run,
         model,
         optimizer,
         task_config=cfg,
         loss_fn=translation_loss_fn(tokenizer.pad_id, cfg.label_smoothing, cfg.guided()),
-        train_batches=translation_batches(
-            train_ex, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, seed=cfg.run.seed, links=links
-        ),
-        valid_fn=_valid_fn(valid_ex, valid_pairs, tokenizer, cfg.valid_bleu_sentences, cfg.max_len),
+        train_batches=train_batches,
+        valid_fn=_valid_fn(valid_ex, valid_pairs, tokenizer, cfg.valid_bleu_sentences, cfg.max_len, src_tok),
         scheduler=scheduler,
         metric_for_best="valid_bleu",
         greater_is_better=True,
-        extra_files={MODEL_FILENAME: tokenizer.to_bytes()},
+        extra_files=extra_files,
     )
     return trainer.fit(resume=resume)

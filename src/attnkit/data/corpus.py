@@ -1,0 +1,441 @@
+"""Named parallel corpora: the built-in Bible, and the user's own, prepared once under ``$ATTNKIT_HOME``.
+
+``attnkit data prepare parallel NAME --src-lang xx --tgt-lang yy --train SRC TGT`` (or one TSV)
+calls :func:`prepare_parallel`, which, like OpenNMT-py's ``onmt_build_vocab`` and fairseq's
+``fairseq-preprocess`` together:
+
+1. reads the files (:mod:`attnkit.data.parallel`: aligned text or TSV, ``.gz``, BOM, CRLF), strips
+   each sentence and turns tabs into spaces, and drops pairs empty on a side or longer than
+   ``max_words`` words on a side, counting both;
+2. without ``--valid``/``--test``, holds out a deterministic share of the pairs: a pair goes by the
+   SHA-256 of its source sentence, so duplicates of a source sentence always land in the same
+   split and the split is the same on every machine. Each missing split gets
+   ``min(HELDOUT_SHARE, HELDOUT_MAX / pairs)`` of the pairs (3 %, at most ~2,000 pairs);
+3. counts training pairs whose source sentence is, exactly, a test source sentence (a test
+   set seen in training flatters every score) and reports them;
+4. trains sentencepiece on the training side only: one joint model of both sides (the default,
+   so a model can tie its embeddings), or one per side with ``separate_vocab``; on a big corpus
+   sentencepiece samples at most :data:`SPM_MAX_SENTENCES` sentences a model
+   (``input_sentence_size`` with ``shuffle_input_sentence``);
+5. tokenises every split once, in parallel over the cores, into the memory-mapped token cache
+   (:mod:`attnkit.data.token_cache`) that training streams.
+
+Everything is written into a temporary folder beside the corpus and renamed into place
+(``os.replace``) only when complete, so an interrupted prepare leaves no corpus that a later
+``train --data NAME`` would read. The folder ``$ATTNKIT_HOME/corpora/NAME`` holds ``meta.json``
+(languages, counts, what was dropped), ``SPLIT.tsv`` (source, target, line of the input file),
+the tokenizer(s) and the token cache.
+
+:func:`open_corpus` gives one interface over both kinds (:class:`Corpus`): the languages, the pairs
+of a split, the tokenizers, the token cache. ``"bible"`` is the built-in Spanish→English corpus
+(:mod:`attnkit.data.bible`), prepared from the SWORD modules on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import AttnkitError
+from ..paths import attnkit_home, fsync_dir
+from .bible import SPLITS, Pair
+from .parallel import ParallelDataError, read_lines, read_parallel
+from .tokenizer import Tokenizer
+
+__all__ = [
+    "BIBLE",
+    "Corpus",
+    "CorpusError",
+    "UnknownCorpusError",
+    "corpora_dir",
+    "known_corpora",
+    "open_corpus",
+    "prepare_parallel",
+]
+
+BIBLE = "bible"
+FORMAT_VERSION = 1
+#: Pairs with more words than this on either side are dropped (and counted) by default.
+DEFAULT_MAX_WORDS = 250
+#: The share of pairs a missing held-out split takes, and the most pairs it takes.
+HELDOUT_SHARE = 0.03
+HELDOUT_MAX = 2000
+HELDOUT_SALT = "attnkit-heldout-v1"
+#: sentencepiece trains on at most this many sentences (sampled, seeded) per model.
+SPM_MAX_SENTENCES = 2_000_000
+#: Tokenizer file names inside a corpus folder (and a checkpoint): the joint or target model, and
+#: the source model when the vocabularies are separate.
+TOKENIZER_FILE = "tokenizer.model"
+SOURCE_TOKENIZER_FILE = "source_tokenizer.model"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_LANG = re.compile(r"[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*")
+
+
+class CorpusError(AttnkitError, ValueError):
+    """A corpus cannot be prepared or read as asked (the message says why and what to do)."""
+
+
+class UnknownCorpusError(CorpusError):
+    """A ``--data`` name that is neither ``bible`` nor a prepared corpus; the message lists the known ones."""
+
+
+def corpora_dir(home: str | os.PathLike | None = None) -> Path:
+    """Where prepared corpora live: ``$ATTNKIT_HOME/corpora``."""
+    return attnkit_home(home) / "corpora"
+
+
+def known_corpora(home: str | os.PathLike | None = None) -> list[str]:
+    """``bible`` and every completely prepared corpus under :func:`corpora_dir`, sorted."""
+    folder = corpora_dir(home)
+    names = []
+    if folder.is_dir():
+        names = sorted(p.name for p in folder.iterdir() if not p.name.startswith(".") and (p / "meta.json").is_file())
+    return [BIBLE] + [n for n in names if n != BIBLE]
+
+
+# ---------------------------------------------------------------------------------------------
+# The interface over both kinds of corpus
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Corpus:
+    """A named parallel corpus: its languages, its splits, its tokenizer(s), its token cache.
+
+    ``path`` is the prepared folder (``None`` for the Bible, which lives in :mod:`attnkit.data.bible`).
+    """
+
+    name: str
+    src_lang: str
+    tgt_lang: str
+    path: Path | None = None
+    home: Path | None = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def separate_vocab(self) -> bool:
+        return bool(self.meta.get("separate_vocab", False))
+
+    @property
+    def vocab_size(self) -> int | None:
+        """The vocabulary size the corpus was prepared with (``None`` for the Bible: any)."""
+        return self.meta.get("vocab_size")
+
+    def split_size(self, split: str) -> int:
+        if self.path is None:
+            return len(self.pairs(split))
+        return int(self.meta["splits"].get(split, 0))
+
+    def pairs(self, split: str, limit: int | None = None) -> list[Pair]:
+        """The pairs of ``split`` ("train", "valid", "test"), the first ``limit`` of them when given;
+        ``ref`` is the verse (Bible) or ``FILE:LINE`` of the input (prepared corpora)."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if self.path is None:
+            from .bible import load_pairs
+
+            return load_pairs(split, home=self.home, limit=limit)
+        return list(self.iter_pairs(split, limit))
+
+    def iter_pairs(self, split: str, limit: int | None = None) -> Iterator[Pair]:
+        if self.path is None:
+            yield from self.pairs(split, limit)
+            return
+        path = self.path / f"{split}.tsv"
+        if not path.is_file():
+            return
+        origin = self.meta.get("files", {}).get(split, [split])
+        with open(path, encoding="utf-8", newline="\n") as f:
+            for i, line in enumerate(f):
+                if limit is not None and i >= limit:
+                    break
+                src, tgt, lineno = line.rstrip("\n").split("\t")
+                yield Pair(src, tgt, f"{Path(origin[0]).name}:{lineno}")
+
+    def tokenizers(self, vocab_size: int | None = None) -> tuple[Tokenizer, Tokenizer]:
+        """``(source, target)`` tokenizers; the same object twice for a joint vocabulary.
+
+        The Bible's joint model is trained on first use for ``vocab_size`` (default 8,000) and cached;
+        a prepared corpus has its own, and ``vocab_size`` must be ``None`` or its size.
+        """
+        if self.path is None:
+            from ..tasks.translation.data import get_tokenizer
+
+            tok = get_tokenizer(vocab_size or 8000, self.home)
+            return tok, tok
+        if vocab_size is not None and vocab_size != self.vocab_size:
+            raise CorpusError(
+                f"corpus {self.name!r} was prepared with a vocabulary of {self.vocab_size}, not {vocab_size}: "
+                f"leave --vocab-size out, or prepare it again with --vocab-size {vocab_size} --force"
+            )
+        tgt = Tokenizer.load(self.path / TOKENIZER_FILE)
+        src = Tokenizer.load(self.path / SOURCE_TOKENIZER_FILE) if self.separate_vocab else tgt
+        return src, tgt
+
+    def token_cache(self, split: str):
+        """``(source, target)`` :class:`attnkit.data.token_cache.TokenArray` of ``split``, memory-mapped;
+        ``None`` for the Bible (trained from memory)."""
+        if self.path is None:
+            return None
+        from .token_cache import TokenArray
+
+        dtype = self.meta["token_dtype"]
+        return TokenArray(self.path / "cache" / f"{split}.src", dtype), TokenArray(
+            self.path / "cache" / f"{split}.tgt", dtype
+        )
+
+
+def open_corpus(name: str, home: str | os.PathLike | None = None) -> Corpus:
+    """The corpus ``name``: ``"bible"`` or one prepared with :func:`prepare_parallel`.
+
+    An unknown name is an :class:`UnknownCorpusError` listing the known ones."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+    home_path = attnkit_home(home)
+    if name == BIBLE:
+        return Corpus(BIBLE, "es", "en", None, home_path, {"has_test": True})
+    folder = corpora_dir(home) / name
+    meta_path = folder / "meta.json"
+    if not _NAME.fullmatch(name) or not meta_path.is_file():
+        known = ", ".join(known_corpora(home))
+        raise UnknownCorpusError(
+            f"unknown corpus {name!r} (known: {known}); prepare one with "
+            "`attnkit data prepare parallel NAME --src-lang xx --tgt-lang yy --train SRC TGT`"
+        )
+    meta = json.loads(meta_path.read_text("utf-8"))
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CorpusError(f"corpus {name!r} was prepared by another attnkit version; prepare it again with --force")
+    return Corpus(name, meta["src_lang"], meta["tgt_lang"], folder, home_path, meta)
+
+
+# ---------------------------------------------------------------------------------------------
+# Preparing a user's corpus
+# ---------------------------------------------------------------------------------------------
+
+
+def _heldout_bucket(src: str) -> float:
+    """A number in [0, 1) fixed by the source sentence (salted SHA-256), for the held-out split."""
+    digest = hashlib.sha256(f"{HELDOUT_SALT}:{src}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def _clean(text: str) -> str:
+    return text.replace("\t", " ").strip()
+
+
+def _check_files(option: str, files) -> tuple[Path, ...] | None:
+    if files is None:
+        return None
+    files = tuple(Path(f) for f in files)
+    if len(files) not in (1, 2):
+        raise CorpusError(f"--{option}: give two aligned files (SRC TGT) or one TSV file, got {len(files)}")
+    return files
+
+
+def _read_split(files: tuple[Path, ...], max_words: int, dropped: dict) -> Iterator[tuple[int, str, str]]:
+    """The kept pairs of ``files``: cleaned, neither side empty nor over ``max_words`` words."""
+    for lineno, src, tgt in read_parallel(files):
+        src, tgt = _clean(src), _clean(tgt)
+        if not src or not tgt:
+            dropped["empty"] += 1
+        elif len(src.split()) > max_words or len(tgt.split()) > max_words:
+            dropped["too_long"] += 1
+        else:
+            yield lineno, src, tgt
+
+
+def _train_tokenizers(folder: Path, vocab_size: int, separate: bool, sample: int) -> tuple[bytes, bytes]:
+    """sentencepiece on the training side of ``folder/train.tsv``: ``(source, target)`` model bytes."""
+
+    def side(k: int) -> Iterator[str]:
+        with open(folder / "train.tsv", encoding="utf-8", newline="\n") as f:
+            for line in f:
+                yield line.split("\t", 2)[k]
+
+    n = sum(1 for _ in side(0))
+
+    def train(texts, count):
+        size = sample if count > sample else 0  # sample only a big corpus (0: every sentence, as the Bible)
+        try:
+            return Tokenizer.train(texts, vocab_size=vocab_size, input_sentence_size=size)
+        except RuntimeError as exc:  # e.g. a vocabulary bigger than the text allows
+            raise CorpusError(f"sentencepiece could not train a {vocab_size}-piece vocabulary: {exc}") from None
+
+    if separate:
+        src, tgt = train(side(0), n), train(side(1), n)
+    else:
+        joint = train((t for k in (0, 1) for t in side(k)), 2 * n)
+        src = tgt = joint
+    tgt.save(folder)  # tokenizer.model: the joint or target model
+    if separate:
+        (folder / SOURCE_TOKENIZER_FILE).write_bytes(src.to_bytes())
+    return src.to_bytes(), tgt.to_bytes()
+
+
+def _remove_stale(root: Path, name: str) -> None:
+    """Temporary folders of this corpus left by prepares that died (their process is gone)."""
+    for tmp in root.glob(f".{name}.partial-*"):
+        try:
+            pid = int(tmp.name.rsplit("-", 1)[1])
+            os.kill(pid, 0)
+        except (ValueError, ProcessLookupError):
+            shutil.rmtree(tmp, ignore_errors=True)
+        except PermissionError:
+            pass
+
+
+def prepare_parallel(
+    name: str,
+    *,
+    src_lang: str,
+    tgt_lang: str,
+    train: tuple | list,
+    valid: tuple | list | None = None,
+    test: tuple | list | None = None,
+    vocab_size: int = 8000,
+    separate_vocab: bool = False,
+    max_words: int = DEFAULT_MAX_WORDS,
+    home: str | os.PathLike | None = None,
+    force: bool = False,
+    workers: int | None = None,
+    spm_max_sentences: int = SPM_MAX_SENTENCES,
+) -> Corpus:
+    """Prepare ``$ATTNKIT_HOME/corpora/NAME`` from the user's files (see the module docstring).
+
+    ``train``/``valid``/``test``: ``(SRC, TGT)`` aligned files or ``(PAIRS.tsv,)``. Returns the
+    prepared :class:`Corpus`; its ``meta`` holds the counts (kept, dropped empty / too long, test
+    sources found in the training data). Bad input is a :class:`CorpusError` or
+    :class:`attnkit.data.parallel.ParallelDataError`, raised before anything is in place.
+    """
+    from .token_cache import build_token_cache, token_dtype
+
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or name == BIBLE:
+        raise CorpusError(
+            f"corpus name {name!r}: use letters, digits, '.', '_' or '-' (at most 64, not 'bible'), e.g. kjv-web"
+        )
+    for option, lang in (("src-lang", src_lang), ("tgt-lang", tgt_lang)):
+        if not isinstance(lang, str) or not _LANG.fullmatch(lang):
+            raise CorpusError(f"--{option} {lang!r}: give a language code such as en, de, pt-BR, eng")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 300:
+        raise CorpusError(f"--vocab-size must be an int >= 300 (260 pieces are bytes and specials), got {vocab_size!r}")
+    if isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 1:
+        raise CorpusError(f"--max-words must be a positive int, got {max_words!r}")
+    files = {"train": _check_files("train", train), "valid": _check_files("valid", valid)}
+    files["test"] = _check_files("test", test)
+    if files["train"] is None:
+        raise CorpusError("--train: give the training files (SRC TGT, or one TSV)")
+    for paths in files.values():  # fail fast, before minutes of work
+        for p in paths or ():
+            if not Path(p).is_file():
+                raise ParallelDataError(f"{p}: no such file")
+
+    root = corpora_dir(home)
+    final = root / name
+    if (final / "meta.json").is_file() and not force:
+        raise CorpusError(f"corpus {name!r} is already prepared in {final}; add --force to prepare it again")
+    root.mkdir(parents=True, exist_ok=True)
+    _remove_stale(root, name)
+    tmp = root / f".{name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    start = time.perf_counter()
+    try:
+        dropped = {split: {"empty": 0, "too_long": 0} for split in SPLITS}
+        counts = dict.fromkeys(SPLITS, 0)
+        test_sources: set[bytes] = set()
+        with contextlib.ExitStack() as stack:
+            out = {s: stack.enter_context(open(tmp / f"{s}.tsv", "w", encoding="utf-8", newline="\n")) for s in SPLITS}
+
+            def write(split: str, src: str, tgt: str, lineno: int) -> None:
+                out[split].write(f"{src}\t{tgt}\t{lineno}\n")
+                counts[split] += 1
+
+            for split in ("test", "valid"):  # the given held-out files first: train is checked against test
+                if files[split] is not None:
+                    for lineno, src, tgt in _read_split(files[split], max_words, dropped[split]):
+                        write(split, src, tgt, lineno)
+                        if split == "test":
+                            test_sources.add(hashlib.sha1(src.encode()).digest())
+            missing = [s for s in ("test", "valid") if files[s] is None]
+            share = 0.0
+            if missing:
+                from .parallel import count_lines
+
+                n_lines = count_lines(files["train"][0])
+                share = min(HELDOUT_SHARE, HELDOUT_MAX / max(n_lines, 1))
+            seen_in_train = 0
+            for lineno, src, tgt in _read_split(files["train"], max_words, dropped["train"]):
+                split = "train"
+                if missing:
+                    u = _heldout_bucket(src)
+                    if u < share * len(missing):
+                        split = missing[int(u // share)]
+                if split == "test":
+                    test_sources.add(hashlib.sha1(src.encode()).digest())
+                elif split == "train" and files["test"] is not None:
+                    seen_in_train += hashlib.sha1(src.encode()).digest() in test_sources
+                write(split, src, tgt, lineno)
+        if counts["train"] == 0:
+            raise CorpusError(
+                f"{files['train'][0]}: no training pair left (dropped {dropped['train']['empty']} empty, "
+                f"{dropped['train']['too_long']} over {max_words} words)"
+            )
+        src_proto, tgt_proto = _train_tokenizers(tmp, vocab_size, separate_vocab, spm_max_sentences)
+        real_vocab = Tokenizer(tgt_proto).vocab_size
+        (tmp / "cache").mkdir()
+        for split in SPLITS:
+
+            def pairs(split=split):
+                with open(tmp / f"{split}.tsv", encoding="utf-8", newline="\n") as f:
+                    for line in f:
+                        src, tgt, _ = line.split("\t")
+                        yield src, tgt
+
+            build_token_cache(pairs(), tmp / "cache" / split, src_proto, tgt_proto, real_vocab, workers=workers)
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "name": name,
+            "src_lang": src_lang,
+            "tgt_lang": tgt_lang,
+            "files": {s: [str(Path(p).resolve()) for p in f] for s, f in files.items() if f is not None},
+            "heldout": {
+                "from_train": [s for s in ("test", "valid") if files[s] is None],
+                "share": share if any(files[s] is None for s in ("test", "valid")) else 0.0,
+                "salt": HELDOUT_SALT,
+            },
+            "splits": counts,
+            "dropped": dropped,
+            "max_words": max_words,
+            "test_sources_in_train": seen_in_train,
+            "vocab_size": real_vocab,
+            "separate_vocab": bool(separate_vocab),
+            "token_dtype": token_dtype(real_vocab).name,
+            "spm_max_sentences": spm_max_sentences,
+            "seconds": round(time.perf_counter() - start, 2),
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        old = None
+        if final.exists():
+            old = root / f".{name}.old-{os.getpid()}"
+            os.replace(final, old)
+        os.replace(tmp, final)
+        fsync_dir(root)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Corpus(name, src_lang, tgt_lang, final, attnkit_home(home), meta)
+
+
+def read_text_lines(path: str | os.PathLike) -> list[str]:
+    """Every line of a UTF-8 text file (``.gz``, BOM and CRLF handled), stripped; for ``--src``/``--ref``."""
+    return [line.strip() for _, line in read_lines(path)]

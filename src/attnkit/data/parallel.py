@@ -1,0 +1,131 @@
+"""Reading a user's parallel corpus: aligned plain-text files (Moses style) or one TSV file.
+
+Two layouts, as OpenNMT-py, fairseq and Marian take them:
+
+- two aligned files, one sentence a line, line ``n`` of the source translating line ``n`` of
+  the target (``train.de`` / ``train.en``);
+- one TSV file of two tab-separated columns, source then target.
+
+Either may be gzip-compressed (detected by the ``.gz`` suffix or the gzip magic bytes). Text is
+UTF-8, with or without a byte-order mark; lines end in ``\\n`` or ``\\r\\n``. Lines are read as bytes
+and decoded one by one, so a file of any size streams, and a byte that is not UTF-8 is reported
+with its file and line. Every problem is a :class:`ParallelDataError`, a one-line message naming
+the file (both files, with both counts, when aligned files differ in length) and the line.
+
+Nothing is dropped here: :func:`read_parallel` yields every line pair, empty ones included; the
+caller (:mod:`attnkit.data.corpus`) decides what to keep and counts what it drops.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import AttnkitError
+
+__all__ = ["ParallelDataError", "count_lines", "read_lines", "read_parallel"]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_BOM = "\ufeff"
+
+
+class ParallelDataError(AttnkitError, ValueError):
+    """A parallel corpus file cannot be read as given; the message names the file (and line)."""
+
+
+def _open_binary(path: Path):
+    if not path.exists():
+        raise ParallelDataError(f"{path}: no such file")
+    if not path.is_file():
+        raise ParallelDataError(f"{path}: not a file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+        return gzip.open(path, "rb") if head == _GZIP_MAGIC or path.suffix == ".gz" else open(path, "rb")
+    except OSError as exc:
+        raise ParallelDataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def read_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """``(line number from 1, text)`` of every line of a UTF-8 text file (``.gz`` too), without the
+    line ending (``\\n`` or ``\\r\\n``) and without a leading byte-order mark. A file with no line at
+    all, or a byte sequence that is not UTF-8, is a :class:`ParallelDataError` naming file and line."""
+    path = Path(path)
+    n = 0
+    with _open_binary(path) as f:
+        try:
+            for n, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise ParallelDataError(
+                        f"{path}:{n}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                        "convert the file to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8)"
+                    ) from None
+                if n == 1 and line.startswith(_BOM):
+                    line = line[1:]
+                yield n, line.rstrip("\n").removesuffix("\r")
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise ParallelDataError(f"{path}:{n + 1}: cannot read: {exc}") from None
+    if n == 0:
+        raise ParallelDataError(f"{path}: the file is empty")
+
+
+def count_lines(path: str | os.PathLike) -> int:
+    """Lines of a text file (``.gz`` too), the last one counted even without a final newline."""
+    path = Path(path)
+    n, last = 0, b"\n"
+    with _open_binary(path) as f:
+        try:
+            while chunk := f.read(1 << 20):
+                n += chunk.count(b"\n")
+                last = chunk[-1:]
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise ParallelDataError(f"{path}: cannot read: {exc}") from None
+    return n + (last != b"\n")
+
+
+def _check_aligned(src: Path, tgt: Path) -> None:
+    """Both files there, not empty, and of the same number of lines (checked before reading any)."""
+    n_src, n_tgt = count_lines(src), count_lines(tgt)
+    for path, n in ((src, n_src), (tgt, n_tgt)):
+        if n == 0:
+            raise ParallelDataError(f"{path}: the file is empty")
+    if n_src != n_tgt:
+        raise ParallelDataError(
+            f"{src} has {n_src} lines but {tgt} has {n_tgt}: aligned files need one sentence a line, "
+            "line n of one translating line n of the other"
+        )
+
+
+def _read_aligned(src: Path, tgt: Path) -> Iterator[tuple[int, str, str]]:
+    for (n, a), (_, b) in zip(read_lines(src), read_lines(tgt)):
+        yield n, a, b
+
+
+def _read_tsv(path: Path) -> Iterator[tuple[int, str, str]]:
+    for n, line in read_lines(path):
+        if not line.strip():
+            yield n, "", ""  # a blank line: an empty pair, dropped and counted by the caller
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise ParallelDataError(f"{path}:{n}: expected 2 tab-separated columns (source, target), got {len(fields)}")
+        yield n, fields[0], fields[1]
+
+
+def read_parallel(files: tuple[str | os.PathLike, ...] | list) -> Iterator[tuple[int, str, str]]:
+    """``(line number, source, target)`` of every line pair of ``files``: ``(SRC, TGT)``, two aligned
+    text files, or ``(PAIRS.tsv,)``, one two-column TSV file. Sentences are returned as read (the
+    line ending removed); empty lines give empty strings."""
+    files = tuple(Path(f) for f in files)
+    if len(files) == 2:
+        _check_aligned(*files)
+        return _read_aligned(*files)
+    if len(files) == 1:
+        if count_lines(files[0]) == 0:
+            raise ParallelDataError(f"{files[0]}: the file is empty")
+        return _read_tsv(files[0])
+    raise ParallelDataError(f"give two aligned files (SRC TGT) or one TSV file, got {len(files)} files")
