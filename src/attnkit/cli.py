@@ -850,10 +850,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dp.add_argument("dataset", choices=["bible", "scenes", "parallel"])
     dp.add_argument("name", nargs="?", default=None, help="parallel: the corpus's name, e.g. de-en")
-    dp.add_argument("--src-lang", default=None, help="parallel: source language code, e.g. de (required)")
-    dp.add_argument("--tgt-lang", default=None, help="parallel: target language code, e.g. en (required)")
+    dp.add_argument(
+        "--src-lang", default=None, help="parallel: source language code, e.g. de (required; default: none)"
+    )
+    dp.add_argument(
+        "--tgt-lang", default=None, help="parallel: target language code, e.g. en (required; default: none)"
+    )
     for split, what in (
-        ("train", "required"),
+        ("train", "required; default: none"),
         ("valid", "default: held out of --train"),
         ("test", "default: held out of --train"),
     ):
@@ -1038,7 +1042,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--src", default=None, metavar="FILE", help="source sentences, one a line (with --ref; default: the split)"
     )
     et.add_argument(
-        "--ref", default=None, metavar="FILE", help="their reference translations, line by line (with --src)"
+        "--ref",
+        default=None,
+        metavar="FILE",
+        help="their reference translations, line by line (with --src; default: none)",
     )
     et.add_argument("--plot", default=None, help="plot BLEU by source length to this PNG (default: none)")
     _add_device_flags(et, int8=True)
