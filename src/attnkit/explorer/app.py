@@ -5,7 +5,7 @@ it works with no network. The JSON is one format (:mod:`attnkit.explorer.schema`
 :mod:`attnkit.explorer.payload`), the same that ``--html`` exports embed.
 
 - ``GET  /api/models``     the loaded models: name, task, kind, config, test scores, has_attention
-- ``GET  /api/verses``     held-out test verses to pick from (with their references)
+- ``GET  /api/verses``     held-out test sentences of a model's corpus to pick from (with their references)
 - ``GET  /api/scenes``     held-out test scenes to pick from (with thumbnails)
 - ``POST /api/translate``  ``{"text", "model", "beam", "heads", "target", "method", "job"}`` → a translation payload
                            (``method``: an attribution method, :mod:`attnkit.attribution`)
@@ -74,13 +74,13 @@ class ApiError(Exception):
 
 
 class TranslateRequest(BaseModel):
-    text: str = Field(description="Spanish text (one sentence or verse)")
+    text: str = Field(description="text in the model's source language (one sentence or verse)")
     model: str | None = Field(None, description="a loaded translation model's name (default: the first)")
     beam: int = Field(5, ge=1, le=MAX_BEAM, description="beam size (1 = greedy)")
     heads: bool = Field(False, description="also return every layer's and head's maps, and the rollout")
     target: str | None = Field(
         None,
-        description="English to force instead of translating (e.g. the reference); "
+        description="target-language text to force instead of translating (e.g. the reference); "
         "gold verses then come with their hand-made links",
     )
     method: str | None = Field(
@@ -154,6 +154,8 @@ def load_models(
             "has_attention": probe,
             "config": config,
         }
+        if is_translation:
+            loaded.info[label].update(src_lang=tr.src_lang, tgt_lang=tr.tgt_lang, corpus=tr.corpus)
     return loaded
 
 
@@ -227,16 +229,23 @@ def _describe(errors) -> str:
     return "bad request: " + "; ".join(parts)
 
 
-def _held_out_verses(home) -> list[dict]:
-    """The scored gold verses first (they have hand-made links), then a spread of test verses by length."""
-    from ..alignment.gold import DEV_VERSES, load_gold
-    from ..data.bible import load_pairs
+def _held_out_verses(home, corpus: str = "bible") -> list[dict]:
+    """Test sentences of ``corpus`` to pick from, a spread of lengths; for the Bible the scored gold
+    verses first (they have hand-made links). Empty when the corpus is not prepared on this machine."""
+    from ..data.corpus import BIBLE, UnknownCorpusError, open_corpus
 
-    gold = [
-        {"ref": v.ref, "source": " ".join(v.source), "reference": " ".join(v.target), "gold": True}
-        for v in load_gold()[DEV_VERSES:]
-    ]
-    test = load_pairs("test", home=home)
+    try:
+        test = open_corpus(corpus, home).pairs("test")
+    except UnknownCorpusError:
+        return []
+    gold = []
+    if corpus == BIBLE:
+        from ..alignment.gold import DEV_VERSES, load_gold
+
+        gold = [
+            {"ref": v.ref, "source": " ".join(v.source), "reference": " ".join(v.target), "gold": True}
+            for v in load_gold()[DEV_VERSES:]
+        ]
     picks = sorted(test[:: max(1, len(test) // 120)], key=lambda p: len(p.src.split()))
     return gold + [{"ref": p.ref, "source": p.src, "reference": p.tgt, "gold": False} for p in picks]
 
@@ -346,8 +355,9 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
     state_lock = threading.Lock()
     if scenes is not None:
         state["scenes"] = scenes
+    given = None
     if verses is not None:
-        state["verses"] = [{"ref": p.ref, "source": p.src, "reference": p.tgt, "gold": False} for p in verses]
+        given = [{"ref": p.ref, "source": p.src, "reference": p.tgt, "gold": False} for p in verses]
 
     @app.exception_handler(ApiError)
     def _api_error(request, exc: ApiError):
@@ -381,12 +391,17 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
         return {"models": list(models.info.values())}
 
     @app.get("/api/verses", response_model=schema.VerseList)
-    def verses(limit: int = 200):
-        """Held-out test verses (a spread of lengths) with their reference translations."""
+    def verses(limit: int = 200, model: str | None = None):
+        """Held-out test sentences (a spread of lengths) of ``model``'s corpus (default: the first
+        translation model's) with their reference translations; empty when that corpus is not here."""
+        if given is not None:
+            return {"verses": given[: max(1, min(limit, 300))]}
+        corpus = _pick(models.translators, model, "translation")[1].corpus if models.translators else "bible"
         with state_lock:
-            if "verses" not in state:
-                state["verses"] = _held_out_verses(home)
-        return {"verses": state["verses"][: max(1, min(limit, 300))]}
+            key = f"verses:{corpus}"
+            if key not in state:
+                state[key] = _held_out_verses(home, corpus)
+        return {"verses": state[key][: max(1, min(limit, 300))]}
 
     def _scenes():
         with state_lock:  # one thread prepares them; the others wait instead of doing it again
@@ -424,10 +439,10 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
 
     @app.post("/api/translate", response_model=schema.Translation, responses=ERRORS)
     async def translate(req: TranslateRequest, request: Request):
-        """Translate Spanish text with one loaded model; every attention it has, in the payload format."""
+        """Translate text with one loaded model; every attention it has, in the payload format."""
         text = req.text.strip()
         if not text:
-            raise ApiError(400, "the text is empty: type or paste a Spanish sentence")
+            raise ApiError(400, "the text is empty: type or paste a sentence")
         if len(text) > MAX_TEXT_CHARS:
             raise ApiError(
                 413,
@@ -436,7 +451,9 @@ def create_app(models: LoadedModels, *, home: str | None = None, scenes=None, ve
             )
         name, tr = _pick(models.translators, req.model, "translation")
         if req.target is not None and not req.target.strip():
-            raise ApiError(400, "the target is empty: give the English to force, or leave it out to translate")
+            raise ApiError(
+                400, "the target is empty: give the target-language text to force, or leave it out to translate"
+            )
         return await _run_cancellable(
             request,
             jobs,

@@ -105,7 +105,7 @@ def translation_payload(
 ) -> dict:
     """Translate ``source`` with ``beam`` and describe every attention the model has (see the module
     docstring). ``result``: a translation already made (``Translator.translate`` output) to reuse.
-    ``target``: English to force instead of searching (teacher forcing; e.g. the reference), which
+    ``target``: target-language text to force instead of searching (teacher forcing; e.g. the reference), which
     also adds ``"gold"`` (the gold links, word indices) when the pair is one of the gold verses.
     ``method``: an attribution method (:mod:`attnkit.attribution`) whose view fills ``"attribution"``;
     ``progress(fraction)`` is passed to it (a gradient method calls it as it goes, and may raise to stop)."""
@@ -124,10 +124,13 @@ def translation_payload(
     elif result is None:
         result = translator.translate([source], beam_size=beam)[0]
     tokens = result["tokens"]
-    src_pieces = [translator.tokenizer.id_to_piece(t) for t in translator.encode_sources([source])[0]]
+    src_tok = getattr(translator, "src_tokenizer", translator.tokenizer)
+    src_pieces = [src_tok.id_to_piece(t) for t in translator.encode_sources([source])[0]]
     out = {
         "model": model,
         "kind": getattr(translator.model, "model_type", "?"),
+        "src_lang": getattr(translator, "src_lang", "es"),
+        "tgt_lang": getattr(translator, "tgt_lang", "en"),
         "source": source,
         "translation": result["translation"],
         "beam": beam,

@@ -143,6 +143,8 @@ class Translation(_Strict):
     """One model's translation of one source, with every attention it has."""
 
     model: str = Field(description="the model's name")
+    src_lang: str = Field("es", description="the model's source language code")
+    tgt_lang: str = Field("en", description="the model's target language code")
     kind: str = Field(description="the model's type (from its config), for display only")
     has_attention: bool
     source: str
@@ -203,6 +205,9 @@ class ModelInfo(_Strict):
     config: dict[str, Any]
     methods: list[MethodInfo] = Field([], description="the attribution methods this model has (request 'method')")
     engine: Literal["pytorch", "ctranslate2"] = Field("pytorch", description="what decodes it (attnkit serve --engine)")
+    src_lang: str | None = Field(None, description="translation models: source language code")
+    tgt_lang: str | None = Field(None, description="translation models: target language code")
+    corpus: str | None = Field(None, description="translation models: the corpus it was trained on")
 
 
 class ModelList(_Strict):
@@ -210,9 +215,9 @@ class ModelList(_Strict):
 
 
 class Verse(_Strict):
-    ref: str = Field(description="book chapter:verse")
+    ref: str = Field(description="book chapter:verse (the Bible), or FILE:LINE of the corpus's input")
     source: str
-    reference: str = Field(description="the reference translation (World English Bible)")
+    reference: str = Field(description="the reference translation (the World English Bible's, or the corpus's)")
     gold: bool = Field(description="true when the verse has hand-made gold links")
 
 

@@ -34,6 +34,10 @@ async function api(path, options) {
   return body;
 }
 function modelInfo(name) { return state.models.find((m) => m.name === name) || { name, scores: {} }; }
+// a language's English name from its code, by the browser's own table ("es" → "Spanish"); the code if unknown
+function langName(code) {
+  try { return new Intl.DisplayNames(["en"], { type: "language" }).of(code) || code; } catch (e) { return code; }
+}
 
 // ---------------------------------------------------------------- one matrix, in SVG
 function matrixSvg(att, rows, cols, cell = 14, gold = null, font = 10, links = null) {
@@ -95,17 +99,18 @@ function renderTranslation(p) {
   const note = methodNote(p, state.method);
   if (note) card.append(el("div", { class: "method-note", "data-method": p.attribution ? p.attribution.method : "" }, note));
   if (!v.att) {
-    card.append(el("p", { class: "no-attention" }, `${p.model} has no attention. It reads the whole Spanish ` +
-      "sentence into one fixed vector and writes every English word from that same vector, so there is no " +
-      "alignment to show: that is the point of the comparison (compare its long sentences with the others')."));
+    card.append(el("p", { class: "no-attention" }, `${p.model} has no attention. It reads the whole ` +
+      `${langName(p.src_lang)} sentence into one fixed vector and writes every ${langName(p.tgt_lang)} word from ` +
+      "that same vector, so there is no alignment to show: that is the point of the comparison (compare its " +
+      "long sentences with the others')."));
     card.append(exportsFor(card, p, "translation"));
     return card;
   }
   const status = el("div", { class: "status" }, "hover a word or a cell");
   const srcRow = el("div", { class: "tokens src" }, v.src.map((t, j) => el("span", { class: "tok", "data-i": j }, t)));
   const tgtRow = el("div", { class: "tokens tgt" }, v.tgt.map((t, i) => el("span", { class: "tok", "data-i": i }, t)));
-  card.append(el("div", { class: "label" }, "source (Spanish)"), srcRow, el("div", { class: "label" },
-    "target (English) — hover to see where it looks, click for that decoder step"), tgtRow);
+  card.append(el("div", { class: "label" }, `source (${langName(p.src_lang)})`), srcRow, el("div", { class: "label" },
+    `target (${langName(p.tgt_lang)}) — hover to see where it looks, click for that decoder step`), tgtRow);
   const gold = v.words && p.gold ? p.gold : null;
   const svg = matrixSvg(v.att, v.tgt, v.src, 14, gold, 10, v.links);
   card.append(el("div", { class: "label" }, (p.attribution ? `${p.attribution.method} attributions` : "alignment matrix") +
@@ -390,6 +395,8 @@ async function init() {
     redrawTranslations(); redrawCaptions();
     if (!state.captions.length) document.getElementById("caption-panel").hidden = true;
     if (!state.translations.length) document.getElementById("translate-panel").hidden = true;
+    const pairs = [...new Set(state.translations.map((p) => `${langName(p.src_lang)} → ${langName(p.tgt_lang)}`))];
+    if (pairs.length) document.getElementById("translate-heading").textContent = `Translate ${pairs.join(", ")}`;
     return;
   }
   state.models = (await api("api/models")).models;
@@ -397,11 +404,24 @@ async function init() {
   fillMethodPicker(picker, "translation"); fillMethodPicker(capPicker, "captioning");
   picker.addEventListener("change", () => { state.method = picker.value; translateAll(); });
   capPicker.addEventListener("change", () => { state.captionMethod = capPicker.value; captionAll(null); });
+  // the heading, the example and the sentence picker come from the first translation model's pair and corpus
+  const first = state.models.find((m) => m.task === "translation");
+  const pairs = [...new Set(state.models.filter((m) => m.task === "translation")
+    .map((m) => `${langName(m.src_lang)} → ${langName(m.tgt_lang)}`))];
+  if (pairs.length) document.getElementById("translate-heading").textContent = `Translate ${pairs.join(", ")}`;
+  const textBox = document.getElementById("text");
+  const versesP = first ? api(`api/verses?model=${encodeURIComponent(first.name)}`).then((r) => r.verses)
+    .catch(() => []) : Promise.resolve([]);
+  if (first && first.corpus !== "bible") {  // the built-in example is a Spanish verse: the corpus's own, if it is here
+    const vs = await versesP;
+    textBox.value = vs.length ? vs[0].source : "";
+    textBox.placeholder = `Type a sentence in ${langName(first.src_lang)}…`;
+  }
   // translate at once; the verse and scene lists fill in meanwhile (scenes may be prepared on first use)
   document.getElementById("force").addEventListener("change", translateAll);
   document.getElementById("translate").addEventListener("click", translateAll);
-  if (state.models.some((m) => m.task === "translation")) translateAll();
-  else document.getElementById("translate-panel").hidden = true;
+  if (!first) document.getElementById("translate-panel").hidden = true;
+  else if (textBox.value.trim()) translateAll();
   if (state.models.some((m) => m.task === "captioning")) {
     document.getElementById("caption-btn").addEventListener("click", () => captionAll(null));
     document.getElementById("upload").addEventListener("change", (e) => { if (e.target.files[0]) captionAll(e.target.files[0]); });
@@ -410,7 +430,8 @@ async function init() {
       .catch((e) => { document.getElementById("caption-error").textContent = `no test scenes: ${e.message}`; });
   } else document.getElementById("caption-panel").hidden = true;
   const verseSel = document.getElementById("verse"), ref = document.getElementById("reference");
-  const verses = (await api("api/verses").catch(() => ({ verses: [] }))).verses;
+  const verses = await versesP;
+  document.getElementById("verse-picker").hidden = !verses.length;  // only for a corpus with a test split here
   verses.forEach((v, i) => verseSel.append(el("option", { value: i },
     `${v.ref} (${v.source.split(" ").length} words${v.gold ? ", gold links" : ""})`)));
   verseSel.addEventListener("change", () => {
