@@ -1,0 +1,111 @@
+"""Two "nodes" on loopback: torchrun --nnodes 2 --nproc-per-node 1 with the c10d rendezvous (gloo on the
+CPU). Both ranks end with identical parameters, equal to one process stepping on the same global
+batches; a node whose worker dies is restarted (--max-restarts 1) and the run resumes from the last
+checkpoint to the same parameters."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from _ddp_common import loss_fn, make_batches, make_model
+from attnkit.training import ListBatches
+
+HERE = Path(__file__).parent
+SRC = HERE.parent / "src"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_two_nodes(out: Path, *worker_args: str, max_restarts: int = 0) -> list[subprocess.CompletedProcess]:
+    """Start two torchrun agents, one per "node", that meet at one c10d endpoint; wait for both."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{SRC}{os.pathsep}{HERE}", GLOO_SOCKET_IFNAME="lo")
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    port = _free_port()
+    procs = []
+    for node in (0, 1):
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run",
+            "--nnodes", "2", "--nproc-per-node", "1",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"attnkit-test-{port}",
+            "--rdzv-conf", f"is_host={int(node == 0)}",
+            "--local-addr", "127.0.0.1", "--max-restarts", str(max_restarts), "--monitor-interval", "0.5",
+            str(HERE / "_multinode_worker.py"), str(out), *worker_args,
+        ]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    results = []
+    for p in procs:
+        try:
+            stdout, _ = p.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        results.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, ""))
+    return results
+
+
+def _reference_state_dict() -> dict:
+    """One process, each step on the concatenation of the two ranks' batches (rank r takes batch r of each pair)."""
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    src = ListBatches(make_batches() * 2, shuffle_seed=3)
+    for epoch in range(2):
+        src.set_epoch(epoch)
+        batches = list(src)
+        for i in range(0, len(batches) - 1, 2):
+            x = torch.cat([batches[i][0], batches[i + 1][0]])
+            y = torch.cat([batches[i][1], batches[i + 1][1]])
+            opt.zero_grad()
+            loss_sum, n, _ = loss_fn(model, (x, y))
+            (loss_sum / n).backward()
+            opt.step()
+    return model.state_dict()
+
+
+def _check_ranks(out: Path, steps: int) -> list[dict]:
+    r = [torch.load(out / f"rank{k}.pt", weights_only=True) for k in (0, 1)]
+    for k, v in r[0]["state_dict"].items():
+        assert torch.equal(v, r[1]["state_dict"][k]), k
+    reference = _reference_state_dict()
+    for k, v in reference.items():
+        torch.testing.assert_close(r[0]["state_dict"][k], v, rtol=1e-5, atol=1e-6)
+    assert r[0]["summary"]["steps"] == r[1]["summary"]["steps"] == steps
+    return r
+
+
+@pytest.mark.slow
+def test_two_nodes_agree_with_one_process_on_the_global_batch(tmp_path):
+    results = _run_two_nodes(tmp_path)
+    for res in results:
+        assert res.returncode == 0, res.stdout[-4000:]
+    r = _check_ranks(tmp_path, steps=12)  # 12 batches / 2 ranks = 6 steps an epoch, 2 epochs
+    assert r[0]["summary"]["resumed_from"] is None and r[0]["summary"]["attempt"] == 0
+    start = json.loads((tmp_path / "train_log.jsonl").read_text().splitlines()[0])
+    assert start["event"] == "start" and start["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_a_killed_node_is_restarted_and_resumes_from_the_last_checkpoint(tmp_path):
+    results = _run_two_nodes(tmp_path, "kill", max_restarts=1)
+    for res in results:
+        assert res.returncode == 0, res.stdout[-4000:]
+    r = _check_ranks(tmp_path, steps=12)  # the same parameters as the uninterrupted run
+    for k in (0, 1):
+        assert r[k]["summary"]["attempt"] == 1  # every node's worker was restarted once
+        assert Path(r[k]["summary"]["resumed_from"]).name == "step-00000004"
+    log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    starts = [
+        (e["event"], Path(e["from"]).name if e["from"] else None) for e in log if e["event"] in ("start", "resume")
+    ]
+    assert starts == [("start", None), ("resume", "step-00000004")]
