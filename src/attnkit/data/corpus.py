@@ -152,7 +152,8 @@ class Corpus:
         path = self.path / f"{split}.tsv"
         if not path.is_file():
             return
-        origin = self.meta.get("files", {}).get(split, [split])
+        files = self.meta.get("files", {})
+        origin = files.get(split) or files.get("train") or [split]  # a held-out split's lines are the train file's
         with open(path, encoding="utf-8", newline="\n") as f:
             for i, line in enumerate(f):
                 if limit is not None and i >= limit:
