@@ -77,7 +77,7 @@ def cached_translation_batches(
         )
 
     return Batches(
-        sampler.batches,
+        sampler.plan,
         lambda idx, epoch, i: collate([example(j) for j in idx]),
         fingerprint={"num_examples": n, "seed": seed, "batch_size": batch_size, "max_tokens": max_tokens},
     )
