@@ -21,9 +21,10 @@ from pathlib import Path
 import sentencepiece as spm
 
 from ..checks import POSITIVE_INT, Range, check
+from ..errors import InputError
 from ..paths import atomic_write_bytes
 
-__all__ = ["BOS_ID", "EOS_ID", "MODEL_FILENAME", "PAD_ID", "UNK_ID", "Tokenizer"]
+__all__ = ["BOS_ID", "EOS_ID", "MODEL_FILENAME", "PAD_ID", "UNK_ID", "Tokenizer", "encode_sources"]
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 MODEL_FILENAME = "tokenizer.model"
@@ -215,3 +216,26 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size})"
+
+
+def encode_sources(
+    tokenizer: Tokenizer, sentences: Sequence[str], max_len: int, *, truncate: bool = False
+) -> list[list[int]]:
+    """Subword ids of each source sentence, for a translator that reads at most ``max_len`` pieces: the
+    PyTorch translator and the CTranslate2 engine both check their input here, so both refuse the same
+    input with the same words. An empty sentence is an ``InputError``; one over ``max_len`` pieces too,
+    unless ``truncate`` (then its first ``max_len`` pieces)."""
+    out = []
+    for i, s in enumerate(sentences):
+        if not isinstance(s, str) or not s.strip():
+            raise InputError(f"sentence {i + 1} is empty: give some text to translate")
+        ids = tokenizer.encode(s.strip())
+        if len(ids) > max_len:
+            if not truncate:
+                raise InputError(
+                    f"sentence {i + 1} has {len(ids)} subword tokens, more than this model's maximum of "
+                    f"{max_len}; split it into shorter sentences"
+                )
+            ids = ids[:max_len]
+        out.append(ids)
+    return out

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..data.tokenizer import Tokenizer
+from ..data.tokenizer import Tokenizer, encode_sources
 from ..errors import InputError
 from ..tasks.results import ResultRecord
 from .manifest import DeployError, read_manifest
@@ -125,21 +125,8 @@ class CT2Translator:
         return str(self.manifest.get("quantization", "?"))
 
     def encode_sources(self, sentences: Sequence[str], *, truncate: bool = False) -> list[list[int]]:
-        """Subword ids of each sentence, checked as :meth:`attnkit.tasks.translation.Translator.encode_sources` does."""
-        out = []
-        for i, s in enumerate(sentences):
-            if not isinstance(s, str) or not s.strip():
-                raise InputError(f"sentence {i + 1} is empty: give some Spanish text to translate")
-            ids = self.tokenizer.encode(s.strip())
-            if len(ids) > self.max_src_len:
-                if not truncate:
-                    raise InputError(
-                        f"sentence {i + 1} has {len(ids)} subword tokens, more than this model's maximum of "
-                        f"{self.max_src_len}; split it into shorter sentences"
-                    )
-                ids = ids[: self.max_src_len]
-            out.append(ids)
-        return out
+        """Subword ids of each sentence (see :func:`attnkit.data.tokenizer.encode_sources`)."""
+        return encode_sources(self.tokenizer, sentences, self.max_src_len, truncate=truncate)
 
     def translate(
         self,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...data.tokenizer import MODEL_FILENAME, Tokenizer
+from ...data.tokenizer import MODEL_FILENAME, Tokenizer, encode_sources
 from ...decoding import OutputLayerDecoder, search
 from ...errors import InputError
 from ...models.base import AttentionMaps
@@ -129,21 +129,8 @@ class Translator(InferenceWrapper):
         )
 
     def encode_sources(self, sentences: Sequence[str], *, truncate: bool = False) -> list[list[int]]:
-        """Subword ids of each sentence; too long raises ``ValueError`` unless ``truncate``."""
-        out = []
-        for i, s in enumerate(sentences):
-            if not isinstance(s, str) or not s.strip():
-                raise InputError(f"sentence {i + 1} is empty: give some text to translate")
-            ids = self.src_tokenizer.encode(s.strip())
-            if len(ids) > self.max_src_len:
-                if not truncate:
-                    raise InputError(
-                        f"sentence {i + 1} has {len(ids)} subword tokens, more than this model's maximum of "
-                        f"{self.max_src_len}; split it into shorter sentences"
-                    )
-                ids = ids[: self.max_src_len]
-            out.append(ids)
-        return out
+        """Subword ids of each sentence (see :func:`attnkit.data.tokenizer.encode_sources`)."""
+        return encode_sources(self.src_tokenizer, sentences, self.max_src_len, truncate=truncate)
 
     @torch.no_grad()
     def attention(self, source: str, target: str | Sequence[int]) -> TranslationAttention:

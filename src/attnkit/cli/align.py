@@ -7,8 +7,9 @@ import json
 import os
 import sys
 
-from .checks import POSITIVE, POSITIVE_INT, Range, arg_type
-from .errors import InputError
+from ..checks import POSITIVE, POSITIVE_INT, Range, arg_type
+from ..errors import InputError
+from .common import _add_device_flags, _add_json_flag, _add_layer_head_flags, _load_translator, _output
 
 __all__ = [
     "add_align_parser",
@@ -23,18 +24,11 @@ _SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "gr
 _DEV = Range(0, integer=True)
 
 
-def _checked_output(path, flag: str):
-    """The output path, checked before any work (see :func:`attnkit.cli._output`)."""
-    from .cli import _output
-
-    return _output(path, flag)
-
-
 # ---------------------------------------------------------------- align
 def cmd_align(args) -> None:
-    from .alignment.gold import format_links
+    from ..alignment.gold import format_links
 
-    _checked_output(args.output, "--output")
+    _output(args.output, "--output")
     if args.method == "eflomal":
         if args.model or args.reverse_model or args.layer or args.head:
             raise InputError("--method eflomal aligns the files with eflomal itself: give no --model/--layer/--head")
@@ -62,21 +56,26 @@ def cmd_align(args) -> None:
         )
 
 
-def _eflomal_file_links(args):
-    from .alignment.eflomal import eflomal_available, eflomal_links
-    from .tasks.translation.alignment import read_parallel
+def _require_eflomal() -> None:
+    from ..alignment.eflomal import eflomal_available
 
     if not eflomal_available():
         raise InputError("eflomal is not installed: pip install 'attnkit[align]'")
+
+
+def _eflomal_file_links(args):
+    from ..alignment.eflomal import eflomal_links
+    from ..tasks.translation.alignment import read_parallel
+
+    _require_eflomal()
     _, pairs = read_parallel(args.src, args.tgt)
     pairs = [(" ".join(s), " ".join(t)) for s, t in pairs]
     return eflomal_links([s for s, _ in pairs], [t for _, t in pairs], method=args.symmetrize or "grow-diag-final-and")
 
 
 def _model_file_links(args):
-    from .pretrained import DEFAULT_TRANSLATION_MODEL, resolve_model
-    from .tasks.translation import Translator
-    from .tasks.translation.alignment import (
+    from ..pretrained import DEFAULT_TRANSLATION_MODEL, resolve_model
+    from ..tasks.translation.alignment import (
         AttentionReading,
         ModelAligner,
         progress_bar,
@@ -87,12 +86,7 @@ def _model_file_links(args):
     # --symmetrize without a reverse model: the row and column argmaxes of the one model's matrix
     both_ways = args.symmetrize if not args.reverse_model else None
     reading = AttentionReading(args.method, args.layer, args.head, args.threshold, both_ways)
-    aligner = ModelAligner(
-        Translator.load(
-            resolve_model(args.model or DEFAULT_TRANSLATION_MODEL), device=args.device, dtype=args.precision
-        ),
-        reading,
-    )
+    aligner = ModelAligner(_load_translator(args, resolve_model(args.model or DEFAULT_TRANSLATION_MODEL)), reading)
     total, pairs = read_parallel(args.src, args.tgt)
     print(f"attnkit align: {total} pairs, {aligner.describe()}", file=sys.stderr)
     bar = progress_bar(total, not args.no_progress)
@@ -106,15 +100,13 @@ def _model_file_links(args):
     forward = aligner.align(pairs, batch_size=args.batch_size)
     if not args.reverse_model:
         return counted(forward)
-    back = ModelAligner(
-        Translator.load(resolve_model(args.reverse_model), device=args.device, dtype=args.precision), reading
-    )
+    back = ModelAligner(_load_translator(args, resolve_model(args.reverse_model)), reading)
     _, pairs_again = read_parallel(args.src, args.tgt)
     reverse = back.align(pairs_again, batch_size=args.batch_size, reverse=True)
     return counted(symmetrized(forward, reverse, args.symmetrize or "grow-diag-final-and"))
 
 
-def add_align_parser(sub, add_device_flags) -> None:
+def add_align_parser(sub) -> None:
     al = sub.add_parser(
         "align",
         help="word alignments (Pharaoh i-j lines, as fast_align and eflomal write) from a model's attention",
@@ -134,17 +126,10 @@ def add_align_parser(sub, add_device_flags) -> None:
         "(Chen et al. 2020), the step where it is the input (penultimate layer by default); guided: the head "
         "trained with --guided-alignment; eflomal: no model, eflomal on the two files (default: attention)",
     )
-    al.add_argument(
-        "--layer",
-        type=arg_type(POSITIVE_INT, "layer"),
-        default=None,
-        help="cross-attention layer, 1-based (default: the method's)",
-    )
-    al.add_argument(
-        "--head",
-        type=arg_type(POSITIVE_INT, "head"),
-        default=None,
-        help="with --layer: one head, 1-based (default: head mean)",
+    _add_layer_head_flags(
+        al,
+        "cross-attention layer, 1-based (default: the method's)",
+        "with --layer: one head, 1-based (default: head mean)",
     )
     al.add_argument(
         "--threshold",
@@ -171,22 +156,21 @@ def add_align_parser(sub, add_device_flags) -> None:
     )
     al.add_argument("--output", default=None, help="write the links here instead of stdout (default: stdout)")
     al.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (default: off)")
-    add_device_flags(al)
+    _add_device_flags(al)
     al.set_defaults(func=cmd_align)
 
 
 # ---------------------------------------------------------------- data links
 def cmd_data_links(args) -> None:
-    from .alignment.eflomal import eflomal_available, eflomal_links
-    from .alignment.gold import format_links
-    from .data.bible import load_pairs
-    from .paths import atomic_write_text
+    from ..alignment.eflomal import eflomal_links
+    from ..alignment.gold import format_links
+    from ..data.bible import load_pairs
+    from ..paths import atomic_write_text
 
     if args.dataset != "bible":  # argparse restricts choices
         raise InputError(f"unknown dataset {args.dataset!r}")
-    _checked_output(args.output, "--output")
-    if not eflomal_available():
-        raise InputError("eflomal is not installed: pip install 'attnkit[align]'")
+    _output(args.output, "--output")
+    _require_eflomal()
     pairs = load_pairs(args.split, home=args.home, limit=args.limit)
     print(f"attnkit data links: eflomal on {len(pairs)} {args.split} pairs, both directions ...", file=sys.stderr)
     links = eflomal_links([p.src for p in pairs], [p.tgt for p in pairs], method=args.symmetrize)
@@ -219,8 +203,8 @@ def add_data_links_parser(d) -> None:
 
 # ---------------------------------------------------------------- evaluate alignment
 def cmd_evaluate_alignment(args) -> None:
-    from .pretrained import DEFAULT_TRANSLATION_MODEL
-    from .tasks.translation.alignment_evaluate import evaluate_alignment
+    from ..pretrained import DEFAULT_TRANSLATION_MODEL
+    from ..tasks.translation.alignment_evaluate import evaluate_alignment
 
     if args.head is not None and args.layer is None:
         raise InputError("--head needs --layer (heads are numbered within a layer)")
@@ -274,7 +258,7 @@ def cmd_evaluate_alignment(args) -> None:
         )
 
 
-def add_evaluate_alignment_parser(e, add_device_flags) -> None:
+def add_evaluate_alignment_parser(e) -> None:
     ea = e.add_parser("alignment", help="does attention align? AER against gold alignments, with bootstrap intervals")
     ea.add_argument(
         "--model", default=None, help="a translation model name or folder (default: the shipped Transformer)"
@@ -286,18 +270,11 @@ def add_evaluate_alignment_parser(e, add_device_flags) -> None:
         help="how attention is read (see `attnkit align --help`); repeat to compare, one row each, paired "
         "against the first (default: attention)",
     )
-    ea.add_argument(
-        "--layer",
-        type=arg_type(POSITIVE_INT, "layer"),
-        default=None,
-        help="read this cross-attention layer (1-based) instead of the method's default; with --head one "
+    _add_layer_head_flags(
+        ea,
+        "read this cross-attention layer (1-based) instead of the method's default; with --head one "
         "head, else the layer's head mean (default: none; Shift-Att picks its layer on the dev pairs)",
-    )
-    ea.add_argument(
-        "--head",
-        type=arg_type(POSITIVE_INT, "head"),
-        default=None,
-        help="with --layer: the head (1-based) (default: none)",
+        "with --layer: the head (1-based) (default: none)",
     )
     ea.add_argument(
         "--all-heads",
@@ -339,6 +316,6 @@ def add_evaluate_alignment_parser(e, add_device_flags) -> None:
     ea.add_argument(
         "--no-references", action="store_true", help="skip the diagonal baseline and eflomal (default: off)"
     )
-    ea.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
-    add_device_flags(ea)
+    _add_json_flag(ea)
+    _add_device_flags(ea)
     ea.set_defaults(func=cmd_evaluate_alignment)

@@ -1,0 +1,101 @@
+"""The ``attnkit`` command: data, train, translate, align, caption, evaluate, export, models, serve, demo.
+
+Every subcommand reports bad input as one clear line on stderr (exit status 2), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+
+from .. import __version__
+from ..errors import AttnkitError
+from . import align, caption, data, evaluate, explain, export, models, serve, train, translate
+from .common import CLIError, _Parser
+
+__all__ = ["CLIError", "build_parser", "main"]
+
+
+def _add_home_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--home", default=None, help="data and cache folder (default $ATTNKIT_HOME or ~/.cache/attnkit)"
+    )
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: attnkit's version, torch's, and the device ``--device auto`` would use."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from ..device import describe
+
+        print(f"attnkit {__version__} ({describe()})")
+        parser.exit()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every command's parser, in the order ``attnkit --help`` lists them (each from its module's ``add_parser``)."""
+    p = _Parser(prog="attnkit", description="Attention mechanisms for PyTorch, and the models built from them.")
+    p.add_argument(
+        "--version", action=_VersionAction, help="print the attnkit and torch versions and the device auto picks"
+    )
+    _add_home_flag(p)
+    sub = p.add_subparsers(dest="command", required=True)
+    data.add_parser(sub)
+    train.add_parser(sub)
+    translate.add_parser(sub)
+    align.add_align_parser(sub)
+    translate.add_shortlist_parser(sub)
+    caption.add_parser(sub)
+    explain.add_parser(sub)
+    evaluate.add_parser(sub)
+    export.add_parser(sub)
+    serve.add_parser(sub)
+    models.add_parser(sub)
+    return p
+
+
+def _is_ct2_translate(argv: list[str]) -> bool:
+    """Whether the command line is ``attnkit [--home H] translate ... --engine ctranslate2``."""
+    rest = list(argv)
+    while rest and rest[0].startswith("--home"):
+        rest = rest[1:] if "=" in rest[0] else rest[2:]
+    if not rest or rest[0] != "translate":
+        return False
+    return "--engine=ctranslate2" in rest or any(
+        a == "--engine" and b == "ctranslate2" for a, b in itertools.pairwise(rest)
+    )
+
+
+def _ct2_translate_parser() -> argparse.ArgumentParser:
+    """The parser for ``translate --engine ctranslate2`` alone: :func:`build_parser` imports the models'
+    configs (and so torch) to list every command's options; this path must not (a CTranslate2 export
+    translates in a fraction of the second torch's import takes)."""
+    p = _Parser(prog="attnkit")
+    _add_home_flag(p)
+    translate.add_parser(p.add_subparsers(dest="command", required=True))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command; bad input (an :class:`attnkit.errors.AttnkitError`, a bad flag, a file that is not
+    there or cannot be written) is one line on stderr and exit status 2. Any other exception is a bug: it keeps its traceback."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _ct2_translate_parser() if _is_ct2_translate(argv) else build_parser()
+    try:
+        args = parser.parse_args(argv)
+        args.func(args)
+    except (AttnkitError, FileNotFoundError) as exc:
+        print(f"attnkit: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file-system error on a path the checks above could not foresee (a full disk)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"attnkit: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("attnkit: interrupted", file=sys.stderr)
+        return 130
+    return 0

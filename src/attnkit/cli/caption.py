@@ -1,0 +1,75 @@
+"""``attnkit caption``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..checks import POSITIVE_INT, arg_type
+from ..pretrained import DEFAULT_CAPTION_MODEL
+from .common import CLIError, _add_device_flags, _add_model_flag, _load_captioner, _model_path, _output
+
+
+def cmd_caption(args) -> None:
+    import torch
+
+    from ..tasks.captioning import load_image_file
+
+    _output(args.plot, "--plot")
+    _output(args.html, "--html")
+    model_dir = _model_path(args.model, DEFAULT_CAPTION_MODEL)
+    cm = _load_captioner(args, model_dir)
+    images = []
+    for f in args.images:
+        try:
+            images.append(load_image_file(f, cm.canvas))
+        except (FileNotFoundError, ValueError) as exc:
+            raise CLIError(str(exc)) from None
+    batch = torch.stack(images)
+    greedy = cm.caption(batch, beam_size=1)
+    beam = cm.caption(batch, beam_size=args.beam) if args.beam > 1 else greedy
+    for f, g, b in zip(args.images, greedy, beam):
+        print(f"{f}")
+        print(f"  greedy:    {g.caption}")
+        if args.beam > 1:
+            print(f"  beam {args.beam:<4} {b.caption}")
+    if args.plot is not None:
+        if len(args.images) == 1:
+            out = cm.plot(batch[0], beam[0], args.plot)
+            print(f"wrote {out}")
+        else:
+            stem = Path(args.plot)
+            for k, (f, r) in enumerate(zip(args.images, beam)):
+                path = stem.with_name(f"{stem.stem}-{k + 1}{stem.suffix or '.png'}")
+                title = f"{Path(f).name}: {r.caption}"
+                print(f"wrote {cm.plot(batch[k], r, path, title=title)}")
+    if args.html is not None:
+        from ..explorer import caption_payload, write_explorer_html
+
+        name = model_dir.name
+        payloads = [caption_payload(cm, img, model=name, beam=args.beam) for img in batch]
+        print(f"wrote {write_explorer_html(args.html, captions=payloads)}")
+
+
+def add_parser(sub) -> None:
+    ca = sub.add_parser("caption", help="caption images with a Show, Attend and Tell model")
+    ca.add_argument(
+        "images", nargs="+", help="image files (any size/colour mode; converted to the model's grayscale canvas)"
+    )
+    _add_model_flag(ca, DEFAULT_CAPTION_MODEL)
+    ca.add_argument(
+        "--beam",
+        type=arg_type(POSITIVE_INT, "beam"),
+        default=3,
+        help="beam size for the second caption, 1 = greedy only (default: 3)",
+    )
+    ca.add_argument(
+        "--plot", default=None, help="write the per-word attention overlay grid to this PNG (default: none)"
+    )
+    ca.add_argument(
+        "--html",
+        default=None,
+        help="write the explorer's views of these captions to this "
+        "self-contained HTML file (opens offline) (default: none)",
+    )
+    _add_device_flags(ca)
+    ca.set_defaults(func=cmd_caption)

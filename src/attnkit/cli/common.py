@@ -1,0 +1,195 @@
+"""What every ``attnkit`` command shares: the one-line error, the parser class, output-path checks,
+the shared flag groups and the model loaders."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from ..checks import POSITIVE_INT, arg_type
+from ..errors import AttnkitError
+from ..pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
+
+
+class CLIError(AttnkitError):
+    """A user-facing error found by the command line itself: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors (an unknown flag, ``--beam 0``) are one :class:`CLIError` line, like every
+    other bad input, instead of argparse's usage block and ``SystemExit``."""
+
+    def error(self, message: str):
+        raise CLIError(f"{message} (see `{self.prog} --help`)")
+
+
+def _output(path: str | Path | None, flag: str, *, folder: bool = False) -> Path | None:
+    """Check an output path before any work is done, without creating anything: the nearest folder
+    that exists on the way to it must be a writable folder, and the path itself, if it exists, a
+    folder (``folder=True``) or a file. A path that cannot be written (a file in the way, no
+    permission) is a one-line :class:`CLIError` naming ``flag``, not a traceback after the work."""
+    if path is None:
+        return None
+    p = Path(path)
+    if p.exists() and p.is_dir() != folder:
+        raise CLIError(f"{flag}: {p} is a {'file' if folder else 'folder'}; give a {'folder' if folder else 'file'}")
+    existing = (p if folder else p.parent).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise CLIError(f"{flag}: cannot create {p}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CLIError(f"{flag}: cannot create {p}: {existing} is not writable")
+    return p
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+
+
+def _add_device_flags(parser: argparse.ArgumentParser, *, int8: bool = False) -> None:
+    """``--device`` and ``--precision`` for a command that runs a model (see :mod:`attnkit.device`);
+    ``int8``: the command runs translators, which also take ``--precision int8``."""
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="where to run: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps (default: auto)",
+    )
+    parser.add_argument(
+        "--precision",
+        default="fp32",
+        choices=["fp32", "bf16", "fp16", *(["int8"] if int8 else []), "auto"],
+        help="weights and arithmetic: fp32, bf16, fp16, "
+        + ("int8 (dynamic quantization, CPU), " if int8 else "")
+        + "or auto (bf16 where it is measured faster) (default: fp32)",
+    )
+
+
+def _add_engine_flag(parser: argparse.ArgumentParser) -> None:
+    """``--engine``: attnkit's own PyTorch decoding, or a CTranslate2 export (:mod:`attnkit.deploy`)."""
+    parser.add_argument(
+        "--engine",
+        default="pytorch",
+        choices=["pytorch", "ctranslate2"],
+        help="pytorch: attnkit's own decoding; ctranslate2: a model written by `attnkit export MODEL OUT "
+        "--format ctranslate2` (pip install 'attnkit[deploy]'; no torch import) (default: pytorch)",
+    )
+    parser.add_argument(
+        "--vmap",
+        action="store_true",
+        help="ctranslate2: decode over the export's vocabulary map, the lexical shortlist given to "
+        "`attnkit export --shortlist` (default: off)",
+    )
+
+
+def _check_engine_flags(args) -> None:
+    """The flags that belong to one engine only, refused on the other with the reason."""
+    if args.engine == "ctranslate2":
+        if args.precision != "fp32":
+            raise CLIError(
+                "--precision is the PyTorch engine's: a CTranslate2 model computes in the type it was "
+                "exported with (`attnkit export --quantization`)"
+            )
+        if getattr(args, "shortlist", None):
+            raise CLIError(
+                "--shortlist is the PyTorch engine's: give the shortlist to `attnkit export --shortlist` "
+                "and decode with --vmap"
+            )
+    elif getattr(args, "vmap", False):
+        raise CLIError("--vmap needs --engine ctranslate2 (the PyTorch engine takes --shortlist FILE)")
+
+
+def _load_ct2(model: str | None, device: str):
+    """A CTranslate2 export (a folder, or a name under ``$ATTNKIT_HOME/models``) as a
+    :class:`attnkit.deploy.ct2_engine.CT2Translator`."""
+    from ..deploy.ct2_engine import CT2Translator
+    from ..paths import attnkit_home
+
+    if not model:
+        raise CLIError(
+            "--engine ctranslate2 needs --model FOLDER, written by `attnkit export MODEL OUT --format ctranslate2`"
+        )
+    path = Path(model)
+    if not path.is_dir():
+        from ..pretrained import PRETRAINED_DIR
+
+        for folder in (attnkit_home() / "models" / model, PRETRAINED_DIR / model):
+            if "/" not in model and folder.is_dir():
+                path = folder
+                break
+    return CT2Translator.load(path, device=device)
+
+
+def _model_path(model: str | None, default: str) -> Path:
+    """The folder a ``--model`` argument means (a folder, a shipped or a local model name);
+    an unknown one is a CLIError that lists the known names."""
+    from ..pretrained import UnknownModelError, resolve_model
+
+    try:
+        return resolve_model(model or default)
+    except UnknownModelError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _load_translator(args, path: Path | None = None):
+    """The ``--model`` translator (``path``: the folder it was already resolved to)."""
+    from ..tasks.translation import Translator
+
+    path = path or _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
+    return Translator.load(path, device=args.device, dtype=args.precision)
+
+
+def _load_shortlist(path: str | None):
+    """The ``--shortlist`` file (None without one); a missing or corrupt one is a ShortlistError."""
+    if path is None:
+        return None
+    from ..tasks.translation import LexicalShortlist
+
+    return LexicalShortlist.load(path)
+
+
+def _load_captioner(args, path: Path | None = None):
+    """The ``--model`` captioner (``path``: the folder it was already resolved to)."""
+    from ..tasks.captioning import Captioner
+
+    path = path or _model_path(args.model, DEFAULT_CAPTION_MODEL)
+    return Captioner.load(path, device=args.device, dtype=args.precision)
+
+
+def _add_model_flag(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--model``: a shipped or local model name, or a checkpoint folder."""
+    parser.add_argument("--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {default})")
+
+
+def _add_shortlist_flag(parser: argparse.ArgumentParser) -> None:
+    """``--shortlist FILE`` for the commands that translate."""
+    parser.add_argument(
+        "--shortlist",
+        default=None,
+        metavar="FILE",
+        help="search only each batch's lexical shortlist "
+        "of the vocabulary (faster), from `attnkit shortlist` (default: none: the whole vocabulary)",
+    )
+
+
+def _add_json_flag(parser: argparse.ArgumentParser) -> None:
+    """``--json``: one JSON object on stdout instead of the table."""
+    parser.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
+
+
+def _add_layer_head_flags(parser: argparse.ArgumentParser, layer_help: str, head_help: str) -> None:
+    """``--layer`` and ``--head`` (1-based) for the commands that read one attention layer or head."""
+    parser.add_argument("--layer", type=arg_type(POSITIVE_INT, "layer"), default=None, help=layer_help)
+    parser.add_argument("--head", type=arg_type(POSITIVE_INT, "head"), default=None, help=head_help)
+
+
+def _checkpoint_errors_as_cli(run, *args, **kwargs):
+    """``run(*args, **kwargs)`` with an unloadable checkpoint reported as one :class:`CLIError` line."""
+    from ..training.checkpoint import CheckpointError
+
+    try:
+        return run(*args, **kwargs)
+    except CheckpointError as exc:
+        raise CLIError(f"cannot load model: {exc}") from None

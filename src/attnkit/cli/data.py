@@ -1,0 +1,141 @@
+"""``attnkit data prepare`` (the built-in corpora and the user's parallel corpus)."""
+
+from __future__ import annotations
+
+import sys
+
+from ..checks import POSITIVE_INT, Range, arg_type
+from .align import add_data_links_parser
+from .common import CLIError
+
+
+def cmd_data_prepare(args) -> None:
+    if args.dataset == "bible":
+        import time
+
+        from ..data.bible import load_pairs, prepare_bible
+
+        t0 = time.perf_counter()
+        path = prepare_bible(home=args.home, force=args.force)
+        counts = {s: len(load_pairs(s, home=args.home)) for s in ("train", "valid", "test")}
+        print(
+            f"Bible corpus: {path}  ({', '.join(f'{k} {v}' for k, v in counts.items())} verse pairs; "
+            f"{time.perf_counter() - t0:.1f} s)"
+        )
+    elif args.dataset == "parallel":
+        _prepare_parallel(args)
+    elif args.dataset == "scenes":
+        from ..data.scenes import prepare_scenes
+
+        path = prepare_scenes(home=args.home, canvas=args.canvas, force=args.force)
+        print(f"Fashion-MNIST scenes: {path}")
+    else:  # argparse restricts choices
+        raise CLIError(f"unknown dataset {args.dataset!r}")
+
+
+def _prepare_parallel(args) -> None:
+    """``attnkit data prepare parallel NAME ...``: the user's corpus (see :mod:`attnkit.data.corpus`)."""
+    from ..data.corpus import prepare_parallel
+
+    if not args.name:
+        raise CLIError("data prepare parallel: give the corpus a NAME (e.g. `attnkit data prepare parallel de-en ...`)")
+    for flag in ("src_lang", "tgt_lang", "train"):
+        if getattr(args, flag) is None:
+            raise CLIError(f"data prepare parallel: --{flag.replace('_', '-')} is required")
+    corpus = prepare_parallel(
+        args.name,
+        src_lang=args.src_lang,
+        tgt_lang=args.tgt_lang,
+        train=args.train,
+        valid=args.valid,
+        test=args.test,
+        vocab_size=args.vocab_size,
+        separate_vocab=args.separate_vocab,
+        max_words=args.max_words,
+        home=args.home,
+        force=args.force,
+        workers=args.workers,
+    )
+    m = corpus.meta
+    held = f" (valid/test held out of the training files: {', '.join(m['heldout']['from_train'])})" * bool(
+        m["heldout"]["from_train"]
+    )
+    print(
+        f"corpus {corpus.name} ({corpus.src_lang} → {corpus.tgt_lang}): {corpus.path}\n"
+        f"  pairs: {', '.join(f'{k} {v}' for k, v in m['splits'].items())}{held}\n"
+        f"  dropped: "
+        + "; ".join(
+            f"{k} {d['empty']} empty, {d['too_long']} over {m['max_words']} words" for k, d in m["dropped"].items()
+        )
+        + f"\n  vocabulary: {m['vocab_size']} pieces{' per side' if m['separate_vocab'] else ' (joint)'}; "
+        f"{m['seconds']:.1f} s\n  train with: attnkit train translation --data {corpus.name}"
+    )
+    if m["test_sources_in_train"]:
+        print(
+            f"attnkit: warning: {m['test_sources_in_train']} training pairs have a source sentence that is also "
+            "in the test set: test scores will be flattered",
+            file=sys.stderr,
+        )
+
+
+def add_parser(sub) -> None:
+    d = sub.add_parser("data", help="prepare the corpora").add_subparsers(dest="action", required=True)
+    add_data_links_parser(d)
+    dp = d.add_parser(
+        "prepare",
+        help="build and cache a dataset",
+        description="bible and scenes: the built-in corpora; parallel NAME: your own parallel corpus "
+        "(aligned text files or a TSV, .gz accepted), prepared under $ATTNKIT_HOME/corpora/NAME for "
+        "`attnkit train translation --data NAME`",
+    )
+    dp.add_argument("dataset", choices=["bible", "scenes", "parallel"])
+    dp.add_argument("name", nargs="?", default=None, help="parallel: the corpus's name, e.g. de-en")
+    dp.add_argument(
+        "--src-lang", default=None, help="parallel: source language code, e.g. de (required; default: none)"
+    )
+    dp.add_argument(
+        "--tgt-lang", default=None, help="parallel: target language code, e.g. en (required; default: none)"
+    )
+    for split, what in (
+        ("train", "required; default: none"),
+        ("valid", "default: held out of --train"),
+        ("test", "default: held out of --train"),
+    ):
+        dp.add_argument(
+            f"--{split}",
+            nargs="+",
+            metavar="FILE",
+            default=None,
+            help=f"parallel: {split} data, SRC TGT (aligned, one sentence a line) or PAIRS.tsv ({what})",
+        )
+    dp.add_argument(
+        "--vocab-size",
+        type=arg_type(Range(300, integer=True), "vocab-size"),
+        default=8000,
+        help="parallel: sentencepiece pieces (default: 8000)",
+    )
+    dp.add_argument(
+        "--separate-vocab",
+        action="store_true",
+        help="parallel: one vocabulary per language instead of a joint one (default: off: joint)",
+    )
+    dp.add_argument(
+        "--max-words",
+        type=arg_type(POSITIVE_INT, "max-words"),
+        default=250,
+        help="parallel: drop pairs with a side over this many words (default: 250)",
+    )
+    dp.add_argument(
+        "--workers",
+        type=arg_type(POSITIVE_INT, "workers"),
+        default=None,
+        help="parallel: tokenising processes (default: one per core)",
+    )
+    dp.add_argument("--force", action="store_true", help="rebuild even if cached (default: off)")
+    dp.add_argument(
+        "--canvas",
+        type=arg_type(POSITIVE_INT, "canvas"),
+        default=64,
+        help="scenes: canvas size in pixels (default: 64)",
+    )
+    dp.set_defaults(func=cmd_data_prepare)

@@ -1,0 +1,188 @@
+"""``attnkit evaluate translation|captioning`` (and the parser of every ``evaluate`` task)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..checks import POSITIVE_INT, arg_type
+from ..pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
+from .align import add_evaluate_alignment_parser
+from .common import (
+    CLIError,
+    _add_device_flags,
+    _add_engine_flag,
+    _add_json_flag,
+    _add_model_flag,
+    _add_shortlist_flag,
+    _check_engine_flags,
+    _checkpoint_errors_as_cli,
+    _load_ct2,
+    _load_shortlist,
+    _model_path,
+    _output,
+)
+from .explain import add_evaluate_explanations_parser
+
+
+def _add_evaluate_flags(parser: argparse.ArgumentParser, unit: str) -> None:
+    """The flags every ``attnkit evaluate`` command shares."""
+    parser.add_argument(
+        "--split", default="test", choices=["train", "valid", "test"], help="which split (default: test)"
+    )
+    parser.add_argument(
+        "--limit", type=arg_type(POSITIVE_INT, "limit"), default=None, help=f"only the first N {unit} (default: all)"
+    )
+    parser.add_argument(
+        "--beam", type=arg_type(POSITIVE_INT, "beam"), default=1, help="beam size, 1 = greedy (default: 1)"
+    )
+    _add_json_flag(parser)
+    parser.add_argument("--output", default=None, help="also write the JSON report here (default: none)")
+
+
+def cmd_evaluate_translation(args) -> None:
+    from ..tasks.translation import evaluate_translation
+    from ..tasks.translation.evaluate import read_test_files
+
+    _check_engine_flags(args)
+    _output(args.output, "--output")
+    _output(args.plot, "--plot")
+    if (args.src is None) != (args.ref is None):
+        raise CLIError("--src and --ref go together: the source sentences and their reference translations")
+    pairs = read_test_files(args.src, args.ref) if args.src is not None else None
+    reports = []
+    shortlist = _load_shortlist(args.shortlist)  # read once, checked against each model's tokenizer
+    if args.engine == "ctranslate2":
+        from ..deploy.ct2_engine import evaluate_ct2
+
+        for name in args.model or [None]:
+            tr = _load_ct2(name, args.device)
+            reports.append(
+                evaluate_ct2(
+                    tr,
+                    split=args.split,
+                    limit=args.limit,
+                    beam_size=args.beam,
+                    home=args.home,
+                    use_vocabulary_map=args.vmap,
+                )
+            )
+    for name in [] if args.engine == "ctranslate2" else args.model or [DEFAULT_TRANSLATION_MODEL]:
+        m = _model_path(name, DEFAULT_TRANSLATION_MODEL)
+        reports.append(
+            _checkpoint_errors_as_cli(
+                evaluate_translation,
+                m,
+                split=args.split,
+                limit=args.limit,
+                beam_size=args.beam,
+                home=args.home,
+                device=args.device,
+                dtype=args.precision,
+                shortlist=shortlist,
+                pairs=pairs,
+            )
+        )
+    if args.output:
+        Path(args.output).write_text(json.dumps(reports, indent=2, ensure_ascii=False))
+    if args.plot:
+        from ..viz.curves import plot_bleu_by_length
+
+        print(f"wrote {plot_bleu_by_length(reports, args.plot)}", file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        out = reports[0] if len(reports) == 1 else reports
+        print(json.dumps(out, ensure_ascii=False, default=str))
+        return
+    for r in reports:
+        on = f"{args.src}" if r["split"] == "files" else f"{r['split']} sentences"
+        print(
+            f"{r['model']} ({r['model_type']}, {r['src_lang']} → {r['tgt_lang']}): BLEU {r['bleu']:.2f}  "
+            f"chrF {r['chrf']:.2f}  on {r['n_sentences']} {on}, {r['sentences_per_s']:.1f} sentences/s "
+            f"(beam {r['beam_size']}"
+            f"{', lexical shortlist' if r.get('shortlist') else ''}"
+            f"{', CTranslate2 ' + r['quantization'] if r.get('engine') == 'ctranslate2' else ''})"
+        )
+        print("  source words  " + "  ".join(f"{b['bucket']:>6}" for b in r["by_length"]))
+        print("  sentences     " + "  ".join(f"{b['n']:>6}" for b in r["by_length"]))
+        print("  BLEU          " + "  ".join(f"{b['bleu']:>6.1f}" for b in r["by_length"]))
+
+
+def cmd_evaluate_captioning(args) -> None:
+    from ..tasks.captioning import evaluate_captioning
+
+    m = _model_path(args.model, DEFAULT_CAPTION_MODEL)
+    _output(args.output, "--output")
+    r = _checkpoint_errors_as_cli(
+        evaluate_captioning,
+        m,
+        split=args.split,
+        limit=args.limit,
+        beam_size=args.beam,
+        home=args.home,
+        device=args.device,
+        dtype=args.precision,
+    )
+    if args.output:
+        Path(args.output).write_text(json.dumps(r, indent=2))
+    if args.json:
+        print(json.dumps(r, default=str))
+        return
+    print(
+        f"{r['model']} ({r['attention']} attention, {r['score']} score) on {r['n_scenes']} {r['split']} scenes, "
+        f"beam {r['beam_size']}:"
+    )
+    print(
+        "  BLEU-1 {bleu1:6.2f}  BLEU-2 {bleu2:6.2f}  BLEU-3 {bleu3:6.2f}  BLEU-4 {bleu4:6.2f}  exact match {exact_match:.3f}".format(
+            **r
+        )
+    )
+    d = r["attention_correctness_detail"]["generated"]["model"]
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"
+    print(
+        f"  attention correctness (mass inside the named item's box): {fmt(r['attention_correctness'])} "
+        f"over {d['n']} generated item words (median {fmt(d.get('quantiles', {}).get('0.5'))}); "
+        f"uniform attention {fmt(r['uniform_attention_correctness'])}; "
+        f"teacher-forced {fmt(r['teacher_forced_attention_correctness'])}; "
+        f"map of the word before {fmt(r['previous_word_attention_correctness'])}"
+    )
+
+
+def add_parser(sub) -> None:
+    e = sub.add_parser("evaluate", help="evaluate a model").add_subparsers(dest="task", required=True)
+    et = e.add_parser(
+        "translation",
+        help="BLEU/chrF on a split of the model's corpus (the test split by default) or on your files "
+        "(--src, --ref), and BLEU by source length",
+    )
+    et.add_argument(
+        "--model",
+        action="append",
+        help=f"a model name or folder; repeat to compare models (default: {DEFAULT_TRANSLATION_MODEL})",
+    )
+    _add_evaluate_flags(et, "sentences")
+    et.add_argument(
+        "--src", default=None, metavar="FILE", help="source sentences, one a line (with --ref; default: the split)"
+    )
+    et.add_argument(
+        "--ref",
+        default=None,
+        metavar="FILE",
+        help="their reference translations, line by line (with --src; default: none)",
+    )
+    et.add_argument("--plot", default=None, help="plot BLEU by source length to this PNG (default: none)")
+    _add_device_flags(et, int8=True)
+    _add_engine_flag(et)
+    _add_shortlist_flag(et)
+    et.set_defaults(func=cmd_evaluate_translation)
+
+    ec = e.add_parser("captioning", help="BLEU-1..4, exact match and attention correctness on the test scenes")
+    _add_model_flag(ec, DEFAULT_CAPTION_MODEL)
+    _add_evaluate_flags(ec, "scenes")
+    _add_device_flags(ec)
+    ec.set_defaults(func=cmd_evaluate_captioning)
+
+    add_evaluate_alignment_parser(e)
+
+    add_evaluate_explanations_parser(e)

@@ -1,0 +1,150 @@
+"""``attnkit explain`` and ``attnkit evaluate explanations``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..checks import POSITIVE_INT, arg_type
+from ..pretrained import DEFAULT_TRANSLATION_MODEL
+from .common import (
+    CLIError,
+    _add_device_flags,
+    _add_json_flag,
+    _add_layer_head_flags,
+    _add_model_flag,
+    _load_captioner,
+    _load_translator,
+    _model_path,
+    _output,
+)
+
+
+def _progress_printer(label: str):
+    """A progress callback that redraws one line on a terminal's stderr (nothing when stderr is a file)."""
+    if not sys.stderr.isatty():
+        return None
+    return lambda f: print(f"\r{label}: {100 * f:3.0f} %", end="", file=sys.stderr, flush=True)
+
+
+def cmd_explain(args) -> None:
+    from ..attribution import canonical_method, explain, explain_caption
+    from ..attribution.report import format_attribution, plot_attribution
+
+    method = canonical_method(args.method)
+    _output(args.plot, "--plot")
+    path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
+    progress = _progress_printer(method)
+    options = dict(method=method, steps=args.steps, progress=progress)
+    from ..pretrained import model_task
+
+    if model_task(path) == "translation":
+        tr = _load_translator(args, path)
+        att = explain(tr, args.input, target=args.target, beam=args.beam, layer=args.layer, head=args.head, **options)
+    else:
+        from ..tasks.captioning import load_image_file
+
+        if args.layer is not None or args.head is not None:
+            raise CLIError("--layer and --head are for Transformer translators; a captioner has one attention")
+        cm = _load_captioner(args, path)
+        try:
+            image = load_image_file(args.input, cm.canvas)
+        except (FileNotFoundError, ValueError) as exc:
+            raise CLIError(f"{exc} (a captioner explains an image file)") from None
+        att = explain_caption(cm, image, caption=args.target, beam=args.beam, **options)
+    if progress is not None:
+        print("\r", end="", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"model": path.name, **att.to_dict()}, ensure_ascii=False))
+    else:
+        print(format_attribution(att, k=args.top, pieces=args.pieces))
+    if args.plot is not None:
+        print(
+            f"wrote {plot_attribution(att, args.plot, pieces=args.pieces)}",
+            file=sys.stderr if args.json else sys.stdout,
+        )
+
+
+def cmd_evaluate_explanations(args) -> None:
+    from ..attribution.evaluate import evaluate_caption_explanations, evaluate_explanations, format_report
+
+    path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
+    options = dict(methods=args.method, limit=args.limit, sanity_verses=args.sanity_verses, device=args.device)
+    if (path / "tokenizer.model").is_file():
+        report = evaluate_explanations(path, dtype=args.precision, **options)
+    else:
+        options["limit"] = args.limit or 100
+        report = evaluate_caption_explanations(path, dtype=args.precision, home=args.home, **options)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    print(json.dumps(report, ensure_ascii=False) if args.json else format_report(report))
+
+
+def add_parser(sub) -> None:
+    xp = sub.add_parser(
+        "explain",
+        help="which source words (or image cells) each output word used, by an attribution method",
+        description="Attribute every output word of a translation (or caption) to the source words (or image "
+        "grid cells) under forced decoding: raw attention, rollout, attention_norm, value_zeroing, alti_plus, "
+        "saliency, input_x_gradient, integrated_gradients (see attnkit.attribution).",
+    )
+    xp.add_argument("input", help="Spanish text (translation models) or an image file (captioners)")
+    _add_model_flag(xp, DEFAULT_TRANSLATION_MODEL)
+    xp.add_argument("--method", default="attention", help="the attribution method (default: attention)")
+    xp.add_argument(
+        "--target", default=None, help="the English (or caption) to force (default: the model's own output)"
+    )
+    xp.add_argument(
+        "--beam",
+        type=arg_type(POSITIVE_INT, "beam"),
+        default=5,
+        help="beam size of the model's own output (default: 5)",
+    )
+    _add_layer_head_flags(
+        xp,
+        "cross-attention layer, 1-based (default: the last)",
+        "one head, 1-based (default: the mean of the heads)",
+    )
+    xp.add_argument(
+        "--steps",
+        type=arg_type(POSITIVE_INT, "steps"),
+        default=None,
+        help="integrated gradients: quadrature points (default: 32, refined per piece until complete within 1 %%)",
+    )
+    xp.add_argument(
+        "--top", type=arg_type(POSITIVE_INT, "top"), default=3, help="sources shown per target word (default: 3)"
+    )
+    xp.add_argument("--pieces", action="store_true", help="subword pieces instead of whole words (default: off)")
+    _add_json_flag(xp)
+    xp.add_argument("--plot", default=None, help="write a heatmap (or caption overlays) to this PNG (default: none)")
+    _add_device_flags(xp)
+    xp.set_defaults(func=cmd_explain)
+
+
+def add_evaluate_explanations_parser(e) -> None:
+    ee = e.add_parser(
+        "explanations",
+        help="every attribution method of a translator: AER, deletion area, sanity (randomised model), ms per verse",
+    )
+    _add_model_flag(ee, DEFAULT_TRANSLATION_MODEL)
+    ee.add_argument(
+        "--method", action="append", default=None, help="score only this method; repeat for more (default: all)"
+    )
+    ee.add_argument(
+        "--limit",
+        type=arg_type(POSITIVE_INT, "limit"),
+        default=None,
+        help="only the first N of the 100 scored gold verses (captioners: test scenes; default: all verses, 100 scenes)",
+    )
+    ee.add_argument(
+        "--sanity-verses",
+        type=arg_type(POSITIVE_INT, "sanity_verses"),
+        default=3,
+        help="verses for the randomisation check, the first of those scored (default: 3)",
+    )
+    _add_json_flag(ee)
+    ee.add_argument("--output", default=None, help="also write the JSON report here (default: none)")
+    _add_device_flags(ee)
+    ee.set_defaults(func=cmd_evaluate_explanations)

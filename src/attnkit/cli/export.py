@@ -1,0 +1,97 @@
+"""``attnkit export`` (an attnkit checkpoint or a CTranslate2 model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..checks import POSITIVE_INT, arg_type
+from ..pretrained import DEFAULT_TRANSLATION_MODEL
+from .common import CLIError, _load_shortlist, _model_path, _output
+
+
+def cmd_export_ctranslate2(args) -> None:
+    from ..deploy.ct2_engine import ct2_available
+    from ..deploy.ct2_export import export_ctranslate2
+
+    if args.fp32 or args.average_last is not None:
+        raise CLIError("--fp32 and --average-last are for --format attnkit; export the averaged checkpoint first")
+    reason = ct2_available()
+    if reason:
+        raise CLIError(reason)
+    _output(args.out, "out", folder=True)
+    out = export_ctranslate2(
+        _model_path(args.checkpoint, DEFAULT_TRANSLATION_MODEL),
+        args.out,
+        quantization=args.quantization,
+        shortlist=_load_shortlist(args.shortlist),
+        force=args.force,
+    )
+    size = sum(f.stat().st_size for f in Path(out).iterdir() if f.is_file())
+    print(
+        f"wrote {out} (CTranslate2, {args.quantization} weights, {size / 1e6:.1f} MB"
+        f"{', with the vocabulary map' if args.shortlist else ''}); "
+        f"translate with: attnkit translate --engine ctranslate2 --model {out} TEXT"
+    )
+
+
+def cmd_export(args) -> None:
+    if args.format == "ctranslate2":
+        return cmd_export_ctranslate2(args)
+    import torch
+
+    from ..training.checkpoint import CheckpointError, export_checkpoint
+
+    _output(args.out, "out", folder=True)
+    try:
+        done = export_checkpoint(
+            args.checkpoint, args.out, average_last=args.average_last, dtype=None if args.fp32 else torch.float16
+        )
+    except CheckpointError as exc:
+        given = f"--average-last {args.average_last}" if args.average_last is not None else "cannot load checkpoint"
+        raise CLIError(f"{given}: {exc}") from None
+    what = f"mean of {', '.join(p.name for p in done.sources)}" if len(done.sources) > 1 else str(done.sources[0])
+    print(
+        f"wrote {done.path} from {what} ({done.size_bytes / 1e6:.1f} MB, "
+        f"{'fp32' if args.fp32 else 'fp16'} weights, no trainer state)"
+    )
+
+
+def add_parser(sub) -> None:
+    ex = sub.add_parser("export", help="write a small (fp16) copy of a checkpoint for shipping")
+    ex.add_argument(
+        "checkpoint",
+        help="checkpoint folder, e.g. runs/rnnsearch/best; with --average-last, the run folder, e.g. runs/transformer",
+    )
+    ex.add_argument("out", help="destination folder, e.g. models/rnnsearch-es-en")
+    ex.add_argument("--fp32", action="store_true", help="keep float32 weights (default: off: fp16)")
+    ex.add_argument(
+        "--average-last",
+        dest="average_last",
+        type=arg_type(POSITIVE_INT, "average_last"),
+        default=None,
+        metavar="K",
+        help="export the mean weights of the last K step checkpoints in the run folder (default: none: one checkpoint)",
+    )
+    ex.add_argument(
+        "--format",
+        default="attnkit",
+        choices=["attnkit", "ctranslate2"],
+        help="attnkit: a checkpoint folder; ctranslate2: a CTranslate2 model of a Transformer translator, with its "
+        "tokenizer and attnkit.json, for --engine ctranslate2 (pip install 'attnkit[deploy]') (default: attnkit)",
+    )
+    ex.add_argument(
+        "--quantization",
+        default="int8",
+        choices=["int8", "int8_float32", "float32"],
+        help="ctranslate2: the weights' type (int8: int8 matmuls; int8_float32: the same on CPUs; float32: "
+        "the exact network) (default: int8)",
+    )
+    ex.add_argument(
+        "--shortlist",
+        default=None,
+        metavar="FILE",
+        help="ctranslate2: a lexical shortlist (`attnkit shortlist`) written as the export's vocabulary map, "
+        "for translate --vmap (default: none)",
+    )
+    ex.add_argument("--force", action="store_true", help="ctranslate2: replace a non-empty OUT (default: off)")
+    ex.set_defaults(func=cmd_export)

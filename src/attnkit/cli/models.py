@@ -1,0 +1,47 @@
+"""``attnkit models`` and ``attnkit demo``."""
+
+from __future__ import annotations
+
+from .common import _add_device_flags, _output, _print_json
+
+
+def cmd_models(args) -> None:
+    from ..pretrained import known_models
+
+    infos = known_models(args.home)
+    if args.json:
+        _print_json([m.to_dict() for m in infos])
+        return
+    print(f"{'name':<22} {'source':<8} {'task':<12} {'kind':<12} {'pair':<14} {'size':>8}  test score")
+    for m in infos:
+        sc = m.scores
+        beam5 = f", {sc['test_beam5_bleu']:.2f} beam 5" if "test_beam5_bleu" in sc else ""
+        score = (
+            f"BLEU {sc['test_bleu']:.2f} {sc.get('decoding', '')}{beam5}"
+            if "test_bleu" in sc
+            else f"BLEU-4 {sc['test_bleu4']:.2f}, attention correctness {sc['test_attention_correctness']:.3f}"
+            if "test_bleu4" in sc
+            else "not measured"
+        )
+        pair = f"{m.src_lang}→{m.tgt_lang} {m.corpus}" if m.task == "translation" else "-"
+        print(
+            f"{m.name:<22} {m.source:<8} {m.task:<12} {m.model_type:<12} {pair:<14} {m.size_bytes / 1e6:>6.1f}MB  {score}"
+        )
+
+
+# ---------------------------------------------------------------- demo
+def cmd_demo(args) -> None:
+    from ..demo import run_demo
+
+    run_demo(home=args.home, out_dir=_output(args.out, "--out", folder=True), device=args.device, dtype=args.precision)
+
+
+def add_parser(sub) -> None:
+    ms = sub.add_parser("models", help="list the shipped and locally trained models ($ATTNKIT_HOME/models)")
+    ms.add_argument("--json", action="store_true", help="print a JSON list (default: a table)")
+    ms.set_defaults(func=cmd_models)
+
+    dm = sub.add_parser("demo", help="the main job: translate held-out verses, plot, score")
+    dm.add_argument("--out", default="out/demo", help="folder for the pictures (default: out/demo)")
+    _add_device_flags(dm)
+    dm.set_defaults(func=cmd_demo)

@@ -1,0 +1,79 @@
+"""``attnkit train translation|captioning|classifier``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .common import CLIError, _output, _print_json
+
+
+def cmd_train_translation(args) -> None:
+    import os
+
+    from ..tasks.translation import TranslationConfig, train_translation
+
+    cfg = TranslationConfig.from_args(args)
+    _output(cfg.run.out_dir, "--out-dir", folder=True)
+    summary = train_translation(cfg, resume=args.resume, home=args.home)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary
+        _print_json(summary)
+
+
+def cmd_train_captioning(args) -> None:
+    from ..tasks.captioning import CaptioningConfig, train_captioning
+
+    cfg = CaptioningConfig.from_args(args)
+    for opt in ("encoder_from", "init_from"):
+        if getattr(cfg, opt) and not Path(getattr(cfg, opt)).exists():
+            raise CLIError(f"--{opt.replace('_', '-')}: folder {getattr(cfg, opt)} does not exist")
+    _output(cfg.run.out_dir, "--out-dir", folder=True)
+    summary = train_captioning(cfg, resume=args.resume, home=args.home)
+    _print_json(summary)
+
+
+def cmd_train_classifier(args) -> None:
+    from ..tasks.classification import ClassifierTaskConfig, train_classifier
+
+    cfg = ClassifierTaskConfig.from_args(args)
+    _output(cfg.run.out_dir, "--out-dir", folder=True)
+    _print_json(train_classifier(cfg, resume=args.resume))
+
+
+def _add_train_flags(parser: argparse.ArgumentParser, func) -> None:
+    """``--resume`` and ``--no-progress``, which every ``attnkit train`` task takes, and the task's command."""
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: off)")
+    parser.set_defaults(func=func)
+
+
+def add_parser(sub) -> None:
+    """(Imports the task configs, and so torch, to list every model option.)"""
+    t = sub.add_parser("train", help="train a model").add_subparsers(dest="task", required=True)
+    tt = t.add_parser(
+        "translation",
+        help="a translation model on the Bible (Spanish→English) or on your corpus (--data NAME)",
+        description="Train a translation model on --data (bible, or a corpus prepared with `attnkit data "
+        "prepare parallel`). Model options apply to the model named by --model.",
+    )
+    from ..config import add_config_arguments
+    from ..tasks.translation import TRANSLATION_MODELS, TranslationConfig, model_config_class
+
+    add_config_arguments(tt, TranslationConfig, *dict.fromkeys(model_config_class(m) for m in TRANSLATION_MODELS))
+    tt.set_defaults(model="rnnsearch")
+    _add_train_flags(tt, cmd_train_translation)
+
+    tc = t.add_parser(
+        "captioning", help="Show, Attend and Tell on Fashion-MNIST scenes, or on photos (--captions, --images)"
+    )
+    from ..tasks.captioning import CaptioningConfig
+    from ..tasks.classification import ClassifierTaskConfig
+
+    add_config_arguments(tc, CaptioningConfig)
+    _add_train_flags(tc, cmd_train_captioning)
+
+    tk = t.add_parser("classifier", help="Fashion-MNIST classifier (its conv encoder can start a captioner)")
+    add_config_arguments(tk, ClassifierTaskConfig)
+    _add_train_flags(tk, cmd_train_classifier)

@@ -1,0 +1,239 @@
+"""``attnkit translate`` and ``attnkit shortlist``."""
+
+from __future__ import annotations
+
+import sys
+
+from ..checks import NON_NEGATIVE_INT, POSITIVE_INT, arg_type
+from ..pretrained import DEFAULT_TRANSLATION_MODEL
+from .common import (
+    CLIError,
+    _add_device_flags,
+    _add_engine_flag,
+    _add_model_flag,
+    _add_shortlist_flag,
+    _check_engine_flags,
+    _load_ct2,
+    _load_shortlist,
+    _load_translator,
+    _model_path,
+    _output,
+)
+
+
+def cmd_shortlist(args) -> None:
+    from ..data.corpus import UnknownCorpusError, open_corpus
+    from ..tasks.translation.lexical_shortlist import FILENAME
+
+    path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
+    tr = _load_translator(args, path)
+    out = _output(args.output, "--output") or path / FILENAME
+    try:
+        corpus = open_corpus(tr.corpus, args.home)
+    except UnknownCorpusError as exc:
+        raise CLIError(f"the model was trained on corpus {tr.corpus!r}, which is not prepared here: {exc}") from None
+    try:
+        shortlist = tr.build_shortlist(corpus.pairs(args.split), frequent=args.frequent, per_source=args.per_source)
+    except ValueError as exc:  # --frequent / --per-source out of range
+        raise CLIError(str(exc)) from None
+    try:
+        shortlist.save(out)
+    except OSError as exc:
+        raise CLIError(f"cannot write {out}: {exc.strerror}; choose another place with --output") from None
+    print(f"wrote {out} ({len(shortlist.frequent)} frequent pieces, up to {shortlist.table.shape[1]} per source piece)")
+
+
+def _looks_english(text: str) -> bool:
+    """A cheap guard: share of very common English function words among the words."""
+    words = [w.strip(".,;:!?\"'()").lower() for w in text.split()]
+    if len(words) < 4:
+        return False
+    common = {
+        "the",
+        "and",
+        "of",
+        "to",
+        "he",
+        "his",
+        "they",
+        "that",
+        "was",
+        "is",
+        "with",
+        "for",
+        "you",
+        "i",
+        "it",
+        "will",
+        "which",
+        "who",
+        "him",
+        "them",
+        "have",
+        "be",
+        "not",
+        "this",
+        "are",
+        "shall",
+    }
+    return sum(w in common for w in words) / len(words) > 0.3
+
+
+def _read_lines(stream) -> list[str]:
+    """Non-empty stripped lines of a file or stdin (here rather than tasks.translation.read_lines,
+    which would import torch on the CTranslate2 path)."""
+    return [line.strip() for line in stream if line.strip()]
+
+
+def cmd_translate(args) -> None:
+    _check_engine_flags(args)
+    _output(args.plot, "--plot")
+    _output(args.html, "--html")
+    sentences = list(args.text)
+    if args.file:
+        try:
+            with open(args.file, encoding="utf-8") as fh:
+                sentences += _read_lines(fh)
+        except OSError as exc:
+            raise CLIError(f"cannot read {args.file}: {exc.strerror}") from None
+    if not sentences and not sys.stdin.isatty():
+        sentences = _read_lines(sys.stdin)
+    if not sentences or not any(s.strip() for s in sentences):
+        raise CLIError("nothing to translate: give source-language text as arguments, with --file, or on stdin")
+    for s in sentences:
+        if not s.strip():
+            raise CLIError("one of the inputs is empty: give some text to translate")
+    need_attn = args.show_attention or args.plot is not None
+    if args.engine == "ctranslate2":
+        if args.html is not None:
+            raise CLIError(
+                "--html needs the PyTorch engine (the explorer's views replay the model); use `attnkit serve --engine ctranslate2`"
+            )
+        tr = _load_ct2(args.model, args.device)
+        results = tr.translate(
+            sentences,
+            beam_size=args.beam,
+            return_attention=need_attn,
+            truncate=args.truncate,
+            use_vocabulary_map=args.vmap,
+        )
+    else:
+        model_dir = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
+        tr = _load_translator(args, model_dir)
+        src_lang, tgt_lang = tr.src_lang, tr.tgt_lang
+        for s in sentences:
+            if src_lang != "en" and tgt_lang == "en" and _looks_english(s):
+                print(
+                    f"attnkit: warning: this looks like English, but the model translates {tr.language_pair}: "
+                    f"{s[:60]!r}",
+                    file=sys.stderr,
+                )
+        results = tr.translate(
+            sentences,
+            beam_size=args.beam,
+            return_attention=need_attn,
+            truncate=args.truncate,
+            shortlist=_load_shortlist(args.shortlist),
+        )
+    for r in results:
+        print(r.translation)
+        if args.show_attention and r.attention is not None:
+            from ..viz import format_top_alignments
+
+            print(format_top_alignments(r.attention, r.source_pieces, r.target_pieces, k=3))
+    if args.plot is not None:
+        _plot_translation(tr, results, sentences, args.plot)
+    if args.html is not None:
+        from ..explorer import translation_payload, write_explorer_html
+
+        name = model_dir.name
+        payloads = [
+            translation_payload(tr, s, beam=args.beam, heads=True, model=name, result=r)
+            for s, r in zip(sentences, results)
+        ]
+        print(f"wrote {write_explorer_html(args.html, translations=payloads)}")
+
+
+def _plot_translation(tr, results, sentences, path) -> None:
+    from ..viz import plot_alignment, plot_alignments
+
+    per_head = hasattr(tr, "attention") and results[0].tokens  # the CTranslate2 engine has the alignment only
+    first = tr.attention(sentences[0], results[0].tokens) if per_head else None
+    if first is not None and first.maps.cross is not None:  # a per-layer, per-head model: the head grid
+        from ..viz import plot_transformer_heads
+
+        m = first.maps
+        out = plot_transformer_heads(m.enc_self, m.dec_self, m.cross, first.source_pieces, first.target_pieces, path)
+        print(f"wrote {out}")
+        return
+    with_attn = [r for r in results if r.attention is not None]
+    if not with_attn:
+        raise CLIError(f"this model ({getattr(tr.model, 'model_type', '?')}) has no attention weights to plot")
+    if len(with_attn) == 1:
+        r = with_attn[0]
+        out = plot_alignment(r.attention, r.source_pieces, r.target_pieces, path, title=r.translation[:80])
+    else:
+        out = plot_alignments(
+            [(r.attention, r.source_pieces, r.target_pieces, r.translation[:60]) for r in with_attn], path
+        )
+    print(f"wrote {out}")
+
+
+def add_parser(sub) -> None:
+    """``attnkit translate``'s flags (torch-free: :func:`attnkit.cli.main` also builds it alone, for the CTranslate2 path)."""
+    tr = sub.add_parser("translate", help="translate with a model, from the language pair it was trained on")
+    tr.add_argument("text", nargs="*", help="sentences in the model's source language (or --file, or stdin)")
+    _add_model_flag(tr, DEFAULT_TRANSLATION_MODEL)
+    tr.add_argument("--file", default=None, help="read sentences from this file, one per line (default: none)")
+    tr.add_argument("--beam", type=arg_type(POSITIVE_INT, "beam"), default=5, help="beam size, 1 = greedy (default: 5)")
+    tr.add_argument(
+        "--show-attention", action="store_true", help="print the top source pieces of each output piece (default: off)"
+    )
+    tr.add_argument(
+        "--plot", default=None, help="write the alignment heatmap (or head grid) to this PNG (default: none)"
+    )
+    tr.add_argument(
+        "--html",
+        default=None,
+        help="write the explorer's views of these translations to this "
+        "self-contained HTML file (opens offline) (default: none)",
+    )
+    _add_device_flags(tr, int8=True)
+    _add_engine_flag(tr)
+    _add_shortlist_flag(tr)
+    tr.add_argument(
+        "--truncate",
+        action="store_true",
+        help="cut sentences longer than the model's maximum instead of stopping (default: off)",
+    )
+    tr.set_defaults(func=cmd_translate)
+
+
+def add_shortlist_parser(sub) -> None:
+    from ..tasks.translation.lexical_shortlist import DEFAULT_FREQUENT, DEFAULT_PER_SOURCE
+
+    sl = sub.add_parser("shortlist", help="build a translation model's lexical shortlist (for translate --shortlist)")
+    _add_model_flag(sl, DEFAULT_TRANSLATION_MODEL)
+    sl.add_argument(
+        "--output", default=None, help="where to write it (default: shortlist.safetensors in the model's folder)"
+    )
+    sl.add_argument(
+        "--split",
+        default="train",
+        choices=["train", "valid", "test"],
+        help="the pairs of the model's own corpus to count (default: train)",
+    )
+    sl.add_argument(
+        "--frequent",
+        type=arg_type(NON_NEGATIVE_INT, "frequent"),
+        default=DEFAULT_FREQUENT,
+        help=f"the most common target pieces always in the list (default: {DEFAULT_FREQUENT})",
+    )
+    sl.add_argument(
+        "--per-source",
+        type=arg_type(POSITIVE_INT, "per_source"),
+        default=DEFAULT_PER_SOURCE,
+        help=f"target pieces per source piece, by Dice association (default: {DEFAULT_PER_SOURCE})",
+    )
+    _add_device_flags(sl)
+    sl.set_defaults(func=cmd_shortlist)
