@@ -179,7 +179,7 @@ def _value_zeroing(model, pair, *, layer=None):
 
 def _alti_plus(model, pair):
     contrib, share = decomposition.alti_plus(trace_transformer(model, pair.src, pair.tgt_in))
-    return {"scores": contrib, "extra": {"source_share": [round(float(v), 4) for v in share]}}
+    return {"scores": contrib, "extra": {"source_share": [round(v, 4) for v in share.detach().tolist()]}}
 
 
 def translation_log_probs(model, pair: ForcedTranslation) -> Callable[[Tensor], Tensor]:
