@@ -5,7 +5,7 @@ The corpus is the Bible's training split repeated, with a line number added to e
 that no two pairs are the same, to ``--pairs`` pairs (3,000,000 by default), written as two text
 files, as a user would have them. Then, each in its own process (sampled every 0.1 s from /proc):
 
-1. ``attnkit data prepare parallel scale --train big.es big.en``: wall time, and peak RSS of the
+1. ``attnkit data prepare parallel scale --train big.es big.en``: wall time, and peak RSS and PSS of the
    whole process tree (the parent plus its tokenising workers, summed) and of the parent alone;
 2. ``attnkit train translation --data scale`` and ``--data bible``, the same model and batches, for
    ``--steps`` steps: the seconds from launch to the trainer's ``start`` event and to the first
@@ -44,6 +44,19 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _pss_kb(pid: int) -> int:
+    """Proportional set size: pages shared by several processes (libraries, a forked parent's heap)
+    count a share each, so the sum over a process tree is the tree's real memory."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def _status_kb(pid: int, field: str) -> int:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -56,23 +69,27 @@ def _status_kb(pid: int, field: str) -> int:
 
 
 class Sampler:
-    """Peaks of a running process: RSS of its whole tree, RSS and RssAnon of the process itself (kB)."""
+    """Peaks of a running process: RSS and PSS of its whole tree (summed; RSS counts shared pages once
+    per process, PSS shares them out), RSS and RssAnon of the process itself (kB)."""
 
     def __init__(self, pid: int, every: float = 0.1):
         self.pid, self.every = pid, every
-        self.tree_rss = self.rss = self.rss_anon = 0
+        self.tree_rss = self.tree_pss = self.rss = self.rss_anon = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self):
         while not self._stop.is_set():
-            tree, todo = 0, [self.pid]
+            tree = pss = 0
+            todo = [self.pid]
             while todo:
                 p = todo.pop()
                 tree += _status_kb(p, "VmRSS")
+                pss += _pss_kb(p)
                 todo += _children(p)
             self.tree_rss = max(self.tree_rss, tree)
+            self.tree_pss = max(self.tree_pss, pss)
             self.rss = max(self.rss, _status_kb(self.pid, "VmRSS"))
             self.rss_anon = max(self.rss_anon, _status_kb(self.pid, "RssAnon"))
             time.sleep(self.every)
@@ -142,6 +159,11 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/attnkit-corpus-scale"))
     ap.add_argument("--home", type=Path, default=None, help="ATTNKIT_HOME for both corpora (default: WORK/home)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "corpus_scale.json")
+    ap.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="measure the prepare again and keep the training rows already in --out",
+    )
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     args.home = args.home or args.work / "home"
@@ -159,11 +181,19 @@ def main() -> None:
         "pairs": args.pairs,
         "seconds": round(seconds, 1),
         "peak_tree_rss_mb": round(s.tree_rss / 1024, 1),
+        "peak_tree_pss_mb": round(s.tree_pss / 1024, 1),
         "peak_parent_rss_mb": round(s.rss / 1024, 1),
         "splits": meta["splits"],
+        "tokenizer_sample": meta["spm_max_sentences"],
         "input_mb": round((src.stat().st_size + tgt.stat().st_size) / 1e6, 1),
     }
     print(json.dumps(prepare))
+    if args.prepare_only:
+        summary = json.loads(args.out.read_text())
+        summary["prepare"] = prepare
+        summary["prepare_loadavg_at_end"] = os.getloadavg()
+        args.out.write_text(json.dumps(summary, indent=2) + "\n")
+        return
     runs = [train(d, args, env, args.work) for d in ("scale", "bible")]
     for r in runs:
         print(json.dumps(r))
@@ -185,7 +215,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print(
-        f"prepare {args.pairs} pairs: {prepare['seconds']} s, peak RSS {prepare['peak_tree_rss_mb']} MB (tree); "
+        f"prepare {args.pairs} pairs: {prepare['seconds']} s, peak PSS {prepare['peak_tree_pss_mb']} MB (tree); "
         f"training start {big['start_s']} s; RssAnon {big['peak_rss_anon_mb']} MB vs Bible "
         f"{bible['peak_rss_anon_mb']} MB ({summary['rss_anon_ratio']}x); tokens/s {big['tokens_per_s']} vs "
         f"{bible['tokens_per_s']} ({summary['tokens_per_s_ratio']}x) -> {args.out}"

@@ -12,6 +12,7 @@ from attnkit.cli import main as cli_main
 from attnkit.data.batching import encode_pairs
 from attnkit.data.bible import load_pairs
 from attnkit.data.corpus import open_corpus, prepare_parallel
+from attnkit.data.tokenizer import Tokenizer
 from attnkit.pretrained import known_models
 from attnkit.tasks.translation import TranslationConfig, Translator, train_translation, translation_batches
 from attnkit.tasks.translation.data import cached_translation_batches
@@ -170,3 +171,57 @@ def test_models_saved_before_languages_were_recorded_load_as_the_bible_es_en():
     infos = {m.name: m for m in known_models()}
     assert (infos["rnnsearch-es-en"].src_lang, infos["rnnsearch-es-en"].corpus) == ("es", "bible")
     assert infos["captioner-soft"].src_lang is None
+
+
+def test_guided_alignment_and_fine_tuning_on_your_own_corpus(tmp_path, capsys):
+    """``data links NAME`` (eflomal) on a prepared corpus, a guided Transformer trained from those
+    links, then fine-tuned from it with ``--init-from`` (weights copied exactly; wrong kind, sizes or
+    tokenizer refused in one line)."""
+    pytest.importorskip("eflomal")
+    from attnkit.errors import ConfigError
+    from attnkit.tasks.translation.train import build_translation_model, warm_start
+
+    home = tmp_path / "home"
+    pairs = synthetic_pairs(300, seed=3)
+    train = write_aligned(tmp_path, "train", pairs[:260], "xx", "yy")
+    test = write_aligned(tmp_path, "test", pairs[260:], "xx", "yy")
+    prepare_parallel("toy", src_lang="xx", tgt_lang="yy", train=train, test=test, vocab_size=400, home=home)
+    corpus = open_corpus("toy", home)
+    links = tmp_path / "train.links"
+    base = ["--home", str(home)]
+    assert cli_main([*base, "data", "links", "toy", "--output", str(links)]) == 0
+    lines = links.read_text().splitlines()
+    assert len(lines) == corpus.split_size("train") > 200
+    # each word of the toy "translation" is its source word reversed, in order: eflomal finds the diagonal
+    diagonal = sum(i == j for line in lines for i, j in (map(int, x.split("-")) for x in line.split()))
+    assert diagonal > 0.8 * sum(len(line.split()) for line in lines)
+    assert cli_main([*base, "data", "links", "nope", "--output", str(links)]) == 2
+    assert "nope" in capsys.readouterr().err
+
+    sizes = ["--d-model", "16", "--nhead", "2", "--dim-feedforward", "32"]
+    argv = [*base, "train", "translation", "--data", "toy", "--model", "transformer", "--batch-size", "32"]
+    argv += ["--threads", "1", "--no-progress", "--valid-bleu-sentences", "4", *sizes]
+    guided = tmp_path / "guided"
+    assert cli_main([*argv, "--out-dir", str(guided), "--max-steps", "3", "--guided-alignment", str(links)]) == 0
+    guided = max(guided.glob("step-*"))  # the checkpoint at the last step
+    assert json.loads((guided / "config.json").read_text())["alignment_layer"] == 2  # the penultimate of 3
+
+    cfg = TranslationConfig.from_options(
+        "transformer", data="toy", init_from=str(guided), d_model=16, nhead=2, dim_feedforward=32
+    )
+    src_tok, tok = corpus.tokenizers()
+    model = build_translation_model(cfg, tok.vocab_size, corpus=corpus)
+    assert warm_start(model, cfg, tok, src_tok) == len(model.state_dict())
+    theirs = load_checkpoint(guided).state_dict
+    assert all(torch.equal(v, theirs[k]) for k, v in model.state_dict().items())
+    wider = replace(cfg, model_config=replace(cfg.model_config, dim_feedforward=64))
+    with pytest.raises(ConfigError, match=r"is \(32, 16\) there and \(64, 16\) here"):
+        warm_start(build_translation_model(wider, tok.vocab_size, corpus=corpus), wider, tok, src_tok)
+    other_tok = Tokenizer.train([p[1] for p in pairs], vocab_size=400)
+    with pytest.raises(ConfigError, match="is not the tokenizer of corpus 'toy'"):
+        warm_start(model, cfg, other_tok, other_tok)
+
+    tuned = tmp_path / "tuned"
+    assert cli_main([*argv, "--out-dir", str(tuned), "--max-steps", "2", "--init-from", str(guided)]) == 0
+    assert cli_main([*argv, "--out-dir", str(tmp_path / "x"), "--init-from", "rnnsearch-es-en"]) == 2
+    assert "it is a 'rnnsearch' model, and this run trains 'transformer'" in capsys.readouterr().err

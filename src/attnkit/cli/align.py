@@ -164,14 +164,15 @@ def add_align_parser(sub) -> None:
 def cmd_data_links(args) -> None:
     from ..alignment.eflomal import eflomal_links
     from ..alignment.gold import format_links
-    from ..data.bible import load_pairs
+    from ..data.corpus import open_corpus
     from ..paths import atomic_write_text
 
-    if args.dataset != "bible":  # argparse restricts choices
-        raise InputError(f"unknown dataset {args.dataset!r}")
+    corpus = open_corpus(args.dataset, args.home)  # an unknown name lists the known ones
     _output(args.output, "--output")
     _require_eflomal()
-    pairs = load_pairs(args.split, home=args.home, limit=args.limit)
+    pairs = corpus.pairs(args.split, limit=args.limit)
+    if not pairs:
+        raise InputError(f"corpus {corpus.name!r} has no {args.split} pairs")
     print(f"attnkit data links: eflomal on {len(pairs)} {args.split} pairs, both directions ...", file=sys.stderr)
     links = eflomal_links([p.src for p in pairs], [p.tgt for p in pairs], method=args.symmetrize)
     try:
@@ -186,7 +187,9 @@ def add_data_links_parser(d) -> None:
         "links",
         help="word links for a corpus's pairs with eflomal (both directions, symmetrised), for --guided-alignment",
     )
-    dl.add_argument("dataset", choices=["bible"], help="which corpus")
+    dl.add_argument(
+        "dataset", metavar="CORPUS", help="bible, or the NAME of a corpus prepared with `attnkit data prepare parallel`"
+    )
     dl.add_argument("--split", default="train", choices=["train", "valid", "test"], help="which split (default: train)")
     dl.add_argument(
         "--limit",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..checks import POSITIVE_INT, Range, arg_type
+from ..data.corpus import SPM_MAX_SENTENCES
 from .align import add_data_links_parser
 from .common import CLIError
 
@@ -55,6 +56,7 @@ def _prepare_parallel(args) -> None:
         home=args.home,
         force=args.force,
         workers=args.workers,
+        spm_max_sentences=args.tokenizer_sample,
     )
     m = corpus.meta
     held = f" (valid/test held out of the training files: {', '.join(m['heldout']['from_train'])})" * bool(
@@ -124,6 +126,13 @@ def add_parser(sub) -> None:
         type=arg_type(POSITIVE_INT, "max-words"),
         default=250,
         help="parallel: drop pairs with a side over this many words (default: 250)",
+    )
+    dp.add_argument(
+        "--tokenizer-sample",
+        type=arg_type(POSITIVE_INT, "tokenizer-sample"),
+        default=SPM_MAX_SENTENCES,
+        help="parallel: sentencepiece trains on at most this many sentences, sampled; it needs about 4 KB of "
+        "memory per sentence (default: %(default)s)",
     )
     dp.add_argument(
         "--workers",

@@ -14,9 +14,9 @@ calls :func:`prepare_parallel`, which, like OpenNMT-py's ``onmt_build_vocab`` an
 3. counts training pairs whose source sentence is, exactly, a test source sentence (a test
    set seen in training flatters every score) and reports them;
 4. trains sentencepiece on the training side only: one joint model of both sides (the default,
-   so a model can tie its embeddings), or one per side with ``separate_vocab``; on a big corpus
-   sentencepiece samples at most :data:`SPM_MAX_SENTENCES` sentences a model
-   (``input_sentence_size`` with ``shuffle_input_sentence``);
+   so a model can tie its embeddings), or one per side with ``separate_vocab``, in a spawned
+   process whose memory goes back when it ends; on a big corpus it sees a seeded uniform sample of
+   :data:`SPM_MAX_SENTENCES` sentences a model;
 5. tokenises every split once, in parallel over the cores, into the memory-mapped token cache
    (:mod:`attnkit.data.token_cache`) that training streams.
 
@@ -37,6 +37,7 @@ import contextlib
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import time
@@ -69,8 +70,12 @@ DEFAULT_MAX_WORDS = 250
 HELDOUT_SHARE = 0.03
 HELDOUT_MAX = 2000
 HELDOUT_SALT = "attnkit-heldout-v1"
-#: sentencepiece trains on at most this many sentences (sampled, seeded) per model.
-SPM_MAX_SENTENCES = 2_000_000
+#: sentencepiece trains on at most this many sentences (a seeded uniform sample) per model. Its
+#: unigram trainer needs about 4 KB per sentence of ~140 characters (the suffix array over the text
+#: and the seed pieces: 1.8 GB peak for 400,000 Bible sentences, 7.8 GB for 2,000,000 through its
+#: own sampler), so 300,000 keeps a prepare under 2 GB; that is still 5× the Bible's whole training
+#: side, ample for 8k-32k pieces. ``--tokenizer-sample`` raises it where memory allows.
+SPM_MAX_SENTENCES = 300_000
 #: Tokenizer file names inside a corpus folder (and a checkpoint): the joint or target model, and
 #: the source model when the vocabularies are separate.
 TOKENIZER_FILE = "tokenizer.model"
@@ -264,9 +269,13 @@ def _train_tokenizers(folder: Path, vocab_size: int, separate: bool, sample: int
     n = sum(1 for _ in side(0))
 
     def train(texts, count):
-        size = sample if count > sample else 0  # sample only a big corpus (0: every sentence, as the Bible)
+        if count > sample:  # a big corpus: a seeded uniform sample of exactly `sample` sentences
+            # (drawn here rather than by sentencepiece's own reservoir, which peaked at 2.7 GB against
+            # 1.8 GB for the same 400,000 sentences)
+            keep = set(random.Random(0).sample(range(count), sample))
+            texts = (t for i, t in enumerate(texts) if i in keep)
         try:
-            return Tokenizer.train(texts, vocab_size=vocab_size, input_sentence_size=size)
+            return Tokenizer.train(texts, vocab_size=vocab_size)
         except RuntimeError as exc:  # e.g. a vocabulary bigger than the text allows
             raise CorpusError(f"sentencepiece could not train a {vocab_size}-piece vocabulary: {exc}") from None
 
@@ -279,6 +288,17 @@ def _train_tokenizers(folder: Path, vocab_size: int, separate: bool, sample: int
     if separate:
         (folder / SOURCE_TOKENIZER_FILE).write_bytes(src.to_bytes())
     return src.to_bytes(), tgt.to_bytes()
+
+
+def _train_tokenizers_apart(folder: Path, vocab_size: int, separate: bool, sample: int) -> tuple[bytes, bytes]:
+    """:func:`_train_tokenizers` in a process of its own (spawned, not forked), so that the gigabytes
+    sentencepiece allocates on a big sample go back to the system when it ends: a process's heap
+    seldom shrinks, and the token-cache workers forked afterwards would each start from it."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+        return pool.submit(_train_tokenizers, folder, vocab_size, separate, sample).result()
 
 
 def _remove_stale(root: Path, name: str) -> None:
@@ -389,7 +409,7 @@ def prepare_parallel(
                 f"{files['train'][0]}: no training pair left (dropped {dropped['train']['empty']} empty, "
                 f"{dropped['train']['too_long']} over {max_words} words)"
             )
-        src_proto, tgt_proto = _train_tokenizers(tmp, vocab_size, separate_vocab, spm_max_sentences)
+        src_proto, tgt_proto = _train_tokenizers_apart(tmp, vocab_size, separate_vocab, spm_max_sentences)
         real_vocab = Tokenizer(tgt_proto).vocab_size
         (tmp / "cache").mkdir()
         for split in SPLITS:

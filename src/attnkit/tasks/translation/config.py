@@ -85,6 +85,11 @@ class TranslationConfig(TaskConfig):
         "order (`attnkit data links`), that one cross-attention head learns to follow",
     )
     guided_alignment_weight: float = option(0.05, "λ, the weight of the guided alignment loss", check=POSITIVE)
+    init_from: str | None = option(
+        None,
+        "fine-tune: start from this translation model's weights (a model name or a checkpoint folder) with a "
+        "new optimizer and schedule; the model options must give its sizes and the corpus its tokenizer",
+    )
     model_config: Seq2SeqConfig | TransformerConfig | None = option(None, "the model's config", cli=False)
     run: RunConfig = run_options(epochs=10, save_every_steps=500, patience=3, keep_last=3, clip_grad_norm=1.0)
 

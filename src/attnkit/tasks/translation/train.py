@@ -11,6 +11,7 @@ from ...data.batching import Example, encode_pairs
 from ...data.corpus import SOURCE_TOKENIZER_FILE, CorpusError, open_corpus
 from ...data.tokenizer import MODEL_FILENAME, Tokenizer
 from ...device import to_device
+from ...errors import ConfigError
 from ...models.registry import model_class
 from ...models.transformer import TransformerConfig
 from ...training.losses import label_smoothed_nll
@@ -63,16 +64,16 @@ def _valid_fn(
     return valid_fn
 
 
-def _guided_links(cfg: TranslationConfig, train_pairs, tokenizer: Tokenizer) -> list[torch.Tensor]:
+def _guided_links(cfg: TranslationConfig, train_pairs, src_tok: Tokenizer, tokenizer: Tokenizer) -> list[torch.Tensor]:
     """Each training pair's piece links for guided alignment, from the word links file (:mod:`.guided`)."""
     from .guided import piece_links, read_links_file
 
     words = read_links_file(cfg.guided_alignment, len(train_pairs))
-    src_ids = tokenizer.encode_batch([p.src for p in train_pairs])
+    src_ids = src_tok.encode_batch([p.src for p in train_pairs])
     tgt_ids = tokenizer.encode_batch([p.tgt for p in train_pairs])
     return [
         piece_links(
-            [tokenizer.id_to_piece(i) for i in s],
+            [src_tok.id_to_piece(i) for i in s],
             [tokenizer.id_to_piece(i) for i in t],
             w,
             (len(p.src.split()), len(p.tgt.split())),
@@ -80,6 +81,48 @@ def _guided_links(cfg: TranslationConfig, train_pairs, tokenizer: Tokenizer) -> 
         )
         for p, s, t, w in zip(train_pairs, src_ids, tgt_ids, words)
     ]
+
+
+def warm_start(model: torch.nn.Module, cfg: TranslationConfig, tokenizer: Tokenizer, src_tok: Tokenizer) -> int:
+    """Copy every weight of the translation model ``cfg.init_from`` into ``model`` (fine-tuning, as
+    OpenNMT-py's ``train_from`` with a reset optimizer); returns the number of tensors copied.
+
+    The two must be the same kind of model with the same sizes, and the corpus's tokenizer(s) must be
+    the ones the model was trained with (else a :class:`ConfigError` that names the difference): a
+    weight copied onto other pieces or other shapes would silently mean something else.
+    """
+    from ...pretrained import resolve_model
+    from ...training.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(resolve_model(cfg.init_from), load_trainer_state=False)
+    kind = ckpt.config.get("model_type")
+    if kind != cfg.model:
+        raise ConfigError(f"--init-from {cfg.init_from}: it is a {kind!r} model, and this run trains {cfg.model!r}")
+    wanted = {MODEL_FILENAME: tokenizer}
+    if src_tok is not tokenizer:
+        wanted[SOURCE_TOKENIZER_FILE] = src_tok
+    for name, tok in wanted.items():
+        path = ckpt.files.get(name)
+        if path is None or path.read_bytes() != tok.to_bytes():
+            raise ConfigError(
+                f"--init-from {cfg.init_from}: its {name} is not the tokenizer of corpus {cfg.data!r}; fine-tune on a "
+                "corpus prepared with the same sentencepiece model (the pieces would mean other words)"
+            )
+    ours = model.state_dict()
+    missing = sorted(set(ours) - set(ckpt.state_dict))
+    if missing:
+        raise ConfigError(f"--init-from {cfg.init_from}: it has no {', '.join(missing[:3])}: a different architecture")
+    for name, value in ours.items():
+        theirs = ckpt.state_dict[name]
+        if theirs.shape != value.shape:
+            raise ConfigError(
+                f"--init-from {cfg.init_from}: {name} is {tuple(theirs.shape)} there and {tuple(value.shape)} here; "
+                "give the model options it was trained with (its config.json)"
+            )
+    with torch.no_grad():
+        for name, value in ours.items():
+            value.copy_(ckpt.state_dict[name].to(value.dtype))
+    return len(ours)
 
 
 def build_optimizer(cfg: TranslationConfig, model: torch.nn.Module):
@@ -118,16 +161,12 @@ def train_translation(cfg: TranslationConfig, *, resume: bool = False, home: str
     valid_ex = encode_pairs(valid_pairs, src_tok, cfg.max_len, tgt_tokenizer=tokenizer)
     batching = {"batch_size": cfg.batch_size, "max_tokens": cfg.max_tokens, "seed": cfg.run.seed}
     cache = corpus.token_cache("train")
-    if cache is None:  # the Bible: tokenised in memory
+    if cache is None or cfg.guided_alignment:
+        # the Bible, or any corpus whose pairs get their word links: tokenised in memory
         train_pairs = corpus.pairs("train", limit=cfg.limit_train)
-        train_ex = encode_pairs(train_pairs, tokenizer, cfg.max_len)
-        links = _guided_links(cfg, train_pairs, tokenizer) if cfg.guided_alignment else None
+        train_ex = encode_pairs(train_pairs, src_tok, cfg.max_len, tgt_tokenizer=tokenizer)
+        links = _guided_links(cfg, train_pairs, src_tok, tokenizer) if cfg.guided_alignment else None
         train_batches = translation_batches(train_ex, **batching, links=links)
-    elif cfg.guided_alignment:
-        raise CorpusError(
-            f"--guided-alignment reads the training pairs in memory: it works with --data bible, not with "
-            f"corpus {corpus.name!r} (streamed from its token cache)"
-        )
     else:
         train_batches = cached_translation_batches(*cache, max_len=cfg.max_len, limit=cfg.limit_train, **batching)
     cfg.run.start()
@@ -135,6 +174,8 @@ def train_translation(cfg: TranslationConfig, *, resume: bool = False, home: str
     model = build_translation_model(
         cfg, tokenizer.vocab_size, src_vocab_size=src_tok.vocab_size if separate else None, corpus=corpus
     )
+    if cfg.init_from:
+        warm_start(model, cfg, tokenizer, src_tok)
     optimizer, scheduler = build_optimizer(cfg, model)
     extra_files = {MODEL_FILENAME: tokenizer.to_bytes()}
     if separate:
