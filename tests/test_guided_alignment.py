@@ -100,12 +100,13 @@ def test_training_loss_adds_the_weighted_alignment_term(kind):
         else:
             att = model.attention_maps(batch["src"], batch["src_lengths"], batch["tgt_in"]).alignment
     g = batch["align"]
+    assert g[:, -1].sum() == 0  # the last target position is eos or padding: never linked
     hand = 0.0
     for b in range(g.shape[0]):
-        for t in range(g.shape[1]):
+        for t in range(g.shape[1] - 1):
             for s in range(g.shape[2]):
-                if g[b, t, s] > 0:
-                    hand -= float(g[b, t, s]) * math.log(float(att[b, t, s]))
+                if g[b, t, s] > 0:  # piece t is the input of row t + 1 (tgt_in = [bos, y_0, …])
+                    hand -= float(g[b, t, s]) * math.log(float(att[b, t + 1, s]))
     assert n == n_ref
     assert loss_sum.item() == pytest.approx(float(nll) + 0.3 * hand, rel=1e-5)
     assert metrics["align_loss"] == pytest.approx(hand / n, rel=1e-5)

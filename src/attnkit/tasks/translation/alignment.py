@@ -41,6 +41,9 @@ __all__ = [
 ]
 
 ALIGN_METHODS = ("attention", "shift", "guided")
+#: readings of the step whose input is the target word: Shift-Att, and the guided head, which is
+#: trained on those rows (:mod:`.guided`)
+SHIFTED = ("shift", "guided")
 
 Link = tuple[int, int]
 
@@ -87,7 +90,7 @@ def describe_reading(r: AttentionReading) -> str:
         if r.layer is None
         else f"layer {r.layer} " + (f"head {r.head}" if r.head is not None else "head mean")
     )
-    rows = "Shift-Att rows (target word as input)" if r.method == "shift" else "rows of the output step"
+    rows = "Shift-Att rows (target word as input)" if r.method in SHIFTED else "rows of the output step"
     return (
         f"{r.method}: {where}, {rows}"
         + (f", plus pairs >= {r.threshold}" if r.threshold else "")
@@ -189,14 +192,14 @@ class ModelAligner:
         src = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long)
         for b, r in enumerate(rows):
             src[b, : len(r[1])] = torch.tensor(r[1])
-        for shift in sorted({r.method == "shift" for r in readings}):
+        for shift in sorted({r.method in SHIFTED for r in readings}):
             tgt_in = torch.zeros(len(rows), max(len(r[3]) + shift for r in rows), dtype=torch.long)
             for b, r in enumerate(rows):
                 forced = [tr.tokenizer.bos_id] + (r[3] if shift else r[3][:-1])  # Shift-Att: y_{T-1} is an input too
                 tgt_in[b, : len(forced)] = torch.tensor(forced)
             maps = tr.model.attention_maps(src.to(tr.device), lengths.to(tr.device), tgt_in.to(tr.device))
             for reading, result in zip(readings, out):
-                if (reading.method == "shift") != shift:
+                if (reading.method in SHIFTED) != shift:
                     continue
                 att = self._select(maps, reading).float().cpu()  # (B, T_in, S)
                 if shift:
