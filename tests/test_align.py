@@ -117,11 +117,12 @@ def one_pair_reference(tr, src_words, tgt_words, reading):
     """One pair at a time through the Translator's own sentence tokenisation and model.attention_maps."""
     tok = tr.tokenizer
     src_ids, tgt_ids = tok.encode(" ".join(src_words)), tok.encode(" ".join(tgt_words))
-    forced = [tok.bos_id] + (tgt_ids if reading.method == "shift" else tgt_ids[:-1])
+    shifted = reading.method in ("shift", "guided")  # the guided head is trained on the input step's row
+    forced = [tok.bos_id] + (tgt_ids if shifted else tgt_ids[:-1])
     maps = tr.model.attention_maps(torch.tensor([src_ids]), torch.tensor([len(src_ids)]), torch.tensor([forced]))
     att = maps.cross[0, reading.layer - 1]
     att = att.mean(0) if reading.head is None else att[reading.head - 1]
-    if reading.method == "shift":
+    if shifted:
         att = att[1:]
 
     def spans(ids):
@@ -137,7 +138,12 @@ def one_pair_reference(tr, src_words, tgt_words, reading):
 
 @pytest.mark.parametrize(
     "reading",
-    [AttentionReading("attention", 2, 3), AttentionReading("shift", 1), AttentionReading("attention", 3, None, 0.4)],
+    [
+        AttentionReading("attention", 2, 3),
+        AttentionReading("shift", 1),
+        AttentionReading("attention", 3, None, 0.4),
+        AttentionReading("guided", 2, 1),
+    ],
 )
 def test_batched_links_equal_one_pair_at_a_time(transformer, reading):
     verses = load_gold()[:12]

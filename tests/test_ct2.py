@@ -332,3 +332,32 @@ def test_explorer_serves_a_ctranslate2_export(exports, bible_home, torch_transla
     assert forced["forced"] and len(forced["attention"]) == len(forced["target_pieces"])
     bad = client.post("/api/translate", json={"text": ""})
     assert bad.status_code == 400
+
+
+def test_a_guided_head_exports_as_the_alignment_at_the_input_step(tmp_path):
+    """A guided model's head (here head 3 of decoder layer 1) becomes CTranslate2's alignment: the
+    head moved first (exact: the translations do not change) and read at the step whose input is
+    each target piece, as the PyTorch aligner reads it."""
+    from attnkit.deploy.ct2_engine import CT2Translator
+    from attnkit.deploy.ct2_export import export_ctranslate2
+    from attnkit.tasks.translation import Translator
+
+    ckpt = _tiny(tmp_path, "g", alignment_layer=1, alignment_head=3)
+    out = export_ctranslate2(ckpt, tmp_path / "ct2", quantization="float32")
+    manifest = json.loads((out / "attnkit.json").read_text())
+    assert manifest["alignment"]["rows"] == "input" and manifest["alignment"]["layer"] == 1
+    ours, ct2 = Translator.load(ckpt), CT2Translator.load(out, device="cpu")
+    ours.max_len = ct2.max_len = 20
+    sentences = ["Jesús lloró.", "Y dijo Dios: Sea la luz."]
+    assert [r["tokens"] for r in ours.translate(sentences)] == [r["tokens"] for r in ct2.translate(sentences)]
+    src = ours.encode_sources(["En el principio creó Dios los cielos y la tierra."])[0]
+    tgt = ours.tokenizer.encode("In the beginning God created the heavens and the earth.")
+    maps = ours.model.attention_maps(
+        torch.tensor([src]), torch.tensor([len(src)]), torch.tensor([[ours.tokenizer.bos_id, *tgt]])
+    )
+    want = maps.cross[0, 0, 2, 1:]  # layer 1, head 3, rows whose input is each target piece: (T, S)
+    got = torch.from_numpy(ct2.forced_alignment(src, tgt))
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+    plain = _tiny(tmp_path, "p")  # no guided head: the last layer's head mean at the output step
+    out = export_ctranslate2(plain, tmp_path / "ct2p", quantization="float32")
+    assert json.loads((out / "attnkit.json").read_text())["alignment"]["rows"] == "output"

@@ -202,22 +202,27 @@ class CT2Translator:
 
     def forced_alignment(self, source_ids: Sequence[int], target_ids: Sequence[int]):
         """``(T, S)`` float32: the alignment while the decoder is forced to write ``target_ids``
-        (teacher forcing, CTranslate2's ``target_prefix``); row ``t`` is the step that writes
-        ``target_ids[t]``, as :meth:`attnkit.tasks.translation.Translator.attention` has it."""
+        (teacher forcing, CTranslate2's ``target_prefix``). Row ``t`` is the step that writes
+        ``target_ids[t]``, as :meth:`attnkit.tasks.translation.Translator.attention` has it; for a
+        guided alignment head (``"rows": "input"`` in the manifest) it is the step whose input is
+        ``target_ids[t]``, the one after: one more forced piece (any: only its step's input
+        matters) makes the last piece an input too."""
         import numpy as np
 
         if not target_ids:
             raise InputError("target has no tokens: there is no output token to show attention for")
         piece = self._pieces
+        shift = int(self.manifest.get("alignment", {}).get("rows") == "input")
+        prefix = [piece[t] for t in target_ids] + [piece[self.tokenizer.unk_id]] * shift
         out = self.translator.translate_batch(
             [[piece[t] for t in source_ids]],
-            target_prefix=[[piece[t] for t in target_ids]],
+            target_prefix=[prefix],
             beam_size=1,
-            max_decoding_length=len(target_ids),
+            max_decoding_length=len(prefix),
             return_attention=True,
         )
-        att = np.asarray(out[0].attention[0], dtype=np.float32).reshape(-1, len(source_ids))  # (T, S)
-        return att[: len(target_ids)]
+        att = np.asarray(out[0].attention[0], dtype=np.float32).reshape(-1, len(source_ids))  # (T + shift, S)
+        return att[shift : shift + len(target_ids)]
 
 
 def evaluate_ct2(

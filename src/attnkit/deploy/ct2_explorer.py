@@ -4,7 +4,8 @@ The explorer builds its payloads from the PyTorch :class:`attnkit.tasks.translat
 interface (``tokenizer``, ``encode_sources``, ``translate``, ``attention`` and ``model.model_type``).
 :class:`CT2ExplorerTranslator` gives a :class:`attnkit.deploy.ct2_engine.CT2Translator` that
 interface. CTranslate2 returns one attention map, the mean over the alignment heads of the alignment
-layer (the export picks every head of the last decoder layer, attnkit's own alignment), so the
+layer (the export picks every head of the last decoder layer, attnkit's own alignment, or a guided
+model's alignment head), so the
 payloads have the alignment, its word view and its diagnostics; the per-layer, per-head maps
 (``heads``) need the PyTorch engine, and the payload's ``note`` says so.
 """
@@ -23,7 +24,7 @@ from .ct2_engine import ENGINE, CT2Translator
 __all__ = ["HEADS_NOTE", "CT2ExplorerTranslator"]
 
 HEADS_NOTE = (
-    "CTranslate2 engine: the alignment is the last decoder layer's cross-attention averaged over its heads; "
+    "CTranslate2 engine: the alignment is {what}; "
     "per-layer and per-head views need the PyTorch engine (attnkit serve --engine pytorch)"
 )
 
@@ -32,10 +33,11 @@ class CT2ExplorerTranslator:
     """``ct2`` with the interface the explorer reads (see the module docstring)."""
 
     engine = ENGINE
-    note = HEADS_NOTE
 
     def __init__(self, ct2: CT2Translator):
         self.ct2 = ct2
+        what = ct2.manifest.get("alignment", {}).get("what", "last decoder layer's cross-attention, head mean")
+        self.note = HEADS_NOTE.format(what=what)
         self.tokenizer = ct2.tokenizer
         config = {k: v for k, v in ct2.manifest.items() if k not in ("format", "version", "tokenizer_sha256")}
         self.model = SimpleNamespace(model_type=ct2.model_type, config=SimpleNamespace(to_dict=lambda: config))

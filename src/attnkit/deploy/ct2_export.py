@@ -75,6 +75,8 @@ _KNOWN_FIELDS = {
     "bos_id",
     "eos_id",
     "max_src_len",
+    "alignment_layer",  # a guided alignment head: CTranslate2's alignment layer and heads
+    "alignment_head",
 }
 
 
@@ -151,20 +153,58 @@ def _converter_class():
     return _Converter
 
 
+def guided_head(config) -> tuple[int, int] | None:
+    """``(layer, head)`` (1-based) of a Transformer trained with guided alignment, else None."""
+    layer, head = getattr(config, "alignment_layer", None), getattr(config, "alignment_head", None)
+    return (layer, head) if layer is not None and head is not None else None
+
+
+def alignment_manifest(config) -> dict:
+    """What ``translate_batch(return_attention=True)`` returns for this export, for ``attnkit.json``:
+    the guided head, read at the step whose *input* is the target piece (how it was trained), or
+    the last layer's head mean at the step that outputs it (attnkit's own alignment)."""
+    guided = guided_head(config)
+    if guided:
+        return {
+            "layer": guided[0],
+            "heads": 1,
+            "rows": "input",
+            "what": f"the guided alignment head (layer {guided[0]}, head {guided[1]})",
+        }
+    return {
+        "layer": -1,
+        "heads": config.nhead,
+        "rows": "output",
+        "what": "last decoder layer's cross-attention, head mean",
+    }
+
+
 def build_spec(model, tokenizer: Tokenizer):
     """The filled :class:`ctranslate2.specs.TransformerSpec` (see the module docstring for the mapping)."""
     from ctranslate2.specs import common_spec, transformer_spec
 
     c = model.config
     sd = model.state_dict()
+    guided = guided_head(c)
     spec = transformer_spec.TransformerSpec.from_config(
         (c.num_encoder_layers, c.num_decoder_layers),
         c.nhead,
         pre_norm=c.norm_first,
         activation=common_spec.Activation.RELU,
-        alignment_layer=-1,
-        alignment_heads=c.nhead,
+        alignment_layer=guided[0] - 1 if guided else -1,
+        alignment_heads=1 if guided else c.nhead,
     )
+    dh = c.d_model // c.nhead
+
+    def heads_first(w, layer: int, dim: int = 0):
+        """``w`` with the guided head's block moved first along ``dim`` in that layer's cross-attention:
+        CTranslate2 averages the *first* ``alignment_heads`` heads. Exact: heads are concatenated and
+        mixed by the output projection, whose columns move with them."""
+        if not guided or layer != guided[0] - 1 or guided[1] == 1:
+            return w
+        order = [guided[1] - 1] + [h for h in range(c.nhead) if h != guided[1] - 1]
+        return torch.cat([w.narrow(dim, h * dh, dh) for h in order], dim)
+
     spec.config.layer_norm_epsilon = float(next(m.eps for m in model.modules() if isinstance(m, torch.nn.LayerNorm)))
     spec.config.decoder_start_token = "<s>"
     spec.config.unk_token = tokenizer.id_to_piece(tokenizer.unk_id)
@@ -179,11 +219,15 @@ def build_spec(model, tokenizer: Tokenizer):
         linear(att.linear[0], sd[prefix + ".in_proj_weight"], sd[prefix + ".in_proj_bias"])  # fused [q; k; v]
         linear(att.linear[1], sd[prefix + ".out_proj.weight"], sd[prefix + ".out_proj.bias"])
 
-    def cross_attention(att, prefix):
+    def cross_attention(att, prefix, layer):
         w, b, d = sd[prefix + ".in_proj_weight"], sd[prefix + ".in_proj_bias"], c.d_model
-        linear(att.linear[0], w[:d], b[:d])  # query
-        linear(att.linear[1], w[d:], b[d:])  # fused [k; v]
-        linear(att.linear[2], sd[prefix + ".out_proj.weight"], sd[prefix + ".out_proj.bias"])
+        q, k, v = (
+            (heads_first(w[i * d : (i + 1) * d], layer), heads_first(b[i * d : (i + 1) * d], layer)) for i in range(3)
+        )
+        linear(att.linear[0], *q)  # query
+        linear(att.linear[1], torch.cat([k[0], v[0]]), torch.cat([k[1], v[1]]))  # fused [k; v]
+        out_w = heads_first(sd[prefix + ".out_proj.weight"], layer, dim=1)
+        linear(att.linear[2], out_w, sd[prefix + ".out_proj.bias"])
 
     def ffn(f, prefix):
         linear(f.linear_0, sd[prefix + ".linear1.weight"], sd[prefix + ".linear1.bias"])
@@ -211,7 +255,7 @@ def build_spec(model, tokenizer: Tokenizer):
         p = f"decoder.layers.{i}"
         self_attention(layer.self_attention, p + ".self_attn")
         norm(layer.self_attention.layer_norm, p + ".norm1")
-        cross_attention(layer.attention, p + ".multihead_attn")
+        cross_attention(layer.attention, p + ".multihead_attn", i)
         norm(layer.attention.layer_norm, p + ".norm2")
         ffn(layer.ffn, p)
         norm(layer.ffn.layer_norm, p + ".norm3")
@@ -300,7 +344,7 @@ def export_ctranslate2(
                 "max_src_len": c.max_src_len,
                 "max_len": min(MAX_DECODE, position_table(model).shape[0]),
                 "vocabulary_map": vmap is not None,
-                "alignment": {"layer": -1, "heads": c.nhead, "what": "last decoder layer's cross-attention, head mean"},
+                "alignment": alignment_manifest(c),
             },
         )
         if out.exists():
