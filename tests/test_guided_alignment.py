@@ -86,7 +86,7 @@ def test_training_loss_adds_the_weighted_alignment_term(kind):
         guided = GuidedAlignment(0.3, layer=1, head=2)
     else:
         model = RNNSearch(Seq2SeqConfig(vocab_size=20, emb_dim=8, hidden_dim=8, attn_dim=8, dropout=0.0))
-        guided = GuidedAlignment(0.3)
+        guided = GuidedAlignment(0.3, input_step=False)  # Bahdanau's RNNsearch: the output step's row
     model.eval()  # no dropout: the two passes below see the same weights
     batch = _batch_with_links()
     loss_sum, n, metrics = translation_loss_fn(0, 0.0, guided)(model, batch)
@@ -102,11 +102,12 @@ def test_training_loss_adds_the_weighted_alignment_term(kind):
     g = batch["align"]
     assert g[:, -1].sum() == 0  # the last target position is eos or padding: never linked
     hand = 0.0
+    shift = int(guided.input_step)  # piece t is the input of row t + 1 (tgt_in = [bos, y_0, …])
     for b in range(g.shape[0]):
         for t in range(g.shape[1] - 1):
             for s in range(g.shape[2]):
-                if g[b, t, s] > 0:  # piece t is the input of row t + 1 (tgt_in = [bos, y_0, …])
-                    hand -= float(g[b, t, s]) * math.log(float(att[b, t + 1, s]))
+                if g[b, t, s] > 0:
+                    hand -= float(g[b, t, s]) * math.log(float(att[b, t + shift, s]))
     assert n == n_ref
     assert loss_sum.item() == pytest.approx(float(nll) + 0.3 * hand, rel=1e-5)
     assert metrics["align_loss"] == pytest.approx(hand / n, rel=1e-5)
@@ -146,7 +147,10 @@ def test_guided_options():
     assert cfg.guided() == GuidedAlignment(0.05, 3, 1)
     cfg = TranslationConfig.from_options("transformer", guided_alignment="x", alignment_layer=1, alignment_head=4)
     assert cfg.guided() == GuidedAlignment(0.05, 1, 4)
-    assert TranslationConfig.from_options("rnnsearch", guided_alignment="x").guided() == GuidedAlignment(0.05)
+    rnn = TranslationConfig.from_options("rnnsearch", guided_alignment="x").guided()
+    assert rnn == GuidedAlignment(0.05, input_step=False)  # Bahdanau's: s_{t-1} has not read y_t
+    luong = TranslationConfig.from_options("rnnsearch", guided_alignment="x", rnn_attention="luong").guided()
+    assert luong.input_step and cfg.guided().input_step  # Luong's RNN and the Transformer read it
     assert TranslationConfig.from_options("transformer").guided() is None
     with pytest.raises(ConfigError, match="rnnencdec has none"):
         TranslationConfig.from_options("rnnencdec", guided_alignment="x")

@@ -27,6 +27,7 @@ from ...alignment.extract import attention_links, column_links, shift_rows
 from ...alignment.symmetrize import SYMMETRIZATIONS, invert, symmetrize
 from ...alignment.words import span_attention
 from ...errors import InputError
+from .guided import guided_input_step
 from .inference import Translator
 
 __all__ = [
@@ -41,9 +42,6 @@ __all__ = [
 ]
 
 ALIGN_METHODS = ("attention", "shift", "guided")
-#: readings of the step whose input is the target word: Shift-Att, and the guided head, which is
-#: trained on those rows (:mod:`.guided`)
-SHIFTED = ("shift", "guided")
 
 Link = tuple[int, int]
 
@@ -53,13 +51,21 @@ class AttentionReading:
     """Which attention becomes the links: ``method`` (see the module docstring), ``layer`` and
     ``head`` (1-based; ``None``: the method's default), ``threshold`` (also link pairs at or above it),
     ``both_ways`` (a symmetrisation, e.g. ``"grow-diag-final-and"``, of the matrix's row argmaxes with
-    its column argmaxes, :func:`attnkit.alignment.column_links`)."""
+    its column argmaxes, :func:`attnkit.alignment.column_links`). ``input_step``: read the row of
+    the step whose input is the target word (Shift-Att's) rather than the one that outputs it;
+    ``None``: by the method (``shift`` yes, ``attention`` no, ``guided`` as the model was trained,
+    filled in by :meth:`ModelAligner.resolve`)."""
 
     method: str = "attention"
     layer: int | None = None
     head: int | None = None
     threshold: float | None = None
     both_ways: str | None = None
+    input_step: bool | None = None
+
+    @property
+    def shifted(self) -> bool:
+        return self.method == "shift" if self.input_step is None else self.input_step
 
     def __post_init__(self):
         if self.method not in ALIGN_METHODS:
@@ -90,7 +96,7 @@ def describe_reading(r: AttentionReading) -> str:
         if r.layer is None
         else f"layer {r.layer} " + (f"head {r.head}" if r.head is not None else "head mean")
     )
-    rows = "Shift-Att rows (target word as input)" if r.method in SHIFTED else "rows of the output step"
+    rows = "Shift-Att rows (target word as input)" if r.shifted else "rows of the output step"
     return (
         f"{r.method}: {where}, {rows}"
         + (f", plus pairs >= {r.threshold}" if r.threshold else "")
@@ -139,8 +145,16 @@ class ModelAligner:
                 raise InputError(f"layer {layer}: this {name} has {layers} decoder layers")
             if head is not None and heads is not None and head > heads:
                 raise InputError(f"head {head}: this {name} has {heads} heads per layer")
+        input_step = reading.input_step
+        if reading.method == "guided" and input_step is None:  # the rows the head was trained on
+            input_step = guided_input_step(cfg)
         return AttentionReading(
-            reading.method, layer if layers is not None else None, head, reading.threshold, reading.both_ways
+            reading.method,
+            layer if layers is not None else None,
+            head,
+            reading.threshold,
+            reading.both_ways,
+            input_step,
         )
 
     def describe(self) -> str:
@@ -192,14 +206,14 @@ class ModelAligner:
         src = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long)
         for b, r in enumerate(rows):
             src[b, : len(r[1])] = torch.tensor(r[1])
-        for shift in sorted({r.method in SHIFTED for r in readings}):
+        for shift in sorted({r.shifted for r in readings}):
             tgt_in = torch.zeros(len(rows), max(len(r[3]) + shift for r in rows), dtype=torch.long)
             for b, r in enumerate(rows):
                 forced = [tr.tokenizer.bos_id] + (r[3] if shift else r[3][:-1])  # Shift-Att: y_{T-1} is an input too
                 tgt_in[b, : len(forced)] = torch.tensor(forced)
             maps = tr.model.attention_maps(src.to(tr.device), lengths.to(tr.device), tgt_in.to(tr.device))
             for reading, result in zip(readings, out):
-                if (reading.method in SHIFTED) != shift:
+                if reading.shifted != shift:
                     continue
                 att = self._select(maps, reading).float().cpu()  # (B, T_in, S)
                 if shift:

@@ -131,13 +131,16 @@ class TranslationConfig(TaskConfig):
 
     def guided(self):
         """The :class:`~.guided.GuidedAlignment` the loss applies, or None without guided alignment."""
-        from .guided import GuidedAlignment
+        from .guided import GuidedAlignment, guided_input_step
 
         if self.guided_alignment is None:
             return None
         mc = self.model_config
         return GuidedAlignment(
-            self.guided_alignment_weight, getattr(mc, "alignment_layer", None), getattr(mc, "alignment_head", None)
+            self.guided_alignment_weight,
+            getattr(mc, "alignment_layer", None),
+            getattr(mc, "alignment_head", None),
+            guided_input_step(mc),
         )
 
     @classmethod

@@ -12,12 +12,16 @@ and the head's attention ``A_ts`` pays the cross-entropy
 
     ``L_align = − Σ_t Σ_s G_ts log A_ts``   (pieces without a link: no term),
 
-where ``A_t`` is the row of the step whose *input* is piece ``t`` (Shift-Att's row, Chen et al.
-2020), not the step that outputs it. The step that outputs ``y_t`` has not seen ``y_t``: a head
-asked there where ``y_t``'s source is can only guess what comes next (supervised that way, the
-shipped Transformer's head reached AER 0.34 after 450 steps of fine-tuning). One step later ``y_t``
-is the input and the head can look its source up, which is what Garg et al. get from their extra
-decoder pass without the causal mask ("full context"), at no extra cost.
+where ``A_t`` is, for a Transformer, the row of the step whose *input* is piece ``t`` (Shift-Att's
+row, Chen et al. 2020), not the step that outputs it. The step that outputs ``y_t`` has not seen
+``y_t``: a head asked there where ``y_t``'s source is can only guess what comes next (supervised that
+way, the shipped Transformer's head reached AER 0.34 after 450 steps of fine-tuning). One step later
+``y_t`` is the input and the head can look its source up, which is what Garg et al. get from their
+extra decoder pass without the causal mask ("full context"), at no extra cost. The same holds for a
+Luong-style RNN (its GRU reads ``y_t`` before it attends). Bahdanau's RNNsearch scores ``s_{t-1}``,
+which has read only ``y_{t-2}``, so no nearby step of its sees ``y_t`` before attending: its
+supervision stays at the output step, as in supervised attention (Mi et al. 2016, Liu et al. 2016).
+:func:`guided_input_step` says which.
 
 summed over the batch like the translation loss, which is ``L = L_nll + λ · L_align``
 (OpenNMT-py's ``lambda_align``; Garg et al. use λ = 0.05). The head is the penultimate layer's
@@ -43,6 +47,7 @@ __all__ = [
     "GuidedAlignment",
     "add_alignment_targets",
     "guided_alignment_loss",
+    "guided_input_step",
     "piece_links",
     "read_links_file",
 ]
@@ -52,14 +57,23 @@ DEFAULT_WEIGHT = 0.05
 Link = tuple[int, int]
 
 
+def guided_input_step(model_config) -> bool:
+    """Whether guided alignment supervises (and reads) the row of the step whose input is the target
+    piece (a Transformer, a Luong-style RNN) rather than the step that outputs it (Bahdanau's
+    RNNsearch); see the module docstring."""
+    return getattr(model_config, "rnn_attention", None) != "bahdanau"
+
+
 @dataclass(frozen=True)
 class GuidedAlignment:
     """What the loss supervises: ``weight`` λ; ``layer``/``head`` (1-based) of a Transformer's
-    cross-attention, or ``None`` for a model with one attention (RNNsearch)."""
+    cross-attention, or ``None`` for a model with one attention (RNNsearch); ``input_step``: the row
+    of the step whose input is each target piece (else the step that outputs it)."""
 
     weight: float = DEFAULT_WEIGHT
     layer: int | None = None
     head: int | None = None
+    input_step: bool = True
 
 
 def read_links_file(path: str | Path, n_pairs: int) -> list[set[Link]]:

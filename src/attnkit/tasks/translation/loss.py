@@ -30,6 +30,8 @@ def translation_loss_fn(pad_id: int, smoothing: float, guided: GuidedAlignment |
         if guided is None or "align" not in batch:
             return None
         att = weights[:, guided.head - 1] if guided.layer is not None else weights  # (B, T, S)
+        if not guided.input_step:  # row t is the step that outputs piece t
+            return guided_alignment_loss(att.float(), batch["align"])
         # target piece t is the input of row t + 1 (tgt_in = [bos, y_0, …]): the supervised rows are
         # 1 … T-1, against the targets of pieces 0 … T-2 (the last row of `align` is eos or padding)
         return guided_alignment_loss(att[:, 1:].float(), batch["align"][:, :-1])
