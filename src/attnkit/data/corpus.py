@@ -258,15 +258,13 @@ def _read_split(files: tuple[Path, ...], max_words: int, dropped: dict) -> Itera
             yield lineno, src, tgt
 
 
-def _train_tokenizers(folder: Path, vocab_size: int, separate: bool, sample: int) -> tuple[bytes, bytes]:
-    """sentencepiece on the training side of ``folder/train.tsv``: ``(source, target)`` model bytes."""
+def _train_tokenizers(folder: Path, vocab_size: int, separate: bool, sample: int, n: int) -> tuple[bytes, bytes]:
+    """sentencepiece on the training side of ``folder/train.tsv`` (``n`` pairs): ``(source, target)`` model bytes."""
 
     def side(k: int) -> Iterator[str]:
         with open(folder / "train.tsv", encoding="utf-8", newline="\n") as f:
             for line in f:
                 yield line.split("\t", 2)[k]
-
-    n = sum(1 for _ in side(0))
 
     def train(texts, count):
         if count > sample:  # a big corpus: a seeded uniform sample of exactly `sample` sentences
@@ -290,7 +288,7 @@ def _train_tokenizers(folder: Path, vocab_size: int, separate: bool, sample: int
     return src.to_bytes(), tgt.to_bytes()
 
 
-def _train_tokenizers_apart(folder: Path, vocab_size: int, separate: bool, sample: int) -> tuple[bytes, bytes]:
+def _train_tokenizers_apart(folder: Path, vocab_size: int, separate: bool, sample: int, n: int) -> tuple[bytes, bytes]:
     """:func:`_train_tokenizers` in a process of its own (spawned, not forked), so that the gigabytes
     sentencepiece allocates on a big sample go back to the system when it ends: a process's heap
     seldom shrinks, and the token-cache workers forked afterwards would each start from it."""
@@ -298,7 +296,7 @@ def _train_tokenizers_apart(folder: Path, vocab_size: int, separate: bool, sampl
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
-        return pool.submit(_train_tokenizers, folder, vocab_size, separate, sample).result()
+        return pool.submit(_train_tokenizers, folder, vocab_size, separate, sample, n).result()
 
 
 def _remove_stale(root: Path, name: str) -> None:
@@ -409,7 +407,9 @@ def prepare_parallel(
                 f"{files['train'][0]}: no training pair left (dropped {dropped['train']['empty']} empty, "
                 f"{dropped['train']['too_long']} over {max_words} words)"
             )
-        src_proto, tgt_proto = _train_tokenizers_apart(tmp, vocab_size, separate_vocab, spm_max_sentences)
+        src_proto, tgt_proto = _train_tokenizers_apart(
+            tmp, vocab_size, separate_vocab, spm_max_sentences, counts["train"]
+        )
         real_vocab = Tokenizer(tgt_proto).vocab_size
         (tmp / "cache").mkdir()
         for split in SPLITS:
