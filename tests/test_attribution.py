@@ -403,6 +403,28 @@ def test_rnnencdec_has_only_gradient_methods(tokenizer):
         explain(tr, SOURCE, target=TARGET, method="attention")
 
 
+@pytest.mark.parametrize("kind", ["transformer", "rnnsearch", "rnnencdec"])
+def test_one_position_per_row_equals_the_whole_table(kind, tokenizer):
+    """``f(x, positions)`` (one output position per row, rows grouped into truncated prefixes) against the
+    whole ``(N, T)`` table of the same rows, and its gradients against the table's: what the gradient
+    methods and the deletion curves rely on."""
+    model = {"transformer": _transformer, "rnnsearch": _rnn, "rnnencdec": lambda: _rnn(RNNEncDec)}[kind]()
+    pair = forced_translation(Translator(model, tokenizer), SOURCE, TARGET)
+    f = translation_log_probs(model, pair)
+    g = torch.Generator().manual_seed(1)
+    x = model.embedding(pair.src).detach()[None].repeat(7, 1, 1)
+    x = (x + 0.1 * torch.randn(x.shape, generator=g)).requires_grad_(True)  # (7, S, E): seven different rows
+    positions = torch.randint(0, len(pair.tgt), (7,), generator=g)
+    positions[0], positions[1] = 0, len(pair.tgt) - 1  # the shortest and the longest prefix
+    table = f(x)  # (7, T)
+    expected = table[torch.arange(7), positions]
+    got = f(x, positions)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    (grad_expected,) = torch.autograd.grad(expected.sum(), x)
+    (grad_got,) = torch.autograd.grad(got.sum(), x)
+    torch.testing.assert_close(grad_got, grad_expected, atol=1e-5, rtol=1e-4)
+
+
 def test_input_x_gradient_is_the_embedding_times_its_gradient(rnnsearch):
     """Against autograd by hand: one backward per target piece, no Captum."""
     pair = forced_translation(rnnsearch, SOURCE, TARGET)

@@ -1,6 +1,8 @@
 """attnkit evaluate explanations: Spearman against the textbook formula, the randomisation cascade's order, the
 deletion curve against a plain loop of forced passes, AER against the alignment evaluation's own path."""
 
+import json
+
 import hypothesis.strategies as st
 import numpy as np
 import pytest
@@ -20,6 +22,8 @@ from attnkit.attribution.evaluate import (
     randomisation_stages,
     spearman,
 )
+from attnkit.cli import main
+from attnkit.errors import InputError
 from attnkit.models.transformer import TransformerConfig, TransformerTranslator
 from attnkit.tasks.translation import Translator
 from attnkit.tasks.translation.alignment import ModelAligner
@@ -122,3 +126,44 @@ def test_evaluate_caption_explanations_on_two_scenes(tmp_path):
     for r in report["methods"].values():
         assert 0 <= r["mass_in_box"] <= 1 and np.isfinite(r["deletion_area"]) and "spearman" in r["sanity"]
     assert "mass in box" in format_report(report)
+
+
+def test_an_interrupted_evaluation_resumes_with_what_it_finished(tmp_path):
+    """Each method's row is handed over as soon as it is done; a resumed run keeps those rows, scores only the
+    rest, and ends with the report a run without interruption makes; a report of other settings is refused."""
+    verse = min(load_gold()[50:], key=lambda v: len(v.source) * len(v.target))
+    saved = []
+    run = dict(verses=[verse], sanity_verses=1)
+    whole = evaluate_explanations("transformer-es-en", methods=["attention", "value_zeroing"], **run)
+    evaluate_explanations(
+        "transformer-es-en", methods=["attention"], on_method=lambda r: saved.append(json.loads(json.dumps(r))), **run
+    )
+    assert [list(r["methods"]) for r in saved] == [["attention"]] and saved[-1]["complete"] is False
+    resumed = evaluate_explanations(
+        "transformer-es-en", methods=["attention", "value_zeroing"], resume=saved[-1], **run
+    )
+    assert resumed["resumed"] == ["attention"] and resumed["complete"] is True
+    for m in ("attention", "value_zeroing"):
+        expected = {k: v for k, v in whole["methods"][m].items() if k != "ms_per_sentence"}
+        assert {k: v for k, v in resumed["methods"][m].items() if k != "ms_per_sentence"} == expected
+    with pytest.raises(InputError, match="sanity_verses 1 vs 0"):
+        evaluate_explanations(
+            "transformer-es-en", methods=["attention"], verses=[verse], sanity_verses=0, resume=saved[-1]
+        )
+
+
+def test_evaluate_explanations_command_saves_after_each_method_and_resumes(tmp_path, capsys):
+    out = tmp_path / "report.json"
+    argv = ["evaluate", "explanations", "--method", "attention", "--limit", "1", "--sanity-verses", "1"]
+    assert main([*argv, "--output", str(out), "--resume"]) == 0
+    first = json.loads(out.read_text())
+    assert first["complete"] is True and "resumed" not in first and list(first["methods"]) == ["attention"]
+    assert "[explanations] attention: 1/1" in capsys.readouterr().err
+    assert main([*argv, "--output", str(out), "--resume", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["resumed"] == ["attention"] and again["methods"] == first["methods"]
+    out.write_text("{ not json")
+    assert main([*argv, "--output", str(out), "--resume"]) == 2
+    assert "is not a readable report" in capsys.readouterr().err
+    assert main([*argv, "--resume"]) == 2
+    assert "--resume needs --output" in capsys.readouterr().err

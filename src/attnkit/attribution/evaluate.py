@@ -30,11 +30,11 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..alignment.aer import AERCounts, aer_counts, argmax_links
 from ..alignment.words import word_spans
-from .methods import ForcedTranslation, explain, forced_translation, methods_for
+from ..errors import InputError
+from .methods import PREFIX_GROUPS, ForcedTranslation, explain, forced_translation, log_probs_at, methods_for
 
 __all__ = [
     "SANITY_THRESHOLD",
@@ -101,48 +101,95 @@ def _randomise(params: list[torch.nn.Parameter], generator: torch.Generator) -> 
         p.copy_((noise * (std if std > 0 else 1.0) + mean).to(p.dtype))
 
 
-@torch.no_grad()
-def _word_log_probs(model, pair: ForcedTranslation, sources: torch.Tensor, tgt_spans) -> torch.Tensor:
-    """``sources (N, S)`` variants of the source → ``(N, T_words)``: log p of each forced target word
-    (the sum over its pieces), teacher forced on the same target."""
-    out = []
-    lengths = torch.full((1,), sources.shape[1], dtype=torch.long)
-    for chunk in sources.split(256):
-        n = chunk.shape[0]
-        logits, _ = model(chunk, lengths.expand(n), pair.tgt_in[None].expand(n, -1))
-        lp = F.log_softmax(logits.float(), -1).gather(-1, pair.tgt[None, :, None].expand(n, -1, -1))[..., 0]  # (n, T)
-        out.append(torch.stack([lp[:, span].sum(1) for span in tgt_spans], 1))
-    return torch.cat(out)
-
-
 def _deletion_areas(model, pair: ForcedTranslation, orders: list[list[list[int]]], unk_id: int) -> list[list[float]]:
     """For each order set (a list with one source-word order per target word), the deletion area of each
-    target word (see the module docstring). Source variants are evaluated once each, whichever order asks."""
+    target word (see the module docstring). Each source variant runs once, whichever orders ask for it,
+    and only as far into the target as its last asked word (:func:`~attnkit.attribution.methods.log_probs_at`)."""
     src_spans, tgt_spans = word_spans(pair.source_pieces), word_spans(pair.target_pieces)
     n = len(src_spans)
     ks = sorted({round(j * n / DELETION_POINTS) for j in range(DELETION_POINTS + 1)})  # 0 … n
     variants: dict[frozenset, int] = {}
+    asked: set[tuple[int, int]] = set()  # (variant, target word)
     for order_set in orders:
-        for order in order_set:
+        for i, order in enumerate(order_set):
             for k in ks:
-                variants.setdefault(frozenset(order[:k]), len(variants))
-    rows = pair.src[None].repeat(len(variants), 1)
+                asked.add((variants.setdefault(frozenset(order[:k]), len(variants)), i))
+    sources = pair.src[None].repeat(len(variants), 1)  # (variants, S)
     for removed, r in variants.items():
         for w in removed:
-            rows[r, src_spans[w]] = unk_id
-    lp = _word_log_probs(model, pair, rows, tgt_spans)  # (variants, T_words)
-    base = lp[variants[frozenset()]]
+            sources[r, src_spans[w]] = unk_id
+    entries = sorted((r, i, t) for r, i in asked for t in tgt_spans[i])
+    rows = torch.tensor([r for r, _, _ in entries], dtype=torch.long)
+    positions = torch.tensor([t for _, _, t in entries], dtype=torch.long)
+    lengths = torch.full((1,), sources.shape[1], dtype=torch.long)
+
+    def features(ids, length):
+        out, _ = model(
+            sources[ids], lengths.expand(len(ids)), pair.tgt_in[None, :length].expand(len(ids), -1), features_only=True
+        )
+        return out
+
+    with torch.no_grad():
+        piece_lp = log_probs_at(
+            model, features, pair.tgt, positions, rows, groups=max(PREFIX_GROUPS, len(variants) // 64)
+        )
+    lp: dict[tuple[int, int], float] = {}
+    for (r, i, _), v in zip(entries, piece_lp.tolist()):
+        lp[r, i] = lp.get((r, i), 0.0) + v  # a word's log p: the sum over its pieces
+    base = variants[frozenset()]
     areas = []
     for order_set in orders:
         per_word = []
         for i, order in enumerate(order_set):
-            drops = [float(base[i] - lp[variants[frozenset(order[:k])], i]) for k in ks]
+            drops = [lp[base, i] - lp[variants[frozenset(order[:k])], i] for k in ks]
             per_word.append(float(np.trapezoid(drops, [k / n for k in ks])) if n > 0 else 0.0)
         areas.append(per_word)
     return areas
 
 
 # ---------------------------------------------------------------------------------------- the evaluation
+#: what a saved report must share with a new run for its method rows to be reused (``resume``)
+RUN_KEYS = ("model", "kind", "verses", "scenes", "sanity_verses", "sanity_scenes", "seed", "random_area")
+
+
+def _reusable_rows(resume: dict | None, report: dict) -> dict:
+    """The finished method rows of ``resume`` (an earlier, maybe partial, report), which must have been made
+    with the same model, items, sanity items, seed and random floor (else an :class:`InputError` naming what
+    differs, before anything is scored)."""
+    if not resume:
+        return {}
+    differ = [k for k in RUN_KEYS if resume.get(k) != report.get(k)]
+    if differ:
+        raise InputError(
+            f"the report to resume was made with other settings ({', '.join(f'{k} {resume.get(k)!r} vs {report.get(k)!r}' for k in differ)}); "
+            "start afresh instead"
+        )
+    return {m: r for m, r in resume.get("methods", {}).items() if isinstance(r, dict) and "sanity" in r}
+
+
+def _run_methods(report, names, resume, score, sanity, on_method, progress) -> dict:
+    """Fill ``report["methods"]`` one method at a time: its scores (``score(m) -> row``), then its sanity
+    (``sanity(m) -> dict``); after each, ``on_method(report)`` (the CLI saves the partial report there)."""
+    kept = _reusable_rows(resume, report)
+    report["complete"] = False
+    for m in names:
+        if m in kept:
+            report["methods"][m] = kept[m]
+            report.setdefault("resumed", []).append(m)
+        else:
+            if progress is not None:
+                progress(m, "scoring")
+            row = score(m)
+            if progress is not None:
+                progress(m, "sanity")
+            row["sanity"] = sanity(m)
+            report["methods"][m] = row
+        if on_method is not None:
+            on_method(report)
+    report["complete"] = True
+    return report
+
+
 def evaluate_explanations(
     model,
     *,
@@ -155,9 +202,14 @@ def evaluate_explanations(
     device: str = "cpu",
     dtype=None,
     progress=None,
+    on_method=None,
+    resume: dict | None = None,
 ) -> dict:
     """The explanation scores of a translation model (see the module docstring): one entry per method.
-    ``verses``: gold verses to score instead of the scored ones (:func:`attnkit.alignment.gold.load_gold`)."""
+    ``verses``: gold verses to score instead of the scored ones (:func:`attnkit.alignment.gold.load_gold`).
+    ``progress(method, stage, done=None, total=None)`` reports as it goes; ``on_method(report)`` is called
+    with the report so far after each method; ``resume``: an earlier (partial) report of the same run,
+    whose finished methods are kept instead of scored again."""
     from ..alignment.gold import DEV_VERSES, load_gold
     from ..pretrained import resolve_model
     from ..tasks.translation import Translator
@@ -182,6 +234,8 @@ def evaluate_explanations(
     for p in pairs:
         n_src, n_tgt = len(word_spans(p.source_pieces)), len(word_spans(p.target_pieces))
         random_orders.append([[list(rng.permutation(n_src)) for _ in range(n_tgt)] for _ in range(RANDOM_ORDERS)])
+    if progress is not None:
+        progress("random order", "scoring")
     random_area = []
     for p, orders in zip(pairs, random_orders):
         random_area.extend(w for a in _deletion_areas(tr.model, p, orders, unk) for w in a)
@@ -192,14 +246,16 @@ def evaluate_explanations(
         "kind": getattr(tr.model, "model_type", "?"),
         "verses": len(verses),
         "sanity_verses": min(sanity_verses, len(verses)),
+        "seed": seed,
         "random_area": round(floor, 4),
         "methods": {},
     }
     trained_words: dict[str, list] = {}
-    for m in names:
+
+    def score(m: str) -> dict:
         counts, areas, seconds = AERCounts(), [], []
         trained_words[m] = []
-        for v, p in zip(verses, pairs):
+        for i, (v, p) in enumerate(zip(verses, pairs)):
             att = explain(tr, "", method=m, pair=p)
             seconds.append(att.seconds)
             _, _, words = att.word_scores()
@@ -208,14 +264,30 @@ def evaluate_explanations(
             orders = [[int(j) for j in torch.argsort(row, descending=True, stable=True)] for row in words]
             areas.extend(_deletion_areas(tr.model, p, [orders], unk)[0])
             if progress is not None:
-                progress(m)
-        report["methods"][m] = {
+                progress(m, "scoring", i + 1, len(pairs))
+        return {
             **{k: v for k, v in counts.to_dict().items() if k in ("aer", "precision", "recall")},
             "deletion_area": round(float(np.mean(areas)), 4),
             "random_area": report["random_area"],
             "ms_per_sentence": round(1000 * float(np.mean(seconds)), 1),
         }
-    _sanity(tr, names, pairs[: report["sanity_verses"]], trained_words, report, seed)
+
+    def sanity(m: str) -> dict:  # after score(m), which keeps the trained model's word attributions
+        def attributions(shadow_model, k):
+            steps = 32 if m == "integrated_gradients" else None
+            shadow = Translator(shadow_model, tr.tokenizer, src_tokenizer=tr.src_tokenizer)
+            return explain(shadow, "", method=m, pair=pairs[k], steps=steps)
+
+        return _sanity(
+            tr.model,
+            trained_words[m],
+            report["sanity_verses"],
+            lambda model, k: attributions(model, k).word_scores()[2],
+            seed,
+            min_length=3,
+        )
+
+    _run_methods(report, names, resume, score, sanity, on_method, progress)
     attention = report["methods"].get("attention")
     if attention is not None:
         better = [
@@ -227,34 +299,26 @@ def evaluate_explanations(
     return report
 
 
-def _sanity(tr, names, pairs, trained_words, report, seed) -> None:
-    """Cascading randomisation (see the module docstring): fills each method's ``"sanity"``."""
-    from ..tasks.translation import Translator
-
-    if not pairs:
-        return
-    model = copy.deepcopy(tr.model).eval()
-    shadow = Translator(model, tr.tokenizer)
+def _sanity(model, trained, n_items, attributions, seed, *, min_length=1) -> dict:
+    """Cascading randomisation (see the module docstring) for one method: a copy of ``model`` re-drawn stage
+    by stage (:func:`randomisation_stages`, seeded, so every method meets the same randomised weights),
+    and after each stage the mean Spearman correlation, over the first ``n_items`` items' rows of at least
+    ``min_length`` entries, between ``trained[k]`` and ``attributions(randomised model, k)``."""
+    if n_items == 0:
+        return {"spearman": float("nan"), "by_stage": [], "passes": False}
+    shadow = copy.deepcopy(model).eval()
     generator = torch.Generator().manual_seed(seed)
-    by_stage: dict[str, list[float]] = {m: [] for m in names}
-    for stage in randomisation_stages(model):
+    by_stage = []
+    for stage in randomisation_stages(shadow):
         _randomise(stage, generator)
-        for m in names:
-            rhos = []
-            for k, p in enumerate(pairs):
-                steps = 32 if m == "integrated_gradients" else None
-                _, _, words = explain(shadow, "", method=m, pair=p, steps=steps).word_scores()
-                trained = trained_words[m][k]
-                rhos += [spearman(a, b) for a, b in zip(trained.tolist(), words.tolist()) if len(a) >= 3]
-            rhos = [r for r in rhos if not math.isnan(r)]
-            by_stage[m].append(round(float(np.mean(rhos)), 4) if rhos else float("nan"))
-    for m in names:
-        final = by_stage[m][-1]
-        report["methods"][m]["sanity"] = {
-            "spearman": final,
-            "by_stage": by_stage[m],
-            "passes": bool(final <= SANITY_THRESHOLD),
-        }
+        rhos = []
+        for k in range(n_items):
+            words = attributions(shadow, k)
+            rhos += [spearman(a, b) for a, b in zip(trained[k].tolist(), words.tolist()) if len(a) >= min_length]
+        rhos = [r for r in rhos if not math.isnan(r)]
+        by_stage.append(round(float(np.mean(rhos)), 4) if rhos else float("nan"))
+    final = by_stage[-1] if by_stage else float("nan")
+    return {"spearman": final, "by_stage": by_stage, "passes": bool(final <= SANITY_THRESHOLD)}
 
 
 # ---------------------------------------------------------------------------------------- captioners
@@ -306,10 +370,14 @@ def evaluate_caption_explanations(
     scenes=None,
     device: str = "cpu",
     dtype=None,
+    progress=None,
+    on_method=None,
+    resume: dict | None = None,
 ) -> dict:
     """A captioner's explanation scores on held-out test scenes forced to their reference captions:
     plausibility is the mass inside the named item's box (the attention-correctness measure, for every
-    method), faithfulness and sanity as for translators (cells zeroed; item words only), cost in ms per scene."""
+    method), faithfulness and sanity as for translators (cells zeroed; item words only), cost in ms per scene.
+    ``progress``, ``on_method`` and ``resume`` as in :func:`evaluate_explanations`."""
     from ..pretrained import resolve_model
     from ..tasks.captioning import Captioner, attention_mass_in_box, words_to_items
     from .methods import canonical_method, explain_caption, forced_caption
@@ -342,51 +410,43 @@ def evaluate_caption_explanations(
         "kind": "captioner",
         "scenes": len(items_all),
         "sanity_scenes": min(sanity_verses, len(items_all)),
+        "seed": seed,
         "random_area": round(float(np.mean(random_area)), 4) if random_area else None,
         "methods": {},
     }
     trained: dict[str, list] = {}
-    for m in names:
+
+    def score(m: str) -> dict:
         masses, areas, seconds = [], [], []
         trained[m] = []
-        for it, pair, nm in zip(items_all, pairs, named):
+        for i, (it, pair, nm) in enumerate(zip(items_all, pairs, named)):
             att = explain_caption(cm, it["image"], method=m, pair=pair)
             seconds.append(att.seconds)
             trained[m].append(att.scores)
+            if progress is not None:
+                progress(m, "scoring", i + 1, len(pairs))
             if not nm:
                 continue
             boxes = it["boxes"].numpy()[[k for _, k in nm]]
             masses += attention_mass_in_box(att.scores[[t for t, _ in nm]].numpy(), grid, cm.canvas, boxes).tolist()
             orders = [[int(j) for j in torch.argsort(att.scores[t], descending=True, stable=True)] for t, _ in nm]
             areas += _caption_deletion_areas(cm.model, pair, [t for t, _ in nm], [orders])[0]
-        report["methods"][m] = {
+        return {
             "mass_in_box": round(float(np.mean(masses)), 4) if masses else None,
             "deletion_area": round(float(np.mean(areas)), 4) if areas else None,
             "random_area": report["random_area"],
             "ms_per_sentence": round(1000 * float(np.mean(seconds)), 1),
         }
-    model_copy = copy.deepcopy(cm.model).eval()
-    shadow = Captioner(model_copy, cm.vocab)
-    generator = torch.Generator().manual_seed(seed)
-    by_stage: dict[str, list[float]] = {m: [] for m in names}
-    for stage in randomisation_stages(model_copy):
-        _randomise(stage, generator)
-        for m in names:
-            rhos = []
-            for k in range(report["sanity_scenes"]):
-                steps = 32 if m == "integrated_gradients" else None
-                att = explain_caption(shadow, items_all[k]["image"], method=m, pair=pairs[k], steps=steps)
-                rhos += [spearman(a, b) for a, b in zip(trained[m][k].tolist(), att.scores.tolist())]
-            rhos = [r for r in rhos if not math.isnan(r)]
-            by_stage[m].append(round(float(np.mean(rhos)), 4) if rhos else float("nan"))
-    for m in names:
-        final = by_stage[m][-1] if by_stage[m] else float("nan")
-        report["methods"][m]["sanity"] = {
-            "spearman": final,
-            "by_stage": by_stage[m],
-            "passes": bool(final <= SANITY_THRESHOLD),
-        }
-    return report
+
+    def sanity(m: str) -> dict:  # after score(m), which keeps the trained model's cell attributions
+        def attributions(shadow_model, k):
+            steps = 32 if m == "integrated_gradients" else None
+            shadow = Captioner(shadow_model, cm.vocab)
+            return explain_caption(shadow, items_all[k]["image"], method=m, pair=pairs[k], steps=steps).scores
+
+        return _sanity(cm.model, trained[m], report["sanity_scenes"], attributions, seed)
+
+    return _run_methods(report, names, resume, score, sanity, on_method, progress)
 
 
 def format_report(report: dict) -> str:

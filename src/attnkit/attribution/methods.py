@@ -182,17 +182,76 @@ def _alti_plus(model, pair):
     return {"scores": contrib, "extra": {"source_share": [round(v, 4) for v in share.detach().tolist()]}}
 
 
-def translation_log_probs(model, pair: ForcedTranslation) -> Callable[[Tensor], Tensor]:
-    """``f(source embeddings (N, S, E)) -> (N, T)``: log p of every forced target piece (eval mode)."""
-    tgt_in, tgt = pair.tgt_in[None], pair.tgt[None, :, None]
-    lengths = torch.tensor([len(pair.src)], device=pair.src.device)
+#: forward passes per call of :func:`log_probs_at` (at most): its rows grouped by the last position they
+#: need, each group decoding only the target prefix that position reads
+PREFIX_GROUPS = 4
 
-    def f(src_emb: Tensor) -> Tensor:
+
+def log_probs_at(
+    model,
+    features: Callable[[Tensor, int], Tensor],
+    tgt: Tensor,
+    positions: Tensor,
+    rows: Tensor | None = None,
+    *,
+    groups: int = PREFIX_GROUPS,
+) -> Tensor:
+    """``(M,)``: log p of forced piece ``tgt[positions[e]]`` read from input row ``rows[e]`` (default: row
+    ``e``), where ``features(row ids (G,), length) -> (G, length, D)`` runs the model on those input rows
+    with the first ``length`` target inputs (the output layer's input, ``features_only``).
+
+    One attribution row or one deletion variant asks for one or a few pieces, not the whole ``(N, T)``
+    table, and that is cheaper twice over: the output layer (``W f + b`` and the softmax over the
+    vocabulary) runs at the asked positions only, and, the decoder being causal (its output at t reads
+    ``tgt_in[: t + 1]`` only), the input rows sorted by the last position asked of them are split into
+    ``groups`` groups that each decode only up to their own last position."""
+    m = positions.shape[0]
+    if rows is None:
+        rows = torch.arange(m, device=positions.device)
+    ids, inverse = torch.unique(rows, return_inverse=True)  # the distinct input rows; entry e reads ids[inverse[e]]
+    last = torch.zeros(len(ids), dtype=positions.dtype, device=positions.device)
+    last = last.scatter_reduce(0, inverse, positions, "amax")  # (R,): the last position each row must decode
+    weight, bias = model.output_layer()
+    out = torch.empty(m, dtype=torch.float32, device=positions.device)
+    done, values = [], []
+    slot = torch.full((len(ids),), -1, dtype=torch.long, device=positions.device)
+    for group in torch.argsort(last, stable=True).tensor_split(min(groups, len(ids))):
+        if len(group) == 0:
+            continue
+        feats = features(ids[group], int(last[group].max()) + 1)  # (G, length, D)
+        slot.fill_(-1)
+        slot[group] = torch.arange(len(group), device=slot.device)
+        entries = (slot[inverse] >= 0).nonzero()[:, 0]  # the entries this group answers
+        h = feats[slot[inverse[entries]], positions[entries]]  # (E, D)
+        logits = F.linear(h, weight, bias).float()  # (E, V)
+        done.append(entries)
+        values.append(F.log_softmax(logits, dim=-1).gather(-1, tgt[positions[entries]][:, None])[:, 0])
+    return out.index_put((torch.cat(done),), torch.cat(values))
+
+
+def translation_log_probs(model, pair: ForcedTranslation) -> Callable[..., Tensor]:
+    """``f(source embeddings (N, S, E), positions=None)``: log p of every forced target piece ``(N, T)``,
+    or with ``positions (N,)`` of piece ``positions[i]`` in row ``i`` only ``(N,)`` (:func:`log_probs_at`);
+    eval mode."""
+    tgt_in = pair.tgt_in[None]
+    lengths = torch.tensor([len(pair.src)], device=pair.src.device)
+    dtype = model.embedding.weight.dtype
+
+    def run(src_emb: Tensor, length: int, *, features_only: bool) -> Tensor:
         n = src_emb.shape[0]
         src = pair.src[None].expand(n, -1).clone()  # a tensor of its own: the hook recognises it
-        with gradients.source_embedding_override(model.embedding, src, src_emb.to(model.embedding.weight.dtype)):
-            logits, _ = model(src, lengths.expand(n), tgt_in.expand(n, -1))
-        return F.log_softmax(logits.float(), dim=-1).gather(-1, tgt.expand(n, -1, -1))[..., 0]  # (N, T)
+        with gradients.source_embedding_override(model.embedding, src, src_emb.to(dtype)):
+            out, _ = model(src, lengths.expand(n), tgt_in[:, :length].expand(n, -1), features_only=features_only)
+        return out
+
+    def f(src_emb: Tensor, positions: Tensor | None = None) -> Tensor:
+        if positions is None:
+            logits = run(src_emb, len(pair.tgt), features_only=False).float()  # (N, T, V)
+            n = src_emb.shape[0]
+            return F.log_softmax(logits, dim=-1).gather(-1, pair.tgt[None, :, None].expand(n, -1, -1))[..., 0]
+        return log_probs_at(
+            model, lambda rows, length: run(src_emb[rows], length, features_only=True), pair.tgt, positions
+        )
 
     return f
 
@@ -203,8 +262,9 @@ def _gradient(name):
         model.eval()
         try:
             emb = model.embedding(pair.src).detach().float()  # (S, E)
+            f = translation_log_probs(model, pair)
             attr, delta, used = gradients.attribute(
-                name, translation_log_probs(model, pair), emb, len(pair.tgt), steps=steps, progress=progress
+                name, f, emb, len(pair.tgt), steps=steps, progress=progress, forward_at=f
             )  # (T, S, E)
         finally:
             model.train(was_training)

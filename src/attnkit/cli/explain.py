@@ -66,19 +66,60 @@ def cmd_explain(args) -> None:
         )
 
 
+def _evaluation_progress(method: str, stage: str, done: int | None = None, total: int | None = None) -> None:
+    """One stderr line per stage of a method and every 5 items scored (and the last): a long evaluation
+    says where it is, in a log file as on a terminal."""
+    if done is None:
+        print(f"[explanations] {method}: {stage}", file=sys.stderr, flush=True)
+    elif done % 5 == 0 or done == total:
+        print(f"[explanations] {method}: {done}/{total}", file=sys.stderr, flush=True)
+
+
+def _read_resume(output: str | None) -> dict | None:
+    """The earlier report at ``--output`` for ``--resume`` (None when there is none yet)."""
+    if output is None:
+        raise CLIError("--resume needs --output: the report it resumes is the one --output names")
+    path = Path(output)
+    if not path.is_file():
+        return None
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CLIError(f"--resume: {path} is not a readable report ({e}); move it away to start afresh") from None
+    if not isinstance(report, dict) or not isinstance(report.get("methods"), dict):
+        raise CLIError(f"--resume: {path} is not a report of attnkit evaluate explanations")
+    return report
+
+
 def cmd_evaluate_explanations(args) -> None:
     from ..attribution.evaluate import evaluate_caption_explanations, evaluate_explanations, format_report
 
     path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
-    options = dict(methods=args.method, limit=args.limit, sanity_verses=args.sanity_verses, device=args.device)
+    resume = _read_resume(args.output) if args.resume else None
+    output = Path(args.output) if args.output else None
+
+    def save(report: dict) -> None:  # after every method: an interrupted run keeps what it finished
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = output.with_name(output.name + ".tmp")
+        tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+        tmp.replace(output)
+
+    options = dict(
+        methods=args.method,
+        limit=args.limit,
+        sanity_verses=args.sanity_verses,
+        device=args.device,
+        progress=_evaluation_progress,
+        on_method=save if output else None,
+        resume=resume,
+    )
     if (path / "tokenizer.model").is_file():
         report = evaluate_explanations(path, dtype=args.precision, **options)
     else:
         options["limit"] = args.limit or 100
         report = evaluate_caption_explanations(path, dtype=args.precision, home=args.home, **options)
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    if output:
+        save(report)
     print(json.dumps(report, ensure_ascii=False) if args.json else format_report(report))
 
 
@@ -145,6 +186,15 @@ def add_evaluate_explanations_parser(e) -> None:
         help="verses for the randomisation check, the first of those scored (default: 3)",
     )
     _add_json_flag(ee)
-    ee.add_argument("--output", default=None, help="also write the JSON report here (default: none)")
+    ee.add_argument(
+        "--output",
+        default=None,
+        help="also write the JSON report here, after every method as well as at the end (default: none)",
+    )
+    ee.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the methods an interrupted run finished in --output (the same settings) (default: off)",
+    )
     _add_device_flags(ee)
     ee.set_defaults(func=cmd_evaluate_explanations)
