@@ -146,6 +146,9 @@ def test_an_interrupted_evaluation_resumes_with_what_it_finished(tmp_path):
     for m in ("attention", "value_zeroing"):
         expected = {k: v for k, v in whole["methods"][m].items() if k != "ms_per_sentence"}
         assert {k: v for k, v in resumed["methods"][m].items() if k != "ms_per_sentence"} == expected
+    again = evaluate_explanations("transformer-es-en", methods=["value_zeroing"], resume=resumed, **run)
+    assert list(again["methods"]) == ["value_zeroing", "attention"]  # a row not asked again is kept, not lost
+    assert again["resumed"] == ["value_zeroing", "attention"]
     with pytest.raises(InputError, match="sanity_verses 1 vs 0"):
         evaluate_explanations(
             "transformer-es-en", methods=["attention"], verses=[verse], sanity_verses=0, resume=saved[-1]

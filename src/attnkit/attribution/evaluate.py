@@ -158,19 +158,18 @@ def _reusable_rows(resume: dict | None, report: dict) -> dict:
     differs, before anything is scored)."""
     if not resume:
         return {}
-    differ = [k for k in RUN_KEYS if resume.get(k) != report.get(k)]
+    differ = [f"{k} {resume.get(k)!r} vs {report.get(k)!r}" for k in RUN_KEYS if resume.get(k) != report.get(k)]
     if differ:
-        raise InputError(
-            f"the report to resume was made with other settings ({', '.join(f'{k} {resume.get(k)!r} vs {report.get(k)!r}' for k in differ)}); "
-            "start afresh instead"
-        )
+        raise InputError(f"the report to resume was made with other settings ({', '.join(differ)}); start afresh")
     return {m: r for m, r in resume.get("methods", {}).items() if isinstance(r, dict) and "sanity" in r}
 
 
 def _run_methods(report, names, resume, score, sanity, on_method, progress) -> dict:
     """Fill ``report["methods"]`` one method at a time: its scores (``score(m) -> row``), then its sanity
-    (``sanity(m) -> dict``); after each, ``on_method(report)`` (the CLI saves the partial report there)."""
+    (``sanity(m) -> dict``); after each, ``on_method(report)`` (the CLI saves the partial report there).
+    Finished rows of ``resume`` are kept, those of methods not asked this time included (at the end)."""
     kept = _reusable_rows(resume, report)
+    names = list(names) + [m for m in kept if m not in names]
     report["complete"] = False
     for m in names:
         if m in kept:
