@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .functional import AttentionOutput, HardAttention, attend, attend_hard
+from .kv_cache import KVCache
 from .masks import (
     causal_mask,
     check_mask,
@@ -281,62 +282,6 @@ class SelfAttention(nn.Module):
         )
 
 
-class KVCache:
-    """The keys and values one attention layer keeps across incremental decoding steps.
-
-    ``k``, ``v``: ``(B, H, N, Dh)`` or ``None`` while empty. A **growing** cache (self-attention)
-    appends each step's keys/values (:meth:`extend`); a **static** cache (cross-attention) holds
-    keys/values projected once from the encoder output and reused by every step.
-
-    Caches are never modified in place by :class:`MultiHeadAttention` other than by rebinding
-    ``k``/``v`` to new tensors, so a :meth:`copy` taken before a step still describes the old
-    state (beam search relies on this).
-    """
-
-    __slots__ = ("k", "static", "v")
-
-    def __init__(self, k: Tensor | None = None, v: Tensor | None = None, *, static: bool = False):
-        if (k is None) != (v is None):
-            raise ValueError("KVCache: give both k and v, or neither")
-        self.k, self.v, self.static = k, v, static
-
-    @property
-    def empty(self) -> bool:
-        return self.k is None
-
-    @property
-    def per_source(self) -> bool:
-        """A static cache holds the source's keys/values: the same for every beam of a sentence
-        (:func:`attnkit.decoding.reorder_state` shares it instead of copying it)."""
-        return self.static
-
-    def __len__(self) -> int:
-        """Cached positions ``N``."""
-        return 0 if self.k is None else self.k.shape[2]
-
-    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append ``(B, H, n, Dh)`` keys/values (or fill a static cache once); returns all of them."""
-        if self.k is not None and not self.static:
-            k = torch.cat([self.k, k], dim=2)  # (B, H, N_past + n, Dh)
-            v = torch.cat([self.v, v], dim=2)
-        self.k, self.v = k, v
-        return k, v
-
-    def copy(self) -> KVCache:
-        """A new cache object sharing the (never mutated) tensors."""
-        return KVCache(self.k, self.v, static=self.static)
-
-    def index_select(self, index: Tensor) -> KVCache:
-        """Rows ``index`` of the batch, in a new cache (beam search's reorder)."""
-        if self.k is None:
-            return self.copy()
-        return KVCache(self.k.index_select(0, index), self.v.index_select(0, index), static=self.static)
-
-    def __repr__(self) -> str:
-        shape = None if self.k is None else tuple(self.k.shape)
-        return f"KVCache(static={self.static}, k={shape})"
-
-
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: ``MultiHead(Q, K, V) = Concat(head_1..head_H) W_O``,
     ``head_h = softmax(Q W_Q^h (K W_K^h)ᵀ / √d_h) V W_V^h``.
@@ -359,7 +304,11 @@ class MultiHeadAttention(nn.Module):
       growing cache (self-attention): this call's keys/values are appended and the query attends
       over all of them. A static cache (cross-attention): keys/values are projected on the first
       call (or by :meth:`new_cache` from the encoder output) and reused afterwards (``key``/
-      ``value`` may then be ``None``).
+      ``value`` are then not read and may be ``None``). A static cache may hold one row per ``G``
+      consecutive query rows (beam search's beams of one sentence): the query batch is then ``G``
+      times the cache's, and ``key_padding_mask`` is per cache row.
+      With a cache the attention runs as ``softmax(q·kᵀ/√d)·v`` in explicit products, not the fused
+      kernel (faster on the CPU for the one query of a decoder step).
     """
 
     def __init__(
@@ -485,6 +434,8 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache (MultiHeadAttention.new_cache()), got {type(cache).__name__}")
         reuse = cache is not None and cache.static and not cache.empty
+        if reuse:  # the cached keys/values stand for key and value: the arguments are not read
+            key = value = None
         if key is None and not reuse:
             key = query
         if value is None and key is not None:
@@ -507,6 +458,8 @@ class MultiHeadAttention(nn.Module):
         self._check(query, key, value)
         bsz, nq, _ = query.shape
 
+        if reuse and cache.k.shape[0] != bsz:
+            return self._forward_grouped(query, cache, mask, key_padding_mask, need_weights, average_weights)
         if reuse:
             q, k, v = self.project_query(query), cache.k, cache.v
         else:
@@ -522,20 +475,69 @@ class MultiHeadAttention(nn.Module):
         if causal:
             m = combine_masks(m, causal_mask(nq, nk, device=query.device))
 
+        # Incremental decoding (a cache, one query per row): the explicit q·kᵀ, softmax, ·v; for one
+        # query the fused kernel is slower on the CPU (2x at 320 rows x 60 keys x 4 heads of 64, AVX2).
+        explicit = need_weights or (cache is not None and not self.training)
         ctx, weights = attend(
             q,
             k,
             v,
             score="scaled_dot",
             mask=m,
-            need_weights=need_weights,
+            need_weights=explicit,
             dropout_p=self.dropout,
             training=self.training,
         )  # (B, H, Nq, Dh)
+        if not need_weights:
+            weights = None
         out = self.out_proj(ctx.transpose(1, 2).reshape(bsz, nq, self.embed_dim))
         if weights is not None and average_weights:
             weights = weights.mean(dim=1)
         return AttentionOutput(out, weights)
+
+    def _forward_grouped(
+        self,
+        query: Tensor,
+        cache: KVCache,
+        mask: Tensor | None,
+        key_padding_mask: Tensor | None,
+        need_weights: bool,
+        average_weights: bool,
+    ) -> AttentionOutput:
+        """Queries of ``G`` consecutive rows per row of a static cache: beam search's ``G`` beams of
+        one sentence over that sentence's keys/values, which are then kept once per sentence
+        instead of once per beam. Cross-attention has no mask between queries, so the beams' queries
+        are simply more queries over the same keys: ``(A·G, H, Nq, Dh) -> (A, H, G·Nq, Dh)``, one
+        attention per sentence (a small matrix product instead of ``G`` vector products).
+        ``key_padding_mask`` is per cache row ``(A, Nk)``."""
+        bsz, nq, _ = query.shape
+        a, h, nk, dh = cache.k.shape
+        if bsz % a:
+            raise ValueError(
+                f"query batch size {bsz} (shape {tuple(query.shape)}) must be a multiple of the cache's {a} rows"
+            )
+        if mask is not None:
+            raise ValueError("mask is not supported when query rows share a static cache's rows; use key_padding_mask")
+        g = bsz // a
+        q = self.project_query(query)  # (A·G, H, Nq, Dh)
+        q = q.view(a, g, h, nq, dh).transpose(1, 2).reshape(a, h, g * nq, dh)  # (A, H, G·Nq, Dh)
+        m = _padding_to_mask(key_padding_mask, a, nk, heads=True)
+        ctx, weights = attend(
+            q,
+            cache.k,
+            cache.v,
+            score="scaled_dot",
+            mask=m,
+            need_weights=True,
+            dropout_p=self.dropout,
+            training=self.training,
+        )  # (A, H, G·Nq, Dh), (A, H, G·Nq, Nk)
+        ctx = ctx.view(a, h, g, nq, dh).permute(0, 2, 3, 1, 4).reshape(bsz, nq, self.embed_dim)  # (B, Nq, E)
+        out = self.out_proj(ctx)
+        if not need_weights:
+            return AttentionOutput(out, None)
+        weights = weights.view(a, h, g, nq, nk).transpose(1, 2).reshape(bsz, h, nq, nk)  # (B, H, Nq, Nk)
+        return AttentionOutput(out, weights.mean(dim=1) if average_weights else weights)
 
     # --- torch interoperability ---------------------------------------------------------------
     @classmethod

@@ -38,7 +38,7 @@ from ..attention import LearnedPositionalEncoding, SinusoidalPositionalEncoding,
 from ..attention.transformer import DecoderLayerCache, TransformerDecoder, TransformerEncoder
 from ..checks import POSITIVE, POSITIVE_INT, PROBABILITY, Range, check_fields
 from ..config import ConfigRecord, option
-from ..decoding import PER_SOURCE, reorder_state
+from ..decoding import PER_SOURCE
 from ..errors import ConfigError
 from .base import AttentionMaps, LanguagePair, TiedOutputLayer
 from .registry import ConfiguredModel, register_model
@@ -122,16 +122,24 @@ class TransformerConfig(LanguagePair, ConfigRecord):
 class TransformerState:
     """The decoder state of :class:`TransformerTranslator` (what :meth:`~TransformerTranslator.start` returns).
 
-    ``memory (B, S, D)``: the encoder output; ``memory_mask (B, S)``: True at real tokens;
+    ``memory (A, S, D)``: the encoder output; ``memory_mask (A, S)``: True at real tokens;
     ``cache``: one :class:`DecoderLayerCache` per decoder layer (self-attention keys/values so
-    far, cross-attention keys/values projected once); ``step``: tokens decoded so far, i.e. the
-    position of the next one.
+    far, ``R`` rows; cross-attention keys/values projected once, ``A`` rows); ``step``: tokens
+    decoded so far, i.e. the position of the next one; ``beams``: decoder rows per source row,
+    ``R = A · beams``: rows ``a·beams … a·beams + beams - 1`` decode source row ``a`` (beam search's
+    beams of one sentence share its memory and cross-attention keys, see :meth:`TransformerTranslator.reorder`).
     """
 
     memory: Tensor = field(metadata=PER_SOURCE)
     memory_mask: Tensor = field(metadata=PER_SOURCE)
     cache: list[DecoderLayerCache]
     step: int = 0
+    beams: int = 1
+
+    @property
+    def rows(self) -> int:
+        """Decoder rows ``R``."""
+        return self.memory.shape[0] * self.beams
 
 
 @register_model("transformer")
@@ -282,9 +290,9 @@ class TransformerTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
         append to the copies, and cached tensors are never modified in place.
         """
         memory = state.memory
-        if not isinstance(prev_tokens, Tensor) or prev_tokens.shape != (memory.shape[0],):
+        if not isinstance(prev_tokens, Tensor) or prev_tokens.shape != (state.rows,):
             got = tuple(prev_tokens.shape) if isinstance(prev_tokens, Tensor) else type(prev_tokens).__name__
-            raise ValueError(f"prev_tokens must have shape (B,) = ({memory.shape[0]},), got {got}")
+            raise ValueError(f"prev_tokens must have shape (B,) = ({state.rows},), got {got}")
         cache = [c.copy() for c in state.cache]
         y = self._embed_tgt(prev_tokens.unsqueeze(1), offset=state.step)  # (B, 1, D)
         # one query at the newest position may see every cached key: no causal mask needed
@@ -295,10 +303,33 @@ class TransformerTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
         return out.output[:, 0], dataclasses.replace(state, cache=cache, step=state.step + 1), attention
 
     def reorder(self, state: TransformerState, index: Tensor, *, beams_only: bool = False) -> TransformerState:
-        """Rows ``index`` of every tensor in the state (caches included), in new containers; with
-        ``beams_only`` the source's tensors and cross-attention caches are shared (see
-        :func:`attnkit.decoding.reorder_state`)."""
-        return reorder_state(state, index, beams_only=beams_only)
+        """Rows ``index`` of the state, in new containers: row ``i`` of the result is row ``index[i]``.
+
+        The self-attention caches are gathered row by row. What depends on the source alone (the
+        memory, its mask, the cross-attention caches) stays one row per *source*: when the new rows
+        come in equal blocks from one source each (beam search: ``K`` beams per sentence), those
+        blocks share it (``beams`` = the block size) and only the sources are selected, never
+        copied per beam; otherwise it is expanded to one row per decoder row. With ``beams_only``
+        (rows move only among the beams of a sentence, :func:`attnkit.decoding.reorder_state`) it is
+        shared as it is."""
+        caches = [c.self_attn.index_select(index) for c in state.cache]
+        if beams_only:
+            cache = [DecoderLayerCache(s, c.cross_attn) for s, c in zip(caches, state.cache)]
+            return dataclasses.replace(state, cache=cache)
+        source = torch.div(index, state.beams, rounding_mode="floor")  # (R',) each new row's source row
+        sources, counts = torch.unique_consecutive(source, return_counts=True)
+        if len(counts) and bool(counts.min() == counts.max()):  # equal blocks: one per source
+            beams = int(counts[0])
+        else:
+            sources, beams = source, 1
+        A = state.memory.shape[0]
+        if len(sources) == A and bool(torch.equal(sources, torch.arange(A, device=sources.device))):
+            memory, mask, cross = state.memory, state.memory_mask, [c.cross_attn for c in state.cache]
+        else:
+            memory, mask = state.memory.index_select(0, sources), state.memory_mask.index_select(0, sources)
+            cross = [c.cross_attn.index_select(sources) for c in state.cache]
+        cache = [DecoderLayerCache(s, x) for s, x in zip(caches, cross)]
+        return dataclasses.replace(state, memory=memory, memory_mask=mask, cache=cache, beams=beams)
 
     # -- inspection ----------------------------------------------------------------------------------
     @torch.no_grad()
