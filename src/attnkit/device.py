@@ -121,6 +121,8 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
     """``model`` (float32, CPU, eval) with its ``nn.Linear`` and recurrent layers (GRU, LSTM and their
     cells) dynamically quantized to int8 (see the module docstring), in place of the float ones.
 
+    The attention layers' query/key/value projections, parameters rather than ``nn.Linear`` modules,
+    are quantized the same way (:meth:`attnkit.attention.MultiHeadAttention.quantize_projections_int8`).
     A module the model reads by its ``.weight`` rather than calling it (a translator's untied
     ``out_proj``, which :meth:`output_layer` hands to the decoder) stays float here; the decoder
     quantizes the output layer itself (:class:`attnkit.decoding.OutputLayerDecoder`). The model is
@@ -137,6 +139,11 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
     with warnings.catch_warnings():  # torch.ao.quantization warns that torchao succeeds it
         warnings.simplefilter("ignore")
         model = quantize_dynamic(model.float().cpu().eval(), spec, dtype=torch.qint8)
+    from .attention import MultiHeadAttention  # its packed q/k/v projections are parameters, not nn.Linear
+
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.quantize_projections_int8()
     model.precision = INT8
     return model
 

@@ -58,6 +58,10 @@ def _check_rank(name: str, t: Tensor, ranks: tuple[int, ...], shape_hint: str) -
         raise ValueError(f"{name} must have shape {shape_hint}, got {tuple(t.shape)} ({t.dim()}-D)")
 
 
+def _detached(t: Tensor | None) -> Tensor | None:
+    return None if t is None else t.detach().float()
+
+
 def _padding_to_mask(key_padding_mask: Tensor | None, batch: int, nk: int, *, heads: bool) -> Tensor | None:
     """Validate a ``(B, Nk)`` key padding mask (``True`` = real key) and make it broadcast."""
     if key_padding_mask is None:
@@ -346,6 +350,7 @@ class MultiHeadAttention(nn.Module):
             self.v_proj_weight = nn.Parameter(torch.empty(embed_dim, self.vdim))
         self.in_proj_bias = nn.Parameter(torch.empty(3 * embed_dim)) if bias else None
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self._int8: dict | None = None  # int8 copies of the projections (quantize_projections_int8)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -374,20 +379,42 @@ class MultiHeadAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, Dh)
 
+    def quantize_projections_int8(self) -> None:
+        """Run the query/key/value projections in int8 from now on (inference on the CPU): dynamic
+        quantization as ``torch.ao.quantization.quantize_dynamic`` gives an ``nn.Linear`` (weights int8
+        with one scale per output row, each call's input quantized on the fly), which it cannot do
+        here by itself: the projections are parameters (``in_proj_weight``, packed as in
+        ``torch.nn.MultiheadAttention``), not ``nn.Linear`` modules. The float parameters stay (the
+        state dict is unchanged); :func:`attnkit.device.quantize_int8` calls this."""
+        from ..decoding.output_layer import int8_linear
+
+        weights = dict(zip("qkv", self._weights()))
+        biases = dict(zip("qkv", self._biases()))
+        with torch.no_grad():
+            proj = {n: int8_linear(weights[n].detach().float(), _detached(biases[n])) for n in "qkv"}
+            if self.packed:  # the packed (3E, E) projection of self-attention: one int8 GEMM
+                proj["qkv"] = int8_linear(self.in_proj_weight.detach().float(), _detached(self.in_proj_bias))
+        self._int8 = proj
+
+    def _linear(self, name: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        if self._int8 is not None:
+            return self._int8[name](x)
+        return F.linear(x, weight, bias)
+
     def project_query(self, query: Tensor) -> Tensor:
         """``(B, Nq, E) -> (B, H, Nq, Dh)``."""
-        return self._split_heads(F.linear(query, self._weights()[0], self._biases()[0]))
+        return self._split_heads(self._linear("q", query, self._weights()[0], self._biases()[0]))
 
     def project_kv(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """``(B, Nk, kdim), (B, Nk, vdim) -> (B, H, Nk, Dh)`` twice."""
         _, wk, wv = self._weights()
         _, bk, bv = self._biases()
-        return self._split_heads(F.linear(key, wk, bk)), self._split_heads(F.linear(value, wv, bv))
+        return self._split_heads(self._linear("k", key, wk, bk)), self._split_heads(self._linear("v", value, wv, bv))
 
     def _project_qkv(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         if self.packed and query is key and key is value:
             b, n, _ = query.shape
-            qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)  # (B, N, 3E): one GEMM
+            qkv = self._linear("qkv", query, self.in_proj_weight, self.in_proj_bias)  # (B, N, 3E): one GEMM
             qkv = qkv.view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, H, N, Dh)
             return qkv[0], qkv[1], qkv[2]
         k, v = self.project_kv(key, value)
