@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .functional import AttentionOutput, HardAttention, attend, attend_hard
+from .functional import AttentionOutput, HardAttention, attend, attend_hard, masked_softmax
 from .kv_cache import KVCache
 from .masks import (
     causal_mask,
@@ -56,6 +56,15 @@ def _check_rank(name: str, t: Tensor, ranks: tuple[int, ...], shape_hint: str) -
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() not in ranks:
         raise ValueError(f"{name} must have shape {shape_hint}, got {tuple(t.shape)} ({t.dim()}-D)")
+
+
+def _attend_step(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """``softmax(q·kᵀ/√d)·v`` and the weights, for a decoder step: the very operations of
+    :func:`attend`'s explicit path (the same numbers), without its argument checks, which cost as much
+    as the products for one query (the layer made these shapes itself)."""
+    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)  # (B, H, Nq, Nk)
+    weights = masked_softmax(scores, mask)
+    return weights @ v, weights
 
 
 def _detached(t: Tensor | None) -> Tensor | None:
@@ -504,17 +513,19 @@ class MultiHeadAttention(nn.Module):
 
         # Incremental decoding (a cache, one query per row): the explicit q·kᵀ, softmax, ·v; for one
         # query the fused kernel is slower on the CPU (2x at 320 rows x 60 keys x 4 heads of 64, AVX2).
-        explicit = need_weights or (cache is not None and not self.training)
-        ctx, weights = attend(
-            q,
-            k,
-            v,
-            score="scaled_dot",
-            mask=m,
-            need_weights=explicit,
-            dropout_p=self.dropout,
-            training=self.training,
-        )  # (B, H, Nq, Dh)
+        if cache is not None and not self.training:
+            ctx, weights = _attend_step(q, k, v, m)  # (B, H, Nq, Dh), (B, H, Nq, Nk)
+        else:
+            ctx, weights = attend(
+                q,
+                k,
+                v,
+                score="scaled_dot",
+                mask=m,
+                need_weights=need_weights,
+                dropout_p=self.dropout,
+                training=self.training,
+            )  # (B, H, Nq, Dh)
         if not need_weights:
             weights = None
         out = self.out_proj(ctx.transpose(1, 2).reshape(bsz, nq, self.embed_dim))
@@ -549,16 +560,19 @@ class MultiHeadAttention(nn.Module):
         q = self.project_query(query)  # (A·G, H, Nq, Dh)
         q = q.view(a, g, h, nq, dh).transpose(1, 2).reshape(a, h, g * nq, dh)  # (A, H, G·Nq, Dh)
         m = _padding_to_mask(key_padding_mask, a, nk, heads=True)
-        ctx, weights = attend(
-            q,
-            cache.k,
-            cache.v,
-            score="scaled_dot",
-            mask=m,
-            need_weights=True,
-            dropout_p=self.dropout,
-            training=self.training,
-        )  # (A, H, G·Nq, Dh), (A, H, G·Nq, Nk)
+        if self.training:
+            ctx, weights = attend(
+                q,
+                cache.k,
+                cache.v,
+                score="scaled_dot",
+                mask=m,
+                need_weights=True,
+                dropout_p=self.dropout,
+                training=True,
+            )
+        else:
+            ctx, weights = _attend_step(q, cache.k, cache.v, m)  # (A, H, G·Nq, Dh), (A, H, G·Nq, Nk)
         ctx = ctx.view(a, h, g, nq, dh).permute(0, 2, 3, 1, 4).reshape(bsz, nq, self.embed_dim)  # (B, Nq, E)
         out = self.out_proj(ctx)
         if not need_weights:
