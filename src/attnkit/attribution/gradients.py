@@ -60,9 +60,9 @@ def source_embedding_override(embedding: torch.nn.Module, src: Tensor, replaceme
         handle.remove()
 
 
-def _integrated_gradients(counted, forward, x, base, targets, steps, max_steps, current):
-    """Integrated gradients for every target column, refined per column: a column whose completeness gap
-    ``|Σ a − Δ_t|`` exceeds ``COMPLETENESS · max(|Δ_t|, GAP_FLOOR)`` is run again with twice the points,
+def _integrated_gradients(counted, forward, x, base, steps, max_steps, current):
+    """Integrated gradients for every target column (input row i is explained for column i), refined per
+    column: a column whose completeness gap ``|Σ a − Δ_t|`` exceeds ``COMPLETENESS · max(|Δ_t|, GAP_FLOOR)`` is run again with twice the points,
     up to ``max_steps``. ``counted`` is the function Captum differentiates; ``current["columns"]`` (set here)
     says which column each row of its input is explained for. Returns ``(attributions, delta, steps used
     per column)``."""
@@ -70,7 +70,7 @@ def _integrated_gradients(counted, forward, x, base, targets, steps, max_steps, 
 
     with torch.no_grad():
         gap = forward(x[:1])[0] - forward(base[:1])[0]  # (T,): Δ_t = f_t(x) − f_t(x')
-    n = len(targets)
+    n = x.shape[0]
     attr = torch.zeros_like(x)
     delta = torch.zeros(n, dtype=gap.dtype, device=gap.device)
     used = [0] * n
@@ -81,7 +81,7 @@ def _integrated_gradients(counted, forward, x, base, targets, steps, max_steps, 
         a, d = IntegratedGradients(counted).attribute(
             x[rows],
             baselines=base[rows],
-            target=[targets[i] for i in pending],
+            target=pending,
             n_steps=steps,
             method="gausslegendre",
             internal_batch_size=max(len(pending), ROWS_PER_BATCH),
@@ -161,4 +161,4 @@ def attribute(
         if method == "input_x_gradient":
             return InputXGradient(counted).attribute(x, target=targets).detach(), None, None
         base = torch.zeros_like(x) if baseline is None else baseline.detach().expand_as(x).contiguous()
-        return _integrated_gradients(counted, forward, x, base, targets, first, first if steps else MAX_STEPS, current)
+        return _integrated_gradients(counted, forward, x, base, first, first if steps else MAX_STEPS, current)
