@@ -318,7 +318,7 @@ def test_explorer_serves_a_ctranslate2_export(exports, bible_home, torch_transla
     from attnkit.explorer.app import create_app, load_models
 
     models = load_models([str(exports["float32"])], device="cpu", engine="ctranslate2")
-    client = TestClient(create_app(models, verses=load_pairs("test", home=bible_home)[:5]))
+    client = TestClient(create_app(models, verses=load_pairs("test", home=bible_home)[:5]), base_url="http://127.0.0.1")
     info = client.get("/api/models").json()["models"]
     assert [(m["name"], m["engine"], m["has_attention"]) for m in info] == [("float32", "ctranslate2", True)]
     source = "Y dijo Dios: Sea la luz: y fué la luz."

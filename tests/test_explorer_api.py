@@ -1,6 +1,7 @@
 """The explorer's JSON API (FastAPI TestClient): every field against the models' own interface, rollout
 and diagnostics against independent references, every bad input gets its 4xx and the server goes on."""
 
+import base64
 import io
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,10 +15,16 @@ from attnkit.alignment import attention_diagnostics, attention_rollout, word_att
 from attnkit.data.bible import load_pairs
 from attnkit.data.scenes import load_scenes
 from attnkit.explorer import schema
-from attnkit.explorer.app import MAX_TEXT_CHARS, MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, create_app, load_models
+from attnkit.explorer.app import ServeOptions, create_app, load_models
 
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
 SOURCE = "Y dijo Dios: Sea la luz: y fué la luz."
+LIMITS = ServeOptions()
+MAX_TEXT_CHARS, MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS = (
+    LIMITS.max_text_chars,
+    LIMITS.max_upload_bytes,
+    LIMITS.max_upload_pixels,
+)
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +32,7 @@ def served(bible_home, tmp_path_factory):
     models = load_models()  # every shipped model, loaded once
     scenes = load_scenes("test", tmp_path_factory.mktemp("scenes"), n_train=40, n_valid=10, n_test=24)
     app = create_app(models, scenes=scenes, verses=load_pairs("test", home=bible_home)[:10])
-    return fastapi_testclient.TestClient(app), models, scenes
+    return fastapi_testclient.TestClient(app, base_url="http://127.0.0.1"), models, scenes
 
 
 def post(client, text, model, beam=5, heads=False):
@@ -58,7 +65,8 @@ def test_models_verses_scenes_and_docs(served):
     assert ok["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/Translation")
     assert ok["413"]["content"]["application/json"]["schema"]["$ref"].endswith("/ApiErrorBody")
     bodies = api["paths"]["/api/caption"]["post"]["requestBody"]["content"]
-    assert set(bodies) == {"multipart/form-data", "application/json"}
+    assert set(bodies) == {"application/json"}  # JSON only, uploads too (base64)
+    assert "--max-text-chars" in api["info"]["description"]  # the limits in force, on the API page
 
 
 @pytest.mark.parametrize("name", ["rnnsearch-es-en", "transformer-es-en", "rnnencdec-es-en"])
@@ -141,6 +149,13 @@ def _png(mode="RGBA", size=(100, 50), fmt="PNG"):
     return buf.getvalue()
 
 
+def upload(client, data, **fields):
+    """POST an image file to /api/caption as the page does: JSON, the file as a base64 data: URL."""
+    return client.post(
+        "/api/caption", json={"image": "data:image/png;base64," + base64.b64encode(data).decode(), **fields}
+    )
+
+
 def _chunks(n, size=1 << 20):
     """A body of n bytes sent in chunks, without a Content-Length."""
     for start in range(0, n, size):
@@ -169,10 +184,8 @@ def test_caption_a_test_scene_and_uploads(served):
     assert len(p["boxes"]) == len(scenes[3]["classes"]) and len(p["correctness"]) == len(p["words"])
     named = [c for c in p["correctness"] if c is not None]
     assert named and all(0.0 <= c <= 1.0 for c in named)
-    for data, ctype in ((_png("RGBA", (100, 50)), "image/png"), (_png("RGB", (300, 200), "JPEG"), "image/jpeg")):
-        r = client.post(
-            "/api/caption", files={"image": ("x", data, ctype)}, data={"model": "captioner-soft", "beam": "3"}
-        )
+    for data in (_png("RGBA", (100, 50)), _png("RGB", (300, 200), "JPEG")):
+        r = upload(client, data, model="captioner-soft", beam=3)
         assert r.status_code == 200, r.text
         assert r.json()["boxes"] is None and r.json()["words"]
 
@@ -191,46 +204,32 @@ def test_every_bad_input_gets_its_4xx_and_the_server_goes_on(served):
             "not valid JSON",
         ),
         (client.post("/api/translate", json={"beam": 2}), 422, "text"),
-        (client.post("/api/caption", files={"image": ("x.png", b"not an image", "image/png")}), 415, "not an image"),
-        (
-            client.post("/api/caption", files={"image": ("x.gif", _png("L", (8, 8), "GIF"), "image/gif")}),
-            415,
-            "PNG or JPEG",
-        ),
-        (
-            client.post("/api/caption", files={"image": ("x.png", b"0" * (MAX_UPLOAD_BYTES + 1), "image/png")}),
-            413,
-            "limit",
-        ),
-        (client.post("/api/caption", files={"other": ("x.png", _png(), "image/png")}), 400, "'image'"),
+        (upload(client, b"not an image"), 415, "not an image"),
+        (upload(client, _png("L", (8, 8), "GIF")), 415, "PNG or JPEG"),
+        (upload(client, b"0" * (MAX_UPLOAD_BYTES + 1)), 413, "limit"),
+        (client.post("/api/caption", json={"image": "%%% not base64"}), 400, "not base64"),
+        (client.post("/api/caption", json={"model": "captioner-soft"}), 422, '"scene"'),
         (client.post("/api/caption", json={"scene": 10_000}), 404, "does not exist"),
         (client.post("/api/caption", json={"scene": 1, "model": "captioner-x"}), 404, "unknown captioning model"),
         (client.post("/api/caption", content=b"[1, 2", headers={"Content-Type": "application/json"}), 422, "JSON"),
+        (client.post("/api/caption", json={"scene": 1, "beam": "many"}), 422, "beam"),
+        (upload(client, _png(), model="nope"), 404, "unknown captioning model"),
+        (client.post("/api/caption", files={"image": ("x.png", _png(), "image/png")}), 415, "send the body as JSON"),
         (
-            client.post("/api/caption", files={"image": ("x.png", _png(), "image/png")}, data={"beam": "many"}),
-            422,
-            "beam",
-        ),
-        (
-            client.post("/api/caption", files={"image": ("x.png", _png(), "image/png")}, data={"model": "nope"}),
-            404,
-            "unknown captioning model",
-        ),
-        (
-            client.post("/api/caption", content=b"--x\r\nnot a part", headers={"Content-Type": "multipart/form-data"}),
-            400,
-            "no boundary",
+            client.post("/api/caption", content=b"--x\r\nnot a part", headers={"Content-Type": "text/plain"}),
+            415,
+            "not text/plain",
         ),
         (
             client.post(
                 "/api/caption",
-                content=_chunks(MAX_UPLOAD_BYTES + 1),  # no Content-Length: counted as it streams
+                content=_chunks(2 * MAX_UPLOAD_BYTES),  # no Content-Length: counted as it streams
                 headers={"Content-Type": "application/json"},
             ),
             413,
             "more than",
         ),
-        (client.post("/api/caption", files={"image": ("big.png", _huge_png(), "image/png")}), 413, "pixels"),
+        (upload(client, _huge_png()), 413, "pixels"),
     ]
     for r, status, words in cases:
         assert r.status_code == status, (status, r.text)

@@ -224,10 +224,12 @@ def test_caption_upload_and_hover(server, browser, tmp_path):
     scene = _api(server, "api/scenes?limit=3", None)["scenes"][2]
     img = tmp_path / "mine.png"
     Image.open(io.BytesIO(base64.b64decode(scene["image"].split(",")[1]))).convert("RGB").resize((192, 192)).save(img)
-    want = httpx.post(
+    want = httpx.post(  # the JSON the page sends: the file as a base64 data: URL
         server + "api/caption",
-        files={"image": ("mine.png", img.read_bytes(), "image/png")},
-        data={"model": "captioner-soft"},
+        json={
+            "image": "data:image/png;base64," + base64.b64encode(img.read_bytes()).decode(),
+            "model": "captioner-soft",
+        },
         timeout=120,
     ).json()
     page.set_input_files("#upload", str(img))
@@ -310,16 +312,18 @@ def test_a_method_picker_changes_the_matrix_and_the_export_is_the_python_page(se
 
 def test_the_real_server_answers_bad_input_with_4xx_and_goes_on(server):
     """uvicorn itself (not the test client): refusals mid-upload, malformed bodies, then a normal answer."""
-    from attnkit.explorer.app import MAX_UPLOAD_BYTES
+    from attnkit.explorer.options import ServeOptions
+
+    limit = ServeOptions().caption_body_bytes
 
     def chunks():
-        for _ in range(MAX_UPLOAD_BYTES // (1 << 20) + 2):
+        for _ in range(limit // (1 << 20) + 2):
             yield b"\0" * (1 << 20)
 
     with httpx.Client(base_url=server, timeout=120) as c:
         answers = [
-            c.post("api/caption", content=chunks(), headers={"Content-Type": "image/png"}),
-            c.post("api/caption", files={"image": ("x.png", b"GIF89a not really", "image/png")}),
+            c.post("api/caption", content=chunks(), headers={"Content-Type": "application/json"}),
+            c.post("api/caption", json={"image": base64.b64encode(b"GIF89a not really").decode()}),
             c.post("api/translate", content=b'{"text": ', headers={"Content-Type": "application/json"}),
             c.post("api/translate", json={"text": "", "model": "rnnsearch-es-en"}),
         ]

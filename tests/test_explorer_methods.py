@@ -1,10 +1,10 @@
 """Attribution methods in the explorer's API ("method" in /api/translate and /api/caption, the methods in
 /api/models, progress and cancellation), and the one way the self-contained page is built."""
 
-import asyncio
 import json
 import re
 import threading
+import time
 
 import pytest
 import torch
@@ -13,7 +13,7 @@ from attnkit.alignment import word_attention
 from attnkit.attribution import explain, explain_caption, forced_caption, forced_translation
 from attnkit.data.scenes import load_scenes
 from attnkit.explorer import html, schema
-from attnkit.explorer.app import ApiError, Cancelled, Jobs, _run_cancellable, create_app, load_models
+from attnkit.explorer.app import create_app, load_models
 
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
 SOURCE = "Y dijo Dios: Sea la luz: y fué la luz."
@@ -23,7 +23,8 @@ SOURCE = "Y dijo Dios: Sea la luz: y fué la luz."
 def served(tmp_path_factory):
     models = load_models()
     scenes = load_scenes("test", tmp_path_factory.mktemp("scenes"), n_train=40, n_valid=10, n_test=8)
-    return fastapi_testclient.TestClient(create_app(models, scenes=scenes, verses=[])), models, scenes
+    client = fastapi_testclient.TestClient(create_app(models, scenes=scenes, verses=[]), base_url="http://127.0.0.1")
+    return client, models, scenes
 
 
 def test_models_list_their_methods(served):
@@ -93,47 +94,32 @@ def test_unknown_or_unavailable_methods_are_400s(served):
     assert r.status_code == 400 and "rnnsearch-es-en has no alti_plus" in r.json()["error"]
     r = client.post("/api/caption", json={"scene": 0, "model": "captioner-soft", "method": "value_zeroing"})
     assert r.status_code == 400 and "a captioner has no value_zeroing" in r.json()["error"]
-    assert client.get("/api/progress/nothing").json() == {"job": "nothing", "progress": None}
+    assert client.get("/api/progress/nothing").json() == {"job": "nothing", "progress": None, "queued": None}
 
 
-def test_progress_is_recorded_and_a_gone_client_stops_the_work():
-    jobs = Jobs()
-    cancelled = threading.Event()
-    cb = jobs.callback("j1", cancelled)
-    cb(0.25)
-    assert jobs.get("j1") == 0.25
-    cancelled.set()
-    with pytest.raises(Cancelled):
-        cb(0.5)
+def test_progress_is_its_own_clients_only(served):
+    """A heavy job's progress (worker process) is seen by the session that started it, by no other."""
+    app = served[0].app
+    mine = fastapi_testclient.TestClient(app, base_url="http://127.0.0.1", cookies={"attnkit-session-8000": "a" * 22})
+    theirs = fastapi_testclient.TestClient(app, base_url="http://127.0.0.1", cookies={"attnkit-session-8000": "b" * 22})
+    seen, other, answer = [], [], {}
+    body = {"text": SOURCE, "model": "transformer-es-en", "beam": 1, "method": "integrated_gradients", "job": "j1"}
 
-    calls = []
+    def work():
+        answer["r"] = mine.post("/api/translate", json=body)
 
-    def work(*, progress):  # a computation that reports progress 100 times, 20 ms apart
-        for i in range(100):
-            progress(i / 100)
-            calls.append(i)
-            threading.Event().wait(0.02)
-        return "finished"
-
-    class GoneAfterFirstPoll:
-        def __init__(self):
-            self.polls = 0
-
-        async def is_disconnected(self):
-            self.polls += 1
-            return self.polls >= 2
-
-    with pytest.raises(ApiError) as err:
-        asyncio.run(_run_cancellable(GoneAfterFirstPoll(), jobs, "j2", work))
-    assert err.value.status == 499
-    assert 5 < len(calls) < 100  # it stopped at a progress call, long before the end
-    assert jobs.get("j2") is None
-
-    class Stays:
-        async def is_disconnected(self):
-            return False
-
-    assert asyncio.run(_run_cancellable(Stays(), jobs, "j3", work)) == "finished"
+    t = threading.Thread(target=work)
+    t.start()
+    while t.is_alive():
+        seen.append(mine.get("/api/progress/j1").json()["progress"])
+        other.append(theirs.get("/api/progress/j1").json()["progress"])
+        time.sleep(0.1)
+    t.join()
+    assert answer["r"].status_code == 200, answer["r"].text
+    assert answer["r"].json()["attribution"]["method"] == "integrated_gradients"
+    assert any(p is not None and p > 0 for p in seen)  # it moved, and its owner saw it
+    assert other == [None] * len(other)  # another session never sees it
+    assert mine.get("/api/progress/j1").json() == {"job": "j1", "progress": None, "queued": None}
 
 
 # ---------------------------------------------------------------------------------------- the page, built one way

@@ -104,7 +104,7 @@ def test_explorer_serves_int8_models_without_attribution_methods(bible_home):
     from attnkit.explorer.app import create_app, load_models
 
     models = load_models(["transformer-es-en"], device="cpu", dtype="int8")
-    client = TestClient(create_app(models, verses=load_pairs("test", home=bible_home)[:3]))
+    client = TestClient(create_app(models, verses=load_pairs("test", home=bible_home)[:3]), base_url="http://127.0.0.1")
     info = client.get("/api/models").json()["models"][0]
     assert info["methods"] == []
     p = client.post("/api/translate", json={"text": "Jesús lloró.", "heads": True}).json()

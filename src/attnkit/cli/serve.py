@@ -1,44 +1,91 @@
-"""``attnkit serve``: the attention explorer."""
+"""``attnkit serve``: the attention explorer (see :mod:`attnkit.explorer.app`); its options, limits included,
+are the fields of :class:`attnkit.explorer.options.ServeOptions`."""
 
 from __future__ import annotations
 
+import os
+import secrets
 import sys
 
-from ..checks import Range, arg_type
+from ..config import add_config_arguments, config_from_args
 from .common import CLIError, _add_device_flags, _add_engine_flag, _check_engine_flags
+
+TOKEN_ENV = "ATTNKIT_TOKEN"
+
+
+def server_token(options, environ=os.environ) -> tuple[str | None, bool]:
+    """``(token, generated)``: ``--token``, else ``$ATTNKIT_TOKEN``, else a random one (:mod:`secrets`, 256 bits)
+    when the server binds beyond loopback; None (no token asked) on loopback with none given."""
+    from ..explorer.options import is_loopback
+
+    token = options.token or environ.get(TOKEN_ENV) or None
+    if token is not None and len(token) < 16:
+        raise CLIError(f"the token must have at least 16 characters, got {len(token)} (--token or ${TOKEN_ENV})")
+    if token is None and not is_loopback(options.host):
+        return secrets.token_urlsafe(32), True
+    return token, False
 
 
 def cmd_serve(args) -> None:
+    import dataclasses
+    import socket
+
     import uvicorn
 
     from ..explorer.app import create_app, load_models
+    from ..explorer.options import ServeOptions
 
     _check_engine_flags(args)
     if args.vmap:
         raise CLIError("--vmap is for translate and evaluate; the explorer decodes over the whole vocabulary")
+    try:
+        options = config_from_args(ServeOptions, args)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    token, generated = server_token(options)
+    if options.host in ("0.0.0.0", "::"):  # every interface: this machine's own names may be used to reach it
+        names = {socket.gethostname(), socket.getfqdn()}
+        extra = ",".join(n for n in [options.allow_host, *sorted(names)] if n)
+        options = dataclasses.replace(options, allow_host=extra)
     models = load_models(args.model, device=args.device, dtype=args.precision, engine=args.engine)
     loaded = ", ".join(f"{n} ({i['task']})" for n, i in models.info.items())
     print(f"attnkit explorer: {loaded}")
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(
-            f"warning: --host {args.host} lets other machines reach this server, which has no authentication",
-            file=sys.stderr,
-        )
-    print(f"open http://{args.host}:{args.port}/  (API docs at /docs; Ctrl-C stops)", flush=True)
-    uvicorn.run(create_app(models, home=args.home), host=args.host, port=args.port, log_level="warning")
+    shown = "127.0.0.1" if options.host in ("0.0.0.0", "::") else options.host
+    shown = f"[{shown}]" if ":" in shown else shown
+    url = f"http://{shown}:{options.port}/"
+    if token is not None:
+        if generated:
+            print(
+                f"--host {options.host} lets other machines reach this server: every API call needs this token "
+                f"(set one with --token or ${TOKEN_ENV})",
+                file=sys.stderr,
+            )
+        url += f"?token={token}"
+    print(
+        f"open {url}  (API docs at /docs; {options.workers} worker(s) for heavy jobs; Ctrl-C stops)",
+        flush=True,
+    )
+    app = create_app(models, home=args.home, options=options, token=token, start_workers=True)
+    uvicorn.run(
+        app,
+        host=options.host,
+        port=options.port,
+        log_level="warning",
+        limit_concurrency=options.limit_concurrency,
+    )
 
 
 def add_parser(sub) -> None:
-    sv = sub.add_parser("serve", help="the attention explorer: a local web page and JSON API over the models")
-    sv.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to bind; anything but 127.0.0.1 exposes the "
-        "server to the network and must be given explicitly (default: 127.0.0.1)",
+    from ..explorer.options import ServeOptions
+
+    sv = sub.add_parser(
+        "serve",
+        help="the attention explorer: a local web page and JSON API over the models",
+        description="The attention explorer. Loopback only by default; any other --host needs a token. Every "
+        "request's work is bounded by the limits below; heavy jobs (attribution methods, big beams) wait in a "
+        "bounded queue for a pool of worker processes.",
     )
-    sv.add_argument(
-        "--port", type=arg_type(Range(0, high=65536, integer=True), "port"), default=8000, help="port (default: 8000)"
-    )
+    add_config_arguments(sv, ServeOptions)
     sv.add_argument(
         "--model",
         action="extend",

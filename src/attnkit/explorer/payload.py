@@ -26,8 +26,25 @@ from ..alignment import (
     word_attention,
     words_from_pieces,
 )
+from ..errors import InputError
 
-__all__ = ["WORD_RULE", "caption_payload", "image_data_url", "method_info", "translation_payload"]
+__all__ = [
+    "WORD_RULE",
+    "AnswerTooLarge",
+    "caption_payload",
+    "check_method",
+    "head_numbers",
+    "image_data_url",
+    "method_info",
+    "translation_payload",
+]
+
+
+class AnswerTooLarge(InputError):
+    """The per-head maps asked for hold more numbers than the server sends in one answer (HTTP 413)."""
+
+    status = 413
+
 
 WORD_RULE = (
     "word attention = the mean over a target word's pieces of the sum over a source word's pieces "
@@ -80,6 +97,17 @@ def method_info(name: str) -> dict:
     return {"name": m.name, "title": m.title, "reference": m.reference, "needs_gradients": m.needs_gradients}
 
 
+def check_method(model, method: str, who: str) -> str:
+    """``method``'s registry name if ``model`` has it, else :class:`attnkit.attribution.UnknownMethodError`
+    (an unknown name, or one ``who`` lacks), so a server can refuse it before queueing any work."""
+    from ..attribution import UnknownMethodError, canonical_method, methods_for
+
+    method = canonical_method(method)
+    if method not in methods_for(model):
+        raise UnknownMethodError(f"{who} has no {method}; it has: {', '.join(methods_for(model))}")
+    return method
+
+
 def _attribution_view(att) -> dict:
     """The fields every attribution view has (:class:`~attnkit.explorer.schema.Attribution`)."""
     info = method_info(att.method)
@@ -102,23 +130,18 @@ def translation_payload(
     target: str | None = None,
     method: str | None = None,
     progress=None,
+    layer: int | None = None,
+    max_numbers: int | None = None,
 ) -> dict:
     """Translate ``source`` with ``beam`` and describe every attention the model has (see the module
     docstring). ``result``: a translation already made (``Translator.translate`` output) to reuse.
     ``target``: target-language text to force instead of searching (teacher forcing; e.g. the reference), which
     also adds ``"gold"`` (the gold links, word indices) when the pair is one of the gold verses.
     ``method``: an attribution method (:mod:`attnkit.attribution`) whose view fills ``"attribution"``;
-    ``progress(fraction)`` is passed to it (a gradient method calls it as it goes, and may raise to stop)."""
+    ``progress(fraction)`` is passed to it (a gradient method calls it as it goes, and may raise to stop).
+    ``layer``/``max_numbers``: see :func:`add_attention_fields`."""
     if method is not None:
-        from ..attribution import canonical_method, methods_for
-
-        method = canonical_method(method)
-        if method not in methods_for(translator):
-            from ..attribution import UnknownMethodError
-
-            raise UnknownMethodError(
-                f"{model or 'this model'} has no {method}; it has: {', '.join(methods_for(translator))}"
-            )
+        method = check_method(translator, method, model or "this model")
     if target is not None:
         result = {"tokens": translator.tokenizer.encode(target.strip()), "translation": target.strip()}
     elif result is None:
@@ -158,12 +181,30 @@ def translation_payload(
             translator, source, method=method, pair=forced_translation(translator, source, tokens), progress=progress
         )
         out["attribution"] = attribution_fields(att)
-    return add_attention_fields(out, ta, heads=heads)
+    return add_attention_fields(out, ta, heads=heads, layer=layer, max_numbers=max_numbers)
 
 
-def add_attention_fields(out: dict, ta, *, heads: bool = False) -> dict:
+def head_numbers(maps, layer: int | None = None) -> int:
+    """How many numbers the per-head maps of ``maps`` (one ``layer``, or all) hold: Σ L·H·rows·columns."""
+    total = 0
+    for t in (maps.enc_self, maps.dec_self, maps.cross):
+        if t is not None:
+            total += t[layer : layer + 1].numel() if layer is not None else t.numel()
+    if maps.enc_self is not None and layer is None:
+        total += maps.enc_self.shape[-1] ** 2  # the rollout, S × S
+    return total
+
+
+def add_attention_fields(
+    out: dict, ta, *, heads: bool = False, layer: int | None = None, max_numbers: int | None = None
+) -> dict:
     """Fill a translation payload's attention fields (``attention``, ``words.attention``, ``diagnostics``,
-    ``steps``, ``heads``) from a :class:`attnkit.tasks.translation.TranslationAttention`; returns ``out``."""
+    ``steps``, ``heads``) from a :class:`attnkit.tasks.translation.TranslationAttention`; returns ``out``.
+
+    ``heads``: also every layer's and head's maps, or only layer ``layer`` (0-based; the others are then
+    empty lists and the rollout null), so a long sentence's maps can be fetched in pieces. With
+    ``max_numbers``, maps holding more numbers than that raise :class:`AnswerTooLarge` before any is
+    converted."""
     m = ta.maps
     out["words"]["target"] = words_from_pieces(ta.target_pieces)
     if m.alignment is None:
@@ -188,11 +229,22 @@ def add_attention_fields(out: dict, ta, *, heads: bool = False) -> dict:
             "contributions": _rows(m.alignment * norms) if norms is not None else None,
         }
     if heads and m.cross is not None:
+        layers = m.cross.shape[0]
+        if layer is not None and not 0 <= layer < layers:
+            raise InputError(f"layer must be in 0..{layers - 1} (this model has {layers} layers), got {layer}")
+        n = head_numbers(m, layer)
+        if max_numbers is not None and n > max_numbers:
+            raise AnswerTooLarge(
+                f"the per-head maps of this sentence hold {n} numbers; the limit of one answer is {max_numbers} "
+                f'(--max-answer-numbers): ask for one layer at a time with "layer": 0..{layers - 1}'
+            )
+        pick = (lambda t: t) if layer is None else (lambda t: t[layer : layer + 1])
         out["heads"] = {
-            "enc_self": _rows(m.enc_self, 4),
-            "dec_self": _rows(m.dec_self, 4),
-            "cross": _rows(m.cross, 4),
-            "rollout": _rows(attention_rollout(m.enc_self)) if m.enc_self is not None else None,
+            "enc_self": _rows(pick(m.enc_self), 4) if m.enc_self is not None else None,
+            "dec_self": _rows(pick(m.dec_self), 4) if m.dec_self is not None else None,
+            "cross": _rows(pick(m.cross), 4),
+            "rollout": _rows(attention_rollout(m.enc_self)) if m.enc_self is not None and layer is None else None,
+            "layer": layer,
         }
     return out
 
@@ -272,13 +324,7 @@ def caption_payload(
     from ..tasks.captioning import attention_mass_in_box, words_to_items
 
     if method is not None:
-        from ..attribution import canonical_method, methods_for
-
-        method = canonical_method(method)
-        if method not in methods_for(captioner):
-            from ..attribution import UnknownMethodError
-
-            raise UnknownMethodError(f"a captioner has no {method}; it has: {', '.join(methods_for(captioner))}")
+        method = check_method(captioner, method, "a captioner")
 
     r = captioner.caption(image.unsqueeze(0), beam_size=beam)[0]
     h, w = captioner.model.grid_shape

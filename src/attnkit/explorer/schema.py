@@ -82,15 +82,17 @@ class Steps(_Strict):
 
 
 class Heads(_Strict):
-    """Every layer and head (on request, ``"heads": true``), and the encoder's attention rollout."""
+    """Every layer and head (on request, ``"heads": true``), and the encoder's attention rollout; or one
+    layer's heads (``"layer": l``), for a sentence whose maps are over the answer limit."""
 
     enc_self: PerHead | None = Field(description="encoder self-attention, L × H × S × S")
     dec_self: PerHead | None = Field(description="decoder self-attention, L × H × T × T")
     cross: PerHead = Field(description="cross-attention, L × H × T × S")
     rollout: Matrix | None = Field(
         description="attention rollout of the encoder (Abnar & Zuidema 2020), S × S: "
-        "R = Â_L ⋯ Â_1 with Â_l = rownorm(mean_heads(A_l) + I)"
+        "R = Â_L ⋯ Â_1 with Â_l = rownorm(mean_heads(A_l) + I); null when one layer is asked for"
     )
+    layer: int | None = Field(None, description="the one layer these maps are (0-based), or null for all layers")
 
 
 class Attribution(_Strict):

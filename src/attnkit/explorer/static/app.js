@@ -355,6 +355,15 @@ async function translateAll() {
   redrawTranslations();
 }
 
+// a file as a data: URL (base64), what /api/caption takes as "image"
+function readDataUrl(file) {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader();
+    r.onload = () => resolve(r.result); r.onerror = () => reject(new Error("could not read the file"));
+    r.readAsDataURL(file);
+  });
+}
+
 let captionRun = 0, captionAbort = null;
 async function captionAll(upload) {
   const run = ++captionRun;
@@ -365,13 +374,10 @@ async function captionAll(upload) {
   const controller = captionAbort = new AbortController(), jobs = names.map(() => newJob());
   const one = (model, job) => {
     const method = methodFor(model, state.captionMethod);
-    if (upload) {
-      const form = new FormData(); form.append("image", upload); form.append("model", model); form.append("job", job);
-      if (method) form.append("method", method);
-      return api("api/caption", { method: "POST", body: form, signal: controller.signal });
-    }
-    return api("api/caption", { method: "POST", headers: { "Content-Type": "application/json" }, signal: controller.signal,
-      body: JSON.stringify({ scene: +scene, model, method, job }) });
+    // JSON only, like every route (an upload as a data: URL): another site's page cannot send it unasked
+    const what = upload ? readDataUrl(upload).then((image) => ({ image })) : Promise.resolve({ scene: +scene });
+    return what.then((body) => api("api/caption", { method: "POST", headers: { "Content-Type": "application/json" },
+      signal: controller.signal, body: JSON.stringify({ ...body, model, method, job }) }));
   };
   const box = progressBox(document.getElementById("captions"), state.captionMethod ?
     `captioning and computing ${state.captionMethod}` : "captioning", controller, jobs);

@@ -24,7 +24,8 @@ function methodNote(p, chosen) {
   return chosen ? `${p.model} has no ${chosen}: its attention is shown` : "";
 }
 
-const newJob = () => Math.random().toString(36).slice(2, 10);
+// a job's name: 128 random bits (the server also ties it to this page's session cookie)
+const newJob = () => Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
 // A progress bar (polled from /api/progress/{job}), the elapsed time and a Cancel button that aborts
 // the requests (the server stops the computation at its next step).
 function progressBox(container, label, controller, jobs) {
@@ -34,11 +35,14 @@ function progressBox(container, label, controller, jobs) {
   container.replaceChildren(el("div", { class: "progress-box", role: "status" }, text, " ", bar, " ", cancel));
   const t0 = performance.now(), finished = new Set();
   const tick = async () => {
-    const parts = await Promise.all(jobs.map((j) => finished.has(j) ? 1 :
-      api(`api/progress/${j}`).then((r) => r.progress || 0).catch(() => 0)));
-    const f = parts.reduce((a, b) => a + b, 0) / Math.max(1, jobs.length);
+    const parts = await Promise.all(jobs.map((j) => finished.has(j) ? { progress: 1 } :
+      api(`api/progress/${j}`).catch(() => ({}))));
+    const f = parts.reduce((a, r) => a + (r.progress || 0), 0) / Math.max(1, jobs.length);
+    const queued = parts.map((r) => r.queued).filter((q) => q);  // places in the server's queue of heavy jobs
     bar.value = f;
-    text.textContent = `${label}: ${(100 * f).toFixed(0)} % after ${((performance.now() - t0) / 1000).toFixed(1)} s`;
+    text.textContent = `${label}: ${(100 * f).toFixed(0)} % after ${((performance.now() - t0) / 1000).toFixed(1)} s` +
+      (queued.length ? ` — waiting for a worker, place ${Math.min(...queued)} in the queue` : "");
+    text.dataset.queued = queued.length ? Math.min(...queued) : "";
   };
   const timer = setInterval(tick, 300);
   return { finish: (job) => finished.add(job), stop: () => clearInterval(timer) };

@@ -1,0 +1,154 @@
+"""The options of ``attnkit serve``: one dataclass field each (its default, range and help), which become
+the command's flags (:func:`attnkit.config.add_config_arguments`) and the limits the API page lists.
+
+Serving is a security boundary, so every request's work is bounded before a tensor is built: the
+characters and subword tokens of a source and a forced target, the beam, the images and pixels of an
+upload, the size of an answer (per-head maps, one layer at a time beyond a budget) and the bytes of any
+request body. Heavy jobs (attribution methods, beams above ``heavy_beam``) wait in a bounded queue for
+one of ``workers`` worker processes; anything beyond ``127.0.0.1``/``::1``/``localhost`` needs a token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+from dataclasses import dataclass
+
+from ..checks import Range, check_fields
+from ..config import option
+
+__all__ = ["ServeOptions", "is_loopback", "limits_table"]
+
+PORT = Range(0, high=65536, integer=True)
+BIG = Range(1, high=2**31, integer=True)  # every size bounded, so a typo cannot ask for the whole machine
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` only lets this machine in (``localhost``, ``127.0.0.0/8``, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class ServeOptions:
+    """What ``attnkit serve`` binds, who may call it and how much work one request may ask for."""
+
+    host: str = option(
+        "127.0.0.1",
+        "address to bind; anything but a loopback address exposes the server to the network and needs a token",
+    )
+    port: int = option(8000, "port", check=PORT)
+    token: str | None = option(
+        None,
+        "the token every API call must carry (header 'Authorization: token T', or ?token=T once in the page's "
+        "URL) (default: $ATTNKIT_TOKEN, else a random one for a non-loopback --host, none on loopback)",
+        metavar="TOKEN",
+    )
+    allow_host: str | None = option(
+        None,
+        "more names the Host header may carry, comma-separated (always allowed: localhost, 127.0.0.1, ::1 and "
+        "--host) (default: none)",
+        metavar="NAMES",
+    )
+    max_text_chars: int = option(
+        2000, "the most characters of a source text", check=Range(1, high=1_000_001, integer=True)
+    )
+    max_target_chars: int = option(
+        2000, "the most characters of a forced target text", check=Range(1, high=1_000_001, integer=True)
+    )
+    max_tokens: int = option(
+        200,
+        "the most subword tokens of a source or a forced target (a model's own lower maximum applies first)",
+        check=Range(1, high=100_001, integer=True),
+    )
+    max_beam: int = option(16, "the largest beam a request may ask for", check=Range(1, high=257, integer=True))
+    heavy_beam: int = option(
+        5, "beams above this run as heavy jobs, in a worker process (so do attribution methods)", check=BIG
+    )
+    max_upload_bytes: int = option(8 * 1024 * 1024, "the largest uploaded image file, in bytes", check=BIG)
+    max_upload_pixels: int = option(
+        40_000_000, "the most pixels of an uploaded image (read from its header, before decoding)", check=BIG
+    )
+    max_body_bytes: int = option(
+        65536,
+        "the largest request body of every route but /api/caption (which takes max-upload-bytes of image, "
+        "base64 in JSON); counted as it streams in, 413 beyond",
+        check=BIG,
+    )
+    max_answer_numbers: int = option(
+        1_000_000,
+        'the most numbers of per-head maps in one answer; beyond it ask for one layer at a time ("layer": l)',
+        check=BIG,
+    )
+    workers: int = option(
+        os.cpu_count() or 1,
+        "heavy jobs at once, each in a worker process (default: the core count)",
+        check=Range(1, high=257, integer=True),
+    )
+    queue: int = option(
+        8,
+        "heavy jobs that may wait for a worker; more are answered 503 with Retry-After",
+        check=Range(0, high=10_001, integer=True),
+    )
+    job_timeout: float = option(
+        120.0,
+        "seconds a heavy job may run before it is stopped (answered 504)",
+        check=Range(0, open_low=True, high=86_401),
+    )
+    worker_tasks: int = option(
+        1,
+        "jobs a worker process runs before a fresh one replaces it (1: a job's memory goes back to the system "
+        "when it ends)",
+        check=BIG,
+    )
+    limit_concurrency: int = option(
+        64, "connections at once (uvicorn's limit); beyond it, 503", check=Range(2, high=100_001, integer=True)
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.heavy_beam > self.max_beam:
+            self.heavy_beam = self.max_beam
+
+    @property
+    def caption_body_bytes(self) -> int:
+        """The body limit of ``/api/caption``: the image in base64 (4/3 of its bytes) plus room for the fields."""
+        return self.max_upload_bytes * 4 // 3 + 4 + self.max_body_bytes
+
+    def allowed_hosts(self) -> set[str]:
+        """Host header names (without the port) this server answers."""
+        names = {"localhost", "127.0.0.1", "::1", self.host.strip("[]").lower()}
+        names |= {h.strip().lower() for h in (self.allow_host or "").split(",") if h.strip()}
+        return names - {"0.0.0.0", "::"}
+
+
+_LIMITS = (
+    "max_text_chars",
+    "max_target_chars",
+    "max_tokens",
+    "max_beam",
+    "heavy_beam",
+    "max_upload_bytes",
+    "max_upload_pixels",
+    "max_body_bytes",
+    "max_answer_numbers",
+    "workers",
+    "queue",
+    "job_timeout",
+    "worker_tasks",
+    "limit_concurrency",
+)
+
+
+def limits_table(opts: ServeOptions) -> str:
+    """The limits in force, as a Markdown list (the API page's description shows it)."""
+    help_of = {f.name: f.metadata.get("help", "") for f in dataclasses.fields(opts)}
+    return "\n".join(
+        f"- `--{name.replace('_', '-')}` = **{getattr(opts, name)}**: {help_of[name].split(' (default')[0]}"
+        for name in _LIMITS
+    )

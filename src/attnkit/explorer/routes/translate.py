@@ -1,0 +1,104 @@
+"""``POST /api/translate``: one model's translation of one text, with every attention it has.
+
+Every bound is checked before a tensor is built: characters of the source and of a forced target, then
+their subword tokens (the model's own maximum, and ``--max-tokens``), the beam, and the method's name.
+Light work (no method, a beam up to ``--heavy-beam``) runs in the server's thread pool; heavy work waits
+for a worker process (:mod:`attnkit.explorer.jobs`).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+
+from .. import schema
+from ..api_errors import ERRORS, ApiError
+from ..payload import check_method, translation_payload
+from ..state import client_of, explorer, pick, run_light
+
+__all__ = ["JOB_NAME", "TranslateRequest", "router"]
+
+router = APIRouter()
+JOB_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class TranslateRequest(BaseModel):
+    text: str = Field(description="text in the model's source language (one sentence or verse)")
+    model: str | None = Field(None, description="a loaded translation model's name (default: the first)")
+    beam: int = Field(5, ge=1, description="beam size (1 = greedy), at most --max-beam")
+    heads: bool = Field(False, description="also return every layer's and head's maps, and the rollout")
+    layer: int | None = Field(
+        None, ge=0, description="with heads: only this layer's maps (0-based), for a sentence over the answer limit"
+    )
+    target: str | None = Field(
+        None,
+        description="target-language text to force instead of translating (e.g. the reference); "
+        "gold verses then come with their hand-made links",
+    )
+    method: str | None = Field(
+        None, description="an attribution method (see /api/models) whose view fills 'attribution'"
+    )
+    job: str | None = Field(
+        None,
+        pattern=JOB_NAME,
+        description="a name of the caller's choice (a random one) to follow the work at /api/progress/{job}",
+    )
+
+
+def check_beam(beam: int, limit: int) -> None:
+    if beam > limit:
+        raise ApiError(413, f"beam {beam} is over the limit of {limit} (--max-beam)")
+
+
+@router.post("/api/translate", response_model=schema.Translation, responses=ERRORS)
+async def translate(req: TranslateRequest, request: Request):
+    """Translate text with one loaded model; every attention it has, in the payload format."""
+    ex = explorer(request)
+    o = ex.options
+    text = req.text.strip()
+    if not text:
+        raise ApiError(400, "the text is empty: type or paste a sentence")
+    if len(text) > o.max_text_chars:
+        raise ApiError(
+            413,
+            f"the text has {len(text)} characters; the limit is {o.max_text_chars} (--max-text-chars), "
+            "and each model reads at most its own number of subword tokens",
+        )
+    target = None
+    if req.target is not None:
+        target = req.target.strip()
+        if not target:
+            raise ApiError(
+                400, "the target is empty: give the target-language text to force, or leave it out to translate"
+            )
+        if len(target) > o.max_target_chars:
+            raise ApiError(
+                413, f"the target has {len(target)} characters; the limit is {o.max_target_chars} (--max-target-chars)"
+            )
+    check_beam(req.beam, o.max_beam)
+    name, tr = pick(ex.models.translators, req.model, "translation")
+    n_src = len(tr.encode_sources([text])[0])  # refuses more than the model's own maximum (400)
+    if n_src > o.max_tokens:
+        raise ApiError(413, f"the text has {n_src} subword tokens; the limit is {o.max_tokens} (--max-tokens)")
+    if target is not None:
+        n_tgt, model_max = len(tr.tokenizer.encode(target)), getattr(tr, "max_len", o.max_tokens)
+        limit = min(o.max_tokens, model_max)
+        if n_tgt > limit:
+            raise ApiError(
+                413,
+                f"the target has {n_tgt} subword tokens; the limit is {limit} "
+                f"({name} writes at most {model_max}; --max-tokens {o.max_tokens})",
+            )
+    method = check_method(tr, req.method, name) if req.method is not None else None
+    kwargs = dict(
+        source=text,
+        beam=req.beam,
+        heads=req.heads,
+        layer=req.layer,
+        target=target,
+        method=method,
+        max_numbers=o.max_answer_numbers,
+    )
+    if method is not None or req.beam > o.heavy_beam:
+        return await ex.jobs.run(client_of(request), req.job, "translation", name, kwargs, request.is_disconnected)
+    return await run_light(request, translation_payload, tr, model=name, **kwargs)

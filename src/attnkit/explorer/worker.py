@@ -1,0 +1,51 @@
+"""What runs inside a worker process of ``attnkit serve``: one heavy job (an attribution method, a big beam).
+
+The server starts its workers from a fork server that has already imported torch and the model code
+(:data:`PRELOAD`), so a fresh worker costs a fork and the load of the one model its job names. A worker
+runs ``--worker-tasks`` jobs and is then replaced, so (with the default 1) all the memory a job took goes
+back to the system when it ends, and a worker that dies (killed, out of memory) takes only its own job.
+
+Progress goes through a shared array of doubles, one slot per running job, which the server reads when
+a client asks ``/api/progress/{job}``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PRELOAD", "init", "run"]
+
+PRELOAD = ["torch", "attnkit.explorer.payload", "attnkit.tasks.translation", "attnkit.tasks.captioning"]
+
+_SPECS: dict = {}
+_MODELS: dict = {}
+_PROGRESS = None
+
+
+def init(specs: dict, progress, threads: int) -> None:
+    """The worker's start: how to load each model (:class:`attnkit.explorer.loading.ModelSpec` by label),
+    the shared progress array, and the torch threads it may use."""
+    global _PROGRESS
+    import torch
+
+    _SPECS.update(specs)
+    _PROGRESS = progress
+    torch.set_num_threads(max(1, threads))
+
+
+def _model(label: str):
+    if label not in _MODELS:
+        from .loading import load_one
+
+        _MODELS[label] = load_one(_SPECS[label])[2]
+    return _MODELS[label]
+
+
+def run(kind: str, label: str, slot: int, kwargs: dict) -> dict:
+    """One job: a translation payload (``kind="translation"``) or a caption payload, with progress in ``slot``."""
+    from .payload import caption_payload, translation_payload
+
+    def progress(fraction: float) -> None:
+        _PROGRESS[slot] = float(fraction)
+
+    _PROGRESS[slot] = 0.0
+    build = translation_payload if kind == "translation" else caption_payload
+    return build(_model(label), model=label, progress=progress, **kwargs)
