@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import BrokenExecutor as BrokenProcessPool
 from concurrent.futures import CancelledError
 from dataclasses import dataclass
 
@@ -50,6 +51,9 @@ class JobQueue:
     def start(self):
         """The worker pool, started on first use (or at server start, so idle memory includes the workers)."""
         with self._lock:
+            if self._pool is not None and not self._pool.active:  # broken (a worker died between jobs)
+                self._pool.stop()
+                self._pool = None
             if self._pool is None:
                 from pebble import ProcessPool
 
@@ -57,12 +61,15 @@ class JobQueue:
 
                 if hasattr(self._ctx, "set_forkserver_preload"):
                     self._ctx.set_forkserver_preload(worker.PRELOAD)
-                threads = max(1, (os.cpu_count() or 1) // self.options.workers)
+                # each worker's share of the cores ($OMP_NUM_THREADS where set): more threads than cores
+                # would spin against each other
+                share = max(1, (os.cpu_count() or 1) // self.options.workers)
+                threads = int(os.environ.get("OMP_NUM_THREADS", share) or share)
                 self._pool = ProcessPool(
                     max_workers=self.options.workers,
                     max_tasks=self.options.worker_tasks,
                     initializer=worker.init,
-                    initargs=(self.specs, self._progress, threads),
+                    initargs=(self.specs, self._progress, threads, self.options.worker_nice),
                     context=self._ctx,
                 )
                 atexit.register(self.stop)
@@ -160,7 +167,12 @@ class JobQueue:
         from . import worker
 
         self._progress[slot] = 0.0
-        future = self.start().schedule(worker.run, args=(kind, label, slot, kwargs), timeout=self.options.job_timeout)
+        args = (kind, label, slot, kwargs)
+        try:
+            future = self.start().schedule(worker.run, args=args, timeout=self.options.job_timeout)
+        except RuntimeError:  # the pool broke just now: a fresh one
+            self.stop()
+            future = self.start().schedule(worker.run, args=args, timeout=self.options.job_timeout)
         waiter = asyncio.wrap_future(future)
         try:
             while True:
@@ -184,3 +196,10 @@ class JobQueue:
             ) from None
         except CancelledError:
             raise ApiError(499, "the job was cancelled") from None
+        except BrokenProcessPool:
+            self.stop()  # the next job gets a fresh pool
+            raise ApiError(
+                503,
+                "the worker pool broke (a worker died); the server goes on: try again",
+                headers={"Retry-After": "1"},
+            ) from None

@@ -106,6 +106,11 @@ class ServeOptions:
         "when it ends)",
         check=BIG,
     )
+    worker_nice: int = option(
+        10,
+        "niceness of the worker processes (0..19): heavy jobs yield the cores to plain translations",
+        check=Range(0, high=20, integer=True),
+    )
     limit_concurrency: int = option(
         64, "connections at once (uvicorn's limit); beyond it, 503", check=Range(2, high=100_001, integer=True)
     )
@@ -141,6 +146,7 @@ _LIMITS = (
     "queue",
     "job_timeout",
     "worker_tasks",
+    "worker_nice",
     "limit_concurrency",
 )
 

@@ -1,34 +1,52 @@
 """What runs inside a worker process of ``attnkit serve``: one heavy job (an attribution method, a big beam).
 
 The server starts its workers from a fork server that has already imported torch and the model code
-(:data:`PRELOAD`), so a fresh worker costs a fork and the load of the one model its job names. A worker
+(:data:`PRELOAD`); a fresh worker loads the models while it waits for a job, off the job's clock. A worker
 runs ``--worker-tasks`` jobs and is then replaced, so (with the default 1) all the memory a job took goes
 back to the system when it ends, and a worker that dies (killed, out of memory) takes only its own job.
 
-Progress goes through a shared array of doubles, one slot per running job, which the server reads when
+Workers run at a lower priority (``--worker-nice``, 10 by default), so plain translations in the server stay quick while
+attributions queue behind them. Progress goes through a shared array of doubles, one slot per running job, which the server reads when
 a client asks ``/api/progress/{job}``.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 __all__ = ["PRELOAD", "init", "run"]
 
-PRELOAD = ["torch", "attnkit.explorer.payload", "attnkit.tasks.translation", "attnkit.tasks.captioning"]
+# imported once by the fork server (a missing one, e.g. captum without the explain extra, is skipped)
+PRELOAD = [
+    "torch",
+    "attnkit.explorer.payload",
+    "attnkit.explorer.loading",
+    "attnkit.tasks.translation",
+    "attnkit.tasks.captioning",
+    "attnkit.attribution",
+    "captum.attr",
+]
 
 _SPECS: dict = {}
 _MODELS: dict = {}
 _PROGRESS = None
 
 
-def init(specs: dict, progress, threads: int) -> None:
+def init(specs: dict, progress, threads: int, nice: int = 10) -> None:
     """The worker's start: how to load each model (:class:`attnkit.explorer.loading.ModelSpec` by label),
-    the shared progress array, and the torch threads it may use."""
+    the shared progress array, the torch threads it may use and its niceness."""
     global _PROGRESS
+    import os
+
     import torch
 
+    with contextlib.suppress(OSError):
+        os.nice(nice)  # heavy work yields the cores to the server's light requests (plain translations)
     _SPECS.update(specs)
     _PROGRESS = progress
     torch.set_num_threads(max(1, threads))
+    for label in specs:  # before any job: a job's time limit counts its own work, not the loading
+        _model(label)
 
 
 def _model(label: str):

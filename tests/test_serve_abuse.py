@@ -1,0 +1,318 @@
+"""The real `attnkit serve` process (subprocess, 127.0.0.1, the shipped small models) against hostile requests:
+a huge target, a huge body, text/plain, a wrong Host, a foreign Origin, no or a wrong token, a full queue, a
+job past its time limit, a worker killed mid-job. Each gets its status and a message, the server answers
+afterwards, and its memory (server + worker processes, psutil RSS) comes back within 1.5x of idle after a
+burst of heavy jobs."""
+
+import base64
+import contextlib
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import psutil
+import pytest
+from PIL import Image
+
+SOURCE = "Y dijo Dios: Sea la luz: y fué la luz."
+LONG = (
+    "Y vió Dios que la luz era buena: y apartó Dios la luz de las tinieblas. Y llamó Dios á la luz Día, y á las "
+    "tinieblas llamó Noche: y fué la tarde y la mañana un día."
+)
+TOKEN = "abuse-suite-token-0123456789"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`attnkit serve` in a subprocess on a free loopback port."""
+
+    def __init__(self, home, *args, token=None):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.headers = {"Authorization": f"token {token}"} if token else {}
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env.pop("ATTNKIT_TOKEN", None)
+        cmd = [sys.executable, "-m", "attnkit.cli", "--home", str(home), "serve", "--port", str(self.port), *args]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def wait(self):
+        for _ in range(400):
+            try:
+                if httpx.get(self.url + "api/models", headers=self.headers, timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.proc.stdout.read())
+            time.sleep(0.25)
+        raise RuntimeError("the server did not start")
+
+    def client(self, **kw):
+        return httpx.Client(base_url=self.url, timeout=120, headers=self.headers, **kw)
+
+    def rss(self) -> int:
+        """Resident memory of the server and every process under it (fork server, workers), in bytes."""
+        total = 0
+        root = psutil.Process(self.proc.pid)
+        for p in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += p.memory_info().rss
+        return total
+
+    def workers(self) -> list[psutil.Process]:
+        """The worker processes: forked by the fork server, so grandchildren of the server."""
+        root = psutil.Process(self.proc.pid)
+        return [p for p in root.children(recursive=True) if p.ppid() != root.pid]
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """Two servers started side by side: one local (1 worker, a queue of 1), one with a token (like a
+    non-loopback bind) and a job time limit of half a second."""
+    home = tmp_path_factory.mktemp("serve_home")
+    local = Server(home, "--workers", "1", "--queue", "1", "--worker-nice", "0", "--model", "rnnsearch-es-en", "transformer-es-en",
+                   "captioner-soft")  # fmt: skip
+    tokened = Server(
+        home, "--token", TOKEN, "--job-timeout", "2", "--worker-nice", "0", "--model", "rnnsearch-es-en", token=TOKEN
+    )
+    try:
+        yield local.wait(), tokened.wait()
+    finally:
+        local.stop()
+        tokened.stop()
+
+
+def _png(size=(64, 64)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("L", size, 200).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _raw(port, line, *headers):
+    """Send a request head (no body) on a raw socket; the answer's status and text."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(("\r\n".join([f"{line} HTTP/1.1", f"Host: 127.0.0.1:{port}", *headers]) + "\r\n\r\n").encode())
+        data = b""
+        while not data.rstrip().endswith(b"}"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode()
+
+
+def _still_answers(c):
+    r = c.post("api/translate", json={"text": "Jesús lloró.", "model": "rnnsearch-es-en", "beam": 1})
+    assert r.status_code == 200 and r.json()["translation"] == "Jesus wept."
+
+
+def _refused(r, status, words):
+    assert r.status_code == status, (status, r.status_code, r.text[:300])
+    body = r.json()
+    assert set(body) == {"error"} and words in body["error"], body
+
+
+def test_hostile_requests_get_their_4xx_and_the_server_goes_on(servers):
+    local, _ = servers
+    with local.client() as c:
+        t0 = time.perf_counter()
+        huge_target = {"text": "hola", "model": "transformer-es-en", "target": "casa " * 2_000_000, "beam": 1}
+        _refused(c.post("api/translate", json=huge_target), 413, "the limit of /api/translate")  # 10 MB body
+        long_target = {"text": "hola", "model": "transformer-es-en", "target": "casa " * 390, "heads": True}
+        _refused(c.post("api/translate", json=long_target), 413, "subword tokens; the limit is 200")
+        _refused(c.post("api/translate", json={**long_target, "target": "c" * 2001}), 413, "--max-target-chars")
+        _refused(c.post("api/translate", json={"text": "hola", "beam": 17}), 413, "--max-beam")
+
+        def stream(n):  # a body with no Content-Length, counted as it streams
+            for _ in range(n):
+                yield b"{" * (1 << 20)
+
+        _refused(
+            c.post("api/translate", content=stream(300), headers={"Content-Type": "application/json"}),
+            413,
+            "more than 65536 bytes",
+        )
+        status, text = _raw(
+            local.port, "POST /api/caption", "Content-Type: application/json", "Content-Length: 52428800"
+        )
+        assert status == 413 and "the limit of /api/caption" in text  # refused before a byte of it is read
+        _refused(c.post("api/caption", content=b'{"scene": 1}', headers={"Content-Type": "text/plain"}), 415, "JSON")
+        _refused(c.post("api/translate", content=b"text=hola", headers={"Content-Type": "text/plain"}), 415, "JSON")
+        _refused(c.post("api/caption", files={"image": ("x.png", _png(), "image/png")}), 415, "not multipart/form-data")
+        _refused(c.get("api/models", headers={"Host": "attacker.example"}), 403, "Host header")
+        _refused(c.get("api/models", headers={"Host": f"attacker.example:{local.port}"}), 403, "Host header")
+        _refused(
+            c.post("api/translate", json={"text": "hola"}, headers={"Origin": "http://attacker.example"}),
+            403,
+            "another origin",
+        )
+        _refused(
+            c.post("api/translate", json={"text": "hola"}, headers={"Origin": f"http://127.0.0.1:{local.port + 1}"}),
+            403,
+            "another origin",
+        )
+        _refused(c.get("api/models", headers={"Sec-Fetch-Site": "cross-site"}), 403, "another site")
+        big = _png((7000, 7000))  # 49 Mpixel, a small file
+        image = {"image": base64.b64encode(big).decode(), "model": "captioner-soft"}
+        _refused(c.post("api/caption", json=image), 413, "pixels")
+        assert time.perf_counter() - t0 < 60  # sanity only: none of these did the work they asked for
+        ok = c.post("api/translate", json={"text": "hola"}, headers={"Origin": f"http://127.0.0.1:{local.port}"})
+        assert ok.status_code == 200  # the page's own origin is welcome
+        up = c.post("api/caption", json={"image": "data:image/png;base64," + base64.b64encode(_png()).decode()})
+        assert up.status_code == 200 and up.json()["words"]
+        _still_answers(c)
+    assert local.proc.poll() is None
+
+
+def test_per_head_maps_come_in_pieces_under_the_answer_limit(servers):
+    local, _ = servers
+    with local.client() as c:
+        full = c.post("api/translate", json={"text": SOURCE, "model": "transformer-es-en", "beam": 1, "heads": True})
+        assert full.status_code == 200
+        heads = full.json()["heads"]
+        one = c.post(
+            "api/translate", json={"text": SOURCE, "model": "transformer-es-en", "beam": 1, "heads": True, "layer": 2}
+        ).json()["heads"]
+        assert one["layer"] == 2 and one["cross"] == heads["cross"][2:3] and one["enc_self"] == heads["enc_self"][2:3]
+        assert one["rollout"] is None
+        _refused(
+            c.post("api/translate", json={"text": SOURCE, "model": "transformer-es-en", "heads": True, "layer": 3}),
+            400,
+            "layer must be in 0..2",
+        )
+
+
+def test_a_token_is_needed_on_every_route_and_checked(servers):
+    _, tokened = servers
+    bare = httpx.Client(base_url=tokened.url, timeout=60)
+    for path in ("api/models", "api/limits", "openapi.json", "docs", "", "api/progress/x"):
+        _refused(bare.get(path), 401, "needs its token")
+        _refused(bare.get(path, headers={"Authorization": "token wrong-token-0123456789"}), 401, "needs its token")
+    _refused(bare.post("api/translate", json={"text": "hola"}), 401, "needs its token")
+    assert bare.get("static/app.js").status_code == 200  # the page's own scripts hold no secret
+    assert bare.get("docs-static/swagger-ui-bundle.js").status_code == 200
+    authed = tokened.client()
+    assert authed.get("api/limits").json()["token_required"] is True
+    _still_answers(authed)
+    # the first page load with ?token= leaves the token in a cookie that the page's requests then carry
+    page = bare.get(f"?token={TOKEN}")
+    assert page.status_code == 200 and "attnkit explorer" in page.text
+    cookie = page.headers.get_list("set-cookie")
+    assert any(c.startswith(f"attnkit-token-{tokened.port}=") and "HttpOnly" in c and "SameSite=strict" in c
+               for c in cookie)  # fmt: skip
+    assert bare.get("api/models").status_code == 200  # httpx kept the cookie, as a browser does
+    docs = bare.get("docs")
+    assert docs.status_code == 200 and "/docs-static/swagger-ui-bundle.js" in docs.text and "cdn" not in docs.text
+
+
+def test_a_job_over_its_time_limit_is_stopped_with_504(servers):
+    _, tokened = servers
+    with tokened.client() as c:
+        body = {"text": LONG, "model": "rnnsearch-es-en", "beam": 1, "method": "integrated_gradients"}
+        r = c.post("api/translate", json=body)
+        _refused(r, 504, "time limit of 2 s")
+        _still_answers(c)
+        ok = c.post("api/translate", json={**body, "text": "Jesús lloró.", "method": "attention_norm"})
+        assert ok.status_code == 200 and ok.json()["attribution"]["method"] == "attention_norm"
+
+
+def _heavy(local, job, text=LONG, cookies=None):
+    """A heavy job of a few seconds: saliency needs one backward pass per target piece."""
+    body = {"text": text, "model": "transformer-es-en", "beam": 1, "method": "saliency", "job": job}
+    with local.client(cookies=cookies) as c:
+        return c.post("api/translate", json=body)
+
+
+def test_a_full_queue_is_503_with_retry_after_and_the_queue_position_is_shown(servers):
+    local, _ = servers
+    cookies = {f"attnkit-session-{local.port}": "queue-test-session-0001"}
+    answers = {}
+    threads = [threading.Thread(target=lambda j=j: answers.setdefault(j, _heavy(local, j, cookies=cookies)))
+               for j in ("first", "second")]  # fmt: skip
+    threads[0].start()
+    with local.client(cookies=cookies) as c:
+        for _ in range(400):  # the first is running
+            if (c.get("api/progress/first").json()["progress"] or 0) > 0:
+                break
+            time.sleep(0.05)
+        threads[1].start()
+        for _ in range(400):  # the second waits in the queue, first in line, and its owner sees so
+            if c.get("api/progress/second").json()["queued"] == 1:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the second job never showed as queued")
+        third = _heavy(local, "third")  # one worker, a queue of one: no room
+        _refused(third, 503, "the server is busy")
+        assert 1 <= int(third.headers["Retry-After"]) <= 60
+        _still_answers(c)  # light work is not queued behind heavy work
+    for t in threads:
+        t.join()
+    assert [answers[j].status_code for j in ("first", "second")] == [200, 200]
+
+
+def test_a_worker_killed_mid_job_answers_503_and_the_server_goes_on(servers):
+    local, _ = servers
+    cookies = {f"attnkit-session-{local.port}": "kill-test-session-0001"}
+    answer = {}
+    t = threading.Thread(target=lambda: answer.setdefault("r", _heavy(local, "victim", cookies=cookies)))
+    t.start()
+    with local.client(cookies=cookies) as c:
+        for _ in range(400):
+            if (c.get("api/progress/victim").json()["progress"] or 0) > 0:
+                break
+            time.sleep(0.05)
+        busy = local.workers()  # --workers 1: the one worker is the one running it
+        assert len(busy) == 1, busy
+        busy[0].kill()
+        t.join(timeout=60)
+        _refused(answer["r"], 503, "worker process running this job stopped")
+        _still_answers(c)
+        again = c.post("api/translate", json={"text": SOURCE, "model": "transformer-es-en", "method": "alti_plus"})
+        assert again.status_code == 200 and again.json()["attribution"]["method"] == "alti_plus"  # a fresh worker
+    assert local.proc.poll() is None
+
+
+def test_memory_comes_back_after_a_burst_of_heavy_jobs(servers):
+    local, _ = servers
+    with local.client() as c:  # every kind of request once, so lazy caches are in the idle figure
+        _still_answers(c)
+        c.post("api/translate", json={"text": SOURCE, "model": "transformer-es-en", "beam": 1, "method": "saliency"})
+    time.sleep(1.0)
+    idle = local.rss()
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(_heavy(local, f"m{i}", text=SOURCE)))
+               for i in range(2)]  # fmt: skip
+    peak = idle
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        peak = max(peak, local.rss())
+        time.sleep(0.1)
+    assert sorted(r.status_code for r in results) == [200, 200]
+    for _ in range(100):  # the workers that ran the jobs are gone; fresh ones hold no job's memory
+        after = local.rss()
+        if after <= 1.5 * idle:
+            break
+        time.sleep(0.1)
+    assert after <= 1.5 * idle, (idle, peak, after)
