@@ -316,3 +316,77 @@ def test_memory_comes_back_after_a_burst_of_heavy_jobs(servers):
             break
         time.sleep(0.1)
     assert after <= 1.5 * idle, (idle, peak, after)
+
+
+ATTACK_PAGE = """<!doctype html><html><body><form id="f" method="POST" enctype="text/plain" target="sink"
+action="TARGETapi/translate"><input name='{"text":"hola","x":"' value='"}'></form><iframe name="sink"></iframe>
+<script>
+const T = "TARGET", job = {text: "hola", model: "transformer-es-en", beam: 1, method: "saliency"};
+async function attack() {
+  const r = {};
+  try {  // JSON needs the browser to ask first (a preflight), and the server says no
+    const x = await fetch(T + "api/translate", {method: "POST", headers: {"Content-Type": "application/json"},
+      body: JSON.stringify(job)});
+    r.json = "read " + (await x.text());
+  } catch (e) { r.json = "blocked"; }
+  try {  // a "simple" request is sent without asking: the server must refuse it unread, and the page sees nothing
+    const x = await fetch(T + "api/translate", {method: "POST", mode: "no-cors", headers: {"Content-Type": "text/plain"},
+      body: JSON.stringify(job)});
+    r.plain = x.type + " " + x.status + " " + (await x.text()).length;
+  } catch (e) { r.plain = "blocked"; }
+  try { const x = await fetch(T + "api/models"); r.get = "read " + (await x.text()).slice(0, 40); }
+  catch (e) { r.get = "blocked"; }
+  document.getElementById("f").submit();  // a form post: navigates the hidden frame
+  return r;
+}
+</script></body></html>"""
+
+
+def test_a_page_of_another_origin_cannot_start_a_job_or_read_an_answer(servers):
+    """Chromium, two loopback origins: a page on another port tries JSON, no-cors text/plain, a GET and a form
+    post against the server; it reads nothing, and every request that reached the server was refused (403)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from pathlib import Path
+
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    local, _ = servers
+    page_html = ATTACK_PAGE.replace("TARGET", local.url).encode()
+
+    class Attacker(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(page_html)
+
+        def log_message(self, *args):
+            pass
+
+    evil = ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
+    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    seen = []
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(chromium), args=["--headless", "--no-sandbox"])
+            page = browser.new_page()
+            page.on("response", lambda r: seen.append((r.request.method, r.url, r.status)))
+            page.goto(f"http://127.0.0.1:{evil.server_address[1]}/")
+            got = page.evaluate("attack()")
+            page.wait_for_timeout(1000)  # the form post's answer
+            own = browser.new_page()  # the server's own page may do all of it
+            own.goto(local.url)
+            ok = own.evaluate(
+                "fetch('api/translate', {method: 'POST', headers: {'Content-Type': 'application/json'}, "
+                "body: JSON.stringify({text: 'Jesús lloró.', model: 'rnnsearch-es-en', beam: 1})}).then(r => r.json())"
+            )
+            browser.close()
+    finally:
+        evil.shutdown()
+    assert got["json"] == "blocked" and got["get"] == "blocked", got
+    assert got["plain"] == "opaque 0 0", got  # nothing readable
+    at_server = [(m, s) for m, url, s in seen if url.startswith(local.url)]
+    assert ("POST", 403) in at_server and all(s == 403 for _, s in at_server), at_server
+    assert ok["translation"] == "Jesus wept."
