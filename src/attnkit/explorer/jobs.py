@@ -52,7 +52,7 @@ class JobQueue:
         """The worker pool, started on first use (or at server start, so idle memory includes the workers)."""
         with self._lock:
             if self._pool is not None and not self._pool.active:  # broken (a worker died between jobs)
-                self._pool.stop()
+                self._pool.stop()  # its workers end; its threads finish on their own
                 self._pool = None
             if self._pool is None:
                 from pebble import ProcessPool
@@ -75,12 +75,14 @@ class JobQueue:
                 atexit.register(self.stop)
             return self._pool
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """End the pool's workers (``wait``: until its threads are done, at server shutdown)."""
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.stop()
-            pool.join(timeout=10)
+            if wait:
+                pool.join(timeout=10)
 
     def worker_pids(self) -> list[int]:
         """The worker processes' ids (for tests and the benchmark's memory count)."""
@@ -171,7 +173,7 @@ class JobQueue:
         try:
             future = self.start().schedule(worker.run, args=args, timeout=self.options.job_timeout)
         except RuntimeError:  # the pool broke just now: a fresh one
-            self.stop()
+            self.stop(wait=False)
             future = self.start().schedule(worker.run, args=args, timeout=self.options.job_timeout)
         waiter = asyncio.wrap_future(future)
         try:
@@ -197,7 +199,7 @@ class JobQueue:
         except CancelledError:
             raise ApiError(499, "the job was cancelled") from None
         except BrokenProcessPool:
-            self.stop()  # the next job gets a fresh pool
+            self.stop(wait=False)  # the next job gets a fresh pool
             raise ApiError(
                 503,
                 "the worker pool broke (a worker died); the server goes on: try again",

@@ -74,6 +74,12 @@ class ServeOptions:
     max_upload_pixels: int = option(
         40_000_000, "the most pixels of an uploaded image (read from its header, before decoding)", check=BIG
     )
+    light_jobs: int = option(
+        2 * (os.cpu_count() or 1),
+        "plain translations and captions computed at once in the server's threads; more wait their turn "
+        "(default: twice the core count)",
+        check=Range(1, high=1025, integer=True),
+    )
     max_body_bytes: int = option(
         65536,
         "the largest request body of every route but /api/caption (which takes max-upload-bytes of image, "
@@ -142,6 +148,7 @@ _LIMITS = (
     "max_upload_pixels",
     "max_body_bytes",
     "max_answer_numbers",
+    "light_jobs",
     "workers",
     "queue",
     "job_timeout",

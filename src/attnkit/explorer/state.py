@@ -4,12 +4,14 @@ who the caller is (:func:`client_of`)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from fastapi import Request
-from starlette.concurrency import run_in_threadpool
 
 from .api_errors import ApiError
 from .jobs import JobQueue
@@ -57,9 +59,15 @@ def pick(models: dict, name: str | None, task: str):
 
 
 async def run_light(request: Request, fn, /, *args, **kwargs):
-    """Run a light job ``fn`` in the thread pool; if the client goes meanwhile, answer 499 at once (the
-    thread finishes its bounded work and its answer is dropped)."""
-    task = asyncio.ensure_future(run_in_threadpool(fn, *args, **kwargs))
+    """Run a light job ``fn`` in a thread, at most ``--light-jobs`` at once (more wait their turn: dozens of
+    threads fighting over the GIL and the cores would only hold more memory); if the client goes meanwhile,
+    answer 499 at once (the thread finishes its bounded work and its answer is dropped)."""
+    ex = explorer(request)
+    key = ("light", id(asyncio.get_running_loop()))  # a limiter belongs to one event loop
+    if key not in ex.cache:
+        ex.cache[key] = anyio.CapacityLimiter(ex.options.light_jobs)
+    call = functools.partial(fn, *args, **kwargs)
+    task = asyncio.ensure_future(anyio.to_thread.run_sync(call, limiter=ex.cache[key]))
     while True:
         done, _ = await asyncio.wait({task}, timeout=0.2)
         if done:
