@@ -382,9 +382,17 @@ def test_a_page_of_another_origin_cannot_start_a_job_or_read_an_answer(servers):
                 "fetch('api/translate', {method: 'POST', headers: {'Content-Type': 'application/json'}, "
                 "body: JSON.stringify({text: 'Jesús lloró.', model: 'rnnsearch-es-en', beam: 1})}).then(r => r.json())"
             )
+            _, tokened = servers  # a server with a token: the page opened once with ?token= keeps it in a cookie
+            tok = browser.new_page()
+            tok.goto(tokened.url + f"?token={TOKEN}")
+            with_cookie = tok.evaluate("fetch('api/models').then(r => r.status)")
+            fresh = browser.new_context().new_page()
+            fresh.goto(tokened.url)
+            without = fresh.evaluate("fetch('api/models').then(r => r.status)")
             browser.close()
     finally:
         evil.shutdown()
+    assert (with_cookie, without) == (200, 401)
     assert got["json"] == "blocked" and got["get"] == "blocked", got
     assert got["plain"] == "opaque 0 0", got  # nothing readable
     at_server = [(m, s) for m, url, s in seen if url.startswith(local.url)]
