@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..checks import POSITIVE_INT, arg_type
+from ..checks import arg_type, between
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import CLIError, _load_shortlist, _model_path, _output
 
@@ -67,7 +67,7 @@ def add_parser(sub) -> None:
     ex.add_argument(
         "--average-last",
         dest="average_last",
-        type=arg_type(POSITIVE_INT, "average_last"),
+        type=arg_type(between(1, 1000, integer=True), "average_last"),
         default=None,
         metavar="K",
         help="export the mean weights of the last K step checkpoints in the run folder (default: none: one checkpoint)",
