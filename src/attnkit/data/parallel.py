@@ -118,8 +118,29 @@ def count_lines(path: str | os.PathLike) -> int:
     return n + (last != b"\n")
 
 
+_WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff")  # UTF-16 (and UTF-32 LE) byte-order marks
+
+
+def _check_not_wide(path: Path) -> None:
+    """A file that starts with a UTF-16 byte-order mark (Windows' "Unicode" text) is refused by name
+    before its lines are counted: its newlines are two bytes, so a line count would mislead."""
+    with _open_binary(path) as f:
+        try:
+            head = f.read(2)
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise ParallelDataError(f"{path}: cannot read: {exc}") from None
+    if head in _WIDE_BOMS:
+        raise ParallelDataError(
+            f"{path}:1: not valid UTF-8: byte 0x{head[0]:02x} at byte offset 0 (a UTF-16 byte-order mark); "
+            "convert the file to UTF-8 (iconv -f UTF-16 -t UTF-8)"
+        )
+
+
 def _check_aligned(src: Path, tgt: Path) -> None:
-    """Both files there, not empty, and of the same number of lines (checked before reading any)."""
+    """Both files there, UTF-8 rather than UTF-16, not empty, and of the same number of lines
+    (checked before reading any)."""
+    _check_not_wide(src)
+    _check_not_wide(tgt)
     n_src, n_tgt = count_lines(src), count_lines(tgt)
     for path, n in ((src, n_src), (tgt, n_tgt)):
         if n == 0:
