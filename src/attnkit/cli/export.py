@@ -93,5 +93,10 @@ def add_parser(sub) -> None:
         help="ctranslate2: a lexical shortlist (`attnkit shortlist`) written as the export's vocabulary map, "
         "for translate --vmap (default: none)",
     )
-    ex.add_argument("--force", action="store_true", help="ctranslate2: replace a non-empty OUT (default: off)")
+    ex.add_argument(
+        "--force",
+        action="store_true",
+        help="ctranslate2: replace OUT when an earlier attnkit export wrote it (its attnkit.json lists every file; any other "
+        "folder, or one with files of yours in it, is refused) (default: off)",
+    )
     ex.set_defaults(func=cmd_export)
