@@ -125,7 +125,7 @@ THREADS = between(1, 4096, integer=True)  # threads and worker processes
 LEARNING_RATE = between(0, 10, open_low=True)
 LOSS_WEIGHT = between(0, 10_000)  # the weight of an auxiliary loss term or a regulariser
 SECONDS = between(0, 100_000_000, open_low=True)  # a time budget: about three years at most
-SEED = Range(0, high=2**32, integer=True)  # what every random generator (numpy's included) takes
+SEED = between(0, 2**32 - 1, integer=True)  # what every random generator (numpy's included) takes
 POSITIVE_WEIGHT = between(0, 10_000, open_low=True)  # a loss weight that must be on when its option is
 MAX_LENGTH = between(1, 100_000, integer=True)  # a sentence's length in tokens or words
 VOCABULARY = between(8, 1_000_000, integer=True)  # sentencepiece pieces (8: the specials and a few more)
