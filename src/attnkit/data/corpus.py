@@ -56,10 +56,14 @@ from .tokenizer import Tokenizer
 
 __all__ = [
     "BIBLE",
+    "DEFAULT_MAX_CHARS",
+    "DEFAULT_MAX_WORDS",
+    "DROPPED_REASONS",
     "Corpus",
     "CorpusError",
     "UnknownCorpusError",
     "corpora_dir",
+    "describe_dropped",
     "known_corpora",
     "open_corpus",
     "prepare_parallel",
