@@ -131,7 +131,7 @@ def test_greedy_generate_equals_attnkit_greedy(exported):
     enc = hf_tok(SENTENCES, return_tensors="pt", padding=True)
     assert enc["input_ids"].tolist() == [i + [0] * (enc["input_ids"].shape[1] - len(i)) for i in ids]
     limit = min(tr.max_len, max(len(i) for i in ids) * 2 + 10)  # attnkit's step limit for this batch
-    out = hf.generate(**enc, max_new_tokens=limit)  # (B, 1 + steps): <s>, the tokens, </s>, <pad>...
+    out = hf.generate(**enc, max_length=1 + limit)  # (B, 1 + steps): <s>, the tokens, </s>, <pad>...
     assert out[:, 0].tolist() == [1] * len(SENTENCES)
     got = []
     for row in out[:, 1:].tolist():
