@@ -101,8 +101,8 @@ def main() -> None:
         hf = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
         hf_tok = AutoTokenizer.from_pretrained(folder)
     ours = Translator.load("transformer-es-en")
-    ids = ours.encode_sources(srcs)
-    hf_ids = hf_tok(srcs)["input_ids"]
+    ids = ours.encode_sources(srcs, truncate=True)  # the longest verses cut at the model's 100 pieces, as evaluate does
+    hf_ids = hf_tok(srcs, truncation=True)["input_ids"]
     tokenizer_same = sum(a == b for a, b in zip(ids, hf_ids))
 
     # greedy (agreement, quality) and beam 5 (speed): batch by batch, the two sides alternating which
