@@ -6,6 +6,10 @@
 - :mod:`attnkit.deploy.ct2_engine`: translates with such an export; it imports only
   ``ctranslate2`` and ``sentencepiece`` (no torch), so a one-sentence ``attnkit translate
   --engine ctranslate2`` starts in a fraction of a second.
+- :mod:`attnkit.deploy.hf_export`: ``attnkit export MODEL OUT --format huggingface`` writes a
+  Transformer translator as a stock ``transformers`` model folder (Marian if post-norm, Pegasus if
+  pre-norm) that ``AutoModelForSeq2SeqLM`` loads; :mod:`attnkit.deploy.hf_tokenizer` writes its
+  ``tokenizer.json`` from the sentencepiece model. ``transformers`` is imported only while exporting.
 - :mod:`attnkit.deploy.manifest`: the small JSON (``attnkit.json``) that travels beside the
   engine's files: the tokenizer's digest, the language pair, the length penalty, the decoding limits,
   and the list of the files the export wrote.
