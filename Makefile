@@ -55,7 +55,7 @@ test: setup browser-packages lint
 # The documentation site in site/ (open site/index.html; it reads offline): every tutorial notebook is executed,
 # and any warning (a broken link, a page left out of the nav, a missing docstring target) fails the build.
 docs: venv
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The wheel and sdist, with the shipped models inside (dist/).
 wheel: venv
