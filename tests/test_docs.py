@@ -146,9 +146,12 @@ def test_the_api_reference_has_an_entry_for_every_public_name(site, pages):
         assert public is not None, f"{md.name} documents {name}, which has no __all__"
         for attr in public:
             obj = getattr(module, attr)
-            want = obj.__name__ if inspect.ismodule(obj) else f"{name}.{attr}"  # a submodule: its own entry
-            if want not in ids:
-                missing.append(f"{want} ({md.name})")
+            if inspect.ismodule(obj):  # a submodule: its own entry
+                wants = {obj.__name__}
+            else:  # where it is exported, or where it is defined (a function named like its module)
+                wants = {f"{name}.{attr}", f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"}
+            if not wants & ids:
+                missing.append(f"{name}.{attr} ({md.name})")
     assert not missing, "public names without an entry in the API reference:\n" + "\n".join(missing)
 
 
@@ -157,3 +160,18 @@ def test_every_package_has_an_api_page():
     packages = sorted(p.name for p in (ROOT / "src" / "attnkit").iterdir() if (p / "__init__.py").is_file())
     missing = [p for p in packages if not any(d == f"attnkit.{p}" or d.startswith(f"attnkit.{p}.") for d in documented)]
     assert not missing, f"packages with no page in docs/api/: {missing}"
+
+
+def test_every_public_class_function_and_module_has_its_own_docstring():
+    """What the reference shows under each name: a docstring written for it (a dataclass's generated
+    signature does not count)."""
+    missing = []
+    for name, _ in _documented_modules():
+        module = importlib.import_module(name)
+        for attr in module.__all__:
+            obj = getattr(module, attr)
+            if inspect.isclass(obj) or inspect.isfunction(obj) or inspect.ismodule(obj):
+                doc = (obj.__doc__ or "").strip()
+                if not doc or (inspect.isclass(obj) and doc.startswith(f"{obj.__name__}(")):
+                    missing.append(f"{name}.{attr}")
+    assert not missing, f"public names without a docstring: {missing}"
