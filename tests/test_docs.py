@@ -32,7 +32,8 @@ TUTORIALS = sorted((DOCS / "tutorials").glob("*.ipynb"))
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")  # Material's notice about its successor, not a warning
+    # the notebooks are executed (mkdocs.yml reads ATTNKIT_DOCS_EXECUTE); Material's notice about its successor is no warning
+    env = dict(os.environ, ATTNKIT_DOCS_EXECUTE="true", NO_MKDOCS_2_WARNING="1")
     config = str(ROOT / "mkdocs.yml")
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", config, "--site-dir", str(out)],
