@@ -189,7 +189,7 @@ class Corpus:
         a prepared corpus has its own, and ``vocab_size`` must be ``None`` or its size.
         """
         if self.path is None:
-            from ..tasks.translation.data import get_tokenizer
+            from .bible import get_tokenizer
 
             tok = get_tokenizer(vocab_size or 8000, self.home)
             return tok, tok

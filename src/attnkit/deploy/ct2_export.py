@@ -37,9 +37,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import __version__
 from ..attention.positional import sinusoidal_encoding
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
+from ..version import __version__
 from .manifest import DeployError, tokenizer_sha256, write_manifest
 from .output_folder import check_output_folder, replace_output_folder
 
