@@ -58,7 +58,7 @@ from pathlib import Path
 
 import torch
 
-from .. import __version__
+from ..version import __version__
 from ..attention.positional import sinusoidal_encoding
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
 from .ct2_export import MAX_DECODE
