@@ -79,6 +79,7 @@ __all__ = [
     "SPELLINGS",
     "TO_1909",
     "check_spelling",
+    "default_spelling",
     "modernize",
     "normalize_source",
     "to_1909",
@@ -318,6 +319,12 @@ def check_spelling(spelling) -> str:
     if spelling not in SPELLINGS:
         raise ValueError(f"spelling must be one of {', '.join(SPELLINGS)}; got {spelling!r}")
     return spelling
+
+
+def default_spelling(corpus: str, src_lang: str) -> str:
+    """The spelling of a model's source side when its config does not say: ``rv1909`` for the
+    built-in Bible corpus read from Spanish (its Spanish is the 1909 Reina-Valera), else ``modern``."""
+    return "rv1909" if corpus == "bible" and src_lang == "es" else "modern"
 
 
 def modernize(text: str) -> str:
