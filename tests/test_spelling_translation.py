@@ -108,3 +108,18 @@ def test_evaluate_modernized_sources(bible_home):
     assert not plain["modernized"]
     kept = evaluate_translation("transformer-es-en", limit=8, home=bible_home, modernize=True, normalize_spelling=False)
     assert kept["input_spelling"] == "modern"
+
+
+def test_models_lists_the_modern_spelling_score(capsys):
+    """index.json holds each translator's beam-5 BLEU on the test sources in today's spelling (read
+    through the rewrite); `attnkit models` shows it beside the 1909 score."""
+    from attnkit.cli import main
+    from attnkit.pretrained import shipped_models
+
+    scores = {m.name: m.scores for m in shipped_models() if m.task == "translation"}
+    assert set(scores) == set(TRANSLATORS)
+    for name, sc in scores.items():
+        assert abs(sc["test_modern_beam5_bleu"] - sc["test_beam5_bleu"]) <= 1.0, name  # the target
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert f"({scores['transformer-es-en']['test_modern_beam5_bleu']:.2f} in modern spelling)" in out
