@@ -218,7 +218,7 @@ def cmd_evaluate_alignment(args) -> None:
     try:
         r = evaluate_alignment(
             args.model or DEFAULT_TRANSLATION_MODEL,
-            methods=tuple(args.method or ["attention"]),
+            methods=tuple(args.method) if args.method else None,
             layer=args.layer,
             head=args.head,
             all_heads=args.all_heads,
@@ -272,7 +272,7 @@ def add_evaluate_alignment_parser(e) -> None:
         action="append",
         choices=["attention", "shift", "guided"],
         help="how attention is read (see `attnkit align --help`); repeat to compare, one row each, paired "
-        "against the first (default: attention)",
+        "against the first (default: attention and shift, Shift-Att with its layer chosen on the dev pairs)",
     )
     _add_layer_head_flags(
         ea,

@@ -13,6 +13,7 @@ from .common import (
     _add_engine_flag,
     _add_model_flag,
     _add_shortlist_flag,
+    _add_spelling_flag,
     _check_engine_flags,
     _load_ct2,
     _load_shortlist,
@@ -106,7 +107,7 @@ def cmd_translate(args) -> None:
             raise CLIError(
                 "--html needs the PyTorch engine (the explorer's views replay the model); use `attnkit serve --engine ctranslate2`"
             )
-        tr = _load_ct2(args.model, args.device)
+        tr = _load_ct2(args.model, args.device, keep_spelling=args.keep_spelling)
         results = tr.translate(
             sentences,
             beam_size=args.beam,
@@ -198,6 +199,7 @@ def add_parser(sub) -> None:
     _add_device_flags(tr, int8=True)
     _add_engine_flag(tr)
     _add_shortlist_flag(tr)
+    _add_spelling_flag(tr)
     tr.add_argument(
         "--truncate",
         action="store_true",

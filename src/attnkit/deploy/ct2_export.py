@@ -78,6 +78,7 @@ _KNOWN_FIELDS = {
     "max_src_len",
     "alignment_layer",  # a guided alignment head: CTranslate2's alignment layer and heads
     "alignment_head",
+    "src_spelling",  # recorded in the manifest: the engine rewrites input to it
 }
 
 
@@ -342,6 +343,7 @@ def export_ctranslate2(
                 "length_penalty": CT2_LENGTH_PENALTY,
                 "gnmt_length_penalty": GNMT_LENGTH_PENALTY,
                 "max_src_len": c.max_src_len,
+                "source_spelling": c.source_spelling,
                 "max_len": min(MAX_DECODE, position_table(model).shape[0]),
                 "vocabulary_map": vmap is not None,
                 "alignment": alignment_manifest(c),

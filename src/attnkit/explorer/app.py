@@ -112,12 +112,18 @@ class LoadedModels:
 
 
 def load_models(
-    names: list[str] | None = None, *, device: str = "cpu", dtype: str | None = None, engine: str = "pytorch"
+    names: list[str] | None = None,
+    *,
+    device: str = "cpu",
+    dtype: str | None = None,
+    engine: str = "pytorch",
+    keep_spelling: bool = False,
 ) -> LoadedModels:
     """Load models by name or folder (default: every shipped model). The task is the model's own.
-    ``engine="ctranslate2"``: each name is a CTranslate2 export (``attnkit export --format ctranslate2``)."""
+    ``engine="ctranslate2"``: each name is a CTranslate2 export (``attnkit export --format ctranslate2``).
+    ``keep_spelling``: translators read the input as typed, not rewritten in their training spelling."""
     if engine == "ctranslate2":
-        return _load_ct2_models(names, device=device)
+        return _load_ct2_models(names, device=device, keep_spelling=keep_spelling)
     from ..pretrained import known_models, model_task, resolve_model, shipped_models
     from ..tasks.captioning import Captioner
     from ..tasks.translation import Translator
@@ -133,6 +139,7 @@ def load_models(
         is_translation = model_task(path) == "translation"
         if is_translation:
             tr = Translator.load(path, device=device, dtype=dtype)
+            tr.normalize_spelling = not keep_spelling
             loaded.translators[label] = tr
             probe = tr.attention("Hola.", "Hello.").maps.alignment is not None
             config = getattr(tr.model.config, "to_dict", dict)()
@@ -159,7 +166,7 @@ def load_models(
     return loaded
 
 
-def _load_ct2_models(names: list[str] | None, *, device: str) -> LoadedModels:
+def _load_ct2_models(names: list[str] | None, *, device: str, keep_spelling: bool = False) -> LoadedModels:
     from ..deploy.ct2_engine import CT2Translator
     from ..deploy.ct2_explorer import CT2ExplorerTranslator
     from ..deploy.manifest import DeployError
@@ -170,7 +177,9 @@ def _load_ct2_models(names: list[str] | None, *, device: str) -> LoadedModels:
         )
     loaded = LoadedModels()
     for name in names:
-        tr = CT2ExplorerTranslator(CT2Translator.load(name, device=device))
+        ct2 = CT2Translator.load(name, device=device)
+        ct2.normalize_spelling = not keep_spelling
+        tr = CT2ExplorerTranslator(ct2)
         label = Path(name).name
         loaded.translators[label] = tr
         loaded.info[label] = {

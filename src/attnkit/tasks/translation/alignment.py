@@ -170,10 +170,15 @@ class ModelAligner:
         cross = maps.cross[:, reading.layer - 1]  # (B, H, T, S)
         return cross.mean(dim=1) if reading.head is None else cross[:, reading.head - 1]
 
-    def _spans(self, words: Sequence[str]) -> tuple[list[int], list[list[int]]]:
-        """The ids of a sentence tokenised word by word, and each word's piece indices."""
+    def _spans(self, words: Sequence[str], *, source: bool = False) -> tuple[list[int], list[list[int]]]:
+        """The ids of a sentence tokenised word by word, and each word's piece indices; a ``source``
+        sentence as the translator reads sources (in its training spelling, :meth:`Translator.encode_sources`)."""
         ids, spans = [], []
-        for piece_ids in self.translator.tokenizer.encode_batch(list(words)) if words else []:
+        if not words:
+            return ids, spans
+        tr = self.translator
+        encoded = tr.encode_sources(list(words), truncate=True) if source else tr.tokenizer.encode_batch(list(words))
+        for piece_ids in encoded:
             spans.append(list(range(len(ids), len(ids) + len(piece_ids))))
             ids.extend(piece_ids)
         return ids, spans
@@ -193,7 +198,7 @@ class ModelAligner:
         empty: list[torch.Tensor | None] = [None] * len(pairs)
         rows = []
         for k, (src_words, tgt_words) in enumerate(pairs):
-            src_ids, src_spans = self._spans(src_words)
+            src_ids, src_spans = self._spans(src_words, source=True)
             tgt_ids, tgt_spans = self._spans(tgt_words)
             if not src_ids or not tgt_ids:  # nothing to align: no links
                 empty[k] = torch.zeros(len(tgt_words), len(src_words))
