@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from ..checks import POSITIVE_INT, arg_type
+from ..checks import LAYERS, arg_type
 from ..errors import AttnkitError
 from ..pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
 
@@ -101,9 +101,19 @@ def _check_engine_flags(args) -> None:
         raise CLIError("--vmap needs --engine ctranslate2 (the PyTorch engine takes --shortlist FILE)")
 
 
-def _load_ct2(model: str | None, device: str):
+def _add_spelling_flag(parser: argparse.ArgumentParser) -> None:
+    """``--keep-spelling``: give the model the input as typed (see :mod:`attnkit.data.spelling`)."""
+    parser.add_argument(
+        "--keep-spelling",
+        action="store_true",
+        help="give the model the source text as typed; by default a model trained on the 1909 Bible reads "
+        "today's Spanish rewritten in the 1909 spelling (fue → fué, a → á, creó → crió) (default: off)",
+    )
+
+
+def _load_ct2(model: str | None, device: str, *, keep_spelling: bool = False):
     """A CTranslate2 export (a folder, or a name under ``$ATTNKIT_HOME/models``) as a
-    :class:`attnkit.deploy.ct2_engine.CT2Translator`."""
+    :class:`attnkit.deploy.ct2_engine.CT2Translator`; ``keep_spelling``: no source spelling rewrite."""
     from ..deploy.ct2_engine import CT2Translator
     from ..paths import attnkit_home
 
@@ -119,7 +129,9 @@ def _load_ct2(model: str | None, device: str):
             if "/" not in model and folder.is_dir():
                 path = folder
                 break
-    return CT2Translator.load(path, device=device)
+    tr = CT2Translator.load(path, device=device)
+    tr.normalize_spelling = not keep_spelling
+    return tr
 
 
 def _model_path(model: str | None, default: str) -> Path:
@@ -138,7 +150,9 @@ def _load_translator(args, path: Path | None = None):
     from ..tasks.translation import Translator
 
     path = path or _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
-    return Translator.load(path, device=args.device, dtype=args.precision)
+    tr = Translator.load(path, device=args.device, dtype=args.precision)
+    tr.normalize_spelling = not getattr(args, "keep_spelling", False)
+    return tr
 
 
 def _load_shortlist(path: str | None):
@@ -181,8 +195,8 @@ def _add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 def _add_layer_head_flags(parser: argparse.ArgumentParser, layer_help: str, head_help: str) -> None:
     """``--layer`` and ``--head`` (1-based) for the commands that read one attention layer or head."""
-    parser.add_argument("--layer", type=arg_type(POSITIVE_INT, "layer"), default=None, help=layer_help)
-    parser.add_argument("--head", type=arg_type(POSITIVE_INT, "head"), default=None, help=head_help)
+    parser.add_argument("--layer", type=arg_type(LAYERS, "layer"), default=None, help=layer_help)
+    parser.add_argument("--head", type=arg_type(LAYERS, "head"), default=None, help=head_help)
 
 
 def _checkpoint_errors_as_cli(run, *args, **kwargs):

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..checks import POSITIVE_INT, arg_type
+from ..checks import BEAM, COUNT, arg_type
 from ..pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
 from .align import add_evaluate_alignment_parser
 from .common import (
@@ -17,6 +17,7 @@ from .common import (
     _add_json_flag,
     _add_model_flag,
     _add_shortlist_flag,
+    _add_spelling_flag,
     _check_engine_flags,
     _checkpoint_errors_as_cli,
     _load_ct2,
@@ -33,11 +34,9 @@ def _add_evaluate_flags(parser: argparse.ArgumentParser, unit: str) -> None:
         "--split", default="test", choices=["train", "valid", "test"], help="which split (default: test)"
     )
     parser.add_argument(
-        "--limit", type=arg_type(POSITIVE_INT, "limit"), default=None, help=f"only the first N {unit} (default: all)"
+        "--limit", type=arg_type(COUNT, "limit"), default=None, help=f"only the first N {unit} (default: all)"
     )
-    parser.add_argument(
-        "--beam", type=arg_type(POSITIVE_INT, "beam"), default=1, help="beam size, 1 = greedy (default: 1)"
-    )
+    parser.add_argument("--beam", type=arg_type(BEAM, "beam"), default=1, help="beam size, 1 = greedy (default: 1)")
     _add_json_flag(parser)
     parser.add_argument("--output", default=None, help="also write the JSON report here (default: none)")
 
@@ -58,7 +57,7 @@ def cmd_evaluate_translation(args) -> None:
         from ..deploy.ct2_engine import evaluate_ct2
 
         for name in args.model or [None]:
-            tr = _load_ct2(name, args.device)
+            tr = _load_ct2(name, args.device, keep_spelling=args.keep_spelling)
             reports.append(
                 evaluate_ct2(
                     tr,
@@ -67,6 +66,7 @@ def cmd_evaluate_translation(args) -> None:
                     beam_size=args.beam,
                     home=args.home,
                     use_vocabulary_map=args.vmap,
+                    modernize=args.modernize,
                 )
             )
     for name in [] if args.engine == "ctranslate2" else args.model or [DEFAULT_TRANSLATION_MODEL]:
@@ -83,6 +83,8 @@ def cmd_evaluate_translation(args) -> None:
                 dtype=args.precision,
                 shortlist=shortlist,
                 pairs=pairs,
+                normalize_spelling=not args.keep_spelling,
+                modernize=args.modernize,
             )
         )
     if args.output:
@@ -102,6 +104,8 @@ def cmd_evaluate_translation(args) -> None:
             f"chrF {r['chrf']:.2f}  on {r['n_sentences']} {on}, {r['sentences_per_s']:.1f} sentences/s "
             f"(beam {r['beam_size']}"
             f"{', lexical shortlist' if r.get('shortlist') else ''}"
+            f"{', sources in modern spelling' if r.get('modernized') else ''}"
+            f"{', input as typed' if r.get('input_spelling') == 'modern' else ''}"
             f"{', CTranslate2 ' + r['quantization'] if r.get('engine') == 'ctranslate2' else ''})"
         )
         print("  source words  " + "  ".join(f"{b['bucket']:>6}" for b in r["by_length"]))
@@ -175,6 +179,13 @@ def add_parser(sub) -> None:
     _add_device_flags(et, int8=True)
     _add_engine_flag(et)
     _add_shortlist_flag(et)
+    _add_spelling_flag(et)
+    et.add_argument(
+        "--modernize",
+        action="store_true",
+        help="score a copy of the sources rewritten in today's spelling (attnkit.data.spelling.modernize: "
+        "fué → fue, á → a, crió → creó), to see how the model reads what people type (default: off)",
+    )
     et.set_defaults(func=cmd_evaluate_translation)
 
     ec = e.add_parser("captioning", help="BLEU-1..4, exact match and attention correctness on the test scenes")

@@ -16,6 +16,8 @@ def cmd_models(args) -> None:
     for m in infos:
         sc = m.scores
         beam5 = f", {sc['test_beam5_bleu']:.2f} beam 5" if "test_beam5_bleu" in sc else ""
+        if "test_modern_beam5_bleu" in sc:  # the test sources in today's spelling (attnkit.data.spelling)
+            beam5 += f" ({sc['test_modern_beam5_bleu']:.2f} in modern spelling)"
         score = (
             f"BLEU {sc['test_bleu']:.2f} {sc.get('decoding', '')}{beam5}"
             if "test_bleu" in sc

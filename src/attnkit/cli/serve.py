@@ -8,7 +8,7 @@ import secrets
 import sys
 
 from ..config import add_config_arguments, config_from_args
-from .common import CLIError, _add_device_flags, _add_engine_flag, _check_engine_flags
+from .common import CLIError, _add_device_flags, _add_engine_flag, _add_spelling_flag, _check_engine_flags
 
 TOKEN_ENV = "ATTNKIT_TOKEN"
 
@@ -47,7 +47,9 @@ def cmd_serve(args) -> None:
         names = {socket.gethostname(), socket.getfqdn()}
         extra = ",".join(n for n in [options.allow_host, *sorted(names)] if n)
         options = dataclasses.replace(options, allow_host=extra)
-    models = load_models(args.model, device=args.device, dtype=args.precision, engine=args.engine)
+    models = load_models(
+        args.model, device=args.device, dtype=args.precision, engine=args.engine, keep_spelling=args.keep_spelling
+    )
     loaded = ", ".join(f"{n} ({i['task']})" for n, i in models.info.items())
     print(f"attnkit explorer: {loaded}")
     shown = "127.0.0.1" if options.host in ("0.0.0.0", "::") else options.host
@@ -96,4 +98,5 @@ def add_parser(sub) -> None:
     )
     _add_device_flags(sv, int8=True)
     _add_engine_flag(sv)
+    _add_spelling_flag(sv)
     sv.set_defaults(func=cmd_serve)

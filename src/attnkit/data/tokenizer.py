@@ -23,10 +23,14 @@ import sentencepiece as spm
 from ..checks import POSITIVE_INT, Range, check
 from ..errors import InputError
 from ..paths import atomic_write_bytes
+from .spelling import check_spelling, normalize_source
 
 __all__ = ["BOS_ID", "EOS_ID", "MODEL_FILENAME", "PAD_ID", "UNK_ID", "Tokenizer", "encode_sources"]
 
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+PAD_ID = 0  # the special pieces' ids, fixed when sentencepiece is trained (one name each, for the API reference)
+BOS_ID = 1
+EOS_ID = 2
+UNK_ID = 3
 MODEL_FILENAME = "tokenizer.model"
 MODEL_TYPES = ("unigram", "bpe")
 
@@ -219,17 +223,28 @@ class Tokenizer:
 
 
 def encode_sources(
-    tokenizer: Tokenizer, sentences: Sequence[str], max_len: int, *, truncate: bool = False
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    max_len: int,
+    *,
+    truncate: bool = False,
+    spelling: str = "modern",
 ) -> list[list[int]]:
     """Subword ids of each source sentence, for a translator that reads at most ``max_len`` pieces: the
     PyTorch translator and the CTranslate2 engine both check their input here, so both refuse the same
     input with the same words. An empty sentence is an ``InputError``; one over ``max_len`` pieces too,
-    unless ``truncate`` (then its first ``max_len`` pieces)."""
+    unless ``truncate`` (then its first ``max_len`` pieces).
+
+    ``spelling``: the spelling the model was trained on; ``rv1909`` rewrites today's Spanish in the
+    1909 Reina-Valera's first (:func:`attnkit.data.spelling.to_1909`: fue → fué, a → á, creó → crió),
+    so a model trained on the 1909 Bible reads what people type. Word for word, so the pieces still
+    group into the sentence's words."""
+    check_spelling(spelling)
     out = []
     for i, s in enumerate(sentences):
         if not isinstance(s, str) or not s.strip():
             raise InputError(f"sentence {i + 1} is empty: give some text to translate")
-        ids = tokenizer.encode(s.strip())
+        ids = tokenizer.encode(normalize_source(s.strip(), spelling))
         if len(ids) > max_len:
             if not truncate:
                 raise InputError(

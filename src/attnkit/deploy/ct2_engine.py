@@ -94,6 +94,14 @@ class CT2Translator:
         self.length_penalty = float(manifest["length_penalty"])
         self.has_vocabulary_map = bool(manifest.get("vocabulary_map"))
         self._pieces = [tokenizer.id_to_piece(i) for i in range(len(tokenizer))]
+        # the source spelling the model was trained on (exports made before it was recorded: unchanged input)
+        self.source_spelling = str(manifest.get("source_spelling", "modern"))
+        self.normalize_spelling = True
+
+    @property
+    def spelling(self) -> str:
+        """The spelling input is rewritten to before tokenizing (as the PyTorch translator's)."""
+        return self.source_spelling if self.normalize_spelling else "modern"
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, device: str | None = "auto", threads: int = 0) -> CT2Translator:
@@ -126,7 +134,7 @@ class CT2Translator:
 
     def encode_sources(self, sentences: Sequence[str], *, truncate: bool = False) -> list[list[int]]:
         """Subword ids of each sentence (see :func:`attnkit.data.tokenizer.encode_sources`)."""
-        return encode_sources(self.tokenizer, sentences, self.max_src_len, truncate=truncate)
+        return encode_sources(self.tokenizer, sentences, self.max_src_len, truncate=truncate, spelling=self.spelling)
 
     def translate(
         self,
@@ -233,6 +241,7 @@ def evaluate_ct2(
     beam_size: int = 1,
     home=None,
     use_vocabulary_map: bool = False,
+    modernize: bool = False,
 ) -> dict:
     """``attnkit evaluate translation --engine ctranslate2``: the PyTorch engine's report
     (:func:`attnkit.tasks.translation.evaluate_translator`) for an export, with ``engine`` and ``quantization``."""
@@ -246,6 +255,7 @@ def evaluate_ct2(
         home=home,
         shortlist=use_vocabulary_map,
         options={"use_vocabulary_map": use_vocabulary_map},
+        modernize=modernize,
     )
     return {
         "model": str(tr.path),

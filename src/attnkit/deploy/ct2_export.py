@@ -37,10 +37,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import __version__
 from ..attention.positional import sinusoidal_encoding
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
+from ..version import __version__
 from .manifest import DeployError, tokenizer_sha256, write_manifest
+from .output_folder import check_output_folder, replace_output_folder
 
 __all__ = [
     "CT2_LENGTH_PENALTY",
@@ -77,6 +78,7 @@ _KNOWN_FIELDS = {
     "max_src_len",
     "alignment_layer",  # a guided alignment head: CTranslate2's alignment layer and heads
     "alignment_head",
+    "src_spelling",  # recorded in the manifest: the engine rewrites input to it
 }
 
 
@@ -309,8 +311,7 @@ def export_ctranslate2(
     _check_model_type(str(config.get("model_type", "?")))
     if not (model_dir / MODEL_FILENAME).is_file():
         raise DeployError(f"{model_dir} has no {MODEL_FILENAME}: it is not a translation model")
-    if out.exists() and any(out.iterdir()) and not force:
-        raise DeployError(f"{out} exists and is not empty; choose another folder or pass --force")
+    check_output_folder(out, force=force)  # before the work; again before anything is replaced
     model, _, _ = load_model(model_dir)
     model.eval()
     tokenizer = Tokenizer.load(model_dir)
@@ -342,13 +343,11 @@ def export_ctranslate2(
                 "length_penalty": CT2_LENGTH_PENALTY,
                 "gnmt_length_penalty": GNMT_LENGTH_PENALTY,
                 "max_src_len": c.max_src_len,
+                "source_spelling": c.source_spelling,
                 "max_len": min(MAX_DECODE, position_table(model).shape[0]),
                 "vocabulary_map": vmap is not None,
                 "alignment": alignment_manifest(c),
             },
         )
-        if out.exists():
-            shutil.rmtree(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(staging), str(out))
+        replace_output_folder(staging, out, force=force)
     return out

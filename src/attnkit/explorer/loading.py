@@ -19,6 +19,7 @@ class ModelSpec:
     device: str = "cpu"
     dtype: str | None = None
     engine: str = "pytorch"
+    keep_spelling: bool = False  # translators read the input as typed, not in their training spelling
 
 
 @dataclass
@@ -49,15 +50,23 @@ def load_one(spec: ModelSpec):
     path = resolve_model(spec.name)
     label = spec.name if spec.name in {m.name for m in known_models()} else path.name
     if model_task(path) == "translation":
-        return label, "translation", Translator.load(path, device=spec.device, dtype=spec.dtype)
+        tr = Translator.load(path, device=spec.device, dtype=spec.dtype)
+        tr.normalize_spelling = not spec.keep_spelling
+        return label, "translation", tr
     return label, "captioning", Captioner.load(path, device=spec.device, dtype=spec.dtype)
 
 
 def load_models(
-    names: list[str] | None = None, *, device: str = "cpu", dtype: str | None = None, engine: str = "pytorch"
+    names: list[str] | None = None,
+    *,
+    device: str = "cpu",
+    dtype: str | None = None,
+    engine: str = "pytorch",
+    keep_spelling: bool = False,
 ) -> LoadedModels:
     """Load models by name or folder (default: every shipped model). The task is the model's own.
-    ``engine="ctranslate2"``: each name is a CTranslate2 export (``attnkit export --format ctranslate2``)."""
+    ``engine="ctranslate2"``: each name is a CTranslate2 export (``attnkit export --format ctranslate2``).
+    ``keep_spelling``: translators read the input as typed, not rewritten in their training spelling."""
     if engine == "ctranslate2":
         from ..deploy.manifest import DeployError
 
@@ -74,7 +83,7 @@ def load_models(
     chosen = names or [m.name for m in shipped_models()]
     loaded = LoadedModels()
     for name in chosen:
-        spec = ModelSpec(name, device=device, dtype=dtype, engine=engine)
+        spec = ModelSpec(name, device=device, dtype=dtype, engine=engine, keep_spelling=keep_spelling)
         label, task, model = load_one(spec)
         loaded.specs[label] = spec
         if engine == "ctranslate2":

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from ..checks import Range
 from ..config import option
+from ..data.spelling import SPELLINGS, default_spelling
 
 __all__ = ["AttentionMaps", "LanguagePair", "TiedOutputLayer", "TranslationModel"]
 
@@ -51,6 +52,13 @@ class LanguagePair:
         cli=False,
         check=Range(4),
     )
+    src_spelling: str | None = option(
+        None,
+        "the spelling of the source side's training text: rv1909 (the 1909 Reina-Valera; input in today's "
+        "spelling is rewritten to it before tokenizing) or modern; None: rv1909 for the built-in Bible "
+        "read from Spanish, modern otherwise",
+        cli=False,
+    )
 
     def check_language_pair(self) -> None:
         """:class:`attnkit.errors.ConfigError` naming the first text field of the pair that is not valid
@@ -61,6 +69,14 @@ class LanguagePair:
             v = getattr(self, name)
             if not isinstance(v, str) or not v:
                 raise ConfigError(f"{name} must be a non-empty str, got {v!r}")
+        if self.src_spelling is not None and self.src_spelling not in SPELLINGS:
+            raise ConfigError(f"src_spelling must be one of {', '.join(SPELLINGS)} or None, got {self.src_spelling!r}")
+
+    @property
+    def source_spelling(self) -> str:
+        """The source side's spelling: ``src_spelling``, or the corpus's default
+        (:func:`attnkit.data.spelling.default_spelling`)."""
+        return self.src_spelling or default_spelling(self.corpus, self.src_lang)
 
     @property
     def source_vocab_size(self) -> int:

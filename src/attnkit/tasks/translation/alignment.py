@@ -26,6 +26,7 @@ import torch
 from ...alignment.extract import attention_links, column_links, shift_rows
 from ...alignment.symmetrize import SYMMETRIZATIONS, invert, symmetrize
 from ...alignment.words import span_attention
+from ...data.parallel import read_lines
 from ...errors import InputError
 from .guided import guided_input_step
 from .inference import Translator
@@ -169,10 +170,15 @@ class ModelAligner:
         cross = maps.cross[:, reading.layer - 1]  # (B, H, T, S)
         return cross.mean(dim=1) if reading.head is None else cross[:, reading.head - 1]
 
-    def _spans(self, words: Sequence[str]) -> tuple[list[int], list[list[int]]]:
-        """The ids of a sentence tokenised word by word, and each word's piece indices."""
+    def _spans(self, words: Sequence[str], *, source: bool = False) -> tuple[list[int], list[list[int]]]:
+        """The ids of a sentence tokenised word by word, and each word's piece indices; a ``source``
+        sentence as the translator reads sources (in its training spelling, :meth:`Translator.encode_sources`)."""
         ids, spans = [], []
-        for piece_ids in self.translator.tokenizer.encode_batch(list(words)) if words else []:
+        if not words:
+            return ids, spans
+        tr = self.translator
+        encoded = tr.encode_sources(list(words), truncate=True) if source else tr.tokenizer.encode_batch(list(words))
+        for piece_ids in encoded:
             spans.append(list(range(len(ids), len(ids) + len(piece_ids))))
             ids.extend(piece_ids)
         return ids, spans
@@ -192,7 +198,7 @@ class ModelAligner:
         empty: list[torch.Tensor | None] = [None] * len(pairs)
         rows = []
         for k, (src_words, tgt_words) in enumerate(pairs):
-            src_ids, src_spans = self._spans(src_words)
+            src_ids, src_spans = self._spans(src_words, source=True)
             tgt_ids, tgt_spans = self._spans(tgt_words)
             if not src_ids or not tgt_ids:  # nothing to align: no links
                 empty[k] = torch.zeros(len(tgt_words), len(src_words))
@@ -278,10 +284,9 @@ def read_parallel(src_path, tgt_path) -> tuple[int, Iterator[tuple[list[str], li
             "the source and target files must have one sentence per line, in the same order"
         )
 
-    def pairs():
-        with open(src_path, encoding="utf-8") as fs, open(tgt_path, encoding="utf-8") as ft:
-            for line_s, line_t in zip(fs, ft):
-                yield line_s.split(), line_t.split()
+    def pairs():  # a line that is not UTF-8 or holds a NUL byte: a ParallelDataError naming file, line and offset
+        for (_, line_s), (_, line_t) in zip(read_lines(src_path), read_lines(tgt_path)):
+            yield line_s.split(), line_t.split()
 
     return counts[0], pairs()
 

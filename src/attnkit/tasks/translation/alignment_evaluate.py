@@ -1,5 +1,10 @@
 """``attnkit evaluate alignment``: does a model's attention align words, measured against gold links.
 
+Rows: the model's attention (``attention``) and, by default beside it, **Shift-Att** (``shift``; Chen
+et al. 2020): the attention of the decoder step whose *input* is target word t (row t + 1 of the
+pass over ``[bos, y_0 .. y_{T-1}]``), which has read the word it is asked to align; for a Transformer
+from the decoder layer whose head mean has the lowest AER on the dev pairs (never the scored ones).
+
 For each gold pair the model is forced to write the **reference** target (so the words line up with
 the gold's), its attention is read as :class:`~attnkit.tasks.translation.alignment.ModelAligner`
 reads it (plain or Shift-Att rows, a layer or head), and each target word is linked to its argmax
@@ -29,7 +34,10 @@ from ...paths import atomic_write_text, attnkit_home
 from .alignment import AttentionReading, ModelAligner, _model_layers, describe_reading
 from .inference import Translator
 
-__all__ = ["evaluate_alignment", "gold_eflomal_links", "per_verse_counts"]
+__all__ = ["DEFAULT_METHODS", "evaluate_alignment", "gold_eflomal_links", "per_verse_counts"]
+
+#: The rows ``evaluate alignment`` scores unless told: the model's attention, and Shift-Att.
+DEFAULT_METHODS = ("attention", "shift")
 
 
 def per_verse_counts(links: list[set], verses: list[GoldVerse]) -> list[AERCounts]:
@@ -86,7 +94,7 @@ def _candidates(aligner: ModelAligner, base: AttentionReading, all_heads: bool) 
 def evaluate_alignment(
     model,
     *,
-    methods: tuple[str, ...] = ("attention",),
+    methods: tuple[str, ...] | None = None,
     layer: int | None = None,
     head: int | None = None,
     all_heads: bool = False,
@@ -103,13 +111,14 @@ def evaluate_alignment(
     dtype=None,
 ) -> dict:
     """The AER table of a model (see the module docstring). ``methods``: one row per attention
-    reading (``attention``, ``shift``, ``guided``); ``layer``/``head`` (1-based) pick a
+    reading (``attention``, ``shift``, ``guided``; default :data:`DEFAULT_METHODS`); ``layer``/``head`` (1-based) pick a
     cross-attention layer or head for them; Shift-Att without ``layer`` uses the layer with the best
     dev AER when there are dev pairs. ``gold``: ``(source, target, gold)`` files of a user's gold
     set (else the built-in Spanish–English one), whose first ``dev`` pairs are for choosing.
     ``both_ways``: links are the symmetrisation of each matrix's row and column argmaxes."""
     from ...pretrained import resolve_model
 
+    methods = DEFAULT_METHODS if methods is None else tuple(methods)
     builtin = gold is None
     verses = load_gold() if builtin else load_gold_files(*gold)
     n_dev = (DEV_VERSES if builtin else 0) if dev is None else dev
@@ -163,6 +172,9 @@ def evaluate_alignment(
         return out
 
     rows = [row(label, counts[n], n) for n, label in rows_spec]
+    for r, (n, _) in zip(rows, rows_spec):  # which attention each row read
+        reading = readings[n]
+        r.update(method=reading.method, layer=reading.layer, head=reading.head, input_step=reading.shifted)
     best_row = (
         row(f"{path.name} {describe_reading(readings[best])} (best head on dev)", counts[best], best) if best else None
     )

@@ -11,6 +11,7 @@ import torch
 from ...data.bible import Pair
 from ...data.corpus import UnknownCorpusError, open_corpus
 from ...data.parallel import ParallelDataError, read_parallel
+from ...data.spelling import modernize as modern_spelling
 from .inference import Translator
 from .lexical_shortlist import LexicalShortlist
 from .metrics import bleu_by_length, corpus_scores
@@ -27,11 +28,16 @@ def evaluate_translation(
     dtype: str | torch.dtype | None = None,
     shortlist: LexicalShortlist | None = None,
     pairs: list[Pair] | None = None,
+    normalize_spelling: bool = True,
+    modernize: bool = False,
 ) -> dict:
     """BLEU/chrF of a model on a split of the corpus it was trained on (optionally its first
     ``limit`` pairs), or on ``pairs`` (e.g. :func:`read_test_files`), and BLEU by length; with
-    ``shortlist``, searching each batch's lexical shortlist instead of the whole vocabulary."""
+    ``shortlist``, searching each batch's lexical shortlist instead of the whole vocabulary.
+    ``normalize_spelling``: rewrite the sources in the model's training spelling first (see
+    :class:`Translator`); ``modernize``: score a copy of the sources in today's spelling."""
     tr = Translator.load(model_dir, device=device, dtype=dtype)
+    tr.normalize_spelling = normalize_spelling
     report = evaluate_translator(
         tr,
         split=split,
@@ -41,6 +47,7 @@ def evaluate_translation(
         shortlist=shortlist is not None,
         options={"shortlist": shortlist},
         pairs=pairs,
+        modernize=modernize,
     )
     return {"model": str(model_dir), "model_type": getattr(tr.model, "model_type", "?"), **report}
 
@@ -55,6 +62,7 @@ def evaluate_translator(
     shortlist: bool = False,
     options: dict | None = None,
     pairs: list[Pair] | None = None,
+    modernize: bool = False,
 ) -> dict:
     """The report of :func:`evaluate_translation` (less ``model``/``model_type``) for a loaded
     translator of either engine: anything with ``translate(sources, beam_size=, truncate=, **options)``
@@ -74,6 +82,8 @@ def evaluate_translator(
     else:
         split = "files"
         pairs = pairs[:limit] if limit is not None else pairs
+    if modernize:  # the same pairs, their sources in today's spelling
+        pairs = [p._replace(src=modern_spelling(p.src)) for p in pairs]
     t0 = time.perf_counter()
     hyps = tr.translate([p.src for p in pairs], beam_size=beam_size, truncate=True, **(options or {}))
     elapsed = time.perf_counter() - t0
@@ -85,6 +95,8 @@ def evaluate_translator(
         "tgt_lang": getattr(tr, "tgt_lang", "en"),
         "beam_size": beam_size,
         "shortlist": shortlist,
+        "modernized": modernize,
+        "input_spelling": getattr(tr, "spelling", "modern"),
         **scores,
         "sentences_per_s": round(len(pairs) / max(elapsed, 1e-9), 2),
         "by_length": bleu_by_length([p.src for p in pairs], out_text, [p.tgt for p in pairs]),

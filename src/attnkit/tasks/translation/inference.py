@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...data.spelling import default_spelling
 from ...data.tokenizer import MODEL_FILENAME, Tokenizer, encode_sources
 from ...decoding import OutputLayerDecoder, search
 from ...errors import InputError
@@ -39,10 +40,10 @@ class TranslationAttention:
             return src, tgt, None
         return src, tgt, word_attention(self.maps.alignment, self.source_pieces, self.target_pieces)
 
-    def _repr_html_(self) -> str:  # Jupyter, VS Code, Colab: the explorer's view inline
-        from ...attribution.notebook import translation_attention_html
+    def _repr_html_(self) -> str | None:  # Jupyter, VS Code, Colab: the explorer's view inline
+        from ...display import html_for  # the explorer registers the view there
 
-        return translation_attention_html(self)
+        return html_for(self)
 
 
 @dataclass
@@ -67,7 +68,9 @@ class Translator(InferenceWrapper):
 
     ``tokenizer`` is the target side's (the joint one by default); ``src_tokenizer`` the source
     side's, when separate. ``src_lang``/``tgt_lang``/``corpus`` come from the model's config
-    (Bible Spanish → English for models saved before languages were recorded)."""
+    (Bible Spanish → English for models saved before languages were recorded), and so does
+    ``source_spelling``: a model trained on the 1909 Bible reads input rewritten in its spelling
+    (:func:`attnkit.data.spelling.to_1909`) unless ``normalize_spelling`` is False."""
 
     companion_file, kind = MODEL_FILENAME, "a translation model"
 
@@ -81,6 +84,8 @@ class Translator(InferenceWrapper):
         self.src_lang = getattr(config, "src_lang", "es")
         self.tgt_lang = getattr(config, "tgt_lang", "en")
         self.corpus = getattr(config, "corpus", "bible")
+        self.source_spelling = getattr(config, "source_spelling", None) or default_spelling(self.corpus, self.src_lang)
+        self.normalize_spelling = True
 
     @classmethod
     def read_companion(cls, path):
@@ -97,6 +102,12 @@ class Translator(InferenceWrapper):
         if src.is_file():
             tr.src_tokenizer = Tokenizer.load(src)
         return tr
+
+    @property
+    def spelling(self) -> str:
+        """The spelling input is rewritten to before tokenizing: ``source_spelling``, or ``modern``
+        (unchanged) when ``normalize_spelling`` is off."""
+        return self.source_spelling if self.normalize_spelling else "modern"
 
     @property
     def language_pair(self) -> str:
@@ -130,7 +141,9 @@ class Translator(InferenceWrapper):
 
     def encode_sources(self, sentences: Sequence[str], *, truncate: bool = False) -> list[list[int]]:
         """Subword ids of each sentence (see :func:`attnkit.data.tokenizer.encode_sources`)."""
-        return encode_sources(self.src_tokenizer, sentences, self.max_src_len, truncate=truncate)
+        return encode_sources(
+            self.src_tokenizer, sentences, self.max_src_len, truncate=truncate, spelling=self.spelling
+        )
 
     @torch.no_grad()
     def attention(self, source: str, target: str | Sequence[int]) -> TranslationAttention:
