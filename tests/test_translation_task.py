@@ -61,7 +61,10 @@ def test_training_writes_checkpoints_and_summary(trained):
 
 
 def test_resume_equals_uninterrupted_run(bible_home, tmp_path):
-    base = TranslationConfig.from_options("rnnsearch", epochs=3, save_every_steps=2, patience=None, **TINY)
+    # a budget extended on resume: the recipe's schedule (a budget-fitted one follows the budget it is given)
+    base = TranslationConfig.from_options(
+        "rnnsearch", epochs=3, save_every_steps=2, patience=None, lr_schedule="recipe", **TINY
+    )
     straight = replace(base, run=replace(base.run, out_dir=str(tmp_path / "a"), max_steps=7))
     train_translation(straight, home=bible_home)
     first = replace(base, run=replace(base.run, out_dir=str(tmp_path / "b"), max_steps=3))
