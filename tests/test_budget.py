@@ -3,6 +3,7 @@ step budget and to a (simulated) time budget, keeps them continuous, restores th
 and warns when a recipe's warm-up cannot finish within the budget."""
 
 import io
+import itertools
 import json
 import math
 
@@ -285,7 +286,7 @@ def test_a_time_budget_is_turned_into_steps_and_the_rate_reaches_zero_at_its_end
     got, log = lrs(tmp_path / "t")
     assert got[60] == 0.0 and max(got.values()) == pytest.approx(0.1)
     steps = sorted(got)
-    jumps = [abs(got[b] - got[a]) for a, b in zip(steps, steps[1:])]
+    jumps = [abs(got[b] - got[a]) for a, b in itertools.pairwise(steps)]
     assert max(jumps) <= 0.1 / 3 + 1e-12  # warm-up of W = 3 steps is the steepest part: no jump
     record = [r for r in log if r["event"] == "schedule"]
     assert record[0]["step"] == 8 and record[0]["estimated_steps"] == 60

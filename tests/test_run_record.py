@@ -62,6 +62,6 @@ def test_an_explicit_warmup_is_kept_and_the_budget_warns(toy_home, tmp_path, cap
     assert record["lr_schedule"] == "recipe" and record["warmup_steps"] == 2000
     assert record["schedule"]["schedule"] == "recipe"
     state = load_checkpoint(list_checkpoints(out)[-1]).trainer_state
-    d, w, peak = 16, 2000, 1e-3
+    w, peak = 2000, 1e-3
     # the recipe as given: lr(k) = peak * k / warmup during the warm-up (k = steps done + 1)
     assert state["scheduler"]["_last_lr"][0] == pytest.approx(peak * 6 / w)

@@ -27,6 +27,7 @@ for runs of many epochs ended by early stopping, stay as they are.
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 import statistics
 
@@ -104,7 +105,7 @@ class BudgetSchedule:
             return 0.0
         if step <= knots[0][0]:
             return knots[0][1]
-        for (x0, y0), (x1, y1) in zip(knots, knots[1:]):
+        for (x0, y0), (x1, y1) in itertools.pairwise(knots):
             if step <= x1:
                 return y0 + (y1 - y0) * (step - x0) / (x1 - x0)
         return 0.0  # unreachable: step < knots[-1][0]
