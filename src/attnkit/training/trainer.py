@@ -129,7 +129,10 @@ class Trainer:
         keep_last: step checkpoints kept (``best`` is kept separately).
         max_epochs / max_steps: stop at whichever comes first (max_steps None: no step limit).
         max_time_s: stop (with a checkpoint) once this run has trained this many seconds; a
-            later ``fit(resume=True)`` continues exactly where it stopped.
+            later ``fit(resume=True)`` continues exactly where it stopped. A
+            :class:`~attnkit.training.budget.BudgetSchedule` scheduler is fitted to the steps the budget
+            (time, steps or epochs) reaches, and the budget's last step is validated.
+        valid_every_steps: also validate every this many steps (patience then counts validations).
         early_stopping_patience: stop after this many epochs without improving ``metric_for_best``.
         metric_for_best / greater_is_better: which ``valid_fn`` metric picks ``out_dir/best``.
         seed: seeds python, numpy and torch (torch with ``seed + rank``) at a fresh start.
@@ -162,6 +165,7 @@ class Trainer:
         max_epochs: int,
         max_steps: int | None = None,
         max_time_s: float | None = None,
+        valid_every_steps: int | None = None,
         early_stopping_patience: int | None = None,
         metric_for_best: str = "valid_loss",
         greater_is_better: bool = False,
@@ -189,6 +193,7 @@ class Trainer:
             ("max_epochs", max_epochs, False),
             ("log_every", log_every, False),
             ("max_steps", max_steps, True),
+            ("valid_every_steps", valid_every_steps, True),
             ("early_stopping_patience", early_stopping_patience, True),
         ):
             check(f"Trainer: {name}", value, POSITIVE_INT, allow_none=allow_none)
@@ -230,6 +235,7 @@ class Trainer:
         self.max_epochs = max_epochs
         self.max_steps = max_steps
         self.max_time_s = max_time_s
+        self.valid_every_steps = valid_every_steps
         self.early_stopping_patience = early_stopping_patience
         self.metric_for_best = metric_for_best
         self.greater_is_better = bool(greater_is_better)
@@ -264,6 +270,7 @@ class Trainer:
         self.estimated_steps: int | None = None  # the steps this run's budget is expected to reach
         self._warned = False
         self.record_path: Path | None = None  # train_config.json, where the fitted schedule is recorded
+        self._spe: tuple[int, int | None] | None = None  # (epoch, steps in it)
 
     @classmethod
     def from_config(
@@ -295,6 +302,7 @@ class Trainer:
             max_epochs=run.epochs,
             max_steps=run.max_steps,
             max_time_s=run.max_time_s,
+            valid_every_steps=run.valid_every_steps,
             early_stopping_patience=run.patience,
             seed=run.seed,
             log_every=run.log_every,
@@ -430,10 +438,16 @@ class Trainer:
                 group = []
 
     def _steps_per_epoch(self) -> int | None:
+        """This rank's steps in the current epoch (a batch source plans its epoch to count them: cached
+        per epoch, since the budget asks at every step)."""
+        if self._spe is not None and self._spe[0] == self.epoch:
+            return self._spe[1]
         try:
-            return len(self.train_batches) // self.world_size
+            n = len(self.train_batches) // self.world_size
         except TypeError:
-            return None
+            n = None
+        self._spe = (self.epoch, n)
+        return n
 
     def train_step(self, batch: Any) -> tuple[float, int, dict, float | None]:
         """One optimizer step on ``batch``: ``(loss_sum, n_tokens, metrics, grad_norm)``, summed over ranks.
@@ -626,8 +640,13 @@ class Trainer:
                 self._log_window(run, grad_norm, pbar)
             if pbar is not None:
                 pbar.update(1)
-            if self.step % self.save_every_steps == 0:
-                self.save()
+            improved = False
+            if self.valid_every_steps and self.valid_fn is not None and self.step % self.valid_every_steps == 0:
+                improved = self._validate_and_log(pbar, f"step {self.step}")
+            if improved or self.step % self.save_every_steps == 0:
+                self.save(best=improved)
+            if self.early_stopped:
+                return "early_stopping"
             if self._agree_to_stop():
                 return "interrupted"
             if self.max_steps is not None and self.step >= self.max_steps:
