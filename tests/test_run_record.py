@@ -65,3 +65,15 @@ def test_an_explicit_warmup_is_kept_and_the_budget_warns(toy_home, tmp_path, cap
     w, peak = 2000, 1e-3
     # the recipe as given: lr(k) = peak * k / warmup during the warm-up (k = steps done + 1)
     assert state["scheduler"]["_last_lr"][0] == pytest.approx(peak * 6 / w)
+
+
+def test_without_a_model_the_written_rule_picks_one_and_says_why(toy_home, tmp_path, capsys):
+    from attnkit.tasks.translation.budget_defaults import pick_model
+
+    argv = ["--home", str(toy_home), "train", "translation", "--data", "toy", "--max-time-s", "600"]
+    rnn = ["--emb-dim", "16", "--hidden-dim", "16", "--attn-dim", "16", "--batch-size", "16", "--threads", "1"]
+    out = tmp_path / "run"
+    assert cli_main([*argv, *rnn, "--max-steps", "2", "--out-dir", str(out), "--no-progress"]) == 0
+    model, why = pick_model(600)
+    assert f"attnkit: no --model given: training {model}: {why}" in capsys.readouterr().err
+    assert json.loads((out / "train_config.json").read_text())["model"] == model == "rnnsearch"
