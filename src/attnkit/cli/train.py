@@ -10,7 +10,6 @@ from .common import CLIError, _output, _print_json
 
 def cmd_train_translation(args) -> None:
     import os
-
     import sys
 
     from ..tasks.translation import TranslationConfig, train_translation
