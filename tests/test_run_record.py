@@ -77,3 +77,22 @@ def test_without_a_model_the_written_rule_picks_one_and_says_why(toy_home, tmp_p
     model, why = pick_model(600)
     assert f"attnkit: no --model given: training {model}: {why}" in capsys.readouterr().err
     assert json.loads((out / "train_config.json").read_text())["model"] == model == "rnnsearch"
+
+
+def test_a_run_folder_opens_as_its_newest_complete_checkpoint(toy_home, tmp_path, capsys):
+    """`serve`/`translate --model RUN_FOLDER` on a model still training: its newest complete checkpoint."""
+    from attnkit.cli.common import CLIError, _model_path, _model_paths
+
+    out = tmp_path / "run"
+    assert train(toy_home, out, "--max-steps", "4", "--save-every-steps", "2") == 0
+    (out / "step-00000009").mkdir()  # a save under way: no COMPLETE marker yet
+    newest = out / "step-00000004"
+    assert _model_path(str(out), "unused") == newest and (newest / "COMPLETE").is_file()
+    assert "is a training run: using its newest checkpoint, step-00000004" in capsys.readouterr().err
+    assert _model_paths([str(out), "rnnsearch-es-en"]) == [str(newest), "rnnsearch-es-en"]
+    assert cli_main(["translate", "--model", str(out), "a b c"]) == 0
+    empty = tmp_path / "starting"
+    empty.mkdir()
+    (empty / "train_log.jsonl").write_text("")
+    with pytest.raises(CLIError, match="no complete checkpoint yet"):
+        _model_path(str(empty), "unused")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..checks import Range, arg_type
-from .common import CLIError, _add_device_flags, _add_engine_flag, _check_engine_flags
+from .common import CLIError, _add_device_flags, _add_engine_flag, _check_engine_flags, _model_paths
 
 
 def cmd_serve(args) -> None:
@@ -16,7 +16,8 @@ def cmd_serve(args) -> None:
     _check_engine_flags(args)
     if args.vmap:
         raise CLIError("--vmap is for translate and evaluate; the explorer decodes over the whole vocabulary")
-    models = load_models(args.model, device=args.device, dtype=args.precision, engine=args.engine)
+    # a training run's folder: its newest complete checkpoint (a model still training, as it is now)
+    models = load_models(_model_paths(args.model), device=args.device, dtype=args.precision, engine=args.engine)
     loaded = ", ".join(f"{n} ({i['task']})" for n, i in models.info.items())
     print(f"attnkit explorer: {loaded}")
     if args.host not in ("127.0.0.1", "localhost", "::1"):

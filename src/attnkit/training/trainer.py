@@ -767,6 +767,8 @@ class Trainer:
         them (``auto``: only a run that ends within ``SHORT_RUN_EPOCHS`` epochs) and re-fit it as the
         estimate moves; warn once when a recipe's warm-up cannot finish within the budget."""
         total = self._estimate_steps(run)
+        if self.world_size > 1:  # every rank follows rank 0's estimate: the same schedule, the same last step
+            total = broadcast_object(total)
         if total is None:
             return
         self.estimated_steps = total
@@ -786,7 +788,8 @@ class Trainer:
                 if self.is_main and b.state == "fitted":
                     print(
                         f"attnkit: about {total} steps fit this budget: lr warm-up over {b.warmup_steps} steps to "
-                        f"{b.peak:.3g}, then linear decay to 0 at step {total} (budgeted training)",
+                        f"{self.scheduler.base_lrs[0] * b.peak:.3g}, then linear decay to 0 at step {total} "
+                        "(budgeted training)",
                         file=sys.stderr,
                     )
             elif b.state == "fitted" and total != b.total_steps:
