@@ -93,7 +93,7 @@ def main() -> None:
                 "--json",
                 nice=nice,
                 capture_output=True,
-            ).stdout  # fmt: skip
+            ).stdout
         )
         record = json.loads((out / "train_config.json").read_text())
         results.append(
