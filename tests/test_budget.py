@@ -297,10 +297,11 @@ def test_the_progress_line_shows_the_validation_score_and_the_steps_left(tmp_pat
     t = make_trainer(tmp_path / "p", max_steps=9, valid_every_steps=3)
     t.progress = True
     t.fit()
-    err = capsys.readouterr().err.replace("\r", "\n")
+    out, err = capsys.readouterr()
+    err = err.replace("\r", "\n")
     log = [json.loads(line) for line in (tmp_path / "p" / "train_log.jsonl").read_text().splitlines()]
     valid = [r for r in log if r["event"] == "valid"]
     assert [r["step"] for r in valid] == [3, 5, 6, 9]  # every 3 steps, and at the end of the 5-step epoch
     shown = f"valid_loss={valid[0]['valid_loss']:.4g} (best {valid[0]['best_metric']:.4g})"
     assert shown in err and "steps_left=5" in err  # after step 4: 9 - 4 left
-    assert "step 3: valid_loss=" in err
+    assert "step 3: valid_loss=" in out  # tqdm.write: above the bar, on stdout
