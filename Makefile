@@ -8,7 +8,7 @@ DATA_PACKAGES := sword-text-sparv sword-text-web dataset-fashion-mnist
 BROWSER_PACKAGES := chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup venv data-packages browser-packages data demo lint test bench wheel wheel-check clean
+.PHONY: setup venv data-packages browser-packages data demo lint test docs bench wheel wheel-check clean
 
 setup: venv data-packages
 
@@ -18,7 +18,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,align,explain,deploy]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,docs,align,explain,deploy]'
 	touch $@
 
 # Debian packages, installed only when missing: the real data (the Bibles and Fashion-MNIST) for everything,
@@ -52,6 +52,11 @@ lint: venv
 test: setup browser-packages lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 -p no:cacheprovider
 
+# The documentation site in site/ (open site/index.html; it reads offline): every tutorial notebook is executed,
+# and any warning (a broken link, a page left out of the nav, a missing docstring target) fails the build.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 # The wheel and sdist, with the shipped models inside (dist/).
 wheel: venv
 	rm -rf dist && $(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist .
@@ -70,4 +75,4 @@ bench: setup
 	$(PY) benchmarks/attention.py
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .hypothesis

@@ -523,7 +523,7 @@ def test_explain_command_table_json_plot_and_errors(tmp_path, capsys):
         (["--method", "lime", SOURCE], "unknown attribution method 'lime'"),
         (["--model", "rnnsearch-es-en", "--method", "alti_plus", SOURCE], "alti_plus needs a Transformer"),
         (["--model", "transformer-es-en", "--layer", "9", SOURCE], "layer must be a layer number in 1..3"),
-        (["--beam", "0", SOURCE], "argument --beam: beam must be an int >= 1"),
+        (["--beam", "0", SOURCE], "argument --beam: beam must be an int in [1, 256]"),
         (["--model", "captioner-soft", str(tmp_path / "none.png")], "a captioner explains an image file"),
         (["--model", "captioner-soft", "--layer", "1", str(scene)], "--layer and --head are for Transformer"),
     ):

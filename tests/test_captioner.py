@@ -462,10 +462,10 @@ def test_cli_train_classifier_then_start_a_captioner_from_it(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["train", "captioning", "--batch-size", "0"], "batch_size must be > 0, got 0"),
-        (["train", "captioning", "--patience", "0"], "patience must be > 0, got 0"),
+        (["train", "captioning", "--batch-size", "0"], "batch_size must be an int in [1, 1_000_000_000], got 0"),
+        (["train", "captioning", "--patience", "0"], "patience must be an int in [1, 1_000_000_000], got 0"),
         (["train", "captioning", "--captions", "x.json"], "captions and images go together"),
-        (["train", "classifier", "--lr", "-1"], "lr must be > 0, got -1.0"),
+        (["train", "classifier", "--lr", "-1"], "lr must be in (0, 10], got -1.0"),
     ],
 )
 def test_train_options_are_checked_when_the_config_is_built(tmp_path, capsys, argv, message):

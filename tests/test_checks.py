@@ -52,10 +52,12 @@ def test_config_fields_carry_their_ranges():
         Seq2SeqConfig(dropout=1.0)
     with pytest.raises(ConfigError, match=r"hidden_dim must be an int, got 2\.5"):
         Seq2SeqConfig(hidden_dim=2.5)
-    with pytest.raises(ConfigError, match=r"encoder_dim must be > 0 or None, got 0"):
+    with pytest.raises(ConfigError, match=r"encoder_dim must be an int in \[1, 65536\] or None, got 0"):
         Seq2SeqConfig(encoder_dim=0)
+    with pytest.raises(ConfigError, match=r"encoder_dim must be an int in \[1, 65536\] or None, got 65537"):
+        Seq2SeqConfig(encoder_dim=65537)
     assert Seq2SeqConfig(encoder_dim=None).enc_dim == 256
-    with pytest.raises(ConfigError, match="scenes_per_epoch must be >= 0"):
+    with pytest.raises(ConfigError, match=r"scenes_per_epoch must be an int in \[0, 1_000_000_000\]"):
         CaptioningConfig(scenes_per_epoch=-1)
     check_fields(CaptioningConfig(scenes_per_epoch=0))  # 0: one whole pass
 

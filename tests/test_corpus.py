@@ -4,6 +4,7 @@
 import gzip
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -75,7 +76,10 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
     a, b = tmp_path / "x.de", tmp_path / "x.en"
     a.write_bytes(b"gut\nsch\xf6n\n")
     b.write_text("good\nbeautiful\n")
-    with pytest.raises(ParallelDataError, match=rf"^{a}:2: not valid UTF-8 \(byte 0xf6 at column 4\)"):
+    # "gut\n" is 4 bytes, "sch" 3 more: the bad byte is at offset 7 of the file, column 4 of line 2
+    with pytest.raises(
+        ParallelDataError, match=rf"^{a}:2: not valid UTF-8: byte 0xf6 at byte offset 7 \(column 4 of line 2\)"
+    ):
         list(read_parallel((a, b)))
 
 
@@ -116,7 +120,14 @@ def test_prepare_counts_drops_reports_test_duplicates_and_holds_out_deterministi
         "toy", src_lang="xx", tgt_lang="yy", train=(src, tgt), test=(ts, tt), vocab_size=400, max_words=20, home=home
     )
     m = c.meta
-    assert m["dropped"]["train"] == {"empty": 2, "too_long": 1}
+    assert m["dropped"]["train"] == {"empty": 2, "nul": 0, "too_long": 1, "too_many_chars": 0}
+    n = len(pairs) - 20 + 3
+    assert m["dropped_lines"]["train"] == {
+        "empty": [n + 1, n + 2],
+        "nul": [],
+        "too_long": [n + 3],
+        "too_many_chars": [],
+    }
     assert m["test_sources_in_train"] == 3
     assert m["splits"]["test"] == 20 and m["splits"]["train"] + m["splits"]["valid"] == len(train) - 3
     assert m["heldout"]["from_train"] == ["valid"] and m["splits"]["valid"] > 0
@@ -224,9 +235,12 @@ def test_prepare_refuses_bad_arguments(tmp_path):
         prepare_parallel("a", **{**kw, "src_lang": "Spanish!"})
     with pytest.raises(CorpusError, match="--vocab-size must be an int >= 300"):
         prepare_parallel("a", vocab_size=10, **kw)
-    with pytest.raises(CorpusError, match="sentencepiece could not train a 8000-piece vocabulary"):
+    with pytest.raises(CorpusError, match=r"--vocab-size 8000: .* at most (\d+): give --vocab-size \d+ or less") as e:
         prepare_parallel("a", vocab_size=8000, **kw)
+    assert "INTERNAL" not in str(e.value)  # sentencepiece's own words, translated
     assert not any(p.name.startswith(".") for p in (tmp_path / "corpora").iterdir())
+    most = int(re.search(r"at most (\d+)", str(e.value)).group(1))
+    assert prepare_parallel("fits", vocab_size=most, **kw).vocab_size == most  # the size it names does train
     with pytest.raises(CorpusError, match="no training pair left"):
         e = tmp_path / "e.tsv"
         e.write_text("\t\n \tx\n")

@@ -154,7 +154,7 @@ def test_guided_options():
     assert TranslationConfig.from_options("transformer").guided() is None
     with pytest.raises(ConfigError, match="rnnencdec has none"):
         TranslationConfig.from_options("rnnencdec", guided_alignment="x")
-    with pytest.raises(ConfigError, match="guided_alignment_weight must be > 0"):
+    with pytest.raises(ConfigError, match=r"guided_alignment_weight must be in \(0, 10000\]"):
         TranslationConfig.from_options("rnnsearch", guided_alignment="x", guided_alignment_weight=0.0)
     with pytest.raises(ConfigError, match=r"alignment_head must be an int in 1..4"):
         TranslationConfig.from_options("transformer", guided_alignment="x", alignment_head=5)

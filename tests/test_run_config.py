@@ -59,7 +59,7 @@ def test_a_flat_train_config_from_before_run_config_still_loads():
 
 
 def test_run_options_are_checked():
-    with pytest.raises(ConfigError, match="keep_last must be > 0, got 0"):
+    with pytest.raises(ConfigError, match=r"keep_last must be an int in \[1, 1000\], got 0"):
         RunConfig(keep_last=0)
     with pytest.raises(ConfigError, match=r"epochs must be an int, got 1\.5"):
         RunConfig(epochs=1.5)

@@ -502,7 +502,7 @@ def test_shortlist_cli_build_translate_evaluate(trained, bible_home, capsys, tmp
         )
         == 2
     )
-    assert "per_source must be an int >= 1" in capsys.readouterr().err
+    assert "per_source must be an int in [1, 1_000_000]" in capsys.readouterr().err
     assert cli_main(["translate", "--model", model, "--truncate", "palabra " * 200]) == 0
     capsys.readouterr()
     copy = tmp_path / "model"  # without --output: beside the model's weights, and the model still loads

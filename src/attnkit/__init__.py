@@ -4,9 +4,19 @@ The core is one function, :func:`attend` (score, normalise, sum), and the layers
 
 The public names below are imported on first use (PEP 562), so ``import attnkit`` alone does not
 import torch: the torch-free paths (``attnkit translate --engine ctranslate2``) stay torch-free.
+
+The root sits at the top of the layer order (see the architecture page of the docs): it re-exports
+from below and wires the notebook display (:mod:`attnkit.display`) to the explorer's views, which
+are loaded on the first display. Modules inside the package read the version from
+:mod:`attnkit.version`, not from here.
 """
 
-__version__ = "0.1.0"
+import importlib
+
+from . import display as _display
+from .version import __version__
+
+_display.add_provider(lambda: importlib.import_module(".explorer.notebook", __name__))
 
 _PUBLIC = (
     "Attention",
@@ -33,13 +43,11 @@ __all__ = [*_PUBLIC, "__version__", "show"]
 def __getattr__(name: str):
     """The public API from :mod:`attnkit.attention`, and ``attnkit.show(...)`` (the explorer's views
     inline in a notebook), each imported on first use."""
-    import importlib
-
     if name in _PUBLIC or name == "attention":
         attention = importlib.import_module(".attention", __name__)
         return attention if name == "attention" else getattr(attention, name)
     if name == "show":
-        return importlib.import_module(".attribution.notebook", __name__).show
+        return importlib.import_module(".explorer.notebook", __name__).show
     raise AttributeError(f"module 'attnkit' has no attribute {name!r}")
 
 

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data.parallel import read_lines
+
 __all__ = [
     "DEV_VERSES",
     "GOLD_DIR",
@@ -86,7 +88,7 @@ def load_gold_files(source: str | Path, target: str | Path, gold: str | Path) ->
     """A user's gold set: line-parallel source, target and gold files (:func:`parse_gold_links`),
     checked with :func:`validate_gold`; any problem is a ValueError naming the file and line."""
     paths = {"source": Path(source), "target": Path(target), "gold": Path(gold)}
-    lines = {k: _lines(p) for k, p in paths.items()}
+    lines = {k: [line for _, line in read_lines(p)] for k, p in paths.items()}  # UTF-8, no NUL: else named by line
     if len({len(v) for v in lines.values()}) != 1:
         raise ValueError(
             "the gold files must have one line per sentence pair; they have "

@@ -192,11 +192,17 @@ class DecoderLayerCache(NamedTuple):
 
 
 class EncoderOutput(NamedTuple):
+    """What :class:`TransformerEncoder` returns: the last layer's output, and each layer's self-attention
+    weights when they were asked for (``None`` otherwise)."""
+
     output: Tensor  # (B, S, D)
     weights: list | None  # per layer (B, H, S, S)
 
 
 class DecoderOutput(NamedTuple):
+    """What :class:`TransformerDecoder` returns: the last layer's output, and each layer's self- and
+    cross-attention weights when they were asked for (``None`` otherwise)."""
+
     output: Tensor  # (B, T, D)
     self_weights: list | None  # per layer (B, H, T, T); None entries for layers not asked
     cross_weights: list | None  # per layer (B, H, T, S); None entries for layers not asked

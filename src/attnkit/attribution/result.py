@@ -107,7 +107,7 @@ class Attribution:
             out["words"] = {"source": src, "target": tgt, "scores": rows(words)}
         return out
 
-    def _repr_html_(self) -> str:  # Jupyter, VS Code, Colab
-        from .notebook import attribution_html
+    def _repr_html_(self) -> str | None:  # Jupyter, VS Code, Colab
+        from ..display import html_for  # the explorer's view, registered there (display code lives in explorer/)
 
-        return attribution_html(self)
+        return html_for(self)

@@ -9,8 +9,8 @@ import argparse
 import itertools
 import sys
 
-from .. import __version__
 from ..errors import AttnkitError
+from ..version import __version__
 from . import align, caption, data, evaluate, explain, export, models, serve, train, translate
 from .common import CLIError, _Parser
 

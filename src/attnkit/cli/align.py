@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from ..checks import POSITIVE, POSITIVE_INT, Range, arg_type
+from ..checks import COUNT, arg_type, between
 from ..errors import InputError
 from .common import _add_device_flags, _add_json_flag, _add_layer_head_flags, _load_translator, _output
 
@@ -21,7 +21,8 @@ __all__ = [
 ]
 
 _SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
-_DEV = Range(0, integer=True)
+_DEV = between(0, COUNT.high, integer=True)
+_THRESHOLD = between(0, 1, open_low=True)  # an attention weight
 
 
 # ---------------------------------------------------------------- align
@@ -133,13 +134,13 @@ def add_align_parser(sub) -> None:
     )
     al.add_argument(
         "--threshold",
-        type=arg_type(POSITIVE, "threshold"),
+        type=arg_type(_THRESHOLD, "threshold"),
         default=None,
         help="also link pairs with attention at least this (default: none)",
     )
     al.add_argument(
         "--batch-size",
-        type=arg_type(POSITIVE_INT, "batch size"),
+        type=arg_type(between(1, 100_000, integer=True), "batch size"),
         default=32,
         help="pairs per forced-decoding batch (default: 32)",
     )
@@ -193,7 +194,7 @@ def add_data_links_parser(d) -> None:
     dl.add_argument("--split", default="train", choices=["train", "valid", "test"], help="which split (default: train)")
     dl.add_argument(
         "--limit",
-        type=arg_type(POSITIVE_INT, "limit"),
+        type=arg_type(COUNT, "limit"),
         default=None,
         help="the first N pairs only (as --limit-train N) (default: all)",
     )
@@ -286,7 +287,7 @@ def add_evaluate_alignment_parser(e) -> None:
     )
     ea.add_argument(
         "--threshold",
-        type=arg_type(POSITIVE, "threshold"),
+        type=arg_type(_THRESHOLD, "threshold"),
         default=None,
         help="also link every word pair with attention at least this (default: none: argmax links only)",
     )
@@ -314,7 +315,10 @@ def add_evaluate_alignment_parser(e) -> None:
         "built-in gold set, 0 for your own)",
     )
     ea.add_argument(
-        "--samples", type=arg_type(POSITIVE_INT, "samples"), default=1000, help="bootstrap resamples (default: 1000)"
+        "--samples",
+        type=arg_type(between(1, 1_000_000, integer=True), "samples"),
+        default=1000,
+        help="bootstrap resamples (default: 1000)",
     )
     ea.add_argument(
         "--no-references", action="store_true", help="skip the diagonal baseline and eflomal (default: off)"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..checks import POSITIVE_INT, arg_type
+from ..checks import BEAM, arg_type
 from ..pretrained import DEFAULT_CAPTION_MODEL
 from .common import CLIError, _add_device_flags, _add_model_flag, _load_captioner, _model_path, _output
 
@@ -58,7 +58,7 @@ def add_parser(sub) -> None:
     _add_model_flag(ca, DEFAULT_CAPTION_MODEL)
     ca.add_argument(
         "--beam",
-        type=arg_type(POSITIVE_INT, "beam"),
+        type=arg_type(BEAM, "beam"),
         default=3,
         help="beam size for the second caption, 1 = greedy only (default: 3)",
     )

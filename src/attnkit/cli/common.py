@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from ..checks import POSITIVE_INT, arg_type
+from ..checks import LAYERS, arg_type
 from ..errors import AttnkitError
 from ..pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
 
@@ -215,8 +215,8 @@ def _add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 def _add_layer_head_flags(parser: argparse.ArgumentParser, layer_help: str, head_help: str) -> None:
     """``--layer`` and ``--head`` (1-based) for the commands that read one attention layer or head."""
-    parser.add_argument("--layer", type=arg_type(POSITIVE_INT, "layer"), default=None, help=layer_help)
-    parser.add_argument("--head", type=arg_type(POSITIVE_INT, "head"), default=None, help=head_help)
+    parser.add_argument("--layer", type=arg_type(LAYERS, "layer"), default=None, help=layer_help)
+    parser.add_argument("--head", type=arg_type(LAYERS, "head"), default=None, help=head_help)
 
 
 def _checkpoint_errors_as_cli(run, *args, **kwargs):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from ..checks import POSITIVE_INT, Range, arg_type
-from ..data.corpus import SPM_MAX_SENTENCES
+from ..checks import CANVAS, MAX_LENGTH, THREADS, arg_type, between
+from ..data.corpus import DEFAULT_MAX_CHARS, DEFAULT_MAX_WORDS, SPM_MAX_SENTENCES
 from .align import add_data_links_parser
 from .common import CLIError
 
@@ -28,7 +28,10 @@ def cmd_data_prepare(args) -> None:
     elif args.dataset == "scenes":
         from ..data.scenes import prepare_scenes
 
-        path = prepare_scenes(home=args.home, canvas=args.canvas, force=args.force)
+        try:
+            path = prepare_scenes(home=args.home, canvas=args.canvas, force=args.force)
+        except ValueError as exc:  # a canvas the scenes cannot use (too small for two items a side, odd)
+            raise CLIError(f"--canvas: {exc}") from None
         print(f"Fashion-MNIST scenes: {path}")
     else:  # argparse restricts choices
         raise CLIError(f"unknown dataset {args.dataset!r}")
@@ -36,7 +39,7 @@ def cmd_data_prepare(args) -> None:
 
 def _prepare_parallel(args) -> None:
     """``attnkit data prepare parallel NAME ...``: the user's corpus (see :mod:`attnkit.data.corpus`)."""
-    from ..data.corpus import prepare_parallel
+    from ..data.corpus import describe_dropped, prepare_parallel
 
     if not args.name:
         raise CLIError("data prepare parallel: give the corpus a NAME (e.g. `attnkit data prepare parallel de-en ...`)")
@@ -53,6 +56,7 @@ def _prepare_parallel(args) -> None:
         vocab_size=args.vocab_size,
         separate_vocab=args.separate_vocab,
         max_words=args.max_words,
+        max_chars=args.max_chars,
         home=args.home,
         force=args.force,
         workers=args.workers,
@@ -65,11 +69,11 @@ def _prepare_parallel(args) -> None:
     print(
         f"corpus {corpus.name} ({corpus.src_lang} → {corpus.tgt_lang}): {corpus.path}\n"
         f"  pairs: {', '.join(f'{k} {v}' for k, v in m['splits'].items())}{held}\n"
-        f"  dropped: "
-        + "; ".join(
-            f"{k} {d['empty']} empty, {d['too_long']} over {m['max_words']} words" for k, d in m["dropped"].items()
+        + "".join(
+            [f"  dropped from {k}: {describe_dropped(m, k)}\n" for k, d in m["dropped"].items() if any(d.values())]
+            or ["  dropped: nothing\n"]
         )
-        + f"\n  vocabulary: {m['vocab_size']} pieces{' per side' if m['separate_vocab'] else ' (joint)'}; "
+        + f"  vocabulary: {m['vocab_size']} pieces{' per side' if m['separate_vocab'] else ' (joint)'}; "
         f"{m['seconds']:.1f} s\n  train with: attnkit train translation --data {corpus.name}"
     )
     if m["test_sources_in_train"]:
@@ -112,7 +116,7 @@ def add_parser(sub) -> None:
         )
     dp.add_argument(
         "--vocab-size",
-        type=arg_type(Range(300, integer=True), "vocab-size"),
+        type=arg_type(between(300, 1_000_000, integer=True), "vocab-size"),
         default=8000,
         help="parallel: sentencepiece pieces (default: 8000)",
     )
@@ -123,27 +127,34 @@ def add_parser(sub) -> None:
     )
     dp.add_argument(
         "--max-words",
-        type=arg_type(POSITIVE_INT, "max-words"),
-        default=250,
-        help="parallel: drop pairs with a side over this many words (default: 250)",
+        type=arg_type(MAX_LENGTH, "max-words"),
+        default=DEFAULT_MAX_WORDS,
+        help="parallel: drop (and count) pairs with a side over this many words (default: %(default)s)",
+    )
+    dp.add_argument(
+        "--max-chars",
+        type=arg_type(between(1, 1_000_000, integer=True), "max-chars"),
+        default=DEFAULT_MAX_CHARS,
+        help="parallel: drop (and count) pairs with a side over this many characters, such as a long line "
+        "with few spaces (default: %(default)s)",
     )
     dp.add_argument(
         "--tokenizer-sample",
-        type=arg_type(POSITIVE_INT, "tokenizer-sample"),
+        type=arg_type(between(1, 10_000_000, integer=True), "tokenizer-sample"),
         default=SPM_MAX_SENTENCES,
         help="parallel: sentencepiece trains on at most this many sentences, sampled; it needs about 4 KB of "
         "memory per sentence (default: %(default)s)",
     )
     dp.add_argument(
         "--workers",
-        type=arg_type(POSITIVE_INT, "workers"),
+        type=arg_type(THREADS, "workers"),
         default=None,
         help="parallel: tokenising processes (default: one per core)",
     )
     dp.add_argument("--force", action="store_true", help="rebuild even if cached (default: off)")
     dp.add_argument(
         "--canvas",
-        type=arg_type(POSITIVE_INT, "canvas"),
+        type=arg_type(CANVAS, "canvas"),
         default=64,
         help="scenes: canvas size in pixels (default: 64)",
     )

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..checks import POSITIVE_INT, arg_type
+from ..checks import BEAM, COUNT, arg_type
 from ..pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
 from .align import add_evaluate_alignment_parser
 from .common import (
@@ -33,11 +33,9 @@ def _add_evaluate_flags(parser: argparse.ArgumentParser, unit: str) -> None:
         "--split", default="test", choices=["train", "valid", "test"], help="which split (default: test)"
     )
     parser.add_argument(
-        "--limit", type=arg_type(POSITIVE_INT, "limit"), default=None, help=f"only the first N {unit} (default: all)"
+        "--limit", type=arg_type(COUNT, "limit"), default=None, help=f"only the first N {unit} (default: all)"
     )
-    parser.add_argument(
-        "--beam", type=arg_type(POSITIVE_INT, "beam"), default=1, help="beam size, 1 = greedy (default: 1)"
-    )
+    parser.add_argument("--beam", type=arg_type(BEAM, "beam"), default=1, help="beam size, 1 = greedy (default: 1)")
     _add_json_flag(parser)
     parser.add_argument("--output", default=None, help="also write the JSON report here (default: none)")
 

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..checks import POSITIVE_INT, arg_type
+from ..checks import BEAM, COUNT, arg_type, between
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import (
     CLIError,
@@ -139,7 +139,7 @@ def add_parser(sub) -> None:
     )
     xp.add_argument(
         "--beam",
-        type=arg_type(POSITIVE_INT, "beam"),
+        type=arg_type(BEAM, "beam"),
         default=5,
         help="beam size of the model's own output (default: 5)",
     )
@@ -150,12 +150,15 @@ def add_parser(sub) -> None:
     )
     xp.add_argument(
         "--steps",
-        type=arg_type(POSITIVE_INT, "steps"),
+        type=arg_type(between(1, 10_000, integer=True), "steps"),
         default=None,
         help="integrated gradients: quadrature points (default: 32, refined per piece until complete within 1 %%)",
     )
     xp.add_argument(
-        "--top", type=arg_type(POSITIVE_INT, "top"), default=3, help="sources shown per target word (default: 3)"
+        "--top",
+        type=arg_type(between(1, 1000, integer=True), "top"),
+        default=3,
+        help="sources shown per target word (default: 3)",
     )
     xp.add_argument("--pieces", action="store_true", help="subword pieces instead of whole words (default: off)")
     _add_json_flag(xp)
@@ -175,13 +178,13 @@ def add_evaluate_explanations_parser(e) -> None:
     )
     ee.add_argument(
         "--limit",
-        type=arg_type(POSITIVE_INT, "limit"),
+        type=arg_type(COUNT, "limit"),
         default=None,
         help="only the first N of the 100 scored gold verses (captioners: test scenes; default: all verses, 100 scenes)",
     )
     ee.add_argument(
         "--sanity-verses",
-        type=arg_type(POSITIVE_INT, "sanity_verses"),
+        type=arg_type(between(1, 1000, integer=True), "sanity_verses"),
         default=3,
         help="verses for the randomisation check, the first of those scored (default: 3)",
     )

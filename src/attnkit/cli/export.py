@@ -1,10 +1,11 @@
-"""``attnkit export`` (an attnkit checkpoint or a CTranslate2 model)."""
+"""``attnkit export`` (an attnkit checkpoint, a CTranslate2 model or a Hugging Face model folder)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from ..checks import POSITIVE_INT, arg_type
+from ..checks import arg_type, between
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import CLIError, _load_shortlist, _model_path, _output
 
@@ -34,9 +35,27 @@ def cmd_export_ctranslate2(args) -> None:
     )
 
 
+def cmd_export_huggingface(args) -> None:
+    from ..deploy.hf_export import export_huggingface
+
+    given = [f for f, on in (("--fp32", args.fp32), ("--average-last", args.average_last is not None)) if on]
+    given += ["--shortlist"] if args.shortlist else []
+    if given:
+        raise CLIError(f"{', '.join(given)}: not for --format huggingface (it writes the float32 network as it is)")
+    _output(args.out, "out", folder=True)
+    out = export_huggingface(_model_path(args.checkpoint, DEFAULT_TRANSLATION_MODEL), args.out, force=args.force)
+    arch = json.loads((Path(out) / "config.json").read_text(encoding="utf-8"))["architectures"][0]
+    print(
+        f"wrote {out} (Hugging Face {arch}, float32, with tokenizer.json); load it with: "
+        f"AutoModelForSeq2SeqLM.from_pretrained({str(out)!r}) and AutoTokenizer.from_pretrained({str(out)!r})"
+    )
+
+
 def cmd_export(args) -> None:
     if args.format == "ctranslate2":
         return cmd_export_ctranslate2(args)
+    if args.format == "huggingface":
+        return cmd_export_huggingface(args)
     import torch
 
     from ..training.checkpoint import CheckpointError, export_checkpoint
@@ -67,7 +86,7 @@ def add_parser(sub) -> None:
     ex.add_argument(
         "--average-last",
         dest="average_last",
-        type=arg_type(POSITIVE_INT, "average_last"),
+        type=arg_type(between(1, 1000, integer=True), "average_last"),
         default=None,
         metavar="K",
         help="export the mean weights of the last K step checkpoints in the run folder (default: none: one checkpoint)",
@@ -75,9 +94,11 @@ def add_parser(sub) -> None:
     ex.add_argument(
         "--format",
         default="attnkit",
-        choices=["attnkit", "ctranslate2"],
+        choices=["attnkit", "ctranslate2", "huggingface"],
         help="attnkit: a checkpoint folder; ctranslate2: a CTranslate2 model of a Transformer translator, with its "
-        "tokenizer and attnkit.json, for --engine ctranslate2 (pip install 'attnkit[deploy]') (default: attnkit)",
+        "tokenizer and attnkit.json, for --engine ctranslate2 (pip install 'attnkit[deploy]'); huggingface: a "
+        "Transformer translator as a stock transformers model folder (Marian if post-norm, Pegasus if pre-norm) "
+        "with tokenizer.json, for AutoModelForSeq2SeqLM (pip install 'attnkit[hf]') (default: attnkit)",
     )
     ex.add_argument(
         "--quantization",
@@ -93,5 +114,10 @@ def add_parser(sub) -> None:
         help="ctranslate2: a lexical shortlist (`attnkit shortlist`) written as the export's vocabulary map, "
         "for translate --vmap (default: none)",
     )
-    ex.add_argument("--force", action="store_true", help="ctranslate2: replace a non-empty OUT (default: off)")
+    ex.add_argument(
+        "--force",
+        action="store_true",
+        help="ctranslate2, huggingface: replace OUT when an earlier attnkit export wrote it (its attnkit.json lists every file; any other "
+        "folder, or one with files of yours in it, is refused) (default: off)",
+    )
     ex.set_defaults(func=cmd_export)

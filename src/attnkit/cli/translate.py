@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from ..checks import NON_NEGATIVE_INT, POSITIVE_INT, arg_type
+from ..checks import BEAM, VOCABULARY, arg_type, between
+from ..data.parallel import decode_lines, read_lines
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import (
     CLIError,
@@ -79,10 +80,10 @@ def _looks_english(text: str) -> bool:
     return sum(w in common for w in words) / len(words) > 0.3
 
 
-def _read_lines(stream) -> list[str]:
-    """Non-empty stripped lines of a file or stdin (here rather than tasks.translation.read_lines,
-    which would import torch on the CTranslate2 path)."""
-    return [line.strip() for line in stream if line.strip()]
+def _read_lines(lines) -> list[str]:
+    """The non-empty lines of :func:`attnkit.data.parallel.read_lines` or ``decode_lines``, stripped
+    (a line that is not UTF-8 or holds a NUL byte is an error naming it)."""
+    return [line.strip() for _, line in lines if line.strip()]
 
 
 def cmd_translate(args) -> None:
@@ -91,13 +92,9 @@ def cmd_translate(args) -> None:
     _output(args.html, "--html")
     sentences = list(args.text)
     if args.file:
-        try:
-            with open(args.file, encoding="utf-8") as fh:
-                sentences += _read_lines(fh)
-        except OSError as exc:
-            raise CLIError(f"cannot read {args.file}: {exc.strerror}") from None
+        sentences += _read_lines(read_lines(args.file))
     if not sentences and not sys.stdin.isatty():
-        sentences = _read_lines(sys.stdin)
+        sentences = _read_lines(decode_lines(sys.stdin.buffer, "<stdin>"))
     if not sentences or not any(s.strip() for s in sentences):
         raise CLIError("nothing to translate: give source-language text as arguments, with --file, or on stdin")
     for s in sentences:
@@ -185,7 +182,7 @@ def add_parser(sub) -> None:
     tr.add_argument("text", nargs="*", help="sentences in the model's source language (or --file, or stdin)")
     _add_model_flag(tr, DEFAULT_TRANSLATION_MODEL)
     tr.add_argument("--file", default=None, help="read sentences from this file, one per line (default: none)")
-    tr.add_argument("--beam", type=arg_type(POSITIVE_INT, "beam"), default=5, help="beam size, 1 = greedy (default: 5)")
+    tr.add_argument("--beam", type=arg_type(BEAM, "beam"), default=5, help="beam size, 1 = greedy (default: 5)")
     tr.add_argument(
         "--show-attention", action="store_true", help="print the top source pieces of each output piece (default: off)"
     )
@@ -225,13 +222,13 @@ def add_shortlist_parser(sub) -> None:
     )
     sl.add_argument(
         "--frequent",
-        type=arg_type(NON_NEGATIVE_INT, "frequent"),
+        type=arg_type(between(0, VOCABULARY.high, integer=True), "frequent"),
         default=DEFAULT_FREQUENT,
         help=f"the most common target pieces always in the list (default: {DEFAULT_FREQUENT})",
     )
     sl.add_argument(
         "--per-source",
-        type=arg_type(POSITIVE_INT, "per_source"),
+        type=arg_type(between(1, VOCABULARY.high, integer=True), "per_source"),
         default=DEFAULT_PER_SOURCE,
         help=f"target pieces per source piece, by Dice association (default: {DEFAULT_PER_SOURCE})",
     )

@@ -49,6 +49,7 @@ __all__ = [
     "bible_path",
     "clean_osis",
     "fix_drop_caps",
+    "get_tokenizer",
     "load_pairs",
     "pair_verses",
     "prepare_bible",
@@ -476,6 +477,19 @@ def load_pairs(split: str, home: str | os.PathLike | None = None, limit: int | N
         if fields[0] == split:
             pairs.append(Pair(fields[4], fields[5], f"{fields[1]} {fields[2]}:{fields[3]}"))
     return pairs
+
+
+def get_tokenizer(vocab_size: int = 8000, home: str | os.PathLike | None = None):
+    """The Bible's joint Spanish+English sentencepiece model (a :class:`attnkit.data.tokenizer.Tokenizer`),
+    trained on its training split once and cached under ``$ATTNKIT_HOME/bible/spm-joint-{vocab_size}``."""
+    from .tokenizer import MODEL_FILENAME, Tokenizer  # sentencepiece, only when a tokenizer is asked for
+
+    folder = attnkit_home(home) / "bible" / f"spm-joint-{vocab_size}"
+    if (folder / MODEL_FILENAME).is_file():
+        return Tokenizer.load(folder)
+    train = load_pairs("train", home=home)
+    texts = [p.src for p in train] + [p.tgt for p in train]
+    return Tokenizer.train(texts, folder, vocab_size=vocab_size)
 
 
 def _main(argv: list[str]) -> None:

@@ -5,8 +5,11 @@ calls :func:`prepare_parallel`, which, like OpenNMT-py's ``onmt_build_vocab`` an
 ``fairseq-preprocess`` together:
 
 1. reads the files (:mod:`attnkit.data.parallel`: aligned text or TSV, ``.gz``, BOM, CRLF), strips
-   each sentence and turns tabs into spaces, and drops pairs empty on a side or longer than
-   ``max_words`` words on a side, counting both;
+   each sentence and turns tabs into spaces, and drops the pairs it cannot use, counting each reason
+   and keeping the first line numbers (:data:`DROPPED_REASONS`): a side empty, a side holding a NUL
+   byte, a side over ``max_words`` words or over ``max_chars`` characters. Nothing dropped reaches
+   sentencepiece, whose trainer otherwise stops on such lines with an ``INTERNAL`` error that names
+   no line. See :func:`prepare_parallel` for what is dropped and what is refused, and why;
 2. without ``--valid``/``--test``, holds out a deterministic share of the pairs: a pair goes by the
    SHA-256 of its source sentence, so duplicates of a source sentence always land in the same
    split and the split is the same on every machine. Each missing split gets
@@ -53,10 +56,14 @@ from .tokenizer import Tokenizer
 
 __all__ = [
     "BIBLE",
+    "DEFAULT_MAX_CHARS",
+    "DEFAULT_MAX_WORDS",
+    "DROPPED_REASONS",
     "Corpus",
     "CorpusError",
     "UnknownCorpusError",
     "corpora_dir",
+    "describe_dropped",
     "known_corpora",
     "open_corpus",
     "prepare_parallel",
@@ -66,6 +73,15 @@ BIBLE = "bible"
 FORMAT_VERSION = 1
 #: Pairs with more words than this on either side are dropped (and counted) by default.
 DEFAULT_MAX_WORDS = 250
+#: Pairs with more characters than this on either side are dropped (and counted) by default: the
+#: words cap misses a line with few spaces (a URL list, base64, a script without spaces) that can be
+#: megabytes long. 250 words of even long-worded text stay under it.
+DEFAULT_MAX_CHARS = 2000
+#: Why a pair is dropped, as ``meta.json`` counts it per split: a side empty, a side with a NUL byte,
+#: a side over ``max_words`` words, a side over ``max_chars`` characters.
+DROPPED_REASONS = ("empty", "nul", "too_long", "too_many_chars")
+#: How many line numbers per reason ``meta.json`` keeps (and the command prints).
+DROPPED_LINES_KEPT = 5
 #: The share of pairs a missing held-out split takes, and the most pairs it takes.
 HELDOUT_SHARE = 0.03
 HELDOUT_MAX = 2000
@@ -173,7 +189,7 @@ class Corpus:
         a prepared corpus has its own, and ``vocab_size`` must be ``None`` or its size.
         """
         if self.path is None:
-            from ..tasks.translation.data import get_tokenizer
+            from .bible import get_tokenizer
 
             tok = get_tokenizer(vocab_size or 8000, self.home)
             return tok, tok
@@ -246,16 +262,49 @@ def _check_files(option: str, files) -> tuple[Path, ...] | None:
     return files
 
 
-def _read_split(files: tuple[Path, ...], max_words: int, dropped: dict) -> Iterator[tuple[int, str, str]]:
-    """The kept pairs of ``files``: cleaned, neither side empty nor over ``max_words`` words."""
-    for lineno, src, tgt in read_parallel(files):
+def _read_split(
+    files: tuple[Path, ...], max_words: int, max_chars: int, dropped: dict, dropped_lines: dict
+) -> Iterator[tuple[int, str, str]]:
+    """The kept pairs of ``files``, cleaned; the others counted by reason in ``dropped`` (the first
+    :data:`DROPPED_LINES_KEPT` line numbers in ``dropped_lines``): see :data:`DROPPED_REASONS`."""
+    for lineno, src, tgt in read_parallel(files, allow_nul=True):
         src, tgt = _clean(src), _clean(tgt)
         if not src or not tgt:
-            dropped["empty"] += 1
+            reason = "empty"
+        elif "\0" in src or "\0" in tgt:
+            reason = "nul"
+        elif len(src) > max_chars or len(tgt) > max_chars:  # before splitting a megabyte line into words
+            reason = "too_many_chars"
         elif len(src.split()) > max_words or len(tgt.split()) > max_words:
-            dropped["too_long"] += 1
+            reason = "too_long"
         else:
             yield lineno, src, tgt
+            continue
+        dropped[reason] += 1
+        if len(dropped_lines[reason]) < DROPPED_LINES_KEPT:
+            dropped_lines[reason].append(lineno)
+
+
+def describe_dropped(meta: dict, split: str) -> str:
+    """One phrase of what a prepare dropped from ``split`` and why, with the first line numbers
+    ("2 with a NUL byte (lines 10, 40); 1 over 2000 characters (line 7)"); "nothing" when nothing."""
+    counts, lines = meta["dropped"][split], meta.get("dropped_lines", {}).get(split, {})
+    what = {
+        "empty": "empty on a side",
+        "nul": "with a NUL byte",
+        "too_long": f"over {meta['max_words']} words",
+        "too_many_chars": f"over {meta.get('max_chars')} characters",
+    }
+    parts = []
+    for reason in DROPPED_REASONS:
+        n = counts.get(reason, 0)
+        if n:
+            where = lines.get(reason, [])
+            shown = ", ".join(map(str, where)) + (", ..." if n > len(where) else "")
+            parts.append(
+                f"{n} {what[reason]} ({'line' if n == 1 else 'lines'} {shown})" if where else f"{n} {what[reason]}"
+            )
+    return "; ".join(parts) or "nothing"
 
 
 def _train_tokenizers(folder: Path, vocab_size: int, separate: bool, sample: int, n: int) -> tuple[bytes, bytes]:
@@ -275,6 +324,12 @@ def _train_tokenizers(folder: Path, vocab_size: int, separate: bool, sample: int
         try:
             return Tokenizer.train(texts, vocab_size=vocab_size)
         except RuntimeError as exc:  # e.g. a vocabulary bigger than the text allows
+            most = re.search(r"value <= (\d+)", str(exc))
+            if most:  # sentencepiece's "INTERNAL: trainer_interface.cc(...) Vocabulary size too high"
+                raise CorpusError(
+                    f"--vocab-size {vocab_size}: the training text has too few distinct pieces for it; sentencepiece "
+                    f"can make at most {most.group(1)}: give --vocab-size {most.group(1)} or less, or more text"
+                ) from None
             raise CorpusError(f"sentencepiece could not train a {vocab_size}-piece vocabulary: {exc}") from None
 
     if separate:
@@ -322,6 +377,7 @@ def prepare_parallel(
     vocab_size: int = 8000,
     separate_vocab: bool = False,
     max_words: int = DEFAULT_MAX_WORDS,
+    max_chars: int = DEFAULT_MAX_CHARS,
     home: str | os.PathLike | None = None,
     force: bool = False,
     workers: int | None = None,
@@ -330,9 +386,24 @@ def prepare_parallel(
     """Prepare ``$ATTNKIT_HOME/corpora/NAME`` from the user's files (see the module docstring).
 
     ``train``/``valid``/``test``: ``(SRC, TGT)`` aligned files or ``(PAIRS.tsv,)``. Returns the
-    prepared :class:`Corpus`; its ``meta`` holds the counts (kept, dropped empty / too long, test
-    sources found in the training data). Bad input is a :class:`CorpusError` or
+    prepared :class:`Corpus`; its ``meta`` holds the counts (kept; dropped, by reason, with the first
+    line numbers; test sources found in the training data). Bad input is a :class:`CorpusError` or
     :class:`attnkit.data.parallel.ParallelDataError`, raised before anything is in place.
+
+    What is dropped (and counted) and what is refused, line by line:
+
+    - **dropped**: a pair with a side that is empty, holds a NUL byte, or is over ``max_words`` words
+      or ``max_chars`` characters. Each is a fault of that one line (a blank, a stray binary
+      fragment, a misaligned paragraph or a line of markup), common in crawled corpora, and the rest
+      of the file is good; OpenNMT-py's filters and Moses' ``clean-corpus-n.perl`` drop the same. A
+      file where every pair is dropped (a UTF-16 file is NUL on every line) ends in a
+      :class:`CorpusError` that gives the counts.
+    - **refused**: a byte sequence that is not UTF-8, as a :class:`ParallelDataError` naming file,
+      line and byte offset. It is a fault of the whole file (another encoding, Latin-1 most often),
+      whose every accented line would be dropped, silently skewing the corpus towards ASCII
+      sentences; the message gives the one ``iconv`` command that fixes it (or drops the damaged
+      bytes, for a file with a few). Also refused: a TSV line without exactly two columns, and
+      aligned files of different lengths, after which no line pairs are known to be translations.
     """
     from .token_cache import build_token_cache, token_dtype
 
@@ -345,8 +416,9 @@ def prepare_parallel(
             raise CorpusError(f"--{option} {lang!r}: give a language code such as en, de, pt-BR, eng")
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 300:
         raise CorpusError(f"--vocab-size must be an int >= 300 (260 pieces are bytes and specials), got {vocab_size!r}")
-    if isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 1:
-        raise CorpusError(f"--max-words must be a positive int, got {max_words!r}")
+    for option, value in (("max-words", max_words), ("max-chars", max_chars)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CorpusError(f"--{option} must be a positive int, got {value!r}")
     files = {"train": _check_files("train", train), "valid": _check_files("valid", valid)}
     files["test"] = _check_files("test", test)
     if files["train"] is None:
@@ -367,7 +439,8 @@ def prepare_parallel(
     tmp.mkdir()
     start = time.perf_counter()
     try:
-        dropped = {split: {"empty": 0, "too_long": 0} for split in SPLITS}
+        dropped = {split: dict.fromkeys(DROPPED_REASONS, 0) for split in SPLITS}
+        dropped_lines: dict = {split: {reason: [] for reason in DROPPED_REASONS} for split in SPLITS}
         counts = dict.fromkeys(SPLITS, 0)
         test_sources: set[bytes] = set()
         with contextlib.ExitStack() as stack:
@@ -379,7 +452,9 @@ def prepare_parallel(
 
             for split in ("test", "valid"):  # the given held-out files first: train is checked against test
                 if files[split] is not None:
-                    for lineno, src, tgt in _read_split(files[split], max_words, dropped[split]):
+                    for lineno, src, tgt in _read_split(
+                        files[split], max_words, max_chars, dropped[split], dropped_lines[split]
+                    ):
                         write(split, src, tgt, lineno)
                         if split == "test":
                             test_sources.add(hashlib.sha1(src.encode()).digest())
@@ -391,7 +466,9 @@ def prepare_parallel(
                 n_lines = count_lines(files["train"][0])
                 share = min(HELDOUT_SHARE, HELDOUT_MAX / max(n_lines, 1))
             seen_in_train = 0
-            for lineno, src, tgt in _read_split(files["train"], max_words, dropped["train"]):
+            for lineno, src, tgt in _read_split(
+                files["train"], max_words, max_chars, dropped["train"], dropped_lines["train"]
+            ):
                 split = "train"
                 if missing:
                     u = _heldout_bucket(src)
@@ -403,10 +480,11 @@ def prepare_parallel(
                     seen_in_train += hashlib.sha1(src.encode()).digest() in test_sources
                 write(split, src, tgt, lineno)
         if counts["train"] == 0:
-            raise CorpusError(
-                f"{files['train'][0]}: no training pair left (dropped {dropped['train']['empty']} empty, "
-                f"{dropped['train']['too_long']} over {max_words} words)"
+            gone = describe_dropped(
+                {"dropped": dropped, "dropped_lines": dropped_lines, "max_words": max_words, "max_chars": max_chars},
+                "train",
             )
+            raise CorpusError(f"{files['train'][0]}: no training pair left (dropped {gone})")
         src_proto, tgt_proto = _train_tokenizers_apart(
             tmp, vocab_size, separate_vocab, spm_max_sentences, counts["train"]
         )
@@ -434,7 +512,9 @@ def prepare_parallel(
             },
             "splits": counts,
             "dropped": dropped,
+            "dropped_lines": dropped_lines,
             "max_words": max_words,
+            "max_chars": max_chars,
             "test_sources_in_train": seen_in_train,
             "vocab_size": real_vocab,
             "separate_vocab": bool(separate_vocab),

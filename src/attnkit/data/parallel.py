@@ -9,8 +9,15 @@ Two layouts, as OpenNMT-py, fairseq and Marian take them:
 Either may be gzip-compressed (detected by the ``.gz`` suffix or the gzip magic bytes). Text is
 UTF-8, with or without a byte-order mark; lines end in ``\\n`` or ``\\r\\n``. Lines are read as bytes
 and decoded one by one, so a file of any size streams, and a byte that is not UTF-8 is reported
-with its file and line. Every problem is a :class:`ParallelDataError`, a one-line message naming
-the file (both files, with both counts, when aligned files differ in length) and the line.
+with its file, its line and its byte offset in the file. Every problem is a :class:`ParallelDataError`,
+a one-line message naming the file (both files, with both counts, when aligned files differ in
+length) and the line.
+
+:func:`read_lines` is also how every other command reads a user's text file (``translate --file``,
+``align``, ``evaluate``'s ``--src``/``--ref``/``--gold``, guided-alignment links), so each file
+problem reads the same everywhere. A NUL byte is refused there too (named by line and offset): no
+text has one, and a file that does is binary, UTF-16, or damaged; :mod:`attnkit.data.corpus` asks
+for the NUL lines instead (``allow_nul=True``) to drop and count them.
 
 Nothing is dropped here: :func:`read_parallel` yields every line pair, empty ones included; the
 caller (:mod:`attnkit.data.corpus`) decides what to keep and counts what it drops.
@@ -20,12 +27,12 @@ from __future__ import annotations
 
 import gzip
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..errors import AttnkitError
 
-__all__ = ["ParallelDataError", "count_lines", "read_lines", "read_parallel"]
+__all__ = ["ParallelDataError", "count_lines", "decode_lines", "read_lines", "read_parallel"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _BOM = "\ufeff"
@@ -48,25 +55,49 @@ def _open_binary(path: Path):
         raise ParallelDataError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-def read_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+def decode_lines(
+    raw_lines: Iterable[bytes], name: str | os.PathLike, *, allow_nul: bool = False, offset_note: str = ""
+) -> Iterator[tuple[int, str]]:
+    """``(line number from 1, text)`` of each line of a byte stream (a file opened in binary mode,
+    ``sys.stdin.buffer``), decoded as UTF-8, without the line ending and a leading byte-order mark.
+
+    A byte sequence that is not UTF-8, or a NUL byte unless ``allow_nul``, is a :class:`ParallelDataError`
+    naming ``name``, the line, and the byte offset from the start of the stream (``offset_note`` says
+    what that offset counts, e.g. "of the uncompressed text" for a ``.gz`` file)."""
+    offset = 0  # bytes of the stream before this line
+    for n, raw in enumerate(raw_lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ParallelDataError(
+                f"{name}:{n}: not valid UTF-8: byte 0x{raw[exc.start]:02x} at byte offset {offset + exc.start}"
+                f"{offset_note} (column {exc.start + 1} of line {n}); convert the file to UTF-8 (e.g. iconv -f "
+                "LATIN1 -t UTF-8), or drop the damaged bytes (iconv -c -f UTF-8 -t UTF-8)"
+            ) from None
+        if not allow_nul and "\0" in line:
+            col = raw.index(b"\0")
+            raise ParallelDataError(
+                f"{name}:{n}: a NUL byte at byte offset {offset + col}{offset_note} (column {col + 1} of line {n}); "
+                "text has none: the file is binary, UTF-16 (convert it: iconv -f UTF-16 -t UTF-8), or damaged"
+            )
+        offset += len(raw)
+        if n == 1 and line.startswith(_BOM):
+            line = line[1:]
+        yield n, line.rstrip("\n").removesuffix("\r")
+
+
+def read_lines(path: str | os.PathLike, *, allow_nul: bool = False) -> Iterator[tuple[int, str]]:
     """``(line number from 1, text)`` of every line of a UTF-8 text file (``.gz`` too), without the
     line ending (``\\n`` or ``\\r\\n``) and without a leading byte-order mark. A file with no line at
-    all, or a byte sequence that is not UTF-8, is a :class:`ParallelDataError` naming file and line."""
+    all, a byte sequence that is not UTF-8, or a NUL byte (unless ``allow_nul``) is a
+    :class:`ParallelDataError` naming the file, the line and the byte offset (:func:`decode_lines`)."""
     path = Path(path)
     n = 0
     with _open_binary(path) as f:
+        note = " of the uncompressed text" if isinstance(f, gzip.GzipFile) else ""
         try:
-            for n, raw in enumerate(f, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise ParallelDataError(
-                        f"{path}:{n}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
-                        "convert the file to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8)"
-                    ) from None
-                if n == 1 and line.startswith(_BOM):
-                    line = line[1:]
-                yield n, line.rstrip("\n").removesuffix("\r")
+            for n, line in decode_lines(f, path, allow_nul=allow_nul, offset_note=note):
+                yield n, line
         except (OSError, EOFError, gzip.BadGzipFile) as exc:
             raise ParallelDataError(f"{path}:{n + 1}: cannot read: {exc}") from None
     if n == 0:
@@ -87,8 +118,29 @@ def count_lines(path: str | os.PathLike) -> int:
     return n + (last != b"\n")
 
 
+_WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff")  # UTF-16 (and UTF-32 LE) byte-order marks
+
+
+def _check_not_wide(path: Path) -> None:
+    """A file that starts with a UTF-16 byte-order mark (Windows' "Unicode" text) is refused by name
+    before its lines are counted: its newlines are two bytes, so a line count would mislead."""
+    with _open_binary(path) as f:
+        try:
+            head = f.read(2)
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise ParallelDataError(f"{path}: cannot read: {exc}") from None
+    if head in _WIDE_BOMS:
+        raise ParallelDataError(
+            f"{path}:1: not valid UTF-8: byte 0x{head[0]:02x} at byte offset 0 (a UTF-16 byte-order mark); "
+            "convert the file to UTF-8 (iconv -f UTF-16 -t UTF-8)"
+        )
+
+
 def _check_aligned(src: Path, tgt: Path) -> None:
-    """Both files there, not empty, and of the same number of lines (checked before reading any)."""
+    """Both files there, UTF-8 rather than UTF-16, not empty, and of the same number of lines
+    (checked before reading any)."""
+    _check_not_wide(src)
+    _check_not_wide(tgt)
     n_src, n_tgt = count_lines(src), count_lines(tgt)
     for path, n in ((src, n_src), (tgt, n_tgt)):
         if n == 0:
@@ -100,13 +152,13 @@ def _check_aligned(src: Path, tgt: Path) -> None:
         )
 
 
-def _read_aligned(src: Path, tgt: Path) -> Iterator[tuple[int, str, str]]:
-    for (n, a), (_, b) in zip(read_lines(src), read_lines(tgt)):
+def _read_aligned(src: Path, tgt: Path, allow_nul: bool) -> Iterator[tuple[int, str, str]]:
+    for (n, a), (_, b) in zip(read_lines(src, allow_nul=allow_nul), read_lines(tgt, allow_nul=allow_nul)):
         yield n, a, b
 
 
-def _read_tsv(path: Path) -> Iterator[tuple[int, str, str]]:
-    for n, line in read_lines(path):
+def _read_tsv(path: Path, allow_nul: bool) -> Iterator[tuple[int, str, str]]:
+    for n, line in read_lines(path, allow_nul=allow_nul):
         if not line.strip():
             yield n, "", ""  # a blank line: an empty pair, dropped and counted by the caller
             continue
@@ -116,16 +168,19 @@ def _read_tsv(path: Path) -> Iterator[tuple[int, str, str]]:
         yield n, fields[0], fields[1]
 
 
-def read_parallel(files: tuple[str | os.PathLike, ...] | list) -> Iterator[tuple[int, str, str]]:
+def read_parallel(
+    files: tuple[str | os.PathLike, ...] | list, *, allow_nul: bool = False
+) -> Iterator[tuple[int, str, str]]:
     """``(line number, source, target)`` of every line pair of ``files``: ``(SRC, TGT)``, two aligned
     text files, or ``(PAIRS.tsv,)``, one two-column TSV file. Sentences are returned as read (the
-    line ending removed); empty lines give empty strings."""
+    line ending removed); empty lines give empty strings. A NUL byte is an error unless ``allow_nul``
+    (then the line is returned with it, for the caller to drop)."""
     files = tuple(Path(f) for f in files)
     if len(files) == 2:
         _check_aligned(*files)
-        return _read_aligned(*files)
+        return _read_aligned(*files, allow_nul)
     if len(files) == 1:
         if count_lines(files[0]) == 0:
             raise ParallelDataError(f"{files[0]}: the file is empty")
-        return _read_tsv(files[0])
+        return _read_tsv(files[0], allow_nul)
     raise ParallelDataError(f"give two aligned files (SRC TGT) or one TSV file, got {len(files)} files")

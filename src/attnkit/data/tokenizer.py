@@ -26,7 +26,10 @@ from ..paths import atomic_write_bytes
 
 __all__ = ["BOS_ID", "EOS_ID", "MODEL_FILENAME", "PAD_ID", "UNK_ID", "Tokenizer", "encode_sources"]
 
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+PAD_ID = 0  # the special pieces' ids, fixed when sentencepiece is trained (one name each, for the API reference)
+BOS_ID = 1
+EOS_ID = 2
+UNK_ID = 3
 MODEL_FILENAME = "tokenizer.model"
 MODEL_TYPES = ("unigram", "bpe")
 

@@ -6,8 +6,15 @@
 - :mod:`attnkit.deploy.ct2_engine`: translates with such an export; it imports only
   ``ctranslate2`` and ``sentencepiece`` (no torch), so a one-sentence ``attnkit translate
   --engine ctranslate2`` starts in a fraction of a second.
+- :mod:`attnkit.deploy.hf_export`: ``attnkit export MODEL OUT --format huggingface`` writes a
+  Transformer translator as a stock ``transformers`` model folder (Marian if post-norm, Pegasus if
+  pre-norm) that ``AutoModelForSeq2SeqLM`` loads; :mod:`attnkit.deploy.hf_tokenizer` writes its
+  ``tokenizer.json`` from the sentencepiece model. ``transformers`` is imported only while exporting.
 - :mod:`attnkit.deploy.manifest`: the small JSON (``attnkit.json``) that travels beside the
-  engine's files: the tokenizer's digest, the language pair, the length penalty, the decoding limits.
+  engine's files: the tokenizer's digest, the language pair, the length penalty, the decoding limits,
+  and the list of the files the export wrote.
+- :mod:`attnkit.deploy.output_folder`: ``--force`` replaces only a folder an earlier export wrote
+  (``check_output_folder``, ``replace_output_folder``), for every export format.
 
 This package's ``__init__`` imports nothing, so the torch-free path stays torch-free.
 """

@@ -37,10 +37,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import __version__
 from ..attention.positional import sinusoidal_encoding
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
+from ..version import __version__
 from .manifest import DeployError, tokenizer_sha256, write_manifest
+from .output_folder import check_output_folder, replace_output_folder
 
 __all__ = [
     "CT2_LENGTH_PENALTY",
@@ -309,8 +310,7 @@ def export_ctranslate2(
     _check_model_type(str(config.get("model_type", "?")))
     if not (model_dir / MODEL_FILENAME).is_file():
         raise DeployError(f"{model_dir} has no {MODEL_FILENAME}: it is not a translation model")
-    if out.exists() and any(out.iterdir()) and not force:
-        raise DeployError(f"{out} exists and is not empty; choose another folder or pass --force")
+    check_output_folder(out, force=force)  # before the work; again before anything is replaced
     model, _, _ = load_model(model_dir)
     model.eval()
     tokenizer = Tokenizer.load(model_dir)
@@ -347,8 +347,5 @@ def export_ctranslate2(
                 "alignment": alignment_manifest(c),
             },
         )
-        if out.exists():
-            shutil.rmtree(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(staging), str(out))
+        replace_output_folder(staging, out, force=force)
     return out

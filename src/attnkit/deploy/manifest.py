@@ -10,7 +10,9 @@ of attnkit's:
 - ``length_penalty``: the ``α`` of the engine's own length penalty, and the GNMT ``α`` attnkit
   searches with (the two formulas differ: see :mod:`attnkit.deploy.ct2_engine`);
 - ``max_src_len``, ``max_len``: the longest source accepted, the most tokens decoded;
-- ``alignment``: which cross-attention the engine returns as the alignment.
+- ``alignment``: which cross-attention the engine returns as the alignment;
+- ``files``: every file the export wrote, the only ones ``attnkit export --force`` replaces
+  (:mod:`attnkit.deploy.output_folder`).
 
 Torch-free: it imports only the standard library.
 """
@@ -41,10 +43,19 @@ def tokenizer_sha256(path: str | os.PathLike) -> str:
 
 
 def write_manifest(folder: str | os.PathLike, manifest: dict) -> Path:
-    """Write ``folder/attnkit.json`` (``format`` and ``version`` added)."""
-    path = Path(folder) / FILENAME
+    """Write ``folder/attnkit.json`` (``format`` and ``version`` added, and ``files``: every file already
+    in ``folder``, so an export writes its manifest last). The list is what ``attnkit export --force``
+    may replace later, and nothing else (:mod:`attnkit.deploy.output_folder`)."""
+    folder = Path(folder)
+    files = sorted(
+        rel
+        for p in folder.rglob("*")
+        if (p.is_symlink() or not p.is_dir()) and (rel := p.relative_to(folder).as_posix()) != FILENAME
+    )
+    path = folder / FILENAME
     path.write_text(
-        json.dumps({"format": FORMAT, "version": VERSION, **manifest}, indent=2, ensure_ascii=False) + "\n",
+        json.dumps({"format": FORMAT, "version": VERSION, "files": files, **manifest}, indent=2, ensure_ascii=False)
+        + "\n",
         encoding="utf-8",
     )
     return path

@@ -46,7 +46,7 @@ from torch import Tensor, nn
 
 from ..attention import Attention, PreparedMemory
 from ..attention.scores import SCORE_ALIASES, canonical_score_name
-from ..checks import PROBABILITY, Range, check_fields
+from ..checks import CANVAS, FRACTION, LOSS_WEIGHT, PROBABILITY, WIDTH, Range, between, check_fields
 from ..config import ConfigRecord, option
 from ..decoding import PER_SOURCE, reorder_state
 from ..errors import ConfigError
@@ -95,29 +95,31 @@ class CaptionerConfig(ConfigRecord):
     """
 
     vocab_size: int = option(32, "vocabulary size (set from the scenes' vocabulary)", cli=False, check=Range(4))
-    canvas: int = option(64, "canvas size in pixels (the scenes' and the input images')")
+    canvas: int = option(64, "canvas size in pixels (the scenes' and the input images')", check=CANVAS)
     channels: list = option(
         default_factory=lambda: list(ENCODER_CHANNELS), help="conv block widths (each halves the image)", cli=False
     )
-    feature_dim: int = option(128, "content features per grid cell")
-    pos_dim: int = option(32, "learned position vector per cell (0: none)")
+    feature_dim: int = option(128, "content features per grid cell", check=WIDTH)
+    pos_dim: int = option(32, "learned position vector per cell (0: none)", check=between(0, WIDTH.high, integer=True))
     grid: int = option(8, "the grid is grid × grid cells (set from the canvas)", cli=False)
-    emb_dim: int = option(64, "word embedding size")
-    hidden_dim: int = option(256, "LSTM size")
-    attn_dim: int = option(128, "the additive score's tanh layer size")
+    emb_dim: int = option(64, "word embedding size", check=WIDTH)
+    hidden_dim: int = option(256, "LSTM size", check=WIDTH)
+    attn_dim: int = option(128, "the additive score's tanh layer size", check=WIDTH)
     score: str = option("additive", "the score function", choices=tuple(SCORE_ALIASES))
     attention: str = option(
         "soft", "soft (deterministic) or hard (stochastic, REINFORCE) attention", choices=ATTENTION_MODES
     )
     dropout: float = option(0.1, "dropout on embeddings and the deep output", check=PROBABILITY)
-    lambda_ds: float = option(0.2, "weight of the doubly stochastic regularisation (soft)")
-    entropy_coef: float = option(0.01, "entropy bonus (hard)")
-    baseline_decay: float = option(0.9, "decay of the moving-average reward baseline (hard)")
-    reinforce_weight: float = option(1.0, "weight λ_r of the REINFORCE term (hard)")
+    lambda_ds: float = option(0.2, "weight of the doubly stochastic regularisation (soft)", check=LOSS_WEIGHT)
+    entropy_coef: float = option(0.01, "entropy bonus (hard)", check=LOSS_WEIGHT)
+    baseline_decay: float = option(0.9, "decay of the moving-average reward baseline (hard)", check=FRACTION)
+    reinforce_weight: float = option(1.0, "weight λ_r of the REINFORCE term (hard)", check=LOSS_WEIGHT)
     context_to_lstm: bool = option(
         False, "feed the context into the LSTM too (Xu et al.); by default only the output sees it"
     )
-    hard_soft_mix: float = option(0.5, "hard, training: share of sentences that read the expected context")
+    hard_soft_mix: float = option(
+        0.5, "hard, training: share of sentences that read the expected context", check=FRACTION
+    )
     max_len: int = option(32, "longest caption generated", cli=False)
     pad_id: int = option(0, "padding token id", cli=False)
     bos_id: int = option(1, "beginning-of-caption token id", cli=False)

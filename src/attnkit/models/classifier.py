@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from ..checks import POSITIVE, Range, check_fields
+from ..checks import CANVAS, WIDTH, Range, check_fields
 from ..config import ConfigRecord, option
 from .captioner import ENCODER_CHANNELS, CNNEncoder, encoder_channels
 from .registry import ConfiguredModel, register_model
@@ -19,9 +19,9 @@ class ClassifierConfig(ConfigRecord):
     """A Fashion-MNIST classifier whose conv trunk and head have the captioner encoder's layout."""
 
     channels: list = option(default_factory=lambda: list(ENCODER_CHANNELS), help="conv block widths", cli=False)
-    feature_dim: int = option(128, "features before the class layer", check=POSITIVE)
+    feature_dim: int = option(128, "features before the class layer", check=WIDTH)
     num_classes: int = option(10, "classes", cli=False, check=Range(2))
-    canvas: int = option(32, "canvas size in pixels (photos pasted at random offsets)", check=POSITIVE)
+    canvas: int = option(32, "canvas size in pixels (photos pasted at random offsets)", check=CANVAS)
 
     def __post_init__(self) -> None:
         self.channels = encoder_channels(self.channels)

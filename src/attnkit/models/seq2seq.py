@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from ..attention import Attention, PreparedMemory, padding_mask
 from ..attention.scores import SCORE_ALIASES, canonical_score_name
-from ..checks import POSITIVE, PROBABILITY, Range, check_fields
+from ..checks import POSITIVE, PROBABILITY, WIDTH, Range, check_fields
 from ..config import ConfigRecord, option
 from ..decoding import PER_SOURCE, reorder_state
 from ..errors import ConfigError
@@ -62,17 +62,17 @@ class Seq2SeqConfig(LanguagePair, ConfigRecord):
     flag_label = "rnn"  # how --help names this config's defaults
 
     vocab_size: int = option(8000, "vocabulary size (set from the tokenizer)", cli=False, check=Range(4))
-    emb_dim: int = option(256, "RNN: word embedding size", check=POSITIVE)
+    emb_dim: int = option(256, "RNN: word embedding size", check=WIDTH)
     hidden_dim: int = option(
-        256, "RNN: GRU size (the decoder state; per encoder direction unless --encoder-dim)", check=POSITIVE
+        256, "RNN: GRU size (the decoder state; per encoder direction unless --encoder-dim)", check=WIDTH
     )
     encoder_dim: int | None = option(
         None,
         "RNN: encoder GRU size (per direction for RNNsearch; default hidden_dim). "
         "OpenNMT-py's brnn of size H has H/2 per direction",
-        check=POSITIVE,
+        check=WIDTH,
     )
-    attn_dim: int = option(256, "RNNsearch: size of the additive score's tanh layer", check=POSITIVE)
+    attn_dim: int = option(256, "RNNsearch: size of the additive score's tanh layer", check=WIDTH)
     score: str = option("additive", "RNNsearch: the score function", choices=tuple(SCORE_ALIASES))
     rnn_attention: str = option(
         "bahdanau",

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from ..attention import LearnedPositionalEncoding, SinusoidalPositionalEncoding, padding_mask
 from ..attention.transformer import DecoderLayerCache, TransformerDecoder, TransformerEncoder
-from ..checks import POSITIVE, POSITIVE_INT, PROBABILITY, Range, check_fields
+from ..checks import LAYERS, POSITIVE, PROBABILITY, WIDTH, Range, check_fields
 from ..config import ConfigRecord, option
 from ..decoding import PER_SOURCE
 from ..errors import ConfigError
@@ -61,11 +61,11 @@ class TransformerConfig(LanguagePair, ConfigRecord):
     flag_label = "transformer"  # how --help names this config's defaults
 
     vocab_size: int = option(8000, "vocabulary size (set from the tokenizer)", cli=False, check=Range(4))
-    d_model: int = option(256, "Transformer: model width (embeddings, every sub-layer)", check=POSITIVE)
-    nhead: int = option(4, "Transformer: attention heads per layer", check=POSITIVE)
-    num_encoder_layers: int = option(3, "Transformer: encoder layers", check=POSITIVE)
-    num_decoder_layers: int = option(3, "Transformer: decoder layers", check=POSITIVE)
-    dim_feedforward: int = option(1024, "Transformer: feed-forward inner size", check=POSITIVE)
+    d_model: int = option(256, "Transformer: model width (embeddings, every sub-layer)", check=WIDTH)
+    nhead: int = option(4, "Transformer: attention heads per layer", check=LAYERS)
+    num_encoder_layers: int = option(3, "Transformer: encoder layers", check=LAYERS)
+    num_decoder_layers: int = option(3, "Transformer: decoder layers", check=LAYERS)
+    dim_feedforward: int = option(1024, "Transformer: feed-forward inner size", check=WIDTH)
     dropout: float = option(0.1, "dropout on embeddings, attention weights and sub-layer outputs", check=PROBABILITY)
     norm_first: bool = option(True, "Transformer: pre-norm (LayerNorm before each sub-layer)")
     positional: str = option("sinusoidal", "Transformer: position encoding", choices=_POSITIONAL)
@@ -81,12 +81,12 @@ class TransformerConfig(LanguagePair, ConfigRecord):
         None,
         "Transformer: the cross-attention layer (1-based) that --guided-alignment supervises and `attnkit align "
         "--method guided` reads (with --guided-alignment, default: the penultimate)",
-        check=POSITIVE_INT,
+        check=LAYERS,
     )
     alignment_head: int | None = option(
         None,
         "Transformer: that layer's supervised head (1-based) (with --guided-alignment, default: 1)",
-        check=POSITIVE_INT,
+        check=LAYERS,
     )
 
     def __post_init__(self) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..checks import POSITIVE, check_fields
+from ..checks import COUNT, LEARNING_RATE, check_fields
 from ..config import option
 from ..data.scenes import PHOTO
 from ..device import to_device
@@ -33,8 +33,8 @@ class ClassifierTaskConfig(TaskConfig):
         "conv block widths, comma-separated (default: "
         f"{','.join(map(str, ENCODER_CHANNELS))}, the captioner encoder's layout)",
     )
-    batch_size: int = option(128, "photos per batch", check=POSITIVE)
-    lr: float = option(2e-3, "Adam's learning rate", check=POSITIVE)
+    batch_size: int = option(128, "photos per batch", check=COUNT)
+    lr: float = option(2e-3, "Adam's learning rate", check=LEARNING_RATE)
     model_config: ClassifierConfig = option(default_factory=ClassifierConfig, help="the classifier's config")
     run: RunConfig = run_options(out_dir="runs/classifier", epochs=2, save_every_steps=200)
 

@@ -48,11 +48,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load as _st_load
 from safetensors.torch import save as _st_save
 
-from attnkit import __version__
-
 from ..errors import AttnkitError
 from ..models.registry import build_model
 from ..paths import atomic_write_bytes, fsync_dir  # one atomic write for the package: temp file, fsync, os.replace
+from ..version import __version__
 
 __all__ = [
     "COMPLETE_NAME",

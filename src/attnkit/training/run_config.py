@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..checks import NON_NEGATIVE, POSITIVE, check_fields
+from ..checks import LAYERS, LOSS_WEIGHT, POSITIVE, SECONDS, SEED, STEPS, THREADS, check_fields
 from ..config import config_from_args, option
 
 __all__ = ["RunConfig", "TaskConfig", "run_options"]
@@ -28,23 +28,23 @@ class RunConfig:
     """How long, where and how a training run goes, whatever it trains (see :class:`attnkit.training.Trainer`)."""
 
     out_dir: str | None = option(None, "checkpoint folder (default: the task's, under runs/)")
-    epochs: int = option(10, "at most this many passes over the training data", check=POSITIVE)
-    max_steps: int | None = option(None, "stop after this many optimizer steps", check=POSITIVE)
-    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds", check=POSITIVE)
+    epochs: int = option(10, "at most this many passes over the training data", check=STEPS)
+    max_steps: int | None = option(None, "stop after this many optimizer steps", check=STEPS)
+    max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds", check=SECONDS)
     patience: int | None = option(
-        None, "stop after this many validations without a better validation score", check=POSITIVE
+        None, "stop after this many validations without a better validation score", check=STEPS
     )
     valid_every_steps: int | None = option(
         None,
         "also validate every this many steps (default: at the end of every epoch only); each validation "
         "shows its score on the progress line and takes time from a --max-time-s budget",
-        check=POSITIVE,
+        check=STEPS,
     )
-    save_every_steps: int = option(500, "write a step checkpoint this often", check=POSITIVE)
-    keep_last: int = option(3, "step checkpoints kept (keep at least K for export --average-last K)", check=POSITIVE)
-    clip_grad_norm: float = option(1.0, "clip the gradient norm to this (0: no clipping)", check=NON_NEGATIVE)
-    seed: int = option(0, "random seed (weights, batches, dropout, sampling)")
-    threads: int | None = option(None, "torch CPU threads (default: torch's choice)", check=POSITIVE)
+    save_every_steps: int = option(500, "write a step checkpoint this often", check=STEPS)
+    keep_last: int = option(3, "step checkpoints kept (keep at least K for export --average-last K)", check=LAYERS)
+    clip_grad_norm: float = option(1.0, "clip the gradient norm to this (0: no clipping)", check=LOSS_WEIGHT)
+    seed: int = option(0, "random seed (weights, batches, dropout, sampling)", check=SEED)
+    threads: int | None = option(None, "torch CPU threads (default: torch's choice)", check=THREADS)
     device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
     precision: str = option(
         "fp32",

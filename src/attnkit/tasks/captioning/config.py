@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ...checks import NON_NEGATIVE, POSITIVE, check_fields
+from ...checks import COUNT, LEARNING_RATE, between, check_fields
 from ...config import option
 from ...data.vocab import VOCAB_FILENAME
 from ...errors import ConfigError
@@ -29,18 +29,18 @@ class CaptioningConfig(TaskConfig):
     (one conv block halves it: ``canvas / 2^len(channels)``), in :func:`attnkit.tasks.captioning.build_captioner`.
     """
 
-    batch_size: int = option(32, "scenes per batch", check=POSITIVE)
-    lr: float = option(2e-3, "Adam's learning rate", check=POSITIVE)
+    batch_size: int = option(32, "scenes per batch", check=COUNT)
+    lr: float = option(2e-3, "Adam's learning rate", check=LEARNING_RATE)
     scenes_per_epoch: int | None = option(
         4000,
         "scenes (or image-caption pairs, with --captions) per epoch: a "
         "validation and a `best` checkpoint this often; 0: one whole pass",
-        check=NON_NEGATIVE,
+        check=between(0, COUNT.high, integer=True),
     )
     valid_scenes: int = option(
-        300, "validation scenes (or `val` images, with --captions) captioned at every validation", check=POSITIVE
+        300, "validation scenes (or `val` images, with --captions) captioned at every validation", check=COUNT
     )
-    limit_train: int | None = option(None, "train on the first N scenes (or images) only", check=POSITIVE)
+    limit_train: int | None = option(None, "train on the first N scenes (or images) only", check=COUNT)
     captions: str | None = option(
         None,
         "train on photos instead of the scenes: a Karpathy-split caption JSON "

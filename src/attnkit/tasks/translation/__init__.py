@@ -9,8 +9,9 @@ config), ``data`` (tokenizer, batches), ``loss``, ``inference`` (the wrapper peo
 translation``, ``translate``, ``evaluate translation``) calls these; so can a notebook.
 """
 
+from ...data.bible import get_tokenizer  # the Bible's joint tokenizer, re-exported here
 from .config import TRANSLATION_MODELS, TranslationConfig, model_config_class
-from .data import get_tokenizer, read_lines, translation_batches
+from .data import read_lines, translation_batches
 from .evaluate import evaluate_translation, evaluate_translator
 from .inference import Translation, TranslationAttention, Translator
 from .lexical_shortlist import LexicalShortlist, ShortlistError

@@ -26,6 +26,7 @@ import torch
 from ...alignment.extract import attention_links, column_links, shift_rows
 from ...alignment.symmetrize import SYMMETRIZATIONS, invert, symmetrize
 from ...alignment.words import span_attention
+from ...data.parallel import read_lines
 from ...errors import InputError
 from .guided import guided_input_step
 from .inference import Translator
@@ -278,10 +279,9 @@ def read_parallel(src_path, tgt_path) -> tuple[int, Iterator[tuple[list[str], li
             "the source and target files must have one sentence per line, in the same order"
         )
 
-    def pairs():
-        with open(src_path, encoding="utf-8") as fs, open(tgt_path, encoding="utf-8") as ft:
-            for line_s, line_t in zip(fs, ft):
-                yield line_s.split(), line_t.split()
+    def pairs():  # a line that is not UTF-8 or holds a NUL byte: a ParallelDataError naming file, line and offset
+        for (_, line_s), (_, line_t) in zip(read_lines(src_path), read_lines(tgt_path)):
+            yield line_s.split(), line_t.split()
 
     return counts[0], pairs()
 

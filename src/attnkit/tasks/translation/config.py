@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass
 
-from ...checks import POSITIVE, PROBABILITY, check_fields
+from ...checks import COUNT, LEARNING_RATE, MAX_LENGTH, POSITIVE_WEIGHT, PROBABILITY, STEPS, VOCABULARY, check_fields
 from ...config import config_from_dict, config_from_json, option, option_names
 from ...errors import ConfigError
 from ...models.registry import model_class
@@ -61,31 +61,31 @@ class TranslationConfig(TaskConfig):
         None,
         "bible: size of its joint sentencepiece vocabulary (default: 8000); "
         "a prepared corpus has its own (`data prepare parallel --vocab-size`)",
-        check=POSITIVE,
+        check=VOCABULARY,
     )
     max_len: int = option(
-        100, "drop training pairs longer than this many subword tokens; the model's longest source", check=POSITIVE
+        100, "drop training pairs longer than this many subword tokens; the model's longest source", check=MAX_LENGTH
     )
-    limit_train: int | None = option(None, "train on the first N training pairs only", check=POSITIVE)
+    limit_train: int | None = option(None, "train on the first N training pairs only", check=COUNT)
     batch_size: int | None = option(
         None,
         "at most this many verse pairs per batch (with neither this nor "
         "--max-tokens: the model's recipe, 2,048 tokens for the RNNs, 64 pairs "
         "for the Transformer)",
-        check=POSITIVE,
+        check=COUNT,
     )
-    max_tokens: int | None = option(None, "at most about this many padded tokens per batch", check=POSITIVE)
+    max_tokens: int | None = option(None, "at most about this many padded tokens per batch", check=COUNT)
     lr: float | None = option(
         None,
         "Adam's learning rate; for the Transformer the peak, reached at the end of "
         "warm-up (default: the model's recipe, 3e-3 for the RNNs, 1e-3 for the Transformer)",
-        check=POSITIVE,
+        check=LEARNING_RATE,
     )
     warmup_steps: int | None = option(
         None,
         "Transformer: linear warm-up steps before the 1/sqrt(step) decay (default: the recipe's 2,000; "
         "given, the schedule is kept as given, with a warning when the budget cannot finish the warm-up)",
-        check=POSITIVE,
+        check=STEPS,
     )
     lr_schedule: str = option(
         "auto",
@@ -98,13 +98,13 @@ class TranslationConfig(TaskConfig):
         0.05, "budget schedule: the share of the budget's steps spent warming up", check=PROBABILITY
     )
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", check=PROBABILITY)
-    valid_bleu_sentences: int = option(300, "validation verses translated for BLEU at every validation", check=POSITIVE)
+    valid_bleu_sentences: int = option(300, "validation verses translated for BLEU at every validation", check=COUNT)
     guided_alignment: str | None = option(
         None,
         "guided alignment (Garg et al. 2019): a file of Pharaoh word links, one line per training pair in "
         "order (`attnkit data links`), that one cross-attention head learns to follow",
     )
-    guided_alignment_weight: float = option(0.05, "λ, the weight of the guided alignment loss", check=POSITIVE)
+    guided_alignment_weight: float = option(0.05, "λ, the weight of the guided alignment loss", check=POSITIVE_WEIGHT)
     init_from: str | None = option(
         None,
         "fine-tune: start from this translation model's weights (a model name or a checkpoint folder) with a "

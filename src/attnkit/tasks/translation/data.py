@@ -1,18 +1,14 @@
-"""Translation data: the Bible's joint tokenizer, and resumable batches of similar-length pairs, from
+"""Translation data: resumable batches of similar-length pairs, from
 memory (:func:`translation_batches`) or from a memory-mapped token cache (:func:`cached_translation_batches`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from ...data.batching import BucketBatchSampler, Example, collate, example_lengths
-from ...data.bible import load_pairs
-from ...data.tokenizer import MODEL_FILENAME, Tokenizer
-from ...paths import attnkit_home
 from ...training.data import Batches
 
 
@@ -81,16 +77,6 @@ def cached_translation_batches(
         lambda idx, epoch, i: collate([example(j) for j in idx]),
         fingerprint={"num_examples": n, "seed": seed, "batch_size": batch_size, "max_tokens": max_tokens},
     )
-
-
-def get_tokenizer(vocab_size: int = 8000, home: str | Path | None = None) -> Tokenizer:
-    """The Bible's joint Spanish+English sentencepiece model, trained on its training split once and cached."""
-    folder = attnkit_home(home) / "bible" / f"spm-joint-{vocab_size}"
-    if (folder / MODEL_FILENAME).is_file():
-        return Tokenizer.load(folder)
-    train = load_pairs("train", home=home)
-    texts = [p.src for p in train] + [p.tgt for p in train]
-    return Tokenizer.train(texts, folder, vocab_size=vocab_size)
 
 
 def read_lines(stream: Iterable[str]) -> list[str]:

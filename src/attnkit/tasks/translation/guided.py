@@ -40,6 +40,7 @@ from torch import Tensor
 
 from ...alignment.gold import parse_links
 from ...alignment.words import word_spans
+from ...data.parallel import read_lines
 from ...errors import InputError
 
 __all__ = [
@@ -80,7 +81,7 @@ def read_links_file(path: str | Path, n_pairs: int) -> list[set[Link]]:
     """The Pharaoh links of each training pair (one line per pair, in corpus order); a file with
     another number of lines, or a malformed link, is an InputError naming the file (and line)."""
     path = Path(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = [line for _, line in read_lines(path)]  # a line that is not UTF-8 or holds a NUL byte: named
     if len(lines) != n_pairs:
         raise InputError(
             f"{path} has {len(lines)} lines of links but the training data has {n_pairs} pairs: "

@@ -39,10 +39,10 @@ class TranslationAttention:
             return src, tgt, None
         return src, tgt, word_attention(self.maps.alignment, self.source_pieces, self.target_pieces)
 
-    def _repr_html_(self) -> str:  # Jupyter, VS Code, Colab: the explorer's view inline
-        from ...attribution.notebook import translation_attention_html
+    def _repr_html_(self) -> str | None:  # Jupyter, VS Code, Colab: the explorer's view inline
+        from ...display import html_for  # the explorer registers the view there
 
-        return translation_attention_html(self)
+        return html_for(self)
 
 
 @dataclass

@@ -4,7 +4,8 @@ A view is the self-contained page that ``--html`` and the page's export button w
 (:func:`attnkit.explorer.html.standalone_html`, every script and style inline) inside an ``<iframe
 srcdoc=…>``, so its script runs in a document of its own, as in a browser tab. ``_repr_html_`` on
 :class:`~attnkit.attribution.Attribution` and :class:`attnkit.tasks.translation.TranslationAttention`
-returns one; :func:`show` makes one from a model and its input, or from an explorer payload::
+return one, through the display registry (:mod:`attnkit.display`) that this module registers into
+on import; :func:`show` makes one from a model and its input, or from an explorer payload::
 
     import attnkit
     attnkit.show(translator, "Jesús lloró.", method="alti_plus")      # a translation, with ALTI+
@@ -17,6 +18,10 @@ from __future__ import annotations
 import html as html_lib
 from pathlib import Path
 
+from ..attribution.result import Attribution
+from ..display import register_html
+from ..tasks.translation.inference import TranslationAttention
+
 __all__ = ["ExplorerView", "attribution_html", "show", "translation_attention_html"]
 
 
@@ -24,7 +29,7 @@ class ExplorerView:
     """Explorer payloads as an inline page: ``_repr_html_`` (an iframe), ``html`` (the page), ``save(path)``."""
 
     def __init__(self, *, translations: list | None = None, captions: list | None = None, height: int | None = None):
-        from ..explorer.schema import ExplorerData
+        from .schema import ExplorerData
 
         self.data = ExplorerData.model_validate(
             {"models": [], "translations": translations or [], "captions": captions or []}
@@ -34,13 +39,13 @@ class ExplorerView:
 
     @property
     def html(self) -> str:
-        from ..explorer.html import standalone_html
+        from .html import standalone_html
 
         return standalone_html(self.data)
 
     def save(self, path: str | Path) -> Path:
         """Write the page (the same file ``--html`` writes) to ``path``."""
-        from ..explorer.html import write_explorer_html
+        from .html import write_explorer_html
 
         return write_explorer_html(path, translations=self.data["translations"], captions=self.data["captions"])
 
@@ -52,7 +57,7 @@ class ExplorerView:
 
 
 def _translation_view(att) -> ExplorerView:
-    from ..explorer.payload import attribution_fields, empty_translation
+    from .payload import attribution_fields, empty_translation
 
     p = empty_translation(
         model=att.extra.get("model", ""),
@@ -68,7 +73,7 @@ def _translation_view(att) -> ExplorerView:
 
 
 def _caption_view(att) -> ExplorerView:
-    from ..explorer.payload import caption_attribution_fields, image_data_url
+    from .payload import caption_attribution_fields, image_data_url
 
     fields = caption_attribution_fields(att)
     p = {
@@ -96,7 +101,7 @@ def attribution_html(att) -> str:
 
 
 def _translation_attention_view(ta) -> ExplorerView:
-    from ..explorer.payload import add_attention_fields, empty_translation
+    from .payload import add_attention_fields, empty_translation
 
     text = "".join(ta.target_pieces).replace("\u2581", " ").strip()
     p = empty_translation(
@@ -122,11 +127,10 @@ def show(obj, data=None, *, method: str | None = None, target: str | None = None
     (:func:`attnkit.explorer.translation_payload` / ``caption_payload``). ``method``: an attribution method."""
     from ..errors import InputError
     from ..tasks.captioning import Captioner
-    from ..tasks.translation import TranslationAttention, Translator
-    from .result import Attribution
+    from ..tasks.translation import Translator
 
     if isinstance(obj, Translator):
-        from ..explorer.payload import translation_payload
+        from .payload import translation_payload
 
         if not isinstance(data, str):
             raise InputError("show(translator, text): give the Spanish text to translate")
@@ -134,7 +138,7 @@ def show(obj, data=None, *, method: str | None = None, target: str | None = None
             translations=[translation_payload(obj, data, beam=beam, heads=True, target=target, method=method)]
         )
     if isinstance(obj, Captioner):
-        from ..explorer.payload import caption_payload
+        from .payload import caption_payload
 
         if data is None:
             raise InputError("show(captioner, image): give the image, a (1, C, C) tensor in [0, 1]")
@@ -151,3 +155,7 @@ def show(obj, data=None, *, method: str | None = None, target: str | None = None
         f"show() takes a Translator and text, a Captioner and an image, an Attribution, a TranslationAttention "
         f"or an explorer payload; got {type(obj).__name__}"
     )
+
+
+register_html(Attribution, attribution_html)
+register_html(TranslationAttention, translation_attention_html)
