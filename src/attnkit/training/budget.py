@@ -91,6 +91,7 @@ class BudgetSchedule:
         self.fitted_at: int | None = None  # the step of the first fit
 
     def base_value(self, step: int) -> float:
+        """The recipe's multiplier at ``step`` (0-based: the ``step + 1``-th optimizer step)."""
         b = self.base
         if b["kind"] == "constant":
             return float(b["value"])
