@@ -61,7 +61,10 @@ def test_training_writes_checkpoints_and_summary(trained):
 
 
 def test_resume_equals_uninterrupted_run(bible_home, tmp_path):
-    base = TranslationConfig.from_options("rnnsearch", epochs=3, save_every_steps=2, patience=None, **TINY)
+    # a budget extended on resume: the recipe's schedule (a budget-fitted one follows the budget it is given)
+    base = TranslationConfig.from_options(
+        "rnnsearch", epochs=3, save_every_steps=2, patience=None, lr_schedule="recipe", **TINY
+    )
     straight = replace(base, run=replace(base.run, out_dir=str(tmp_path / "a"), max_steps=7))
     train_translation(straight, home=bible_home)
     first = replace(base, run=replace(base.run, out_dir=str(tmp_path / "b"), max_steps=3))
@@ -141,9 +144,14 @@ def test_transformer_lr_peaks_at_cfg_lr_after_warmup():
     want = [2e-3 * min(k / 10, (10 / k) ** 0.5) for k in range(1, 41)]
     assert rates == pytest.approx(want, rel=1e-12)
     assert max(rates) == pytest.approx(2e-3) and rates.index(max(rates)) == 9
-    rnn_cfg = TranslationConfig.from_options("rnnsearch", lr=2e-3, max_len=20)
+    rnn_cfg = TranslationConfig.from_options("rnnsearch", lr=2e-3, max_len=20, lr_schedule="recipe")
     opt2, sched2 = build_optimizer(rnn_cfg, build_translation_model(rnn_cfg, 50))
     assert sched2 is None and opt2.param_groups[0]["lr"] == 2e-3
+    # auto: the same constant rate until the trainer fits it to a short budget (or keeps it)
+    auto = TranslationConfig.from_options("rnnsearch", lr=2e-3, max_len=20)
+    opt3, sched3 = build_optimizer(auto, build_translation_model(auto, 50))
+    fn = sched3.lr_lambdas[0]
+    assert opt3.param_groups[0]["lr"] == 2e-3 and fn.base == {"kind": "constant", "value": 1.0} and fn.peak == 1.0
 
 
 def test_transformer_through_the_cli_train_export_plot_evaluate(bible_home, tmp_path, capsys):

@@ -135,14 +135,48 @@ def _load_ct2(model: str | None, device: str, *, keep_spelling: bool = False):
 
 
 def _model_path(model: str | None, default: str) -> Path:
-    """The folder a ``--model`` argument means (a folder, a shipped or a local model name);
-    an unknown one is a CLIError that lists the known names."""
+    """The folder a ``--model`` argument means (a folder, a shipped or a local model name; a training
+    run's folder means its latest complete checkpoint, see :func:`_run_checkpoint`); an unknown one is a
+    CLIError that lists the known names."""
     from ..pretrained import UnknownModelError, resolve_model
 
     try:
-        return resolve_model(model or default)
+        return _run_checkpoint(resolve_model(model or default))
     except UnknownModelError as exc:
         raise CLIError(str(exc)) from None
+
+
+def _run_checkpoint(path: Path) -> Path:
+    """``path`` itself when it is a model folder; for the folder of a training run (``--out-dir``: no
+    ``config.json`` of its own, ``step-*`` checkpoints inside), its newest complete checkpoint, so a model
+    still training can be opened (say, in the explorer, to watch its attention form) and is named on
+    stderr; a run with no complete checkpoint yet is a CLIError."""
+    import sys
+
+    from ..training.checkpoint import list_checkpoints
+
+    if (path / "config.json").is_file() or not (path / "train_log.jsonl").is_file():
+        return path
+    steps = list_checkpoints(path)
+    if not steps:
+        raise CLIError(
+            f"--model {path}: a training run with no complete checkpoint yet (one is written every "
+            "--save-every-steps steps and at the end of every epoch)"
+        )
+    print(f"attnkit: {path} is a training run: using its newest checkpoint, {steps[-1].name}", file=sys.stderr)
+    return steps[-1]
+
+
+def _model_paths(models: list[str] | None) -> list[str] | None:
+    """``--model`` arguments with each training run's folder replaced by its newest checkpoint (names and
+    model folders as they are)."""
+    if not models:
+        return models
+    out = []
+    for m in models:
+        path = Path(m).expanduser()
+        out.append(str(_run_checkpoint(path)) if path.is_dir() else m)
+    return out
 
 
 def _load_translator(args, path: Path | None = None):

@@ -8,7 +8,14 @@ import secrets
 import sys
 
 from ..config import add_config_arguments, config_from_args
-from .common import CLIError, _add_device_flags, _add_engine_flag, _add_spelling_flag, _check_engine_flags
+from .common import (
+    CLIError,
+    _add_device_flags,
+    _add_engine_flag,
+    _add_spelling_flag,
+    _check_engine_flags,
+    _model_paths,
+)
 
 TOKEN_ENV = "ATTNKIT_TOKEN"
 
@@ -47,8 +54,13 @@ def cmd_serve(args) -> None:
         names = {socket.gethostname(), socket.getfqdn()}
         extra = ",".join(n for n in [options.allow_host, *sorted(names)] if n)
         options = dataclasses.replace(options, allow_host=extra)
+    # a training run's folder opens its newest complete checkpoint (a model still training, as it is now)
     models = load_models(
-        args.model, device=args.device, dtype=args.precision, engine=args.engine, keep_spelling=args.keep_spelling
+        _model_paths(args.model),
+        device=args.device,
+        dtype=args.precision,
+        engine=args.engine,
+        keep_spelling=args.keep_spelling,
     )
     loaded = ", ".join(f"{n} ({i['task']})" for n, i in models.info.items())
     print(f"attnkit explorer: {loaded}")

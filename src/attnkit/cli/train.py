@@ -10,9 +10,15 @@ from .common import CLIError, _output, _print_json
 
 def cmd_train_translation(args) -> None:
     import os
+    import sys
 
     from ..tasks.translation import TranslationConfig, train_translation
+    from ..tasks.translation.budget_defaults import pick_model
 
+    if args.model is None:  # no --model: the written rule picks one, and says which and why
+        args.model, why = pick_model(args.max_time_s)
+        if os.environ.get("RANK", "0") == "0":
+            print(f"attnkit: no --model given: training {args.model}: {why}", file=sys.stderr)
     cfg = TranslationConfig.from_args(args)
     _output(cfg.run.out_dir, "--out-dir", folder=True)
     summary = train_translation(cfg, resume=args.resume, home=args.home)
@@ -62,7 +68,7 @@ def add_parser(sub) -> None:
     from ..tasks.translation import TRANSLATION_MODELS, TranslationConfig, model_config_class
 
     add_config_arguments(tt, TranslationConfig, *dict.fromkeys(model_config_class(m) for m in TRANSLATION_MODELS))
-    tt.set_defaults(model="rnnsearch")
+    tt.set_defaults(model=None)  # not given: budget_defaults.pick_model decides
     _add_train_flags(tt, cmd_train_translation)
 
     tc = t.add_parser(

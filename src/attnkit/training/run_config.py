@@ -34,6 +34,12 @@ class RunConfig:
     patience: int | None = option(
         None, "stop after this many validations without a better validation score", check=STEPS
     )
+    valid_every_steps: int | None = option(
+        None,
+        "also validate every this many steps (default: at the end of every epoch only); each validation "
+        "shows its score on the progress line and takes time from a --max-time-s budget",
+        check=STEPS,
+    )
     save_every_steps: int = option(500, "write a step checkpoint this often", check=STEPS)
     keep_last: int = option(3, "step checkpoints kept (keep at least K for export --average-last K)", check=LAYERS)
     clip_grad_norm: float = option(1.0, "clip the gradient norm to this (0: no clipping)", check=LOSS_WEIGHT)

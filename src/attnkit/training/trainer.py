@@ -52,6 +52,15 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..checks import NON_NEGATIVE, POSITIVE, POSITIVE_INT, check
 from ..device import autocast, resolve_device, resolve_precision, to_device
+from .budget import (
+    PROBE_STEPS,
+    SHORT_RUN_EPOCHS,
+    StepClock,
+    apply_schedule,
+    estimate_total_steps,
+    find_budget_schedule,
+    unreachable_warmup,
+)
 from .checkpoint import (
     CheckpointError,
     list_checkpoints,
@@ -65,6 +74,7 @@ from .checkpoint import (
 from .distributed import all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed, local_rank
 from .rng import get_rng_state, set_rng_state
 from .run_config import RunConfig
+from .schedules import InverseSqrtWarmup
 
 __all__ = ["Trainer", "run_totals"]
 
@@ -119,7 +129,10 @@ class Trainer:
         keep_last: step checkpoints kept (``best`` is kept separately).
         max_epochs / max_steps: stop at whichever comes first (max_steps None: no step limit).
         max_time_s: stop (with a checkpoint) once this run has trained this many seconds; a
-            later ``fit(resume=True)`` continues exactly where it stopped.
+            later ``fit(resume=True)`` continues exactly where it stopped. A
+            :class:`~attnkit.training.budget.BudgetSchedule` scheduler is fitted to the steps the budget
+            (time, steps or epochs) reaches, and the budget's last step is validated.
+        valid_every_steps: also validate every this many steps (patience then counts validations).
         early_stopping_patience: stop after this many epochs without improving ``metric_for_best``.
         metric_for_best / greater_is_better: which ``valid_fn`` metric picks ``out_dir/best``.
         seed: seeds python, numpy and torch (torch with ``seed + rank``) at a fresh start.
@@ -152,6 +165,7 @@ class Trainer:
         max_epochs: int,
         max_steps: int | None = None,
         max_time_s: float | None = None,
+        valid_every_steps: int | None = None,
         early_stopping_patience: int | None = None,
         metric_for_best: str = "valid_loss",
         greater_is_better: bool = False,
@@ -179,6 +193,7 @@ class Trainer:
             ("max_epochs", max_epochs, False),
             ("log_every", log_every, False),
             ("max_steps", max_steps, True),
+            ("valid_every_steps", valid_every_steps, True),
             ("early_stopping_patience", early_stopping_patience, True),
         ):
             check(f"Trainer: {name}", value, POSITIVE_INT, allow_none=allow_none)
@@ -220,6 +235,7 @@ class Trainer:
         self.max_epochs = max_epochs
         self.max_steps = max_steps
         self.max_time_s = max_time_s
+        self.valid_every_steps = valid_every_steps
         self.early_stopping_patience = early_stopping_patience
         self.metric_for_best = metric_for_best
         self.greater_is_better = bool(greater_is_better)
@@ -245,6 +261,16 @@ class Trainer:
         self._stop_requested = False
         self._saved_at: tuple[int, int] | None = None
         self._log_file = None
+        # the time budget and the schedule fitted to it (attnkit.training.budget)
+        self._budget = find_budget_schedule(scheduler)
+        self._clock = StepClock()
+        self._valid_seconds = 0.0  # the last validation's duration
+        self._validated_at: int | None = None
+        self._last_valid: dict | None = None
+        self.estimated_steps: int | None = None  # the steps this run's budget is expected to reach
+        self._warned = False
+        self.record_path: Path | None = None  # train_config.json, where the fitted schedule is recorded
+        self._spe: tuple[int, int | None] | None = None  # (epoch, steps in it)
 
     @classmethod
     def from_config(
@@ -266,7 +292,7 @@ class Trainer:
         if task_config is not None:
             out.mkdir(parents=True, exist_ok=True)
             (out / TRAIN_CONFIG_NAME).write_text(json.dumps(dataclasses.asdict(task_config), indent=2))
-        return cls(
+        trainer = cls(
             model,
             optimizer,
             out_dir=out,
@@ -276,6 +302,7 @@ class Trainer:
             max_epochs=run.epochs,
             max_steps=run.max_steps,
             max_time_s=run.max_time_s,
+            valid_every_steps=run.valid_every_steps,
             early_stopping_patience=run.patience,
             seed=run.seed,
             log_every=run.log_every,
@@ -284,6 +311,9 @@ class Trainer:
             precision=run.precision,
             **task,
         )
+        if task_config is not None:
+            trainer.record_path = out / TRAIN_CONFIG_NAME
+        return trainer
 
     # ------------------------------------------------------------------ public controls
 
@@ -375,6 +405,7 @@ class Trainer:
                     extra_files=self.extra_files,
                 )
             rotate_checkpoints(self.out_dir, self.keep_last)
+            self._record_schedule()
             self._log({"event": "checkpoint", "step": self.step, "epoch": self.epoch, "path": str(path), "best": best})
         barrier()
         self._saved_at = (self.step, self.epoch)
@@ -407,10 +438,16 @@ class Trainer:
                 group = []
 
     def _steps_per_epoch(self) -> int | None:
+        """This rank's steps in the current epoch (a batch source plans its epoch to count them: cached
+        per epoch, since the budget asks at every step)."""
+        if self._spe is not None and self._spe[0] == self.epoch:
+            return self._spe[1]
         try:
-            return len(self.train_batches) // self.world_size
+            n = len(self.train_batches) // self.world_size
         except TypeError:
-            return None
+            n = None
+        self._spe = (self.epoch, n)
+        return n
 
     def train_step(self, batch: Any) -> tuple[float, int, dict, float | None]:
         """One optimizer step on ``batch``: ``(loss_sum, n_tokens, metrics, grad_norm)``, summed over ranks.
@@ -530,12 +567,17 @@ class Trainer:
             if self.max_steps is not None and self.step >= self.max_steps
             else None
         )
+        self._clock = StepClock()
+        self._plan(run, pbar)
         try:
             while stop_reason is None and self.epoch < self.max_epochs:
                 stop_reason = self._train_epoch(run, pbar) or self._end_epoch(pbar)
             stop_reason = stop_reason or "max_epochs"
-            if self._saved_at != (self.step, self.epoch):
-                self.save()
+            improved = False
+            if stop_reason in ("max_time", "max_steps") and self._budget is not None:
+                improved = self._final_validation(pbar)
+            if improved or self._saved_at != (self.step, self.epoch):
+                self.save(best=improved)
         finally:
             for sig, h in previous_handlers.items():
                 if h is not None:
@@ -588,7 +630,9 @@ class Trainer:
     def _train_epoch(self, run: _RunStats, pbar) -> str | None:
         """Train on the rest of the current epoch; a stop reason if training must stop within it."""
         for batch in self._rank_batches():
+            t_step = time.perf_counter()
             loss_sum, n_tok, metrics, grad_norm = self.train_step(batch)
+            self._clock.add(time.perf_counter() - t_step)
             self.step += 1
             self.tokens_seen += n_tok
             run.add(loss_sum, n_tok, metrics)
@@ -596,14 +640,24 @@ class Trainer:
                 self._log_window(run, grad_norm, pbar)
             if pbar is not None:
                 pbar.update(1)
-            if self.step % self.save_every_steps == 0:
-                self.save()
+            improved = False
+            if self.valid_every_steps and self.valid_fn is not None and self.step % self.valid_every_steps == 0:
+                improved = self._validate_and_log(pbar, f"step {self.step}")
+            if improved or self.step % self.save_every_steps == 0:
+                self.save(best=improved)
+            if self.early_stopped:
+                return "early_stopping"
             if self._agree_to_stop():
                 return "interrupted"
             if self.max_steps is not None and self.step >= self.max_steps:
                 return "max_steps"
-            if self.max_time_s is not None and time.perf_counter() - run.t0 >= self.max_time_s:
-                return "max_time"  # this run's time budget; resume continues it
+            if self.max_time_s is not None:
+                self._plan(run, pbar)
+                if time.perf_counter() - run.t0 >= self.max_time_s:
+                    return "max_time"  # this run's time budget; resume continues it
+                b = self._budget
+                if b is not None and b.state == "fitted" and self.step >= b.total_steps:
+                    return "max_time"  # the schedule fitted to the time left has ended: lr 0 from here
         return None
 
     def _log_window(self, run: _RunStats, grad_norm: float | None, pbar) -> None:
@@ -621,32 +675,160 @@ class Trainer:
         }
         self._log(rec)
         if pbar is not None:
-            pbar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['tokens_per_s']:.0f}", epoch=self.epoch)
+            pbar.set_postfix(self._postfix(rec), refresh=False)
         run.new_window(now)
+
+    def _postfix(self, rec: dict) -> dict:
+        """The progress line's fields: loss, tokens/s, epoch, lr, the last validation's score (and the best),
+        and the steps the budget is expected to leave."""
+        post = {"loss": f"{rec['loss']:.4f}", "tok_s": f"{rec['tokens_per_s']:.0f}", "epoch": self.epoch}
+        post["lr"] = f"{rec['lr']:.2e}"
+        if self._last_valid is not None and self.metric_for_best in self._last_valid:
+            value = self._last_valid[self.metric_for_best]
+            post[self.metric_for_best] = f"{value:.4g} (best {self.best_metric:.4g})"
+        if self.estimated_steps is not None:
+            post["steps_left"] = max(self.estimated_steps - self.step, 0)
+        return post
 
     def _end_epoch(self, pbar) -> str | None:
         """Validate, move the data source to the next epoch and save; a stop reason if one applies."""
         improved = False
         if self.valid_fn is not None:
-            metrics, improved = self._validate()
-            self._log(
-                {
-                    "event": "valid",
-                    "step": self.step,
-                    "epoch": self.epoch,
-                    **metrics,
-                    "best_metric": self.best_metric,
-                    "bad_epochs": self.bad_epochs,
-                }
-            )
-            if pbar is not None:
-                pbar.write(f"epoch {self.epoch}: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+            improved = self._validate_and_log(pbar, f"epoch {self.epoch}")
         self.epoch += 1
         self.train_batches.set_epoch(self.epoch)
         self.save(best=improved)
         if self.early_stopped:
             return "early_stopping"
         return "interrupted" if self._agree_to_stop() else None
+
+    def _validate_and_log(self, pbar, label: str) -> bool:
+        """Validate, log it, show it; whether the metric improved. The time it took is what later
+        validations are expected to take, for the budget's step estimate."""
+        t = time.perf_counter()
+        metrics, improved = self._validate()
+        self._valid_seconds = time.perf_counter() - t
+        self._validated_at = self.step
+        self._last_valid = metrics
+        self._log(
+            {
+                "event": "valid",
+                "step": self.step,
+                "epoch": self.epoch,
+                **metrics,
+                "best_metric": self.best_metric,
+                "bad_epochs": self.bad_epochs,
+            }
+        )
+        if pbar is not None:
+            pbar.write(f"{label}: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+        return improved
+
+    def _final_validation(self, pbar) -> bool:
+        """A budget's last step is where a fitted schedule ends (lr 0), so validate it (once) for ``best``."""
+        if self.valid_fn is None or self._validated_at == self.step:
+            return False
+        return self._validate_and_log(pbar, f"step {self.step} (end of budget)")
+
+    # ------------------------------------------------------------------ the budget
+
+    def _step_cap(self) -> int | None:
+        """The most steps this run can take by its step and epoch limits (None: unknown)."""
+        caps = []
+        spe = self._steps_per_epoch()
+        if spe:
+            caps.append(spe * self.max_epochs)
+        if self.max_steps is not None:
+            caps.append(self.max_steps)
+        return min(caps) if caps else None
+
+    def _estimate_steps(self, run: _RunStats) -> int | None:
+        """The steps the run is expected to reach: its step cap; with a time budget, also what the
+        measured speed fits in the time left (None until :data:`PROBE_STEPS` steps are timed)."""
+        cap = self._step_cap()
+        if self.max_time_s is None:
+            return cap
+        sps = self._clock.seconds_per_step()
+        if sps is None or self._clock.seen < PROBE_STEPS:
+            return None
+        spe = self._steps_per_epoch()
+        return estimate_total_steps(
+            self.step,
+            seconds_left=self.max_time_s - (time.perf_counter() - run.t0),
+            seconds_per_step=sps,
+            valid_seconds=self._valid_seconds if self.valid_fn is not None else 0.0,
+            steps_per_epoch=spe,
+            step_in_epoch=max(self.step - self.epoch * spe, 0) if spe else 0,
+            cap=cap,
+        )
+
+    def _plan(self, run: _RunStats, pbar) -> None:
+        """Estimate the steps the budget reaches; fit a :class:`~attnkit.training.budget.BudgetSchedule` to
+        them (``auto``: only a run that ends within ``SHORT_RUN_EPOCHS`` epochs) and re-fit it as the
+        estimate moves; warn once when a recipe's warm-up cannot finish within the budget."""
+        total = self._estimate_steps(run)
+        if self.world_size > 1:  # every rank follows rank 0's estimate: the same schedule, the same last step
+            total = broadcast_object(total)
+        if total is None:
+            return
+        self.estimated_steps = total
+        if pbar is not None and pbar.total != total:
+            pbar.total = total
+        b = self._budget
+        if b is not None:
+            if not b.decided:
+                spe = self._steps_per_epoch()
+                if b.mode == "always" or spe is None or total <= SHORT_RUN_EPOCHS * spe:
+                    b.fit(self.step, total)
+                else:
+                    b.keep_recipe()
+                apply_schedule(self.scheduler)
+                self._log({"event": "schedule", "step": self.step, "estimated_steps": total, **b.describe()})
+                self._record_schedule()
+                if self.is_main and b.state == "fitted":
+                    print(
+                        f"attnkit: about {total} steps fit this budget: lr warm-up over {b.warmup_steps} steps to "
+                        f"{self.scheduler.base_lrs[0] * b.peak:.3g}, then linear decay to 0 at step {total} "
+                        "(budgeted training)",
+                        file=sys.stderr,
+                    )
+            elif b.state == "fitted" and total != b.total_steps:
+                b.fit(self.step, total)
+                apply_schedule(self.scheduler)
+        if not self._warned:
+            self._warned = True
+            message = self._unreachable_schedule(total)
+            if message is not None:
+                self._log({"event": "warning", "step": self.step, "message": message})
+                if self.is_main:
+                    print(f"attnkit: warning: {message}", file=sys.stderr)
+
+    def _unreachable_schedule(self, total: int) -> str | None:
+        """The warning for a recipe warm-up longer than the budget's ``total`` steps, or None."""
+        b, fns = self._budget, getattr(self.scheduler, "lr_lambdas", None) or [None]
+        if b is not None and b.state == "recipe" and b.base["kind"] == "inverse_sqrt":
+            d, w, c = b.base["d_model"], b.base["warmup_steps"], b.base["factor"]
+        elif b is None and isinstance(fns[0], InverseSqrtWarmup):
+            d, w, c = fns[0].d_model, fns[0].warmup_steps, fns[0].factor
+        else:
+            return None
+        base_lr = self.scheduler.base_lrs[0]
+        return unreachable_warmup(w, base_lr * c * d**-0.5 * w**-0.5, total)
+
+    def _record_schedule(self) -> None:
+        """Write the schedule that runs into ``train_config.json`` (its ``schedule`` key), atomically."""
+        if self.record_path is None or not self.is_main or not self.record_path.is_file():
+            return
+        record = json.loads(self.record_path.read_text())
+        if self._budget is not None:
+            schedule = self._budget.describe()
+        else:
+            fns = getattr(self.scheduler, "lr_lambdas", None) or [None]
+            schedule = {"schedule": "recipe", "kind": type(fns[0]).__name__ if fns[0] is not None else None}
+        record["schedule"] = {**schedule, "estimated_steps": self.estimated_steps}
+        tmp = self.record_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(record, indent=2))
+        os.replace(tmp, self.record_path)
 
     def _finish(self, run: _RunStats, stop_reason: str, resumed_from: Path | None) -> dict:
         """The run's summary (also the log's last line); closes the log."""

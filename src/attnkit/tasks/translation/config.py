@@ -24,8 +24,13 @@ TRANSLATION_MODELS = ("rnnsearch", "rnnencdec", "transformer")
 RECIPES = {
     "rnnsearch": {"lr": 3e-3, "max_tokens": 2048},
     "rnnencdec": {"lr": 3e-3, "max_tokens": 2048},
-    "transformer": {"lr": 1e-3, "batch_size": 64},
+    "transformer": {"lr": 1e-3, "batch_size": 64, "warmup_steps": 2000},
 }
+
+#: ``--lr-schedule``: auto fits warm-up and decay to a short budget (one that ends the run within
+#: :data:`attnkit.training.budget.SHORT_RUN_EPOCHS` epochs) and keeps the recipe otherwise, or when
+#: ``--warmup-steps`` is given; budget always fits; recipe never does.
+LR_SCHEDULES = ("auto", "budget", "recipe")
 
 
 def model_config_class(model: str) -> type:
@@ -76,7 +81,22 @@ class TranslationConfig(TaskConfig):
         "warm-up (default: the model's recipe, 3e-3 for the RNNs, 1e-3 for the Transformer)",
         check=LEARNING_RATE,
     )
-    warmup_steps: int = option(2000, "Transformer: linear warm-up steps before the 1/sqrt(step) decay", check=STEPS)
+    warmup_steps: int | None = option(
+        None,
+        "Transformer: linear warm-up steps before the 1/sqrt(step) decay (default: the recipe's 2,000; "
+        "given, the schedule is kept as given, with a warning when the budget cannot finish the warm-up)",
+        check=STEPS,
+    )
+    lr_schedule: str = option(
+        "auto",
+        "budget: a short warm-up, then linear decay to 0 exactly at the end of the budget (--max-time-s, "
+        "--max-steps or --epochs; Li et al. 2020); recipe: the model's own; auto: budget for a run its budget "
+        "ends within 3 epochs, unless --warmup-steps is given",
+        choices=LR_SCHEDULES,
+    )
+    warmup_fraction: float = option(
+        0.05, "budget schedule: the share of the budget's steps spent warming up", check=PROBABILITY
+    )
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", check=PROBABILITY)
     valid_bleu_sentences: int = option(300, "validation verses translated for BLEU at every validation", check=COUNT)
     guided_alignment: str | None = option(
@@ -109,6 +129,8 @@ class TranslationConfig(TaskConfig):
         recipe = RECIPES[self.model]
         if self.lr is None:
             self.lr = recipe["lr"]
+        if self.warmup_steps is not None and self.lr_schedule == "auto":
+            self.lr_schedule = "recipe"  # a schedule given stays as given
         if self.batch_size is None and self.max_tokens is None:
             self.batch_size, self.max_tokens = recipe.get("batch_size"), recipe.get("max_tokens")
         check_fields(self)
@@ -128,6 +150,10 @@ class TranslationConfig(TaskConfig):
             if mc.alignment_head is None:
                 mc.alignment_head = 1
             mc.validate()
+
+    def recipe_warmup_steps(self) -> int:
+        """The Transformer's warm-up: ``warmup_steps`` when given, else its recipe's."""
+        return self.warmup_steps if self.warmup_steps is not None else RECIPES["transformer"]["warmup_steps"]
 
     def guided(self):
         """The :class:`~.guided.GuidedAlignment` the loss applies, or None without guided alignment."""
@@ -161,8 +187,12 @@ class TranslationConfig(TaskConfig):
 
     @classmethod
     def from_args(cls, args) -> TranslationConfig:
-        """The config the parsed flags describe (``args.model`` picks the model); a flag of another
-        model's config is a :class:`ConfigError`."""
+        """The config the parsed flags describe (``args.model`` picks the model; None:
+        :func:`~.budget_defaults.pick_model`'s rule); a flag of another model's config is a :class:`ConfigError`."""
+        if getattr(args, "model", None) is None:  # no --model: the written rule for the budget
+            from .budget_defaults import pick_model
+
+            args.model = pick_model(getattr(args, "max_time_s", None))[0]
         given = {k for k, v in vars(args).items() if v is not None}
         mine = option_names(model_config_class(args.model))
         others = set().union(*(option_names(model_config_class(m)) for m in TRANSLATION_MODELS)) - mine

@@ -132,16 +132,29 @@ def build_optimizer(cfg: TranslationConfig, model: torch.nn.Module):
     ``cfg.lr`` is the peak, reached at step ``warmup_steps``:
     lr(k) = cfg.lr · min(k / warmup, √(warmup / k)), i.e. factor · d^-0.5 · min(k^-0.5, k · warmup^-1.5)
     with factor = cfg.lr · √(d · warmup).
+
+    Unless ``cfg.lr_schedule`` is ``recipe``, that recipe is the base of a
+    :class:`~attnkit.training.budget.BudgetSchedule` (peak ``cfg.lr``), which the trainer fits to the
+    run's budget: a warm-up of ``cfg.warmup_fraction`` of the steps, then linear decay to 0 at the last.
     """
+    from ...training.budget import budget_schedule
     from ...training.optim import adam
     from ...training.schedules import inverse_sqrt_with_warmup
 
+    mode = {"auto": "auto", "budget": "always"}.get(cfg.lr_schedule)
     if not isinstance(cfg.model_config, TransformerConfig):
-        return adam(model.parameters(), lr=cfg.lr), None
-    d = cfg.model_config.d_model
-    factor = cfg.lr * (d * cfg.warmup_steps) ** 0.5
+        optimizer = adam(model.parameters(), lr=cfg.lr)
+        if mode is None:
+            return optimizer, None
+        base = {"kind": "constant", "value": 1.0}
+        return optimizer, budget_schedule(optimizer, 1.0, base, warmup_fraction=cfg.warmup_fraction, mode=mode)
+    d, warmup = cfg.model_config.d_model, cfg.recipe_warmup_steps()
+    factor = cfg.lr * (d * warmup) ** 0.5
     optimizer = adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    return optimizer, inverse_sqrt_with_warmup(optimizer, d, cfg.warmup_steps, factor=factor)
+    if mode is None:
+        return optimizer, inverse_sqrt_with_warmup(optimizer, d, warmup, factor=factor)
+    base = {"kind": "inverse_sqrt", "d_model": d, "warmup_steps": warmup, "factor": factor}
+    return optimizer, budget_schedule(optimizer, cfg.lr, base, warmup_fraction=cfg.warmup_fraction, mode=mode)
 
 
 def train_translation(cfg: TranslationConfig, *, resume: bool = False, home: str | Path | None = None) -> dict:
@@ -171,9 +184,11 @@ def train_translation(cfg: TranslationConfig, *, resume: bool = False, home: str
         train_batches = cached_translation_batches(*cache, max_len=cfg.max_len, limit=cfg.limit_train, **batching)
     cfg.run.start()
     separate = src_tok is not tokenizer
-    model = build_translation_model(
-        cfg, tokenizer.vocab_size, src_vocab_size=src_tok.vocab_size if separate else None, corpus=corpus
+    # the record (train_config.json) holds the model config that runs: the corpus's languages and sizes
+    cfg.model_config = cfg.sized_model_config(
+        tokenizer.vocab_size, src_vocab_size=src_tok.vocab_size if separate else None, corpus=corpus
     )
+    model = model_class(cfg.model)(cfg.model_config)
     if cfg.init_from:
         warm_start(model, cfg, tokenizer, src_tok)
     optimizer, scheduler = build_optimizer(cfg, model)

@@ -1,0 +1,112 @@
+"""A first model in a fixed time: train each model on a corpus for ``--seconds`` and score it on the test split.
+
+The English→Spanish Bible (the built-in Spanish→English pairs turned around) is written as three TSVs
+and prepared as corpus ``en-es`` under ``$ATTNKIT_HOME`` (once), the way a user prepares a corpus of
+their own; then, for each ``--config``, ``attnkit train translation --data en-es --max-time-s S
+--threads T`` (the budget-fitted schedule unless the config says otherwise) and ``attnkit evaluate
+translation --beam 5`` on the whole test split. Each run's steps, its schedule, the machine's load
+before and after and the test BLEU go to a JSON file and a table.
+
+    PYTHONPATH=src python benchmarks/budget_training.py --seconds 600 --threads 2 \\
+        --config "transformer=--model transformer" --config "default=" --output benchmarks/results/budget.json
+
+Trainings run one after another, niced to -10 when allowed (``--nice``): on a shared machine the load
+before and after each is printed, and a result measured under load says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+
+def attnkit(*args: str, nice: int | None = None, **kw) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "attnkit.cli", *args]
+    if nice is not None:
+        cmd = ["nice", "-n", str(nice), *cmd]
+    return subprocess.run(cmd, check=True, text=True, **kw)
+
+
+def prepare_en_es(home: Path, workdir: Path) -> None:
+    """The Bible's pairs turned around (en -> es), as three TSVs, prepared as corpus ``en-es``."""
+    if (home / "corpora" / "en-es" / "meta.json").is_file():
+        return
+    from attnkit.data.bible import load_pairs
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for split in ("train", "valid", "test"):
+        path = workdir / f"{split}.tsv"
+        path.write_text("".join(f"{p.tgt}\t{p.src}\n" for p in load_pairs(split, home=home)), encoding="utf-8")
+        files[split] = str(path)
+    attnkit(
+        "--home", str(home), "data", "prepare", "parallel", "en-es", "--src-lang", "en", "--tgt-lang", "es",
+        "--train", files["train"], "--valid", files["valid"], "--test", files["test"],
+    )  # fmt: skip
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3]) if Path("/proc/loadavg").is_file() else "?"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--config", action="append", default=[], help="NAME=FLAGS for `attnkit train translation`")
+    ap.add_argument("--data", default="en-es", help="the corpus (en-es is built from the Bible when missing)")
+    ap.add_argument("--runs", default="/tmp/attnkit-budget-runs")
+    ap.add_argument("--nice", type=int, default=-10)
+    ap.add_argument("--output", default=None)
+    args = ap.parse_args()
+    from attnkit.paths import attnkit_home
+
+    home = attnkit_home()
+    if args.data == "en-es":
+        prepare_en_es(home, Path(args.runs) / "en-es-files")
+    nice = args.nice if os.geteuid() == 0 or args.nice >= 0 else None
+    results = []
+    for spec in args.config or ["default="]:
+        name, _, flags = spec.partition("=")
+        out = Path(args.runs) / name
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+        before = load()
+        attnkit(
+            "train", "translation", "--data", args.data, "--max-time-s", str(args.seconds), "--threads",
+            str(args.threads), "--out-dir", str(out), "--no-progress", *shlex.split(flags), nice=nice,
+        )  # fmt: skip
+        after = load()
+        end = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()][-1]
+        scores = json.loads(
+            attnkit(
+                "evaluate",
+                "translation",
+                "--model",
+                str(out / "best"),
+                "--beam",
+                "5",
+                "--json",
+                nice=nice,
+                capture_output=True,
+            ).stdout
+        )
+        record = json.loads((out / "train_config.json").read_text())
+        results.append(
+            {
+                "name": name, "flags": flags, "model": record["model"], "steps": end["steps"],
+                "time_s": end["time_s"], "schedule": record.get("schedule"), "load_before": before,
+                "load_after": after, "scores": scores,
+            }
+        )  # fmt: skip
+        print(json.dumps(results[-1]), flush=True)
+    if args.output:
+        Path(args.output).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

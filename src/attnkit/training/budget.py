@@ -1,0 +1,267 @@
+"""Learning-rate schedules fitted to a training budget (Li et al. 2020, "Budgeted Training").
+
+A run given a budget (seconds, steps or epochs) learns most when its learning rate reaches zero
+exactly when the budget runs out: a short linear warm-up to the peak, then a linear decay to zero
+at the last step. A recipe's schedule cut off in the middle (a Transformer still warming up after
+560 of its 2,000 warm-up steps) wastes the budget.
+
+:class:`BudgetSchedule` is a ``LambdaLR`` multiplier that starts as the model's recipe (``base``) and,
+once the trainer knows how many steps ``T`` the budget allows (at once for a step or epoch budget,
+from the first steps' speed for a time budget), is *fitted*: piecewise-linear through knots ::
+
+    fresh start:  (-1, 0) -> (W - 1, peak) -> (T, 0)     f(k) = peak (k + 1) / W while warming up
+    later:        (s, f(s)) [-> (warm-up end, peak)] -> (T, 0);   f(k) = 0 for k >= T
+
+with ``W = max(1, round(warmup_fraction * T))`` (a recipe at its peak already, such as the RNNs'
+constant rate, gets no warm-up: Li et al.'s linear schedule). Re-fitting with a new estimate of
+``T`` anchors the new line at ``(s, f(s))`` and keeps the warm-up's end, so the rate never jumps;
+the knots are plain numbers in the scheduler's ``state_dict``, so a resumed run gets exactly the
+schedule it had. The last step (0-based ``T - 1``) runs at ``peak / (T - W + 1)`` on a fresh fit,
+and the rate after it is 0.
+
+With ``mode="auto"`` the trainer fits only short runs (those the budget ends within
+:data:`SHORT_RUN_EPOCHS` epochs), and a long run keeps the recipe: the shipped models' recipes, tuned
+for runs of many epochs ended by early stopping, stay as they are.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+import statistics
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+__all__ = [
+    "SHORT_RUN_EPOCHS",
+    "BudgetSchedule",
+    "StepClock",
+    "apply_schedule",
+    "budget_schedule",
+    "estimate_total_steps",
+    "find_budget_schedule",
+    "unreachable_warmup",
+    "warmup_steps_for",
+]
+
+#: ``mode="auto"`` fits the schedule when the budget ends the run within this many epochs.
+SHORT_RUN_EPOCHS = 3
+#: Steps left out of the speed estimate at the start of a run (allocator, caches, first-batch outliers).
+SKIP_STEPS = 3
+#: Steps timed before a time budget is first turned into a step count.
+PROBE_STEPS = 8
+MODES = ("auto", "always")
+
+
+def warmup_steps_for(total_steps: int, warmup_fraction: float) -> int:
+    """Warm-up length for a run of ``total_steps``: ``max(1, round(warmup_fraction * total_steps))``."""
+    return max(1, round(warmup_fraction * total_steps))
+
+
+class BudgetSchedule:
+    """The multiplier of a budget-fitted schedule (see the module docstring).
+
+    ``base`` is the recipe followed until the schedule is fitted (and for good, when ``keep_recipe`` is
+    called): ``{"kind": "constant", "value": x}`` or ``{"kind": "inverse_sqrt", "d_model": d,
+    "warmup_steps": w, "factor": c}`` (:class:`attnkit.training.schedules.InverseSqrtWarmup`). Only
+    numbers, strings, lists and dicts are held, so the scheduler's ``state_dict`` loads with
+    ``torch.load(weights_only=True)``.
+    """
+
+    def __init__(self, peak: float, base: dict, warmup_fraction: float = 0.05, mode: str = "auto"):
+        if not (isinstance(peak, (int, float)) and math.isfinite(peak) and peak > 0):
+            raise ValueError(f"BudgetSchedule: peak must be a positive number, got {peak!r}")
+        if not (isinstance(warmup_fraction, (int, float)) and 0 <= warmup_fraction < 1):
+            raise ValueError(f"BudgetSchedule: warmup_fraction must be in [0, 1), got {warmup_fraction!r}")
+        if mode not in MODES:
+            raise ValueError(f"BudgetSchedule: mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if not isinstance(base, dict) or base.get("kind") not in ("constant", "inverse_sqrt"):
+            raise ValueError(f"BudgetSchedule: base must be a constant or inverse_sqrt description, got {base!r}")
+        self.peak = float(peak)
+        self.base = dict(base)
+        self.warmup_fraction = float(warmup_fraction)
+        self.mode = mode
+        self.state = "recipe"  # "recipe": following base (not yet fitted, or kept); "fitted": the knots
+        self.decided = False  # whether auto chose between the recipe and fitting
+        self.knots: list[list[float]] = []
+        self.total_steps: int | None = None
+        self.warmup_end: float | None = None  # the step (0-based) at which the fitted warm-up peaks
+        self.fitted_at: int | None = None  # the step of the first fit
+
+    def base_value(self, step: int) -> float:
+        """The recipe's multiplier at ``step`` (0-based: the ``step + 1``-th optimizer step)."""
+        b = self.base
+        if b["kind"] == "constant":
+            return float(b["value"])
+        k = step + 1
+        return b["factor"] * b["d_model"] ** -0.5 * min(k**-0.5, k * b["warmup_steps"] ** -1.5)
+
+    def __call__(self, step: int) -> float:
+        if self.state != "fitted":
+            return self.base_value(step)
+        knots = self.knots
+        if step >= knots[-1][0]:
+            return 0.0
+        if step <= knots[0][0]:
+            return knots[0][1]
+        for (x0, y0), (x1, y1) in itertools.pairwise(knots):
+            if step <= x1:
+                return y0 + (y1 - y0) * (step - x0) / (x1 - x0)
+        return 0.0  # unreachable: step < knots[-1][0]
+
+    def fit(self, step: int, total_steps: int) -> None:
+        """Fit (or re-fit) the schedule at ``step`` (steps done so far) to end at ``total_steps``.
+
+        The first fit places the warm-up: ``W = warmup_steps_for(T)`` steps from a fresh start, or, when
+        the recipe already ran ``step`` steps (a time budget's speed probe) and is still below the peak,
+        a ramp from there to the peak at ``max(W - 1, step + W)``. Later fits keep the warm-up's end and
+        move only ``T``, anchored at ``(step, f(step))``: the multiplier at ``step`` is the same before
+        and after. ``total_steps`` below ``step + 1`` is raised to it (at least the current step runs)."""
+        total = max(int(total_steps), step + 1)
+        if self.state == "fitted" and total == self.total_steps:
+            return  # nothing moved: keep the knots bit for bit
+        if self.state != "fitted":
+            warm = warmup_steps_for(total, self.warmup_fraction)
+            if step == 0 and self.base["kind"] == "inverse_sqrt":
+                anchor = [-1.0, 0.0]  # no step taken yet: a fresh warm-up, f(k) = peak * (k + 1) / W
+            else:
+                anchor = [float(step), self(step)]
+            self.warmup_end = None
+            if anchor[1] < self.peak:
+                self.warmup_end = float(warm - 1 if step == 0 else max(warm - 1, step + warm))
+            self.fitted_at = step
+        else:
+            anchor = [float(step), self(step)]
+        knots = [anchor]
+        if self.warmup_end is not None and anchor[0] < self.warmup_end < total:
+            knots.append([self.warmup_end, self.peak])
+        knots.append([float(total), 0.0])
+        self.knots = knots
+        self.total_steps = total
+        self.state = "fitted"
+        self.decided = True
+
+    @property
+    def warmup_steps(self) -> int:
+        """Steps until the fitted schedule's peak (0 without a warm-up)."""
+        return 0 if self.warmup_end is None else int(self.warmup_end) + 1
+
+    def keep_recipe(self) -> None:
+        """Follow the recipe (``base``) for the rest of the run."""
+        self.state = "recipe"
+        self.decided = True
+
+    def describe(self) -> dict:
+        """What the run record keeps: the state, and for a fitted schedule its steps and knots."""
+        d = {"schedule": "budget" if self.state == "fitted" else "recipe", "mode": self.mode, "base": self.base}
+        if self.state == "fitted":
+            d.update(
+                total_steps=self.total_steps,
+                fitted_at_step=self.fitted_at,
+                warmup_steps=self.warmup_steps,
+                warmup_fraction=self.warmup_fraction,
+                peak=self.peak,
+                knots=self.knots,
+            )
+        return d
+
+
+def budget_schedule(
+    optimizer: torch.optim.Optimizer, peak: float, base: dict, *, warmup_fraction: float = 0.05, mode: str = "auto"
+) -> LambdaLR:
+    """A ``LambdaLR`` over a :class:`BudgetSchedule`; the trainer fits it to its budget."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    return LambdaLR(optimizer, BudgetSchedule(peak, base, warmup_fraction, mode))
+
+
+def find_budget_schedule(scheduler) -> BudgetSchedule | None:
+    """The :class:`BudgetSchedule` a ``LambdaLR`` runs (its first group's), or None."""
+    fns = getattr(scheduler, "lr_lambdas", None) or [None]
+    return fns[0] if isinstance(fns[0], BudgetSchedule) else None
+
+
+def apply_schedule(scheduler) -> None:
+    """Set every param group's lr to what the scheduler's multipliers give at its current step (after a
+    fit moved the schedule before the first step; later fits leave the current value as it was)."""
+    step = scheduler.last_epoch
+    lrs = [base * fn(step) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+    for group, lr in zip(scheduler.optimizer.param_groups, lrs):
+        group["lr"] = lr
+    scheduler._last_lr = lrs
+
+
+def unreachable_warmup(warmup_steps: int, peak: float, total_steps: int) -> str | None:
+    """The warning for a recipe whose warm-up of ``warmup_steps`` the budget's ``total_steps`` cannot finish
+    (its peak ``peak`` is never reached), or None when it can."""
+    if total_steps >= warmup_steps:
+        return None
+    return (
+        f"the schedule's warm-up of {warmup_steps} steps cannot finish: this budget allows about {total_steps} "
+        f"steps, so the learning rate stops at {peak * total_steps / warmup_steps:.3g}, "
+        f"{100 * total_steps / warmup_steps:.0f}% of its peak {peak:.3g} (--lr-schedule budget fits warm-up and "
+        "decay to the budget)"
+    )
+
+
+class StepClock:
+    """The seconds each training step took, for the speed estimate: the first ``skip`` steps are left out
+    (first-batch and allocator outliers), and so is time outside steps (validation, checkpoints); the
+    mean is over the last ``window`` steps."""
+
+    def __init__(self, skip: int = SKIP_STEPS, window: int = 200):
+        self.skip = skip
+        self.durations: collections.deque[float] = collections.deque(maxlen=window)
+        self.seen = 0
+
+    def add(self, seconds: float) -> None:
+        self.seen += 1
+        if self.seen > self.skip:
+            self.durations.append(float(seconds))
+
+    def seconds_per_step(self) -> float | None:
+        """Mean step time of the timed steps, leaving out outliers over 5x the median; None before any."""
+        if not self.durations:
+            return None
+        med = statistics.median(self.durations)
+        kept = [d for d in self.durations if d <= 5 * med]
+        return sum(kept) / len(kept)
+
+
+def estimate_total_steps(
+    step: int,
+    *,
+    seconds_left: float,
+    seconds_per_step: float,
+    valid_seconds: float = 0.0,
+    steps_per_epoch: int | None = None,
+    step_in_epoch: int = 0,
+    cap: int | None = None,
+) -> int:
+    """The step count a time budget reaches: ``step`` plus the steps of ``seconds_per_step`` that fit in
+    ``seconds_left``, with a validation of ``valid_seconds`` at every epoch end they cross (the one after
+    the last step comes after the budget); at most ``cap`` in all, at least ``step + 1``.
+
+    The rest of this epoch is ``r = steps_per_epoch - step_in_epoch`` steps; each later epoch is a
+    cycle of ``steps_per_epoch * seconds_per_step + valid_seconds`` seconds; what is left after the
+    whole cycles runs at most one more epoch's steps.
+    """
+    if seconds_per_step <= 0:
+        raise ValueError(f"seconds_per_step must be > 0, got {seconds_per_step!r}")
+    eps = 1e-9  # seconds: a step that ends exactly at the budget's end counts
+
+    def fitting(seconds: float) -> int:
+        return int(max(seconds + eps, 0.0) // seconds_per_step)
+
+    n = fitting(seconds_left)
+    if steps_per_epoch:
+        rest = steps_per_epoch - step_in_epoch
+        if n >= rest:  # the epoch ends (and validates) within the budget
+            left = seconds_left - rest * seconds_per_step - valid_seconds
+            cycle = steps_per_epoch * seconds_per_step + valid_seconds
+            whole = int(max(left + eps, 0.0) // cycle)
+            n = rest + whole * steps_per_epoch + min(fitting(left - whole * cycle), steps_per_epoch)
+    total = max(step + n, step + 1)
+    return min(total, cap) if cap is not None else total

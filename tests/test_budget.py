@@ -1,0 +1,307 @@
+"""Budget-fitted schedules (Li et al. 2020) against plain-Python references; the trainer fits them to a
+step budget and to a (simulated) time budget, keeps them continuous, restores them exactly on resume,
+and warns when a recipe's warm-up cannot finish within the budget."""
+
+import io
+import itertools
+import json
+import math
+
+import hypothesis.strategies as st
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+
+from attnkit.training import ListBatches, Trainer, inverse_sqrt_with_warmup, load_checkpoint
+from attnkit.training.budget import (
+    BudgetSchedule,
+    StepClock,
+    budget_schedule,
+    estimate_total_steps,
+    unreachable_warmup,
+)
+
+torch.set_num_threads(1)
+INV_SQRT = {"kind": "inverse_sqrt", "d_model": 16, "warmup_steps": 2000, "factor": 0.5}
+CONST = {"kind": "constant", "value": 1.0}
+
+
+def reference_fresh(k: int, total: int, frac: float, peak: float) -> float:
+    """Linear warm-up over W = max(1, round(frac T)) steps to ``peak``, then linear decay to 0 at step T."""
+    w = max(1, round(frac * total))
+    if k >= total:
+        return 0.0
+    if k < w:
+        return peak * (k + 1) / w
+    return peak * (total - k) / (total - w + 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(total=st.integers(1, 3000), frac=st.floats(0.0, 0.5), peak=st.floats(1e-5, 10.0))
+def test_a_fresh_fit_is_warmup_then_linear_decay_to_zero_at_the_end(total, frac, peak):
+    f = BudgetSchedule(peak, INV_SQRT, frac)
+    f.fit(0, total)
+    for k in sorted({0, 1, total // 3, total // 2, total - 2, total - 1, total, total + 5} - {-1}):
+        assert f(k) == pytest.approx(reference_fresh(k, total, frac, peak), rel=1e-9, abs=1e-12), k
+    assert f(total - 1) > 0 and f(total) == 0.0
+    assert max(f(k) for k in range(0, total, max(1, total // 50))) <= peak * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(total=st.integers(1, 2000))
+def test_a_constant_recipe_fits_li_et_al_s_linear_schedule(total):
+    """The RNNs' constant rate is at its peak: no warm-up, lr_k = peak (1 - k / T)."""
+    f = BudgetSchedule(1.0, CONST, 0.05)
+    f.fit(0, total)
+    for k in (0, total // 2, total - 1, total):
+        assert f(k) == pytest.approx(1.0 - k / total, abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    first=st.integers(0, 40),
+    fits=st.lists(st.tuples(st.integers(1, 60), st.integers(-50, 400)), min_size=1, max_size=8),
+    base=st.sampled_from([INV_SQRT, CONST]),
+)
+def test_refits_never_make_the_rate_jump(first, fits, base):
+    """Each re-fit at step s (a new estimate of T) keeps f(s); the rate stays in [0, peak] and is 0 from T."""
+    peak = 1e-3 if base is INV_SQRT else 1.0
+    f = BudgetSchedule(peak, base, 0.1)
+    step = first
+    f.fit(step, step + 100)
+    for advance, delta in fits:
+        step = min(step + advance, f.total_steps)  # training never passes the end
+        before = f(step)
+        f.fit(step, step + max(delta, 1))
+        assert f(step) == pytest.approx(before, rel=1e-12, abs=1e-15)
+        for k in range(step, f.total_steps + 2):
+            assert -1e-15 <= f(k) <= peak * (1 + 1e-12)
+        assert f(f.total_steps) == 0.0
+
+
+def test_a_probe_on_the_recipe_then_a_warmup_from_where_it_got():
+    """A time budget times 8 steps on the recipe (still far below the peak) before the first fit: the
+    warm-up then climbs from there to the peak at max(W - 1, s + W), and decays to 0 at T."""
+    f = BudgetSchedule(1e-3, INV_SQRT, 0.05)
+    v8 = f(8)
+    f.fit(8, 1000)  # W = 50
+    assert f(8) == v8 and f(58) == pytest.approx(1e-3) and f(1000) == 0.0
+    assert f(33) == pytest.approx(v8 + (1e-3 - v8) * 25 / 50)
+    assert f(529) == pytest.approx(1e-3 * (1000 - 529) / (1000 - 58))
+    f.fit(100, 600)  # a lower estimate after the warm-up: a straight line from f(100) to 0 at 600
+    assert f(350) == pytest.approx(f(100) / 2) and f.warmup_steps == 59
+
+
+def test_the_schedule_round_trips_through_a_weights_only_state_dict():
+    opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
+    sched = budget_schedule(opt, 1e-3, INV_SQRT, warmup_fraction=0.05)
+    fn = sched.lr_lambdas[0]
+    fn.fit(8, 500)
+    fn.fit(30, 420)
+    buf = io.BytesIO()
+    torch.save(sched.state_dict(), buf)
+    buf.seek(0)
+    other = budget_schedule(torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=1.0), 1e-3, INV_SQRT)
+    other.load_state_dict(torch.load(buf, weights_only=True))
+    g = other.lr_lambdas[0]
+    assert g.knots == fn.knots and g.describe() == fn.describe()
+    assert [g(k) for k in range(0, 430, 7)] == [fn(k) for k in range(0, 430, 7)]
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        (dict(peak=0), "peak must be a positive number"),
+        (dict(warmup_fraction=1.0), "warmup_fraction must be in"),
+        (dict(mode="sometimes"), "mode must be one of"),
+        (dict(base={"kind": "cosine"}), "base must be"),
+    ],
+)
+def test_bad_arguments_are_named(kw, message):
+    args = {"peak": 1.0, "base": CONST, **kw}
+    with pytest.raises(ValueError, match=message):
+        BudgetSchedule(**args)
+
+
+def test_the_unreachable_warmup_warning_gives_the_numbers():
+    msg = unreachable_warmup(2000, 1e-3, 562)
+    assert "2000 steps" in msg and "about 562 steps" in msg and "28%" in msg and "0.000281" in msg
+    assert unreachable_warmup(500, 1e-3, 3845) is None
+
+
+def test_the_step_clock_leaves_out_the_first_steps_and_outliers():
+    clock = StepClock(skip=3)
+    for d in (9.0, 7.0, 5.0, 1.0, 1.2, 0.8, 40.0, 1.0):  # compile/warm-up, then a checkpoint stall
+        clock.add(d)
+    assert clock.seconds_per_step() == pytest.approx((1.0 + 1.2 + 0.8 + 1.0) / 4)
+    assert StepClock().seconds_per_step() is None
+
+
+def simulate_steps(step, seconds_left, sps, valid, spe, pos, cap):
+    """A plain loop: steps of ``sps`` seconds, a validation of ``valid`` s at each epoch end, until time runs out."""
+    t, n = 0.0, step
+    while t + sps <= seconds_left + 1e-9 and (cap is None or n < cap):
+        t, n, pos = t + sps, n + 1, pos + 1
+        if spe and pos == spe:
+            t, pos = t + valid, 0
+    return n
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    step=st.integers(0, 500),
+    seconds_left=st.floats(1.0, 2000.0),
+    sps=st.floats(0.05, 5.0),
+    valid=st.floats(0.0, 60.0),
+    spe=st.one_of(st.none(), st.integers(5, 400)),
+    cap=st.one_of(st.none(), st.integers(501, 5000)),
+)
+def test_the_time_estimate_agrees_with_a_plain_simulation(step, seconds_left, sps, valid, spe, cap):
+    pos = step % spe if spe else 0
+    got = estimate_total_steps(
+        step, seconds_left=seconds_left, seconds_per_step=sps, valid_seconds=valid, steps_per_epoch=spe,
+        step_in_epoch=pos, cap=cap,
+    )  # fmt: skip
+    want = max(simulate_steps(step, seconds_left, sps, valid, spe, pos, cap), step + 1)
+    assert got == want
+
+
+# ---------------------------------------------------------------- the trainer fits it
+
+
+def make_batches(n_batches=5, bs=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(4, 3, generator=g)
+    out = []
+    for _ in range(n_batches):
+        x = torch.randn(bs, 4, generator=g)
+        out.append((x, (x @ w).argmax(-1)))
+    return out
+
+
+def loss_fn(model, batch):
+    x, y = batch
+    return F.cross_entropy(model(x), y, reduction="sum"), y.numel(), {}
+
+
+def make_trainer(out, *, mode="always", base=CONST, schedule=None, **kw):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 if base is CONST else 1.0)
+    sched = schedule(opt) if schedule else budget_schedule(opt, 0.1 if base is INV_SQRT else 1.0, base, mode=mode)
+    valid_x, valid_y = make_batches(1, 8, seed=9)[0]
+    kw.setdefault("max_epochs", 100)
+    return Trainer(
+        model, opt, loss_fn=loss_fn, train_batches=ListBatches(make_batches(), shuffle_seed=3),
+        valid_fn=lambda m: {"valid_loss": F.cross_entropy(m(valid_x), valid_y).item()}, scheduler=sched,
+        out_dir=out, save_every_steps=4, log_every=1, seed=0, progress=False, **kw,
+    )  # fmt: skip
+
+
+def lrs(out):
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    return {r["step"]: r["lr"] for r in log if r["event"] == "train"}, log
+
+
+def test_a_step_budget_fits_the_schedule_and_ends_at_zero(tmp_path):
+    s = make_trainer(tmp_path / "a", base=INV_SQRT, max_steps=40).fit()
+    assert s["steps"] == 40 and s["stop_reason"] == "max_steps"
+    got, log = lrs(tmp_path / "a")
+    # the lr logged after step k is the one step k+1 runs with: reference_fresh(k) (0-based)
+    for k in range(1, 41):
+        assert got[k] == pytest.approx(reference_fresh(k, 40, 0.05, 0.1), abs=1e-12), k
+    assert got[40] == 0.0
+    # the budget's last step is validated, so `best` is the finished model
+    assert [r["step"] for r in log if r["event"] == "valid"][-1] == 40
+
+
+def test_an_epoch_budget_fits_auto_and_a_long_one_keeps_the_recipe(tmp_path):
+    short = make_trainer(tmp_path / "s", base=INV_SQRT, mode="auto", max_epochs=3)  # 15 steps, 3 epochs
+    short.fit()
+    assert short.scheduler.lr_lambdas[0].describe()["total_steps"] == 15
+    long = make_trainer(tmp_path / "l", base=INV_SQRT, mode="auto", max_epochs=5)  # 5 epochs: the recipe
+    long.fit()
+    fn = long.scheduler.lr_lambdas[0]
+    assert fn.describe()["schedule"] == "recipe"
+    got, log = lrs(tmp_path / "l")
+    ref = inverse_sqrt_with_warmup(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), 16, 2000, 0.5)
+    assert got[25] == ref.lr_lambdas[0](25)
+    warn = [r for r in log if r["event"] == "warning"]
+    assert len(warn) == 1 and "2000 steps" in warn[0]["message"] and "about 25 steps" in warn[0]["message"]
+
+
+def test_an_explicit_schedule_stays_and_warns_with_the_numbers(tmp_path, capsys):
+    make_trainer(
+        tmp_path / "e", max_steps=30, schedule=lambda o: inverse_sqrt_with_warmup(o, 16, 2000, factor=0.5)
+    ).fit()
+    err = capsys.readouterr().err
+    assert "warning: the schedule's warm-up of 2000 steps cannot finish: this budget allows about 30 steps" in err
+    got, _ = lrs(tmp_path / "e")
+    assert got[30] == pytest.approx(0.1 * 0.5 * 16**-0.5 * 31 * 2000**-1.5)  # the recipe (base lr 0.1), untouched
+
+
+def test_resume_restores_the_fitted_schedule_exactly(tmp_path):
+    straight = make_trainer(tmp_path / "a", max_steps=13)
+    straight.fit()
+    first = make_trainer(tmp_path / "b", max_steps=13)
+    first.after_step = lambda m, metrics: first.step == 5 and first.request_stop()  # stop after 6 steps
+    assert first.fit()["stop_reason"] == "interrupted"
+    again = make_trainer(tmp_path / "b", max_steps=13)
+    assert again.fit(resume=True)["steps"] == 13
+    a = load_checkpoint(tmp_path / "a" / "step-00000013")
+    b = load_checkpoint(tmp_path / "b" / "step-00000013")
+    for k in a.state_dict:
+        assert torch.equal(a.state_dict[k], b.state_dict[k]), k
+    assert again.scheduler.lr_lambdas[0].knots == straight.scheduler.lr_lambdas[0].knots
+
+
+class FakeClock:
+    """``time.perf_counter`` for the trainer, advanced only by the steps: each takes exactly ``sps`` seconds."""
+
+    def __init__(self, sps):
+        self.now, self.sps = 1000.0, sps
+
+    def __call__(self):
+        return self.now
+
+    def step(self):
+        self.now += self.sps
+
+
+def test_a_time_budget_is_turned_into_steps_and_the_rate_reaches_zero_at_its_end(tmp_path, monkeypatch):
+    clock = FakeClock(0.5)
+    monkeypatch.setattr("attnkit.training.trainer.time.perf_counter", clock)
+
+    def timed_loss(model, batch):
+        clock.step()
+        return loss_fn(model, batch)
+
+    t = make_trainer(tmp_path / "t", base=INV_SQRT, max_time_s=30.0, max_epochs=1000)
+    t.valid_fn = None
+    t.loss_fn = timed_loss
+    s = t.fit()
+    # 30 s of 0.5-s steps: 60 steps; the schedule fitted to them ends at 0 with the last one
+    assert s["steps"] == 60 and s["stop_reason"] == "max_time"
+    got, log = lrs(tmp_path / "t")
+    assert got[60] == 0.0 and max(got.values()) == pytest.approx(0.1)
+    steps = sorted(got)
+    jumps = [abs(got[b] - got[a]) for a, b in itertools.pairwise(steps)]
+    assert max(jumps) <= 0.1 / 3 + 1e-12  # warm-up of W = 3 steps is the steepest part: no jump
+    record = [r for r in log if r["event"] == "schedule"]
+    assert record[0]["step"] == 8 and record[0]["estimated_steps"] == 60
+    assert math.isclose(got[7], 0.5 * 16**-0.5 * 8 * 2000**-1.5)  # the probe ran on the recipe
+
+
+def test_the_progress_line_shows_the_validation_score_and_the_steps_left(tmp_path, capsys):
+    t = make_trainer(tmp_path / "p", max_steps=9, valid_every_steps=3)
+    t.progress = True
+    t.fit()
+    out, err = capsys.readouterr()
+    err = err.replace("\r", "\n")
+    log = [json.loads(line) for line in (tmp_path / "p" / "train_log.jsonl").read_text().splitlines()]
+    valid = [r for r in log if r["event"] == "valid"]
+    assert [r["step"] for r in valid] == [3, 5, 6, 9]  # every 3 steps, and at the end of the 5-step epoch
+    shown = f"valid_loss={valid[0]['valid_loss']:.4g} (best {valid[0]['best_metric']:.4g})"
+    assert shown in err and "steps_left=5" in err  # after step 4: 9 - 4 left
+    assert "step 3: valid_loss=" in out  # tqdm.write: above the bar, on stdout

@@ -1,0 +1,98 @@
+"""The run record (``train_config.json``) of a translation run says what ran: the corpus's languages and
+name and the model's sizes (as the model's own ``config.json``), and the schedule fitted to the budget;
+an explicit schedule that the budget cannot finish is kept, with a warning that gives the numbers."""
+
+import json
+
+import pytest
+
+from attnkit.cli import main as cli_main
+from attnkit.data.corpus import prepare_parallel
+from attnkit.training.checkpoint import list_checkpoints, load_checkpoint
+from test_corpus import synthetic_pairs, write_aligned
+
+SIZES = ["--d-model", "16", "--nhead", "2", "--dim-feedforward", "32", "--num-encoder-layers", "1"]
+SIZES += ["--num-decoder-layers", "1", "--batch-size", "16", "--valid-bleu-sentences", "8", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def toy_home(tmp_path_factory):
+    """A made-up corpus, not the Bible: each target word is its source word reversed (xx -> yy)."""
+    folder = tmp_path_factory.mktemp("toy")
+    home = folder / "home"
+    pairs = synthetic_pairs(240, seed=5)
+    train = write_aligned(folder, "train", pairs[:200], "xx", "yy")
+    valid = write_aligned(folder, "valid", pairs[200:220], "xx", "yy")
+    test = write_aligned(folder, "test", pairs[220:], "xx", "yy")
+    prepare_parallel(
+        "toy", src_lang="xx", tgt_lang="yy", train=train, valid=valid, test=test, vocab_size=400, home=home
+    )
+    return home
+
+
+def train(home, out, *flags):
+    argv = ["--home", str(home), "train", "translation", "--data", "toy", "--model", "transformer"]
+    return cli_main([*argv, *SIZES, "--out-dir", str(out), "--no-progress", *flags])
+
+
+def test_the_record_names_the_corpus_languages_sizes_and_fitted_schedule(toy_home, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train(toy_home, out, "--max-steps", "6") == 0
+    record = json.loads((out / "train_config.json").read_text())
+    model = json.loads((list_checkpoints(out)[-1] / "config.json").read_text())
+    assert record["data"] == "toy" and record["model"] == "transformer" == model["model_type"]
+    mc = record["model_config"]
+    assert (mc["src_lang"], mc["tgt_lang"], mc["corpus"]) == ("xx", "yy", "toy")
+    for key, value in mc.items():  # every field of the model's config, as the model has it
+        assert model[key] == value, key
+    assert mc["vocab_size"] == model["vocab_size"] < 8000 and mc["d_model"] == 16
+    schedule = record["schedule"]
+    # 6 steps of a 13-step epoch: fitted, warm-up of max(1, round(0.05 * 6)) = 1 step, 0 at step 6
+    assert schedule["schedule"] == "budget" and schedule["total_steps"] == 6 and schedule["warmup_steps"] == 1
+    assert schedule["knots"] == [[-1.0, 0.0], [0.0, 1e-3], [6.0, 0.0]]
+    assert "linear decay to 0 at step 6" in capsys.readouterr().err
+
+
+def test_an_explicit_warmup_is_kept_and_the_budget_warns(toy_home, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train(toy_home, out, "--max-steps", "5", "--warmup-steps", "2000") == 0
+    err = capsys.readouterr().err
+    assert "warm-up of 2000 steps cannot finish: this budget allows about 5 steps" in err
+    record = json.loads((out / "train_config.json").read_text())
+    assert record["lr_schedule"] == "recipe" and record["warmup_steps"] == 2000
+    assert record["schedule"]["schedule"] == "recipe"
+    state = load_checkpoint(list_checkpoints(out)[-1]).trainer_state
+    w, peak = 2000, 1e-3
+    # the recipe as given: lr(k) = peak * k / warmup during the warm-up (k = steps done + 1)
+    assert state["scheduler"]["_last_lr"][0] == pytest.approx(peak * 6 / w)
+
+
+def test_without_a_model_the_written_rule_picks_one_and_says_why(toy_home, tmp_path, capsys):
+    from attnkit.tasks.translation.budget_defaults import pick_model
+
+    argv = ["--home", str(toy_home), "train", "translation", "--data", "toy", "--max-time-s", "600"]
+    rnn = ["--emb-dim", "16", "--hidden-dim", "16", "--attn-dim", "16", "--batch-size", "16", "--threads", "1"]
+    out = tmp_path / "run"
+    assert cli_main([*argv, *rnn, "--max-steps", "2", "--out-dir", str(out), "--no-progress"]) == 0
+    model, why = pick_model(600)
+    assert f"attnkit: no --model given: training {model}: {why}" in capsys.readouterr().err
+    assert json.loads((out / "train_config.json").read_text())["model"] == model == "rnnsearch"
+
+
+def test_a_run_folder_opens_as_its_newest_complete_checkpoint(toy_home, tmp_path, capsys):
+    """`serve`/`translate --model RUN_FOLDER` on a model still training: its newest complete checkpoint."""
+    from attnkit.cli.common import CLIError, _model_path, _model_paths
+
+    out = tmp_path / "run"
+    assert train(toy_home, out, "--max-steps", "4", "--save-every-steps", "2") == 0
+    (out / "step-00000009").mkdir()  # a save under way: no COMPLETE marker yet
+    newest = out / "step-00000004"
+    assert _model_path(str(out), "unused") == newest and (newest / "COMPLETE").is_file()
+    assert "is a training run: using its newest checkpoint, step-00000004" in capsys.readouterr().err
+    assert _model_paths([str(out), "rnnsearch-es-en"]) == [str(newest), "rnnsearch-es-en"]
+    assert cli_main(["translate", "--model", str(out), "a b c"]) == 0
+    empty = tmp_path / "starting"
+    empty.mkdir()
+    (empty / "train_log.jsonl").write_text("")
+    with pytest.raises(CLIError, match="no complete checkpoint yet"):
+        _model_path(str(empty), "unused")
