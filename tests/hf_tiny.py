@@ -171,6 +171,9 @@ def build_tiny(family: str, *, attn_implementation: str | None = None, seed: int
     torch.manual_seed(seed)
     model = getattr(transformers, _MODEL_CLASSES[family])(config).eval()
     gen = getattr(model, "generation_config", None)
+    if gen is not None:
+        gen.forced_eos_token_id = None  # generate would force </s> at max_length; attnkit's search does not
+        model.config.forced_eos_token_id = None
     if family == "marian":
         gen.bad_words_ids = [[PAD]]  # as the hub's opus-mt models: never generate the padding token
     if family == "bart":

@@ -76,6 +76,7 @@ class HFState:
     memory_mask: Tensor = field(metadata=PER_SOURCE)
     src_lengths: Tensor = field(metadata=PER_SOURCE)
     offset: int = 0
+    width: int = 0  # S: the pieces' width of the batch the search started with (its attention rows' width)
     cache: Any = None
     step: int = 0
 
@@ -180,10 +181,10 @@ class HFSeq2Seq(nn.Module):
         prefix = torch.tensor(self.decoder_prefix, dtype=torch.long, device=tgt_in.device).expand(B, -1)
         return torch.cat([prefix, tgt_in[:, 1:]], dim=1)
 
-    def _piece_columns(self, weights: Tensor, src_lengths: Tensor) -> Tensor:
-        """``(..., S')`` over the model's source → ``(..., S)`` over the pieces (zero past each row's length);
-        dimension 0 is the batch."""
-        S = int(src_lengths.max())
+    def _piece_columns(self, weights: Tensor, src_lengths: Tensor, width: int | None = None) -> Tensor:
+        """``(..., S')`` over the model's source → ``(..., S)`` over the pieces (zero past each row's length;
+        ``S`` = ``width``, default the longest row); dimension 0 is the batch."""
+        S = int(src_lengths.max()) if width is None else width
         off = len(self.src_prefix)
         out = weights[..., off : off + S]
         keep = torch.arange(S, device=out.device)[None, :] < src_lengths[:, None].to(out.device)  # (B, S)
@@ -280,7 +281,7 @@ class HFSeq2Seq(nn.Module):
         """Encode the source once (with the model's special tokens)."""
         ids, mask = self._source(src, src_lengths)
         memory = self.hf.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
-        return HFState(memory, mask, src_lengths.to(memory.device), len(self.src_prefix))
+        return HFState(memory, mask, src_lengths.to(memory.device), len(self.src_prefix), int(src.shape[1]))
 
     @torch.no_grad()
     def step_features(self, prev_tokens: Tensor, state: HFState):
@@ -307,7 +308,7 @@ class HFSeq2Seq(nn.Module):
             )
         features = out.last_hidden_state[:, -1] * self.feature_scale  # (R, E)
         attention = kept["w"][:, :, -1].mean(dim=1)  # (R, S')
-        attention = self._piece_columns(attention, state.src_lengths)
+        attention = self._piece_columns(attention, state.src_lengths, state.width)
         new = dataclasses.replace(state, cache=out.past_key_values, step=state.step + 1)
         return features, new, attention
 
