@@ -57,6 +57,7 @@ def load_pretrained(source: str, *, seq2seq: bool):
     transformers = require_transformers()
     import torch
 
+    transformers.utils.logging.disable_progress_bar()  # attnkit's commands show their own progress
     is_folder = Path(source).is_dir()
     auto = transformers.AutoModelForSeq2SeqLM if seq2seq else transformers.AutoModel
     try:

@@ -99,6 +99,26 @@ def _fork(cache, index: Tensor | None = None, *, cross: bool = True):
     return new
 
 
+class SourceEmbedding(nn.Module):
+    """What the model's encoder makes of token ids before its first layer, as one module:
+    ``embed_tokens(ids) · scale`` (Marian multiplies by ``√d_model`` in the encoder; BART's and M2M100's
+    embedding modules scale themselves; T5 does not scale). attnkit's gradient attributions replace its
+    output for the source pieces (:func:`attnkit.attribution.gradients.source_embedding_override`)."""
+
+    def __init__(self, embed_tokens: nn.Module, scale: float):
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        self.scale = float(scale)
+
+    @property
+    def weight(self) -> Tensor:
+        return self.embed_tokens.weight
+
+    def forward(self, ids: Tensor) -> Tensor:
+        out = self.embed_tokens(ids)
+        return out * self.scale if self.scale != 1.0 else out
+
+
 class HFSeq2Seq(nn.Module):
     """A ``transformers`` encoder-decoder model as an attnkit translation model (see the module docstring)."""
 
@@ -129,6 +149,10 @@ class HFSeq2Seq(nn.Module):
             int(w[0]) for w in (getattr(gen, "bad_words_ids", None) or []) if len(w) == 1
         )  # one-token bad words: banned at every step, as generate's NoBadWordsLogitsProcessor does
         self.feature_scale = cfg.d_model**-0.5 if getattr(cfg, "scale_decoder_outputs", False) else 1.0
+        encoder = model.get_encoder()
+        tokens = encoder.get_input_embeddings()
+        plain = type(tokens) is nn.Embedding  # a scaled embedding module scales itself
+        self.embedding = SourceEmbedding(tokens, getattr(encoder, "embed_scale", 1.0) if plain else 1.0)
         self.sites = attention_sites(model)
         kinds = {s.kind for s in self.sites}
         if kinds != {"enc_self", "dec_self", "cross"}:
@@ -175,6 +199,19 @@ class HFSeq2Seq(nn.Module):
             mask[b, : len(row)] = 1
         return ids, mask
 
+    def _encode(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """``(encoder output (B, S', D), attention_mask (B, S'))``, from embeddings: the pieces' through
+        :attr:`embedding` called on ``src`` itself (so that an attribution may replace them), the
+        special tokens' and the padding's from their ids."""
+        ids, mask = self._source(src, src_lengths)
+        full = self.embedding(ids)  # (B, S', E)
+        S, off = src.shape[1], len(self.src_prefix)
+        pieces = self.embedding(src)  # (B, S, E)
+        keep = (torch.arange(S, device=src.device)[None, :] < src_lengths[:, None].to(src.device))[..., None]
+        middle = torch.where(keep, pieces.to(full.dtype), full[:, off : off + S])
+        embeds = torch.cat([full[:, :off], middle, full[:, off + S :]], dim=1)  # (B, S', E)
+        return self.hf.get_encoder()(inputs_embeds=embeds, attention_mask=mask).last_hidden_state, mask
+
     def _decoder_input(self, tgt_in: Tensor) -> Tensor:
         """``tgt_in (B, T)`` (``bos`` first) → the decoder's ``(B, P - 1 + T)``: the decoder prefix in place of ``bos``."""
         B = tgt_in.shape[0]
@@ -214,8 +251,7 @@ class HFSeq2Seq(nn.Module):
         if on_weights is not None:
             with capture_attention(self.hf, on_weights, sites=sites):
                 return self._run(src, src_lengths, tgt_in)
-        ids, mask = self._source(src, src_lengths)
-        memory = self.hf.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+        memory, mask = self._encode(src, src_lengths)
         return self.hf.get_decoder()(
             input_ids=self._decoder_input(tgt_in),
             encoder_hidden_states=memory,
@@ -279,8 +315,7 @@ class HFSeq2Seq(nn.Module):
     @torch.no_grad()
     def start(self, src: Tensor, src_lengths: Tensor) -> HFState:
         """Encode the source once (with the model's special tokens)."""
-        ids, mask = self._source(src, src_lengths)
-        memory = self.hf.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+        memory, mask = self._encode(src, src_lengths)
         return HFState(memory, mask, src_lengths.to(memory.device), len(self.src_prefix), int(src.shape[1]))
 
     @torch.no_grad()
