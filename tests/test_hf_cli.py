@@ -91,3 +91,22 @@ def test_explain_attention_and_the_methods_that_do_not_apply(tmp_path):
         timeout=300,
     )
     assert r.returncode == 2 and "alti_plus needs" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_explorer_serves_a_hugging_face_folder():
+    """`attnkit serve --model FOLDER`'s app: the model is listed with its methods, and a translation
+    comes back with the cross-attention of every layer and head over the source words."""
+    fastapi_testclient = pytest.importorskip("fastapi.testclient")
+    from attnkit.explorer.app import create_app, load_models
+
+    folder = saved_tiny("marian")
+    models = load_models([str(folder)])
+    client = fastapi_testclient.TestClient(create_app(models))
+    listed = {m["name"]: m for m in client.get("/api/models").json()["models"]}
+    assert folder.name in listed and "attention" in [m["name"] for m in listed[folder.name]["methods"]]
+    r = client.post("/api/translate", json={"text": "Jesús lloró.", "model": folder.name, "beam": 1, "heads": True})
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["translation"] and data["kind"] == "hf-marian"
+    assert data["words"]["source"] == ["Jesús", "lloró."]  # the model's pieces grouped into words
+    assert len(data["heads"]["cross"]) == 2 and len(data["heads"]["enc_self"]) == 2  # both layers

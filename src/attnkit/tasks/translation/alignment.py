@@ -169,10 +169,12 @@ class ModelAligner:
         cross = maps.cross[:, reading.layer - 1]  # (B, H, T, S)
         return cross.mean(dim=1) if reading.head is None else cross[:, reading.head - 1]
 
-    def _spans(self, words: Sequence[str]) -> tuple[list[int], list[list[int]]]:
-        """The ids of a sentence tokenised word by word, and each word's piece indices."""
+    def _spans(self, words: Sequence[str], *, source: bool = False) -> tuple[list[int], list[list[int]]]:
+        """The ids of a sentence tokenised word by word (with the source side's tokenizer when
+        ``source``: a model with separate vocabularies), and each word's piece indices."""
+        tokenizer = self.translator.src_tokenizer if source else self.translator.tokenizer
         ids, spans = [], []
-        for piece_ids in self.translator.tokenizer.encode_batch(list(words)) if words else []:
+        for piece_ids in tokenizer.encode_batch(list(words)) if words else []:
             spans.append(list(range(len(ids), len(ids) + len(piece_ids))))
             ids.extend(piece_ids)
         return ids, spans
@@ -192,7 +194,7 @@ class ModelAligner:
         empty: list[torch.Tensor | None] = [None] * len(pairs)
         rows = []
         for k, (src_words, tgt_words) in enumerate(pairs):
-            src_ids, src_spans = self._spans(src_words)
+            src_ids, src_spans = self._spans(src_words, source=True)
             tgt_ids, tgt_spans = self._spans(tgt_words)
             if not src_ids or not tgt_ids:  # nothing to align: no links
                 empty[k] = torch.zeros(len(tgt_words), len(src_words))
