@@ -110,3 +110,15 @@ def test_the_explorer_serves_a_hugging_face_folder():
     assert data["translation"] and data["kind"] == "hf-marian"
     assert data["words"]["source"] == ["Jesús", "lloró."]  # the model's pieces grouped into words
     assert len(data["heads"]["cross"]) == 2 and len(data["heads"]["enc_self"]) == 2  # both layers
+
+
+def test_self_attention_models_say_what_they_have():
+    """explain and translate on an encoder-only folder: one line each, naming what the model has instead."""
+    env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    folder = str(saved_tiny("bert"))
+    for args in (["explain", "--model", folder, "x"], ["translate", "--model", folder, "x"]):
+        r = subprocess.run(
+            [sys.executable, "-m", "attnkit.cli", *args], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "self-attention" in r.stderr
