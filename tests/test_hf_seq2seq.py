@@ -206,3 +206,15 @@ def test_saliency_equals_autograd_through_the_hf_model(family):
         expected.append(x.grad[0, off : off + len(src_ids)].norm(dim=-1))
     expected = torch.stack(expected)  # (T, S); the registry normalises each row to sum 1
     torch.testing.assert_close(att.scores.float(), expected / expected.sum(-1, keepdim=True), atol=1e-5, rtol=1e-4)
+
+
+def test_m2m100_target_language_from_the_tokenizer():
+    """M2M100/NLLB checkpoints name no forced first token; the tokenizer's tgt_lang gives it (__en__)."""
+    from hf_tiny import EN
+
+    model, tok = build_tiny("m2m_100")
+    model.generation_config.forced_bos_token_id = None
+    tok.tgt_lang = "en"
+    adapter = HFSeq2Seq(model, tok, source="m2m")
+    assert adapter.decoder_prefix == [EOS, EN]
+    assert adapter.src_prefix == [tok.convert_tokens_to_ids("__es__")] and adapter.src_suffix == [EOS]

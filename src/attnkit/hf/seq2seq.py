@@ -135,6 +135,8 @@ class HFSeq2Seq(nn.Module):
         if start is None:
             raise HFModelError(f"{source}: its config names no decoder_start_token_id")
         forced = getattr(gen, "forced_bos_token_id", None) if gen is not None else None
+        if forced is None:  # M2M100, NLLB, mBART-50: the target language's token, from the tokenizer's tgt_lang
+            forced = _language_token(tokenizer, getattr(tokenizer, "tgt_lang", None))
         self.decoder_prefix = [int(start)] + ([int(forced)] if forced is not None else [])
         pad = cfg.pad_token_id if cfg.pad_token_id is not None else start
         eos = cfg.eos_token_id if cfg.eos_token_id is not None else gen.eos_token_id
@@ -365,6 +367,19 @@ class HFSeq2Seq(nn.Module):
             src_lengths=state.src_lengths.index_select(0, index),
             cache=cache,
         )
+
+
+def _language_token(tok, lang: str | None) -> int | None:
+    """The id of language ``lang``'s token (M2M100's ``__en__``, NLLB's ``eng_Latn``, mBART's ``en_XX``),
+    or None when there is none."""
+    if not lang:
+        return None
+    unk = getattr(tok, "unk_token_id", None)
+    for token in (f"__{lang}__", lang):
+        found = tok.convert_tokens_to_ids(token)
+        if isinstance(found, int) and found != unk:
+            return found
+    return None
 
 
 def _languages(tok, source: str) -> tuple[str, str]:
