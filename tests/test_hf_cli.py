@@ -122,3 +122,26 @@ def test_self_attention_models_say_what_they_have():
         )
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "self-attention" in r.stderr
+
+
+def test_evaluate_explanations_scores_a_hugging_face_folder():
+    """`evaluate explanations` on the gold verses: the report covers the asked methods, with AERs in [0, 1]."""
+    import json
+
+    out = _cli(
+        "evaluate",
+        "explanations",
+        "--model",
+        saved_tiny("marian"),
+        "--method",
+        "attention",
+        "--limit",
+        "3",
+        "--sanity-verses",
+        "1",
+        "--json",
+    )
+    report = json.loads(out)
+    assert report["kind"] == "hf-marian" and report["verses"] == 3 and report["complete"]
+    scores = report["methods"]["attention"]
+    assert 0.0 <= scores["aer"] <= 1.0 and 0.0 <= scores["precision"] <= 1.0 and 0.0 <= scores["recall"] <= 1.0

@@ -120,7 +120,9 @@ def cmd_evaluate_explanations(args) -> None:
         on_method=save if output else None,
         resume=resume,
     )
-    if (path / "tokenizer.model").is_file():
+    from ..pretrained import model_task
+
+    if model_task(path) == "translation":  # attnkit's translators and Hugging Face encoder-decoders
         report = evaluate_explanations(path, dtype=args.precision, **options)
     else:
         options["limit"] = args.limit or 100

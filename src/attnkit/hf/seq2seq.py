@@ -396,8 +396,13 @@ def _languages(tok, source: str) -> tuple[str, str]:
 def load_seq2seq(source: str, *, device="cpu", dtype=None) -> tuple[HFSeq2Seq, HFTokenizer, HFTokenizer]:
     """``(model, source tokenizer, target tokenizer)`` for the Hugging Face encoder-decoder at ``source``
     (a hub name or a folder, see :mod:`attnkit.hf.loading`), on ``device`` in ``dtype``."""
-    from ..device import place
+    from ..device import INT8, place
 
+    if dtype == INT8:
+        raise HFModelError(
+            "precision int8 is for attnkit's own models (their layers are quantized by name); "
+            "run a Hugging Face model in fp32, bf16 or fp16"
+        )
     model, tok = load_pretrained(source, seq2seq=True)
     adapter = HFSeq2Seq(model, tok, source=source)
     cfg = adapter.config
