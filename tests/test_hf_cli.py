@@ -1,35 +1,35 @@
-"""attnkit's commands on a Hugging Face model folder (a tiny random Marian saved with save_pretrained),
-offline: translate (greedy equals the model's generate), align (links within the sentences), explain."""
-
-import os
-import subprocess
-import sys
-from pathlib import Path
+"""attnkit's commands on Hugging Face model folders (tiny random models saved with save_pretrained), run
+in-process through the command's main function: translate (greedy equals the model's generate), align
+(links within the sentences), explain, evaluate explanations, the explorer's API."""
 
 import pytest
 import torch
 
+from attnkit.cli import main
 from hf_tiny import saved_tiny
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 SENTENCE = "En el principio creó Dios los cielos y la tierra."
 
 
-def _cli(*args, cwd=None):
-    env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    r = subprocess.run(
-        [sys.executable, "-m", "attnkit.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert r.returncode == 0, r.stderr
-    return r.stdout
+def _run(capsys, *args) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _cli(capsys, *args) -> str:
+    code, out, err = _run(capsys, *args)
+    assert code == 0, err
+    return out
 
 
 @pytest.mark.parametrize("family", ["marian", "t5"])
-def test_translate_equals_generate(family):
+def test_translate_equals_generate(family, capsys):
     import transformers
 
     folder = saved_tiny(family)
-    out = _cli("translate", "--model", folder, "--beam", "1", SENTENCE).strip()
+    out = _cli(capsys, "translate", "--model", folder, "--beam", "1", SENTENCE).strip()
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
     tok = transformers.AutoTokenizer.from_pretrained(folder)
     n = len(tok(SENTENCE, add_special_tokens=False)["input_ids"])
@@ -39,13 +39,14 @@ def test_translate_equals_generate(family):
     assert out or family == "t5"  # the random Marian writes words; the random T5 writes only <pad>
 
 
-def test_align_gives_links_inside_each_pair(tmp_path):
+def test_align_gives_links_inside_each_pair(tmp_path, capsys):
     src = ["En el principio creó Dios los cielos y la tierra .", "Jesús lloró ."]
     tgt = ["In the beginning God created the heavens and the earth .", "Jesus wept ."]
     (tmp_path / "a.es").write_text("\n".join(src) + "\n")
     (tmp_path / "a.en").write_text("\n".join(tgt) + "\n")
     for method in ("attention", "shift"):
         lines = _cli(
+            capsys,
             "align",
             "--model",
             saved_tiny("marian"),
@@ -64,33 +65,16 @@ def test_align_gives_links_inside_each_pair(tmp_path):
             assert {j for _, j in links} == set(range(len(t.split())))  # every target word is linked
 
 
-def test_explain_attention_and_the_methods_that_do_not_apply(tmp_path):
-    out = _cli("explain", "--model", saved_tiny("marian"), "--method", "attention", "--json", "Jesús lloró.")
+def test_explain_attention_and_the_methods_that_do_not_apply(capsys):
+    out = _cli(capsys, "explain", "--model", saved_tiny("marian"), "--method", "attention", "--json", "Jesús lloró.")
     import json
 
     data = json.loads(out)
     assert data["words"]["source"] == ["Jesús", "lloró."]  # the model's pieces grouped into the words
     words = torch.tensor(data["words"]["scores"])
     assert words.shape == (len(data["words"]["target"]), 2) and bool((words >= 0).all())
-    env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attnkit.cli",
-            "explain",
-            "--model",
-            str(saved_tiny("marian")),
-            "--method",
-            "alti_plus",
-            "x",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert r.returncode == 2 and "alti_plus needs" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    code, _, err = _run(capsys, "explain", "--model", saved_tiny("marian"), "--method", "alti_plus", "x")
+    assert code == 2 and "alti_plus needs" in err and len(err.strip().splitlines()) == 1
 
 
 def test_the_explorer_serves_a_hugging_face_folder():
@@ -112,23 +96,22 @@ def test_the_explorer_serves_a_hugging_face_folder():
     assert len(data["heads"]["cross"]) == 2 and len(data["heads"]["enc_self"]) == 2  # both layers
 
 
-def test_self_attention_models_say_what_they_have():
+def test_self_attention_models_say_what_they_have(capsys):
     """explain and translate on an encoder-only folder: one line each, naming what the model has instead."""
-    env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    folder = str(saved_tiny("bert"))
-    for args in (["explain", "--model", folder, "x"], ["translate", "--model", folder, "x"]):
-        r = subprocess.run(
-            [sys.executable, "-m", "attnkit.cli", *args], capture_output=True, text=True, env=env, timeout=300
-        )
-        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-        assert "self-attention" in r.stderr
+    folder = saved_tiny("bert")
+    for command in ("explain", "translate"):
+        code, _, err = _run(capsys, command, "--model", folder, "x")
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "self-attention" in err
 
 
-def test_evaluate_explanations_scores_a_hugging_face_folder():
-    """`evaluate explanations` on the gold verses: the report covers the asked methods, with AERs in [0, 1]."""
+def test_evaluate_explanations_scores_a_hugging_face_folder(capsys):
+    """`evaluate explanations` on the gold verses: the report covers the asked method, with AER, precision
+    and recall in [0, 1]."""
     import json
 
     out = _cli(
+        capsys,
         "evaluate",
         "explanations",
         "--model",

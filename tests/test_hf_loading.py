@@ -62,10 +62,12 @@ def test_uncached_name_offline_is_one_line_naming_both_ways(tmp_path):
     assert "network" in lines[0] and "huggingface-cli download" in lines[0] and "HF_HUB_OFFLINE" in lines[0]
 
 
-def test_a_broken_folder_is_one_line(tmp_path):
+def test_a_broken_folder_is_one_line(tmp_path, capsys):
+    from attnkit.cli import main
+
     folder = tmp_path / "broken"
     folder.mkdir()
     (folder / "config.json").write_text("{not json")
-    r = _cli(["translate", "--model", str(folder), "hola"], tmp_path, HF_HUB_OFFLINE="1")
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert str(folder) in r.stderr
+    assert main(["translate", "--model", str(folder), "hola"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(folder) in err
