@@ -31,7 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import AttnkitError
-from ..paths import attnkit_home
+from ..paths import COMPLETE_NAME, attnkit_home
 
 __all__ = [
     "DEFAULT_CAPTION_MODEL",
@@ -103,8 +103,6 @@ def hf_source(name_or_path: str | os.PathLike) -> str | None:
     """What to give ``from_pretrained`` when ``name_or_path`` (as :func:`resolve_model` returns it) is a
     Hugging Face model: the hub name of ``hf:NAME``, or the folder of a Hugging Face model folder (a
     ``config.json`` and no attnkit ``COMPLETE`` manifest); ``None`` for an attnkit model."""
-    from ..training.checkpoint import COMPLETE_NAME
-
     text = str(name_or_path)
     if text.startswith(HF_PREFIX) and not Path(text).is_dir():
         return text[len(HF_PREFIX) :]

@@ -52,7 +52,11 @@ from attnkit import __version__
 
 from ..errors import AttnkitError
 from ..models.registry import build_model
-from ..paths import atomic_write_bytes, fsync_dir  # one atomic write for the package: temp file, fsync, os.replace
+from ..paths import (
+    COMPLETE_NAME,
+    atomic_write_bytes,
+    fsync_dir,
+)  # one atomic write for the package: temp file, fsync, os.replace
 
 __all__ = [
     "COMPLETE_NAME",
@@ -78,7 +82,6 @@ __all__ = [
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 TRAINER_STATE_NAME = "trainer_state.pt"
-COMPLETE_NAME = "COMPLETE"
 _RESERVED = {CONFIG_NAME, WEIGHTS_NAME, TRAINER_STATE_NAME, COMPLETE_NAME}
 _STEP_RE = re.compile(r"^step-(\d+)$")
 _MAX_KEYS_SHOWN = 5
