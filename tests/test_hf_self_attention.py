@@ -53,3 +53,13 @@ def test_stream_hands_over_each_asked_layer_once():
         part.rollout()
     with pytest.raises(ValueError, match="layers"):
         sa.self_attention(TEXT, layers=[5])
+
+
+def test_load_from_a_folder_and_by_hf_name():
+    from attnkit.hf import HFModelError, load_self_attention
+    from hf_tiny import saved_tiny
+
+    sa = load_self_attention(str(saved_tiny("gpt2")))
+    assert sa.causal and sa.num_layers == 2 and sa.self_attention("Jesús lloró.").attention.shape[:2] == (2, 4)
+    with pytest.raises(HFModelError, match="encoder-decoder"):
+        load_self_attention(str(saved_tiny("marian")))

@@ -131,8 +131,11 @@ class SelfAttentionModel:
 
 
 def load_self_attention(source: str, *, device: str = "cpu") -> SelfAttentionModel:
-    """A :class:`SelfAttentionModel` from a hub name or folder (see :mod:`attnkit.hf.loading`)."""
+    """A :class:`SelfAttentionModel` from ``hf:NAME``, a hub name or a folder (see :mod:`attnkit.hf.loading`)."""
     from ..device import resolve_device
+    from ..pretrained import HF_PREFIX
 
+    source = str(source)
+    source = source[len(HF_PREFIX) :] if source.startswith(HF_PREFIX) else source
     model, tok = load_pretrained(source, seq2seq=False)
     return SelfAttentionModel(model.to(resolve_device(device)), tok, source=source)
