@@ -18,7 +18,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,docs,align,explain,deploy]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,docs,align,explain,deploy,hf]'
 	touch $@
 
 # Debian packages, installed only when missing: the real data (the Bibles and Fashion-MNIST) for everything,

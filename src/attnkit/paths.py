@@ -13,7 +13,11 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "attnkit_home", "fsync_dir"]
+__all__ = ["COMPLETE_NAME", "atomic_write_bytes", "atomic_write_text", "attnkit_home", "fsync_dir"]
+
+#: The manifest an attnkit checkpoint folder is written with, last (attnkit.training.checkpoint): a folder
+#: without it is incomplete, or not attnkit's (attnkit.pretrained.hf_source reads it as a Hugging Face one)
+COMPLETE_NAME = "COMPLETE"
 
 
 def attnkit_home(home: str | os.PathLike | None = None) -> Path:

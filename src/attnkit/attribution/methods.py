@@ -348,7 +348,14 @@ def _caption_gradient(name):
 
 # ---------------------------------------------------------------------------------------- the registry
 def _has_attention(model) -> bool:
-    return is_transformer(model) or getattr(model, "attention", None) is not None
+    """attnkit's Transformer, an RNN with attention, or any translation model whose ``attention_maps``
+    has cross-attention layers (its config counts ``num_decoder_layers``: a Hugging Face encoder-decoder)."""
+    layered = getattr(getattr(model, "config", None), "num_decoder_layers", None) is not None
+    return (
+        is_transformer(model)
+        or getattr(model, "attention", None) is not None
+        or (layered and callable(getattr(model, "attention_maps", None)))
+    )
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,14 @@ def cmd_explain(args) -> None:
     options = dict(method=method, steps=args.steps, progress=progress)
     from ..pretrained import model_task
 
-    if model_task(path) == "translation":
+    task = model_task(path)
+    if task == "self-attention":
+        raise CLIError(
+            f"{path} is an encoder-only or decoder-only model: it has no source to attribute a translation to; "
+            "its self-attention (every layer and head, head mean, rollout) is in Python: "
+            "attnkit.hf.self_attention.load_self_attention(MODEL).self_attention(TEXT)"
+        )
+    if task == "translation":
         tr = _load_translator(args, path)
         att = explain(tr, args.input, target=args.target, beam=args.beam, layer=args.layer, head=args.head, **options)
     else:
@@ -113,7 +120,9 @@ def cmd_evaluate_explanations(args) -> None:
         on_method=save if output else None,
         resume=resume,
     )
-    if (path / "tokenizer.model").is_file():
+    from ..pretrained import model_task
+
+    if model_task(path) == "translation":  # attnkit's translators and Hugging Face encoder-decoders
         report = evaluate_explanations(path, dtype=args.precision, **options)
     else:
         options["limit"] = args.limit or 100

@@ -10,7 +10,14 @@ A model argument resolves in this order (:func:`resolve_model`):
 
 1. an existing folder (a path: ``runs/rnnsearch/best``, ``./my-model``);
 2. a shipped model name (``transformer-es-en``);
-3. a locally trained model exported under ``$ATTNKIT_HOME/models/<name>``.
+3. a locally trained model exported under ``$ATTNKIT_HOME/models/<name>``;
+4. ``hf:NAME``: a model on the Hugging Face hub (or in its local cache), kept as the path
+   ``hf:NAME`` so that it flows through every caller like a folder.
+
+A folder that holds a ``config.json`` but no attnkit ``COMPLETE`` manifest is a Hugging Face model
+folder (``save_pretrained``, ``huggingface-cli download``): :func:`hf_source` tells the two kinds
+apart, and the loaders (:meth:`attnkit.tasks.translation.Translator.load`) hand those to
+:mod:`attnkit.hf`.
 
 An unknown name raises :class:`UnknownModelError`, which lists the names that are known.
 """
@@ -24,15 +31,17 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import AttnkitError
-from ..paths import attnkit_home
+from ..paths import COMPLETE_NAME, attnkit_home
 
 __all__ = [
     "DEFAULT_CAPTION_MODEL",
     "DEFAULT_TRANSLATION_MODEL",
     "DEMO_TRANSLATION_MODEL",
+    "HF_PREFIX",
     "PRETRAINED_DIR",
     "ModelInfo",
     "UnknownModelError",
+    "hf_source",
     "known_models",
     "local_models",
     "model_task",
@@ -44,6 +53,7 @@ PRETRAINED_DIR = Path(__file__).resolve().parent
 DEFAULT_TRANSLATION_MODEL = "transformer-es-en"  # the best shipped translator (test BLEU in index.json)
 DEMO_TRANSLATION_MODEL = "rnnsearch-es-en"  # the demo's picture: Bahdanau's alignment
 DEFAULT_CAPTION_MODEL = "captioner-soft"
+HF_PREFIX = "hf:"  # `--model hf:Helsinki-NLP/opus-mt-es-en`: a model on the Hugging Face hub
 
 
 class UnknownModelError(AttnkitError, ValueError):
@@ -89,11 +99,49 @@ def _is_model_dir(path: Path) -> bool:
     return (path / "config.json").is_file() and (path / "model.safetensors").is_file()
 
 
+def hf_source(name_or_path: str | os.PathLike) -> str | None:
+    """What to give ``from_pretrained`` when ``name_or_path`` (as :func:`resolve_model` returns it) is a
+    Hugging Face model: the hub name of ``hf:NAME``, or the folder of a Hugging Face model folder (a
+    ``config.json`` and no attnkit ``COMPLETE`` manifest); ``None`` for an attnkit model."""
+    text = str(name_or_path)
+    if text.startswith(HF_PREFIX) and not Path(text).is_dir():
+        return text[len(HF_PREFIX) :]
+    path = Path(text).expanduser()
+    if path.is_dir() and (path / "config.json").is_file() and not (path / COMPLETE_NAME).exists():
+        return str(path)
+    return None
+
+
+def _hf_task(source: str) -> str:
+    """The task of a Hugging Face model, from its ``config.json`` (the folder's, or the hub cache's
+    copy): ``"translation"`` for an encoder-decoder, ``"self-attention"`` for an encoder-only or
+    decoder-only model; ``"translation"`` when the config cannot be read here (loading says why)."""
+    config = Path(source) / "config.json"
+    if not config.is_file():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+        except ImportError:
+            return "translation"
+        found = try_to_load_from_cache(source, "config.json")
+        if not isinstance(found, str):
+            return "translation"
+        config = Path(found)
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "translation"
+    return "translation" if data.get("is_encoder_decoder") else "self-attention"
+
+
 def model_task(path: str | os.PathLike) -> str:
     """What the model in folder ``path`` does, from the files beside its weights: ``"translation"`` (a
-    sentencepiece tokenizer), ``"captioning"`` (a caption vocabulary) or ``"?"``."""
+    sentencepiece tokenizer, or a Hugging Face encoder-decoder), ``"captioning"`` (a caption vocabulary),
+    ``"self-attention"`` (a Hugging Face encoder-only or decoder-only model) or ``"?"``."""
     from ..data.tokenizer import MODEL_FILENAME
 
+    source = hf_source(path)
+    if source is not None:
+        return _hf_task(source)
     path = Path(path)
     if (path / MODEL_FILENAME).is_file():
         return "translation"
@@ -143,6 +191,12 @@ def resolve_model(name_or_path: str | os.PathLike, *, home: str | os.PathLike | 
     if path.is_dir():
         return path
     text = str(name_or_path)
+    if text.startswith(HF_PREFIX):
+        if not text[len(HF_PREFIX) :].strip():
+            raise UnknownModelError(
+                f"model {text!r} names no Hugging Face model: give hf:NAME, e.g. hf:Helsinki-NLP/opus-mt-es-en"
+            )
+        return Path(text)
     if os.sep not in text and "/" not in text:
         if _is_model_dir(PRETRAINED_DIR / text) and text in _index():
             return PRETRAINED_DIR / text

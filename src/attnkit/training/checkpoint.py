@@ -50,7 +50,11 @@ from safetensors.torch import save as _st_save
 
 from ..errors import AttnkitError
 from ..models.registry import build_model
-from ..paths import atomic_write_bytes, fsync_dir  # one atomic write for the package: temp file, fsync, os.replace
+from ..paths import (
+    COMPLETE_NAME,
+    atomic_write_bytes,
+    fsync_dir,
+)  # one atomic write for the package: temp file, fsync, os.replace
 from ..version import __version__
 
 __all__ = [
@@ -77,7 +81,6 @@ __all__ = [
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 TRAINER_STATE_NAME = "trainer_state.pt"
-COMPLETE_NAME = "COMPLETE"
 _RESERVED = {CONFIG_NAME, WEIGHTS_NAME, TRAINER_STATE_NAME, COMPLETE_NAME}
 _STEP_RE = re.compile(r"^step-(\d+)$")
 _MAX_KEYS_SHOWN = 5

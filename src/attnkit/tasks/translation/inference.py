@@ -93,10 +93,18 @@ class Translator(InferenceWrapper):
 
     @classmethod
     def load(cls, model_dir, *, device="cpu", dtype=None) -> Translator:
-        """:meth:`InferenceWrapper.load`, plus the source tokenizer of a model with separate vocabularies."""
+        """:meth:`InferenceWrapper.load`, plus the source tokenizer of a model with separate vocabularies;
+        a Hugging Face encoder-decoder (``hf:NAME`` or its folder, :func:`attnkit.pretrained.hf_source`)
+        through :mod:`attnkit.hf`."""
         from ...data.corpus import SOURCE_TOKENIZER_FILE
-        from ...pretrained import resolve_model
+        from ...pretrained import hf_source, resolve_model
 
+        source = hf_source(resolve_model(model_dir))
+        if source is not None:  # a Hugging Face encoder-decoder: the adapter and the model's own tokenizer
+            from ...hf import load_seq2seq
+
+            model, src_tok, tgt_tok = load_seq2seq(source, device=device, dtype=dtype)
+            return cls(model, tgt_tok, src_tokenizer=src_tok)
         tr = super().load(model_dir, device=device, dtype=dtype)
         src = resolve_model(model_dir) / SOURCE_TOKENIZER_FILE
         if src.is_file():

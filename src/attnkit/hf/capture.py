@@ -1,0 +1,225 @@
+"""Attention weights from a running Hugging Face model, whatever its attention implementation.
+
+Under the default ``sdpa`` implementation a model never forms its attention weights (the fused
+kernel does not return them), and ``output_attentions=True`` needs the model reloaded in eager mode.
+Instead, attnkit watches the call every attention module of ``transformers`` makes to its attention
+function (``attention_interface(module, query, key, value, attention_mask, scaling=..., ...)``) and,
+for the modules asked for only, recomputes the weights from the very queries and keys the module
+passes, the mask it built and the bias it adds:
+
+``A = softmax(Q Kᵀ · scaling + B + M)``
+
+with ``Q`` and ``K`` after the module's own projections (after RoPE for Llama, with the key/value
+cache during decoding, the key/value heads repeated for grouped-query attention), ``scaling`` the
+module's (``1/√d_h``; BART, Marian and M2M100 scale ``Q`` by it; T5 uses 1), ``B`` T5's relative
+position bias (``position_bias``) and ``M`` the mask the model built (padding, causal: ``0`` where a
+key may be attended, the dtype's minimum where not, as eager attention adds it; a causal ``sdpa``
+call without a mask gets the causal mask). The model's own output is computed as before, by its
+own kernel. Under ``eager`` the module returns its weights, which are taken as they are.
+
+The weights are handed to a callback as each layer runs, for the asked heads only, so a long input
+never holds more than one layer's maps at once (:func:`capture_attention`). :func:`attention_sites`
+names every attention module of a model: ``enc_self``, ``dec_self`` and ``cross`` for an
+encoder-decoder, ``self`` for an encoder-only or decoder-only model, with its layer (0-based).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["AttentionSite", "attention_sites", "attention_weights", "capture_attention"]
+
+KINDS = ("enc_self", "dec_self", "cross", "self")
+_CROSS_NAMES = ("encoder_attn", "encdecattention", "crossattention", "cross_attn")
+
+
+@dataclass(frozen=True)
+class AttentionSite:
+    """One attention module of a model: ``kind`` (one of ``enc_self``, ``dec_self``, ``cross``,
+    ``self``), ``layer`` (0-based, within its stack), ``name`` (its path in the model) and ``module``."""
+
+    kind: str
+    layer: int
+    name: str
+    module: nn.Module
+
+
+def attention_sites(model: nn.Module) -> list[AttentionSite]:
+    """Every attention module of a ``transformers`` model, in order: the innermost modules whose class
+    name ends with ``Attention`` (``MarianAttention``, ``T5Attention``, ``BertSelfAttention``,
+    ``GPT2Attention``, ``LlamaAttention``...), classified by where they sit."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    candidates = [(n, m) for n, m in model.named_modules() if type(m).__name__.endswith("Attention")]
+    inner = [
+        (n, m) for n, m in candidates if not any(o is not m and o_name.startswith(n + ".") for o_name, o in candidates)
+    ]
+    encdec = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+    sites = []
+    for name, module in inner:
+        number = re.search(r"\.(\d+)(\.|$)", name)
+        if number is None:
+            continue  # an attention outside the layer stacks (a pooler's): not one of the model's layers
+        lowered = name.lower()
+        if not encdec:
+            kind = "self"
+        elif any(c in lowered for c in _CROSS_NAMES):
+            kind = "cross"
+        elif re.search(r"(^|\.)decoder\.", lowered):
+            kind = "dec_self"
+        else:
+            kind = "enc_self"
+        sites.append(AttentionSite(kind, int(number.group(1)), name, module))
+    return sites
+
+
+def attention_weights(
+    query: Tensor,
+    key: Tensor,
+    attention_mask: Tensor | None = None,
+    *,
+    scaling: float | None = None,
+    is_causal: bool = False,
+    position_bias: Tensor | None = None,
+    heads: Sequence[int] | None = None,
+) -> Tensor:
+    """``softmax(Q Kᵀ · scaling + B + M)`` in float32 (see the module docstring).
+
+    ``query (B, H, Tq, D)``, ``key (B, Hkv, Tk, D)`` (``H`` a multiple of ``Hkv``: grouped-query
+    attention), ``attention_mask`` boolean (``True`` = may attend) or additive, broadcastable to
+    ``(B, H, Tq, Tk)``; ``is_causal`` (used only without a mask and with more than one query, as
+    ``sdpa`` does): query ``i`` sees keys ``0..i``; ``position_bias`` additive ``(B or 1, H, Tq, Tk)``;
+    ``heads``: the heads to compute (default all). Returns ``(B, len(heads), Tq, Tk)``."""
+    if query.dim() != 4 or key.dim() != 4:
+        raise ValueError(f"query and key must be (B, H, T, D), got {tuple(query.shape)} and {tuple(key.shape)}")
+    n_heads, n_kv = query.shape[1], key.shape[1]
+    if n_heads % n_kv:
+        raise ValueError(f"query has {n_heads} heads, not a multiple of key's {n_kv}")
+    idx = list(range(n_heads)) if heads is None else [int(h) for h in heads]
+    group = n_heads // n_kv
+    q = query[:, idx].float()  # (B, h, Tq, D)
+    k = key[:, [h // group for h in idx]].float()  # (B, h, Tk, D)
+    scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, h, Tq, Tk)
+    t_q, t_k = scores.shape[-2:]
+    low = torch.finfo(torch.float32).min
+    mask = attention_mask
+    if mask is None and is_causal and t_q > 1:
+        mask = torch.ones(t_q, t_k, dtype=torch.bool, device=scores.device).tril()  # top-left aligned, as sdpa
+    if mask is not None:
+        mask = mask[..., :t_q, :t_k]
+        if mask.dim() == 4 and mask.shape[1] > 1:
+            mask = mask[:, idx]
+        mask = mask if mask.dtype == torch.bool else mask.float()
+    if position_bias is not None:
+        bias = position_bias[..., :t_q, :t_k]
+        bias = (bias[:, idx] if bias.shape[1] > 1 else bias).float()
+        if mask is None:
+            mask = bias
+        elif mask.dtype == torch.bool:
+            mask = torch.where(mask, bias, low)
+        else:
+            mask = bias + mask
+    if mask is not None:
+        scores = scores + torch.where(mask, 0.0, low) if mask.dtype == torch.bool else scores + mask
+    return torch.softmax(scores.clamp_min(low), dim=-1)
+
+
+# -- the watch on transformers' attention functions ------------------------------------------------
+
+_ACTIVE: dict[int, Callable] = {}  # id(attention module) -> what to do with its (query, key, mask, kwargs)
+_WRAPPED = "_attnkit_capture"
+
+
+def _install() -> None:
+    """Wrap ``transformers``' registered attention functions once (idempotent): a module that is not
+    being captured goes straight through, at the cost of one dict lookup."""
+    from transformers.modeling_utils import AttentionInterface
+
+    mapping = AttentionInterface._global_mapping
+    for impl in ("sdpa",):
+        original = mapping.get(impl)
+        if original is None or getattr(original, _WRAPPED, False):
+            continue
+
+        def watched(module, query, key, value, attention_mask, *args, __original=original, **kwargs):
+            record = _ACTIVE.get(id(module))
+            if record is not None:
+                record(module, query, key, attention_mask, kwargs)
+            return __original(module, query, key, value, attention_mask, *args, **kwargs)
+
+        setattr(watched, _WRAPPED, True)
+        AttentionInterface.register(impl, watched)
+
+
+def _implementation(model: nn.Module) -> str:
+    return str(getattr(getattr(model, "config", None), "_attn_implementation", None) or "eager")
+
+
+@contextmanager
+def capture_attention(
+    model: nn.Module,
+    on_weights: Callable[[AttentionSite, Tensor], None],
+    *,
+    sites: Sequence[AttentionSite] | None = None,
+    heads: Sequence[int] | None = None,
+) -> Iterator[list[AttentionSite]]:
+    """Within the block, every forward pass of ``model`` calls ``on_weights(site, weights)`` for each
+    of ``sites`` (default: all of :func:`attention_sites`) as its layer runs, with ``weights
+    (B, len(heads), Tq, Tk)`` in float32 (``heads`` default: all). Nothing is stored: what the
+    callback keeps is all that is kept. Yields the sites watched.
+
+    The model's attention implementation must be ``sdpa`` (the default) or ``eager``."""
+    if not callable(on_weights):
+        raise TypeError(f"on_weights must be callable, got {type(on_weights).__name__}")
+    chosen = list(attention_sites(model) if sites is None else sites)
+    impl = _implementation(model)
+    if impl not in ("sdpa", "eager"):
+        raise ValueError(
+            f"capturing attention needs the model's attention implementation to be sdpa or eager, got {impl!r}; "
+            "load it with attn_implementation='sdpa'"
+        )
+    hooks = []
+    try:
+        if impl == "sdpa":
+            _install()
+            for site in chosen:
+
+                def record(module, query, key, attention_mask, kwargs, site=site):
+                    causal = kwargs.get("is_causal")
+                    causal = getattr(module, "is_causal", True) if causal is None else causal
+                    weights = attention_weights(
+                        query.detach(),
+                        key.detach(),
+                        attention_mask,
+                        scaling=kwargs.get("scaling"),
+                        is_causal=bool(causal) and attention_mask is None,
+                        position_bias=kwargs.get("position_bias"),
+                        heads=heads,
+                    )
+                    on_weights(site, weights)
+
+                _ACTIVE[id(site.module)] = record
+        else:
+            for site in chosen:
+
+                def hook(module, args, output, site=site):
+                    weights = output[-1] if isinstance(output, tuple) else None
+                    if not isinstance(weights, Tensor):
+                        raise RuntimeError(f"{site.name} returned no attention weights under eager attention")
+                    w = weights.detach().float()
+                    on_weights(site, w if heads is None else w[:, list(heads)])
+
+                hooks.append(site.module.register_forward_hook(hook))
+        yield chosen
+    finally:
+        for site in chosen:
+            _ACTIVE.pop(id(site.module), None)
+        for h in hooks:
+            h.remove()

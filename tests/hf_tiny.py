@@ -1,0 +1,210 @@
+"""Tiny random Hugging Face models and tokenizers for the tests of :mod:`attnkit.hf`, built offline.
+
+Each family's model is built from its config (a few layers of width 16-32), with weights drawn from a
+seeded generator; the tokenizer is a small Unigram model trained with the ``tokenizers`` library on
+the 300 lines of the gold alignment set (Spanish and English Bible verses shipped inside attnkit), so
+no corpus and no network are needed. Everything is cached per test session.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+import torch  # noqa: E402
+
+from attnkit.alignment.gold import GOLD_DIR  # noqa: E402
+
+ENC_DEC = ("marian", "bart", "m2m_100", "t5")
+SELF_ATTENTION = ("bert", "gpt2", "llama")
+FAMILIES = ENC_DEC + SELF_ATTENTION
+
+SPECIALS = ["<pad>", "</s>", "<unk>", "<s>", "__es__", "__en__"]
+PAD, EOS, UNK, BOS, ES, EN = range(len(SPECIALS))
+
+
+def gold_lines() -> list[str]:
+    """The 300 Spanish and English verses of the gold set: the tiny tokenizers' training text."""
+    return [
+        line.strip()
+        for name in ("es-en.es", "es-en.en")
+        for line in (GOLD_DIR / name).read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+
+
+@functools.cache
+def tiny_tokenizer_object(vocab_size: int = 300):
+    """A sentencepiece-style (``▁`` word starts) Unigram tokenizer of ``vocab_size`` pieces, with
+    :data:`SPECIALS` as ids 0-5."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, unk_token="<unk>")
+    tok.train_from_iterator(gold_lines(), trainer)
+    return tok
+
+
+def _hf_tokenizer(family: str):
+    """The family's tokenizer: the tiny Unigram model with the family's special-token template."""
+    from tokenizers import Tokenizer, processors
+
+    tok = Tokenizer.from_str(tiny_tokenizer_object().to_str())
+    template = {
+        "marian": "$A </s>",
+        "t5": "$A </s>",
+        "bart": "<s> $A </s>",
+        "m2m_100": "__es__ $A </s>",
+        "bert": "<s> $A </s>",
+        "gpt2": "$A",
+        "llama": "<s> $A",
+    }[family]
+    ids = {t: i for i, t in enumerate(SPECIALS)}
+    tok.post_processor = processors.TemplateProcessing(
+        single=template, special_tokens=[(t, ids[t]) for t in SPECIALS if t in template.split()]
+    )
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>", bos_token="<s>"
+    )
+
+
+def _config(family: str, vocab: int):
+    common = dict(vocab_size=vocab, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS)
+    seq2seq = dict(
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=256,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        init_std=0.3,
+    )
+    if family == "marian":
+        return transformers.MarianConfig(**common, **seq2seq, decoder_start_token_id=PAD, scale_embedding=True)
+    if family == "bart":
+        return transformers.BartConfig(**common, **seq2seq, decoder_start_token_id=EOS)
+    if family == "m2m_100":
+        return transformers.M2M100Config(**common, **seq2seq, decoder_start_token_id=EOS)
+    if family == "t5":
+        return transformers.T5Config(
+            **common,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=2,
+            num_decoder_layers=2,
+            num_heads=4,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=20,
+            dropout_rate=0.0,
+            decoder_start_token_id=PAD,
+            initializer_factor=1.0,
+        )
+    if family == "bert":
+        return transformers.BertConfig(
+            **common,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=256,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            initializer_range=0.3,
+        )
+    if family == "gpt2":
+        return transformers.GPT2Config(
+            **common,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=256,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            initializer_range=0.3,
+        )
+    if family == "llama":
+        return transformers.LlamaConfig(
+            **common,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            initializer_range=0.3,
+        )
+    raise ValueError(f"unknown family {family!r}")
+
+
+_MODEL_CLASSES = {
+    "marian": "MarianMTModel",
+    "bart": "BartForConditionalGeneration",
+    "m2m_100": "M2M100ForConditionalGeneration",
+    "t5": "T5ForConditionalGeneration",
+    "bert": "BertModel",
+    "gpt2": "GPT2LMHeadModel",
+    "llama": "LlamaForCausalLM",
+}
+
+
+def build_tiny(family: str, *, attn_implementation: str | None = None, seed: int = 0):
+    """``(model, tokenizer)``: a fresh tiny random model of ``family`` (default attention: sdpa) in eval mode."""
+    tok = _hf_tokenizer(family)
+    config = _config(family, len(tok))
+    if attn_implementation is not None:
+        config._attn_implementation = attn_implementation
+    torch.manual_seed(seed)
+    model = getattr(transformers, _MODEL_CLASSES[family])(config).eval()
+    gen = getattr(model, "generation_config", None)
+    if gen is not None:
+        gen.forced_eos_token_id = None  # generate would force </s> at max_length; attnkit's search does not
+        model.config.forced_eos_token_id = None
+    if family == "marian":
+        gen.bad_words_ids = [[PAD]]  # as the hub's opus-mt models: never generate the padding token
+    if family == "bart":
+        gen.forced_bos_token_id = BOS  # as bart-large: the decoder starts with </s> <s>
+    if family == "m2m_100":
+        gen.forced_bos_token_id = EN  # the target language, as M2M100/NLLB are told with forced_bos_token_id
+    return model, tok
+
+
+def eager_copy(family: str, seed: int = 0):
+    """The same tiny model (same seed, same weights) in eager attention: the reference."""
+    return build_tiny(family, attn_implementation="eager", seed=seed)
+
+
+@functools.cache
+def _root() -> Path:
+    """One temporary folder per test session for the saved tiny models, removed at exit."""
+    import atexit
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="attnkit-tiny-hf-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
+@functools.cache
+def saved_tiny(family: str) -> Path:
+    """A folder holding the tiny model of ``family`` and its tokenizer (``save_pretrained``), built once per session."""
+    model, tok = build_tiny(family)
+    folder = _root() / f"tiny-{family}"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
