@@ -16,6 +16,12 @@ fixed), the image ``(1, C, C)`` for a captioner.
   :data:`MAX_STEPS`) until ``|Σ a − Δ_t| ≤ 1 % · max(|Δ_t|, 0.1 nats)``; ``extra["convergence_delta"]``
   is Captum's remaining gap per piece and ``extra["steps"]`` the points each piece used.
 
+Every method is batched over target pieces and interpolation points: a row is one (piece, point) pair,
+explained for its own piece only (Captum's per-row ``target``), so the gradient of the sum over rows of each
+row's chosen log-probability is every row's own gradient, and one forward+backward pass serves up to
+``batch`` rows (:data:`DEFAULT_BATCH`; the memory bound). The arithmetic stays one forward and one
+vector-Jacobian product per row: batching shares the passes (larger matrix products), not the work.
+
 Every method returns per-feature attributions ``(T, *input_shape)``; :mod:`attnkit.attribution.methods`
 reduces them to pieces or grid cells (the L2 norm over a piece's features for ``scores``, the signed
 sum for ``raw``).
