@@ -16,6 +16,12 @@ fixed), the image ``(1, C, C)`` for a captioner.
   :data:`MAX_STEPS`) until ``|Σ a − Δ_t| ≤ 1 % · max(|Δ_t|, 0.1 nats)``; ``extra["convergence_delta"]``
   is Captum's remaining gap per piece and ``extra["steps"]`` the points each piece used.
 
+Every method is batched over target pieces and interpolation points: a row is one (piece, point) pair,
+explained for its own piece only (Captum's per-row ``target``), so the gradient of the sum over rows of each
+row's chosen log-probability is every row's own gradient, and one forward+backward pass serves up to
+``batch`` rows (:data:`DEFAULT_BATCH`; the memory bound). The arithmetic stays one forward and one
+vector-Jacobian product per row: batching shares the passes (larger matrix products), not the work.
+
 Every method returns per-feature attributions ``(T, *input_shape)``; :mod:`attnkit.attribution.methods`
 reduces them to pieces or grid cells (the L2 norm over a piece's features for ``scores``, the signed
 sum for ``raw``).
@@ -31,7 +37,7 @@ from torch import Tensor
 
 from ..errors import InputError
 
-__all__ = ["DEFAULT_STEPS", "GRADIENT_METHODS", "attribute", "source_embedding_override"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_STEPS", "GRADIENT_METHODS", "attribute", "source_embedding_override"]
 
 #: integrated gradients' first number of quadrature points; by default a target piece whose attributions
 #: miss completeness by more than COMPLETENESS · max(|Δ_t|, GAP_FLOOR) is run again with twice the points,
@@ -41,8 +47,10 @@ MAX_STEPS = 256
 COMPLETENESS = 0.01
 GAP_FLOOR = 0.1
 GRADIENT_METHODS = ("saliency", "input_x_gradient", "integrated_gradients")
-#: rows per forward pass of the integrated-gradients path (interpolation steps × target pieces)
-ROWS_PER_BATCH = 256
+#: the most rows one forward+backward pass takes, a row being one (target piece, interpolation point) pair
+#: for integrated gradients and one target piece for saliency and input × gradient: the memory a gradient
+#: method needs is about ``batch`` copies of the model's activations for one input (``attnkit explain --batch``)
+DEFAULT_BATCH = 256
 
 
 @contextmanager
@@ -60,12 +68,29 @@ def source_embedding_override(embedding: torch.nn.Module, src: Tensor, replaceme
         handle.remove()
 
 
-def _integrated_gradients(counted, forward, x, base, steps, max_steps, current):
+def _check_batch(batch) -> int:
+    if batch is None:
+        return DEFAULT_BATCH
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise InputError(f"batch must be an int >= 1 (rows per forward+backward pass), got {batch!r}")
+    return batch
+
+
+def _chunks(columns: list[int], batch: int) -> list[list[int]]:
+    """``columns`` split into the fewest runs of at most ``batch``, of near-equal length."""
+    n = -(-len(columns) // batch)
+    size = -(-len(columns) // n) if n else 0
+    return [columns[i : i + size] for i in range(0, len(columns), size)] if columns else []
+
+
+def _integrated_gradients(counted, forward, x, base, steps, max_steps, current, batch):
     """Integrated gradients for every target column (input row i is explained for column i), refined per
-    column: a column whose completeness gap ``|Σ a − Δ_t|`` exceeds ``COMPLETENESS · max(|Δ_t|, GAP_FLOOR)`` is run again with twice the points,
-    up to ``max_steps``. ``counted`` is the function Captum differentiates; ``current["columns"]`` (set here)
-    says which column each row of its input is explained for. Returns ``(attributions, delta, steps used
-    per column)``."""
+    column: a column whose completeness gap ``|Σ a − Δ_t|`` exceeds ``COMPLETENESS · max(|Δ_t|, GAP_FLOOR)``
+    is run again with twice the points, up to ``max_steps``. Each round's columns go to Captum in runs of at
+    most ``batch``, with ``internal_batch_size=batch``: every forward+backward pass takes at most ``batch``
+    rows, ``⌊batch / run⌋`` interpolation points of each column of the run (Captum stacks them point-major).
+    ``counted`` is the function Captum differentiates; ``current["columns"]`` (set here) says which column
+    each row of its input is explained for. Returns ``(attributions, delta, steps used per column)``."""
     from captum.attr import IntegratedGradients
 
     with torch.no_grad():
@@ -76,27 +101,38 @@ def _integrated_gradients(counted, forward, x, base, steps, max_steps, current):
     used = [0] * n
     pending = list(range(n))
     while pending:
-        rows = torch.tensor(pending, device=x.device)
-        current["columns"] = rows
-        a, d = IntegratedGradients(counted).attribute(
-            x[rows],
-            baselines=base[rows],
-            target=pending,
-            n_steps=steps,
-            method="gausslegendre",
-            internal_batch_size=max(len(pending), ROWS_PER_BATCH),
-            return_convergence_delta=True,
-        )
-        attr[rows] = a.detach()
-        delta[rows] = d.detach().to(delta.dtype)
+        bad_columns = []
+        for run in _chunks(pending, batch):
+            rows = torch.tensor(run, device=x.device)
+            current["columns"] = rows
+            a, d = IntegratedGradients(counted).attribute(
+                x[rows],
+                baselines=base[rows],
+                target=run,
+                n_steps=steps,
+                method="gausslegendre",
+                internal_batch_size=batch,
+                return_convergence_delta=True,
+            )
+            attr[rows] = a.detach()
+            delta[rows] = d.detach().to(delta.dtype)
+            tol = COMPLETENESS * gap[rows].abs().clamp_min(GAP_FLOOR)
+            bad_columns += [i for i, bad in zip(run, (d.detach().abs() > tol).tolist()) if bad]
         for i in pending:
             used[i] = steps
-        tol = COMPLETENESS * gap[rows].abs().clamp_min(GAP_FLOOR)
-        pending = [i for i, bad in zip(pending, (d.detach().abs() > tol).tolist()) if bad]
+        pending = bad_columns
         steps *= 2
         if steps > max_steps:
             break
     return attr, delta, used
+
+
+def _passes(method: str, n_targets: int, steps: int, batch: int) -> int:
+    """Forward passes of the first round (the progress estimate: refinement adds more)."""
+    runs = _chunks(list(range(n_targets)), batch)
+    if method != "integrated_gradients":
+        return len(runs)
+    return sum(-(-steps // max(1, batch // len(r))) + 2 for r in runs)
 
 
 def attribute(
@@ -107,6 +143,7 @@ def attribute(
     *,
     baseline: Tensor | None = None,
     steps: int | None = None,
+    batch: int | None = None,
     progress: Callable[[float], None] | None = None,
     forward_at: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> tuple[Tensor, Tensor | None, list[int] | None]:
@@ -116,9 +153,14 @@ def attribute(
     doubled per column until complete within 1 % (see :func:`_integrated_gradients`).
     ``progress(fraction)`` is called after every forward pass (an estimate: refinement adds passes).
 
+    Batched over target columns and interpolation points: input row ``i`` is explained for column ``i``
+    only (Captum's per-row ``target``), so the gradient of the sum of the rows' chosen outputs gives every
+    row its own gradient, and one forward+backward pass serves up to ``batch`` rows (default
+    :data:`DEFAULT_BATCH`; it bounds the memory, and does not change the attributions beyond float rounding).
+
     ``forward_at(batch (N, *shape), columns (N,)) -> (N,)``, where given, computes only column
-    ``columns[i]`` of row ``i``: the one value Captum reads from that row (every input row here is
-    explained for one column). The attributions are the same; the work is a fraction of the whole table."""
+    ``columns[i]`` of row ``i``: the one value Captum reads from that row. The attributions are the same;
+    the work is a fraction of the whole table."""
     try:
         from captum.attr import InputXGradient, Saliency
     except ImportError:
@@ -130,35 +172,42 @@ def attribute(
         raise ValueError(f"method must be one of {GRADIENT_METHODS}, got {method!r}")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 2):
         raise InputError(f"steps must be an int >= 2, got {steps!r}")
+    batch = _check_batch(batch)
     x = inputs.detach().unsqueeze(0).expand(n_targets, *inputs.shape).contiguous().requires_grad_(True)
-    targets = list(range(n_targets))
     calls = {"n": 0}
     first = steps or DEFAULT_STEPS
-    total = 1 if method != "integrated_gradients" else -(-first // max(1, ROWS_PER_BATCH // n_targets)) + 2
+    total = _passes(method, n_targets, first, batch)
 
     current = {"columns": torch.arange(n_targets, device=inputs.device)}  # the column of each input row
 
-    def one_column_per_row(batch: Tensor) -> Tensor:
+    def one_column_per_row(rows: Tensor) -> Tensor:
         columns = current["columns"]
-        repeats, rest = divmod(batch.shape[0], len(columns))
+        repeats, rest = divmod(rows.shape[0], len(columns))
         if rest:
-            raise RuntimeError(f"expected a multiple of {len(columns)} rows, got {batch.shape[0]}")
-        cols = columns.repeat(repeats)  # Captum stacks the path's points step-major: row r is input row r mod n
-        values = forward_at(batch, cols)  # (N,)
-        rows = torch.arange(batch.shape[0], device=batch.device)
-        return values.new_zeros(batch.shape[0], n_targets).index_put((rows, cols), values)  # (N, n_targets)
+            raise RuntimeError(f"expected a multiple of {len(columns)} rows, got {rows.shape[0]}")
+        cols = columns.repeat(repeats)  # Captum stacks the path's points point-major: row r is input row r mod n
+        values = forward_at(rows, cols)  # (N,)
+        index = torch.arange(rows.shape[0], device=rows.device)
+        return values.new_zeros(rows.shape[0], n_targets).index_put((index, cols), values)  # (N, n_targets)
 
-    def counted(batch: Tensor) -> Tensor:
-        out = forward(batch) if forward_at is None else one_column_per_row(batch)
+    def counted(rows: Tensor) -> Tensor:
+        out = forward(rows) if forward_at is None else one_column_per_row(rows)
         calls["n"] += 1
         if progress is not None:
             progress(min(0.99, calls["n"] / total))
         return out
 
     with torch.enable_grad():
-        if method == "saliency":
-            return Saliency(counted).attribute(x, target=targets, abs=True).detach(), None, None
-        if method == "input_x_gradient":
-            return InputXGradient(counted).attribute(x, target=targets).detach(), None, None
-        base = torch.zeros_like(x) if baseline is None else baseline.detach().expand_as(x).contiguous()
-        return _integrated_gradients(counted, forward, x, base, first, first if steps else MAX_STEPS, current)
+        if method == "integrated_gradients":
+            base = torch.zeros_like(x) if baseline is None else baseline.detach().expand_as(x).contiguous()
+            return _integrated_gradients(
+                counted, forward, x, base, first, first if steps else MAX_STEPS, current, batch
+            )
+        attr = torch.zeros_like(x)
+        explainer = Saliency(counted) if method == "saliency" else InputXGradient(counted)
+        for run in _chunks(list(range(n_targets)), batch):
+            rows = torch.tensor(run, device=x.device)
+            current["columns"] = rows
+            extra = {"abs": True} if method == "saliency" else {}
+            attr[rows] = explainer.attribute(x[rows], target=run, **extra).detach()
+        return attr, None, None

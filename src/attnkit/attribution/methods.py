@@ -126,6 +126,11 @@ def forced_caption(captioner, image: Tensor, caption: str | list[int] | None = N
 
 
 # ---------------------------------------------------------------------------------------- translation methods
+def _at_least_fp32(x: Tensor) -> Tensor:
+    """``x`` in float32, or kept in float64 (a float64 model's gradients are checked in float64)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def _check_no_options(name: str, options: dict) -> None:
     if options:
         raise InputError(f"{name} takes no options, got {', '.join(sorted(options))}")
@@ -212,7 +217,6 @@ def log_probs_at(
     last = torch.zeros(len(ids), dtype=positions.dtype, device=positions.device)
     last = last.scatter_reduce(0, inverse, positions, "amax")  # (R,): the last position each row must decode
     weight, bias = model.output_layer()
-    out = torch.empty(m, dtype=torch.float32, device=positions.device)
     done, values = [], []
     slot = torch.full((len(ids),), -1, dtype=torch.long, device=positions.device)
     for group in torch.argsort(last, stable=True).tensor_split(min(groups, len(ids))):
@@ -223,10 +227,11 @@ def log_probs_at(
         slot[group] = torch.arange(len(group), device=slot.device)
         entries = (slot[inverse] >= 0).nonzero()[:, 0]  # the entries this group answers
         h = feats[slot[inverse[entries]], positions[entries]]  # (E, D)
-        logits = F.linear(h, weight, bias).float()  # (E, V)
+        logits = _at_least_fp32(F.linear(h, weight, bias))  # (E, V)
         done.append(entries)
         values.append(F.log_softmax(logits, dim=-1).gather(-1, tgt[positions[entries]][:, None])[:, 0])
-    return out.index_put((torch.cat(done),), torch.cat(values))
+    values = torch.cat(values)
+    return values.new_empty(m).index_put((torch.cat(done),), values)
 
 
 def translation_log_probs(model, pair: ForcedTranslation) -> Callable[..., Tensor]:
@@ -246,7 +251,7 @@ def translation_log_probs(model, pair: ForcedTranslation) -> Callable[..., Tenso
 
     def f(src_emb: Tensor, positions: Tensor | None = None) -> Tensor:
         if positions is None:
-            logits = run(src_emb, len(pair.tgt), features_only=False).float()  # (N, T, V)
+            logits = _at_least_fp32(run(src_emb, len(pair.tgt), features_only=False))  # (N, T, V)
             n = src_emb.shape[0]
             return F.log_softmax(logits, dim=-1).gather(-1, pair.tgt[None, :, None].expand(n, -1, -1))[..., 0]
         return log_probs_at(
@@ -257,14 +262,14 @@ def translation_log_probs(model, pair: ForcedTranslation) -> Callable[..., Tenso
 
 
 def _gradient(name):
-    def run(model, pair, *, steps=None, progress=None):
+    def run(model, pair, *, steps=None, batch=None, progress=None):
         was_training = model.training
         model.eval()
         try:
-            emb = model.embedding(pair.src).detach().float()  # (S, E)
+            emb = _at_least_fp32(model.embedding(pair.src).detach())  # (S, E)
             f = translation_log_probs(model, pair)
             attr, delta, used = gradients.attribute(
-                name, f, emb, len(pair.tgt), steps=steps, progress=progress, forward_at=f
+                name, f, emb, len(pair.tgt), steps=steps, batch=batch, progress=progress, forward_at=f
             )  # (T, S, E)
         finally:
             model.train(was_training)
@@ -298,7 +303,7 @@ def caption_log_probs(model, pair: ForcedCaption) -> Callable[[Tensor], Tensor]:
     def f(images: Tensor) -> Tensor:
         n = images.shape[0]
         logits = model(images, tokens_in.expand(n, -1), hard=hard).logits
-        return F.log_softmax(logits.float(), dim=-1).gather(-1, tokens.expand(n, -1, -1))[..., 0]
+        return F.log_softmax(_at_least_fp32(logits), dim=-1).gather(-1, tokens.expand(n, -1, -1))[..., 0]
 
     return f
 
@@ -323,16 +328,17 @@ def cells(pixel_attr: Tensor, grid: tuple[int, int]) -> tuple[Tensor, Tensor]:
 
 
 def _caption_gradient(name):
-    def run(model, pair, *, steps=None, progress=None):
+    def run(model, pair, *, steps=None, batch=None, progress=None):
         was_training = model.training
         model.eval()
         try:
             attr, delta, used = gradients.attribute(
                 name,
                 caption_log_probs(model, pair),
-                pair.image.float(),
+                _at_least_fp32(pair.image),
                 len(pair.tokens),
                 steps=steps,
+                batch=batch,
                 progress=progress,
             )  # (T, 1, C, C)
         finally:
@@ -520,7 +526,7 @@ def _run(method: str, kind: str, model, pair, source, target, options, grid=None
     out = fn(model, pair, **options)
     seconds = time.perf_counter() - t0
     scores = out["scores"].detach().float().cpu()
-    params = {k: v for k, v in options.items() if k != "progress"}
+    params = {k: v for k, v in options.items() if k not in ("progress", "batch")}  # batch changes no value
     if name == "integrated_gradients":
         params.setdefault("steps", f"{gradients.DEFAULT_STEPS}, refined to 1 % (up to {gradients.MAX_STEPS})")
     extra = dict(out.get("extra", {}))
@@ -550,15 +556,18 @@ def explain(
     layer: int | None = None,
     head: int | None = None,
     steps: int | None = None,
+    batch: int | None = None,
     progress: Callable[[float], None] | None = None,
     pair: ForcedTranslation | None = None,
 ) -> Attribution:
     """Source-piece attributions of every target piece of ``translator``'s translation of ``source``
     (or of ``target``, forced), by ``method`` (see :data:`METHODS`). ``layer``/``head`` (1-based) pick a
     cross-attention layer/head where the method has one; ``steps``: integrated gradients' quadrature
-    points; ``progress(fraction)``: called as a gradient method goes. ``pair`` reuses a forced pair."""
+    points; ``batch``: a gradient method's rows per forward+backward pass (default
+    :data:`~attnkit.attribution.gradients.DEFAULT_BATCH`; memory, not values); ``progress(fraction)``: called
+    as a gradient method goes. ``pair`` reuses a forced pair."""
     pair = pair or forced_translation(translator, source, target, beam=beam)
-    options = {"layer": layer, "head": head, "steps": steps, "progress": progress}
+    options = {"layer": layer, "head": head, "steps": steps, "batch": batch, "progress": progress}
     att = _run(method, "translation", translator.model, pair, pair.source_pieces, pair.target_pieces, options)
     att.extra.setdefault("translation", translator.tokenizer.decode(pair.tgt.tolist()))
     att.extra.setdefault("forced", target is not None)
@@ -573,12 +582,14 @@ def explain_caption(
     method: str = "attention",
     beam: int = 1,
     steps: int | None = None,
+    batch: int | None = None,
     progress: Callable[[float], None] | None = None,
     pair: ForcedCaption | None = None,
 ) -> Attribution:
     """Grid-cell attributions of every word of ``captioner``'s caption of ``image (1, C, C)`` (or of
     ``caption``, forced), by ``method``: ``attention`` (α_t), or a gradient method over the image's
-    pixels summed into the attention grid's cells (L2 norm for ``scores``, signed sum for ``raw``)."""
+    pixels summed into the attention grid's cells (L2 norm for ``scores``, signed sum for ``raw``); ``steps``,
+    ``batch`` and ``progress`` as in :func:`explain`."""
     pair = pair or forced_caption(captioner, image, caption, beam=beam)
     att = _run(
         method,
@@ -587,7 +598,7 @@ def explain_caption(
         pair,
         [f"cell {i}" for i in range(captioner.model.num_cells)],
         pair.words,
-        {"steps": steps, "progress": progress},
+        {"steps": steps, "batch": batch, "progress": progress},
         grid=tuple(captioner.model.grid_shape),
     )
     att.image = pair.image.detach().float().cpu()

@@ -36,7 +36,7 @@ def cmd_explain(args) -> None:
     _output(args.plot, "--plot")
     path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
     progress = _progress_printer(method)
-    options = dict(method=method, steps=args.steps, progress=progress)
+    options = dict(method=method, steps=args.steps, batch=args.batch, progress=progress)
     from ..pretrained import model_task
 
     task = model_task(path)
@@ -162,6 +162,13 @@ def add_parser(sub) -> None:
         type=arg_type(between(1, 10_000, integer=True), "steps"),
         default=None,
         help="integrated gradients: quadrature points (default: 32, refined per piece until complete within 1 %%)",
+    )
+    xp.add_argument(
+        "--batch",
+        type=arg_type(between(1, 65536, integer=True), "batch"),
+        default=None,
+        help="gradient methods: the most rows (target piece x interpolation point) per forward+backward pass; "
+        "bounds the memory, not the values (default: 256)",
     )
     xp.add_argument(
         "--top",

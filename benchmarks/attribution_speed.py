@@ -1,0 +1,176 @@
+"""Seconds per verse of the gradient attributions on the shipped Transformer: one target word at a time
+(one forward+backward per target word) against the batched path (rows of target piece × interpolation
+point, up to ``--batch`` a pass), side by side in one run.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/attribution_speed.py [--model transformer-es-en] [--verses 1]
+        [--repeats 3] [--threads 1 2] [--batch 256] [--cases ixg ig32 ig8 ig]
+
+The verses are the hand-aligned gold verses of 38–42 Spanish words (package data, no corpus needed),
+each forced to its reference. Per verse and thread count, each path runs ``--repeats`` times after an
+untimed warm-up; the table gives the median seconds per verse, the ratio (one at a time / batched) and
+the largest difference between the two paths' attributions, and for integrated gradients the share of
+target pieces whose attributions sum to f(x) − f(x') within 1 % of max(|gap|, 0.1). Cases: input ×
+gradient, integrated gradients at a fixed 8 or 32 points (32: the first round of the default), and the
+default (32 points doubled per piece up to 256 until complete within 1 %; one run each). Writes
+benchmarks/results/attribution_speed.json. A number taken while other work shares the CPU says little
+on its own; the ratio, measured in the same run, says more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from attnkit.alignment.gold import load_gold  # noqa: E402
+from attnkit.attribution import gradients  # noqa: E402
+from attnkit.attribution.methods import METHODS, forced_translation, translation_log_probs  # noqa: E402
+from attnkit.tasks.translation import Translator  # noqa: E402
+
+
+def one_target_at_a_time(model, pair, method: str, steps: int | None):
+    """The per-target path: for each target piece, Captum on that piece alone (all its interpolation points
+    in one pass, only its own log-probability computed), the same refinement rule as the batched path.
+    Returns the signed attributions per source piece ``(T, S)``."""
+    from captum.attr import InputXGradient, IntegratedGradients
+
+    f = translation_log_probs(model, pair)
+    x = model.embedding(pair.src).detach().float()[None]  # (1, S, E)
+    base = torch.zeros_like(x)
+    rows = []
+    for t in range(len(pair.tgt)):
+        column = torch.tensor([t])
+
+        def f_t(batch, column=column):
+            return f(batch, column.expand(batch.shape[0]))[:, None]  # (N, 1)
+
+        if method == "input_x_gradient":
+            rows.append(InputXGradient(f_t).attribute(x.clone(), target=0)[0].detach())
+            continue
+        with torch.no_grad():
+            gap = float(f_t(x)[0, 0] - f_t(base)[0, 0])
+        n = steps or gradients.DEFAULT_STEPS
+        while True:
+            a, d = IntegratedGradients(f_t).attribute(
+                x.clone(), baselines=base, target=0, n_steps=n, method="gausslegendre", return_convergence_delta=True
+            )
+            ok = abs(float(d)) <= gradients.COMPLETENESS * max(abs(gap), gradients.GAP_FLOOR)
+            if steps or ok or n * 2 > gradients.MAX_STEPS:
+                break
+            n *= 2
+        rows.append(a[0].detach())
+    return torch.stack(rows).sum(-1)  # (T, S)
+
+
+def batched(model, pair, method: str, steps: int | None, batch: int):
+    """The batched path (what ``explain`` runs): ``(signed attributions (T, S), pieces complete within 1 %)``."""
+    out = METHODS[method].translation(model, pair, steps=steps, batch=batch)
+    if "extra" not in out:
+        return out["raw"], None
+    delta = torch.tensor(out["extra"]["convergence_delta"])
+    gap = out["raw"].sum(1) - delta  # Δ_t = f_t(x) − f_t(x')
+    tol = gradients.COMPLETENESS * gap.abs().clamp_min(gradients.GAP_FLOOR)
+    return out["raw"], (delta.abs() <= tol).tolist()
+
+
+CASES = {
+    "ixg": ("input_x_gradient", None),
+    "ig8": ("integrated_gradients", 8),
+    "ig32": ("integrated_gradients", 32),
+    "ig": ("integrated_gradients", None),
+}
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="transformer-es-en")
+    p.add_argument("--verses", type=int, default=1, help="gold verses of 38–42 Spanish words (default: 1)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--batch", type=int, default=gradients.DEFAULT_BATCH)
+    p.add_argument(
+        "--cases",
+        nargs="+",
+        default=["ixg", "ig32"],
+        choices=list(CASES),
+        help="ixg: input × gradient; igN: integrated gradients at N fixed points (ig8, ig32); ig: the default, "
+        "refined (default: ixg ig32)",
+    )
+    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "attribution_speed.json"))
+    args = p.parse_args()
+
+    tr = Translator.load(args.model)
+    model = tr.model.eval()
+    verses = [v for v in load_gold() if 38 <= len(v.source) <= 42][: args.verses]
+    pairs = [forced_translation(tr, " ".join(v.source), " ".join(v.target)) for v in verses]
+    cases = [CASES[c] for c in args.cases]
+    rows = []
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        for method, steps in cases:
+            label = f"{method}" + ("" if method != "integrated_gradients" else f" ({steps or 'refined'})")
+            old_s, new_s, diffs, complete = [], [], [], []
+            for pair in pairs:
+                batched(model, pair, method, 4 if method == "integrated_gradients" else None, args.batch)  # warm-up
+                for _ in range(args.repeats if steps is not None or method != "integrated_gradients" else 1):
+                    t_new, (a_new, ok) = timed(partial(batched, model, pair, method, steps, args.batch))
+                    t_old, a_old = timed(partial(one_target_at_a_time, model, pair, method, steps))
+                    new_s.append(t_new)
+                    old_s.append(t_old)
+                    diffs.append(float((a_new - a_old).abs().max()))
+                    complete += ok or []
+            old, new = statistics.median(old_s), statistics.median(new_s)
+            row = {
+                "method": label,
+                "threads": threads,
+                "one_at_a_time_s": round(old, 3),
+                "batched_s": round(new, 3),
+                "ratio": round(old / new, 3),
+                "max_abs_diff": max(diffs),
+                "runs": len(new_s),
+                "complete_within_1pct": round(sum(complete) / len(complete), 3) if complete else None,
+            }
+            rows.append(row)
+            print(
+                f"{label:<36} threads {threads}  one at a time {old:8.2f} s  batched {new:8.2f} s  "
+                f"ratio {old / new:5.2f}x  max |diff| {max(diffs):.1e}  ({len(new_s)} runs)"
+                + (f"  complete within 1 %: {row['complete_within_1pct']:.0%}" if complete else ""),
+                flush=True,
+            )
+    report = {
+        "model": args.model,
+        "verses": [
+            {"source_words": len(v.source), "source_pieces": len(p.src), "target_pieces": len(p.tgt)}
+            for v, p in zip(verses, pairs)
+        ],
+        "batch": args.batch,
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
+        "load_average_at_end": os.getloadavg(),
+        "rows": rows,
+    }
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
