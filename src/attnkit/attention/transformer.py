@@ -18,7 +18,8 @@ from typing import NamedTuple
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .layers import KVCache, MultiHeadAttention
+from .kv_cache import KVCache
+from .multihead import MultiHeadAttention
 
 __all__ = [
     "DecoderLayerCache",
