@@ -82,7 +82,7 @@ def main() -> None:
     ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "serve.json"))
     args = ap.parse_args()
 
-    from attnkit.data.bible import load_pairs
+    from attnkit.data.datasets.bible import load_pairs
 
     verses = [p.src for p in load_pairs("test")[:200]]
     rng = random.Random(args.seed)

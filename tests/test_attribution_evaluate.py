@@ -116,7 +116,7 @@ def test_evaluate_explanations_on_one_gold_verse():
 
 
 def test_evaluate_caption_explanations_on_two_scenes(tmp_path):
-    from attnkit.data.scenes import load_scenes
+    from attnkit.data.datasets.scenes import load_scenes
 
     scenes = load_scenes("test", tmp_path, n_train=40, n_valid=10, n_test=4)
     report = evaluate_caption_explanations(

@@ -1,6 +1,6 @@
 """Captioning with Show, Attend and Tell: data, training, captioning, evaluating.
 
-The glue between the Fashion-MNIST scenes (:mod:`attnkit.data.scenes`) or photos with Karpathy-format
+The glue between the Fashion-MNIST scenes (:mod:`attnkit.data.datasets.scenes`) or photos with Karpathy-format
 captions (:mod:`attnkit.data.karpathy`), the model (:mod:`attnkit.models.captioner`), the shared trainer and the shared decoding, in the shape every
 task has: ``config`` (the task's options nesting the model's config), ``data`` (batches, input
 files), ``loss``, ``inference`` (the wrapper people use: :class:`Captioner`), ``metrics``,

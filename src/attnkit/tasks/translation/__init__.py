@@ -9,7 +9,7 @@ config), ``data`` (tokenizer, batches), ``loss``, ``inference`` (the wrapper peo
 translation``, ``translate``, ``evaluate translation``) calls these; so can a notebook.
 """
 
-from ...data.bible import get_tokenizer  # the Bible's joint tokenizer, re-exported here
+from ...data.datasets.bible import get_tokenizer  # the Bible's joint tokenizer, re-exported here
 from .config import TRANSLATION_MODELS, TranslationConfig, model_config_class
 from .data import read_lines, translation_batches
 from .evaluate import evaluate_translation, evaluate_translator

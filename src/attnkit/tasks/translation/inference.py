@@ -130,7 +130,7 @@ class Translator(InferenceWrapper, TranslationEngine):
         self, pairs: Sequence, *, frequent: int = DEFAULT_FREQUENT, per_source: int = DEFAULT_PER_SOURCE
     ) -> LexicalShortlist:
         """A :class:`LexicalShortlist` counted over ``pairs`` (objects with ``src`` and ``tgt`` text,
-        e.g. :func:`attnkit.data.bible.load_pairs` of the training split), with this model's tokenizer."""
+        e.g. :func:`attnkit.data.datasets.bible.load_pairs` of the training split), with this model's tokenizer."""
         tok = self.tokenizer
         return LexicalShortlist.build(
             self.src_tokenizer.encode_batch([p.src for p in pairs]),
