@@ -14,7 +14,7 @@ from attnkit.alignment.aer import aer_counts, argmax_links
 from attnkit.alignment.gold import load_gold
 from attnkit.alignment.words import word_spans
 from attnkit.attribution import forced_translation
-from attnkit.attribution.evaluate import (
+from attnkit.attribution.explanation_quality import (
     _deletion_areas,
     evaluate_caption_explanations,
     evaluate_explanations,

@@ -247,7 +247,7 @@ def evaluate_ct2(
 ) -> dict:
     """``attnkit evaluate translation --engine ctranslate2``: the PyTorch engine's report
     (:func:`attnkit.tasks.translation.evaluate_translator`) for an export, with ``engine`` and ``quantization``."""
-    from ..tasks.translation.evaluate import evaluate_translator
+    from ..tasks.translation.translation_quality import evaluate_translator
 
     report = evaluate_translator(
         tr,
