@@ -58,9 +58,9 @@ from pathlib import Path
 
 import torch
 
-from ..version import __version__
 from ..attention.positional import sinusoidal_encoding
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
+from ..version import __version__
 from .ct2_export import MAX_DECODE, NETWORK_FIELDS
 from .hf_tokenizer import build_tokenizer, tokenizer_mismatches
 from .manifest import DeployError, tokenizer_sha256, write_manifest
