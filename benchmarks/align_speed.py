@@ -24,7 +24,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnkit.data.bible import load_pairs  # noqa: E402
+from attnkit.data.datasets.bible import load_pairs  # noqa: E402
 from attnkit.tasks.translation import Translator  # noqa: E402
 from attnkit.tasks.translation.alignment import AttentionReading, ModelAligner  # noqa: E402
 

@@ -36,7 +36,7 @@ def prepare_en_es(home: Path, workdir: Path) -> None:
     """The Bible's pairs turned around (en -> es), as three TSVs, prepared as corpus ``en-es``."""
     if (home / "corpora" / "en-es" / "meta.json").is_file():
         return
-    from attnkit.data.bible import load_pairs
+    from attnkit.data.datasets.bible import load_pairs
 
     workdir.mkdir(parents=True, exist_ok=True)
     files = {}

@@ -112,7 +112,7 @@ def run(cmd: list[str], env: dict) -> tuple[float, Sampler, float]:
 
 
 def write_corpus(home: Path, work: Path, pairs: int) -> tuple[Path, Path]:
-    from attnkit.data.bible import load_pairs
+    from attnkit.data.datasets.bible import load_pairs
 
     train = load_pairs("train", home=home)
     src, tgt = work / "big.es", work / "big.en"
@@ -169,7 +169,7 @@ def main() -> None:
     args.home = args.home or args.work / "home"
     env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src"), OMP_NUM_THREADS=str(args.threads))
 
-    from attnkit.data.bible import prepare_bible
+    from attnkit.data.datasets.bible import prepare_bible
 
     prepare_bible(args.home)
     src, tgt = write_corpus(args.home, args.work, args.pairs)

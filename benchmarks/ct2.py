@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnkit.data.bible import load_pairs  # noqa: E402
+from attnkit.data.datasets.bible import load_pairs  # noqa: E402
 from attnkit.pretrained import resolve_model  # noqa: E402
 from attnkit.tasks.translation import corpus_scores  # noqa: E402
 

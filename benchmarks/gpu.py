@@ -50,7 +50,7 @@ def timed(fn, device, repeats=5):
 
 def train_throughput(device, steps: int) -> list[dict]:
     from attnkit.data.batching import encode_pairs
-    from attnkit.data.bible import load_pairs
+    from attnkit.data.datasets.bible import load_pairs
     from attnkit.tasks.translation import (
         TranslationConfig,
         build_optimizer,
@@ -104,7 +104,7 @@ def train_throughput(device, steps: int) -> list[dict]:
 
 
 def decoding(device) -> list[dict]:
-    from attnkit.data.bible import load_pairs
+    from attnkit.data.datasets.bible import load_pairs
     from attnkit.tasks.translation import Translator
 
     src = [p.src for p in load_pairs("test")[:200]]

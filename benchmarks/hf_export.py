@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 import torch  # noqa: E402
 
-from attnkit.data.bible import load_pairs  # noqa: E402
+from attnkit.data.datasets.bible import load_pairs  # noqa: E402
 from attnkit.deploy.hf_export import export_huggingface  # noqa: E402
 from attnkit.pretrained import resolve_model  # noqa: E402
 from attnkit.tasks.translation import Translator, corpus_scores  # noqa: E402

@@ -113,7 +113,7 @@ def prepared_vs_tutorial(V, dim, B, L, repeats):
 def decoding_speed(n, quick):
     model_dir = ROOT / "src" / "attnkit" / "pretrained" / "rnnsearch-es-en"
     if model_dir.is_dir() and not quick:
-        from attnkit.data.bible import load_pairs
+        from attnkit.data.datasets.bible import load_pairs
         from attnkit.tasks.translation import Translator
 
         tr = Translator.load(model_dir)

@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "serve.json"))
     args = ap.parse_args()
 
-    from attnkit.data.bible import load_pairs
+    from attnkit.data.datasets.bible import load_pairs
 
     verses = [p.src for p in load_pairs("test")[:200]]
     translators = ["transformer-es-en", "rnnsearch-es-en", "rnnencdec-es-en"]

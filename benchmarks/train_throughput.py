@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from attnkit.data.batching import encode_pairs  # noqa: E402
-from attnkit.data.bible import load_pairs  # noqa: E402
+from attnkit.data.datasets.bible import load_pairs  # noqa: E402
 from attnkit.tasks.translation import (  # noqa: E402
     TranslationConfig,
     build_optimizer,

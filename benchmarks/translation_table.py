@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnkit.data.bible import load_pairs  # noqa: E402
+from attnkit.data.datasets.bible import load_pairs  # noqa: E402
 from attnkit.tasks.translation import Translator, evaluate_translation  # noqa: E402
 from attnkit.training.trainer import run_totals  # noqa: E402
 from attnkit.viz.curves import plot_bleu_by_length  # noqa: E402

@@ -13,7 +13,7 @@ def bible_home(tmp_path_factory):
     """An ATTNKIT_HOME holding the prepared corpus (prepare runs once, ~6 s)."""
     if not HAVE_SWORD:
         pytest.skip("SWORD modules not installed (apt-get install sword-text-sparv sword-text-web)")
-    from attnkit.data.bible import prepare_bible
+    from attnkit.data.datasets.bible import prepare_bible
 
     home = tmp_path_factory.mktemp("attnkit_home")
     prepare_bible(home, sword_path=SWORD)

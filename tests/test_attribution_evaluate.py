@@ -14,7 +14,7 @@ from attnkit.alignment.aer import aer_counts, argmax_links
 from attnkit.alignment.gold import load_gold
 from attnkit.alignment.words import word_spans
 from attnkit.attribution import forced_translation
-from attnkit.attribution.evaluate import (
+from attnkit.attribution.explanation_quality import (
     _deletion_areas,
     evaluate_caption_explanations,
     evaluate_explanations,
@@ -116,7 +116,7 @@ def test_evaluate_explanations_on_one_gold_verse():
 
 
 def test_evaluate_caption_explanations_on_two_scenes(tmp_path):
-    from attnkit.data.scenes import load_scenes
+    from attnkit.data.datasets.scenes import load_scenes
 
     scenes = load_scenes("test", tmp_path, n_train=40, n_valid=10, n_test=4)
     report = evaluate_caption_explanations(

@@ -10,7 +10,7 @@ from attnkit.data.batching import (
     encode_pairs,
     example_lengths,
 )
-from attnkit.data.bible import Pair
+from attnkit.data.datasets.bible import Pair
 from attnkit.training.data import Batches
 
 

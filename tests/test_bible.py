@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnkit.data import bible
-from attnkit.data.bible import (
+from attnkit.data.datasets.bible import (
     CorruptCorpusError,
     Pair,
     SwordModuleNotFoundError,

@@ -9,7 +9,7 @@ import torch
 
 from attnkit.attention import attend_hard
 from attnkit.cli import main as cli_main
-from attnkit.data.scenes import ScenesDataset, collate_captions, make_scenes, scene_caption
+from attnkit.data.datasets.scenes import ScenesDataset, collate_captions, make_scenes, scene_caption
 from attnkit.data.vocab import CaptionVocab
 from attnkit.decoding import beam_search, greedy_search
 from attnkit.models.captioner import CaptionerConfig, ShowAttendTell, doubly_stochastic_penalty, reinforce_terms

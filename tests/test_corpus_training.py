@@ -10,8 +10,8 @@ import torch
 
 from attnkit.cli import main as cli_main
 from attnkit.data.batching import encode_pairs
-from attnkit.data.bible import load_pairs
 from attnkit.data.corpus import open_corpus, prepare_parallel
+from attnkit.data.datasets.bible import load_pairs
 from attnkit.data.tokenizer import Tokenizer
 from attnkit.pretrained import known_models
 from attnkit.tasks.translation import TranslationConfig, Translator, train_translation, translation_batches

@@ -33,7 +33,7 @@ def exports(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def verses(bible_home):
-    from attnkit.data.bible import load_pairs
+    from attnkit.data.datasets.bible import load_pairs
 
     return load_pairs("test", home=bible_home, limit=N_VERSES)
 
@@ -287,7 +287,7 @@ def test_cli_evaluate_with_ctranslate2_reports_as_pytorch(exports, bible_home, c
 def test_vocabulary_map_is_the_lexical_shortlist(tmp_path, bible_home):
     """The shortlist written as CTranslate2's vmap selects the same vocabulary per batch as attnkit's
     ``--shortlist``, so float32 greedy decoding gives the same tokens."""
-    from attnkit.data.bible import load_pairs
+    from attnkit.data.datasets.bible import load_pairs
     from attnkit.deploy.ct2_engine import CT2Translator
     from attnkit.deploy.ct2_export import export_ctranslate2
     from attnkit.pretrained import resolve_model
@@ -313,7 +313,7 @@ def test_explorer_serves_a_ctranslate2_export(exports, bible_home, torch_transla
     pass equal to attnkit's own teacher-forced alignment (float32 export), no per-head maps and a note saying so."""
     from fastapi.testclient import TestClient
 
-    from attnkit.data.bible import load_pairs
+    from attnkit.data.datasets.bible import load_pairs
     from attnkit.deploy.ct2_engine import CT2Translator
     from attnkit.explorer.app import create_app, load_models
 

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from PIL import Image
 
 from attnkit.alignment import attention_diagnostics, attention_rollout, word_attention
-from attnkit.data.bible import load_pairs
-from attnkit.data.scenes import load_scenes
+from attnkit.data.datasets.bible import load_pairs
+from attnkit.data.datasets.scenes import load_scenes
 from attnkit.explorer import schema
 from attnkit.explorer.app import ServeOptions, create_app, load_models
 

@@ -11,7 +11,7 @@ import torch
 
 from attnkit.alignment import word_attention
 from attnkit.attribution import explain, explain_caption, forced_caption, forced_translation
-from attnkit.data.scenes import load_scenes
+from attnkit.data.datasets.scenes import load_scenes
 from attnkit.explorer import html, schema
 from attnkit.explorer.app import create_app, load_models
 

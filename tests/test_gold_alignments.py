@@ -7,7 +7,7 @@ import torch
 
 from attnkit.alignment import AERCounts, aer_counts, argmax_links, diagonal_links, grow_diag_final_and, threshold_links
 from attnkit.alignment.gold import DEV_VERSES, load_gold, parse_links, validate_gold
-from attnkit.data.bible import load_pairs
+from attnkit.data.datasets.bible import load_pairs
 
 
 def test_the_gold_set_is_complete_and_matches_the_corpus(bible_home):

@@ -171,7 +171,7 @@ def test_residual_permutation_sorts_interleaved_sinusoids_into_sines_then_cosine
 # ------------------------------------------------------------------ the tokenizer
 @pytest.fixture(scope="module")
 def verses(bible_home):
-    from attnkit.data.bible import load_pairs
+    from attnkit.data.datasets.bible import load_pairs
 
     pairs = load_pairs("test", home=bible_home, limit=300)
     return [p.src for p in pairs] + [p.tgt for p in pairs]
@@ -215,7 +215,7 @@ def test_tokenizer_agrees_on_any_text(shipped_tokenizer, text):
 
 @pytest.mark.parametrize("model_type", ["bpe", "unigram"])
 def test_tokenizers_trained_on_verses_convert_exactly(bible_home, verses, model_type):
-    from attnkit.data.bible import load_pairs
+    from attnkit.data.datasets.bible import load_pairs
     from attnkit.data.tokenizer import Tokenizer
     from attnkit.deploy.hf_tokenizer import build_tokenizer, tokenizer_mismatches
 

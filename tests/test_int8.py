@@ -71,7 +71,7 @@ def test_int8_output_layer_log_probs_are_close_to_fp32():
 def test_int8_translations_are_close_to_fp32(name, bible_home):
     """On 40 test verses: BLEU within 1.5 of fp32 and most outputs the same (the full test split's
     numbers are in benchmarks/RESULTS.md)."""
-    from attnkit.data.bible import load_pairs
+    from attnkit.data.datasets.bible import load_pairs
     from attnkit.tasks.translation import Translator
     from attnkit.tasks.translation.metrics import corpus_scores
 
@@ -100,7 +100,7 @@ def test_explorer_serves_int8_models_without_attribution_methods(bible_home):
     offered (they read float weights), and asking for one is a 4xx, not a crash."""
     from fastapi.testclient import TestClient
 
-    from attnkit.data.bible import load_pairs
+    from attnkit.data.datasets.bible import load_pairs
     from attnkit.explorer.app import create_app, load_models
 
     models = load_models(["transformer-es-en"], device="cpu", dtype="int8")

@@ -11,8 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnkit.data.idx import FASHION_WORDS, load_fashion_mnist
-from attnkit.data.scenes import (
+from attnkit.data.datasets.scenes import (
     VALID_HOLDOUT,
     CaptionVocab,
     ScenesDataset,
@@ -24,6 +23,7 @@ from attnkit.data.scenes import (
     save_scene_png,
     scene_caption,
 )
+from attnkit.data.idx import FASHION_WORDS, load_fashion_mnist
 from attnkit.paths import attnkit_home
 
 FMNIST = Path("/usr/share/datasets/fashion-mnist")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit.data.scenes import collate_captions, load_scenes
+from attnkit.data.datasets.scenes import collate_captions, load_scenes
 from attnkit.tasks.captioning import Captioner, caption_loss_fn, update_reward_baseline
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "shipped_captioners.json").read_text())

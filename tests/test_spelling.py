@@ -152,7 +152,7 @@ def test_idempotent_and_word_count_kept(text):
 def test_whole_corpus(bible_home):
     """Every verse of the prepared corpus: the word count stays, modernize is idempotent, and every
     word whose modern form is in the 1909 table comes back as it was."""
-    from attnkit.data.bible import load_pairs
+    from attnkit.data.datasets.bible import load_pairs
 
     pairs = [p for split in ("train", "valid", "test") for p in load_pairs(split, home=bible_home)]
     changed = back = 0

@@ -60,7 +60,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnkit.data.bible import load_pairs  # noqa: E402
+from attnkit.data.datasets.bible import load_pairs  # noqa: E402
 from attnkit.tasks.translation import corpus_scores, get_tokenizer  # noqa: E402
 from attnkit.training.trainer import run_totals  # noqa: E402
 

@@ -26,7 +26,7 @@ def _rule(title: str) -> None:
 
 
 def run_demo(*, home=None, out_dir: Path = Path("out/demo"), device: str = "cpu", dtype=None) -> dict:
-    from .data.bible import load_pairs, prepare_bible
+    from .data.datasets.bible import load_pairs, prepare_bible
     from .tasks.translation import Translator, corpus_scores
     from .viz import plot_alignments
 
@@ -82,7 +82,7 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo"), device: str = "cpu"
 def _explorer_page(home, out_dir: Path, sources: list[str], device="cpu", dtype=None) -> Path:
     """The explorer's offline page for the demo verses (every shipped translator) and scenes (every
     shipped captioner), and the command that serves the live one."""
-    from .data.scenes import load_scenes
+    from .data.datasets.scenes import load_scenes
     from .explorer import caption_payload, translation_payload, write_explorer_html
     from .explorer.app import load_models
     from .tasks.captioning.demo import demo_picks

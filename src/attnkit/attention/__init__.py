@@ -2,16 +2,8 @@
 
 from . import scores
 from .functional import AttentionOutput, HardAttention, attend, attend_hard, masked_softmax
-from .layers import (
-    Attention,
-    AttentionPooling,
-    KVCache,
-    MultiHeadAttention,
-    PreparedMemory,
-    SelfAttention,
-    SelfAttentiveEncoder,
-    SpatialSelfAttention,
-)
+from .kv_cache import KVCache
+from .layers import Attention, PreparedMemory, SelfAttention
 from .masks import (
     causal_mask,
     check_mask,
@@ -21,7 +13,10 @@ from .masks import (
     padding_mask,
     to_torch_mha_mask,
 )
+from .multihead import MultiHeadAttention
+from .pooling import AttentionPooling
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_encoding
+from .self_attentive import SelfAttentiveEncoder, SpatialSelfAttention
 from .transformer import (
     DecoderLayerCache,
     DecoderOutput,

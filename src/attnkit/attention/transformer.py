@@ -18,7 +18,8 @@ from typing import NamedTuple
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .layers import KVCache, MultiHeadAttention
+from .kv_cache import KVCache
+from .multihead import MultiHeadAttention
 
 __all__ = [
     "DecoderLayerCache",
@@ -33,7 +34,13 @@ __all__ = [
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
-class _FeedForwardMixin:
+class _SublayerMixin:
+    """What the encoder and decoder layers share: the feed-forward network, the norms and dropouts of
+    their sub-layers, and the one residual wrapping of a sub-layer ``f`` (numbered ``i``):
+    pre-norm ``x + dropout_i(f(norm_i(x)))``, post-norm ``norm_i(x + dropout_i(f(x)))``."""
+
+    norm_first: bool
+
     def _init_ffn(self, d_model, dim_feedforward, dropout, activation, bias, layer_norm_eps, n_norms):
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
@@ -48,8 +55,21 @@ class _FeedForwardMixin:
     def _ff(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
+    def _ff_sublayer(self, x: Tensor) -> tuple[Tensor, None]:
+        return self._ff(x), None
 
-class TransformerEncoderLayer(_FeedForwardMixin, nn.Module):
+    def _residual(self, x: Tensor, i: int, sublayer) -> tuple[Tensor, Tensor | None]:
+        """Sub-layer ``i`` around ``x (B, N, D)`` with its residual connection and norm (see the class
+        docstring); ``sublayer(h) -> (out (B, N, D), weights or None)``; returns ``(x, weights)``."""
+        norm, dropout = getattr(self, f"norm{i}"), getattr(self, f"dropout{i}")
+        if self.norm_first:
+            out, weights = sublayer(norm(x))
+            return x + dropout(out), weights
+        out, weights = sublayer(x)
+        return norm(x + dropout(out)), weights
+
+
+class TransformerEncoderLayer(_SublayerMixin, nn.Module):
     """Self-attention + feed-forward. ``forward(src (B, N, D), *, key_padding_mask=None, mask=None,
     need_weights=False) -> (out (B, N, D), weights (B, H, N, N) or None)``."""
 
@@ -78,20 +98,15 @@ class TransformerEncoderLayer(_FeedForwardMixin, nn.Module):
         mask: Tensor | None = None,
         need_weights: bool = False,
     ):
-        x = src
-        if self.norm_first:
-            h = self.norm1(x)
-            a, w = self.self_attn(h, h, h, mask=mask, key_padding_mask=key_padding_mask, need_weights=need_weights)
-            x = x + self.dropout1(a)
-            x = x + self.dropout2(self._ff(self.norm2(x)))
-        else:
-            a, w = self.self_attn(x, x, x, mask=mask, key_padding_mask=key_padding_mask, need_weights=need_weights)
-            x = self.norm1(x + self.dropout1(a))
-            x = self.norm2(x + self.dropout2(self._ff(x)))
+        def sa(h):
+            return self.self_attn(h, h, h, mask=mask, key_padding_mask=key_padding_mask, need_weights=need_weights)
+
+        x, w = self._residual(src, 1, sa)
+        x, _ = self._residual(x, 2, self._ff_sublayer)
         return x, w
 
 
-class TransformerDecoderLayer(_FeedForwardMixin, nn.Module):
+class TransformerDecoderLayer(_SublayerMixin, nn.Module):
     """Causal self-attention, cross-attention over ``memory``, feed-forward.
 
     ``forward(tgt (B, T, D), memory (B, S, D), *, tgt_key_padding_mask=None,
@@ -164,19 +179,9 @@ class TransformerDecoderLayer(_FeedForwardMixin, nn.Module):
                 cache=cross_cache,
             )
 
-        x = tgt
-        if self.norm_first:
-            a, ws = sa(self.norm1(x))
-            x = x + self.dropout1(a)
-            a, wc = ca(self.norm2(x))
-            x = x + self.dropout2(a)
-            x = x + self.dropout3(self._ff(self.norm3(x)))
-        else:
-            a, ws = sa(x)
-            x = self.norm1(x + self.dropout1(a))
-            a, wc = ca(x)
-            x = self.norm2(x + self.dropout2(a))
-            x = self.norm3(x + self.dropout3(self._ff(x)))
+        x, ws = self._residual(tgt, 1, sa)
+        x, wc = self._residual(x, 2, ca)
+        x, _ = self._residual(x, 3, self._ff_sublayer)
         return x, (ws, wc)
 
 

@@ -14,7 +14,7 @@ def cmd_data_prepare(args) -> None:
     if args.dataset == "bible":
         import time
 
-        from ..data.bible import load_pairs, prepare_bible
+        from ..data.datasets.bible import load_pairs, prepare_bible
 
         t0 = time.perf_counter()
         path = prepare_bible(home=args.home, force=args.force)
@@ -26,7 +26,7 @@ def cmd_data_prepare(args) -> None:
     elif args.dataset == "parallel":
         _prepare_parallel(args)
     elif args.dataset == "scenes":
-        from ..data.scenes import prepare_scenes
+        from ..data.datasets.scenes import prepare_scenes
 
         try:
             path = prepare_scenes(home=args.home, canvas=args.canvas, force=args.force)

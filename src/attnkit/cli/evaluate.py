@@ -43,7 +43,7 @@ def _add_evaluate_flags(parser: argparse.ArgumentParser, unit: str) -> None:
 
 def cmd_evaluate_translation(args) -> None:
     from ..tasks.translation import evaluate_translation
-    from ..tasks.translation.evaluate import read_test_files
+    from ..tasks.translation.translation_quality import read_test_files
 
     _check_engine_flags(args)
     _output(args.output, "--output")

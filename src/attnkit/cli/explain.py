@@ -99,7 +99,7 @@ def _read_resume(output: str | None) -> dict | None:
 
 
 def cmd_evaluate_explanations(args) -> None:
-    from ..attribution.evaluate import evaluate_caption_explanations, evaluate_explanations, format_report
+    from ..attribution.explanation_quality import evaluate_caption_explanations, evaluate_explanations, format_report
 
     path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
     resume = _read_resume(args.output) if args.resume else None

@@ -31,7 +31,7 @@ the tokenizer(s) and the token cache.
 
 :func:`open_corpus` gives one interface over both kinds (:class:`Corpus`): the languages, the pairs
 of a split, the tokenizers, the token cache. ``"bible"`` is the built-in Spanish→English corpus
-(:mod:`attnkit.data.bible`), prepared from the SWORD modules on first use.
+(:mod:`attnkit.data.datasets.bible`), prepared from the SWORD modules on first use.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from pathlib import Path
 
 from ..errors import AttnkitError
 from ..paths import attnkit_home, fsync_dir
-from .bible import SPLITS, Pair
+from .datasets.bible import SPLITS, Pair
 from .parallel import ParallelDataError, read_lines, read_parallel
 from .tokenizer import Tokenizer
 
@@ -131,7 +131,7 @@ def known_corpora(home: str | os.PathLike | None = None) -> list[str]:
 class Corpus:
     """A named parallel corpus: its languages, its splits, its tokenizer(s), its token cache.
 
-    ``path`` is the prepared folder (``None`` for the Bible, which lives in :mod:`attnkit.data.bible`).
+    ``path`` is the prepared folder (``None`` for the Bible, which lives in :mod:`attnkit.data.datasets.bible`).
     """
 
     name: str
@@ -161,7 +161,7 @@ class Corpus:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         if self.path is None:
-            from .bible import load_pairs
+            from .datasets.bible import load_pairs
 
             return load_pairs(split, home=self.home, limit=limit)
         return list(self.iter_pairs(split, limit))
@@ -189,7 +189,7 @@ class Corpus:
         a prepared corpus has its own, and ``vocab_size`` must be ``None`` or its size.
         """
         if self.path is None:
-            from .bible import get_tokenizer
+            from .datasets.bible import get_tokenizer
 
             tok = get_tokenizer(vocab_size or 8000, self.home)
             return tok, tok

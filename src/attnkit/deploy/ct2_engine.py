@@ -33,6 +33,7 @@ from typing import Any
 
 from ..data.tokenizer import Tokenizer, encode_sources
 from ..errors import InputError
+from ..tasks.engine import TranslationEngine
 from ..tasks.results import ResultRecord
 from .manifest import DeployError, read_manifest
 
@@ -81,8 +82,9 @@ def _device(spec: str | None) -> tuple[str, int]:
     return kind, int(index or 0)
 
 
-class CT2Translator:
-    """A CTranslate2 export with its tokenizer; see the module docstring. Build with :meth:`load`."""
+class CT2Translator(TranslationEngine):
+    """A CTranslate2 export with its tokenizer; see the module docstring. Build with :meth:`load`.
+    A :class:`attnkit.tasks.engine.TranslationEngine`."""
 
     engine = ENGINE
     model_type = "transformer"
@@ -245,7 +247,7 @@ def evaluate_ct2(
 ) -> dict:
     """``attnkit evaluate translation --engine ctranslate2``: the PyTorch engine's report
     (:func:`attnkit.tasks.translation.evaluate_translator`) for an export, with ``engine`` and ``quantization``."""
-    from ..tasks.translation.evaluate import evaluate_translator
+    from ..tasks.translation.translation_quality import evaluate_translator
 
     report = evaluate_translator(
         tr,

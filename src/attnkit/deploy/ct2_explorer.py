@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import torch
 
 from ..models.base import AttentionMaps
+from ..tasks.engine import TranslationEngine
 from ..tasks.translation.inference import TranslationAttention
 from .ct2_engine import ENGINE, CT2Translator
 
@@ -29,8 +30,9 @@ HEADS_NOTE = (
 )
 
 
-class CT2ExplorerTranslator:
-    """``ct2`` with the interface the explorer reads (see the module docstring)."""
+class CT2ExplorerTranslator(TranslationEngine):
+    """``ct2`` with the interface the explorer reads (see the module docstring); a
+    :class:`attnkit.tasks.engine.TranslationEngine`."""
 
     engine = ENGINE
 
@@ -41,6 +43,11 @@ class CT2ExplorerTranslator:
         self.tokenizer = ct2.tokenizer
         config = {k: v for k, v in ct2.manifest.items() if k not in ("format", "version", "tokenizer_sha256")}
         self.model = SimpleNamespace(model_type=ct2.model_type, config=SimpleNamespace(to_dict=lambda: config))
+
+    @property
+    def spelling(self) -> str:
+        """The spelling input is rewritten to before tokenizing (the engine's)."""
+        return self.ct2.spelling
 
     def encode_sources(self, sentences: Sequence[str], *, truncate: bool = False) -> list[list[int]]:
         return self.ct2.encode_sources(sentences, truncate=truncate)

@@ -59,27 +59,32 @@ GNMT_LENGTH_PENALTY = 0.6
 CT2_LENGTH_PENALTY = 0.5
 #: The most tokens attnkit's Translator decodes (its ``max_len``); the position table covers it.
 MAX_DECODE = 200
+#: TransformerConfig fields that make the network every export writes (or that do not change it at
+#: inference); each export adds the fields only it reads. A field outside its set that differs from
+#: the default stops the export, naming the field.
+NETWORK_FIELDS = frozenset(
+    {
+        "vocab_size",
+        "d_model",
+        "nhead",
+        "num_encoder_layers",
+        "num_decoder_layers",
+        "dim_feedforward",
+        "dropout",
+        "norm_first",
+        "positional",
+        "max_len",
+        "tie_embeddings",
+        "pad_id",
+        "bos_id",
+        "eos_id",
+        "max_src_len",
+        "alignment_layer",  # a guided alignment head: CTranslate2's alignment layer and heads; HF: unchanged
+        "alignment_head",
+    }
+)
 #: TransformerConfig fields the converter maps (or that do not change the network at inference).
-_KNOWN_FIELDS = {
-    "vocab_size",
-    "d_model",
-    "nhead",
-    "num_encoder_layers",
-    "num_decoder_layers",
-    "dim_feedforward",
-    "dropout",
-    "norm_first",
-    "positional",
-    "max_len",
-    "tie_embeddings",
-    "pad_id",
-    "bos_id",
-    "eos_id",
-    "max_src_len",
-    "alignment_layer",  # a guided alignment head: CTranslate2's alignment layer and heads
-    "alignment_head",
-    "src_spelling",  # recorded in the manifest: the engine rewrites input to it
-}
+_KNOWN_FIELDS = NETWORK_FIELDS | {"src_spelling"}  # recorded in the manifest: the engine rewrites input to it
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

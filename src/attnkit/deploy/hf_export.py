@@ -61,7 +61,7 @@ import torch
 from ..attention.positional import sinusoidal_encoding
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
 from ..version import __version__
-from .ct2_export import MAX_DECODE
+from .ct2_export import MAX_DECODE, NETWORK_FIELDS
 from .hf_tokenizer import build_tokenizer, tokenizer_mismatches
 from .manifest import DeployError, tokenizer_sha256, write_manifest
 from .output_folder import check_output_folder, replace_output_folder
@@ -86,24 +86,7 @@ CHECK_SENTENCES = (
     "«¿Quién es éste?» — preguntó él,   señalando al niño.",
 )
 #: TransformerConfig fields this export maps, or that do not change the network at inference.
-_KNOWN_FIELDS = {
-    "vocab_size",
-    "d_model",
-    "nhead",
-    "num_encoder_layers",
-    "num_decoder_layers",
-    "dim_feedforward",
-    "dropout",
-    "norm_first",
-    "positional",
-    "max_len",
-    "tie_embeddings",
-    "pad_id",
-    "bos_id",
-    "eos_id",
-    "max_src_len",
-    "alignment_layer",  # guided alignment supervises a head in training; the network is unchanged
-    "alignment_head",
+_KNOWN_FIELDS = NETWORK_FIELDS | {
     "src_lang",
     "tgt_lang",
     "corpus",

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from ..checks import COUNT, LEARNING_RATE, check_fields
 from ..config import option
-from ..data.scenes import PHOTO
+from ..data.datasets.scenes import PHOTO
 from ..device import to_device
 from ..errors import ConfigError
 from ..models.captioner import ENCODER_CHANNELS
@@ -85,8 +85,8 @@ def photo_batches(
 def train_classifier(cfg: ClassifierTaskConfig, *, resume: bool = False) -> dict:
     """Train the Fashion-MNIST classifier on train photos ``[0, 55000)`` (the scenes' train pool);
     validate on the held-out ``[55000, 60000)``. Test photos are never seen."""
+    from ..data.datasets.scenes import VALID_HOLDOUT
     from ..data.idx import load_fashion_mnist
-    from ..data.scenes import VALID_HOLDOUT
     from ..training import Trainer
 
     photos, labels = load_fashion_mnist("train")

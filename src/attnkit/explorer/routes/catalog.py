@@ -41,7 +41,7 @@ def scenes_of(ex):
     """The held-out test scenes, prepared once (one thread prepares them; the others wait)."""
     with ex.lock:
         if "scenes" not in ex.cache:
-            from ...data.scenes import load_scenes
+            from ...data.datasets.scenes import load_scenes
 
             caps = ex.models.captioners
             canvas = next(iter(caps.values())).canvas if caps else 64

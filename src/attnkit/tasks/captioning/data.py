@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...data.datasets.scenes import ScenesDataset, collate_captions, pad_captions
 from ...data.karpathy import KarpathyImage
-from ...data.scenes import ScenesDataset, collate_captions, pad_captions
 from ...data.vocab import CaptionVocab
 from ...errors import InputError
 from ...training.data import Batches, shuffled

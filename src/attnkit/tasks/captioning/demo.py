@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...data.scenes import ScenesDataset, load_scenes
+from ...data.datasets.scenes import ScenesDataset, load_scenes
 from .inference import Captioner
 from .metrics import words_to_items
 

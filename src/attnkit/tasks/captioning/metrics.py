@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ...data.scenes import scan_caption
+from ...data.datasets.scenes import scan_caption
 
 # ---------------------------------------------------------------------------------------- metrics
 
@@ -23,7 +23,7 @@ from ...data.scenes import scan_caption
 def words_to_items(words: Sequence[str], classes: Sequence[int], places: Sequence[int]) -> list[int]:
     """For each caption word, the index of the scene item it names, or -1.
 
-    A class word (found by :func:`attnkit.data.scenes.scan_caption`) names the item of that class
+    A class word (found by :func:`attnkit.data.datasets.scenes.scan_caption`) names the item of that class
     at the place the caption gives next (``<class> at the <row> <col>``); failing that, the only
     item of that class. A class word that matches no item (a wrong word) names nothing.
     """

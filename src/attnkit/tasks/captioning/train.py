@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
+from ...data.datasets.scenes import ScenesDataset, collate_captions, load_scenes
 from ...data.karpathy import karpathy_split, read_karpathy
-from ...data.scenes import ScenesDataset, collate_captions, load_scenes
 from ...data.vocab import CaptionVocab
 from ...device import to_device
 from ...errors import InputError

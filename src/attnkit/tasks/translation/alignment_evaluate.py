@@ -60,7 +60,7 @@ def gold_eflomal_links(verses: list[GoldVerse], *, builtin: bool, home=None) -> 
     if not (fwd_path.is_file() and rev_path.is_file()):
         extra: tuple = ((), ())
         if builtin:
-            from ...data.bible import load_pairs
+            from ...data.datasets.bible import load_pairs
 
             train = load_pairs("train", home=home)
             extra = ([p.src for p in train], [p.tgt for p in train])

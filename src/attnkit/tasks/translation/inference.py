@@ -12,6 +12,7 @@ from ...data.tokenizer import MODEL_FILENAME, Tokenizer, encode_sources
 from ...decoding import OutputLayerDecoder, search
 from ...errors import InputError
 from ...models.base import AttentionMaps
+from ..engine import TranslationEngine
 from ..results import ResultRecord
 from ..wrapper import InferenceWrapper
 from .lexical_shortlist import DEFAULT_FREQUENT, DEFAULT_PER_SOURCE, LexicalShortlist, ShortlistError, tokenizer_digest
@@ -61,7 +62,7 @@ class Translation(ResultRecord):
     target_pieces: list[str] | None = None
 
 
-class Translator(InferenceWrapper):
+class Translator(InferenceWrapper, TranslationEngine):
     """Translate with a trained model: tokenise, batch, search, detokenise, keep the attention.
     :meth:`load` takes a name (``"transformer-es-en"``) or a folder holding ``tokenizer.model`` (and
     ``source_tokenizer.model`` when the model has separate source and target vocabularies).
@@ -70,7 +71,8 @@ class Translator(InferenceWrapper):
     side's, when separate. ``src_lang``/``tgt_lang``/``corpus`` come from the model's config
     (Bible Spanish → English for models saved before languages were recorded), and so does
     ``source_spelling``: a model trained on the 1909 Bible reads input rewritten in its spelling
-    (:func:`attnkit.data.spelling.to_1909`) unless ``normalize_spelling`` is False."""
+    (:func:`attnkit.data.spelling.to_1909`) unless ``normalize_spelling`` is False. A
+    :class:`attnkit.tasks.engine.TranslationEngine`, as the CTranslate2 engines are."""
 
     companion_file, kind = MODEL_FILENAME, "a translation model"
 
@@ -136,7 +138,7 @@ class Translator(InferenceWrapper):
         self, pairs: Sequence, *, frequent: int = DEFAULT_FREQUENT, per_source: int = DEFAULT_PER_SOURCE
     ) -> LexicalShortlist:
         """A :class:`LexicalShortlist` counted over ``pairs`` (objects with ``src`` and ``tgt`` text,
-        e.g. :func:`attnkit.data.bible.load_pairs` of the training split), with this model's tokenizer."""
+        e.g. :func:`attnkit.data.datasets.bible.load_pairs` of the training split), with this model's tokenizer."""
         tok = self.tokenizer
         return LexicalShortlist.build(
             self.src_tokenizer.encode_batch([p.src for p in pairs]),

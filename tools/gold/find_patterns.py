@@ -1,11 +1,11 @@
 """List every instance of the cases GUIDE.md's rules 8–15 decide, across the 150 gold verses.
 
-An annotation aid, not part of the package: it finds each pattern by the words at each link (or at an
-unlinked word), prints the verse context and the link's kind (S = sure, P = possible only, - = none),
+An annotation aid for src/attnkit/alignment/gold/, not part of the package: it finds each pattern by
+the words at each link (or at an unlinked word), prints the verse context and the link's kind (S = sure, P = possible only, - = none),
 and marks with ``!`` an instance whose kind differs from what the rule says, so that an annotator
 can read the verse pair and decide. It changes no file.
 
-    python src/attnkit/alignment/gold/find_patterns.py [PATTERN ...] [--only-flagged]
+    python tools/gold/find_patterns.py [PATTERN ...] [--only-flagged]
         [--links FOLDER]   # e.g. the second-annotation/ folder: its sure/possible against these tokens
 
 Patterns: aux, hay, el-que, art-poss, genitive, initial-y, personal-a, pro-drop.
@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[2] / "src" / "attnkit" / "alignment" / "gold"  # the gold set it reads
 
 
 def plain(word: str) -> str:

@@ -386,7 +386,7 @@ def evaluate_caption_explanations(
     cm.model.eval()
     names = methods_for(cm) if not methods else [canonical_method(m) for m in methods]
     if scenes is None:
-        from ..data.scenes import load_scenes
+        from ..data.datasets.scenes import load_scenes
 
         scenes = load_scenes("test", home, canvas=cm.canvas)
     items_all = [scenes[i] for i in range(min(len(scenes), limit or len(scenes)))]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ...data.scenes import collate_captions, load_scenes
+from ...data.datasets.scenes import collate_captions, load_scenes
 from .inference import Captioner
 from .metrics import attention_correctness, caption_scores, words_to_items
 

@@ -1,18 +1,18 @@
-"""Pick the 150 test verses of the gold alignment set (run once; the output is committed).
+"""Pick the 150 test verses of the gold alignment set (run once; the output is committed in src/attnkit/alignment/gold/).
 
 Deterministic: verses of the Bible corpus's test split, stratified by book and by source length
 (in whitespace words: under 15, 15-24, 25-40, over 40), then shuffled and split into a 50-verse
 dev part (lines 1-50: choosing heads/layers) and a 100-verse scored part (lines 51-150).
 
-    PYTHONPATH=src python src/attnkit/alignment/gold/select_verses.py
+    PYTHONPATH=src python tools/gold/select_verses.py
 """
 import random
 from collections import defaultdict
 from pathlib import Path
 
-from attnkit.data.bible import load_pairs
+from attnkit.data.datasets.bible import load_pairs
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[2] / "src" / "attnkit" / "alignment" / "gold"  # the gold set it reads
 QUOTA = {(0, 15): 40, (15, 25): 45, (25, 41): 40, (41, 10_000): 25}  # 150 in all, 25 over 40 words
 
 rng = random.Random(2015)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from ...data.bible import Pair
 from ...data.corpus import UnknownCorpusError, open_corpus
+from ...data.datasets.bible import Pair
 from ...data.parallel import ParallelDataError, read_parallel
 from ...data.spelling import modernize as modern_spelling
 from .inference import Translator
