@@ -293,7 +293,14 @@ def test_a_time_budget_is_turned_into_steps_and_the_rate_reaches_zero_at_its_end
     assert math.isclose(got[7], 0.5 * 16**-0.5 * 8 * 2000**-1.5)  # the probe ran on the recipe
 
 
-def test_the_progress_line_shows_the_validation_score_and_the_steps_left(tmp_path, capsys):
+def test_the_progress_line_shows_the_validation_score_and_the_steps_left(tmp_path, capsys, monkeypatch):
+    import tqdm
+
+    class EveryStep(tqdm.tqdm):  # redraw at every update: tqdm skips redraws within 0.1 s, which fast steps are
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, mininterval=0, miniters=1, **kwargs)
+
+    monkeypatch.setattr(tqdm, "tqdm", EveryStep)
     t = make_trainer(tmp_path / "p", max_steps=9, valid_every_steps=3)
     t.progress = True
     t.fit()

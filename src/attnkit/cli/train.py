@@ -12,10 +12,12 @@ def cmd_train_translation(args) -> None:
     import os
     import sys
 
+    from ..data.corpus import open_corpus
     from ..tasks.translation import TranslationConfig, train_translation
     from ..tasks.translation.budget_defaults import pick_model
 
     if args.model is None:  # no --model: the written rule picks one, and says which and why
+        open_corpus(args.data, home=args.home)  # an unknown corpus is the error, before any pick is announced
         args.model, why = pick_model(args.max_time_s)
         if os.environ.get("RANK", "0") == "0":
             print(f"attnkit: no --model given: training {args.model}: {why}", file=sys.stderr)

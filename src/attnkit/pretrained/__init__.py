@@ -35,6 +35,7 @@ from ..paths import COMPLETE_NAME, attnkit_home
 
 __all__ = [
     "DEFAULT_CAPTION_MODEL",
+    "DEFAULT_EXPORT_MODEL",
     "DEFAULT_TRANSLATION_MODEL",
     "DEMO_TRANSLATION_MODEL",
     "HF_PREFIX",
@@ -50,7 +51,8 @@ __all__ = [
 ]
 
 PRETRAINED_DIR = Path(__file__).resolve().parent
-DEFAULT_TRANSLATION_MODEL = "transformer-es-en"  # the best shipped translator (test BLEU in index.json)
+DEFAULT_TRANSLATION_MODEL = "rnnsearch-es-en"  # the best shipped translator (test BLEU in index.json)
+DEFAULT_EXPORT_MODEL = "transformer-es-en"  # the shipped Transformer: the kind every export format takes
 DEMO_TRANSLATION_MODEL = "rnnsearch-es-en"  # the demo's picture: Bahdanau's alignment
 DEFAULT_CAPTION_MODEL = "captioner-soft"
 HF_PREFIX = "hf:"  # `--model hf:Helsinki-NLP/opus-mt-es-en`: a model on the Hugging Face hub
