@@ -205,7 +205,7 @@ def test_batch_errors_name_the_argument(tokenizer, capsys):
 
     assert main(["explain", "--method", "ig", "--batch", "0", SOURCE]) == 2
     err = capsys.readouterr().err
-    assert "argument --batch: batch must be an int >= 1" in err and "Traceback" not in err
+    assert "argument --batch: batch must be an int in [1, 65536]" in err and "Traceback" not in err
     with pytest.raises(SystemExit):
         main(["explain", "--help"])
     assert f"(default: {DEFAULT_BATCH})" in " ".join(capsys.readouterr().out.split())

@@ -75,7 +75,7 @@ def _eflomal_file_links(args):
 
 
 def _model_file_links(args):
-    from ..pretrained import DEFAULT_TRANSLATION_MODEL, resolve_model
+    from ..pretrained import DEFAULT_ALIGNMENT_MODEL, resolve_model
     from ..tasks.translation.alignment import (
         AttentionReading,
         ModelAligner,
@@ -87,7 +87,7 @@ def _model_file_links(args):
     # --symmetrize without a reverse model: the row and column argmaxes of the one model's matrix
     both_ways = args.symmetrize if not args.reverse_model else None
     reading = AttentionReading(args.method, args.layer, args.head, args.threshold, both_ways)
-    aligner = ModelAligner(_load_translator(args, resolve_model(args.model or DEFAULT_TRANSLATION_MODEL)), reading)
+    aligner = ModelAligner(_load_translator(args, resolve_model(args.model or DEFAULT_ALIGNMENT_MODEL)), reading)
     total, pairs = read_parallel(args.src, args.tgt)
     print(f"attnkit align: {total} pairs, {aligner.describe()}", file=sys.stderr)
     bar = progress_bar(total, not args.no_progress)
@@ -207,7 +207,7 @@ def add_data_links_parser(d) -> None:
 
 # ---------------------------------------------------------------- evaluate alignment
 def cmd_evaluate_alignment(args) -> None:
-    from ..pretrained import DEFAULT_TRANSLATION_MODEL
+    from ..pretrained import DEFAULT_ALIGNMENT_MODEL
     from ..tasks.translation.alignment_evaluate import evaluate_alignment
 
     if args.head is not None and args.layer is None:
@@ -217,7 +217,7 @@ def cmd_evaluate_alignment(args) -> None:
         raise InputError("a gold set of your own needs all three of --src, --tgt and --gold")
     try:
         r = evaluate_alignment(
-            args.model or DEFAULT_TRANSLATION_MODEL,
+            args.model or DEFAULT_ALIGNMENT_MODEL,
             methods=tuple(args.method) if args.method else None,
             layer=args.layer,
             head=args.head,
