@@ -91,19 +91,23 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().to(torch.float32).cpu().contiguous().numpy()
 
 
-def _check_model_type(model_type: str) -> None:
+def check_model_type(
+    model_type: str,
+    target: str = "CTranslate2",
+    rnn_reason: str = "CTranslate2 has no recurrent networks; only Transformer translators export to it "
+    "(--precision int8 speeds up the RNNs instead)",
+) -> None:
+    """A :class:`DeployError` unless ``model_type`` is a Transformer translator, the one kind every export
+    format (``target``) takes; ``rnn_reason`` says why the recurrent ones cannot be written."""
     if model_type in ("rnnsearch", "rnnencdec"):
-        raise DeployError(
-            f"{model_type} is a recurrent (GRU) translator and CTranslate2 has no recurrent networks; "
-            "only Transformer translators export to it (--precision int8 speeds up the RNNs instead)"
-        )
+        raise DeployError(f"{model_type} is a recurrent (GRU) translator and {rnn_reason}")
     if model_type != "transformer":
-        raise DeployError(f"a {model_type} model is not a Transformer translator; only those export to CTranslate2")
+        raise DeployError(f"a {model_type} model is not a Transformer translator; only those export to {target}")
 
 
 def check_expressible(model, tokenizer: Tokenizer) -> None:
     """Raise :class:`DeployError` with the reason when ``model`` cannot become a CTranslate2 TransformerSpec."""
-    _check_model_type(getattr(model, "model_type", type(model).__name__))
+    check_model_type(getattr(model, "model_type", type(model).__name__))
     c = model.config
     defaults = type(c)()
     for f in dataclasses.fields(c):
@@ -313,7 +317,7 @@ def export_ctranslate2(
         raise DeployError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}")
     model_dir, out = Path(model_dir), Path(out)
     config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    _check_model_type(str(config.get("model_type", "?")))
+    check_model_type(str(config.get("model_type", "?")))
     if not (model_dir / MODEL_FILENAME).is_file():
         raise DeployError(f"{model_dir} has no {MODEL_FILENAME}: it is not a translation model")
     check_output_folder(out, force=force)  # before the work; again before anything is replaced

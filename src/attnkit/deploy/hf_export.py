@@ -61,7 +61,7 @@ import torch
 from ..attention.positional import sinusoidal_encoding
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
 from ..version import __version__
-from .ct2_export import MAX_DECODE, NETWORK_FIELDS
+from .ct2_export import MAX_DECODE, NETWORK_FIELDS, check_model_type
 from .hf_tokenizer import build_tokenizer, tokenizer_mismatches
 from .manifest import DeployError, tokenizer_sha256, write_manifest
 from .output_folder import check_output_folder, replace_output_folder
@@ -105,13 +105,12 @@ def _transformers():
 
 
 def _check_model_type(model_type: str) -> None:
-    if model_type in ("rnnsearch", "rnnencdec"):
-        raise DeployError(
-            f"{model_type} is a recurrent (GRU) translator and the Hugging Face seq2seq architectures this "
-            "export writes (Marian, Pegasus) are Transformers; only Transformer translators export to huggingface"
-        )
-    if model_type != "transformer":
-        raise DeployError(f"a {model_type} model is not a Transformer translator; only those export to huggingface")
+    check_model_type(
+        model_type,
+        "huggingface",
+        "the Hugging Face seq2seq architectures this export writes (Marian, Pegasus) are Transformers; "
+        "only Transformer translators export to huggingface",
+    )
 
 
 def architecture_for(model, tokenizer: Tokenizer) -> str:
