@@ -2,17 +2,22 @@
 
     PYTHONPATH=src .venv/bin/python benchmarks/serve.py [--clients 50] [--attributing 10] [--seconds 60]
 
-Starts the real server (every shipped model; ``--workers`` the core count, the default) on a free loopback
-port with a queue deep enough for every attributing client (``--queue`` = their number), waits until it
+Starts the real server (every shipped model; the default options: ``--workers`` the core count less one, the
+fast lane in the server) on a free loopback port with a queue deep enough for every attributing client
+(``--queue`` = their number), waits until it
 answers, then runs N client threads for the given time. Each client is a person at the page: it sends a
 request, reads the answer, waits 0.5-1.5 s (seeded) and goes again. Most clients translate held-out test
 verses (beam 5 with every layer's and head's maps, as the page asks, spread over the three translators);
 ``--attributing`` of them ask for an attribution method instead (saliency, ALTI+ or integrated gradients on
 the Transformer), which the server runs as heavy jobs in its worker processes while plain translations stay
-in the server. Requests still running when the time is up are waited for.
+in the server's fast lane. A client refused with 503 "the server is busy" and ``Retry-After`` (admission
+control: the heavy queue's, or the in-flight limit's) waits that long, as a polite client does, and asks again. Requests still running when the time is
+up are waited for.
 
-Reports the status codes (the target is no 5xx), p50/p95/max latency of plain translations (target p95
-<= 1 s), the attributions' latencies, and the resident memory of the server and its worker processes
+Reports the status codes per kind of request; the 503 admission refusals (with ``Retry-After``) apart from
+the failures (every other 5xx and every connection error; the target is none); p50/p95/max latency of plain
+translations (target p95 <= 1 s), per translator too; the attributions' latencies; and the resident memory
+of the server and its worker processes
 (psutil RSS) when idle, at its peak (sampled every 0.2 s) and 10 s after the load, and writes
 benchmarks/results/serve.json.
 """
@@ -115,14 +120,23 @@ def main() -> None:
                         kind = "translate"
                         body = {"text": text, "model": rng.choice(translators), "beam": 5, "heads": True}
                     t = time.perf_counter()
+                    retry = None
                     try:
-                        status = c.post("api/translate", json=body).status_code
+                        r = c.post("api/translate", json=body)
+                        status = r.status_code
+                        if status == 503 and "the server is busy" in r.text:  # admission, not a failure
+                            retry = r.headers.get("retry-after", "1")
                     except httpx.HTTPError:
                         status = -1
                     with lock:
-                        results.append((kind, status, time.perf_counter() - t))
-                    time.sleep(rng.uniform(0.5, 1.5))
+                        results.append((kind, status, time.perf_counter() - t, body["model"], retry is not None))
+                    if retry is not None:  # an admission refusal: come back when the server says
+                        time.sleep(max(0.0, min(float(retry), stop_at - time.perf_counter())))
+                    else:
+                        time.sleep(rng.uniform(0.5, 1.5))
 
+        load_at_start = os.getloadavg()[0]
+        started_utc = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         threads = [threading.Thread(target=client, args=(k,)) for k in range(args.clients)]
         peak = idle
         t0 = time.perf_counter()
@@ -138,22 +152,33 @@ def main() -> None:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
 
-    statuses: dict[str, int] = {}
-    for _, s, _ in results:
-        statuses[str(s)] = statuses.get(str(s), 0) + 1
+    statuses: dict[str, dict[str, int]] = {}
+    for kind, s, *_ in results:
+        per = statuses.setdefault("translate" if kind == "translate" else "attribution", {})
+        per[str(s)] = per.get(str(s), 0) + 1
+    admissions = [r for r in results if r[1] == 503 and r[4]]
     mb = lambda b: round(b / 2**20, 1)
     report = {
+        "started": started_utc,
         "clients": args.clients,
         "attributing_clients": args.attributing,
         "seconds": args.seconds,
         "wall_s": round(wall, 1),
         "requests": len(results),
         "statuses": statuses,
-        "errors_5xx": sum(1 for _, s, _ in results if s >= 500 or s < 0),
-        "plain_translation_latency_s": quantiles([s for k, st, s in results if k == "translate" and st == 200]),
-        "attribution_latency_s": {m: quantiles([s for k, st, s in results if k == m and st == 200]) for m in METHODS},
+        "admission_503": {"n": len(admissions), "translate": sum(1 for r in admissions if r[0] == "translate")},
+        "failures_5xx": sum(1 for r in results if (r[1] >= 500 or r[1] < 0) and r not in admissions),
+        "plain_translation_latency_s": quantiles([s for k, st, s, *_ in results if k == "translate" and st == 200]),
+        "plain_translation_latency_by_model_s": {
+            m: quantiles([s for k, st, s, name, _ in results if k == "translate" and st == 200 and name == m])
+            for m in translators
+        },
+        "attribution_latency_s": {
+            m: quantiles([s for k, st, s, *_ in results if k == m and st == 200]) for m in METHODS
+        },
         "rss_mb": {"idle": mb(idle), "peak": mb(peak), "after_10s": mb(after)},
         "cpu_count": os.cpu_count(),
+        "load_average_1m_at_start": round(load_at_start, 1),
         "load_average_1m_at_end": round(os.getloadavg()[0], 1),
     }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

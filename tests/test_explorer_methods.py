@@ -94,7 +94,12 @@ def test_unknown_or_unavailable_methods_are_400s(served):
     assert r.status_code == 400 and "rnnsearch-es-en has no alti_plus" in r.json()["error"]
     r = client.post("/api/caption", json={"scene": 0, "model": "captioner-soft", "method": "value_zeroing"})
     assert r.status_code == 400 and "a captioner has no value_zeroing" in r.json()["error"]
-    assert client.get("/api/progress/nothing").json() == {"job": "nothing", "progress": None, "queued": None}
+    assert client.get("/api/progress/nothing").json() == {
+        "job": "nothing",
+        "progress": None,
+        "queued": None,
+        "wait_s": None,
+    }
 
 
 def test_progress_is_its_own_clients_only(served):
@@ -119,7 +124,7 @@ def test_progress_is_its_own_clients_only(served):
     assert answer["r"].json()["attribution"]["method"] == "integrated_gradients"
     assert any(p is not None and p > 0 for p in seen)  # it moved, and its owner saw it
     assert other == [None] * len(other)  # another session never sees it
-    assert mine.get("/api/progress/j1").json() == {"job": "j1", "progress": None, "queued": None}
+    assert mine.get("/api/progress/j1").json() == {"job": "j1", "progress": None, "queued": None, "wait_s": None}
 
 
 # ---------------------------------------------------------------------------------------- the page, built one way

@@ -79,13 +79,16 @@ def cmd_serve(args) -> None:
         f"open {url}  (API docs at /docs; {options.workers} worker(s) for heavy jobs; Ctrl-C stops)",
         flush=True,
     )
+    import torch
+
+    torch.set_num_threads(options.fast_threads)  # the server's own torch work: the fast lane's
     app = create_app(models, home=args.home, options=options, token=token, start_workers=True)
     uvicorn.run(
         app,
         host=options.host,
         port=options.port,
         log_level="warning",
-        limit_concurrency=options.limit_concurrency,
+        limit_concurrency=2 * options.limit_concurrency,  # a backstop on connections; requests: InFlightLimit
     )
 
 

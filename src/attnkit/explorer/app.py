@@ -22,9 +22,11 @@ bounded before a tensor is built; heavy jobs wait in a bounded queue for a bound
 processes. **Bad input** gets a 4xx with ``{"error": "..."}`` a person can read, never a traceback, and
 the server keeps serving.
 
-**Light work in threads.** A plain translation or caption runs in the server's thread pool: the models
-are shared without a lock, which is safe because inference mutates nothing shared (``torch.no_grad``,
-eval mode, every request's decoder state and caches its own; grad mode is per thread).
+**Light work in the fast lane.** A plain translation or caption runs in the server's fast lane
+(:mod:`.lane`), one thread that never waits behind heavy jobs and searches waiting translations of one
+model and beam as one batch. The models are shared without a lock, which is safe because inference mutates
+nothing shared (``torch.no_grad``, eval mode, every request's decoder state and caches its own; grad mode is
+per thread). At most ``--limit-concurrency`` requests are in flight (:mod:`.inflight`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from fastapi.staticfiles import StaticFiles
 
 from .api_errors import ApiError, install_error_handlers
 from .guard import Guard
+from .inflight import InFlightLimit
 from .jobs import JobQueue
 from .loading import LoadedModels, load_models
 from .options import ServeOptions, limits_table
@@ -76,6 +79,7 @@ def create_app(
         if start_workers:
             jobs.start()
         yield
+        app.state.explorer.lane.stop()
         jobs.stop()
 
     app = FastAPI(
@@ -98,4 +102,5 @@ def create_app(
     for router in ROUTERS:
         app.include_router(router)
     app.add_middleware(Guard, options=options, token=token)
+    app.add_middleware(InFlightLimit, limit=options.limit_concurrency)  # added last: outermost
     return app

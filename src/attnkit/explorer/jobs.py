@@ -1,8 +1,12 @@
 """Admission control for heavy jobs: at most ``--workers`` run at once, each in a worker process of a
 :class:`pebble.ProcessPool` (which stops one job on timeout or cancel by ending its process, and replaces a
-worker that died without harming the others); at most ``--queue`` wait, in order, and more are answered
-503 with ``Retry-After``. A job runs at most ``--job-timeout`` seconds (504), and stops when its client goes
-(499). Each client sees only its own jobs' progress and queue position: a job is known by the client's
+worker that died without harming the others); at most ``--queue`` wait, in order. A job is refused at once,
+503 with ``Retry-After`` and a message, when the queue is full or when its expected wait would exceed
+``--job-timeout``: a client should not wait longer for its turn than the job may run. The expected wait of
+a job with ``q`` jobs ahead of it in the queue is ``(q + 1) / workers × t``, where ``t`` is the mean run
+time of the recent jobs (an exponential moving average; a job stopped at its limit counts the limit). An
+admitted job runs at most ``--job-timeout`` seconds (504), and stops when its client goes (499). Each
+client sees only its own jobs' progress, queue position and expected wait: a job is known by the client's
 session (a random cookie) and the job name it chose.
 """
 
@@ -10,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import math
 import multiprocessing
-import os
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import BrokenExecutor as BrokenProcessPool
 from concurrent.futures import CancelledError
@@ -24,6 +29,7 @@ from .options import ServeOptions
 __all__ = ["JobQueue"]
 
 POLL_S = 0.2  # how often a waiting request checks whether its client has gone
+RECENT_WEIGHT = 0.3  # the weight of the newest job's run time in the moving average
 
 
 @dataclass
@@ -46,6 +52,7 @@ class JobQueue:
         self._jobs: dict[tuple[str, str], _Job] = {}
         self._pool = None
         self._lock = threading.Lock()
+        self.recent_s: float | None = None  # the recent jobs' mean run time (None: no job has ended yet)
 
     # ------------------------------------------------------------------ the pool
     def start(self):
@@ -61,15 +68,12 @@ class JobQueue:
 
                 if hasattr(self._ctx, "set_forkserver_preload"):
                     self._ctx.set_forkserver_preload(worker.PRELOAD)
-                # each worker's share of the cores ($OMP_NUM_THREADS where set): more threads than cores
-                # would spin against each other
-                share = max(1, (os.cpu_count() or 1) // self.options.workers)
-                threads = int(os.environ.get("OMP_NUM_THREADS", share) or share)
+                o = self.options
                 self._pool = ProcessPool(
-                    max_workers=self.options.workers,
-                    max_tasks=self.options.worker_tasks,
+                    max_workers=o.workers,
+                    max_tasks=o.worker_tasks,
                     initializer=worker.init,
-                    initargs=(self.specs, self._progress, threads, self.options.worker_nice),
+                    initargs=(self.specs, self._progress, o.worker_threads, o.worker_nice),
                     context=self._ctx,
                 )
                 atexit.register(self.stop)
@@ -93,13 +97,27 @@ class JobQueue:
 
     # ------------------------------------------------------------------ what a client may see
     def status(self, client: str | None, job: str) -> dict:
-        """``{"progress": 0..1 or None, "queued": position or None}`` of the caller's own job ``job``."""
+        """``{"progress": 0..1 or None, "queued": position or None, "wait_s": expected seconds before it runs
+        or None}`` of the caller's own job ``job``."""
         j = self._jobs.get((client, job)) if client else None
         if j is None:
-            return {"progress": None, "queued": None}
+            return {"progress": None, "queued": None, "wait_s": None}
         if j.state == "queued":
-            return {"progress": 0.0, "queued": self._waiting.index(j.ticket) + 1 if j.ticket in self._waiting else None}
-        return {"progress": round(float(self._progress[j.slot]), 3), "queued": None}
+            place = self._waiting.index(j.ticket) + 1 if j.ticket in self._waiting else None
+            wait = self.expected_wait(place - 1) if place is not None else None
+            return {"progress": 0.0, "queued": place, "wait_s": None if wait is None else round(wait, 1)}
+        return {"progress": round(float(self._progress[j.slot]), 3), "queued": None, "wait_s": None}
+
+    def expected_wait(self, ahead: int) -> float | None:
+        """Seconds a job with ``ahead`` jobs before it in the queue may expect to wait for a worker (every
+        worker busy): ``(ahead + 1) / workers × recent_s``; None before any job has ended."""
+        if self.recent_s is None:
+            return None
+        return (ahead + 1) / self.options.workers * self.recent_s
+
+    def _record(self, seconds: float) -> None:
+        r = self.recent_s
+        self.recent_s = seconds if r is None else (1 - RECENT_WEIGHT) * r + RECENT_WEIGHT * seconds
 
     # ------------------------------------------------------------------ running one job
     async def run(
@@ -127,15 +145,31 @@ class JobQueue:
             if key is not None and self._jobs.get(key) is rec:
                 del self._jobs[key]
 
+    def _busy(self, why: str, wait: float | None) -> ApiError:
+        """The 503 refusal: ``Retry-After`` is the time until the queue is short enough again (at least the
+        time one place takes: a job's mean time over the workers), 1..300 s."""
+        o = self.options
+        step = (self.recent_s if self.recent_s is not None else o.job_timeout / 10) / o.workers
+        retry = max(1, min(300, math.ceil(max(step, (wait or 0) - o.job_timeout))))
+        return ApiError(
+            503,
+            f"the server is busy: {o.workers} heavy job(s) are running and {len(self._waiting)} waiting; {why}; "
+            f"try again in {retry} s (plain translations are not queued: they are served at once)",
+            headers={"Retry-After": str(retry)},
+        )
+
     async def _admit(self, rec: _Job, disconnected) -> int:
         if self._free and not self._waiting:
             return self._free.pop()
-        if len(self._waiting) >= self.options.queue:
-            raise ApiError(
-                503,
-                f"the server is busy: {self.options.workers} heavy jobs are running and {len(self._waiting)} "
-                "are waiting, the most it queues (--queue); try again shortly",
-                headers={"Retry-After": str(max(1, min(60, round(self.options.job_timeout / 10))))},
+        o = self.options
+        if len(self._waiting) >= o.queue:
+            raise self._busy(f"that is the most it queues (--queue {o.queue})", None)
+        wait = self.expected_wait(len(self._waiting))
+        if wait is not None and wait > o.job_timeout:
+            raise self._busy(
+                f"a job takes about {self.recent_s:.0f} s, so this one would wait about {wait:.0f} s for a worker, "
+                f"more than a job may run (--job-timeout {o.job_timeout:g} s)",
+                wait,
             )
         rec.ticket = asyncio.get_running_loop().create_future()
         self._waiting.append(rec.ticket)
@@ -176,15 +210,19 @@ class JobQueue:
             self.stop(wait=False)
             future = self.start().schedule(worker.run, args=args, timeout=self.options.job_timeout)
         waiter = asyncio.wrap_future(future)
+        started = time.perf_counter()
         try:
             while True:
                 done, _ = await asyncio.wait({waiter}, timeout=POLL_S)
                 if done:
-                    return waiter.result()
+                    answer = waiter.result()
+                    self._record(time.perf_counter() - started)
+                    return answer
                 if await disconnected():
                     future.cancel()  # ends the worker process running it; the pool starts a fresh one
                     raise ApiError(499, "the client cancelled the request; its job was stopped")
         except TimeoutError:
+            self._record(self.options.job_timeout)
             raise ApiError(
                 504,
                 f"the job ran past the time limit of {self.options.job_timeout:g} s (--job-timeout) and was stopped",

@@ -4,8 +4,10 @@ the command's flags (:func:`attnkit.config.add_config_arguments`) and the limits
 Serving is a security boundary, so every request's work is bounded before a tensor is built: the
 characters and subword tokens of a source and a forced target, the beam, the images and pixels of an
 upload, the size of an answer (per-head maps, one layer at a time beyond a budget) and the bytes of any
-request body. Heavy jobs (attribution methods, beams above ``heavy_beam``) wait in a bounded queue for
-one of ``workers`` worker processes; anything beyond ``127.0.0.1``/``::1``/``localhost`` needs a token.
+request body. Light requests (plain translations and captions) run in the server's fast lane
+(:mod:`.lane`); heavy jobs (attribution methods, beams above ``heavy_beam``) wait in a bounded queue for
+one of ``workers`` worker processes (:mod:`.jobs`), which leave a core to the fast lane; anything beyond
+``127.0.0.1``/``::1``/``localhost`` needs a token.
 """
 
 from __future__ import annotations
@@ -74,12 +76,6 @@ class ServeOptions:
     max_upload_pixels: int = option(
         40_000_000, "the most pixels of an uploaded image (read from its header, before decoding)", check=BIG
     )
-    light_jobs: int = option(
-        2 * (os.cpu_count() or 1),
-        "plain translations and captions computed at once in the server's threads; more wait their turn "
-        "(default: twice the core count)",
-        check=Range(1, high=1025, integer=True),
-    )
     max_body_bytes: int = option(
         65536,
         "the largest request body of every route but /api/caption (which takes max-upload-bytes of image, "
@@ -91,14 +87,28 @@ class ServeOptions:
         'the most numbers of per-head maps in one answer; beyond it ask for one layer at a time ("layer": l)',
         check=BIG,
     )
-    workers: int = option(
-        os.cpu_count() or 1,
-        "heavy jobs at once, each in a worker process (default: the core count)",
+    fast_batch: int = option(
+        8,
+        "plain translations of one model and beam that the fast lane searches as one batch when they wait "
+        "together (1: one at a time)",
         check=Range(1, high=257, integer=True),
     )
+    fast_threads: int = option(
+        1,
+        "torch threads of the server process, where the fast lane computes plain translations and captions",
+        check=Range(1, high=257, integer=True),
+    )
+    workers: int = option(
+        max(1, (os.cpu_count() or 1) - 1),
+        "heavy jobs at once, each in a worker process (default: the core count less one, at least 1, so the "
+        "fast lane keeps a core)",
+        check=Range(1, high=257, integer=True),
+    )
+    worker_threads: int = option(1, "torch threads of each worker process", check=Range(1, high=257, integer=True))
     queue: int = option(
         8,
-        "heavy jobs that may wait for a worker; more are answered 503 with Retry-After",
+        "heavy jobs that may wait for a worker; more, or one that would wait longer than --job-timeout "
+        "(the queue ahead of it times the recent jobs' mean time), are answered 503 with Retry-After at once",
         check=Range(0, high=10_001, integer=True),
     )
     job_timeout: float = option(
@@ -118,7 +128,10 @@ class ServeOptions:
         check=Range(0, high=20, integer=True),
     )
     limit_concurrency: int = option(
-        64, "connections at once (uvicorn's limit); beyond it, 503", check=Range(2, high=100_001, integer=True)
+        64,
+        "requests in flight at once; beyond it, 503 with Retry-After and a JSON message (uvicorn's own limit, "
+        "on open connections, is twice this)",
+        check=Range(2, high=100_001, integer=True),
     )
 
     def __post_init__(self) -> None:
@@ -148,8 +161,10 @@ _LIMITS = (
     "max_upload_pixels",
     "max_body_bytes",
     "max_answer_numbers",
-    "light_jobs",
+    "fast_batch",
+    "fast_threads",
     "workers",
+    "worker_threads",
     "queue",
     "job_timeout",
     "worker_tasks",

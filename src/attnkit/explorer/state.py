@@ -1,24 +1,23 @@
-"""What every route of one server shares: the models, the options, the job queue, the held-out data, and
-who the caller is (:func:`client_of`)."""
+"""What every route of one server shares: the models, the options, the fast lane and the job queue, the
+held-out data, and who the caller is (:func:`client_of`)."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
-import anyio.to_thread
 from fastapi import Request
 
 from .api_errors import ApiError
 from .jobs import JobQueue
+from .lane import FastLane
 from .loading import LoadedModels
 from .options import ServeOptions
 
-__all__ = ["Explorer", "client_of", "explorer", "pick", "run_light", "session_cookie"]
+__all__ = ["Explorer", "client_of", "explorer", "pick", "run_light", "run_translation", "session_cookie"]
 
 
 @dataclass
@@ -31,6 +30,11 @@ class Explorer:
     given_verses: list[dict] | None = None
     cache: dict[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    lane: FastLane | None = None  # default: one of --fast-batch
+
+    def __post_init__(self) -> None:
+        if self.lane is None:
+            self.lane = FastLane(self.options.fast_batch)
 
 
 def explorer(request: Request) -> Explorer:
@@ -59,19 +63,25 @@ def pick(models: dict, name: str | None, task: str):
 
 
 async def run_light(request: Request, fn, /, *args, **kwargs):
-    """Run a light job ``fn`` in a thread, at most ``--light-jobs`` at once (more wait their turn: dozens of
-    threads fighting over the GIL and the cores would only hold more memory); if the client goes meanwhile,
-    answer 499 at once (the thread finishes its bounded work and its answer is dropped)."""
-    ex = explorer(request)
-    key = ("light", id(asyncio.get_running_loop()))  # a limiter belongs to one event loop
-    if key not in ex.cache:
-        ex.cache[key] = anyio.CapacityLimiter(ex.options.light_jobs)
-    call = functools.partial(fn, *args, **kwargs)
-    task = asyncio.ensure_future(anyio.to_thread.run_sync(call, limiter=ex.cache[key]))
+    """Run a light job ``fn(*args, **kwargs)`` in the fast lane (:mod:`.lane`: one thread of the server, in
+    arrival order, never behind the heavy jobs); if the client goes meanwhile, answer 499 at once (a call
+    still waiting is dropped; a running one finishes its bounded work and its answer is dropped)."""
+    return await _wait(request, explorer(request).lane.submit(fn, *args, **kwargs))
+
+
+async def run_translation(request: Request, fn, translator, source: str, beam: int, **kwargs):
+    """:func:`run_light` for a plain translation, which may be searched in one batch with others waiting for
+    the same model and beam (:meth:`FastLane.submit_translation`)."""
+    return await _wait(request, explorer(request).lane.submit_translation(fn, translator, source, beam, **kwargs))
+
+
+async def _wait(request: Request, future: Future):
+    waiter = asyncio.wrap_future(future)
     while True:
-        done, _ = await asyncio.wait({task}, timeout=0.2)
+        done, _ = await asyncio.wait({waiter}, timeout=0.2)
         if done:
-            return task.result()
+            return waiter.result()
         if await request.is_disconnected():
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # its error, if any, is not news
+            future.cancel()  # still waiting: it never runs
+            waiter.add_done_callback(lambda t: t.cancelled() or t.exception())  # its error, if any, is not news
             raise ApiError(499, "the client cancelled the request")

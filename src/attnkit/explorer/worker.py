@@ -5,9 +5,11 @@ The server starts its workers from a fork server that has already imported torch
 runs ``--worker-tasks`` jobs and is then replaced, so (with the default 1) all the memory a job took goes
 back to the system when it ends, and a worker that dies (killed, out of memory) takes only its own job.
 
-Workers run at a lower priority (``--worker-nice``, 10 by default), so plain translations in the server stay quick while
-attributions queue behind them. Progress goes through a shared array of doubles, one slot per running job, which the server reads when
-a client asks ``/api/progress/{job}``.
+Workers run at a lower priority (``--worker-nice``, 10 by default) with ``--worker-threads`` torch threads
+(1 by default), and there are one fewer than the cores by default, so the server's fast lane
+(:mod:`attnkit.explorer.lane`) keeps a core for plain translations while attributions queue. Progress goes
+through a shared array of doubles, one slot per running job, which the server reads when a client asks
+``/api/progress/{job}``.
 """
 
 from __future__ import annotations

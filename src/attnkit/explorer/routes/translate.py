@@ -2,8 +2,9 @@
 
 Every bound is checked before a tensor is built: characters of the source and of a forced target, then
 their subword tokens (the model's own maximum, and ``--max-tokens``), the beam, and the method's name.
-Light work (no method, a beam up to ``--heavy-beam``) runs in the server's thread pool; heavy work waits
-for a worker process (:mod:`attnkit.explorer.jobs`).
+Light work (no method, a beam up to ``--heavy-beam``) runs in the server's fast lane, where plain
+translations waiting together are searched as one batch (:mod:`attnkit.explorer.lane`); heavy work waits for
+a worker process (:mod:`attnkit.explorer.jobs`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pydantic import BaseModel, Field
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..payload import check_method, translation_payload
-from ..state import client_of, explorer, pick, run_light
+from ..state import client_of, explorer, pick, run_light, run_translation
 
 __all__ = ["JOB_NAME", "TranslateRequest", "router"]
 
@@ -90,15 +91,12 @@ async def translate(req: TranslateRequest, request: Request):
                 f"({name} writes at most {model_max}; --max-tokens {o.max_tokens})",
             )
     method = check_method(tr, req.method, name) if req.method is not None else None
-    kwargs = dict(
-        source=text,
-        beam=req.beam,
-        heads=req.heads,
-        layer=req.layer,
-        target=target,
-        method=method,
-        max_numbers=o.max_answer_numbers,
-    )
+    views = dict(heads=req.heads, layer=req.layer, max_numbers=o.max_answer_numbers)
     if method is not None or req.beam > o.heavy_beam:
+        kwargs = dict(source=text, beam=req.beam, target=target, method=method, **views)
         return await ex.jobs.run(client_of(request), req.job, "translation", name, kwargs, request.is_disconnected)
-    return await run_light(request, translation_payload, tr, model=name, **kwargs)
+    if target is not None:  # forced: no search to batch
+        return await run_light(
+            request, translation_payload, tr, text, beam=req.beam, target=target, model=name, **views
+        )
+    return await run_translation(request, translation_payload, tr, text, req.beam, model=name, **views)

@@ -39,9 +39,11 @@ function progressBox(container, label, controller, jobs) {
       api(`api/progress/${j}`).catch(() => ({}))));
     const f = parts.reduce((a, r) => a + (r.progress || 0), 0) / Math.max(1, jobs.length);
     const queued = parts.map((r) => r.queued).filter((q) => q);  // places in the server's queue of heavy jobs
+    const waits = parts.map((r) => r.wait_s).filter((w) => w != null);  // the server's expected waits, in s
     bar.value = f;
     text.textContent = `${label}: ${(100 * f).toFixed(0)} % after ${((performance.now() - t0) / 1000).toFixed(1)} s` +
-      (queued.length ? ` — waiting for a worker, place ${Math.min(...queued)} in the queue` : "");
+      (queued.length ? ` — waiting for a worker, place ${Math.min(...queued)} in the queue` +
+        (waits.length ? `, about ${Math.ceil(Math.max(...waits))} s` : "") : "");
     text.dataset.queued = queued.length ? Math.min(...queued) : "";
   };
   const timer = setInterval(tick, 300);

@@ -1,0 +1,132 @@
+"""The fast lane of ``attnkit serve``: light requests (plain translations and captions, within the caps) run
+in one thread of the server process, in arrival order, and never share the heavy jobs' queue, which waits for
+the worker processes (:mod:`.jobs`; by default they leave a core to this lane).
+
+**Dynamic batching** (as model servers such as TorchServe and Triton do it): plain translations that wait
+together for the same model and beam are searched as one batch, ``translator.translate([s1, ..., sB])``, one
+beam search over B sources. The search is most of a plain translation's time, and on a CPU one search over 8
+small sources costs far less than 8 searches (per-operation overhead dominates small models). Each answer is
+then built alone from its own search result (``translation_payload(result=...)``: its forced decoding, maps
+and links), so it is the answer the request would have had alone. The oldest waiting request always goes
+first; waiting translations of its model and beam join its batch (at most ``--fast-batch``).
+
+The models are shared with no lock: inference mutates nothing shared (``torch.no_grad``, eval mode, every
+request's decoder state its own).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FastLane"]
+
+
+@dataclass
+class _Item:
+    fn: Callable
+    args: tuple
+    kwargs: dict
+    batch: tuple | None  # (translator, beam, source) for a plain translation that may join a batch
+    future: Future = field(default_factory=Future)
+
+
+class FastLane:
+    """One worker thread running submitted calls in order, batching plain translations (module docstring)."""
+
+    def __init__(self, max_batch: int = 8):
+        self.max_batch = max_batch
+        self._items: collections.deque[_Item] = collections.deque()
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stop: threading.Event | None = None  # the running thread's own stop signal
+        self.batches: collections.Counter[int] = collections.Counter()  # batch size -> how many (for tests)
+
+    def submit(self, fn: Callable, /, *args, **kwargs) -> Future:
+        """Run ``fn(*args, **kwargs)`` in the lane; its answer (or error) comes in the returned future,
+        which may be cancelled while it waits."""
+        return self._put(_Item(fn, args, kwargs, None))
+
+    def submit_translation(self, fn: Callable, translator, source: str, beam: int, **kwargs) -> Future:
+        """``fn(translator, source, beam=beam, result=..., **kwargs)`` (a payload builder such as
+        :func:`attnkit.explorer.payload.translation_payload`), its ``result`` the search's output for
+        ``source``, searched in one batch with the waiting translations of the same model and beam."""
+        return self._put(_Item(fn, (translator, source), {"beam": beam, **kwargs}, (translator, beam, source)))
+
+    def _put(self, item: _Item) -> Future:
+        with self._cv:
+            if self._thread is None:  # started on first use (again after a stop)
+                self._stop = threading.Event()
+                self._thread = threading.Thread(
+                    target=self._loop, args=(self._stop,), name="attnkit-fast-lane", daemon=True
+                )
+                self._thread.start()
+            self._items.append(item)
+            self._cv.notify()
+        return item.future
+
+    def waiting(self) -> int:
+        """Requests waiting for the lane (not counting the one running)."""
+        return len(self._items)
+
+    def stop(self) -> None:
+        """End the thread after its current call (at server shutdown); waiting calls are cancelled. A later
+        call starts a fresh thread."""
+        with self._cv:
+            if self._stop is not None:
+                self._stop.set()
+            self._thread = self._stop = None
+            for item in self._items:
+                item.future.cancel()
+            self._items.clear()
+            self._cv.notify_all()
+
+    # ------------------------------------------------------------------ the thread
+    def _next(self, stop: threading.Event) -> list[_Item] | None:
+        """The oldest waiting request and, for a plain translation, the waiting ones that join its batch."""
+        with self._cv:
+            while not self._items and not stop.is_set():
+                self._cv.wait()
+            if stop.is_set():
+                return None
+            head = self._items.popleft()
+            group = [head]
+            if head.batch is not None and self.max_batch > 1:
+                tr, beam = head.batch[:2]
+                for item in list(self._items):
+                    if len(group) >= self.max_batch:
+                        break
+                    if item.batch is not None and item.batch[0] is tr and item.batch[1] == beam:
+                        self._items.remove(item)
+                        group.append(item)
+            return group
+
+    def _loop(self, stop: threading.Event) -> None:
+        while (group := self._next(stop)) is not None:
+            live = [item for item in group if item.future.set_running_or_notify_cancel()]  # cancelled: dropped
+            if not live:
+                continue
+            if live[0].batch is None:
+                self._run(live[0], {})
+                continue
+            results: list[Any] = [None] * len(live)
+            if len(live) > 1:
+                tr, beam = live[0].batch[:2]
+                try:
+                    results = tr.translate([item.batch[2] for item in live], beam_size=beam)
+                except Exception:  # each request then searches alone and gets its own error
+                    results = [None] * len(live)
+            self.batches[len(live)] += 1
+            for item, result in zip(live, results):
+                self._run(item, {} if result is None else {"result": result})
+
+    @staticmethod
+    def _run(item: _Item, extra: dict) -> None:
+        try:
+            item.future.set_result(item.fn(*item.args, **item.kwargs, **extra))
+        except Exception as exc:  # the request's own error, raised where it waits
+            item.future.set_exception(exc)

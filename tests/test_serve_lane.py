@@ -1,0 +1,192 @@
+"""The serving parts that decide who waits for what, in-process: the fast lane (order, dynamic batching,
+cancellation), the heavy queue's admission by expected wait, and the in-flight request limit. No timed
+assertions: each test holds the work back with an event and asserts on order, counts and statuses."""
+
+import asyncio
+import json
+import threading
+
+import pytest
+
+from attnkit.explorer.api_errors import ApiError
+from attnkit.explorer.inflight import InFlightLimit
+from attnkit.explorer.jobs import JobQueue
+from attnkit.explorer.lane import FastLane
+from attnkit.explorer.options import ServeOptions
+from attnkit.explorer.payload import translation_payload
+
+# different lengths, so a batch is padded
+SOURCES = [
+    "Jesús lloró.",
+    "Y dijo Dios: Sea la luz: y fué la luz.",
+    "En el principio crió Dios los cielos y la tierra.",
+    "Y vió Dios que la luz era buena: y apartó Dios la luz de las tinieblas.",
+    "Bienaventurados los pobres en espíritu: porque de ellos es el reino de los cielos.",
+]
+
+
+@pytest.fixture(scope="module")
+def translators():
+    from attnkit.explorer.app import load_models
+
+    return load_models(["transformer-es-en", "rnnsearch-es-en"]).translators
+
+
+def _hold(lane: FastLane) -> threading.Event:
+    """Occupy the lane's thread until the returned event is set, so that what is submitted next waits."""
+    go, started = threading.Event(), threading.Event()
+    lane.submit(lambda: (started.set(), go.wait(60)))
+    assert started.wait(60)
+    return go
+
+
+@pytest.mark.parametrize("name", ["transformer-es-en", "rnnsearch-es-en"])
+@pytest.mark.parametrize("beam", [1, 5])
+def test_translations_waiting_together_are_one_batch_with_the_answers_they_would_have_alone(translators, name, beam):
+    tr = translators[name]
+    alone = [translation_payload(tr, s, beam=beam, heads=True, model=name) for s in SOURCES]  # the reference
+    lane = FastLane(max_batch=8)
+    go = _hold(lane)
+    futures = [lane.submit_translation(translation_payload, tr, s, beam, heads=True, model=name) for s in SOURCES]
+    go.set()
+    got = [f.result(120) for f in futures]
+    lane.stop()
+    assert lane.batches[len(SOURCES)] == 1  # one search for all five
+    for a, b in zip(got, alone):
+        assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_the_lane_keeps_order_and_batches_only_alike_requests(translators):
+    """The oldest request goes first; translations of its model and beam join its batch, others keep their
+    turn; a batch is at most max_batch."""
+    t, r = translators["transformer-es-en"], translators["rnnsearch-es-en"]
+    order = []
+
+    def record(translator, source, *, beam, result=None):
+        order.append((translator is t, beam, source, result is not None))
+        return source
+
+    lane = FastLane(max_batch=2)
+    go = _hold(lane)
+    plan = [(t, 1, SOURCES[0]), (r, 1, SOURCES[1]), (t, 1, SOURCES[2]), (t, 5, SOURCES[3]), (t, 1, SOURCES[4])]
+    futures = [lane.submit_translation(record, tr, s, b) for tr, b, s in plan]
+    other = lane.submit(lambda: "caption")
+    go.set()
+    assert [f.result(120) for f in futures] == [s for _, _, s in plan] and other.result(60) == "caption"
+    lane.stop()
+    assert order == [
+        (True, 1, SOURCES[0], True),  # the head, batched with the next alike one (max_batch 2)
+        (True, 1, SOURCES[2], True),
+        (False, 1, SOURCES[1], False),  # alone: searched by the payload builder itself
+        (True, 5, SOURCES[3], False),
+        (True, 1, SOURCES[4], False),
+    ]
+    assert dict(lane.batches) == {2: 1, 1: 3}
+
+
+def test_a_cancelled_request_never_runs_and_an_error_stays_with_its_request(translators):
+    tr = translators["rnnsearch-es-en"]
+    ran = []
+
+    def build(translator, source, *, beam, result=None):
+        ran.append(source)
+        if source == SOURCES[1]:
+            raise ValueError("this one is bad")
+        return source
+
+    lane = FastLane(max_batch=8)
+    go = _hold(lane)
+    futures = [lane.submit_translation(build, tr, s, 1) for s in SOURCES[:3]]
+    assert futures[2].cancel()  # its client went while it waited
+    go.set()
+    assert futures[0].result(60) == SOURCES[0]
+    with pytest.raises(ValueError, match="this one is bad"):
+        futures[1].result(60)
+    lane.stop()
+    assert ran == SOURCES[:2]
+
+
+# ------------------------------------------------------------------------------------------- the heavy queue
+
+
+async def _connected() -> bool:
+    return False
+
+
+def test_a_job_that_would_wait_past_its_time_limit_is_refused_at_once_with_retry_after():
+    """One worker, jobs of ~4 s recently, a 10-s limit: the first runs, two wait (expected 4 and 8 s), the
+    fourth would wait ~12 s and gets 503 at once; the admitted ones then finish in order."""
+    queue = JobQueue(ServeOptions(workers=1, queue=8, job_timeout=10), {})
+    queue.recent_s = 4.0
+    finished = []
+
+    async def main():
+        release = asyncio.Event()
+
+        async def execute(slot, kind, label, kwargs, disconnected):  # a job that ends when told
+            await release.wait()
+            finished.append(label)
+            return {"label": label}
+
+        queue._execute = execute
+        running = [
+            asyncio.ensure_future(queue.run(None, None, "translation", f"j{i}", {}, _connected)) for i in range(3)
+        ]
+        for _ in range(10):
+            await asyncio.sleep(0)
+        with pytest.raises(ApiError) as refused:
+            await queue.run(None, None, "translation", "j3", {}, _connected)
+        assert not release.is_set()  # refused while the others still wait: no waiting of its own
+        release.set()
+        return [await t for t in running], refused.value
+
+    answers, err = asyncio.run(main())
+    assert answers == [{"label": "j0"}, {"label": "j1"}, {"label": "j2"}] and finished == ["j0", "j1", "j2"]
+    assert err.status == 503 and "would wait about 12 s" in str(err) and "--job-timeout 10 s" in str(err)
+    assert err.headers["Retry-After"] == "4"  # one place: a job's mean time over the one worker
+    assert queue.expected_wait(0) == 4.0 and queue.expected_wait(3) == 16.0
+
+
+def test_the_recent_job_time_is_a_moving_average():
+    queue = JobQueue(ServeOptions(workers=2), {})
+    assert queue.expected_wait(5) is None  # nothing measured yet: only the queue length bounds admission
+    queue._record(10.0)
+    queue._record(20.0)
+    assert queue.recent_s == pytest.approx(0.7 * 10 + 0.3 * 20)
+    assert queue.expected_wait(1) == pytest.approx(13.0)  # 2 places over 2 workers
+
+
+# ------------------------------------------------------------------------------------------- in-flight limit
+
+
+def test_requests_beyond_the_in_flight_limit_get_a_json_503():
+    release = asyncio.Event()
+
+    async def app(scope, receive, send):  # an app whose answers wait until told
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    limit = InFlightLimit(app, limit=2)
+
+    async def call():
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        await limit({"type": "http"}, None, send)
+        return sent[0]["status"], dict(sent[0]["headers"]), sent[1]["body"]
+
+    async def main():
+        held = [asyncio.ensure_future(call()) for _ in range(2)]
+        for _ in range(10):
+            await asyncio.sleep(0)
+        refused = await call()
+        release.set()
+        return [await h for h in held], refused, await call()
+
+    held, (status, headers, body), later = asyncio.run(main())
+    assert [h[0] for h in held] == [200, 200] and later[0] == 200  # the limit frees as answers end
+    assert status == 503 and headers[b"retry-after"] == b"1" and headers[b"content-type"] == b"application/json"
+    assert "--limit-concurrency" in json.loads(body)["error"]
