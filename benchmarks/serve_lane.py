@@ -1,0 +1,86 @@
+"""The fast lane's dynamic batching, in-process: the time to answer a burst of plain translations with
+``--fast-batch`` B against one at a time (B = 1), measured in the same run.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/serve_lane.py [--burst 24] [--batch 8] [--repeats 3]
+
+A burst of held-out test verses (beam 5, every head's maps, as the page asks; spread over the three
+translators, in a seeded order) is submitted to a :class:`attnkit.explorer.lane.FastLane` at once, as
+when many clients wait; the lane's thread answers them. The two settings alternate ``--repeats`` times
+(torch at 1 thread). Reports the burst's wall time for each, and their ratio; writes
+benchmarks/results/serve_lane.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--burst", type=int, default=24)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "serve_lane.json"))
+    args = ap.parse_args()
+
+    import torch
+
+    from attnkit.data.datasets.bible import load_pairs
+    from attnkit.explorer.app import load_models
+    from attnkit.explorer.lane import FastLane
+    from attnkit.explorer.payload import translation_payload
+
+    torch.set_num_threads(1)
+    names = ["transformer-es-en", "rnnsearch-es-en", "rnnencdec-es-en"]
+    translators = load_models(names).translators
+    rng = random.Random(args.seed)
+    verses = [p.src for p in load_pairs("test")[:200]]
+    burst = [(rng.choice(names), rng.choice(verses)) for _ in range(args.burst)]
+
+    def run(batch: int) -> float:
+        lane = FastLane(max_batch=batch)
+        t = time.perf_counter()
+        futures = [
+            lane.submit_translation(translation_payload, translators[n], v, 5, heads=True, model=n) for n, v in burst
+        ]
+        answers = [f.result() for f in futures]
+        took = time.perf_counter() - t
+        lane.stop()
+        assert [a["model"] for a in answers] == [n for n, _ in burst]
+        return took
+
+    run(args.batch)  # warm
+    times: dict[int, list[float]] = {1: [], args.batch: []}
+    for _ in range(args.repeats):
+        for b in (1, args.batch):
+            times[b].append(run(b))
+    med = {b: statistics.median(ts) for b, ts in times.items()}
+    report = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "burst": args.burst,
+        "batch": args.batch,
+        "seconds": {str(b): [round(t, 2) for t in ts] for b, ts in times.items()},
+        "median_s": {str(b): round(t, 2) for b, t in med.items()},
+        "per_translation_s": {str(b): round(t / args.burst, 3) for b, t in med.items()},
+        "batched_time_ratio": round(med[args.batch] / med[1], 2),
+        "cpu_count": os.cpu_count(),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 1),
+    }
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
