@@ -154,7 +154,7 @@ class JobQueue:
         return ApiError(
             503,
             f"the server is busy: {o.workers} heavy job(s) are running and {len(self._waiting)} waiting; {why}; "
-            f"try again in {retry} s (plain translations are not queued: they are served at once)",
+            f"try again in {retry} s (plain translations do not wait for workers: they are served meanwhile)",
             headers={"Retry-After": str(retry)},
         )
 
