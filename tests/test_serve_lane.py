@@ -190,3 +190,35 @@ def test_requests_beyond_the_in_flight_limit_get_a_json_503():
     assert [h[0] for h in held] == [200, 200] and later[0] == 200  # the limit frees as answers end
     assert status == 503 and headers[b"retry-after"] == b"1" and headers[b"content-type"] == b"application/json"
     assert "--limit-concurrency" in json.loads(body)["error"]
+
+
+def test_a_light_request_that_would_wait_past_fast_wait_gets_503_at_once(translators):
+    """The lane's expected wait is the requests ahead times their recent mean time; beyond --fast-wait a
+    plain translation is refused with Retry-After instead of joining the line, and served once it is short."""
+    from fastapi.testclient import TestClient
+
+    from attnkit.explorer.app import create_app, load_models
+
+    models = load_models(["rnnsearch-es-en"])
+    app = create_app(models, options=ServeOptions(fast_wait=2.0), verses=[])
+    client = TestClient(app, base_url="http://127.0.0.1")
+    lane = app.state.explorer.lane
+    body = {"text": "Jesús lloró.", "model": "rnnsearch-es-en", "beam": 1}
+    assert client.post("/api/translate", json=body).status_code == 200  # times the lane
+    assert lane.recent_s is not None and lane.recent_s > 0
+    go = _hold(lane)
+    lane.recent_s = 1.0  # as if each request took a second
+    for _ in range(4):
+        lane.submit(lambda: None)
+    assert lane.expected_wait() == 5.0
+    r = client.post("/api/translate", json=body)
+    assert r.status_code == 503 and r.headers["Retry-After"] == "3", r.text
+    assert "would wait about 5 s, more than --fast-wait 2 s" in r.json()["error"]
+    assert lane.waiting() == 4  # it never joined the line
+    go.set()
+    for _ in range(200):  # the held requests drain
+        if lane.waiting() == 0:
+            break
+        threading.Event().wait(0.05)
+    lane.recent_s = 0.1
+    assert client.post("/api/translate", json=body).json()["translation"] == "Jesus wept."

@@ -10,6 +10,11 @@ then built alone from its own search result (``translation_payload(result=...)``
 and links), so it is the answer the request would have had alone. The oldest waiting request always goes
 first; waiting translations of its model and beam join its batch (at most ``--fast-batch``).
 
+The lane's queue is bounded in time: :meth:`FastLane.expected_wait` is the requests waiting times their recent
+mean time (a moving average of each batch's time over its size), and the server refuses a light request
+that would wait longer than ``--fast-wait`` (503 with ``Retry-After``) rather than let the wait grow without
+bound under more load than the lane can serve.
+
 The models are shared with no lock: inference mutates nothing shared (``torch.no_grad``, eval mode, every
 request's decoder state its own).
 """
@@ -18,12 +23,15 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["FastLane"]
+
+RECENT_WEIGHT = 0.2  # the weight of the newest batch's time per request in the moving average
 
 
 @dataclass
@@ -45,6 +53,7 @@ class FastLane:
         self._thread: threading.Thread | None = None
         self._stop: threading.Event | None = None  # the running thread's own stop signal
         self.batches: collections.Counter[int] = collections.Counter()  # batch size -> how many (for tests)
+        self.recent_s: float | None = None  # the recent requests' mean time in the lane (None: none yet)
 
     def submit(self, fn: Callable, /, *args, **kwargs) -> Future:
         """Run ``fn(*args, **kwargs)`` in the lane; its answer (or error) comes in the returned future,
@@ -72,6 +81,17 @@ class FastLane:
     def waiting(self) -> int:
         """Requests waiting for the lane (not counting the one running)."""
         return len(self._items)
+
+    def expected_wait(self) -> float | None:
+        """Seconds a request submitted now may expect to wait before its turn: the requests waiting, and the
+        one running, times the recent mean time of a request; None before any has been timed."""
+        if self.recent_s is None:
+            return None
+        return (len(self._items) + 1) * self.recent_s
+
+    def _record(self, seconds: float, n: int) -> None:
+        each, r = seconds / n, self.recent_s
+        self.recent_s = each if r is None else (1 - RECENT_WEIGHT) * r + RECENT_WEIGHT * each
 
     def stop(self) -> None:
         """End the thread after its current call (at server shutdown); waiting calls are cancelled. A later
@@ -110,8 +130,10 @@ class FastLane:
             live = [item for item in group if item.future.set_running_or_notify_cancel()]  # cancelled: dropped
             if not live:
                 continue
+            started = time.perf_counter()
             if live[0].batch is None:
                 self._run(live[0], {})
+                self._record(time.perf_counter() - started, 1)
                 continue
             results: list[Any] = [None] * len(live)
             if len(live) > 1:
@@ -123,6 +145,7 @@ class FastLane:
             self.batches[len(live)] += 1
             for item, result in zip(live, results):
                 self._run(item, {} if result is None else {"result": result})
+            self._record(time.perf_counter() - started, len(live))
 
     @staticmethod
     def _run(item: _Item, extra: dict) -> None:

@@ -93,6 +93,12 @@ class ServeOptions:
         "together (1: one at a time)",
         check=Range(1, high=257, integer=True),
     )
+    fast_wait: float = option(
+        10.0,
+        "a plain translation or caption that would wait longer than this many seconds for the fast lane (the "
+        "requests ahead of it times their recent mean time) is answered 503 with Retry-After at once (0: never)",
+        check=Range(0, high=86_401),
+    )
     fast_threads: int = option(
         1,
         "torch threads of the server process, where the fast lane computes plain translations and captions",
@@ -162,6 +168,7 @@ _LIMITS = (
     "max_body_bytes",
     "max_answer_numbers",
     "fast_batch",
+    "fast_wait",
     "fast_threads",
     "workers",
     "worker_threads",

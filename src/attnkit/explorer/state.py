@@ -4,6 +4,7 @@ held-out data, and who the caller is (:func:`client_of`)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -66,13 +67,29 @@ async def run_light(request: Request, fn, /, *args, **kwargs):
     """Run a light job ``fn(*args, **kwargs)`` in the fast lane (:mod:`.lane`: one thread of the server, in
     arrival order, never behind the heavy jobs); if the client goes meanwhile, answer 499 at once (a call
     still waiting is dropped; a running one finishes its bounded work and its answer is dropped)."""
-    return await _wait(request, explorer(request).lane.submit(fn, *args, **kwargs))
+    return await _wait(request, _admitted(request).submit(fn, *args, **kwargs))
 
 
 async def run_translation(request: Request, fn, translator, source: str, beam: int, **kwargs):
     """:func:`run_light` for a plain translation, which may be searched in one batch with others waiting for
     the same model and beam (:meth:`FastLane.submit_translation`)."""
-    return await _wait(request, explorer(request).lane.submit_translation(fn, translator, source, beam, **kwargs))
+    return await _wait(request, _admitted(request).submit_translation(fn, translator, source, beam, **kwargs))
+
+
+def _admitted(request: Request) -> FastLane:
+    """The fast lane, or a 503 with ``Retry-After`` at once when a request would wait in it longer than
+    ``--fast-wait``."""
+    ex = explorer(request)
+    limit, wait = ex.options.fast_wait, ex.lane.expected_wait()
+    if limit > 0 and wait is not None and wait > limit:
+        retry = max(1, min(60, math.ceil(wait - limit)))
+        raise ApiError(
+            503,
+            f"the server is busy: {ex.lane.waiting()} light requests are waiting, so this one would wait about "
+            f"{wait:.0f} s, more than --fast-wait {limit:g} s; try again in {retry} s",
+            headers={"Retry-After": str(retry)},
+        )
+    return ex.lane
 
 
 async def _wait(request: Request, future: Future):
