@@ -100,7 +100,8 @@ def add_parser(sub) -> None:
         help="the attention explorer: a local web page and JSON API over the models",
         description="The attention explorer. Loopback only by default; any other --host needs a token. Every "
         "request's work is bounded by the limits below; heavy jobs (attribution methods, big beams) wait in a "
-        "bounded queue for a pool of worker processes.",
+        "bounded queue for a pool of worker processes, while plain translations and captions run in the "
+        "server's fast lane, which never waits behind them.",
     )
     add_config_arguments(sv, ServeOptions)
     sv.add_argument(
