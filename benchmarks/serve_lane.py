@@ -67,7 +67,7 @@ def main() -> None:
             times[b].append(run(b))
     med = {b: statistics.median(ts) for b, ts in times.items()}
     report = {
-        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "burst": args.burst,
         "batch": args.batch,
         "seconds": {str(b): [round(t, 2) for t in ts] for b, ts in times.items()},
