@@ -162,6 +162,7 @@ def _attention(model, pair, *, layer=None, head=None):
     return {"scores": _cross(model, pair, layer, head)}
 
 
+@torch.no_grad()
 def _rollout(model, pair, *, layer=None):
     from ..alignment import attention_rollout
 
@@ -180,6 +181,7 @@ def _has_rollout(model) -> bool:
     return is_transformer(model) or callable(getattr(model, "full_attention", None))
 
 
+@torch.no_grad()
 def _attention_norm(model, pair, *, layer=None):
     if decomposable(model):
         trace, rows, cols = trace_model(model, pair.src, pair.tgt_in)
@@ -191,11 +193,13 @@ def _attention_norm(model, pair, *, layer=None):
     return {"scores": maps.alignment[0].float() * maps.annotations[0].float().norm(dim=-1)}
 
 
+@torch.no_grad()
 def _value_zeroing(model, pair, *, layer=None):
     trace, rows, cols = trace_model(model, pair.src, pair.tgt_in)
     return {"scores": decomposition.value_zeroing(trace, layer=layer)[rows, cols]}
 
 
+@torch.no_grad()
 def _alti_plus(model, pair):
     trace, rows, cols = trace_model(model, pair.src, pair.tgt_in)
     contrib, _ = decomposition.alti_plus(trace)
