@@ -73,8 +73,8 @@ def test_explain_attention_and_the_methods_that_do_not_apply(capsys):
     assert data["words"]["source"] == ["Jesús", "lloró."]  # the model's pieces grouped into the words
     words = torch.tensor(data["words"]["scores"])
     assert words.shape == (len(data["words"]["target"]), 2) and bool((words >= 0).all())
-    code, _, err = _run(capsys, "explain", "--model", saved_tiny("marian"), "--method", "alti_plus", "x")
-    assert code == 2 and "alti_plus needs" in err and len(err.strip().splitlines()) == 1
+    code, _, err = _run(capsys, "explain", "--model", saved_tiny("t5"), "--method", "alti_plus", "x")
+    assert code == 2 and "alti_plus is not defined for t5" in err and len(err.strip().splitlines()) == 1
 
 
 def test_the_explorer_serves_a_hugging_face_folder():

@@ -7,11 +7,14 @@ given or generated target), one registry of method names (:data:`METHODS`), two 
 | method | what | models |
 |---|---|---|
 | ``attention`` | a layer's cross-attention (one head or the head mean); RNN attention's α | with attention |
-| ``rollout`` | cross-attention × the encoder's rollout (Abnar & Zuidema 2020) | Transformer |
-| ``attention_norm`` | ‖α f(x)‖ (Kobayashi et al. 2020) | with attention |
-| ``value_zeroing`` | a decoder layer's output change when a source piece's values are zeroed (Mohebbi et al. 2023) | Transformer |
-| ``alti_plus`` | ALTI+ (Ferrando et al. 2022) | Transformer |
+| ``rollout`` | cross-attention × the encoder's rollout (Abnar & Zuidema 2020) | Transformer, HF encoder-decoders |
+| ``attention_norm`` | ‖α f(x)‖ (Kobayashi et al. 2020) | with attention; HF: LayerNorm blocks |
+| ``value_zeroing`` | a decoder layer's output change when a source piece's values are zeroed (Mohebbi et al. 2023) | Transformer; HF: LayerNorm blocks |
+| ``alti_plus`` | ALTI+ (Ferrando et al. 2022) | Transformer; HF: LayerNorm blocks |
 | ``saliency``, ``input_x_gradient``, ``integrated_gradients`` | gradients of log p(y_t) through Captum | every translator and captioner |
+
+HF LayerNorm blocks: Hugging Face Marian and BART (post-norm), mBART, M2M100/NLLB and Pegasus (pre-norm), traced by
+:mod:`attnkit.hf.decomposition`; not T5, whose RMSNorm and relative position bias do not fit.
 """
 
 from .gradients import DEFAULT_STEPS

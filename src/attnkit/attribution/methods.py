@@ -5,9 +5,12 @@ Each method is a function of the model and one forced pair that returns non-nega
 ``(T, S)`` (and, where it has them, signed raw values); the registry times it, normalises the rows
 (:func:`~attnkit.attribution.result.normalise_rows`) and returns an
 :class:`~attnkit.attribution.result.Attribution`. Which methods a model has depends on what it is
-(:func:`methods_for`): attention needs attention; rollout, value zeroing and ALTI+ are defined over
-Transformer blocks; the gradient methods work on any translation model, RNNencdec included, and on
-the captioners.
+(:func:`methods_for`): attention needs attention; rollout needs a Transformer's self- and
+cross-attention (attnkit's, or a Hugging Face encoder-decoder's, special tokens included); value
+zeroing, ALTI+ and attention-norm are defined over residual attention blocks with LayerNorm, which
+attnkit's Transformer and the Bart-like Hugging Face families trace
+(:func:`~attnkit.attribution.trace.trace_model`; a model they are not defined for says why); the
+gradient methods work on any translation model, RNNencdec included, and on the captioners.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from torch import Tensor
 from ..errors import InputError
 from . import decomposition, gradients
 from .result import Attribution, normalise_rows
-from .trace import is_transformer, trace_transformer
+from .trace import decomposable, decomposition_refusal, is_transformer, trace_model
 
 __all__ = [
     "METHODS",
@@ -159,18 +162,30 @@ def _attention(model, pair, *, layer=None, head=None):
     return {"scores": _cross(model, pair, layer, head)}
 
 
+@torch.no_grad()
 def _rollout(model, pair, *, layer=None):
     from ..alignment import attention_rollout
 
+    if not is_transformer(model):  # a Hugging Face encoder-decoder: the rollout runs over its special tokens too
+        full = model.full_attention(pair.src, pair.tgt_in)
+        li = decomposition._layer_index(full.cross.shape[0], layer)
+        rolled = full.cross[li].mean(0) @ attention_rollout(full.enc_self)  # (T', S')
+        return {"scores": rolled[full.rows, full.cols]}
     maps = model.attention_maps(pair.src[None], torch.tensor([len(pair.src)]), pair.tgt_in[None])
     cross = maps.cross[0].float()  # (L, H, T, S)
     li = decomposition._layer_index(cross.shape[0], layer)
     return {"scores": cross[li].mean(0) @ attention_rollout(maps.enc_self[0].float())}
 
 
+def _has_rollout(model) -> bool:
+    return is_transformer(model) or callable(getattr(model, "full_attention", None))
+
+
+@torch.no_grad()
 def _attention_norm(model, pair, *, layer=None):
-    if is_transformer(model):
-        return {"scores": decomposition.attention_norm(trace_transformer(model, pair.src, pair.tgt_in), layer=layer)}
+    if decomposable(model):
+        trace, rows, cols = trace_model(model, pair.src, pair.tgt_in)
+        return {"scores": decomposition.attention_norm(trace, layer=layer)[rows, cols]}
     if layer is not None:
         raise InputError(f"{type(model).__name__} has one attention: --layer does not apply")
     maps = model.attention_maps(pair.src[None], torch.tensor([len(pair.src)]), pair.tgt_in[None])
@@ -178,12 +193,18 @@ def _attention_norm(model, pair, *, layer=None):
     return {"scores": maps.alignment[0].float() * maps.annotations[0].float().norm(dim=-1)}
 
 
+@torch.no_grad()
 def _value_zeroing(model, pair, *, layer=None):
-    return {"scores": decomposition.value_zeroing(trace_transformer(model, pair.src, pair.tgt_in), layer=layer)}
+    trace, rows, cols = trace_model(model, pair.src, pair.tgt_in)
+    return {"scores": decomposition.value_zeroing(trace, layer=layer)[rows, cols]}
 
 
+@torch.no_grad()
 def _alti_plus(model, pair):
-    contrib, share = decomposition.alti_plus(trace_transformer(model, pair.src, pair.tgt_in))
+    trace, rows, cols = trace_model(model, pair.src, pair.tgt_in)
+    contrib, _ = decomposition.alti_plus(trace)
+    contrib = contrib[rows, cols]  # the text's pieces (a Hugging Face model's special tokens left out)
+    share = contrib.sum(-1)
     return {"scores": contrib, "extra": {"source_share": [round(v, 4) for v in share.detach().tolist()]}}
 
 
@@ -399,7 +420,7 @@ METHODS: dict[str, Method] = {
             False,
             _rollout,
             None,
-            is_transformer,
+            _has_rollout,
             "a Transformer (it composes the encoder's self-attention layers)",
         ),
         Method(
@@ -409,7 +430,7 @@ METHODS: dict[str, Method] = {
             False,
             _attention_norm,
             None,
-            lambda m: is_transformer(m) or getattr(m, "attention", None) is not None,
+            lambda m: decomposable(m) or getattr(m, "attention", None) is not None,
             "a model with attention",
         ),
         Method(
@@ -419,7 +440,7 @@ METHODS: dict[str, Method] = {
             False,
             _value_zeroing,
             None,
-            is_transformer,
+            decomposable,
             "a Transformer",
         ),
         Method(
@@ -429,7 +450,7 @@ METHODS: dict[str, Method] = {
             False,
             _alti_plus,
             None,
-            is_transformer,
+            decomposable,
             "a Transformer",
         ),
         Method(
@@ -508,6 +529,9 @@ def _run(method: str, kind: str, model, pair, source, target, options, grid=None
     meth = METHODS[name]
     fn = meth.translation if kind == "translation" else meth.caption
     if fn is None or (kind == "translation" and not meth.applies(model)):
+        reason = decomposition_refusal(model) if fn is not None else None
+        if reason:
+            raise UnknownMethodError(f"{name} is {reason}; this model has: {', '.join(methods_for(model))}")
         raise UnknownMethodError(
             f"{name} needs {meth.requirement or 'another kind of model'}; "
             f"{type(model).__name__} has: {', '.join(methods_for(model))}"

@@ -313,6 +313,30 @@ class HFSeq2Seq(nn.Module):
             score=f"e_j = qᵀ k_j · scaling + bias ({self.config.model_type}, captured from the running model)",
         )
 
+    # -- what the decomposition-based attributions read -----------------------------------------
+    @property
+    def decomposition_refusal(self) -> str | None:
+        """Why attention-norm, value zeroing and ALTI+ are not defined for this model's family (one
+        line), or None where they are (:func:`attnkit.hf.decomposition.refusal`)."""
+        from .decomposition import refusal
+
+        reason = refusal(self.config.model_type)
+        return None if reason is None else f"not defined for {self.config.model_type} models: {reason}"
+
+    def decomposition_trace(self, src: Tensor, tgt_in: Tensor):
+        """The residual blocks of one teacher-forced pass, ``src (S,)``, ``tgt_in (T,)``
+        (:func:`attnkit.hf.decomposition.trace_seq2seq`)."""
+        from .decomposition import trace_seq2seq
+
+        return trace_seq2seq(self, src, tgt_in)
+
+    def full_attention(self, src: Tensor, tgt_in: Tensor):
+        """Every layer's encoder self-attention and cross-attention with the special tokens kept, for
+        rollout (:func:`attnkit.hf.decomposition.full_attention`)."""
+        from .decomposition import full_attention
+
+        return full_attention(self, src, tgt_in)
+
     # -- incremental decoding ---------------------------------------------------------------------
     @torch.no_grad()
     def start(self, src: Tensor, src_lengths: Tensor) -> HFState:
