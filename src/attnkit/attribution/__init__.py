@@ -14,20 +14,9 @@ given or generated target), one registry of method names (:data:`METHODS`), two 
 | ``saliency``, ``input_x_gradient``, ``integrated_gradients`` | gradients of log p(y_t) through Captum | every translator and captioner |
 """
 
+from .forced import ForcedCaption, ForcedTranslation, forced_caption, forced_translation
 from .gradients import DEFAULT_STEPS
-from .methods import (
-    METHODS,
-    ForcedCaption,
-    ForcedTranslation,
-    Method,
-    UnknownMethodError,
-    canonical_method,
-    explain,
-    explain_caption,
-    forced_caption,
-    forced_translation,
-    methods_for,
-)
+from .methods import METHODS, Method, UnknownMethodError, canonical_method, explain, explain_caption, methods_for
 from .result import Attribution, normalise_rows
 
 __all__ = [
