@@ -18,18 +18,9 @@ from attnkit.training import (
     list_checkpoints,
     load_checkpoint,
 )
+from tiny import toy_batches
 
 torch.set_num_threads(1)
-
-
-def make_batches(n_batches=4, bs=6, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(4, 3, generator=g)
-    out = []
-    for _ in range(n_batches):
-        x = torch.randn(bs, 4, generator=g)
-        out.append((x, (x @ w).argmax(-1)))
-    return out
 
 
 def make_model(seed=0):
@@ -49,7 +40,7 @@ def make_trainer(out_dir, *, model_seed=0, max_steps=None, max_epochs=100, loss=
     model = make_model(model_seed)
     opt = torch.optim.Adam(model.parameters(), lr=1.0)
     sched = inverse_sqrt_with_warmup(opt, d_model=16, warmup_steps=4, factor=2.0)
-    valid_x, valid_y = make_batches(1, 8, seed=9)[0]
+    valid_x, valid_y = toy_batches(1, 8, seed=9)[0]
 
     def valid_fn(m):
         return {"valid_loss": F.cross_entropy(m(valid_x), valid_y).item()}
@@ -64,7 +55,7 @@ def make_trainer(out_dir, *, model_seed=0, max_steps=None, max_epochs=100, loss=
         opt,
         run,
         loss_fn=loss,
-        train_batches=ListBatches(make_batches(), shuffle_seed=11),
+        train_batches=ListBatches(toy_batches(4), shuffle_seed=11),
         valid_fn=valid_fn if valid else None,
         scheduler=sched,
     )
