@@ -91,23 +91,23 @@ class ProgressMixin:
             total = self.run.max_steps if total is None else min(total, self.run.max_steps)
         return tqdm(total=total, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
 
-    def _log_window(self, run: RunStats, grad_norm: float | None, pbar) -> None:
+    def _log_window(self, stats: RunStats, grad_norm: float | None, pbar) -> None:
         """One ``train`` line of the log (the mean loss and tokens/s since the last one)."""
         now = time.perf_counter()
         rec = {
             "event": "train",
             "step": self.step,
             "epoch": self.epoch,
-            "loss": run.win_loss / max(run.win_tokens, 1),
-            "tokens_per_s": run.win_tokens / max(now - run.win_t, 1e-9),
+            "loss": stats.win_loss / max(stats.win_tokens, 1),
+            "tokens_per_s": stats.win_tokens / max(now - stats.win_t, 1e-9),
             "lr": self.optimizer.param_groups[0]["lr"],
             "grad_norm": grad_norm,
-            **{k: v / run.win_steps for k, v in run.win_metrics.items()},
+            **{k: v / stats.win_steps for k, v in stats.win_metrics.items()},
         }
         self._log(rec)
         if pbar is not None:
             pbar.set_postfix(self._postfix(rec), refresh=False)
-        run.new_window(now)
+        stats.new_window(now)
 
     def _postfix(self, rec: dict) -> dict:
         """The progress line's fields: loss, tokens/s, epoch, lr, the last validation's score (and the best),

@@ -48,7 +48,7 @@ class StepPlanMixin:
             caps.append(self.run.max_steps)
         return min(caps) if caps else None
 
-    def _estimate_steps(self, run: RunStats) -> int | None:
+    def _estimate_steps(self, stats: RunStats) -> int | None:
         """The steps the run is expected to reach: its step cap; with a time budget, also what the
         measured speed fits in the time left (None until :data:`PROBE_STEPS` steps are timed)."""
         cap = self._step_cap()
@@ -60,7 +60,7 @@ class StepPlanMixin:
         spe = self._steps_per_epoch()
         return estimate_total_steps(
             self.step,
-            seconds_left=self.run.max_time_s - (time.perf_counter() - run.t0),
+            seconds_left=self.run.max_time_s - (time.perf_counter() - stats.t0),
             seconds_per_step=sps,
             valid_seconds=self._valid_seconds if self.valid_fn is not None else 0.0,
             steps_per_epoch=spe,
@@ -68,11 +68,11 @@ class StepPlanMixin:
             cap=cap,
         )
 
-    def _plan(self, run: RunStats, pbar) -> None:
+    def _plan(self, stats: RunStats, pbar) -> None:
         """Estimate the steps the budget reaches; fit a :class:`~attnkit.training.budget.BudgetSchedule` to
         them (``auto``: only a run that ends within ``SHORT_RUN_EPOCHS`` epochs) and re-fit it as the
         estimate moves; warn once when a recipe's warm-up cannot finish within the budget."""
-        total = self._estimate_steps(run)
+        total = self._estimate_steps(stats)
         if self.world_size > 1:  # every rank follows rank 0's estimate: the same schedule, the same last step
             total = broadcast_object(total)
         if total is None:

@@ -307,7 +307,7 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         pbar = self._progress_bar()
         previous_handlers = self._install_signal_handlers()
         self.raw_model.train()
-        run = RunStats(t0=time.perf_counter())
+        stats = RunStats(t0=time.perf_counter())
         stop_reason = (
             "early_stopping"
             if self.early_stopped
@@ -316,10 +316,10 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
             else None
         )
         self._clock = StepClock()
-        self._plan(run, pbar)
+        self._plan(stats, pbar)
         try:
             while stop_reason is None and self.epoch < self.run.epochs:
-                stop_reason = self._train_epoch(run, pbar) or self._end_epoch(pbar)
+                stop_reason = self._train_epoch(stats, pbar) or self._end_epoch(pbar)
             stop_reason = stop_reason or "max_epochs"
             improved = False
             if stop_reason in ("max_time", "max_steps") and self._budget is not None:
@@ -332,9 +332,9 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
                     signal.signal(sig, h)
             if pbar is not None:
                 pbar.close()
-        return self._finish(run, stop_reason, resumed_from)
+        return self._finish(stats, stop_reason, resumed_from)
 
-    def _train_epoch(self, run: RunStats, pbar) -> str | None:
+    def _train_epoch(self, stats: RunStats, pbar) -> str | None:
         """Train on the rest of the current epoch; a stop reason if training must stop within it."""
         for batch in self._rank_batches():
             t_step = time.perf_counter()
@@ -342,9 +342,9 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
             self._clock.add(time.perf_counter() - t_step)
             self.step += 1
             self.tokens_seen += n_tok
-            run.add(loss_sum, n_tok, metrics)
+            stats.add(loss_sum, n_tok, metrics)
             if self.step % self.run.log_every == 0:
-                self._log_window(run, grad_norm, pbar)
+                self._log_window(stats, grad_norm, pbar)
             if pbar is not None:
                 pbar.update(1)
             improved = False
@@ -359,8 +359,8 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
             if self.run.max_steps is not None and self.step >= self.run.max_steps:
                 return "max_steps"
             if self.run.max_time_s is not None:
-                self._plan(run, pbar)
-                if time.perf_counter() - run.t0 >= self.run.max_time_s:
+                self._plan(stats, pbar)
+                if time.perf_counter() - stats.t0 >= self.run.max_time_s:
                     return "max_time"  # this run's time budget; resume continues it
                 b = self._budget
                 if b is not None and b.state == "fitted" and self.step >= b.total_steps:
@@ -379,16 +379,16 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
             return "early_stopping"
         return "interrupted" if self._agree_to_stop() else None
 
-    def _finish(self, run: RunStats, stop_reason: str, resumed_from: Path | None) -> dict:
+    def _finish(self, stats: RunStats, stop_reason: str, resumed_from: Path | None) -> dict:
         """The run's summary (also the log's last line); closes the log."""
-        elapsed = time.perf_counter() - run.t0
+        elapsed = time.perf_counter() - stats.t0
         last = self.out_dir / step_dir_name(self.step)
         summary = {
             "steps": self.step,
             "epochs": self.epoch,
             "time_s": elapsed,
-            "tokens": run.tokens,
-            "tokens_per_s": run.tokens / max(elapsed, 1e-9),
+            "tokens": stats.tokens,
+            "tokens_per_s": stats.tokens / max(elapsed, 1e-9),
             "metric_for_best": self.metric_for_best,
             "best_metric": self.best_metric,
             "best_step": self.best_step,
