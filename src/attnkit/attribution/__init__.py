@@ -17,20 +17,9 @@ HF LayerNorm blocks: Hugging Face Marian and BART (post-norm), mBART, M2M100/NLL
 :mod:`attnkit.hf.decomposition`; not T5, whose RMSNorm and relative position bias do not fit.
 """
 
+from .forced import ForcedCaption, ForcedTranslation, forced_caption, forced_translation
 from .gradients import DEFAULT_STEPS
-from .methods import (
-    METHODS,
-    ForcedCaption,
-    ForcedTranslation,
-    Method,
-    UnknownMethodError,
-    canonical_method,
-    explain,
-    explain_caption,
-    forced_caption,
-    forced_translation,
-    methods_for,
-)
+from .methods import METHODS, Method, UnknownMethodError, canonical_method, explain, explain_caption, methods_for
 from .result import Attribution, normalise_rows
 
 __all__ = [

@@ -6,18 +6,18 @@ import json
 import sys
 from pathlib import Path
 
-from ..checks import BEAM, COUNT, arg_type, between
+from ..checks import arg_type, between
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
-from .common import (
-    CLIError,
+from .common import CLIError, _load_captioner, _load_translator, _model_path, _output
+from .flags import (
+    _add_beam_flag,
     _add_device_flags,
     _add_json_flag,
     _add_layer_head_flags,
+    _add_limit_flag,
     _add_model_flag,
-    _load_captioner,
-    _load_translator,
-    _model_path,
-    _output,
+    _add_output_flag,
+    _add_plot_flag,
 )
 
 
@@ -146,12 +146,7 @@ def add_parser(sub) -> None:
     xp.add_argument(
         "--target", default=None, help="the English (or caption) to force (default: the model's own output)"
     )
-    xp.add_argument(
-        "--beam",
-        type=arg_type(BEAM, "beam"),
-        default=5,
-        help="beam size of the model's own output (default: 5)",
-    )
+    _add_beam_flag(xp, 5, "beam size of the model's own output")
     _add_layer_head_flags(
         xp,
         "cross-attention layer, 1-based (default: the last)",
@@ -178,7 +173,7 @@ def add_parser(sub) -> None:
     )
     xp.add_argument("--pieces", action="store_true", help="subword pieces instead of whole words (default: off)")
     _add_json_flag(xp)
-    xp.add_argument("--plot", default=None, help="write a heatmap (or caption overlays) to this PNG (default: none)")
+    _add_plot_flag(xp, "write a heatmap (or caption overlays)")
     _add_device_flags(xp)
     xp.set_defaults(func=cmd_explain)
 
@@ -192,11 +187,8 @@ def add_evaluate_explanations_parser(e) -> None:
     ee.add_argument(
         "--method", action="append", default=None, help="score only this method; repeat for more (default: all)"
     )
-    ee.add_argument(
-        "--limit",
-        type=arg_type(COUNT, "limit"),
-        default=None,
-        help="only the first N of the 100 scored gold verses (captioners: test scenes; default: all verses, 100 scenes)",
+    _add_limit_flag(
+        ee, "only the first N of the 100 scored gold verses (captioners: test scenes; default: all verses, 100 scenes)"
     )
     ee.add_argument(
         "--sanity-verses",
@@ -205,11 +197,7 @@ def add_evaluate_explanations_parser(e) -> None:
         help="verses for the randomisation check, the first of those scored (default: 3)",
     )
     _add_json_flag(ee)
-    ee.add_argument(
-        "--output",
-        default=None,
-        help="also write the JSON report here, after every method as well as at the end (default: none)",
-    )
+    _add_output_flag(ee, "also write the JSON report here, after every method as well as at the end (default: none)")
     ee.add_argument(
         "--resume",
         action="store_true",

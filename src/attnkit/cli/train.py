@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from .common import CLIError, _output, _print_json
+from .flags import _add_progress_flag
 
 
 def cmd_train_translation(args) -> None:
@@ -53,7 +54,7 @@ def _add_train_flags(parser: argparse.ArgumentParser, func) -> None:
     parser.add_argument(
         "--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)"
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: off)")
+    _add_progress_flag(parser)
     parser.set_defaults(func=func)
 
 
