@@ -12,8 +12,12 @@ given or generated target), one registry of method names (:data:`METHODS`), two 
 | ``value_zeroing`` | a decoder layer's output change when a source piece's values are zeroed (Mohebbi et al. 2023) | Transformer |
 | ``alti_plus`` | ALTI+ (Ferrando et al. 2022) | Transformer |
 | ``saliency``, ``input_x_gradient``, ``integrated_gradients`` | gradients of log p(y_t) through Captum | every translator and captioner |
+
+:func:`explain_generation` attributes a decoder-only Hugging Face model's own continuation (GPT-2, Llama)
+to the tokens before each generated one (:mod:`.generation`).
 """
 
+from .generation import GENERATION_METHODS, explain_generation
 from .gradients import DEFAULT_STEPS
 from .methods import (
     METHODS,
@@ -32,6 +36,7 @@ from .result import Attribution, normalise_rows
 
 __all__ = [
     "DEFAULT_STEPS",
+    "GENERATION_METHODS",
     "METHODS",
     "Attribution",
     "ForcedCaption",
@@ -41,6 +46,7 @@ __all__ = [
     "canonical_method",
     "explain",
     "explain_caption",
+    "explain_generation",
     "forced_caption",
     "forced_translation",
     "methods_for",
