@@ -38,7 +38,9 @@ class SelfAttentionRequest(BaseModel):
 class GenerateRequest(BaseModel):
     text: str = Field(description="the prompt to continue")
     model: str | None = Field(None, description="a loaded decoder-only model's name (default: the first)")
-    max_new_tokens: int = Field(10, ge=1, description="tokens to write, at most --max-new-tokens")
+    max_new_tokens: int | None = Field(
+        None, ge=1, description="tokens to write, at most --max-new-tokens (default: 10, or that limit if lower)"
+    )
     method: str | None = Field(
         None, description="an attribution method (see /api/models) whose view fills 'attribution'"
     )
@@ -97,11 +99,10 @@ async def generate(req: GenerateRequest, request: Request):
     name, sa = pick(ex.models.self_attention, req.model, "self-attention")
     if not sa.can_generate:
         raise ApiError(422, f"{name} does not write text (an encoder-only model): ask /api/self-attention")
-    if req.max_new_tokens > o.max_new_tokens:
-        raise ApiError(
-            413, f"max_new_tokens {req.max_new_tokens} is over the limit of {o.max_new_tokens} (--max-new-tokens)"
-        )
-    _checked_ids(ex, name, sa, req.text, extra=req.max_new_tokens)
+    new = min(10, o.max_new_tokens) if req.max_new_tokens is None else req.max_new_tokens
+    if new > o.max_new_tokens:
+        raise ApiError(413, f"max_new_tokens {new} is over the limit of {o.max_new_tokens} (--max-new-tokens)")
+    _checked_ids(ex, name, sa, req.text, extra=new)
     method = None
     if req.method is not None:
         method = canonical_method(req.method)
@@ -113,6 +114,6 @@ async def generate(req: GenerateRequest, request: Request):
         sa,
         req.text.strip(),
         model=name,
-        max_new_tokens=req.max_new_tokens,
+        max_new_tokens=new,
         method=method,
     )
