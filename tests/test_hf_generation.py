@@ -40,7 +40,7 @@ def _reference_grads(sa, ids, prompt_len):
 
 
 def test_greedy_continuation_equals_generate(decoder):
-    family, sa, (ids, prompt_len) = decoder
+    family, _, (ids, prompt_len) = decoder
     model, tok = build_tiny(family)
     prompt = torch.tensor([tok(PROMPT)["input_ids"]])
     with torch.no_grad():
