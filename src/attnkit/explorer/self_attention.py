@@ -105,10 +105,12 @@ def generation_payload(
     max_new_tokens: int = 20,
     method: str | None = None,
     progress=None,
+    steps: int | None = None,
 ) -> dict:
     """A decoder-only model's greedy continuation of ``text`` as a
     :class:`~attnkit.explorer.schema.Translation` (see the module docstring); ``method``: an attribution
-    method of :data:`attnkit.attribution.GENERATION_METHODS` whose view fills ``attribution``."""
+    method of :data:`attnkit.attribution.GENERATION_METHODS` whose view fills ``attribution``; ``steps``:
+    integrated gradients' quadrature points (default: refined until complete within 1 %)."""
     from ..attribution import explain_generation
 
     ids, prompt_len = sa.generate(text, max_new_tokens=max_new_tokens)
@@ -130,7 +132,13 @@ def generation_payload(
     out["words"]["links"] = word_links(words)
     if method is not None and method != "attention":
         chosen = explain_generation(
-            sa, text, method=method, max_new_tokens=max_new_tokens, continuation=continuation, progress=progress
+            sa,
+            text,
+            method=method,
+            max_new_tokens=max_new_tokens,
+            continuation=continuation,
+            progress=progress,
+            steps=steps if method == "integrated_gradients" else None,
         )
         out["attribution"] = attribution_fields(chosen)
     elif method == "attention":

@@ -9,6 +9,10 @@ token to the tokens before it (:mod:`attnkit.attribution.generation`).
 
 Every bound is checked before a tensor is built: the text's characters (``--max-text-chars``), then its
 tokens (``--max-tokens`` and the model's own maximum), the layer, the number of new tokens and the method.
+The work is then bounded: one forward pass per layer asked; a continuation's gradient method is one
+forward and backward pass per written token (integrated gradients: ``DEFAULT_STEPS`` points each, not
+refined). It runs in the server's light threads (``--light-jobs``): the worker processes of
+:mod:`attnkit.explorer.jobs` run translation and caption payloads only.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
+from ...attribution.gradients import DEFAULT_STEPS
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..self_attention import generation_payload, self_attention_numbers, self_attention_payload
@@ -116,4 +121,5 @@ async def generate(req: GenerateRequest, request: Request):
         model=name,
         max_new_tokens=new,
         method=method,
+        steps=DEFAULT_STEPS,  # integrated gradients: a fixed number of points, so the work is bounded up front
     )
