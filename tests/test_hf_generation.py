@@ -113,6 +113,11 @@ def test_bad_requests_name_the_argument():
         bert.generate(PROMPT)
     with pytest.raises(ValueError, match="max_new_tokens"):
         gpt2.generate(PROMPT, max_new_tokens=0)
+    long = " ".join(["Dios"] * 300)  # more tokens than the tiny models' 256 positions
+    with pytest.raises(ValueError, match="256 positions"):
+        gpt2.generate(long, max_new_tokens=2)
+    with pytest.raises(ValueError, match="256 positions"):
+        bert.self_attention(long)
     with pytest.raises(UnknownMethodError, match="alti_plus"):
         explain_generation(gpt2, PROMPT, method="alti_plus", max_new_tokens=2)
     with pytest.raises(ValueError, match="layer"):

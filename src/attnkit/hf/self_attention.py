@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ..alignment.rollout import attention_rollout
+from ..errors import InputError
 from .capture import AttentionSite, attention_sites, capture_attention
 from .loading import HFModelError, load_pretrained
 from .tokenizer import HFTokenizer
@@ -146,6 +147,9 @@ class SelfAttentionModel:
             if not ids:
                 raise ValueError("ids must hold at least one token id")
             pieces = self.pieces_of(ids)
+        limit = self.max_length()
+        if limit is not None and len(ids) > limit:
+            raise InputError(f"the text has {len(ids)} tokens; {self.source} reads at most {limit} positions")
         if heads is not None:
             bad = [h for h in heads if not 0 <= int(h) < self.num_heads]
             if bad:
@@ -193,7 +197,7 @@ class SelfAttentionModel:
         ids, _ = self.encode(text)
         limit = self.max_length()
         if limit is not None and len(ids) + max_new_tokens > limit:
-            raise ValueError(
+            raise InputError(
                 f"the text has {len(ids)} tokens and max_new_tokens is {max_new_tokens}: more than the "
                 f"{limit} positions {self.source} reads"
             )
