@@ -85,7 +85,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=600.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--config", action="append", default=[], help="NAME=FLAGS for `attnkit train translation`")
-    ap.add_argument("--data", default="en-es", help="the corpus (en-es and kjv-web are built from the SWORD Bibles when missing)")
+    ap.add_argument(
+        "--data", default="en-es", help="the corpus (en-es and kjv-web are built from the SWORD Bibles when missing)"
+    )
     ap.add_argument("--runs", default="/tmp/attnkit-budget-runs")
     ap.add_argument("--nice", type=int, default=-10)
     ap.add_argument("--output", default=None)

@@ -15,15 +15,20 @@ given or generated target), one registry of method names (:data:`METHODS`), two 
 
 HF LayerNorm blocks: Hugging Face Marian and BART (post-norm), mBART, M2M100/NLLB and Pegasus (pre-norm), traced by
 :mod:`attnkit.hf.decomposition`; not T5, whose RMSNorm and relative position bias do not fit.
+
+:func:`explain_generation` attributes a decoder-only Hugging Face model's own continuation (GPT-2, Llama)
+to the tokens before each generated one (:mod:`.generation`).
 """
 
 from .forced import ForcedCaption, ForcedTranslation, forced_caption, forced_translation
+from .generation import GENERATION_METHODS, explain_generation
 from .gradients import DEFAULT_STEPS
 from .methods import METHODS, Method, UnknownMethodError, canonical_method, explain, explain_caption, methods_for
 from .result import Attribution, normalise_rows
 
 __all__ = [
     "DEFAULT_STEPS",
+    "GENERATION_METHODS",
     "METHODS",
     "Attribution",
     "ForcedCaption",
@@ -33,6 +38,7 @@ __all__ = [
     "canonical_method",
     "explain",
     "explain_caption",
+    "explain_generation",
     "forced_caption",
     "forced_translation",
     "methods_for",

@@ -17,7 +17,6 @@ from .flags import (
     _add_limit_flag,
     _add_model_flag,
     _add_output_flag,
-    _add_plot_flag,
 )
 
 
@@ -40,12 +39,12 @@ def cmd_explain(args) -> None:
     from ..pretrained import model_task
 
     task = model_task(path)
-    if task == "self-attention":
-        raise CLIError(
-            f"{path} is an encoder-only or decoder-only model: it has no source to attribute a translation to; "
-            "its self-attention (every layer and head, head mean, rollout) is in Python: "
-            "attnkit.hf.self_attention.load_self_attention(MODEL).self_attention(TEXT)"
-        )
+    if task == "self-attention":  # a Hugging Face encoder-only or decoder-only model
+        from .explain_hf import explain_self_attention_model
+
+        return explain_self_attention_model(args, path, method, progress)
+    if args.self_attention:
+        raise CLIError("--self-attention is for Hugging Face encoder-only and decoder-only models")
     if task == "translation":
         tr = _load_translator(args, path)
         att = explain(tr, args.input, target=args.target, beam=args.beam, layer=args.layer, head=args.head, **options)
@@ -138,9 +137,15 @@ def add_parser(sub) -> None:
         help="which source words (or image cells) each output word used, by an attribution method",
         description="Attribute every output word of a translation (or caption) to the source words (or image "
         "grid cells) under forced decoding: raw attention, rollout, attention_norm, value_zeroing, alti_plus, "
-        "saliency, input_x_gradient, integrated_gradients (see attnkit.attribution).",
+        "saliency, input_x_gradient, integrated_gradients (see attnkit.attribution). A Hugging Face decoder-only "
+        "model (GPT-2, Llama) continues the text and each written token is attributed to the tokens before it; "
+        "an encoder-only model (BERT) shows its self-attention (attention, rollout).",
     )
-    xp.add_argument("input", help="Spanish text (translation models) or an image file (captioners)")
+    xp.add_argument(
+        "input",
+        help="Spanish text (translation models), an image file (captioners), or the text to read or continue "
+        "(Hugging Face encoder-only and decoder-only models)",
+    )
     _add_model_flag(xp, DEFAULT_TRANSLATION_MODEL)
     xp.add_argument("--method", default="attention", help="the attribution method (default: attention)")
     xp.add_argument(
@@ -172,8 +177,25 @@ def add_parser(sub) -> None:
         help="sources shown per target word (default: 3)",
     )
     xp.add_argument("--pieces", action="store_true", help="subword pieces instead of whole words (default: off)")
+    xp.add_argument(
+        "--max-new-tokens",
+        type=arg_type(between(1, 512, integer=True), "max_new_tokens"),
+        default=20,
+        help="decoder-only Hugging Face models: the most tokens of the greedy continuation explained (default: 20)",
+    )
+    xp.add_argument(
+        "--self-attention",
+        action="store_true",
+        help="decoder-only Hugging Face models: the self-attention views (--method attention or rollout) instead "
+        "of attributing a continuation; encoder-only models always show these (default: off)",
+    )
     _add_json_flag(xp)
-    _add_plot_flag(xp, "write a heatmap (or caption overlays)")
+    xp.add_argument(
+        "--plot",
+        default=None,
+        help="write a heatmap (or caption overlays) to this PNG; for a Hugging Face encoder-only or decoder-only "
+        "model also .html: the explorer's view as one self-contained page (default: none)",
+    )
     _add_device_flags(xp)
     xp.set_defaults(func=cmd_explain)
 
