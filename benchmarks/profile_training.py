@@ -84,20 +84,30 @@ def torch_dropout():
         attnkit_dropout.FAST_DEVICES = saved
 
 
-#: Side-by-side comparisons: name -> (baseline context, candidate context), each around every step.
+def compile_model(trainer: Trainer) -> None:
+    """``torch.compile`` the model in place (inductor; its C++ kernels on the CPU)."""
+    trainer.model.compile()
+
+
+#: Side-by-side comparisons: name -> (baseline context, candidate context, candidate preparation);
+#: the contexts wrap every step, the preparation runs once on the candidate's trainer.
 COMPARISONS = {
-    "dropout": (torch_dropout, contextlib.nullcontext),
+    "dropout": (torch_dropout, contextlib.nullcontext, None),
+    "compile": (contextlib.nullcontext, contextlib.nullcontext, compile_model),
 }
 
 
 def compare(name: str, batches: list[dict], pad_id: int, warmup: int, tmp: str) -> dict:
     """Baseline and candidate of ``COMPARISONS[name]``, two trainers from the same initial weights,
-    stepping in turn on the same batches (so both see the same machine load); seconds per step each."""
-    contexts = COMPARISONS[name]
-    trainers = [make_trainer(batches, pad_id, tmp) for _ in contexts]
-    seconds, losses = [0.0, 0.0], [[], []]
+    stepping in turn on the same batches (so both see the same machine load); seconds per step each
+    after ``warmup`` steps, and the warm-up's seconds (a compilation's cost shows there)."""
+    base_ctx, cand_ctx, prepare = COMPARISONS[name]
+    trainers = [make_trainer(batches, pad_id, tmp) for _ in range(2)]
+    if prepare is not None:
+        prepare(trainers[1])
+    seconds, warm, losses = [0.0, 0.0], [0.0, 0.0], [[], []]
     for i, b in enumerate(batches):
-        for j, (trainer, ctx) in enumerate(zip(trainers, contexts)):
+        for j, (trainer, ctx) in enumerate(zip(trainers, (base_ctx, cand_ctx))):
             with ctx():
                 t = time.perf_counter()
                 loss, n, _, _ = trainer.train_step(b)
@@ -105,6 +115,8 @@ def compare(name: str, batches: list[dict], pad_id: int, warmup: int, tmp: str) 
             if i >= warmup:
                 seconds[j] += dt
                 losses[j].append(loss / n)
+            else:
+                warm[j] += dt
     steps = len(batches) - warmup
     base, cand = (s / steps for s in seconds)
     return {
@@ -112,6 +124,7 @@ def compare(name: str, batches: list[dict], pad_id: int, warmup: int, tmp: str) 
         "baseline_ms": base * 1e3,
         "candidate_ms": cand * 1e3,
         "speedup": base / cand,
+        "warmup_s": warm,
         "first_loss": (losses[0][0], losses[1][0]),
     }
 
@@ -294,13 +307,15 @@ def main() -> None:
             result.update(run_profile(args, batches, pad_id, tmp))
         comparisons = [compare(name, batches, pad_id, args.warmup, tmp) for name in args.compare]
     if comparisons:
-        print("\n| change | before ms/step | after ms/step | speed-up | first step's loss before / after |")
-        print("|---|---|---|---|---|")
+        print(
+            "\n| change | before ms/step | after ms/step | speed-up | warm-up s before / after | first loss before / after |"
+        )
+        print("|---|---|---|---|---|---|")
         for c in comparisons:
             lb, la = c["first_loss"]
             print(
                 f"| {c['comparison']} | {c['baseline_ms']:.0f} | {c['candidate_ms']:.0f} | {c['speedup']:.2f}x "
-                f"| {lb:.4f} / {la:.4f} |"
+                f"| {c['warmup_s'][0]:.0f} / {c['warmup_s'][1]:.0f} | {lb:.4f} / {la:.4f} |"
             )
     result["comparisons"] = comparisons
     out = Path(args.output)
