@@ -68,8 +68,9 @@ ONMT_VENV = ROOT / "runs" / "peer_opennmt" / "onmt-venv"
 class Row:
     """One row of the issue's table: what it compares, and the commands that measure it.
 
-    ``commands(quick, isa, work)`` gives ``[(label, argv)]``; ``needs`` names what must be installed
-    (``"ctranslate2"``, ``"opennmt"``, ``"opennmt-rnn-run"``); a missing one makes the row say so."""
+    ``commands(quick, isa, work)`` gives ``[(label, argv, needs)]``; ``needs`` (the row's, or a command's
+    own) names what must be installed (``"ctranslate2"``, ``"opennmt"``, ``"opennmt-rnn-run"``); a missing
+    one makes the row (or that command's line) say so, and the rest still runs."""
 
     name: str
     what: str
@@ -81,7 +82,7 @@ def _script(name: str) -> str:
     return str(HERE / name)
 
 
-def _transformer_training(quick: bool, isa: str, work: Path) -> list[tuple[str, list[str]]]:
+def _transformer_training(quick: bool, isa: str, work: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
     peer = [PY, _script("peer_opennmt/run.py"), "--model", "transformer", "--work", str(work / "peer-transformer")]
     own = [PY, _script("train_throughput.py"), "--threads", "1", "--output", str(work / "train_throughput.json")]
     if quick:
@@ -89,10 +90,10 @@ def _transformer_training(quick: bool, isa: str, work: Path) -> list[tuple[str, 
         own += ["--steps", "1", "--warmup", "1"]
     else:
         peer += ["--minutes", "10"]
-    return [("OpenNMT-py race", peer), ("attnkit step throughput", own)]
+    return [("OpenNMT-py race", peer, ("opennmt",)), ("attnkit step throughput", own, ())]
 
 
-def _rnn_training(quick: bool, isa: str, work: Path) -> list[tuple[str, list[str]]]:
+def _rnn_training(quick: bool, isa: str, work: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
     peer = [PY, _script("peer_opennmt/run.py"), "--model", "rnn", "--work", str(work / "peer-rnn")]
     peer += ["--attnkit-args", "--rnn-attention luong --encoder-dim 128"]  # the same network on both sides
     own = [PY, _script("seq2seq.py"), "--threads", "1"] + (["--quick"] if quick else [])
@@ -100,11 +101,11 @@ def _rnn_training(quick: bool, isa: str, work: Path) -> list[tuple[str, list[str
         peer += ["--minutes", "0.5", "--test-limit", "5"]
     else:
         peer += ["--minutes", "10"]
-    return [("OpenNMT-py race", peer), ("attnkit RNNsearch speed", own)]
+    return [("OpenNMT-py race", peer, ("opennmt",)), ("attnkit RNNsearch speed", own, ())]
 
 
 def _ct2(beams: str, peer: str | None = None):
-    def commands(quick: bool, isa: str, work: Path) -> list[tuple[str, list[str]]]:
+    def commands(quick: bool, isa: str, work: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
         label = "ct2-rnn" if peer else "ct2-transformer"
         cmd = [PY, _script("ct2.py"), "--beams", beams, "--isa", isa, "--work", str(work / label)]
         cmd += ["--out", str(work / f"{label}-beam{beams}-{isa}.json")]
@@ -112,26 +113,26 @@ def _ct2(beams: str, peer: str | None = None):
             cmd += ["--peer", peer]
         if quick:
             cmd += ["--limit", "5", "--runs", "1", "--threads", "1"]
-        return [("decoding", cmd)]
+        return [("decoding", cmd, ())]
 
     return commands
 
 
-def _ig(quick: bool, isa: str, work: Path) -> list[tuple[str, list[str]]]:
+def _ig(quick: bool, isa: str, work: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
     cmd = [PY, _script("attribution_speed.py"), "--output", str(work / f"attribution_speed-{isa}.json")]
     if quick:
         cmd += ["--verses", "1", "--repeats", "1", "--threads", "1", "--cases", "ixg"]
     else:
         cmd += ["--cases", "ixg", "ig32", "ig"]
-    return [("attributions", cmd)]
+    return [("attributions", cmd, ())]
 
 
 ROWS = {
     r.name: r
     for r in (
         Row("transformer-training", "Transformer training, same network and budget, vs OpenNMT-py",
-            _transformer_training, ("opennmt",)),
-        Row("rnn-training", "RNN training, same network, vs OpenNMT-py", _rnn_training, ("opennmt",)),
+            _transformer_training),
+        Row("rnn-training", "RNN training, same network, vs OpenNMT-py", _rnn_training),
         Row("transformer-beam5", "Transformer beam 5, fp32 (and int8), vs CTranslate2", _ct2("5"), ("ctranslate2",)),
         Row("transformer-greedy", "Transformer greedy, int8 + shortlist, vs CTranslate2 int8", _ct2("1"),
             ("ctranslate2",)),
@@ -199,7 +200,12 @@ def run_row(row: Row, isa: str, quick: bool, work: Path, timeout: float | None =
             return [{"row": row.name, "isa": isa, "status": "not installed", "why": why}]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), **ISA_ENV[isa])
     records = []
-    for label, cmd in row.commands(quick, isa, work):
+    for label, cmd, needs in row.commands(quick, isa, work):
+        why = next(filter(None, map(missing, needs)), None)
+        if why:
+            print(f"{label}: not run: {why}")
+            records.append({"row": row.name, "isa": isa, "part": label, "status": "not installed", "why": why})
+            continue
         print(f"$ {' '.join(cmd[1:])}", flush=True)
         t = time.perf_counter()
         try:

@@ -28,7 +28,7 @@ def _echo_row(
     bench,
     code="import os; print('capability', os.environ.get('ATEN_CPU_CAPABILITY'), os.environ.get('CT2_FORCE_CPU_ISA'))",
 ):
-    return bench.Row("echo", "a stand-in row", lambda quick, isa, work: [("echo", [sys.executable, "-c", code])])
+    return bench.Row("echo", "a stand-in row", lambda quick, isa, work: [("echo", [sys.executable, "-c", code], ())])
 
 
 def test_defaults_and_quick_paths(bench):
@@ -51,11 +51,11 @@ def test_every_issue_row_is_there_with_tiny_quick_commands(bench, tmp_path):
             full = row.commands(False, isa, tmp_path)
             quick = row.commands(True, isa, tmp_path)
             assert len(full) == len(quick) >= 1
-            for (_, f), (_, q) in zip(full, quick):
+            for (_, f, _), (_, q, _) in zip(full, quick):
                 assert Path(q[1]).is_file()  # the benchmark script exists
                 assert q != f  # quick mode changes every command (a smaller slice)
                 assert all(str(tmp_path) in a for a in q if a.endswith(".json"))  # outputs stay in the work folder
-    ct2 = dict(bench.ROWS["transformer-greedy"].commands(True, "avx2", tmp_path))["decoding"]
+    ((_, ct2, _),) = bench.ROWS["transformer-greedy"].commands(True, "avx2", tmp_path)
     assert ct2[ct2.index("--isa") + 1] == "avx2" and ct2[ct2.index("--limit") + 1] == "5"
 
 
@@ -76,12 +76,18 @@ def test_runner_passes_the_kernel_environment_and_records_output(bench, tmp_path
     assert bad["status"] == "failed (exit 3)"
 
 
-def test_missing_peer_gives_a_row_saying_so(bench, tmp_path, monkeypatch, capsys):
+def test_missing_peer_gives_a_line_saying_so_and_the_rest_runs(bench, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bench, "ONMT_VENV", tmp_path / "no-venv")
-    recs = bench.run_row(bench.ROWS["transformer-training"], "native", True, tmp_path)
-    assert recs == [{"row": "transformer-training", "isa": "native", "status": "not installed", "why": recs[0]["why"]}]
-    assert "OpenNMT-py is not installed" in recs[0]["why"] and "setup.sh" in recs[0]["why"]
-    assert "not run: OpenNMT-py is not installed" in capsys.readouterr().out
+    own = [sys.executable, "-c", "print('attnkit side ran')"]
+    row = bench.Row("race", "a peer and attnkit", lambda q, i, w: [("peer", ["onmt"], ("opennmt",)), ("own", own, ())])
+    peer, ours = bench.run_row(row, "native", True, tmp_path)
+    assert peer["status"] == "not installed" and "OpenNMT-py is not installed" in peer["why"]
+    assert "setup.sh" in peer["why"]
+    assert ours["status"] == "ok" and "attnkit side ran" in ours["stdout"]
+    assert "peer: not run: OpenNMT-py is not installed" in capsys.readouterr().out
+    # a row that needs the peer as a whole (decoding against a finished OpenNMT-py run) is one line
+    (rec,) = bench.run_row(bench.ROWS["rnn-beam5"], "native", True, tmp_path)
+    assert rec["status"] == "not installed" and "OpenNMT-py is not installed" in rec["why"]
 
 
 def test_main_writes_one_table_per_row_and_kernel_set(bench, tmp_path, monkeypatch):
