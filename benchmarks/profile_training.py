@@ -63,7 +63,7 @@ KINDS = [
     ("GEMM (linear, matmul)", ("addmm", "aten::mm", "bmm", "matmul", "linear", "baddbmm")),
     ("attention (SDPA)", ("scaled_dot_product", "flash_attention", "_softmax", "softmax")),
     ("layer norm", ("layer_norm",)),
-    ("dropout", ("dropout", "bernoulli", "native_dropout")),
+    ("dropout (mask draws)", ("dropout", "bernoulli", "native_dropout", "uniform_")),
     ("embedding", ("embedding",)),
     ("cross-entropy (fused linear + CE)", ("LinearCrossEntropy", "gather", "scatter_add", "exp_", "amax", "log_")),
     ("Adam (fused)", ("_fused_adam", "Adam", "Optimizer")),
