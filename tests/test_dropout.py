@@ -106,3 +106,26 @@ def test_multihead_attention_dropout_is_seeded_and_acts_only_in_training():
     torch.manual_seed(1)
     assert torch.equal(a, ours(x)[0])  # reproducible under the seed
     assert not torch.allclose(a, ours.eval()(x)[0])  # and dropout did act
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_self_attention_gradients_match_torch_mha_in_float64(causal):
+    """The packed self-attention's training path (one q/k/v GEMM split by ``unbind``) against
+    ``torch.nn.MultiheadAttention`` with the same weights: output and every parameter's and the
+    input's gradient, float64, with a key padding mask."""
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(16, 4).double().train()
+    theirs = ours.to_torch().double().train()
+    x = torch.randn(3, 7, 16, dtype=torch.float64)
+    real = torch.arange(7)[None, :] < torch.tensor([7, 4, 2])[:, None]  # (B, N) True = real token
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    a = ours(xa, key_padding_mask=real, causal=causal)[0]
+    tmask = torch.triu(torch.ones(7, 7, dtype=torch.bool), 1) if causal else None  # torch: True = blocked
+    b = theirs(xb, xb, xb, key_padding_mask=~real, attn_mask=tmask, need_weights=False)[0]
+    g = torch.randn_like(a)
+    (a * g).sum().backward()
+    (b * g).sum().backward()
+    assert torch.allclose(a, b, atol=1e-10)
+    assert torch.allclose(xa.grad, xb.grad, atol=1e-10)
+    for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-10), name
