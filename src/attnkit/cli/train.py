@@ -15,13 +15,15 @@ def cmd_train_translation(args) -> None:
 
     from ..data.corpus import open_corpus
     from ..tasks.translation import TranslationConfig, train_translation
-    from ..tasks.translation.budget_defaults import pick_model
+    from ..tasks.translation.budget_defaults import apply_pick, pick_model
 
     if args.model is None:  # no --model: the written rule picks one, and says which and why
         open_corpus(args.data, home=args.home)  # an unknown corpus is the error, before any pick is announced
-        args.model, why = pick_model(args.max_time_s)
+        pick = pick_model(args.max_time_s)
+        flags = apply_pick(args, pick)
         if os.environ.get("RANK", "0") == "0":
-            print(f"attnkit: no --model given: training {args.model}: {why}", file=sys.stderr)
+            sized = f" ({' '.join(flags)})" if flags else ""
+            print(f"attnkit: no --model given: training {args.model}{sized}: {pick.why}", file=sys.stderr)
     cfg = TranslationConfig.from_args(args)
     _output(cfg.run.out_dir, "--out-dir", folder=True)
     summary = train_translation(cfg, resume=args.resume, home=args.home)
