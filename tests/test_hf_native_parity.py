@@ -147,3 +147,22 @@ def test_align_writes_the_native_models_links_one_way_and_both_ways(pair, tmp_pa
     assert got == want
     one_way = _align(capsys, tmp_path, ckpt)
     assert want != one_way  # the reverse model's links changed something: both ways was compared
+
+
+def test_the_export_reads_input_as_the_native_model_does(pair):
+    """Today's spelling is rewritten to the 1909 Bible's before tokenizing by both (the export's config
+    carries the model's languages, corpus, source spelling and longest source)."""
+    from attnkit.data.spelling import modernize
+    from attnkit.tasks.translation import Translator
+
+    ckpt, folder, rev, rev_folder = pair
+    native, hf = Translator.load(ckpt), Translator.load(folder)
+    assert (hf.spelling, hf.language_pair, hf.corpus) == (native.spelling, native.language_pair, "bible")
+    assert hf.spelling == "rv1909" and hf.max_src_len == native.max_src_len
+    modern = [modernize(" ".join(v.source)) for v in _gold(40)]
+    assert sum(m != " ".join(v.source) for m, v in zip(modern, _gold(40))) >= 5  # the rewrite has work to do
+    assert hf.encode_sources(modern) == native.encode_sources(modern)
+    back, back_hf = Translator.load(rev), Translator.load(rev_folder)  # reads English: as typed, both
+    assert back_hf.spelling == back.spelling == "modern" and back_hf.language_pair == "en → es"
+    words = ["a plot was made against him"]
+    assert back_hf.encode_sources(words) == back.encode_sources(words)
