@@ -8,7 +8,7 @@ DATA_PACKAGES := sword-text-sparv sword-text-web dataset-fashion-mnist
 BROWSER_PACKAGES := chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup venv data-packages browser-packages data demo lint test docs bench wheel wheel-check clean
+.PHONY: setup venv data-packages browser-packages data demo lint test docs bench bench-quick wheel wheel-check clean
 
 setup: venv data-packages
 
@@ -71,8 +71,14 @@ wheel-check: wheel data-packages
 	  /tmp/attnkit-wheel-check/bin/attnkit translate "En el principio creó Dios los cielos y la tierra." && \
 	  /tmp/attnkit-wheel-check/bin/attnkit models
 
-bench: setup
-	$(PY) benchmarks/attention.py
+# Every speed row of the issue's table against its peer (OpenNMT-py, CTranslate2), once with the machine's
+# native kernels and once limited to AVX2, each table naming the CPU and the kernels (benchmarks/bench.py;
+# hours: run it on a quiet machine). bench-quick runs each row on a tiny slice, to check that it runs.
+bench: setup data
+	PYTHONPATH=src $(PY) benchmarks/bench.py
+
+bench-quick: setup data
+	PYTHONPATH=src $(PY) benchmarks/bench.py --quick
 
 clean:
 	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .hypothesis

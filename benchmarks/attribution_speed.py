@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from attnkit.alignment.gold import load_gold  # noqa: E402
 from attnkit.attribution import gradients  # noqa: E402
-from attnkit.attribution.methods import METHODS, forced_translation, translation_log_probs  # noqa: E402
+from attnkit.attribution.forced import forced_translation  # noqa: E402
+from attnkit.attribution.methods import METHODS, translation_log_probs  # noqa: E402
 from attnkit.tasks.translation import Translator  # noqa: E402
 
 

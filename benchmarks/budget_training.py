@@ -50,6 +50,32 @@ def prepare_en_es(home: Path, workdir: Path) -> None:
     )  # fmt: skip
 
 
+def prepare_kjv_web(home: Path, workdir: Path) -> None:
+    """A second corpus: the King James Version (1769 text of the 1611 English, SWORD module
+    ``engKJV2006eb``, Debian ``sword-text-kjv``) to the World English Bible, verse by verse, split by
+    chapter as the built-in Bible is; prepared as corpus ``kjv-web`` (Early Modern to modern English)."""
+    if (home / "corpora" / "kjv-web" / "meta.json").is_file():
+        return
+    from attnkit.data.datasets.bible import TARGET_MODULE, pair_verses, read_module_verses, split_of
+
+    pairs, _ = pair_verses(read_module_verses("engKJV2006eb"), read_module_verses(TARGET_MODULE))
+    workdir.mkdir(parents=True, exist_ok=True)
+    rows = {"train": [], "valid": [], "test": []}
+    for book, chapter, _verse, kjv, web in pairs:
+        rows[split_of(book, chapter)].append(f"{kjv}\t{web}\n")
+    files = {}
+    for split, lines in rows.items():
+        files[split] = workdir / f"{split}.tsv"
+        files[split].write_text("".join(lines), encoding="utf-8")
+    attnkit(
+        "--home", str(home), "data", "prepare", "parallel", "kjv-web", "--src-lang", "en", "--tgt-lang", "en",
+        "--train", str(files["train"]), "--valid", str(files["valid"]), "--test", str(files["test"]),
+    )  # fmt: skip
+
+
+CORPORA = {"en-es": prepare_en_es, "kjv-web": prepare_kjv_web}
+
+
 def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3]) if Path("/proc/loadavg").is_file() else "?"
 
@@ -59,7 +85,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=600.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--config", action="append", default=[], help="NAME=FLAGS for `attnkit train translation`")
-    ap.add_argument("--data", default="en-es", help="the corpus (en-es is built from the Bible when missing)")
+    ap.add_argument(
+        "--data", default="en-es", help="the corpus (en-es and kjv-web are built from the SWORD Bibles when missing)"
+    )
     ap.add_argument("--runs", default="/tmp/attnkit-budget-runs")
     ap.add_argument("--nice", type=int, default=-10)
     ap.add_argument("--output", default=None)
@@ -67,8 +95,8 @@ def main() -> None:
     from attnkit.paths import attnkit_home
 
     home = attnkit_home()
-    if args.data == "en-es":
-        prepare_en_es(home, Path(args.runs) / "en-es-files")
+    if args.data in CORPORA:
+        CORPORA[args.data](home, Path(args.runs) / f"{args.data}-files")
     nice = args.nice if os.geteuid() == 0 or args.nice >= 0 else None
     results = []
     for spec in args.config or ["default="]:

@@ -59,7 +59,7 @@ def train_throughput(device, steps: int) -> list[dict]:
         translation_batches,
         translation_loss_fn,
     )
-    from attnkit.training import ListBatches, Trainer
+    from attnkit.training import ListBatches, RunConfig, Trainer
 
     tok = get_tokenizer(8000)
     source = translation_batches(encode_pairs(load_pairs("train"), tok, 100), batch_size=64, max_tokens=None, seed=0)
@@ -74,17 +74,10 @@ def train_throughput(device, steps: int) -> list[dict]:
             tr = Trainer(
                 model,
                 opt,
+                RunConfig(out_dir=tmp, progress=False, device=device, precision=precision),
                 loss_fn=translation_loss_fn(tok.pad_id, 0.1),
                 train_batches=ListBatches(batches),
                 scheduler=sched,
-                out_dir=tmp,
-                save_every_steps=10**9,
-                max_epochs=1,
-                seed=0,
-                log_every=10**9,
-                progress=False,
-                device=device,
-                precision=precision,
             )
             for b in batches[:3]:
                 tr.train_step(b)

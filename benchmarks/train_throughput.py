@@ -40,7 +40,7 @@ from attnkit.tasks.translation import (  # noqa: E402
     translation_batches,
     translation_loss_fn,
 )
-from attnkit.training import ListBatches, Trainer  # noqa: E402
+from attnkit.training import ListBatches, RunConfig, Trainer  # noqa: E402
 
 MODELS = {
     "rnnencdec": dict(model="rnnencdec"),
@@ -62,16 +62,10 @@ def time_model(name: str, batches: list[dict], warmup: int, pad_id: int) -> dict
         trainer = Trainer(
             model,
             opt,
+            RunConfig(out_dir=tmp, clip_grad_norm=cfg.run.clip_grad_norm, progress=False, device=None),
             loss_fn=translation_loss_fn(pad_id, cfg.label_smoothing),
             train_batches=ListBatches(batches),
             scheduler=sched,
-            clip_grad_norm=cfg.run.clip_grad_norm,
-            out_dir=tmp,
-            save_every_steps=10**9,
-            max_epochs=1,
-            seed=0,
-            log_every=10**9,
-            progress=False,
         )
         for b in batches[:warmup]:
             trainer.train_step(b)

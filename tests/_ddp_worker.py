@@ -8,7 +8,7 @@ import torch
 from attnkit.training import ListBatches, Trainer, distributed
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _ddp_common import loss_fn, make_batches, make_model
+from _ddp_common import loss_fn, make_batches, make_model, run_config
 
 
 def main(out_dir: str) -> None:
@@ -23,15 +23,9 @@ def main(out_dir: str) -> None:
     t = Trainer(
         model,
         opt,
+        run_config(out_dir),
         loss_fn=loss_fn,
         train_batches=ListBatches(make_batches(), shuffle_seed=3),
-        out_dir=out_dir,
-        save_every_steps=2,
-        max_epochs=2,
-        seed=0,
-        log_every=1,
-        progress=False,
-        clip_grad_norm=None,
     )
     summary = t.fit()
     torch.save(

@@ -15,7 +15,7 @@ import torch
 from attnkit.training import ListBatches, Trainer, distributed
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _ddp_common import loss_fn, make_batches, make_model
+from _ddp_common import loss_fn, make_batches, make_model, run_config
 
 
 def main(out_dir: str, kill: bool) -> None:
@@ -36,16 +36,9 @@ def main(out_dir: str, kill: bool) -> None:
     t = Trainer(
         model,
         torch.optim.SGD(model.parameters(), lr=0.1),
+        run_config(out_dir, keep_last=10),
         loss_fn=dying_loss_fn,
         train_batches=ListBatches(make_batches() * 2, shuffle_seed=3),  # 12 batches: 6 steps an epoch on 2 ranks
-        out_dir=out_dir,
-        save_every_steps=2,
-        keep_last=10,
-        max_epochs=2,
-        seed=0,
-        log_every=1,
-        progress=False,
-        clip_grad_norm=None,
     )
     summary = t.fit(resume=True)
     summary["attempt"] = attempt

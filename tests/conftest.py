@@ -18,3 +18,11 @@ def bible_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("attnkit_home")
     prepare_bible(home, sword_path=SWORD)
     return home
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The shipped Spanish-English tokenizer (loaded once per session)."""
+    from tiny import es_en_tokenizer
+
+    return es_en_tokenizer()

@@ -28,43 +28,20 @@ from attnkit.attribution.methods import (
     translation_log_probs,
 )
 from attnkit.attribution.trace import trace_transformer
-from attnkit.data.tokenizer import Tokenizer
 from attnkit.data.vocab import CaptionVocab
 from attnkit.errors import InputError
 from attnkit.models.captioner import CaptionerConfig, ShowAttendTell
 from attnkit.models.seq2seq import RNNEncDec, RNNSearch, Seq2SeqConfig
-from attnkit.models.transformer import TransformerConfig, TransformerTranslator
-from attnkit.pretrained import resolve_model
 from attnkit.tasks.captioning import Captioner
 from attnkit.tasks.translation import Translator
+from tiny import nonzero_biases, tiny_transformer
 
 SOURCE = "Y dijo Dios: Sea la luz."
 TARGET = "And God said, Let there be light."
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.load(resolve_model("transformer-es-en"))
-
-
 def _transformer(norm_first=True, seed=0):
-    torch.manual_seed(seed)
-    cfg = TransformerConfig(
-        vocab_size=8000,
-        d_model=16,
-        nhead=2,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dim_feedforward=32,
-        dropout=0.0,
-        norm_first=norm_first,
-    )
-    model = TransformerTranslator(cfg).eval()
-    with torch.no_grad():  # non-zero biases, so the decompositions have them to handle
-        for name, p in model.named_parameters():
-            if name.endswith("bias"):
-                p.normal_(0, 0.1)
-    return model
+    return nonzero_biases(tiny_transformer(seed=seed, norm_first=norm_first))
 
 
 def _rnn(kind=RNNSearch, seed=0):

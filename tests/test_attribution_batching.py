@@ -17,34 +17,20 @@ from attnkit.data.vocab import CaptionVocab
 from attnkit.errors import InputError
 from attnkit.models.captioner import CaptionerConfig, ShowAttendTell
 from attnkit.models.seq2seq import RNNEncDec, RNNSearch, Seq2SeqConfig
-from attnkit.models.transformer import TransformerConfig, TransformerTranslator
 from attnkit.pretrained import resolve_model
 from attnkit.tasks.captioning import Captioner
 from attnkit.tasks.translation import Translator
+from tiny import tiny_transformer
 
 SOURCE = "Y dijo Dios: Sea la luz."
 TARGET = "And God said, Let there be light."
 GRADIENTS = ("saliency", "input_x_gradient", "integrated_gradients")
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.load(resolve_model("transformer-es-en"))
-
-
 def _tiny(kind: str, dtype=torch.float64):
     torch.manual_seed(0)
     if kind == "transformer":
-        cfg = TransformerConfig(
-            vocab_size=8000,
-            d_model=16,
-            nhead=2,
-            num_encoder_layers=2,
-            num_decoder_layers=2,
-            dim_feedforward=32,
-            dropout=0.0,
-        )
-        model = TransformerTranslator(cfg)
+        model = tiny_transformer()
     elif kind == "captioner":
         vocab = CaptionVocab(["a", "bag", "at", "the", "top", "left", "and", "coat"])
         cfg = CaptionerConfig(

@@ -24,9 +24,9 @@ from attnkit.attribution.explanation_quality import (
 )
 from attnkit.cli import main
 from attnkit.errors import InputError
-from attnkit.models.transformer import TransformerConfig, TransformerTranslator
 from attnkit.tasks.translation import Translator
 from attnkit.tasks.translation.alignment import ModelAligner
+from tiny import tiny_transformer
 
 
 @settings(max_examples=40, deadline=None)
@@ -47,22 +47,8 @@ def test_spearman_with_ties_uses_average_ranks():
     assert np.isnan(spearman([1, 1, 1], [1, 2, 3]))
 
 
-def _tiny():
-    torch.manual_seed(0)
-    cfg = TransformerConfig(
-        vocab_size=8000,
-        d_model=16,
-        nhead=2,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dim_feedforward=32,
-        dropout=0.0,
-    )
-    return TransformerTranslator(cfg).eval()
-
-
 def test_randomisation_goes_from_the_output_side_and_covers_every_parameter_once():
-    model = _tiny()
+    model = tiny_transformer()
     stages = randomisation_stages(model)
     ids = [id(p) for stage in stages for p in stage]
     assert sorted(ids) == sorted(id(p) for p in model.parameters())  # every parameter, once

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 
-from attnkit.training import ListBatches, Trainer, inverse_sqrt_with_warmup, load_checkpoint
+from attnkit.training import ListBatches, RunConfig, Trainer, inverse_sqrt_with_warmup, load_checkpoint
 from attnkit.training.budget import (
     BudgetSchedule,
     StepClock,
@@ -21,6 +21,7 @@ from attnkit.training.budget import (
     estimate_total_steps,
     unreachable_warmup,
 )
+from tiny import toy_batches
 
 torch.set_num_threads(1)
 INV_SQRT = {"kind": "inverse_sqrt", "d_model": 16, "warmup_steps": 2000, "factor": 0.5}
@@ -170,16 +171,6 @@ def test_the_time_estimate_agrees_with_a_plain_simulation(step, seconds_left, sp
 # ---------------------------------------------------------------- the trainer fits it
 
 
-def make_batches(n_batches=5, bs=6, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(4, 3, generator=g)
-    out = []
-    for _ in range(n_batches):
-        x = torch.randn(bs, 4, generator=g)
-        out.append((x, (x @ w).argmax(-1)))
-    return out
-
-
 def loss_fn(model, batch):
     x, y = batch
     return F.cross_entropy(model(x), y, reduction="sum"), y.numel(), {}
@@ -190,12 +181,12 @@ def make_trainer(out, *, mode="always", base=CONST, schedule=None, **kw):
     model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
     opt = torch.optim.SGD(model.parameters(), lr=0.1 if base is CONST else 1.0)
     sched = schedule(opt) if schedule else budget_schedule(opt, 0.1 if base is INV_SQRT else 1.0, base, mode=mode)
-    valid_x, valid_y = make_batches(1, 8, seed=9)[0]
-    kw.setdefault("max_epochs", 100)
+    valid_x, valid_y = toy_batches(1, 8, seed=9)[0]
+    kw["epochs"] = kw.pop("max_epochs", 100)
+    run = RunConfig(out_dir=str(out), save_every_steps=4, log_every=1, seed=0, progress=False, device=None, **kw)
     return Trainer(
-        model, opt, loss_fn=loss_fn, train_batches=ListBatches(make_batches(), shuffle_seed=3),
+        model, opt, run, loss_fn=loss_fn, train_batches=ListBatches(toy_batches(5), shuffle_seed=3),
         valid_fn=lambda m: {"valid_loss": F.cross_entropy(m(valid_x), valid_y).item()}, scheduler=sched,
-        out_dir=out, save_every_steps=4, log_every=1, seed=0, progress=False, **kw,
     )  # fmt: skip
 
 
@@ -302,7 +293,7 @@ def test_the_progress_line_shows_the_validation_score_and_the_steps_left(tmp_pat
 
     monkeypatch.setattr(tqdm, "tqdm", EveryStep)
     t = make_trainer(tmp_path / "p", max_steps=9, valid_every_steps=3)
-    t.progress = True
+    t.run.progress = True
     t.fit()
     out, err = capsys.readouterr()
     err = err.replace("\r", "\n")

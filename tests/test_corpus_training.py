@@ -19,19 +19,9 @@ from attnkit.tasks.translation.data import cached_translation_batches
 from attnkit.training.checkpoint import load_checkpoint
 from attnkit.training.data import Batches
 from test_corpus import synthetic_pairs, write_aligned
+from tiny import TINY_RNN_TRAINING
 
-TINY = dict(
-    emb_dim=16,
-    hidden_dim=16,
-    attn_dim=16,
-    batch_size=16,
-    limit_train=64,
-    valid_bleu_sentences=8,
-    max_len=80,
-    progress=False,
-    threads=1,
-    dropout=0.1,
-)
+TINY = TINY_RNN_TRAINING
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from attnkit.deploy.ct2_engine import ct2_available
+from tiny import saved_tiny_transformer
 
 pytestmark = pytest.mark.skipif(ct2_available() is not None, reason=str(ct2_available()))
 
@@ -94,33 +95,7 @@ def test_int8_export_translates_end_to_end(exports, verses):
 # ------------------------------------------------------------------ configurations and refusals
 def _tiny(tmp_path, name, seed=0, **overrides):
     """A random tiny Transformer with the shipped tokenizer, saved as a checkpoint folder."""
-    from attnkit.data.tokenizer import Tokenizer
-    from attnkit.models.transformer import TransformerConfig, TransformerTranslator
-    from attnkit.pretrained import resolve_model
-    from attnkit.training.checkpoint import save_checkpoint
-
-    tok_dir = resolve_model("transformer-es-en")
-    tok = Tokenizer.load(tok_dir)
-    cfg = dict(
-        vocab_size=len(tok),
-        d_model=32,
-        nhead=4,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dim_feedforward=64,
-        dropout=0.0,
-        max_len=64,
-    )
-    cfg.update(overrides)
-    torch.manual_seed(seed)
-    model = TransformerTranslator(TransformerConfig(**cfg)).eval()
-    with torch.no_grad():  # larger weights than the init's, so the outputs differ between sentences
-        for p in model.parameters():
-            p.mul_(3.0)
-    out = save_checkpoint(
-        tmp_path / name, model=model, config=model.to_config(), extra_files={"tokenizer.model": tok.to_bytes()}
-    )
-    return out
+    return saved_tiny_transformer(tmp_path / name, seed=seed, **overrides)
 
 
 @pytest.mark.parametrize(

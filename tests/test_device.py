@@ -8,7 +8,7 @@ from attnkit import device as devices
 from attnkit.cli import main as cli_main
 from attnkit.errors import ConfigError
 from attnkit.models.seq2seq import RNNSearch, Seq2SeqConfig
-from attnkit.training import ListBatches, Trainer, load_checkpoint
+from attnkit.training import ListBatches, RunConfig, Trainer, load_checkpoint
 from attnkit.training.losses import label_smoothed_nll
 
 torch.set_num_threads(1)
@@ -76,6 +76,14 @@ class _Recorder:
         return loss, n, {}
 
 
+def _run(out_dir, max_steps: int, device: str, precision: str = "fp32") -> RunConfig:
+    """A quiet run of at most ``max_steps`` steps, a checkpoint every 2."""
+    return RunConfig(
+        out_dir=str(out_dir), save_every_steps=2, epochs=10, max_steps=max_steps, seed=0, log_every=1, progress=False,
+        device=device, precision=precision,
+    )  # fmt: skip
+
+
 def _train(tmp_path, precision, steps, *, resume=False, name=None, seed=0):
     torch.manual_seed(seed)
     model = RNNSearch(Seq2SeqConfig(vocab_size=V, emb_dim=16, hidden_dim=16, attn_dim=16, dropout=0.0))
@@ -83,17 +91,9 @@ def _train(tmp_path, precision, steps, *, resume=False, name=None, seed=0):
     tr = Trainer(
         model,
         torch.optim.Adam(model.parameters(), 1e-2),
+        _run(tmp_path / (name or precision), steps, "cpu", precision),
         loss_fn=rec,
         train_batches=ListBatches(_batches()),
-        out_dir=tmp_path / (name or precision),
-        save_every_steps=2,
-        max_epochs=10,
-        max_steps=steps,
-        seed=0,
-        log_every=1,
-        progress=False,
-        device="cpu",
-        precision=precision,
     )
     summary = tr.fit(resume=resume)
     return model, rec, summary
@@ -168,33 +168,18 @@ def test_cuda_training_resumes_on_cpu(tmp_path):
     tr = Trainer(
         model,
         torch.optim.Adam(model.parameters(), 1e-2),
+        _run(tmp_path / "run", 2, "cuda", "bf16"),
         loss_fn=_Recorder(),
         train_batches=ListBatches(_batches()),
-        out_dir=tmp_path / "run",
-        save_every_steps=2,
-        max_epochs=10,
-        max_steps=2,
-        seed=0,
-        log_every=1,
-        progress=False,
-        device="cuda",
-        precision="bf16",
     )
     tr.fit()
     model2 = RNNSearch(Seq2SeqConfig(vocab_size=V, emb_dim=16, hidden_dim=16, attn_dim=16, dropout=0.0))
     tr2 = Trainer(
         model2,
         torch.optim.Adam(model2.parameters(), 1e-2),
+        _run(tmp_path / "run", 4, "cpu"),
         loss_fn=_Recorder(),
         train_batches=ListBatches(_batches()),
-        out_dir=tmp_path / "run",
-        save_every_steps=2,
-        max_epochs=10,
-        max_steps=4,
-        seed=0,
-        log_every=1,
-        progress=False,
-        device="cpu",
     )
     s = tr2.fit(resume=True)
     assert s["steps"] == 4 and next(model2.parameters()).device.type == "cpu"

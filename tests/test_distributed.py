@@ -1,24 +1,17 @@
 """DDP under torchrun (2 CPU processes, gloo): ranks agree and equal single-process global batches."""
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
-from _ddp_common import loss_fn, make_batches, make_model
-from attnkit.training import ListBatches, distributed, list_checkpoints
+from _ddp_common import free_port, make_batches, reference_state_dict
+from attnkit.training import distributed, list_checkpoints
 
 HERE = Path(__file__).parent
 SRC = HERE.parent / "src"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_helpers_single_process():
@@ -37,7 +30,7 @@ def test_torchrun_two_ranks(tmp_path):
         "-m",
         "torch.distributed.run",
         "--nproc_per_node=2",
-        f"--master_port={_free_port()}",
+        f"--master_port={free_port()}",
         "--master_addr=127.0.0.1",
         str(HERE / "_ddp_worker.py"),
         str(tmp_path),
@@ -55,18 +48,5 @@ def test_torchrun_two_ranks(tmp_path):
     assert (tmp_path / "train_log.jsonl").is_file()
 
     # reference: one process, each step on the concatenation of both ranks' batches
-    model = make_model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    src = ListBatches(make_batches(), shuffle_seed=3)
-    for epoch in range(2):
-        src.set_epoch(epoch)
-        batches = list(src)
-        for i in range(0, len(batches) - 1, 2):
-            x = torch.cat([batches[i][0], batches[i + 1][0]])
-            y = torch.cat([batches[i][1], batches[i + 1][1]])
-            opt.zero_grad()
-            loss_sum, n, _ = loss_fn(model, (x, y))
-            (loss_sum / n).backward()
-            opt.step()
-    for k, v in model.state_dict().items():
+    for k, v in reference_state_dict(make_batches()).items():
         torch.testing.assert_close(r0["state_dict"][k], v, rtol=1e-5, atol=1e-6)

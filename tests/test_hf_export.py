@@ -20,6 +20,8 @@ pytest.importorskip("transformers")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tiny import es_en_tokenizer, saved_tiny_transformer
+
 SENTENCES = [
     "En el principio creó Dios los cielos y la tierra.",
     "Jesús lloró.",
@@ -28,44 +30,18 @@ SENTENCES = [
 ]
 
 
-def _tokenizer():
-    from attnkit.data.tokenizer import Tokenizer
-    from attnkit.pretrained import resolve_model
-
-    return Tokenizer.load(resolve_model("transformer-es-en"))
+def _away_from_init(model) -> None:
+    bias = model.out_bias if model.out_bias is not None else model.out_proj.bias
+    bias.normal_(0.0, 1.0)  # a nonzero output bias: final_logits_bias must carry it
+    for m in model.modules():
+        if isinstance(m, torch.nn.LayerNorm):  # LayerNorm's γ, β away from 1, 0: the permutation shows
+            m.weight.normal_(1.0, 0.3)
+            m.bias.normal_(0.0, 0.3)
 
 
 def _tiny(tmp_path, name, seed=0, **overrides):
     """A random tiny Transformer with the shipped tokenizer, saved as a checkpoint folder."""
-    from attnkit.models.transformer import TransformerConfig, TransformerTranslator
-    from attnkit.training.checkpoint import save_checkpoint
-
-    tok = _tokenizer()
-    cfg = dict(
-        vocab_size=len(tok),
-        d_model=32,
-        nhead=4,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dim_feedforward=64,
-        dropout=0.0,
-        max_len=64,
-    )
-    cfg.update(overrides)
-    torch.manual_seed(seed)
-    model = TransformerTranslator(TransformerConfig(**cfg)).eval()
-    with torch.no_grad():  # larger weights than the init's, so the outputs differ between sentences
-        for p in model.parameters():
-            p.mul_(3.0)
-        bias = model.out_bias if model.out_bias is not None else model.out_proj.bias
-        bias.normal_(0.0, 1.0)  # a nonzero output bias: final_logits_bias must carry it
-        for m in model.modules():
-            if isinstance(m, torch.nn.LayerNorm):  # LayerNorm's γ, β away from 1, 0: the permutation shows
-                m.weight.normal_(1.0, 0.3)
-                m.bias.normal_(0.0, 0.3)
-    return save_checkpoint(
-        tmp_path / name, model=model, config=model.to_config(), extra_files={"tokenizer.model": tok.to_bytes()}
-    )
+    return saved_tiny_transformer(tmp_path / name, seed=seed, perturb=_away_from_init, **overrides)
 
 
 CONFIGS = {
@@ -111,7 +87,7 @@ def _batch(tok, sentences):
 def test_teacher_forced_logits_equal_attnkit(exported):
     ours, hf, _, cls, _ = exported
     assert type(hf).__name__ == cls
-    src, lens, tgt = _batch(_tokenizer(), SENTENCES)
+    src, lens, tgt = _batch(es_en_tokenizer(), SENTENCES)
     assert bool((src == 0).any()) and bool((tgt == 0).any())  # both sides padded
     want, _ = ours(src, lens, tgt)  # (B, T, V)
     got = hf(input_ids=src, attention_mask=(src != 0).long(), decoder_input_ids=tgt).logits
@@ -125,7 +101,7 @@ def test_greedy_generate_equals_attnkit_greedy(exported):
     from attnkit.tasks.translation import Translator
 
     ours, hf, hf_tok, _, _ = exported
-    tr = Translator(ours, _tokenizer(), max_len=20)  # random weights rarely stop: the length limit is compared too
+    tr = Translator(ours, es_en_tokenizer(), max_len=20)  # random weights rarely stop: the length limit is compared too
     tr.normalize_spelling = False  # the exported tokenizer reads text as typed (no rewrite to the 1909 spelling)
     ids = tr.encode_sources(SENTENCES)
     want = [r.tokens for r in tr.translate_ids(ids, beam_size=1)]
@@ -185,7 +161,7 @@ def shipped_tokenizer(tmp_path_factory):
     from attnkit.deploy.hf_export import _fast_tokenizer, _transformers
 
     folder = tmp_path_factory.mktemp("tok")
-    _fast_tokenizer(_transformers(), _tokenizer(), 100).save_pretrained(folder)
+    _fast_tokenizer(_transformers(), es_en_tokenizer(), 100).save_pretrained(folder)
     return AutoTokenizer.from_pretrained(folder)
 
 
@@ -193,7 +169,7 @@ TRICKY = ["  Hola,   mundo  ", "ﬁn ½ Ａ", "emoji 😀 ∂ 中文", "tab\ther
 
 
 def test_tokenizer_ids_and_text_equal_sentencepiece_on_real_verses(verses, shipped_tokenizer):
-    tok = _tokenizer()
+    tok = es_en_tokenizer()
     for s in verses + TRICKY:
         ids = tok.encode(s)
         assert shipped_tokenizer(s)["input_ids"] == ids, s  # no </s> appended, as attnkit's source
@@ -207,7 +183,7 @@ def test_tokenizer_ids_and_text_equal_sentencepiece_on_real_verses(verses, shipp
 @settings(max_examples=150, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("abcdeñáéíóúüÁ ,.;:¿?¡!«»—'\"0123456789ÑZ😀中ǅ\u00a0\t")), max_size=40))
 def test_tokenizer_agrees_on_any_text(shipped_tokenizer, text):
-    tok = _tokenizer()
+    tok = es_en_tokenizer()
     ids = tok.encode(text)
     assert shipped_tokenizer(text)["input_ids"] == ids
     assert shipped_tokenizer.decode(ids, skip_special_tokens=True) == tok.decode(ids)
@@ -241,7 +217,7 @@ def test_refusals_name_their_reason(tmp_path):
         export_huggingface(resolve_model("rnnencdec-es-en"), tmp_path / "a")
     with pytest.raises(DeployError, match="captioner model is not a Transformer translator"):
         export_huggingface(resolve_model("captioner-soft"), tmp_path / "b")
-    tok = _tokenizer()
+    tok = es_en_tokenizer()
 
     def model(**kw):
         return TransformerTranslator(TransformerConfig(**{"vocab_size": len(tok), "d_model": 8, "nhead": 2, **kw}))

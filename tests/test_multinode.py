@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,17 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from _ddp_common import loss_fn, make_batches, make_model
-from attnkit.training import ListBatches
+from _ddp_common import free_port, make_batches, reference_state_dict
 
 HERE = Path(__file__).parent
 SRC = HERE.parent / "src"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run_two_nodes(out: Path, *worker_args: str, max_restarts: int = 0) -> list[subprocess.CompletedProcess]:
@@ -33,7 +25,7 @@ def _run_two_nodes(out: Path, *worker_args: str, max_restarts: int = 0) -> list[
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{SRC}{os.pathsep}{HERE}", GLOO_SOCKET_IFNAME="lo")
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
-    port = _free_port()
+    port = free_port()
     procs = []
     for node in (0, 1):
         cmd = [
@@ -76,20 +68,7 @@ def _kill_tree(pid: int) -> None:
 
 def _reference_state_dict() -> dict:
     """One process, each step on the concatenation of the two ranks' batches (rank r takes batch r of each pair)."""
-    model = make_model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    src = ListBatches(make_batches() * 2, shuffle_seed=3)
-    for epoch in range(2):
-        src.set_epoch(epoch)
-        batches = list(src)
-        for i in range(0, len(batches) - 1, 2):
-            x = torch.cat([batches[i][0], batches[i + 1][0]])
-            y = torch.cat([batches[i][1], batches[i + 1][1]])
-            opt.zero_grad()
-            loss_sum, n, _ = loss_fn(model, (x, y))
-            (loss_sum / n).backward()
-            opt.step()
-    return model.state_dict()
+    return reference_state_dict(make_batches() * 2)
 
 
 def _check_ranks(out: Path, steps: int) -> list[dict]:

@@ -1,8 +1,9 @@
-"""RunConfig: one set of run options nested in every task config, with each task's defaults, read by
-Trainer.from_config; old flat train_config.json files still load."""
+"""RunConfig: one set of run options nested in every task config, with each task's defaults, that the
+Trainer is built from; old flat train_config.json files still load."""
 
 import argparse
 import dataclasses
+import inspect
 import json
 
 import pytest
@@ -65,24 +66,27 @@ def test_run_options_are_checked():
         RunConfig(epochs=1.5)
 
 
-def test_trainer_from_config_takes_every_run_option(tmp_path):
+def test_the_trainer_is_built_from_its_run_config(tmp_path):
     model = torch.nn.Linear(2, 1)
     run = RunConfig(
         out_dir=str(tmp_path / "r"), epochs=4, max_steps=9, max_time_s=60.0, patience=2, save_every_steps=3,
         keep_last=1, clip_grad_norm=0.5, seed=11, log_every=5, progress=False, device="cpu",
     )  # fmt: skip
     batches = ListBatches([{"x": torch.zeros(1, 2)}])
-    t = Trainer.from_config(
-        run,
+    t = Trainer(
         model,
         torch.optim.SGD(model.parameters(), lr=0.1),
+        run,
         task_config=CaptioningConfig(),
         loss_fn=lambda m, b: (m(b["x"]).sum(), 1, {}),
         train_batches=batches,
         valid_fn=lambda m: {"valid_loss": 0.0},
     )
-    got = (t.max_epochs, t.max_steps, t.max_time_s, t.early_stopping_patience, t.save_every_steps, t.keep_last)
-    assert got == (4, 9, 60.0, 2, 3, 1)
-    assert (t.clip_grad_norm, t.seed, t.log_every, t.progress, t.device.type) == (0.5, 11, 5, False, "cpu")
+    assert t.run is run and t.device.type == "cpu"
+    # one source of truth: no run option is also a keyword of the trainer or a copy on it
+    run_fields = {f.name for f in dataclasses.fields(RunConfig)}
+    assert not run_fields & set(inspect.signature(Trainer).parameters)
+    resolved = {"device", "out_dir"}  # t.device is the resolved torch.device, t.out_dir the Path
+    assert not (run_fields - resolved) & set(vars(t))
     saved = json.loads((tmp_path / "r" / "train_config.json").read_text())
     assert config_from_json(CaptioningConfig, saved) == CaptioningConfig()

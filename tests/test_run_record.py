@@ -68,15 +68,23 @@ def test_an_explicit_warmup_is_kept_and_the_budget_warns(toy_home, tmp_path, cap
 
 
 def test_without_a_model_the_written_rule_picks_one_and_says_why(toy_home, tmp_path, capsys):
+    """No --model: the rule's model and sizes, except a flag the user gave, which wins; the record says so."""
     from attnkit.tasks.translation.budget_defaults import pick_model
 
     argv = ["--home", str(toy_home), "train", "translation", "--data", "toy", "--max-time-s", "600"]
     rnn = ["--emb-dim", "16", "--hidden-dim", "16", "--attn-dim", "16", "--batch-size", "16", "--threads", "1"]
     out = tmp_path / "run"
-    assert cli_main([*argv, *rnn, "--max-steps", "2", "--out-dir", str(out), "--no-progress"]) == 0
-    model, why = pick_model(600)
-    assert f"attnkit: no --model given: training {model}: {why}" in capsys.readouterr().err
-    assert json.loads((out / "train_config.json").read_text())["model"] == model == "rnnsearch"
+    given = ["--encoder-dim", "8"]  # the rule would set 128
+    assert cli_main([*argv, *rnn, *given, "--max-steps", "2", "--out-dir", str(out), "--no-progress"]) == 0
+    pick = pick_model(600)
+    assert pick.options == {"rnn_attention": "luong", "encoder_dim": 128}
+    err = capsys.readouterr().err
+    assert f"attnkit: no --model given: training rnnsearch (--rnn-attention luong): {pick.why}" in err
+    record = json.loads((out / "train_config.json").read_text())
+    assert record["model"] == pick.model == "rnnsearch"
+    assert record["model_config"]["rnn_attention"] == "luong" and record["model_config"]["encoder_dim"] == 8
+    # no budget: the shipped recipe's model, nothing set
+    assert pick_model(None).options == {} and pick_model(None).model == "rnnsearch"
 
 
 def test_a_run_folder_opens_as_its_newest_complete_checkpoint(toy_home, tmp_path, capsys):

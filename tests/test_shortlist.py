@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from attnkit.decoding import OutputLayerDecoder, beam_search, greedy_search, output_layer
 from attnkit.models.registry import model_class
 from attnkit.models.seq2seq import Seq2SeqConfig
-from attnkit.models.transformer import TransformerConfig, TransformerTranslator
 from attnkit.tasks.translation import LexicalShortlist, ShortlistError
+from tiny import tiny_transformer
 
 V, PAD, BOS, EOS = 30, 0, 1, 2
 
@@ -21,18 +21,7 @@ V, PAD, BOS, EOS = 30, 0, 1, 2
 def model(kind: str, seed: int = 0):
     torch.manual_seed(seed)
     if kind == "transformer":
-        return TransformerTranslator(
-            TransformerConfig(
-                vocab_size=V,
-                d_model=16,
-                nhead=2,
-                num_encoder_layers=1,
-                num_decoder_layers=1,
-                dim_feedforward=32,
-                dropout=0.0,
-                max_len=64,
-            )
-        ).eval()
+        return tiny_transformer(V, seed=seed, num_encoder_layers=1, num_decoder_layers=1, max_len=64)
     return (
         model_class("rnnsearch")
         .from_config(Seq2SeqConfig(vocab_size=V, emb_dim=12, hidden_dim=10, attn_dim=8, dropout=0.0, param_init=0.5))

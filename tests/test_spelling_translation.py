@@ -6,19 +6,12 @@ import json
 
 import pytest
 
-from attnkit.data.tokenizer import Tokenizer, encode_sources
+from attnkit.data.tokenizer import encode_sources
 
 MODERN = "En el principio creó Dios los cielos y la tierra."
 OLD = "En el principio crió Dios los cielos y la tierra."
 WORDS = ("beginning", "God", "created", "heavens", "earth")
 TRANSLATORS = ("rnnsearch-es-en", "rnnencdec-es-en", "transformer-es-en")
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from attnkit.pretrained import resolve_model
-
-    return Tokenizer.load(resolve_model("transformer-es-en"))
 
 
 def test_encode_sources_rewrites_to_the_training_spelling(tokenizer):

@@ -10,19 +10,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnkit.training import ListBatches, Trainer, inverse_sqrt_with_warmup, list_checkpoints, load_checkpoint
+from attnkit.training import (
+    ListBatches,
+    RunConfig,
+    Trainer,
+    inverse_sqrt_with_warmup,
+    list_checkpoints,
+    load_checkpoint,
+)
+from tiny import toy_batches
 
 torch.set_num_threads(1)
-
-
-def make_batches(n_batches=4, bs=6, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(4, 3, generator=g)
-    out = []
-    for _ in range(n_batches):
-        x = torch.randn(bs, 4, generator=g)
-        out.append((x, (x @ w).argmax(-1)))
-    return out
 
 
 def make_model(seed=0):
@@ -42,26 +40,24 @@ def make_trainer(out_dir, *, model_seed=0, max_steps=None, max_epochs=100, loss=
     model = make_model(model_seed)
     opt = torch.optim.Adam(model.parameters(), lr=1.0)
     sched = inverse_sqrt_with_warmup(opt, d_model=16, warmup_steps=4, factor=2.0)
-    valid_x, valid_y = make_batches(1, 8, seed=9)[0]
+    valid_x, valid_y = toy_batches(1, 8, seed=9)[0]
 
     def valid_fn(m):
         return {"valid_loss": F.cross_entropy(m(valid_x), valid_y).item()}
 
     kw.setdefault("save_every_steps", 3)
     kw.setdefault("log_every", 2)
+    run = RunConfig(
+        out_dir=str(out_dir), epochs=max_epochs, max_steps=max_steps, seed=123, progress=False, device=None, **kw
+    )
     return Trainer(
         model,
         opt,
+        run,
         loss_fn=loss,
-        train_batches=ListBatches(make_batches(), shuffle_seed=11),
+        train_batches=ListBatches(toy_batches(4), shuffle_seed=11),
         valid_fn=valid_fn if valid else None,
         scheduler=sched,
-        out_dir=out_dir,
-        max_epochs=max_epochs,
-        max_steps=max_steps,
-        seed=123,
-        progress=False,
-        **kw,
     )
 
 
@@ -134,7 +130,7 @@ def test_sigint_is_handled_at_step_boundary(tmp_path):
 
 def test_early_stopping_and_best(tmp_path):
     seq = iter([1.0, 0.5, 0.6, 0.7, 0.4, 0.3])
-    t = make_trainer(tmp_path, early_stopping_patience=2, save_every_steps=100)
+    t = make_trainer(tmp_path, patience=2, save_every_steps=100)
     t.valid_fn = lambda m: {"valid_loss": next(seq)}
     s = t.fit()
     assert s["stop_reason"] == "early_stopping"
@@ -142,7 +138,7 @@ def test_early_stopping_and_best(tmp_path):
     best = load_checkpoint(tmp_path / "best")
     assert best.step == 8 and best.trainer_state["best_metric"] == 0.5
     # resuming an early-stopped run does nothing more
-    t2 = make_trainer(tmp_path, early_stopping_patience=2)
+    t2 = make_trainer(tmp_path, patience=2)
     assert t2.fit(resume=True)["stop_reason"] == "early_stopping" and t2.step == 16
 
 
@@ -163,15 +159,11 @@ def test_loss_decreases_and_log_is_written(tmp_path):
     t = Trainer(
         model,
         torch.optim.SGD(model.parameters(), lr=0.1),
+        RunConfig(
+            out_dir=str(tmp_path), save_every_steps=50, epochs=6, seed=0, log_every=5, clip_grad_norm=0.0, device=None
+        ),
         loss_fn=mse_sum,
         train_batches=ListBatches(batches, 0),
-        out_dir=tmp_path,
-        save_every_steps=50,
-        max_epochs=6,
-        seed=0,
-        log_every=5,
-        progress=True,
-        clip_grad_norm=None,
     )
     s = t.fit()
     assert s["steps"] == 30 and s["epochs"] == 6 and s["stop_reason"] == "max_epochs" and s["tokens_per_s"] > 0
@@ -184,13 +176,17 @@ def test_loss_decreases_and_log_is_written(tmp_path):
 def test_bad_arguments(tmp_path):
     m = make_model()
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    kw = dict(loss_fn=loss_fn, out_dir=tmp_path, save_every_steps=1, max_epochs=1, seed=0, log_every=1)
+    run = RunConfig(out_dir=str(tmp_path), save_every_steps=1, epochs=1, seed=0, log_every=1)
     with pytest.raises(TypeError, match="train_batches"):
-        Trainer(m, opt, train_batches=[1, 2], **kw)
+        Trainer(m, opt, run, loss_fn=loss_fn, train_batches=[1, 2])
+    run.save_every_steps = 0  # set after the config was built: the trainer checks it again
     with pytest.raises(ValueError, match="save_every_steps"):
-        Trainer(m, opt, train_batches=ListBatches([1]), **{**kw, "save_every_steps": 0})
-    with pytest.raises(ValueError, match="early_stopping_patience"):
-        Trainer(m, opt, train_batches=ListBatches([1]), early_stopping_patience=2, **kw)
+        Trainer(m, opt, run, loss_fn=loss_fn, train_batches=ListBatches([1]))
+    run.save_every_steps, run.patience = 1, 2
+    with pytest.raises(ValueError, match="patience"):
+        Trainer(m, opt, run, loss_fn=loss_fn, train_batches=ListBatches([1]))
+    with pytest.raises(TypeError, match="run must be a RunConfig"):
+        Trainer(m, opt, {"epochs": 1}, loss_fn=loss_fn, train_batches=ListBatches([1]))
 
 
 def test_run_totals_sums_every_piece_of_a_resumed_run(tmp_path):

@@ -7,24 +7,13 @@ import torch
 from attnkit.decoding import beam_search, greedy_search
 from attnkit.models.transformer import TransformerConfig, TransformerTranslator
 from attnkit.training.checkpoint import load_model, save_checkpoint
+from tiny import tiny_transformer
 
 V, PAD, BOS, EOS = 20, 0, 1, 2
 
 
 def tiny(seed=0, **kw):
-    torch.manual_seed(seed)
-    cfg = dict(
-        vocab_size=V,
-        d_model=32,
-        nhead=2,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dim_feedforward=64,
-        dropout=0.0,
-        max_len=64,
-    )
-    cfg.update(kw)
-    return TransformerTranslator(TransformerConfig(**cfg)).eval()
+    return tiny_transformer(V, seed=seed, **{"d_model": 32, "dim_feedforward": 64, "max_len": 64, **kw})
 
 
 def rand_ids(*shape, g=None):

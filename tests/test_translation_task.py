@@ -26,20 +26,9 @@ from attnkit.tasks.translation import (
     translation_loss_fn,
 )
 from attnkit.training.checkpoint import list_checkpoints, load_checkpoint
+from tiny import TINY_RNN_TRAINING, tiny_transformer
 
-TINY = dict(
-    vocab_size=1000,
-    emb_dim=16,
-    hidden_dim=16,
-    attn_dim=16,
-    batch_size=16,
-    limit_train=64,
-    valid_bleu_sentences=8,
-    max_len=80,
-    progress=False,
-    threads=1,
-    dropout=0.1,
-)
+TINY = dict(vocab_size=1000, **TINY_RNN_TRAINING)
 
 
 @pytest.fixture(scope="module")
@@ -343,24 +332,13 @@ def test_fused_loss_equals_the_logits_loss(kind):
     plain path: full (B, T, V) logits, then label_smoothed_nll ignoring padding (float64)."""
     from attnkit.models.registry import model_class
     from attnkit.models.seq2seq import Seq2SeqConfig
-    from attnkit.models.transformer import TransformerConfig, TransformerTranslator
     from attnkit.training.losses import label_smoothed_nll
 
     torch.manual_seed(0)
     V = 30
     name, _, step = kind.partition("-")
     if name == "transformer":
-        model = TransformerTranslator(
-            TransformerConfig(
-                vocab_size=V,
-                d_model=16,
-                nhead=2,
-                num_encoder_layers=1,
-                num_decoder_layers=1,
-                dim_feedforward=32,
-                dropout=0.0,
-            )
-        )
+        model = tiny_transformer(V, num_encoder_layers=1, num_decoder_layers=1).train()
     else:
         model = model_class(name).from_config(
             Seq2SeqConfig(

@@ -159,8 +159,10 @@ class MultiHeadAttention(nn.Module):
         if self.packed and query is key and key is value:
             b, n, _ = query.shape
             qkv = self._linear("qkv", query, self.in_proj_weight, self.in_proj_bias)  # (B, N, 3E): one GEMM
-            qkv = qkv.view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, H, N, Dh)
-            return qkv[0], qkv[1], qkv[2]
+            # unbind, not indexing: its backward stacks the three gradients straight into qkv's layout, where
+            # indexing's fills a zero (3, B, H, N, Dh) tensor per part and then copies it back (3 % of a step)
+            q, k, v = qkv.view(b, n, 3, self.num_heads, self.head_dim).unbind(2)  # (B, N, H, Dh) each
+            return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, N, Dh)
         k, v = self.project_kv(key, value)
         return self.project_query(query), k, v
 

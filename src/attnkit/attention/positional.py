@@ -15,6 +15,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from .dropout import Dropout
+
 __all__ = ["LearnedPositionalEncoding", "SinusoidalPositionalEncoding", "sinusoidal_encoding"]
 
 
@@ -49,7 +51,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         if dim % 2 != 0:
             raise ValueError(f"dim must be even for sinusoidal encodings, got {dim}")
         self.dim = dim
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.register_buffer("pe", sinusoidal_encoding(torch.arange(max_len), dim), persistent=False)
 
     def encoding(self, n: int, offset: int = 0) -> Tensor:
@@ -73,7 +75,7 @@ class LearnedPositionalEncoding(nn.Module):
         self.dim, self.max_len = dim, max_len
         self.table = nn.Embedding(max_len, dim)
         nn.init.normal_(self.table.weight, std=dim**-0.5)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         _check_x(x, self.dim)

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .dropout import Dropout
 from .kv_cache import KVCache
 from .multihead import MultiHeadAttention
 
@@ -46,10 +47,10 @@ class _SublayerMixin:
             raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
         self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias)
         self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias)
-        self.dropout = nn.Dropout(dropout)  # inside the FFN
+        self.dropout = Dropout(dropout)  # inside the FFN
         for i in range(1, n_norms + 1):
             setattr(self, f"norm{i}", nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias))
-            setattr(self, f"dropout{i}", nn.Dropout(dropout))
+            setattr(self, f"dropout{i}", Dropout(dropout))
         self.activation = _ACTIVATIONS[activation]
 
     def _ff(self, x: Tensor) -> Tensor:

@@ -7,31 +7,28 @@ given or generated target), one registry of method names (:data:`METHODS`), two 
 | method | what | models |
 |---|---|---|
 | ``attention`` | a layer's cross-attention (one head or the head mean); RNN attention's α | with attention |
-| ``rollout`` | cross-attention × the encoder's rollout (Abnar & Zuidema 2020) | Transformer |
-| ``attention_norm`` | ‖α f(x)‖ (Kobayashi et al. 2020) | with attention |
-| ``value_zeroing`` | a decoder layer's output change when a source piece's values are zeroed (Mohebbi et al. 2023) | Transformer |
-| ``alti_plus`` | ALTI+ (Ferrando et al. 2022) | Transformer |
+| ``rollout`` | cross-attention × the encoder's rollout (Abnar & Zuidema 2020) | Transformer, HF encoder-decoders |
+| ``attention_norm`` | ‖α f(x)‖ (Kobayashi et al. 2020) | with attention; HF: LayerNorm blocks |
+| ``value_zeroing`` | a decoder layer's output change when a source piece's values are zeroed (Mohebbi et al. 2023) | Transformer; HF: LayerNorm blocks |
+| ``alti_plus`` | ALTI+ (Ferrando et al. 2022) | Transformer; HF: LayerNorm blocks |
 | ``saliency``, ``input_x_gradient``, ``integrated_gradients`` | gradients of log p(y_t) through Captum | every translator and captioner |
+
+HF LayerNorm blocks: Hugging Face Marian and BART (post-norm), mBART, M2M100/NLLB and Pegasus (pre-norm), traced by
+:mod:`attnkit.hf.decomposition`; not T5, whose RMSNorm and relative position bias do not fit.
+
+:func:`explain_generation` attributes a decoder-only Hugging Face model's own continuation (GPT-2, Llama)
+to the tokens before each generated one (:mod:`.generation`).
 """
 
+from .forced import ForcedCaption, ForcedTranslation, forced_caption, forced_translation
+from .generation import GENERATION_METHODS, explain_generation
 from .gradients import DEFAULT_STEPS
-from .methods import (
-    METHODS,
-    ForcedCaption,
-    ForcedTranslation,
-    Method,
-    UnknownMethodError,
-    canonical_method,
-    explain,
-    explain_caption,
-    forced_caption,
-    forced_translation,
-    methods_for,
-)
+from .methods import METHODS, Method, UnknownMethodError, canonical_method, explain, explain_caption, methods_for
 from .result import Attribution, normalise_rows
 
 __all__ = [
     "DEFAULT_STEPS",
+    "GENERATION_METHODS",
     "METHODS",
     "Attribution",
     "ForcedCaption",
@@ -41,6 +38,7 @@ __all__ = [
     "canonical_method",
     "explain",
     "explain_caption",
+    "explain_generation",
     "forced_caption",
     "forced_translation",
     "methods_for",

@@ -34,7 +34,8 @@ import torch
 from ..alignment.aer import AERCounts, aer_counts, argmax_links
 from ..alignment.words import word_spans
 from ..errors import InputError
-from .methods import PREFIX_GROUPS, ForcedTranslation, explain, forced_translation, log_probs_at, methods_for
+from .forced import ForcedTranslation, forced_translation
+from .methods import PREFIX_GROUPS, explain, log_probs_at, methods_for
 
 __all__ = [
     "SANITY_THRESHOLD",
@@ -379,7 +380,8 @@ def evaluate_caption_explanations(
     ``progress``, ``on_method`` and ``resume`` as in :func:`evaluate_explanations`."""
     from ..pretrained import resolve_model
     from ..tasks.captioning import Captioner, attention_mass_in_box, words_to_items
-    from .methods import canonical_method, explain_caption, forced_caption
+    from .forced import forced_caption
+    from .methods import canonical_method, explain_caption
 
     path = resolve_model(model)
     cm = Captioner.load(path, device=device, dtype=dtype)

@@ -1,13 +1,16 @@
 """The registry of attribution methods and the two entry points, :func:`explain` (translators) and
-:func:`explain_caption` (captioners).
+:func:`explain_caption` (captioners), over the forced pairs of :mod:`attnkit.attribution.forced`.
 
 Each method is a function of the model and one forced pair that returns non-negative relevances
 ``(T, S)`` (and, where it has them, signed raw values); the registry times it, normalises the rows
 (:func:`~attnkit.attribution.result.normalise_rows`) and returns an
 :class:`~attnkit.attribution.result.Attribution`. Which methods a model has depends on what it is
-(:func:`methods_for`): attention needs attention; rollout, value zeroing and ALTI+ are defined over
-Transformer blocks; the gradient methods work on any translation model, RNNencdec included, and on
-the captioners.
+(:func:`methods_for`): attention needs attention; rollout needs a Transformer's self- and
+cross-attention (attnkit's, or a Hugging Face encoder-decoder's, special tokens included); value
+zeroing, ALTI+ and attention-norm are defined over residual attention blocks with LayerNorm, which
+attnkit's Transformer and the Bart-like Hugging Face families trace
+(:func:`~attnkit.attribution.trace.trace_model`; a model they are not defined for says why); the
+gradient methods work on any translation model, RNNencdec included, and on the captioners.
 """
 
 from __future__ import annotations
@@ -23,106 +26,23 @@ from torch import Tensor
 
 from ..errors import InputError
 from . import decomposition, gradients
+from .forced import ForcedCaption, ForcedTranslation, forced_caption, forced_translation
 from .result import Attribution, normalise_rows
-from .trace import is_transformer, trace_transformer
+from .trace import decomposable, decomposition_refusal, is_transformer, trace_model
 
 __all__ = [
     "METHODS",
-    "ForcedCaption",
-    "ForcedTranslation",
     "Method",
     "UnknownMethodError",
     "canonical_method",
     "explain",
     "explain_caption",
-    "forced_caption",
-    "forced_translation",
     "methods_for",
 ]
 
 
 class UnknownMethodError(InputError):
     """A method name that is not in the registry, or a method the model does not have."""
-
-
-# ---------------------------------------------------------------------------------------- forced pairs
-@dataclass
-class ForcedTranslation:
-    """One source and the target the model is forced to write: ids ``src (S,)``, ``tgt (T,)`` (the
-    output pieces, no bos/eos) and ``tgt_in (T,)`` (bos + tgt[:-1]), with their pieces."""
-
-    src: Tensor
-    tgt: Tensor
-    tgt_in: Tensor
-    source_pieces: list[str]
-    target_pieces: list[str]
-
-
-def forced_translation(
-    translator, source: str, target: str | list[int] | None = None, *, beam: int = 5
-) -> ForcedTranslation:
-    """``source`` and ``target`` (English text, tokenised here, or the token ids of a translation) as a
-    forced pair; without ``target`` the model's own translation (beam search, ``beam``) is the target."""
-    tok = translator.tokenizer
-    src_ids = translator.encode_sources([source])[0]
-    if target is None:
-        tgt_ids = list(translator.translate([source], beam_size=beam)[0]["tokens"])
-    elif isinstance(target, str):
-        if not target.strip():
-            raise InputError("target is empty: give the English text to explain, or leave it out to translate")
-        tgt_ids = tok.encode(target.strip())
-    else:
-        tgt_ids = [int(t) for t in target]
-    if not tgt_ids:
-        raise InputError("the target has no tokens: there is no output piece to explain")
-    device = translator.device
-    tgt = torch.tensor(tgt_ids, dtype=torch.long, device=device)
-    return ForcedTranslation(
-        src=torch.tensor(src_ids, dtype=torch.long, device=device),
-        tgt=tgt,
-        tgt_in=torch.cat([tgt.new_tensor([tok.bos_id]), tgt[:-1]]),
-        source_pieces=[tok.id_to_piece(t) for t in src_ids],
-        target_pieces=[tok.id_to_piece(t) for t in tgt_ids],
-    )
-
-
-@dataclass
-class ForcedCaption:
-    """One image ``(1, C, C)`` and the caption the captioner is forced to write: ``tokens (T,)`` (no
-    bos/eos), ``tokens_in (T,)`` (bos + tokens[:-1]) and the words."""
-
-    image: Tensor
-    tokens: Tensor
-    tokens_in: Tensor
-    words: list[str]
-
-
-def forced_caption(captioner, image: Tensor, caption: str | list[int] | None = None, *, beam: int = 1) -> ForcedCaption:
-    """``image (1, C, C)`` in [0, 1] and ``caption`` (words of the captioner's vocabulary, or their ids)
-    as a forced pair; without ``caption`` the model's own caption (``beam``) is used."""
-    c = captioner.canvas
-    if not isinstance(image, Tensor) or tuple(image.shape) != (1, c, c):
-        raise InputError(f"image must be a (1, {c}, {c}) tensor, got {tuple(getattr(image, 'shape', ()))}")
-    if caption is None:
-        ids = list(captioner.caption(image.unsqueeze(0), beam_size=beam)[0]["tokens"])
-    elif not isinstance(caption, str):
-        ids = [int(i) for i in caption]
-    else:
-        words = caption.split()
-        unknown = [w for w in words if w not in captioner.vocab.stoi]
-        if unknown:
-            raise InputError(f"caption words not in the captioner's vocabulary: {', '.join(unknown)}")
-        ids = [captioner.vocab.stoi[w] for w in words]
-    if not ids:
-        raise InputError("the caption has no words: there is nothing to explain")
-    first = next(captioner.model.parameters())
-    tokens = torch.tensor(ids, dtype=torch.long, device=first.device)
-    return ForcedCaption(
-        image=image.to(device=first.device, dtype=first.dtype),
-        tokens=tokens,
-        tokens_in=torch.cat([tokens.new_tensor([captioner.config.bos_id]), tokens[:-1]]),
-        words=[captioner.vocab.itos[i] for i in ids],
-    )
 
 
 # ---------------------------------------------------------------------------------------- translation methods
@@ -159,18 +79,30 @@ def _attention(model, pair, *, layer=None, head=None):
     return {"scores": _cross(model, pair, layer, head)}
 
 
+@torch.no_grad()
 def _rollout(model, pair, *, layer=None):
     from ..alignment import attention_rollout
 
+    if not is_transformer(model):  # a Hugging Face encoder-decoder: the rollout runs over its special tokens too
+        full = model.full_attention(pair.src, pair.tgt_in)
+        li = decomposition._layer_index(full.cross.shape[0], layer)
+        rolled = full.cross[li].mean(0) @ attention_rollout(full.enc_self)  # (T', S')
+        return {"scores": rolled[full.rows, full.cols]}
     maps = model.attention_maps(pair.src[None], torch.tensor([len(pair.src)]), pair.tgt_in[None])
     cross = maps.cross[0].float()  # (L, H, T, S)
     li = decomposition._layer_index(cross.shape[0], layer)
     return {"scores": cross[li].mean(0) @ attention_rollout(maps.enc_self[0].float())}
 
 
+def _has_rollout(model) -> bool:
+    return is_transformer(model) or callable(getattr(model, "full_attention", None))
+
+
+@torch.no_grad()
 def _attention_norm(model, pair, *, layer=None):
-    if is_transformer(model):
-        return {"scores": decomposition.attention_norm(trace_transformer(model, pair.src, pair.tgt_in), layer=layer)}
+    if decomposable(model):
+        trace, rows, cols = trace_model(model, pair.src, pair.tgt_in)
+        return {"scores": decomposition.attention_norm(trace, layer=layer)[rows, cols]}
     if layer is not None:
         raise InputError(f"{type(model).__name__} has one attention: --layer does not apply")
     maps = model.attention_maps(pair.src[None], torch.tensor([len(pair.src)]), pair.tgt_in[None])
@@ -178,12 +110,18 @@ def _attention_norm(model, pair, *, layer=None):
     return {"scores": maps.alignment[0].float() * maps.annotations[0].float().norm(dim=-1)}
 
 
+@torch.no_grad()
 def _value_zeroing(model, pair, *, layer=None):
-    return {"scores": decomposition.value_zeroing(trace_transformer(model, pair.src, pair.tgt_in), layer=layer)}
+    trace, rows, cols = trace_model(model, pair.src, pair.tgt_in)
+    return {"scores": decomposition.value_zeroing(trace, layer=layer)[rows, cols]}
 
 
+@torch.no_grad()
 def _alti_plus(model, pair):
-    contrib, share = decomposition.alti_plus(trace_transformer(model, pair.src, pair.tgt_in))
+    trace, rows, cols = trace_model(model, pair.src, pair.tgt_in)
+    contrib, _ = decomposition.alti_plus(trace)
+    contrib = contrib[rows, cols]  # the text's pieces (a Hugging Face model's special tokens left out)
+    share = contrib.sum(-1)
     return {"scores": contrib, "extra": {"source_share": [round(v, 4) for v in share.detach().tolist()]}}
 
 
@@ -399,7 +337,7 @@ METHODS: dict[str, Method] = {
             False,
             _rollout,
             None,
-            is_transformer,
+            _has_rollout,
             "a Transformer (it composes the encoder's self-attention layers)",
         ),
         Method(
@@ -409,7 +347,7 @@ METHODS: dict[str, Method] = {
             False,
             _attention_norm,
             None,
-            lambda m: is_transformer(m) or getattr(m, "attention", None) is not None,
+            lambda m: decomposable(m) or getattr(m, "attention", None) is not None,
             "a model with attention",
         ),
         Method(
@@ -419,7 +357,7 @@ METHODS: dict[str, Method] = {
             False,
             _value_zeroing,
             None,
-            is_transformer,
+            decomposable,
             "a Transformer",
         ),
         Method(
@@ -429,7 +367,7 @@ METHODS: dict[str, Method] = {
             False,
             _alti_plus,
             None,
-            is_transformer,
+            decomposable,
             "a Transformer",
         ),
         Method(
@@ -508,6 +446,9 @@ def _run(method: str, kind: str, model, pair, source, target, options, grid=None
     meth = METHODS[name]
     fn = meth.translation if kind == "translation" else meth.caption
     if fn is None or (kind == "translation" and not meth.applies(model)):
+        reason = decomposition_refusal(model) if fn is not None else None
+        if reason:
+            raise UnknownMethodError(f"{name} is {reason}; this model has: {', '.join(methods_for(model))}")
         raise UnknownMethodError(
             f"{name} needs {meth.requirement or 'another kind of model'}; "
             f"{type(model).__name__} has: {', '.join(methods_for(model))}"

@@ -22,7 +22,10 @@ def format_attribution(att: Attribution, *, k: int = 3, pieces: bool = False) ->
     took = f"{att.seconds:.2f} s" + (" with gradients" if att.needs_gradients else "")
     lines = [f"{att.method}: {meth.title} ({meth.reference}); {took}"]
     if att.extra.get("translation"):
-        lines.append(("forced target: " if att.extra.get("forced") else "translation: ") + att.extra["translation"])
+        label = "forced target: " if att.extra.get("forced") else "translation: "
+        if att.extra.get("kind") == "continuation":  # a decoder-only model's own continuation of the text
+            label = "continuation: "
+        lines.append(label + att.extra["translation"])
     if att.is_image:
         rows, cols, mat = att.target, [_cell_name(i, att.grid) for i in range(att.scores.shape[1])], att.scores
     elif pieces:

@@ -13,6 +13,13 @@ adds to, and (post-norm) the LayerNorm after the sum, so the terms ``T_ij = Σ_h
 
 The replay reads the model's own modules (``encoder.layers[l].self_attn``, ``norm1`` ..., the
 decoder's ``multihead_attn``), in eval mode, for one unpadded sentence: ``src (S,)``, ``tgt_in (T,)``.
+
+Other translation models take part through two members: ``decomposition_trace(src, tgt_in)``, giving
+the same blocks as plain parts (fields named as :class:`Block`'s and :class:`DecoderLayerTrace`'s,
+plus ``rows``/``cols``: the positions that are the text's target pieces and source pieces, the rest
+being the model's special tokens), and ``decomposition_refusal`` (None, or the one line saying why the
+decompositions are not defined for the model). A Hugging Face encoder-decoder has them
+(:mod:`attnkit.hf.decomposition`); :func:`trace_model` reads either kind.
 """
 
 from __future__ import annotations
@@ -24,7 +31,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["Block", "DecoderLayerTrace", "TransformerTrace", "is_transformer", "trace_transformer"]
+__all__ = [
+    "Block",
+    "DecoderLayerTrace",
+    "TransformerTrace",
+    "decomposable",
+    "decomposition_refusal",
+    "is_transformer",
+    "trace_model",
+    "trace_transformer",
+]
 
 
 def is_transformer(model) -> bool:
@@ -142,3 +158,32 @@ def trace_transformer(model, src: Tensor, tgt_in: Tensor) -> TransformerTrace:
     finally:
         model.train(was_training)
     return TransformerTrace(enc_blocks, dec, memory, logits)
+
+
+def decomposition_refusal(model) -> str | None:
+    """The model's own line on why the decompositions are not defined for it, or None."""
+    return None if is_transformer(model) else getattr(model, "decomposition_refusal", None)
+
+
+def decomposable(model) -> bool:
+    """Whether the decomposition-based methods are defined for ``model``: attnkit's Transformer, or a
+    model that traces its blocks (``decomposition_trace``) and does not refuse (see the module docstring)."""
+    if is_transformer(model):
+        return True
+    return callable(getattr(model, "decomposition_trace", None)) and decomposition_refusal(model) is None
+
+
+def _block(parts) -> Block:
+    return Block(parts.weights, parts.values, parts.out_bias, parts.residual, parts.post_norm, parts.out)
+
+
+def trace_model(model, src: Tensor, tgt_in: Tensor) -> tuple[TransformerTrace, slice, slice]:
+    """``(trace, rows, cols)`` for ``model`` on ``src (S,)`` and ``tgt_in (T,)``: the trace's target
+    positions ``rows`` and source positions ``cols`` are the text's pieces (all of them for attnkit's
+    Transformer; a Hugging Face model's traces also hold its special tokens)."""
+    if is_transformer(model):
+        return trace_transformer(model, src, tgt_in), slice(None), slice(None)
+    parts = model.decomposition_trace(src, tgt_in)
+    decoder = [DecoderLayerTrace(_block(d.self_block), _block(d.cross_block), d.ffn, d.out) for d in parts.decoder]
+    trace = TransformerTrace([_block(b) for b in parts.encoder], decoder, parts.memory, parts.logits)
+    return trace, parts.rows, parts.cols

@@ -13,14 +13,9 @@ from ..errors import AttnkitError
 from ..version import __version__
 from . import align, caption, data, evaluate, explain, export, models, serve, train, translate
 from .common import CLIError, _Parser
+from .flags import _add_home_flag
 
 __all__ = ["CLIError", "build_parser", "main"]
-
-
-def _add_home_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--home", default=None, help="data and cache folder (default $ATTNKIT_HOME or ~/.cache/attnkit)"
-    )
 
 
 class _VersionAction(argparse.Action):

@@ -9,7 +9,17 @@ import sys
 
 from ..checks import COUNT, arg_type, between
 from ..errors import InputError
-from .common import _add_device_flags, _add_json_flag, _add_layer_head_flags, _load_translator, _output
+from .common import _load_translator, _output
+from .flags import (
+    _add_device_flags,
+    _add_json_flag,
+    _add_layer_head_flags,
+    _add_limit_flag,
+    _add_model_flag,
+    _add_output_flag,
+    _add_progress_flag,
+    _add_split_flag,
+)
 
 __all__ = [
     "add_align_parser",
@@ -114,9 +124,7 @@ def add_align_parser(sub) -> None:
         description="Force the model to write each target line while reading its source line, read its "
         "attention, and print one line of 0-based `source-target` word links per pair (whitespace words).",
     )
-    al.add_argument(
-        "--model", default=None, help="a translation model name or folder (default: the shipped Transformer)"
-    )
+    _add_model_flag(al, "the shipped Transformer", what="a translation model")
     al.add_argument("--src", required=True, help="source-language file, one sentence per line (required, no default)")
     al.add_argument("--tgt", required=True, help="target-language file, line-parallel to --src (required, no default)")
     al.add_argument(
@@ -155,8 +163,8 @@ def add_align_parser(sub) -> None:
     al.add_argument(
         "--reverse-model", default=None, help="a model of the other direction (target → source) (default: none)"
     )
-    al.add_argument("--output", default=None, help="write the links here instead of stdout (default: stdout)")
-    al.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (default: off)")
+    _add_output_flag(al, "write the links here instead of stdout (default: stdout)")
+    _add_progress_flag(al)
     _add_device_flags(al)
     al.set_defaults(func=cmd_align)
 
@@ -191,17 +199,12 @@ def add_data_links_parser(d) -> None:
     dl.add_argument(
         "dataset", metavar="CORPUS", help="bible, or the NAME of a corpus prepared with `attnkit data prepare parallel`"
     )
-    dl.add_argument("--split", default="train", choices=["train", "valid", "test"], help="which split (default: train)")
-    dl.add_argument(
-        "--limit",
-        type=arg_type(COUNT, "limit"),
-        default=None,
-        help="the first N pairs only (as --limit-train N) (default: all)",
-    )
+    _add_split_flag(dl, "train")
+    _add_limit_flag(dl, "the first N pairs only (as --limit-train N) (default: all)")
     dl.add_argument(
         "--symmetrize", default="grow-diag-final-and", choices=_SYMMETRIZATIONS, help="(default: %(default)s)"
     )
-    dl.add_argument("--output", required=True, help="the links file to write, one line per pair (required, no default)")
+    _add_output_flag(dl, "the links file to write, one line per pair (required, no default)", required=True)
     dl.set_defaults(func=cmd_data_links)
 
 
@@ -264,9 +267,7 @@ def cmd_evaluate_alignment(args) -> None:
 
 def add_evaluate_alignment_parser(e) -> None:
     ea = e.add_parser("alignment", help="does attention align? AER against gold alignments, with bootstrap intervals")
-    ea.add_argument(
-        "--model", default=None, help="a translation model name or folder (default: the shipped Transformer)"
-    )
+    _add_model_flag(ea, "the shipped Transformer", what="a translation model")
     ea.add_argument(
         "--method",
         action="append",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..checks import BEAM, arg_type
 from ..pretrained import DEFAULT_CAPTION_MODEL
-from .common import CLIError, _add_device_flags, _add_model_flag, _load_captioner, _model_path, _output
+from .common import CLIError, _load_captioner, _model_path, _output
+from .flags import _add_beam_flag, _add_device_flags, _add_html_flag, _add_model_flag, _add_plot_flag
 
 
 def cmd_caption(args) -> None:
@@ -56,20 +56,8 @@ def add_parser(sub) -> None:
         "images", nargs="+", help="image files (any size/colour mode; converted to the model's grayscale canvas)"
     )
     _add_model_flag(ca, DEFAULT_CAPTION_MODEL)
-    ca.add_argument(
-        "--beam",
-        type=arg_type(BEAM, "beam"),
-        default=3,
-        help="beam size for the second caption, 1 = greedy only (default: 3)",
-    )
-    ca.add_argument(
-        "--plot", default=None, help="write the per-word attention overlay grid to this PNG (default: none)"
-    )
-    ca.add_argument(
-        "--html",
-        default=None,
-        help="write the explorer's views of these captions to this "
-        "self-contained HTML file (opens offline) (default: none)",
-    )
+    _add_beam_flag(ca, 3, "beam size for the second caption, 1 = greedy only")
+    _add_plot_flag(ca, "write the per-word attention overlay grid")
+    _add_html_flag(ca, "these captions")
     _add_device_flags(ca)
     ca.set_defaults(func=cmd_caption)

@@ -1,5 +1,5 @@
 """What every ``attnkit`` command shares: the one-line error, the parser class, output-path checks,
-the shared flag groups and the model loaders."""
+the engine flags' check and the model loaders (the shared flags themselves are :mod:`.flags`')."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import os
 from pathlib import Path
 
-from ..checks import LAYERS, arg_type
 from ..errors import AttnkitError
 from ..pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
 
@@ -49,41 +48,6 @@ def _print_json(obj) -> None:
     print(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
 
 
-def _add_device_flags(parser: argparse.ArgumentParser, *, int8: bool = False) -> None:
-    """``--device`` and ``--precision`` for a command that runs a model (see :mod:`attnkit.device`);
-    ``int8``: the command runs translators, which also take ``--precision int8``."""
-    parser.add_argument(
-        "--device",
-        default="auto",
-        help="where to run: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps (default: auto)",
-    )
-    parser.add_argument(
-        "--precision",
-        default="fp32",
-        choices=["fp32", "bf16", "fp16", *(["int8"] if int8 else []), "auto"],
-        help="weights and arithmetic: fp32, bf16, fp16, "
-        + ("int8 (dynamic quantization, CPU), " if int8 else "")
-        + "or auto (bf16 where it is measured faster) (default: fp32)",
-    )
-
-
-def _add_engine_flag(parser: argparse.ArgumentParser) -> None:
-    """``--engine``: attnkit's own PyTorch decoding, or a CTranslate2 export (:mod:`attnkit.deploy`)."""
-    parser.add_argument(
-        "--engine",
-        default="pytorch",
-        choices=["pytorch", "ctranslate2"],
-        help="pytorch: attnkit's own decoding; ctranslate2: a model written by `attnkit export MODEL OUT "
-        "--format ctranslate2` (pip install 'attnkit[deploy]'; no torch import) (default: pytorch)",
-    )
-    parser.add_argument(
-        "--vmap",
-        action="store_true",
-        help="ctranslate2: decode over the export's vocabulary map, the lexical shortlist given to "
-        "`attnkit export --shortlist` (default: off)",
-    )
-
-
 def _check_engine_flags(args) -> None:
     """The flags that belong to one engine only, refused on the other with the reason."""
     if args.engine == "ctranslate2":
@@ -99,16 +63,6 @@ def _check_engine_flags(args) -> None:
             )
     elif getattr(args, "vmap", False):
         raise CLIError("--vmap needs --engine ctranslate2 (the PyTorch engine takes --shortlist FILE)")
-
-
-def _add_spelling_flag(parser: argparse.ArgumentParser) -> None:
-    """``--keep-spelling``: give the model the input as typed (see :mod:`attnkit.data.spelling`)."""
-    parser.add_argument(
-        "--keep-spelling",
-        action="store_true",
-        help="give the model the source text as typed; by default a model trained on the 1909 Bible reads "
-        "today's Spanish rewritten in the 1909 spelling (fue → fué, a → á, creó → crió) (default: off)",
-    )
 
 
 def _load_ct2(model: str | None, device: str, *, keep_spelling: bool = False):
@@ -204,33 +158,6 @@ def _load_captioner(args, path: Path | None = None):
 
     path = path or _model_path(args.model, DEFAULT_CAPTION_MODEL)
     return Captioner.load(path, device=args.device, dtype=args.precision)
-
-
-def _add_model_flag(parser: argparse.ArgumentParser, default: str) -> None:
-    """``--model``: a shipped or local model name, or a checkpoint folder."""
-    parser.add_argument("--model", default=None, help=f"a model name (`attnkit models`) or folder (default: {default})")
-
-
-def _add_shortlist_flag(parser: argparse.ArgumentParser) -> None:
-    """``--shortlist FILE`` for the commands that translate."""
-    parser.add_argument(
-        "--shortlist",
-        default=None,
-        metavar="FILE",
-        help="search only each batch's lexical shortlist "
-        "of the vocabulary (faster), from `attnkit shortlist` (default: none: the whole vocabulary)",
-    )
-
-
-def _add_json_flag(parser: argparse.ArgumentParser) -> None:
-    """``--json``: one JSON object on stdout instead of the table."""
-    parser.add_argument("--json", action="store_true", help="print one JSON object (default: off: a table)")
-
-
-def _add_layer_head_flags(parser: argparse.ArgumentParser, layer_help: str, head_help: str) -> None:
-    """``--layer`` and ``--head`` (1-based) for the commands that read one attention layer or head."""
-    parser.add_argument("--layer", type=arg_type(LAYERS, "layer"), default=None, help=layer_help)
-    parser.add_argument("--head", type=arg_type(LAYERS, "head"), default=None, help=head_help)
 
 
 def _checkpoint_errors_as_cli(run, *args, **kwargs):

@@ -7,17 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from ..checks import BEAM, COUNT, arg_type
 from ..pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
 from .align import add_evaluate_alignment_parser
 from .common import (
     CLIError,
-    _add_device_flags,
-    _add_engine_flag,
-    _add_json_flag,
-    _add_model_flag,
-    _add_shortlist_flag,
-    _add_spelling_flag,
     _check_engine_flags,
     _checkpoint_errors_as_cli,
     _load_ct2,
@@ -26,19 +19,28 @@ from .common import (
     _output,
 )
 from .explain import add_evaluate_explanations_parser
+from .flags import (
+    _add_beam_flag,
+    _add_device_flags,
+    _add_engine_flag,
+    _add_json_flag,
+    _add_limit_flag,
+    _add_model_flag,
+    _add_output_flag,
+    _add_plot_flag,
+    _add_shortlist_flag,
+    _add_spelling_flag,
+    _add_split_flag,
+)
 
 
 def _add_evaluate_flags(parser: argparse.ArgumentParser, unit: str) -> None:
     """The flags every ``attnkit evaluate`` command shares."""
-    parser.add_argument(
-        "--split", default="test", choices=["train", "valid", "test"], help="which split (default: test)"
-    )
-    parser.add_argument(
-        "--limit", type=arg_type(COUNT, "limit"), default=None, help=f"only the first N {unit} (default: all)"
-    )
-    parser.add_argument("--beam", type=arg_type(BEAM, "beam"), default=1, help="beam size, 1 = greedy (default: 1)")
+    _add_split_flag(parser, "test")
+    _add_limit_flag(parser, f"only the first N {unit} (default: all)")
+    _add_beam_flag(parser, 1)
     _add_json_flag(parser)
-    parser.add_argument("--output", default=None, help="also write the JSON report here (default: none)")
+    _add_output_flag(parser, "also write the JSON report here (default: none)")
 
 
 def cmd_evaluate_translation(args) -> None:
@@ -175,7 +177,7 @@ def add_parser(sub) -> None:
         metavar="FILE",
         help="their reference translations, line by line (with --src; default: none)",
     )
-    et.add_argument("--plot", default=None, help="plot BLEU by source length to this PNG (default: none)")
+    _add_plot_flag(et, "plot BLEU by source length")
     _add_device_flags(et, int8=True)
     _add_engine_flag(et)
     _add_shortlist_flag(et)

@@ -6,18 +6,17 @@ import json
 import sys
 from pathlib import Path
 
-from ..checks import BEAM, COUNT, arg_type, between
+from ..checks import arg_type, between
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
-from .common import (
-    CLIError,
+from .common import CLIError, _load_captioner, _load_translator, _model_path, _output
+from .flags import (
+    _add_beam_flag,
     _add_device_flags,
     _add_json_flag,
     _add_layer_head_flags,
+    _add_limit_flag,
     _add_model_flag,
-    _load_captioner,
-    _load_translator,
-    _model_path,
-    _output,
+    _add_output_flag,
 )
 
 
@@ -40,12 +39,12 @@ def cmd_explain(args) -> None:
     from ..pretrained import model_task
 
     task = model_task(path)
-    if task == "self-attention":
-        raise CLIError(
-            f"{path} is an encoder-only or decoder-only model: it has no source to attribute a translation to; "
-            "its self-attention (every layer and head, head mean, rollout) is in Python: "
-            "attnkit.hf.self_attention.load_self_attention(MODEL).self_attention(TEXT)"
-        )
+    if task == "self-attention":  # a Hugging Face encoder-only or decoder-only model
+        from .explain_hf import explain_self_attention_model
+
+        return explain_self_attention_model(args, path, method, progress)
+    if args.self_attention:
+        raise CLIError("--self-attention is for Hugging Face encoder-only and decoder-only models")
     if task == "translation":
         tr = _load_translator(args, path)
         att = explain(tr, args.input, target=args.target, beam=args.beam, layer=args.layer, head=args.head, **options)
@@ -138,20 +137,21 @@ def add_parser(sub) -> None:
         help="which source words (or image cells) each output word used, by an attribution method",
         description="Attribute every output word of a translation (or caption) to the source words (or image "
         "grid cells) under forced decoding: raw attention, rollout, attention_norm, value_zeroing, alti_plus, "
-        "saliency, input_x_gradient, integrated_gradients (see attnkit.attribution).",
+        "saliency, input_x_gradient, integrated_gradients (see attnkit.attribution). A Hugging Face decoder-only "
+        "model (GPT-2, Llama) continues the text and each written token is attributed to the tokens before it; "
+        "an encoder-only model (BERT) shows its self-attention (attention, rollout).",
     )
-    xp.add_argument("input", help="Spanish text (translation models) or an image file (captioners)")
+    xp.add_argument(
+        "input",
+        help="Spanish text (translation models), an image file (captioners), or the text to read or continue "
+        "(Hugging Face encoder-only and decoder-only models)",
+    )
     _add_model_flag(xp, DEFAULT_TRANSLATION_MODEL)
     xp.add_argument("--method", default="attention", help="the attribution method (default: attention)")
     xp.add_argument(
         "--target", default=None, help="the English (or caption) to force (default: the model's own output)"
     )
-    xp.add_argument(
-        "--beam",
-        type=arg_type(BEAM, "beam"),
-        default=5,
-        help="beam size of the model's own output (default: 5)",
-    )
+    _add_beam_flag(xp, 5, "beam size of the model's own output")
     _add_layer_head_flags(
         xp,
         "cross-attention layer, 1-based (default: the last)",
@@ -177,8 +177,25 @@ def add_parser(sub) -> None:
         help="sources shown per target word (default: 3)",
     )
     xp.add_argument("--pieces", action="store_true", help="subword pieces instead of whole words (default: off)")
+    xp.add_argument(
+        "--max-new-tokens",
+        type=arg_type(between(1, 512, integer=True), "max_new_tokens"),
+        default=20,
+        help="decoder-only Hugging Face models: the most tokens of the greedy continuation explained (default: 20)",
+    )
+    xp.add_argument(
+        "--self-attention",
+        action="store_true",
+        help="decoder-only Hugging Face models: the self-attention views (--method attention or rollout) instead "
+        "of attributing a continuation; encoder-only models always show these (default: off)",
+    )
     _add_json_flag(xp)
-    xp.add_argument("--plot", default=None, help="write a heatmap (or caption overlays) to this PNG (default: none)")
+    xp.add_argument(
+        "--plot",
+        default=None,
+        help="write a heatmap (or caption overlays) to this PNG; for a Hugging Face encoder-only or decoder-only "
+        "model also .html: the explorer's view as one self-contained page (default: none)",
+    )
     _add_device_flags(xp)
     xp.set_defaults(func=cmd_explain)
 
@@ -192,11 +209,8 @@ def add_evaluate_explanations_parser(e) -> None:
     ee.add_argument(
         "--method", action="append", default=None, help="score only this method; repeat for more (default: all)"
     )
-    ee.add_argument(
-        "--limit",
-        type=arg_type(COUNT, "limit"),
-        default=None,
-        help="only the first N of the 100 scored gold verses (captioners: test scenes; default: all verses, 100 scenes)",
+    _add_limit_flag(
+        ee, "only the first N of the 100 scored gold verses (captioners: test scenes; default: all verses, 100 scenes)"
     )
     ee.add_argument(
         "--sanity-verses",
@@ -205,11 +219,7 @@ def add_evaluate_explanations_parser(e) -> None:
         help="verses for the randomisation check, the first of those scored (default: 3)",
     )
     _add_json_flag(ee)
-    ee.add_argument(
-        "--output",
-        default=None,
-        help="also write the JSON report here, after every method as well as at the end (default: none)",
-    )
+    _add_output_flag(ee, "also write the JSON report here, after every method as well as at the end (default: none)")
     ee.add_argument(
         "--resume",
         action="store_true",

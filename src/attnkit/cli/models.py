@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .common import _add_device_flags, _output, _print_json
+from .common import _output, _print_json
+from .flags import _add_device_flags, _add_json_flag
 
 
 def cmd_models(args) -> None:
@@ -40,7 +41,7 @@ def cmd_demo(args) -> None:
 
 def add_parser(sub) -> None:
     ms = sub.add_parser("models", help="list the shipped and locally trained models ($ATTNKIT_HOME/models)")
-    ms.add_argument("--json", action="store_true", help="print a JSON list (default: a table)")
+    _add_json_flag(ms, "a JSON list")
     ms.set_defaults(func=cmd_models)
 
     dm = sub.add_parser("demo", help="the main job: translate held-out verses, plot, score")

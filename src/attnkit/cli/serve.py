@@ -8,14 +8,8 @@ import secrets
 import sys
 
 from ..config import add_config_arguments, config_from_args
-from .common import (
-    CLIError,
-    _add_device_flags,
-    _add_engine_flag,
-    _add_spelling_flag,
-    _check_engine_flags,
-    _model_paths,
-)
+from .common import CLIError, _check_engine_flags, _model_paths
+from .flags import _add_device_flags, _add_engine_flag, _add_spelling_flag
 
 TOKEN_ENV = "ATTNKIT_TOKEN"
 

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from .common import CLIError, _output, _print_json
+from .flags import _add_progress_flag
 
 
 def cmd_train_translation(args) -> None:
@@ -14,13 +15,15 @@ def cmd_train_translation(args) -> None:
 
     from ..data.corpus import open_corpus
     from ..tasks.translation import TranslationConfig, train_translation
-    from ..tasks.translation.budget_defaults import pick_model
+    from ..tasks.translation.budget_defaults import apply_pick, pick_model
 
     if args.model is None:  # no --model: the written rule picks one, and says which and why
         open_corpus(args.data, home=args.home)  # an unknown corpus is the error, before any pick is announced
-        args.model, why = pick_model(args.max_time_s)
+        pick = pick_model(args.max_time_s)
+        flags = apply_pick(args, pick)
         if os.environ.get("RANK", "0") == "0":
-            print(f"attnkit: no --model given: training {args.model}: {why}", file=sys.stderr)
+            sized = f" ({' '.join(flags)})" if flags else ""
+            print(f"attnkit: no --model given: training {args.model}{sized}: {pick.why}", file=sys.stderr)
     cfg = TranslationConfig.from_args(args)
     _output(cfg.run.out_dir, "--out-dir", folder=True)
     summary = train_translation(cfg, resume=args.resume, home=args.home)
@@ -53,7 +56,7 @@ def _add_train_flags(parser: argparse.ArgumentParser, func) -> None:
     parser.add_argument(
         "--resume", action="store_true", help="continue from the newest checkpoint in --out-dir (default: off)"
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: off)")
+    _add_progress_flag(parser)
     parser.set_defaults(func=func)
 
 

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import sys
 
-from ..checks import BEAM, VOCABULARY, arg_type, between
+from ..checks import VOCABULARY, arg_type, between
 from ..data.parallel import decode_lines, read_lines
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
-from .common import (
-    CLIError,
+from .common import CLIError, _check_engine_flags, _load_ct2, _load_shortlist, _load_translator, _model_path, _output
+from .flags import (
+    _add_beam_flag,
     _add_device_flags,
     _add_engine_flag,
+    _add_html_flag,
     _add_model_flag,
+    _add_output_flag,
+    _add_plot_flag,
     _add_shortlist_flag,
     _add_spelling_flag,
-    _check_engine_flags,
-    _load_ct2,
-    _load_shortlist,
-    _load_translator,
-    _model_path,
-    _output,
+    _add_split_flag,
 )
 
 
@@ -183,19 +182,12 @@ def add_parser(sub) -> None:
     tr.add_argument("text", nargs="*", help="sentences in the model's source language (or --file, or stdin)")
     _add_model_flag(tr, DEFAULT_TRANSLATION_MODEL)
     tr.add_argument("--file", default=None, help="read sentences from this file, one per line (default: none)")
-    tr.add_argument("--beam", type=arg_type(BEAM, "beam"), default=5, help="beam size, 1 = greedy (default: 5)")
+    _add_beam_flag(tr, 5)
     tr.add_argument(
         "--show-attention", action="store_true", help="print the top source pieces of each output piece (default: off)"
     )
-    tr.add_argument(
-        "--plot", default=None, help="write the alignment heatmap (or head grid) to this PNG (default: none)"
-    )
-    tr.add_argument(
-        "--html",
-        default=None,
-        help="write the explorer's views of these translations to this "
-        "self-contained HTML file (opens offline) (default: none)",
-    )
+    _add_plot_flag(tr, "write the alignment heatmap (or head grid)")
+    _add_html_flag(tr, "these translations")
     _add_device_flags(tr, int8=True)
     _add_engine_flag(tr)
     _add_shortlist_flag(tr)
@@ -213,15 +205,8 @@ def add_shortlist_parser(sub) -> None:
 
     sl = sub.add_parser("shortlist", help="build a translation model's lexical shortlist (for translate --shortlist)")
     _add_model_flag(sl, DEFAULT_TRANSLATION_MODEL)
-    sl.add_argument(
-        "--output", default=None, help="where to write it (default: shortlist.safetensors in the model's folder)"
-    )
-    sl.add_argument(
-        "--split",
-        default="train",
-        choices=["train", "valid", "test"],
-        help="the pairs of the model's own corpus to count (default: train)",
-    )
+    _add_output_flag(sl, "where to write it (default: shortlist.safetensors in the model's folder)")
+    _add_split_flag(sl, "train", "the pairs of the model's own corpus to count")
     sl.add_argument(
         "--frequent",
         type=arg_type(between(0, VOCABULARY.high, integer=True), "frequent"),

@@ -33,6 +33,10 @@ decoding from ``<s>``, Marian and Pegasus by default from ``<pad>``), ``</s>`` 2
 ``forced_eos_token_id`` is unset and ``generation_config.json`` says greedy with at most
 :data:`MAX_DECODE` tokens, as attnkit's :class:`~attnkit.tasks.translation.Translator`. The source
 has no ``</s>`` appended (attnkit's has none); the tokenizer is :mod:`attnkit.deploy.hf_tokenizer`'s.
+``config.json`` also carries an ``attnkit`` entry (the languages, the corpus, the source spelling and
+the longest source), which plain ``transformers`` ignores and attnkit's HF path reads, so that
+``attnkit translate --model OUT`` rewrites today's Spanish to the 1909 Bible's spelling before
+tokenizing, as the attnkit model does (plain ``transformers`` reads text as typed).
 
 **What is refused**, with a :class:`~attnkit.deploy.manifest.DeployError` naming the reason:
 recurrent translators and captioners; learned position tables (Marian's and Pegasus's tables are
@@ -185,6 +189,16 @@ def _hf_config(transformers, model, arch: str, max_positions: int):
         forced_eos_token_id=None,
         tie_word_embeddings=c.tie_embeddings,
         architectures=["PegasusForConditionalGeneration" if arch == "pegasus" else "MarianMTModel"],
+        # what attnkit's Translator reads from the model's own config, for attnkit's HF path (plain
+        # transformers keeps it as an attribute and ignores it): the languages, the corpus, the
+        # source spelling input is rewritten to, and the longest source the model accepts
+        attnkit={
+            "src_lang": c.src_lang,
+            "tgt_lang": c.tgt_lang,
+            "corpus": c.corpus,
+            "source_spelling": c.source_spelling,
+            "max_src_len": c.max_src_len,
+        },
     )
     if arch == "pegasus":
         return transformers.PegasusConfig(**common)

@@ -87,11 +87,21 @@ def standalone_html(data: dict) -> str:
 
 
 def write_explorer_html(
-    path: str | Path, *, translations: list | None = None, captions: list | None = None, models: list | None = None
+    path: str | Path,
+    *,
+    translations: list | None = None,
+    captions: list | None = None,
+    models: list | None = None,
+    self_attention: list | None = None,
 ) -> Path:
     """Write the offline page for these payloads to ``path`` (atomically); returns the path."""
     data = ExplorerData.model_validate(
-        {"models": models or [], "translations": translations or [], "captions": captions or []}
+        {
+            "models": models or [],
+            "translations": translations or [],
+            "captions": captions or [],
+            "self_attention": self_attention or [],
+        }
     )  # the API's format, checked
     out = atomic_write_text(path, standalone_html(data.model_dump(mode="json")))
     out.chmod(0o644)  # a page to open and share, not a private temporary

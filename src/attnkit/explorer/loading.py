@@ -28,12 +28,14 @@ class LoadedModels:
 
     translators: dict[str, Any] = field(default_factory=dict)
     captioners: dict[str, Any] = field(default_factory=dict)
+    self_attention: dict[str, Any] = field(default_factory=dict)  # Hugging Face encoder-only, decoder-only
     info: dict[str, dict] = field(default_factory=dict)
     specs: dict[str, ModelSpec] = field(default_factory=dict)
 
 
 def load_one(spec: ModelSpec):
-    """``(label, task, model)`` for one model (a ``Translator``, ``Captioner`` or CTranslate2 translator)."""
+    """``(label, task, model)`` for one model (a ``Translator``, ``Captioner``, CTranslate2 translator, or a
+    Hugging Face encoder-only or decoder-only model: :class:`attnkit.hf.self_attention.SelfAttentionModel`)."""
     if spec.engine == "ctranslate2":
         from ..deploy.ct2_engine import CT2Translator
         from ..deploy.ct2_explorer import CT2ExplorerTranslator
@@ -49,7 +51,12 @@ def load_one(spec: ModelSpec):
 
     path = resolve_model(spec.name)
     label = spec.name if spec.name in {m.name for m in known_models()} else path.name
-    if model_task(path) == "translation":
+    task = model_task(path)
+    if task == "self-attention":  # a Hugging Face encoder-only or decoder-only model
+        from ..hf import load_self_attention
+
+        return label, task, load_self_attention(str(path), device=spec.device)
+    if task == "translation":
         tr = Translator.load(path, device=spec.device, dtype=spec.dtype)
         tr.normalize_spelling = not spec.keep_spelling
         return label, "translation", tr
@@ -96,6 +103,24 @@ def load_models(
                 "has_attention": True,
                 "config": model.model.config.to_dict(),
                 "engine": "ctranslate2",
+            }
+            continue
+        if task == "self-attention":
+            from ..attribution.generation import generation_methods
+
+            loaded.self_attention[label] = model
+            del loaded.specs[label]  # no worker job reads it: the worker processes need not load it
+            loaded.info[label] = {
+                "methods": [method_info(m) for m in generation_methods()] if model.can_generate else [],
+                "name": label,
+                "task": task,
+                "kind": str(getattr(model.model.config, "model_type", "?")),
+                "scores": {},
+                "has_attention": True,
+                "config": model.model.config.to_diff_dict(),
+                "num_layers": model.num_layers,
+                "num_heads": model.num_heads,
+                "generates": model.can_generate,
             }
             continue
         from ..pretrained import resolve_model

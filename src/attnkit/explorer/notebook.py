@@ -20,22 +20,43 @@ from pathlib import Path
 
 from ..attribution.result import Attribution
 from ..display import register_html
+from ..hf.self_attention import SelfAttentionMaps
 from ..tasks.translation.inference import TranslationAttention
 
-__all__ = ["ExplorerView", "attribution_html", "show", "translation_attention_html"]
+__all__ = [
+    "ExplorerView",
+    "attribution_html",
+    "self_attention_html",
+    "self_attention_view",
+    "show",
+    "translation_attention_html",
+]
 
 
 class ExplorerView:
     """Explorer payloads as an inline page: ``_repr_html_`` (an iframe), ``html`` (the page), ``save(path)``."""
 
-    def __init__(self, *, translations: list | None = None, captions: list | None = None, height: int | None = None):
+    def __init__(
+        self,
+        *,
+        translations: list | None = None,
+        captions: list | None = None,
+        self_attention: list | None = None,
+        height: int | None = None,
+    ):
         from .schema import ExplorerData
 
         self.data = ExplorerData.model_validate(
-            {"models": [], "translations": translations or [], "captions": captions or []}
+            {
+                "models": [],
+                "translations": translations or [],
+                "captions": captions or [],
+                "self_attention": self_attention or [],
+            }
         ).model_dump(mode="json")
         rows = max([len(t["target_pieces"]) for t in self.data["translations"]] + [0])
-        self.height = height or (760 if self.data["captions"] else min(1200, 360 + 18 * rows))
+        layers = sum(p["num_layers"] for p in self.data["self_attention"])
+        self.height = height or (760 if self.data["captions"] or layers else min(1200, 360 + 18 * rows))
 
     @property
     def html(self) -> str:
@@ -47,7 +68,12 @@ class ExplorerView:
         """Write the page (the same file ``--html`` writes) to ``path``."""
         from .html import write_explorer_html
 
-        return write_explorer_html(path, translations=self.data["translations"], captions=self.data["captions"])
+        return write_explorer_html(
+            path,
+            translations=self.data["translations"],
+            captions=self.data["captions"],
+            self_attention=self.data["self_attention"],
+        )
 
     def _repr_html_(self) -> str:
         return (
@@ -69,6 +95,8 @@ def _translation_view(att) -> ExplorerView:
         forced=bool(att.extra.get("forced", True)),
     )
     p["attribution"] = attribution_fields(att)
+    if att.extra.get("kind") == "continuation":  # a decoder-only model's own continuation of its context
+        p.update(src_lang="context", tgt_lang="continuation")
     return ExplorerView(translations=[p])
 
 
@@ -120,6 +148,37 @@ def translation_attention_html(ta) -> str:
     return _translation_attention_view(ta)._repr_html_()
 
 
+def self_attention_view(maps, *, model: str = "") -> ExplorerView:
+    """A :class:`attnkit.hf.self_attention.SelfAttentionMaps` (every layer and head of one text) as an
+    inline view: the heads grid, the head means and the rollout, as the server's page shows them."""
+    from ..alignment import attention_rollout, words_from_pieces
+    from .payload import _rows
+    from .self_attention import ROLLOUT_RULE
+
+    mean = maps.head_mean  # (L, N, N)
+    consecutive = maps.layers == list(range(len(maps.layers)))
+    p = {
+        "model": model,
+        "kind": "self-attention",
+        "text": "".join(maps.pieces).replace("\u2581", " ").strip(),
+        "causal": maps.causal,
+        "pieces": list(maps.pieces),
+        "words": words_from_pieces(maps.pieces),
+        "num_layers": len(maps.layers),
+        "num_heads": len(maps.heads),
+        "head_mean": _rows(mean, 4),
+        "rollout": _rows(attention_rollout(mean)) if consecutive else None,
+        "rollout_rule": ROLLOUT_RULE,
+        "layers": [{"layer": int(li), "heads": _rows(maps.attention[k], 4)} for k, li in enumerate(maps.layers)],
+    }
+    return ExplorerView(self_attention=[p])
+
+
+def self_attention_html(maps) -> str:
+    """A :class:`attnkit.hf.self_attention.SelfAttentionMaps` as an inline view (iframe HTML)."""
+    return self_attention_view(maps)._repr_html_()
+
+
 def show(obj, data=None, *, method: str | None = None, target: str | None = None, beam: int = 5) -> ExplorerView:
     """An inline explorer view of ``obj``: a ``Translator`` with Spanish text ``data`` (``target`` forces
     the English), a ``Captioner`` with an image tensor ``(1, C, C)`` ``data``, an
@@ -147,6 +206,8 @@ def show(obj, data=None, *, method: str | None = None, target: str | None = None
         return _caption_view(obj) if obj.is_image else _translation_view(obj)
     if isinstance(obj, TranslationAttention):
         return _translation_attention_view(obj)
+    if isinstance(obj, SelfAttentionMaps):
+        return self_attention_view(obj)
     if isinstance(obj, dict) and "target_pieces" in obj:
         return ExplorerView(translations=[obj])
     if isinstance(obj, dict) and "grid" in obj:
@@ -159,3 +220,4 @@ def show(obj, data=None, *, method: str | None = None, target: str | None = None
 
 register_html(Attribution, attribution_html)
 register_html(TranslationAttention, translation_attention_html)
+register_html(SelfAttentionMaps, self_attention_html)

@@ -68,6 +68,12 @@ class ServeOptions:
         "the most subword tokens of a source or a forced target (a model's own lower maximum applies first)",
         check=Range(1, high=100_001, integer=True),
     )
+    max_new_tokens: int = option(
+        20,
+        "the most tokens a decoder-only model writes for one /api/generate request (its attributions cost "
+        "about one forward and backward pass per token)",
+        check=Range(1, high=513, integer=True),
+    )
     max_beam: int = option(16, "the largest beam a request may ask for", check=Range(1, high=257, integer=True))
     heavy_beam: int = option(
         5, "beams above this run as heavy jobs, in a worker process (so do attribution methods)", check=BIG
@@ -161,6 +167,7 @@ _LIMITS = (
     "max_text_chars",
     "max_target_chars",
     "max_tokens",
+    "max_new_tokens",
     "max_beam",
     "heavy_beam",
     "max_upload_bytes",

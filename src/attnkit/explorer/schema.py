@@ -31,6 +31,8 @@ __all__ = [
     "SceneList",
     "SceneRef",
     "SceneThumb",
+    "SelfAttention",
+    "SelfAttentionLayer",
     "Steps",
     "Translation",
     "Verse",
@@ -170,6 +172,32 @@ class Translation(_Strict):
     note: str | None = Field(None, description="what this engine cannot show (e.g. per-head maps on CTranslate2)")
 
 
+class SelfAttentionLayer(_Strict):
+    """One layer's per-head self-attention maps."""
+
+    layer: int = Field(description="the layer (0-based)")
+    heads: list[Matrix] = Field(description="H × N × N: row i is what piece i attends to")
+
+
+class SelfAttention(_Strict):
+    """An encoder-only or decoder-only model's self-attention over one text: what bertviz's head view
+    and model view show. The head means and the rollout come with the text; the per-head maps one
+    layer at a time (request ``"layer"``), or every layer in an exported page."""
+
+    model: str
+    kind: str = Field(description="the model's type (from its config), for display only")
+    text: str
+    causal: bool = Field(description="a decoder-only model: nothing right of the diagonal")
+    pieces: list[str] = Field(description="the model's input pieces (N), special tokens included")
+    words: list[str] = Field(description="the pieces grouped into words")
+    num_layers: int
+    num_heads: int
+    head_mean: list[Matrix] | None = Field(description="L × N × N: every layer's head mean; null for one layer")
+    rollout: Matrix | None = Field(description="N × N attention rollout (Abnar & Zuidema 2020); null for one layer")
+    rollout_rule: str = Field(description="the rollout's formula, in words")
+    layers: list[SelfAttentionLayer] = Field(description="the per-head maps of the layers asked for")
+
+
 class SceneRef(_Strict):
     index: int = Field(description="the held-out test scene's index")
     reference: str = Field(description="its ground-truth caption")
@@ -200,7 +228,7 @@ class Caption(_Strict):
 
 class ModelInfo(_Strict):
     name: str
-    task: Literal["translation", "captioning"]
+    task: Literal["translation", "captioning", "self-attention"]
     kind: str
     scores: dict[str, Any] = Field(description="test scores from the model index (e.g. test_bleu)")
     has_attention: bool
@@ -210,6 +238,11 @@ class ModelInfo(_Strict):
     src_lang: str | None = Field(None, description="translation models: source language code")
     tgt_lang: str | None = Field(None, description="translation models: target language code")
     corpus: str | None = Field(None, description="translation models: the corpus it was trained on")
+    num_layers: int | None = Field(None, description="self-attention models: layers")
+    num_heads: int | None = Field(None, description="self-attention models: heads per layer")
+    generates: bool | None = Field(
+        None, description="self-attention models: a decoder-only model that writes continuations (/api/generate)"
+    )
 
 
 class ModelList(_Strict):
@@ -249,3 +282,4 @@ class ExplorerData(_Strict):
     models: list[ModelInfo] = []
     translations: list[Translation] = []
     captions: list[Caption] = []
+    self_attention: list[SelfAttention] = []

@@ -7,6 +7,8 @@
   implementation (``sdpa`` by default), layer by layer, only for the layers and heads asked;
 - :mod:`.seq2seq`: encoder-decoder models (Marian, BART/mBART, M2M100/NLLB, T5) as attnkit
   translation models (:class:`attnkit.models.base.TranslationModel`);
+- :mod:`.decomposition`: their residual blocks traced for attention-norm, value zeroing and ALTI+
+  (Bart-like LayerNorm families; T5 refused), and their full attention for rollout;
 - :mod:`.self_attention`: encoder-only and decoder-only models (BERT, GPT-2, Llama): every layer's and
   head's self-attention, head mean and rollout, all at once or streamed layer by layer;
 - :mod:`.tokenizer`: a Hugging Face tokenizer with the interface of :class:`attnkit.data.Tokenizer`.

@@ -103,8 +103,9 @@ def attention_weights(
         raise ValueError(f"query has {n_heads} heads, not a multiple of key's {n_kv}")
     idx = list(range(n_heads)) if heads is None else [int(h) for h in heads]
     group = n_heads // n_kv
-    q = query[:, idx].float()  # (B, h, Tq, D)
-    k = key[:, [h // group for h in idx]].float()  # (B, h, Tk, D)
+    every = heads is None  # all heads in order: no gather (a copy of the whole key cache at every decoding step)
+    q = query.float() if every else query[:, idx].float()  # (B, h, Tq, D)
+    k = key.float() if every and group == 1 else key[:, [h // group for h in idx]].float()  # (B, h, Tk, D)
     scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, h, Tq, Tk)
     t_q, t_k = scores.shape[-2:]
@@ -114,12 +115,12 @@ def attention_weights(
         mask = torch.ones(t_q, t_k, dtype=torch.bool, device=scores.device).tril()  # top-left aligned, as sdpa
     if mask is not None:
         mask = mask[..., :t_q, :t_k]
-        if mask.dim() == 4 and mask.shape[1] > 1:
+        if mask.dim() == 4 and mask.shape[1] > 1 and not every:
             mask = mask[:, idx]
         mask = mask if mask.dtype == torch.bool else mask.float()
     if position_bias is not None:
         bias = position_bias[..., :t_q, :t_k]
-        bias = (bias[:, idx] if bias.shape[1] > 1 else bias).float()
+        bias = (bias[:, idx] if bias.shape[1] > 1 and not every else bias).float()
         if mask is None:
             mask = bias
         elif mask.dtype == torch.bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import AttnkitError
 
-__all__ = ["HFModelError", "load_pretrained", "require_transformers"]
+__all__ = ["HFModelError", "is_causal_lm", "load_pretrained", "require_transformers"]
 
 INSTALL_HINT = "pip install 'attnkit[hf]'"
 
@@ -49,9 +49,19 @@ def _unreachable(name: str, exc: BaseException) -> HFModelError:
     )
 
 
+CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+
+
+def is_causal_lm(config) -> bool:
+    """Whether a config's ``architectures`` name a causal language model (a head that generates)."""
+    return any(str(a).endswith(CAUSAL_LM_SUFFIXES) for a in getattr(config, "architectures", None) or [])
+
+
 def load_pretrained(source: str, *, seq2seq: bool):
     """``(model, tokenizer)`` from ``source`` (hub name or folder), in float32 and eval mode, on the CPU:
-    ``AutoModelForSeq2SeqLM`` when ``seq2seq``, else ``AutoModel`` (the base model, for its attention).
+    ``AutoModelForSeq2SeqLM`` when ``seq2seq``; else ``AutoModelForCausalLM`` when the config's
+    ``architectures`` name a causal language model (``GPT2LMHeadModel``, ``LlamaForCausalLM``: it can
+    generate), else ``AutoModel`` (the base model, for its attention: BERT and kin).
     The model keeps its default attention implementation (``sdpa``): :mod:`attnkit.hf.capture` reads
     the weights without eager mode."""
     transformers = require_transformers()
@@ -66,6 +76,8 @@ def load_pretrained(source: str, *, seq2seq: bool):
         if is_folder:
             raise HFModelError(f"{source} is not a Hugging Face model folder: {_first_line(exc)}") from None
         raise _unreachable(source, exc) from None
+    if not seq2seq and is_causal_lm(config):
+        auto = transformers.AutoModelForCausalLM
     if seq2seq and not getattr(config, "is_encoder_decoder", False):
         raise HFModelError(
             f"{source} is a {config.model_type} model, not an encoder-decoder: it does not translate "

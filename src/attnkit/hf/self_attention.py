@@ -8,6 +8,12 @@ on_layer)`` hands each layer's maps to a callback as the layer runs and keeps no
 inputs: memory bounded by one layer's asked heads). The pieces include the special tokens the
 tokenizer adds (``[CLS]``/``[SEP]``, ``<s>``): in a self-attention view they are positions like any
 other, and often the ones attention parks on.
+
+A decoder-only model loaded with its language-model head (``GPT2LMHeadModel``, ``LlamaForCausalLM``:
+what ``architectures`` in its config names) also writes: :meth:`SelfAttentionModel.generate` is a
+greedy continuation, and :meth:`SelfAttentionModel.log_probs` the log-probability of every next
+token as a function of the input embeddings, which the gradient attributions of
+:mod:`attnkit.attribution.generation` differentiate.
 """
 
 from __future__ import annotations
@@ -19,11 +25,15 @@ import torch
 from torch import Tensor
 
 from ..alignment.rollout import attention_rollout
+from ..errors import InputError
 from .capture import AttentionSite, attention_sites, capture_attention
 from .loading import HFModelError, load_pretrained
 from .tokenizer import HFTokenizer
 
-__all__ = ["SelfAttentionMaps", "SelfAttentionModel", "load_self_attention"]
+__all__ = ["MAX_NEW_TOKENS", "SelfAttentionMaps", "SelfAttentionModel", "load_self_attention"]
+
+#: the most tokens :meth:`SelfAttentionModel.generate` writes in one call
+MAX_NEW_TOKENS = 512
 
 
 @dataclass
@@ -49,6 +59,11 @@ class SelfAttentionMaps:
         if self.layers != list(range(len(self.layers))):
             raise ValueError(f"rollout composes layers 0..L-1 in order; these maps hold layers {self.layers}")
         return attention_rollout(self.attention)
+
+    def _repr_html_(self) -> str | None:  # Jupyter, VS Code, Colab
+        from ..display import html_for  # the explorer's view, registered there (display code lives in explorer/)
+
+        return html_for(self)
 
 
 class SelfAttentionModel:
@@ -86,6 +101,25 @@ class SelfAttentionModel:
         ids = [int(i) for i in self.hf_tokenizer(text)["input_ids"]]
         return ids, [self.tokenizer.id_to_piece(i) for i in ids]
 
+    def pieces_of(self, ids: Sequence[int]) -> list[str]:
+        """The pieces of token ids, in the ``▁`` convention."""
+        return [self.tokenizer.id_to_piece(int(i)) for i in ids]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def can_generate(self) -> bool:
+        """Whether the model writes text: a causal model with a language-model head."""
+        return self.causal and self.model.get_output_embeddings() is not None
+
+    def max_length(self) -> int | None:
+        """The most positions the model reads (its config's ``max_position_embeddings``/``n_positions``), or None."""
+        cfg = self.model.config
+        found = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+        return int(found) if found else None
+
     def _chosen(self, layers: Sequence[int] | None) -> list[AttentionSite]:
         if layers is None:
             return list(self.sites)
@@ -98,26 +132,39 @@ class SelfAttentionModel:
     @torch.no_grad()
     def stream(
         self,
-        text: str,
+        text: str | Sequence[int],
         on_layer: Callable[[int, Tensor], None],
         *,
         layers: Sequence[int] | None = None,
         heads: Sequence[int] | None = None,
     ) -> list[str]:
-        """Run the model on ``text`` once and call ``on_layer(layer, weights (len(heads), N, N))`` as each
-        asked layer runs; nothing is kept. Returns the pieces."""
-        ids, pieces = self.encode(text)
-        device = next(self.model.parameters()).device
+        """Run the model on ``text`` (or on token ``ids``, given instead) once and call ``on_layer(layer,
+        weights (len(heads), N, N))`` as each asked layer runs; nothing is kept. Returns the pieces."""
+        if isinstance(text, str):
+            ids, pieces = self.encode(text)
+        else:
+            ids = [int(i) for i in text]
+            if not ids:
+                raise ValueError("ids must hold at least one token id")
+            pieces = self.pieces_of(ids)
+        limit = self.max_length()
+        if limit is not None and len(ids) > limit:
+            raise InputError(f"the text has {len(ids)} tokens; {self.source} reads at most {limit} positions")
+        if heads is not None:
+            bad = [h for h in heads if not 0 <= int(h) < self.num_heads]
+            if bad:
+                raise ValueError(f"heads must lie in 0..{self.num_heads - 1} (0-based), got {bad[0]}")
         with capture_attention(
             self.model, lambda s, w: on_layer(s.layer, w[0]), sites=self._chosen(layers), heads=heads
         ):
-            self.model(input_ids=torch.tensor([ids], device=device))
+            self.model(input_ids=torch.tensor([ids], device=self.device))
         return pieces
 
     def self_attention(
-        self, text: str, *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None
+        self, text: str | Sequence[int], *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None
     ) -> SelfAttentionMaps:
-        """Every asked layer's and head's self-attention over ``text`` (default: all), at once."""
+        """Every asked layer's and head's self-attention over ``text`` (or token ``ids``; default: every
+        layer and head), at once."""
         got: dict[int, Tensor] = {}
         pieces = self.stream(text, lambda layer, w: got.__setitem__(layer, w.cpu()), layers=layers, heads=heads)
         order = sorted(got)
@@ -128,6 +175,57 @@ class SelfAttentionModel:
             heads=list(range(self.num_heads)) if heads is None else [int(h) for h in heads],
             causal=self.causal,
         )
+
+    # ------------------------------------------------------------------ writing (decoder-only)
+    def _check_generates(self) -> None:
+        if not self.can_generate:
+            raise HFModelError(
+                f"{self.source} does not write text (an encoder-only model, or one loaded without its "
+                "language-model head): it has self-attention views only"
+            )
+
+    @torch.no_grad()
+    def generate(self, text: str, *, max_new_tokens: int = 20) -> tuple[list[int], int]:
+        """Greedy continuation of ``text``: ``(ids, prompt length)``, ``ids`` the prompt's tokens (with the
+        tokenizer's special tokens) and then at most ``max_new_tokens`` written ones (argmax at every
+        step, over the model's own key/value cache), stopping after the end-of-text token."""
+        self._check_generates()
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise TypeError(f"max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
+        if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+            raise ValueError(f"max_new_tokens must lie in 1..{MAX_NEW_TOKENS}, got {max_new_tokens}")
+        ids, _ = self.encode(text)
+        limit = self.max_length()
+        if limit is not None and len(ids) + max_new_tokens > limit:
+            raise InputError(
+                f"the text has {len(ids)} tokens and max_new_tokens is {max_new_tokens}: more than the "
+                f"{limit} positions {self.source} reads"
+            )
+        eos = getattr(self.hf_tokenizer, "eos_token_id", None)
+        out = list(ids)
+        step = torch.tensor([ids], device=self.device)  # (1, n): the prompt, then one token at a time
+        past = None
+        for _ in range(max_new_tokens):
+            res = self.model(input_ids=step, past_key_values=past, use_cache=True)
+            past = res.past_key_values
+            nxt = int(res.logits[0, -1].argmax())
+            out.append(nxt)
+            if eos is not None and nxt == eos:
+                break
+            step = torch.tensor([[nxt]], device=self.device)
+        return out, len(ids)
+
+    def embed(self, ids: Tensor) -> Tensor:
+        """The input embeddings of token ids ``(..., n) -> (..., n, E)`` (the embedding layer only: positions
+        are added inside the model, so a zero embedding keeps them)."""
+        return self.model.get_input_embeddings()(ids)
+
+    def log_probs(self, embeddings: Tensor) -> Tensor:
+        """``embeddings (B, n, E) -> (B, n, V)``: log p of every next token after each position, the
+        model run on these input embeddings (``inputs_embeds``), in float32 at least."""
+        self._check_generates()
+        logits = self.model(inputs_embeds=embeddings, use_cache=False).logits
+        return torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
 
 
 def load_self_attention(source: str, *, device: str = "cpu") -> SelfAttentionModel:

@@ -63,6 +63,7 @@ class HFSeq2SeqConfig:
     src_lang: str = "?"
     tgt_lang: str = "?"
     corpus: str = "?"
+    source_spelling: str = "modern"  # what the Translator rewrites input to (an attnkit export's: its model's)
 
 
 @dataclass
@@ -165,7 +166,12 @@ class HFSeq2Seq(nn.Module):
         n_enc = 1 + max(s.layer for s in self.sites if s.kind == "enc_self")
         heads = getattr(cfg, "decoder_attention_heads", None) or getattr(cfg, "num_heads", None)
         max_pos = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 512
-        langs = _languages(tokenizer, source)
+        # an attnkit export's config says what the attnkit model's said (deploy/hf_export.py): its languages,
+        # corpus, source spelling and longest source, so that attnkit reads the folder as it reads the model
+        ours = getattr(cfg, "attnkit", None)
+        ours = ours if isinstance(ours, dict) else {}
+        langs = (ours["src_lang"], ours["tgt_lang"]) if "src_lang" in ours else _languages(tokenizer, source)
+        max_src = int(max_pos) - len(self.src_prefix) - len(self.src_suffix)
         self.config = HFSeq2SeqConfig(
             model_type=str(cfg.model_type),
             source=source,
@@ -174,12 +180,14 @@ class HFSeq2Seq(nn.Module):
             nhead=int(heads),
             num_encoder_layers=n_enc,
             num_decoder_layers=n_dec,
-            max_src_len=int(max_pos) - len(self.src_prefix) - len(self.src_suffix),
+            max_src_len=min(max_src, int(ours.get("max_src_len") or max_src)),
             pad_id=self.pad_id,
             eos_id=self.eos_id,
             bos_id=self.decoder_prefix[0],
             src_lang=langs[0],
             tgt_lang=langs[1],
+            corpus=str(ours.get("corpus", "?")),
+            source_spelling=str(ours.get("source_spelling", "modern")),
         )
         self.model_type = f"hf-{cfg.model_type}"
 
@@ -312,6 +320,30 @@ class HFSeq2Seq(nn.Module):
             cross=cross,
             score=f"e_j = qᵀ k_j · scaling + bias ({self.config.model_type}, captured from the running model)",
         )
+
+    # -- what the decomposition-based attributions read -----------------------------------------
+    @property
+    def decomposition_refusal(self) -> str | None:
+        """Why attention-norm, value zeroing and ALTI+ are not defined for this model's family (one
+        line), or None where they are (:func:`attnkit.hf.decomposition.refusal`)."""
+        from .decomposition import refusal
+
+        reason = refusal(self.config.model_type)
+        return None if reason is None else f"not defined for {self.config.model_type} models: {reason}"
+
+    def decomposition_trace(self, src: Tensor, tgt_in: Tensor):
+        """The residual blocks of one teacher-forced pass, ``src (S,)``, ``tgt_in (T,)``
+        (:func:`attnkit.hf.decomposition.trace_seq2seq`)."""
+        from .decomposition import trace_seq2seq
+
+        return trace_seq2seq(self, src, tgt_in)
+
+    def full_attention(self, src: Tensor, tgt_in: Tensor):
+        """Every layer's encoder self-attention and cross-attention with the special tokens kept, for
+        rollout (:func:`attnkit.hf.decomposition.full_attention`)."""
+        from .decomposition import full_attention
+
+        return full_attention(self, src, tgt_in)
 
     # -- incremental decoding ---------------------------------------------------------------------
     @torch.no_grad()

@@ -112,10 +112,10 @@ def train_classifier(cfg: ClassifierTaskConfig, *, resume: bool = False) -> dict
             n += len(b["labels"])
         return {"valid_acc": right / n}
 
-    trainer = Trainer.from_config(
-        cfg.run,
+    trainer = Trainer(
         model,
         adam(model.parameters(), lr=cfg.lr),
+        cfg.run,
         task_config=cfg,
         loss_fn=loss_fn,
         train_batches=photo_batches(

@@ -2,8 +2,10 @@
 
 * :mod:`.checkpoint` — atomic checkpoint folders, ``load_model`` (through the model registry,
   :mod:`attnkit.models.registry`), averaging, ``export_checkpoint``.
-* :mod:`.trainer` — :class:`Trainer`, one loop with exact resume, DDP and early stopping;
-  :mod:`.run_config` — :class:`RunConfig`, the run options every task config nests (``Trainer.from_config``).
+* :mod:`.trainer` — :class:`Trainer`, one loop with exact resume, DDP and early stopping, built from
+  :mod:`.run_config`'s :class:`RunConfig` (the run options every task config nests); beside it
+  :mod:`.resume` (checkpoints and resume), :mod:`.validation` (best metric, early stopping),
+  :mod:`.step_plan` (the step estimate and the budget schedule) and :mod:`.progress` (log, progress line).
 * :mod:`.data` — the resumable batch-source interface, :class:`Batches` and :class:`ListBatches`.
 * :mod:`.rng` — the global RNG states a checkpoint saves for exact resume.
 * :mod:`.optim` — Adam with attnkit's defaults; :mod:`.linear_cross_entropy` — the output layer's

@@ -1,8 +1,8 @@
 """The options of one training run that every task shares: :class:`RunConfig`.
 
 Each task config (translation, captioning, classification) nests one ``RunConfig`` as its ``run``
-field, with the task's own defaults (:func:`run_options`), and :meth:`attnkit.training.Trainer.from_config`
-reads it. A new run option is one field here: every task's command line (``--name``, through
+field, with the task's own defaults (:func:`run_options`), and :class:`attnkit.training.Trainer`
+takes it. A new run option is one field here: every task's command line (``--name``, through
 :func:`attnkit.config.add_config_arguments`, which flattens nested configs), its saved
 ``train_config.json`` and the trainer get it.
 """
@@ -45,7 +45,9 @@ class RunConfig:
     clip_grad_norm: float = option(1.0, "clip the gradient norm to this (0: no clipping)", check=LOSS_WEIGHT)
     seed: int = option(0, "random seed (weights, batches, dropout, sampling)", check=SEED)
     threads: int | None = option(None, "torch CPU threads (default: torch's choice)", check=THREADS)
-    device: str = option("auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
+    device: str | None = option(
+        "auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps"
+    )  # None (from code only): where the model's parameters already are
     precision: str = option(
         "fp32",
         "training precision: fp32, bf16 or fp16 (autocast; fp32 master weights), "

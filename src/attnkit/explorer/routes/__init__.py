@@ -1,9 +1,9 @@
 """The explorer's routes, one module per concern: the page and its docs (:mod:`.pages`), what is loaded and
-what to pick from (:mod:`.catalog`), translation (:mod:`.translate`), captioning (:mod:`.caption`) and a
-job's progress (:mod:`.progress`)."""
+what to pick from (:mod:`.catalog`), translation (:mod:`.translate`), captioning (:mod:`.caption`),
+Hugging Face encoder-only and decoder-only models (:mod:`.self_attention`) and a job's progress (:mod:`.progress`)."""
 
-from . import caption, catalog, pages, progress, translate
+from . import caption, catalog, pages, progress, self_attention, translate
 
-ROUTERS = [pages.router, catalog.router, translate.router, caption.router, progress.router]
+ROUTERS = [pages.router, catalog.router, translate.router, caption.router, self_attention.router, progress.router]
 
 __all__ = ["ROUTERS"]

@@ -98,10 +98,10 @@ def train_captioning(cfg: CaptioningConfig, *, resume: bool = False, home: str |
     if cfg.init_from:
         warm_start(model, cfg.init_from)
     optimizer = adam(model.parameters(), lr=cfg.lr)
-    trainer = Trainer.from_config(
-        cfg.run,
+    trainer = Trainer(
         model,
         optimizer,
+        cfg.run,
         task_config=cfg,
         loss_fn=caption_loss_fn(model.config),
         after_step=update_reward_baseline,

@@ -190,9 +190,9 @@ class TranslationConfig(TaskConfig):
         """The config the parsed flags describe (``args.model`` picks the model; None:
         :func:`~.budget_defaults.pick_model`'s rule); a flag of another model's config is a :class:`ConfigError`."""
         if getattr(args, "model", None) is None:  # no --model: the written rule for the budget
-            from .budget_defaults import pick_model
+            from .budget_defaults import apply_pick, pick_model
 
-            args.model = pick_model(getattr(args, "max_time_s", None))[0]
+            apply_pick(args, pick_model(getattr(args, "max_time_s", None)))
         given = {k for k, v in vars(args).items() if v is not None}
         mine = option_names(model_config_class(args.model))
         others = set().union(*(option_names(model_config_class(m)) for m in TRANSLATION_MODELS)) - mine

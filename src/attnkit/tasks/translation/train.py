@@ -195,10 +195,10 @@ def train_translation(cfg: TranslationConfig, *, resume: bool = False, home: str
     extra_files = {MODEL_FILENAME: tokenizer.to_bytes()}
     if separate:
         extra_files[SOURCE_TOKENIZER_FILE] = src_tok.to_bytes()
-    trainer = Trainer.from_config(
-        cfg.run,
+    trainer = Trainer(
         model,
         optimizer,
+        cfg.run,
         task_config=cfg,
         loss_fn=translation_loss_fn(tokenizer.pad_id, cfg.label_smoothing, cfg.guided()),
         train_batches=train_batches,

@@ -1,0 +1,125 @@
+"""``POST /api/self-attention`` and ``POST /api/generate``: Hugging Face encoder-only and decoder-only
+models (BERT, GPT-2, Llama and kin), JSON in and out like every route.
+
+``/api/self-attention`` answers a text's pieces, every layer's head mean and the rollout; the page then
+asks for each layer's per-head maps (``"layer": l``), one answer per layer, so the answer size stays under
+``--max-answer-numbers`` and the server holds one layer's maps at a time.
+``/api/generate`` writes a greedy continuation (at most ``--max-new-tokens``) and attributes each written
+token to the tokens before it (:mod:`attnkit.attribution.generation`).
+
+Every bound is checked before a tensor is built: the text's characters (``--max-text-chars``), then its
+tokens (``--max-tokens`` and the model's own maximum), the layer, the number of new tokens and the method.
+The work is then bounded: one forward pass per layer asked; a continuation's gradient method is one
+forward and backward pass per written token (integrated gradients: ``DEFAULT_STEPS`` points each, not
+refined). It runs in the server's light threads (``--light-jobs``): the worker processes of
+:mod:`attnkit.explorer.jobs` run translation and caption payloads only.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+
+from ...attribution.gradients import DEFAULT_STEPS
+from .. import schema
+from ..api_errors import ERRORS, ApiError
+from ..self_attention import generation_payload, self_attention_numbers, self_attention_payload
+from ..state import explorer, pick, run_light
+from .translate import JOB_NAME
+
+__all__ = ["GenerateRequest", "SelfAttentionRequest", "router"]
+
+router = APIRouter()
+
+
+class SelfAttentionRequest(BaseModel):
+    text: str = Field(description="the text to read")
+    model: str | None = Field(None, description="a loaded self-attention model's name (default: the first)")
+    layer: int | None = Field(
+        None, ge=0, description="only this layer's per-head maps (0-based); without it: the head means and rollout"
+    )
+
+
+class GenerateRequest(BaseModel):
+    text: str = Field(description="the prompt to continue")
+    model: str | None = Field(None, description="a loaded decoder-only model's name (default: the first)")
+    max_new_tokens: int | None = Field(
+        None, ge=1, description="tokens to write, at most --max-new-tokens (default: 10, or that limit if lower)"
+    )
+    method: str | None = Field(
+        None, description="an attribution method (see /api/models) whose view fills 'attribution'"
+    )
+    job: str | None = Field(None, pattern=JOB_NAME, description="follow the work at /api/progress/{job}")
+
+
+def _checked_ids(ex, name: str, sa, text: str, extra: int = 0) -> list[int]:
+    """The text's token ids, within ``--max-text-chars``, ``--max-tokens`` and the model's own maximum."""
+    o = ex.options
+    text = text.strip()
+    if not text:
+        raise ApiError(400, "the text is empty: type or paste a sentence")
+    if len(text) > o.max_text_chars:
+        raise ApiError(413, f"the text has {len(text)} characters; the limit is {o.max_text_chars} (--max-text-chars)")
+    ids, _ = sa.encode(text)
+    limit, model_max = o.max_tokens, sa.max_length()
+    if model_max is not None:
+        limit = min(limit, model_max - extra)
+    if len(ids) > limit:
+        raise ApiError(
+            413,
+            f"the text has {len(ids)} subword tokens; the limit is {limit} "
+            f"(--max-tokens {o.max_tokens}" + (f"; {name} reads at most {model_max} positions)" if model_max else ")"),
+        )
+    return ids
+
+
+@router.post("/api/self-attention", response_model=schema.SelfAttention, responses=ERRORS)
+async def self_attention(req: SelfAttentionRequest, request: Request):
+    """An encoder-only or decoder-only model's self-attention over a text: the head means and the rollout,
+    or (``"layer"``) one layer's per-head maps."""
+    ex = explorer(request)
+    name, sa = pick(ex.models.self_attention, req.model, "self-attention")
+    ids = _checked_ids(ex, name, sa, req.text)
+    if req.layer is not None and req.layer >= sa.num_layers:
+        raise ApiError(422, f"layer must be in 0..{sa.num_layers - 1} ({name} has {sa.num_layers} layers)")
+    count = self_attention_numbers(sa.num_layers, sa.num_heads, len(ids), req.layer, False)
+    if count > ex.options.max_answer_numbers:
+        raise ApiError(
+            413,
+            f"this text's maps hold {count} numbers; the limit of one answer is {ex.options.max_answer_numbers} "
+            "(--max-answer-numbers): shorten the text",
+        )
+    return await run_light(request, self_attention_payload, sa, req.text.strip(), model=name, layer=req.layer, ids=ids)
+
+
+@router.post("/api/generate", response_model=schema.Translation, responses=ERRORS)
+async def generate(req: GenerateRequest, request: Request):
+    """A decoder-only model's greedy continuation of a prompt, each written token attributed to the tokens
+    before it (the last layer's head-mean attention, or ``"method"``)."""
+    from ...attribution import UnknownMethodError, canonical_method
+    from ...attribution.generation import generation_methods
+
+    ex = explorer(request)
+    o = ex.options
+    name, sa = pick(ex.models.self_attention, req.model, "self-attention")
+    if not sa.can_generate:
+        raise ApiError(422, f"{name} does not write text (an encoder-only model): ask /api/self-attention")
+    new = min(10, o.max_new_tokens) if req.max_new_tokens is None else req.max_new_tokens
+    if new > o.max_new_tokens:
+        raise ApiError(413, f"max_new_tokens {new} is over the limit of {o.max_new_tokens} (--max-new-tokens)")
+    _checked_ids(ex, name, sa, req.text, extra=new)
+    method = None
+    if req.method is not None:
+        method = canonical_method(req.method)
+        if method not in generation_methods():
+            raise UnknownMethodError(f"{name} has no {method}; it has: {', '.join(generation_methods())}")
+    return await run_light(
+        request,
+        generation_payload,
+        sa,
+        req.text.strip(),
+        model=name,
+        max_new_tokens=new,
+        method=method,
+        steps=DEFAULT_STEPS,  # integrated gradients: a fixed number of points, so the work is bounded up front
+    )

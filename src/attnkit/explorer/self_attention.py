@@ -1,0 +1,146 @@
+"""The explorer's payloads for encoder-only and decoder-only models (BERT, GPT-2, Llama and kin): what
+bertviz's head view and model view show, and a decoder-only model's continuation with its attributions.
+
+- :func:`self_attention_payload` (``/api/self-attention``): a text's pieces, every layer's head mean
+  ``(L, N, N)`` and the attention rollout ``(N, N)``; the per-head maps of one layer at a time
+  (``layer``), so a long text's ``L · H · N²`` numbers are never sent, nor held, at once (the model runs
+  once per asked layer and keeps only that layer's maps, :meth:`attnkit.hf.self_attention.SelfAttentionModel.stream`).
+  ``all_layers`` (the notebook view and the exported page, no server) puts every layer in one payload.
+- :func:`generation_payload` (``/api/generate``): a greedy continuation of the prompt, as a translation
+  payload (:class:`~attnkit.explorer.schema.Translation`: source = the model's inputs, target = the
+  generated pieces) whose matrix is the last layer's head-mean attention of the positions that
+  predicted each token, and whose ``attribution`` is the asked method's
+  (:func:`attnkit.attribution.explain_generation`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..alignment import attention_rollout, words_from_pieces
+from .payload import AnswerTooLarge, _rows, attribution_fields, empty_translation, word_links
+
+__all__ = ["generation_payload", "self_attention_numbers", "self_attention_payload"]
+
+ROLLOUT_RULE = "R = Â_L ⋯ Â_1 with Â_l = rownorm(A_l + I) (A_l = layer l's head mean, I for the residual)"
+
+
+def self_attention_numbers(num_layers: int, num_heads: int, n: int, layer: int | None, all_layers: bool) -> int:
+    """How many numbers an answer holds: the head means and the rollout ``(L + 1) · n²`` without
+    ``layer``; one layer's heads ``H · n²`` with it; every layer's heads too with ``all_layers``."""
+    if layer is not None:
+        return num_heads * n * n
+    return (num_layers + 1) * n * n + (num_layers * num_heads * n * n if all_layers else 0)
+
+
+def self_attention_payload(
+    sa,
+    text: str,
+    *,
+    model: str = "",
+    layer: int | None = None,
+    all_layers: bool = False,
+    max_numbers: int | None = None,
+    ids: list[int] | None = None,
+) -> dict:
+    """The :class:`~attnkit.explorer.schema.SelfAttention` payload of ``text`` (see the module docstring).
+    ``layer`` (0-based): only that layer's per-head maps (``head_mean`` and ``rollout`` null);
+    ``max_numbers``: refuse (:class:`~attnkit.explorer.payload.AnswerTooLarge`) before any map is built
+    when the answer would hold more numbers; ``ids``: the token ids to read instead of ``text``'s."""
+    if ids is None:
+        ids, pieces = sa.encode(text)
+    else:
+        pieces = sa.pieces_of(ids)
+    n, L, H = len(ids), sa.num_layers, sa.num_heads
+    if layer is not None and not 0 <= layer < L:
+        raise ValueError(f"layer must be in 0..{L - 1} (this model has {L} layers), got {layer}")
+    count = self_attention_numbers(L, H, n, layer, all_layers)
+    if max_numbers is not None and count > max_numbers:
+        raise AnswerTooLarge(
+            f"this text's maps hold {count} numbers ({n} tokens); the limit of one answer is {max_numbers} "
+            "(--max-answer-numbers): shorten the text"
+            + (f' or ask for one layer ("layer": 0..{L - 1})' if layer is None else "")
+        )
+    out = {
+        "model": model,
+        "kind": str(getattr(sa.model.config, "model_type", "?")),
+        "text": text,
+        "causal": sa.causal,
+        "pieces": pieces,
+        "words": words_from_pieces(pieces),
+        "num_layers": L,
+        "num_heads": H,
+        "head_mean": None,
+        "rollout": None,
+        "rollout_rule": ROLLOUT_RULE,
+        "layers": [],
+    }
+    if layer is not None:
+        got = {}
+        sa.stream(ids, lambda i, w: got.__setitem__(i, w.cpu()), layers=[layer])
+        out["layers"] = [{"layer": layer, "heads": _rows(got[layer], 4)}]
+        return out
+    means: dict[int, torch.Tensor] = {}
+    heads: dict[int, torch.Tensor] = {}
+
+    def keep(i: int, w: torch.Tensor) -> None:  # w: (H, n, n); only its mean is kept unless all_layers
+        means[i] = w.mean(0).cpu()
+        if all_layers:
+            heads[i] = w.cpu()
+
+    sa.stream(ids, keep)
+    mean = torch.stack([means[i] for i in range(L)])  # (L, n, n)
+    out["head_mean"] = _rows(mean, 4)
+    out["rollout"] = _rows(attention_rollout(mean))
+    if all_layers:
+        out["layers"] = [{"layer": i, "heads": _rows(heads[i], 4)} for i in range(L)]
+    return out
+
+
+def generation_payload(
+    sa,
+    text: str,
+    *,
+    model: str = "",
+    max_new_tokens: int = 20,
+    method: str | None = None,
+    progress=None,
+    steps: int | None = None,
+) -> dict:
+    """A decoder-only model's greedy continuation of ``text`` as a
+    :class:`~attnkit.explorer.schema.Translation` (see the module docstring); ``method``: an attribution
+    method of :data:`attnkit.attribution.GENERATION_METHODS` whose view fills ``attribution``; ``steps``:
+    integrated gradients' quadrature points (default: refined until complete within 1 %)."""
+    from ..attribution import explain_generation
+
+    ids, prompt_len = sa.generate(text, max_new_tokens=max_new_tokens)
+    continuation = (ids, prompt_len)
+    att = explain_generation(sa, text, method="attention", max_new_tokens=max_new_tokens, continuation=continuation)
+    out = empty_translation(
+        model=model,
+        kind=str(getattr(sa.model.config, "model_type", "?")),
+        source=text,
+        translation=att.extra["translation"],
+        source_pieces=att.source,
+        target_pieces=att.target,
+        beam=1,
+        forced=False,
+    )
+    out.update(src_lang="context", tgt_lang="continuation", has_attention=True, attention=_rows(att.scores))
+    words = att.word_scores()[2]  # (Tw, Sw)
+    out["words"]["attention"] = _rows(words)
+    out["words"]["links"] = word_links(words)
+    if method is not None and method != "attention":
+        chosen = explain_generation(
+            sa,
+            text,
+            method=method,
+            max_new_tokens=max_new_tokens,
+            continuation=continuation,
+            progress=progress,
+            steps=steps if method == "integrated_gradients" else None,
+        )
+        out["attribution"] = attribution_fields(chosen)
+    elif method == "attention":
+        out["attribution"] = attribution_fields(att)
+    return out

@@ -1,0 +1,122 @@
+// attnkit explorer: encoder-only and decoder-only models (BERT, GPT-2, Llama): every layer's and head's
+// self-attention (bertviz's model view), the head means and the rollout, from /api/self-attention (the
+// head means first, then one layer's heads per request), and a decoder-only model's continuation with
+// its attributions from /api/generate (drawn as a translation card: context → continuation).
+"use strict";
+
+const SA = { models: [], run: 0 };
+
+function saHeadsGrid(p, pieces) { // L rows × (H heads + the mean); a layer's heads fill in when they arrive
+  const L = p.num_layers, H = p.num_heads;
+  const grid = el("div", { class: "heads-grid sa-grid", "data-layers": L, "data-heads": H,
+    style: `grid-template-columns: 60px repeat(${H + 1}, max-content)` });
+  grid.append(el("span", {}, ""), ...Array.from({ length: H }, (_, h) => el("span", { class: "label" }, `head ${h + 1}`)),
+    el("span", { class: "label" }, "mean"));
+  const slots = [];
+  for (let l = 0; l < L; l++) {
+    grid.append(el("span", { class: "label" }, `layer ${l + 1}`));
+    slots.push(Array.from({ length: H }, (_, h) => {
+      const s = el("span", { class: "pending", "data-layer": l, "data-head": h }, "…"); grid.append(s); return s; }));
+    const mean = p.head_mean ? p.head_mean[l] : null;
+    if (mean) grid.append(saCanvas(mean, pieces, `layer ${l + 1}, mean of the heads`, l, "mean"));
+    else grid.append(el("span", {}, ""));
+  }
+  const fill = (layer) => layer.heads.forEach((mat, h) => slots[layer.layer][h].replaceWith(
+    saCanvas(mat, pieces, `layer ${layer.layer + 1}, head ${h + 1}`, layer.layer, h)));
+  (p.layers || []).forEach(fill);
+  return { grid, fill };
+}
+
+function saCanvas(mat, pieces, title, layer, head) {
+  const c = heatCanvas(mat, Math.max(2, Math.min(6, Math.floor(90 / Math.max(1, mat.length)))));
+  c.dataset.layer = layer; c.dataset.head = head; c.title = `self-attention, ${title} (click to enlarge)`;
+  c.addEventListener("click", () => enlarge(`self-attention, ${title}: rows = query piece, columns = key piece`,
+    mat, pieces, pieces));
+  return c;
+}
+
+function renderSelfAttention(p, info) {
+  const pieces = p.pieces.map(clean);
+  const card = el("div", { class: "card sa-card", "data-model": p.model });
+  card.append(el("h3", {}, `${p.model} `, el("span", { class: "score" },
+    `${p.kind} · ${p.num_layers} layers × ${p.num_heads} heads · ${p.causal ? "decoder-only (causal)" : "encoder-only (bidirectional)"}`)));
+  const status = el("div", { class: "status" }, "hover a piece to see where it attends in the last layer (head mean)");
+  const row = el("div", { class: "tokens sa-pieces" }, pieces.map((t, i) => el("span", { class: "tok", "data-i": i }, t)));
+  const last = p.head_mean ? p.head_mean[p.head_mean.length - 1] : null;
+  if (last) row.querySelectorAll(".tok").forEach((t) => t.addEventListener("mouseenter", () => {
+    const i = +t.dataset.i;
+    row.querySelectorAll(".tok").forEach((u, j) => { u.style.background = blue(last[i][j]); u.classList.toggle("focus", j === i); });
+    status.textContent = `“${pieces[i]}” attends most to “${pieces[argmax(last[i])]}” (${fmt(Math.max(...last[i]))})`;
+  }));
+  card.append(el("div", { class: "label" }, "pieces (special tokens included)"), row, status);
+  const { grid, fill } = saHeadsGrid(p, pieces);
+  card.append(el("details", { class: "heads", open: "" }, el("summary", {}, "Every layer and head (click one to enlarge)"), grid));
+  if (p.rollout) {
+    const c = heatCanvas(p.rollout, 4); c.classList.add("sa-rollout"); c.title = "attention rollout";
+    c.addEventListener("click", () => enlarge("attention rollout (Abnar & Zuidema 2020)", p.rollout, pieces, pieces));
+    card.append(el("div", { class: "label" }, `attention rollout: ${p.rollout_rule}`), c);
+  }
+  if (info && info.generates) card.append(saGenerateBox(p, info));
+  return { card, fill };
+}
+
+function saGenerateBox(p, info) { // a decoder-only model writes on; each written token attributed to the ones before
+  const box = el("div", { class: "sa-generate" });
+  const method = el("select", { class: "sa-method" }, el("option", { value: "" }, "attention (last layer, head mean)"),
+    ...(info.methods || []).filter((m) => m.name !== "attention").map((m) => el("option", { value: m.name,
+      title: `${m.title} (${m.reference})` }, `${m.name}${m.needs_gradients ? " (gradients)" : ""}`)));
+  const tokens = el("input", { type: "number", class: "sa-tokens", min: 1, max: 20, value: 8 });
+  const out = el("div", { class: "results sa-continuation" }), err = el("div", { class: "error", role: "alert" });
+  const go = async () => {
+    err.textContent = ""; out.replaceChildren(el("span", { class: "status" }, "writing…"));
+    try {
+      const r = await api("api/generate", { method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ text: p.text, model: p.model, max_new_tokens: +tokens.value, method: method.value || null }) });
+      out.replaceChildren(renderTranslation(r));
+    } catch (e) { out.replaceChildren(); err.textContent = e.message; }
+  };
+  box.append(el("div", { class: "controls" }, el("label", {}, "New tokens ", tokens), el("label", {}, "Method ", method),
+    el("button", { class: "sa-continue", onclick: go }, "Continue the text")), err, out);
+  return box;
+}
+
+async function selfAttentionAll() {
+  const run = ++SA.run;
+  const text = document.getElementById("sa-text").value;
+  const err = document.getElementById("sa-error"), results = document.getElementById("sa-results");
+  err.textContent = ""; results.replaceChildren(el("span", { class: "status" }, "reading…"));
+  const cards = [];
+  for (const info of SA.models) {
+    try {
+      const p = await api("api/self-attention", { method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ text, model: info.name }) });
+      if (run !== SA.run) return;
+      cards.push({ p, info, ...renderSelfAttention(p, info) });
+    } catch (e) { err.textContent = e.message; }
+  }
+  results.replaceChildren(...cards.map((c) => c.card));
+  for (const c of cards) for (let l = 0; l < c.p.num_layers; l++) { // one layer's heads per answer, in order
+    try {
+      const r = await api("api/self-attention", { method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ text, model: c.info.name, layer: l }) });
+      if (run !== SA.run) return;
+      r.layers.forEach(c.fill);
+    } catch (e) { err.textContent = e.message; return; }
+  }
+}
+
+async function initSelfAttention() {
+  const panel = document.getElementById("self-attention-panel");
+  if (DATA) {
+    const items = DATA.self_attention || [];
+    panel.hidden = !items.length;
+    document.getElementById("sa-results").replaceChildren(...items.map((p) => renderSelfAttention(p, null).card));
+    return;
+  }
+  SA.models = (await api("api/models")).models.filter((m) => m.task === "self-attention");
+  if (!SA.models.length) { panel.hidden = true; return; }
+  document.getElementById("sa-read").addEventListener("click", selfAttentionAll);
+  selfAttentionAll();
+}
+
+initSelfAttention().catch((e) => { document.getElementById("sa-error").textContent = `could not start: ${e.message}`; });

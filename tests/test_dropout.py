@@ -1,0 +1,131 @@
+"""attnkit's CPU dropout (attnkit.attention.dropout) and the attention training path that uses it.
+
+References: the mask rebuilt from the same seed with ``torch.rand`` (``u >= p`` keeps), and attention
+computed in float64 by hand (softmax, mask, dropout, product) or by ``torch.nn.functional``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import attnkit.attention.dropout as attnkit_dropout
+from attnkit.attention import MultiHeadAttention, attend
+from attnkit.attention.dropout import Dropout, dropout
+
+
+def test_eval_and_zero_p_are_the_identity():
+    x = torch.randn(4, 5)
+    assert dropout(x, 0.3, training=False) is x
+    assert torch.equal(dropout(x, 0.0, training=True), x)
+    d = Dropout(0.3).eval()
+    assert torch.equal(d(x), x)
+
+
+def test_mask_is_u_at_least_p_from_the_seeded_generator():
+    x, p = torch.randn(3, 7, 11), 0.25
+    torch.manual_seed(5)
+    keep = torch.rand(x.shape) >= p  # the independent reference of the mask
+    torch.manual_seed(5)
+    y = dropout(x, p, training=True)
+    assert torch.equal(y, torch.where(keep, x * (1.0 / (1.0 - p)), torch.zeros_like(x)))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_keep_rate_and_gradient(p):
+    n = 200_000
+    x = (torch.rand(n) + 0.5).requires_grad_(True)  # no zeros: a dropped entry is exactly 0
+    y = dropout(x, p, training=True)
+    kept = y.detach() != 0
+    sigma = math.sqrt(n * p * (1 - p))
+    assert abs(int(kept.sum()) - n * (1 - p)) < 6 * sigma
+    assert torch.allclose(y[kept], x.detach()[kept] / (1 - p))
+    y.sum().backward()
+    assert torch.allclose(x.grad, kept.double().float() / (1 - p))
+
+
+def test_module_is_a_torch_dropout_without_state():
+    d = Dropout(0.2)
+    assert isinstance(d, torch.nn.Dropout) and d.p == 0.2 and not d.state_dict()
+    assert Dropout(0.2, inplace=True)(torch.ones(3)).shape == (3,)  # in place: torch's own dropout
+
+
+def test_low_precision_and_other_devices_keep_torch_dropout(monkeypatch):
+    x = (torch.rand(50, 40) + 0.5).bfloat16()
+    assert not attnkit_dropout.uses_fast_dropout(x, 0.1, True)
+    y = dropout(x, 0.5, training=True)
+    assert bool(((y == 0) | (y == x * 2)).all())
+    monkeypatch.setattr(attnkit_dropout, "FAST_DEVICES", ())
+    assert not attnkit_dropout.uses_fast_dropout(torch.randn(3), 0.1, True)
+
+
+def _attention_reference(q, k, v, mask, p, keep):
+    """softmax(q kᵀ/√d) with the mask, dropped by ``keep`` and scaled, times v, in float64."""
+    s = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(s, -1)
+    if keep is not None:
+        w = w * keep / (1 - p)
+    return w @ v.double()
+
+
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_training_path_matches_float64_reference(p):
+    """The training path (explicit products with the CPU dropout when p > 0, torch's fused kernel when
+    p = 0) against float64 by hand: outputs and all three gradients to 1e-5."""
+    torch.manual_seed(0)
+    B, H, N, D = 3, 2, 6, 8
+    q, k, v = (torch.randn(B, H, N, D, requires_grad=True) for _ in range(3))
+    lengths = torch.tensor([6, 3, 1])
+    mask = (torch.arange(N)[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, N) True = real key
+    torch.manual_seed(9)
+    keep = (torch.rand(B, H, N, N) >= p).double() if p else None
+    torch.manual_seed(9)
+    out, _ = attend(q, k, v, mask=mask, dropout_p=p, training=True)
+    grad_out = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), grad_out)
+
+    q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    ref = _attention_reference(q64, k64, v64, mask, p, keep)
+    want = torch.autograd.grad(ref, (q64, k64, v64), grad_out.double())
+    assert torch.allclose(out.double(), ref, atol=1e-5)
+    for g, w in zip(got, want):
+        assert torch.allclose(g.double(), w, atol=1e-5)
+
+
+def test_multihead_attention_dropout_is_seeded_and_acts_only_in_training():
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(16, 4, dropout=0.3)
+    theirs = ours.to_torch().eval()
+    x = torch.randn(2, 5, 16)
+    assert torch.allclose(ours.eval()(x)[0], theirs(x, x, x, need_weights=False)[0], atol=1e-5)
+    ours.train()
+    torch.manual_seed(1)
+    a = ours(x)[0]
+    torch.manual_seed(1)
+    assert torch.equal(a, ours(x)[0])  # reproducible under the seed
+    assert not torch.allclose(a, ours.eval()(x)[0])  # and dropout did act
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_self_attention_gradients_match_torch_mha_in_float64(causal):
+    """The packed self-attention's training path (one q/k/v GEMM split by ``unbind``) against
+    ``torch.nn.MultiheadAttention`` with the same weights: output and every parameter's and the
+    input's gradient, float64, with a key padding mask."""
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(16, 4).double().train()
+    theirs = ours.to_torch().double().train()
+    x = torch.randn(3, 7, 16, dtype=torch.float64)
+    real = torch.arange(7)[None, :] < torch.tensor([7, 4, 2])[:, None]  # (B, N) True = real token
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    a = ours(xa, key_padding_mask=real, causal=causal)[0]
+    tmask = torch.triu(torch.ones(7, 7, dtype=torch.bool), 1) if causal else None  # torch: True = blocked
+    b = theirs(xb, xb, xb, key_padding_mask=~real, attn_mask=tmask, need_weights=False)[0]
+    g = torch.randn_like(a)
+    (a * g).sum().backward()
+    (b * g).sum().backward()
+    assert torch.allclose(a, b, atol=1e-10)
+    assert torch.allclose(xa.grad, xb.grad, atol=1e-10)
+    for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-10), name

@@ -1,0 +1,137 @@
+"""Hugging Face encoder-only and decoder-only models in the CLI and the explorer's API: `attnkit explain`
+prints and writes the self-attention views (BERT) and a continuation's attributions (GPT-2, Llama), equal
+to the Python API's; /api/self-attention gives the eager head means, rollout and per-layer heads within the
+answer limit, and /api/generate a continuation with the asked method."""
+
+import json
+
+import pytest
+import torch
+
+from attnkit.alignment import attention_rollout
+from attnkit.attribution import explain_generation
+from attnkit.cli import main
+from attnkit.hf import load_self_attention
+from hf_tiny import build_tiny, saved_tiny
+
+TEXT = "En el principio creó Dios los cielos y la tierra."
+
+
+def _cli(capsys, *args) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _eager_maps(family: str, ids: list[int]) -> torch.Tensor:
+    model, _ = build_tiny(family, attn_implementation="eager")
+    with torch.no_grad():
+        return torch.stack(model(input_ids=torch.tensor([ids]), output_attentions=True).attentions)[:, 0].float()
+
+
+def test_explain_writes_an_encoder_only_models_views(capsys, tmp_path):
+    folder = saved_tiny("bert")
+    sa = load_self_attention(str(folder))
+    ids, pieces = sa.encode(TEXT)
+    eager = _eager_maps("bert", ids)  # (L, H, N, N)
+    code, out, err = _cli(capsys, "explain", TEXT, "--model", folder, "--layer", 1, "--head", 3, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["pieces"] == pieces and not data["causal"]
+    torch.testing.assert_close(torch.tensor(data["scores"]), eager[0, 2], atol=1e-5, rtol=0)
+    code, out, err = _cli(capsys, "explain", TEXT, "--model", folder, "--method", "rollout", "--json")
+    torch.testing.assert_close(torch.tensor(json.loads(out)["scores"]), attention_rollout(eager), atol=1e-5, rtol=0)
+    png, html = tmp_path / "heads.png", tmp_path / "views.html"
+    code, out, err = _cli(capsys, "explain", TEXT, "--model", folder, "--plot", png)
+    assert code == 0 and f"wrote {png}" in out and "layer 2, mean of the 4 heads" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, out, err = _cli(capsys, "explain", TEXT, "--model", folder, "--plot", html)
+    assert code == 0 and html.read_text().count('"num_layers":2') == 1
+    code, _, err = _cli(capsys, "explain", TEXT, "--model", folder, "--plot", tmp_path / "x.svg")
+    assert code == 2 and "--plot" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("family", "method"), [("gpt2", "input_x_gradient"), ("llama", "attention")])
+def test_explain_attributes_a_continuation_as_the_api_does(capsys, tmp_path, family, method):
+    folder = saved_tiny(family)
+    png = tmp_path / "att.png"
+    code, out, err = _cli(
+        capsys, "explain", TEXT, "--model", folder, "--method", method, "--max-new-tokens", 3, "--json", "--plot", png
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    expected = explain_generation(load_self_attention(str(folder)), TEXT, method=method, max_new_tokens=3)
+    assert data["target"] == expected.target and data["source"] == expected.source and len(data["target"]) == 3
+    torch.testing.assert_close(torch.tensor(data["scores"]), expected.scores, atol=1e-5, rtol=0)
+    assert png.is_file() and f"wrote {png}" in err
+    code, out, _ = _cli(capsys, "explain", TEXT, "--model", folder, "--method", method, "--max-new-tokens", 3)
+    assert code == 0 and "continuation of the text" in out and expected.extra["translation"] in out
+    code, out, _ = _cli(capsys, "explain", TEXT, "--model", folder, "--self-attention", "--method", "rollout")
+    assert code == 0 and "decoder-only" in out and "attention rollout" in out
+
+
+@pytest.fixture(scope="module")
+def client():
+    from fastapi.testclient import TestClient
+
+    from attnkit.explorer.app import create_app, load_models
+    from attnkit.explorer.options import ServeOptions
+
+    models = load_models([str(saved_tiny("bert")), str(saved_tiny("gpt2"))])
+    app = create_app(models, verses=[], options=ServeOptions(max_answer_numbers=3000, max_new_tokens=5))
+    with TestClient(app, base_url="http://127.0.0.1:8000") as c:
+        yield c
+
+
+def test_api_self_attention_gives_eager_maps_layer_by_layer(client):
+    infos = {m["name"]: m for m in client.get("/api/models").json()["models"]}
+    assert infos["tiny-bert"]["task"] == "self-attention" and not infos["tiny-bert"]["generates"]
+    assert infos["tiny-gpt2"]["generates"] and "integrated_gradients" in [
+        m["name"] for m in infos["tiny-gpt2"]["methods"]
+    ]
+    text = "Jesús lloró."
+    for family in ("bert", "gpt2"):
+        sa = load_self_attention(str(saved_tiny(family)))
+        eager = _eager_maps(family, sa.encode(text)[0])
+        r = client.post("/api/self-attention", json={"text": text, "model": f"tiny-{family}"})
+        assert r.status_code == 200, r.text
+        p = r.json()
+        assert p["layers"] == [] and p["causal"] == (family == "gpt2")
+        torch.testing.assert_close(torch.tensor(p["head_mean"]), eager.mean(1), atol=1e-4, rtol=0)
+        torch.testing.assert_close(torch.tensor(p["rollout"]), attention_rollout(eager), atol=1e-4, rtol=0)
+        one = client.post("/api/self-attention", json={"text": text, "model": f"tiny-{family}", "layer": 1}).json()
+        assert one["head_mean"] is None and [x["layer"] for x in one["layers"]] == [1]
+        torch.testing.assert_close(torch.tensor(one["layers"][0]["heads"]), eager[1], atol=1e-4, rtol=0)
+
+
+def test_api_bounds_and_errors(client):
+    long = " ".join(["Dios"] * 40)  # (L + 1) · N² numbers over the answer limit of 3000
+    r = client.post("/api/self-attention", json={"text": long, "model": "tiny-bert"})
+    assert r.status_code == 413 and "--max-answer-numbers" in r.json()["error"]
+    r = client.post("/api/self-attention", json={"text": "x", "model": "tiny-bert", "layer": 2})
+    assert r.status_code == 422 and "layer" in r.json()["error"]
+    r = client.post("/api/self-attention", json={"text": "  ", "model": "tiny-bert"})
+    assert r.status_code == 400
+    r = client.post("/api/generate", json={"text": "Jesús lloró.", "model": "tiny-bert"})
+    assert r.status_code == 422 and "does not write" in r.json()["error"]
+    r = client.post("/api/generate", json={"text": "Jesús lloró.", "model": "tiny-gpt2", "max_new_tokens": 6})
+    assert r.status_code == 413 and "--max-new-tokens" in r.json()["error"]
+    r = client.post("/api/generate", json={"text": "Jesús lloró.", "model": "tiny-gpt2", "method": "alti_plus"})
+    assert r.status_code == 400 and "alti_plus" in r.json()["error"]
+    r = client.post("/api/self-attention", content="text=x", headers={"Content-Type": "text/plain"})
+    assert r.status_code == 415  # JSON only, as every route
+
+
+def test_api_generate_attributes_the_continuation(client):
+    sa = load_self_attention(str(saved_tiny("gpt2")))
+    r = client.post(
+        "/api/generate", json={"text": "Jesús lloró.", "model": "tiny-gpt2", "max_new_tokens": 3, "method": "saliency"}
+    )
+    assert r.status_code == 200, r.text
+    p = r.json()
+    expected = explain_generation(sa, "Jesús lloró.", method="saliency", max_new_tokens=3)
+    assert p["target_pieces"] == expected.target and p["source_pieces"] == expected.source
+    torch.testing.assert_close(torch.tensor(p["attribution"]["scores"]), expected.scores, atol=1e-4, rtol=0)
+    last = explain_generation(sa, "Jesús lloró.", method="attention", max_new_tokens=3)
+    torch.testing.assert_close(torch.tensor(p["attention"]), last.scores, atol=1e-4, rtol=0)
