@@ -109,7 +109,8 @@ def load_models(
             from ..attribution.generation import generation_methods
 
             loaded.self_attention[label] = model
-            del loaded.specs[label]  # no worker job reads it: the worker processes need not load it
+            if not model.can_generate:  # an encoder-only model has no worker job: the workers need not load it
+                del loaded.specs[label]
             loaded.info[label] = {
                 "methods": [method_info(m) for m in generation_methods()] if model.can_generate else [],
                 "name": label,

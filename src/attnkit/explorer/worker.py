@@ -60,12 +60,16 @@ def _model(label: str):
 
 
 def run(kind: str, label: str, slot: int, kwargs: dict) -> dict:
-    """One job: a translation payload (``kind="translation"``) or a caption payload, with progress in ``slot``."""
+    """One job: a translation payload (``kind="translation"``), a caption payload (``"captioning"``) or a
+    decoder-only model's attributed continuation (``"generation"``), with progress in ``slot``."""
     from .payload import caption_payload, translation_payload
 
     def progress(fraction: float) -> None:
         _PROGRESS[slot] = float(fraction)
 
     _PROGRESS[slot] = 0.0
-    build = translation_payload if kind == "translation" else caption_payload
+    if kind == "generation":
+        from .self_attention import generation_payload as build
+    else:
+        build = translation_payload if kind == "translation" else caption_payload
     return build(_model(label), model=label, progress=progress, **kwargs)

@@ -11,8 +11,8 @@ Every bound is checked before a tensor is built: the text's characters (``--max-
 tokens (``--max-tokens`` and the model's own maximum), the layer, the number of new tokens and the method.
 The work is then bounded: one forward pass per layer asked; a continuation's gradient method is one
 forward and backward pass per written token (integrated gradients: ``DEFAULT_STEPS`` points each, not
-refined). It runs in the server's light threads (``--light-jobs``): the worker processes of
-:mod:`attnkit.explorer.jobs` run translation and caption payloads only.
+refined). The maps and an attention-attributed continuation run in the server's fast lane; a gradient
+method is a heavy job (:mod:`attnkit.explorer.jobs`: a worker process, the queue, ``--job-timeout``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from ...attribution.gradients import DEFAULT_STEPS
+from ...attribution.gradients import DEFAULT_STEPS, GRADIENT_METHODS
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..self_attention import generation_payload, self_attention_numbers, self_attention_payload
-from ..state import explorer, pick, run_light
+from ..state import client_of, explorer, pick, run_light
 from .translate import JOB_NAME
 
 __all__ = ["GenerateRequest", "SelfAttentionRequest", "router"]
@@ -113,13 +113,8 @@ async def generate(req: GenerateRequest, request: Request):
         method = canonical_method(req.method)
         if method not in generation_methods():
             raise UnknownMethodError(f"{name} has no {method}; it has: {', '.join(generation_methods())}")
-    return await run_light(
-        request,
-        generation_payload,
-        sa,
-        req.text.strip(),
-        model=name,
-        max_new_tokens=new,
-        method=method,
-        steps=DEFAULT_STEPS,  # integrated gradients: a fixed number of points, so the work is bounded up front
-    )
+    # integrated gradients at a fixed number of points: the work is bounded up front
+    kwargs = dict(text=req.text.strip(), max_new_tokens=new, method=method, steps=DEFAULT_STEPS)
+    if method in GRADIENT_METHODS:  # a backward pass per written token: a heavy job, in a worker process
+        return await ex.jobs.run(client_of(request), req.job, "generation", name, kwargs, request.is_disconnected)
+    return await run_light(request, generation_payload, sa, model=name, **kwargs)
