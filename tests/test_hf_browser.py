@@ -118,3 +118,134 @@ def test_gpt2_continues_the_text_with_an_attribution(server, browser, tmp_path):
     offline.wait_for_selector(".sa-card .sa-grid canvas")
     assert offline.locator(".sa-card .sa-grid canvas:not([data-head='mean'])").count() == 8
     assert offline.locator(".sa-grid .pending").count() == 0 and offline.locator(".sa-rollout").count() == 1
+
+
+# ---------------------------------------------------------------- encoder-decoders and Llama
+# One more server for three tiny folders at once: Marian and T5 on the translation page (Marian has the
+# decompositions, T5's RMSNorm blocks refuse them), Llama in the self-attention panel.
+SOURCE = "Y dijo Dios: Sea la luz."
+
+
+@pytest.fixture(scope="module")
+def mixed_server():
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    folders = [str(saved_tiny(f)) for f in ("marian", "t5", "llama")]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnkit.cli", "serve", "--port", str(port), "--workers", "1", "--model", *folders],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(240):
+        try:
+            urllib.request.urlopen(url + "api/models", timeout=1)
+            break
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(proc.stdout.read()) from None
+            time.sleep(0.5)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def _api(url: str, path: str, body: dict | None = None) -> dict:
+    """The server's JSON for ``path`` (POSTed ``body`` when given): what the page is compared with."""
+    import json
+
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def _cells(locator) -> list[float]:
+    return [float(w) for w in locator.evaluate_all("cs => cs.map((c) => c.dataset.w)")]
+
+
+def _card_done(page, model: str, inner: str) -> None:
+    page.wait_for_selector(f".model-card[data-model='{model}'] {inner}", timeout=60_000)
+
+
+def test_marian_and_t5_translate_with_their_heads_and_methods(mixed_server, browser):
+    url = mixed_server
+    methods = {m["name"]: {x["name"] for x in m["methods"]} for m in _api(url, "api/models")["models"]}
+    assert "alti_plus" in methods["tiny-marian"] and "alti_plus" not in methods["tiny-t5"]
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.wait_for_selector("#translate-panel:not([hidden])")
+    page.wait_for_selector("#method option[value='alti_plus']", state="attached")
+    # the picker offers each method with the models that have it; T5's are exactly T5's own methods
+    offered = dict(
+        page.locator("#method option[value]:not([value=''])").evaluate_all(
+            "os => os.map((o) => [o.value, o.dataset.models])"
+        )
+    )
+    assert {m for m, who in offered.items() if "tiny-t5" in who.split()} == methods["tiny-t5"]
+    assert offered["alti_plus"].split() == ["tiny-marian"]
+
+    page.fill("#text", SOURCE)
+    page.select_option("#beam", "1")
+    page.click("#translate")
+    for model in ("tiny-marian", "tiny-t5"):
+        _card_done(page, model, ".heads-grid canvas[data-kind='cross']")
+    api = _api(url, "api/translate", {"text": SOURCE, "model": "tiny-marian", "beam": 1, "heads": True})
+    card = ".model-card[data-model='tiny-marian']"
+    assert page.locator(f"{card} .translation").inner_text() == api["translation"]
+    cross = torch.tensor(api["heads"]["cross"])  # (L, H, T, S)
+    assert cross.shape[:2] == (2, 4)
+    grid = page.locator(f"{card} .heads-grid canvas[data-kind='cross']:not([data-head='mean'])")
+    assert grid.count() == 2 * 4
+    shown = torch.tensor(_cells(page.locator(f"{card} svg.matrix .cell"))).reshape(len(api["attention"]), -1)
+    torch.testing.assert_close(shown, torch.tensor(api["attention"]), atol=1e-4, rtol=0)
+    page.locator(f"{card} .heads-grid canvas[data-kind='cross'][data-layer='1'][data-head='2']").click()
+    page.wait_for_selector("#enlarged:not([hidden]) svg.matrix")
+    head = torch.tensor(_cells(page.locator("#enlarged .cell"))).reshape(cross.shape[2:])
+    torch.testing.assert_close(head, cross[1, 2], atol=1e-4, rtol=0)
+    page.keyboard.press("Escape")
+    t5 = ".model-card[data-model='tiny-t5']"
+    # the tiny random T5 writes <pad> pieces (decoded to ""): the page must show the API's pieces and matrix
+    api5 = _api(url, "api/translate", {"text": SOURCE, "model": "tiny-t5", "beam": 1, "heads": True})
+    assert page.locator(f"{t5} .translation").inner_text() == api5["translation"]
+    assert page.locator(f"{t5} .tokens.tgt .tok").count() == len(api5["target_pieces"]) > 0
+    shown5 = torch.tensor(_cells(page.locator(f"{t5} svg.matrix .cell"))).reshape(len(api5["attention"]), -1)
+    torch.testing.assert_close(shown5, torch.tensor(api5["attention"]), atol=1e-4, rtol=0)
+    assert page.locator(f"{t5} .heads-grid canvas[data-kind='cross']:not([data-head='mean'])").count() == 2 * 4
+
+    # a decomposition: Marian shows its ALTI+ matrix, T5 says it has none and keeps its attention
+    page.select_option("#method", "alti_plus")
+    _card_done(page, "tiny-marian", ".method-note[data-method='alti_plus']")
+    _card_done(page, "tiny-t5", ".method-note")
+    alti = _api(url, "api/translate", {"text": SOURCE, "model": "tiny-marian", "beam": 1, "method": "alti_plus"})
+    scores = torch.tensor(alti["attribution"]["scores"])  # (T, S)
+    shown = torch.tensor(_cells(page.locator(f"{card} svg.matrix .cell"))).reshape(scores.shape)
+    torch.testing.assert_close(shown, scores, atol=1e-4, rtol=0)
+    note = page.locator(f"{t5} .method-note")
+    assert note.get_attribute("data-method") == "" and "has no alti_plus" in note.inner_text()
+    assert page.locator(f"{t5} svg.matrix .cell").count() > 0
+
+
+def test_llama_heads_grid(mixed_server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(mixed_server)
+    page.wait_for_selector("#self-attention-panel:not([hidden])")
+    page.fill("#sa-text", TEXT)
+    page.click("#sa-read")
+    card = ".sa-card[data-model='tiny-llama']"
+    page.wait_for_function(
+        f"(() => {{ const c = document.querySelector(\"{card}\"); return c && c.querySelector('.sa-grid') "
+        "&& !c.querySelector('.sa-grid .pending'); })()",
+        timeout=60_000,
+    )
+    _, pieces = load_self_attention(str(saved_tiny("llama"))).encode(TEXT)
+    assert page.locator(f"{card} .sa-pieces .tok").count() == len(pieces)
+    assert page.locator(f"{card} .sa-grid canvas:not([data-head='mean'])").count() == 2 * 4  # 2 layers × 4 heads
+    page.locator(f"{card} .sa-grid canvas[data-layer='0'][data-head='3']").click()
+    page.wait_for_selector("#enlarged:not([hidden]) svg.matrix")
+    n = len(pieces)
+    shown = torch.tensor(_cells(page.locator("#enlarged .cell"))).reshape(n, n)
+    ids, _ = load_self_attention(str(saved_tiny("llama"))).encode(TEXT)
+    torch.testing.assert_close(shown, _eager("llama", ids)[0, 3].float(), atol=1e-4, rtol=0)

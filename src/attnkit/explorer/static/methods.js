@@ -8,9 +8,14 @@ function methodsOf(task) {
   state.models.filter((m) => m.task === task).forEach((m) => (m.methods || []).forEach((x) => seen.set(x.name, x)));
   return [...seen.values()];
 }
+// The loaded models of one task that have method ``name`` (the others show their attention instead).
+function modelsWith(task, name) {
+  return state.models.filter((m) => m.task === task && (m.methods || []).some((x) => x.name === name)).map((m) => m.name);
+}
 function fillMethodPicker(select, task) {
   select.replaceChildren(el("option", { value: "" }, "the model's attention (no method)"),
-    ...methodsOf(task).map((m) => el("option", { value: m.name, title: `${m.title} (${m.reference})` },
+    ...methodsOf(task).map((m) => el("option", { value: m.name, title: `${m.title} (${m.reference})`,
+      "data-models": modelsWith(task, m.name).join(" ") },
       `${m.name}${m.needs_gradients ? " (gradients)" : ""}`)));
 }
 // The method to ask a model for: the chosen one if the model has it, else none (its attention).
