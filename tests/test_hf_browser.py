@@ -123,7 +123,7 @@ def test_gpt2_continues_the_text_with_an_attribution(server, browser, tmp_path):
 # ---------------------------------------------------------------- encoder-decoders and Llama
 # One more server for three tiny folders at once: Marian and T5 on the translation page (Marian has the
 # decompositions, T5's RMSNorm blocks refuse them), Llama in the self-attention panel.
-SOURCE = "Y dijo Dios: Sea la luz."
+SOURCE = TEXT  # short: the tiny random models write up to their length limit
 
 
 @pytest.fixture(scope="module")
