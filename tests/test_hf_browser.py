@@ -130,7 +130,7 @@ SOURCE = TEXT  # short: the tiny random models write up to their length limit
 def mixed_server():
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    folders = [str(saved_tiny(f)) for f in ("marian", "t5", "llama")]
+    folders = [str(saved_tiny(f)) for f in ("marian", "bart", "m2m_100", "t5", "llama")]
     proc = subprocess.Popen(
         [sys.executable, "-m", "attnkit.cli", "serve", "--port", str(port), "--workers", "1", "--model", *folders],
         env=env,
@@ -170,7 +170,7 @@ def _card_done(page, model: str, inner: str) -> None:
     page.wait_for_selector(f".model-card[data-model='{model}'] {inner}", timeout=60_000)
 
 
-def test_marian_and_t5_translate_with_their_heads_and_methods(mixed_server, browser):
+def test_encoder_decoders_translate_with_their_heads_and_methods(mixed_server, browser):
     url = mixed_server
     methods = {m["name"]: {x["name"] for x in m["methods"]} for m in _api(url, "api/models")["models"]}
     assert "alti_plus" in methods["tiny-marian"] and "alti_plus" not in methods["tiny-t5"]
@@ -185,13 +185,20 @@ def test_marian_and_t5_translate_with_their_heads_and_methods(mixed_server, brow
         )
     )
     assert {m for m, who in offered.items() if "tiny-t5" in who.split()} == methods["tiny-t5"]
-    assert offered["alti_plus"].split() == ["tiny-marian"]
+    assert sorted(offered["alti_plus"].split()) == ["tiny-bart", "tiny-m2m_100", "tiny-marian"]
 
     page.fill("#text", SOURCE)
     page.select_option("#beam", "1")
     page.click("#translate")
-    for model in ("tiny-marian", "tiny-t5"):
+    for model in ("tiny-marian", "tiny-bart", "tiny-m2m_100", "tiny-t5"):
         _card_done(page, model, ".heads-grid canvas[data-kind='cross']")
+    for model in ("tiny-bart", "tiny-m2m_100"):  # post-norm BART and pre-norm M2M100: the same page as Marian
+        got = _api(url, "api/translate", {"text": SOURCE, "model": model, "beam": 1, "heads": True})
+        other = f".model-card[data-model='{model}']"
+        assert page.locator(f"{other} .translation").inner_text() == got["translation"]
+        cells = torch.tensor(_cells(page.locator(f"{other} svg.matrix .cell"))).reshape(len(got["attention"]), -1)
+        torch.testing.assert_close(cells, torch.tensor(got["attention"]), atol=1e-4, rtol=0)
+        assert page.locator(f"{other} .heads-grid canvas[data-kind='cross']:not([data-head='mean'])").count() == 2 * 4
     api = _api(url, "api/translate", {"text": SOURCE, "model": "tiny-marian", "beam": 1, "heads": True})
     card = ".model-card[data-model='tiny-marian']"
     assert page.locator(f"{card} .translation").inner_text() == api["translation"]
