@@ -77,12 +77,13 @@ def test_without_a_model_the_written_rule_picks_one_and_says_why(toy_home, tmp_p
     given = ["--encoder-dim", "8"]  # the rule would set 128
     assert cli_main([*argv, *rnn, *given, "--max-steps", "2", "--out-dir", str(out), "--no-progress"]) == 0
     pick = pick_model(600)
-    assert pick.options == {"rnn_attention": "luong", "encoder_dim": 128}
+    assert pick.options == {"rnn_attention": "luong", "encoder_dim": 128, "dropout": 0.1}
     err = capsys.readouterr().err
-    assert f"attnkit: no --model given: training rnnsearch (--rnn-attention luong): {pick.why}" in err
+    assert f"attnkit: no --model given: training rnnsearch (--rnn-attention luong --dropout 0.1): {pick.why}" in err
     record = json.loads((out / "train_config.json").read_text())
     assert record["model"] == pick.model == "rnnsearch"
-    assert record["model_config"]["rnn_attention"] == "luong" and record["model_config"]["encoder_dim"] == 8
+    mc = record["model_config"]
+    assert mc["rnn_attention"] == "luong" and mc["encoder_dim"] == 8 and mc["dropout"] == 0.1
     # no budget: the shipped recipe's model, nothing set
     assert pick_model(None).options == {} and pick_model(None).model == "rnnsearch"
 
