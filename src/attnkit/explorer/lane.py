@@ -132,24 +132,32 @@ class FastLane:
                 continue
             started = time.perf_counter()
             if live[0].batch is None:
-                self._run(live[0], {})
-                self._record(time.perf_counter() - started, 1)
-                continue
-            results: list[Any] = [None] * len(live)
-            if len(live) > 1:
-                tr, beam = live[0].batch[:2]
-                try:
-                    results = tr.translate([item.batch[2] for item in live], beam_size=beam)
-                except Exception:  # each request then searches alone and gets its own error
-                    results = [None] * len(live)
-            self.batches[len(live)] += 1
-            for item, result in zip(live, results):
-                self._run(item, {} if result is None else {"result": result})
+                outcomes = [self._call(live[0], {})]
+            else:
+                results: list[Any] = [None] * len(live)
+                if len(live) > 1:
+                    tr, beam = live[0].batch[:2]
+                    try:
+                        results = tr.translate([item.batch[2] for item in live], beam_size=beam)
+                    except Exception:  # each request then searches alone and gets its own error
+                        results = [None] * len(live)
+                self.batches[len(live)] += 1
+                outcomes = [
+                    self._call(item, {} if result is None else {"result": result})
+                    for item, result in zip(live, results)
+                ]
+            # timed before any answer goes out, so a caller that has its answer finds its time counted
             self._record(time.perf_counter() - started, len(live))
+            for item, (ok, value) in zip(live, outcomes):
+                if ok:
+                    item.future.set_result(value)
+                else:  # the request's own error, raised where it waits
+                    item.future.set_exception(value)
 
     @staticmethod
-    def _run(item: _Item, extra: dict) -> None:
+    def _call(item: _Item, extra: dict) -> tuple[bool, Any]:
+        """``(True, result)`` of the item's call, or ``(False, exception)``."""
         try:
-            item.future.set_result(item.fn(*item.args, **item.kwargs, **extra))
-        except Exception as exc:  # the request's own error, raised where it waits
-            item.future.set_exception(exc)
+            return True, item.fn(*item.args, **item.kwargs, **extra)
+        except Exception as exc:
+            return False, exc
