@@ -8,17 +8,14 @@ caption word, exports a view as HTML and opens it offline. Screenshots go to out
 import base64
 import io
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import httpx
 import pytest
 import torch
+
+from served import served
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(
@@ -39,35 +36,10 @@ ARGS = [
 VERSE = "Y vió Dios que la luz era buena: y apartó Dios la luz de las tinieblas."
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(bible_home):
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "attnkit.cli", "--home", str(bible_home), "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}/"
-    for _ in range(240):
-        try:
-            urllib.request.urlopen(url + "api/models", timeout=1)
-            break
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(proc.stdout.read()) from None  # the server's own output says why
-            time.sleep(0.5)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
+    with served(home=str(bible_home)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,6 @@ model and the pieces the model reads, clicks a head and checks its enlarged matr
 (N × N cells with the eager weights), lets GPT-2 continue the text with an attribution method, and opens
 an exported view offline."""
 
-import os
-import subprocess
-import sys
-import time
 import urllib.request
 
 import pytest
@@ -16,7 +12,8 @@ import torch
 
 from attnkit.hf import load_self_attention
 from hf_tiny import build_tiny, saved_tiny
-from test_explorer_browser import ARGS, CHROMIUM, _free_port
+from served import served
+from test_explorer_browser import ARGS, CHROMIUM
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed")
 playwright = pytest.importorskip("playwright.sync_api")
@@ -25,28 +22,9 @@ TEXT = "Jesús lloró."
 
 @pytest.fixture(scope="module")
 def server():
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     folders = [str(saved_tiny("bert")), str(saved_tiny("gpt2"))]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "attnkit.cli", "serve", "--port", str(port), "--workers", "1", "--model", *folders],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}/"
-    for _ in range(240):
-        try:
-            urllib.request.urlopen(url + "api/models", timeout=1)
-            break
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(proc.stdout.read()) from None
-            time.sleep(0.5)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
+    with served("--workers", "1", "--model", *folders, env={"HF_HUB_OFFLINE": "1"}) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -128,28 +106,9 @@ SOURCE = TEXT  # short: the tiny random models write up to their length limit
 
 @pytest.fixture(scope="module")
 def mixed_server():
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     folders = [str(saved_tiny(f)) for f in ("marian", "bart", "m2m_100", "t5", "llama")]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "attnkit.cli", "serve", "--port", str(port), "--workers", "1", "--model", *folders],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}/"
-    for _ in range(240):
-        try:
-            urllib.request.urlopen(url + "api/models", timeout=1)
-            break
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(proc.stdout.read()) from None
-            time.sleep(0.5)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
+    with served("--workers", "1", "--model", *folders, env={"HF_HUB_OFFLINE": "1"}) as url:
+        yield url
 
 
 def _api(url: str, path: str, body: dict | None = None) -> dict:
