@@ -77,6 +77,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "serve.json"))
+    ap.add_argument("--serve-args", default="", help="more options for attnkit serve, e.g. '--fast-wait 1'")
     args = ap.parse_args()
 
     from attnkit.data.datasets.bible import load_pairs
@@ -85,7 +86,10 @@ def main() -> None:
     translators = ["transformer-es-en", "rnnsearch-es-en", "rnnencdec-es-en"]
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "attnkit.cli", "serve", "--port", str(port), "--queue", str(max(1, args.attributing))],
+        [
+            *[sys.executable, "-m", "attnkit.cli", "serve", "--port", str(port)],
+            *["--queue", str(max(1, args.attributing)), *args.serve_args.split()],
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -160,6 +164,7 @@ def main() -> None:
     mb = lambda b: round(b / 2**20, 1)
     report = {
         "started": started_utc,
+        "serve_args": f"--queue {max(1, args.attributing)} {args.serve_args}".strip(),
         "clients": args.clients,
         "attributing_clients": args.attributing,
         "seconds": args.seconds,

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from PIL import Image
 
+from answers import assert_same_answer
 from attnkit.alignment import attention_diagnostics, attention_rollout, word_attention
 from attnkit.data.datasets.bible import load_pairs
 from attnkit.data.datasets.scenes import load_scenes
@@ -259,7 +260,9 @@ def test_concurrent_requests_answer_as_sequential_ones(served):
     sequential = [ask(j) for j in jobs]
     with ThreadPoolExecutor(len(jobs)) as pool:
         parallel = list(pool.map(ask, jobs))
-    assert all("error" not in r for r in sequential) and parallel == sequential
+    assert all("error" not in r for r in sequential)
+    for a, b in zip(parallel, sequential):  # in parallel, translations may be searched and drawn as one batch
+        assert_same_answer(a, b)
 
 
 def test_forcing_the_reference_of_a_gold_verse_brings_its_gold_links(served):

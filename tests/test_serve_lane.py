@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from answers import assert_same_answer
 from attnkit.explorer.api_errors import ApiError
 from attnkit.explorer.inflight import InFlightLimit
 from attnkit.explorer.jobs import JobQueue
@@ -53,7 +54,7 @@ def test_translations_waiting_together_are_one_batch_with_the_answers_they_would
     lane.stop()
     assert lane.batches[len(SOURCES)] == 1  # one search for all five
     for a, b in zip(got, alone):
-        assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+        assert_same_answer(a, b)
 
 
 def test_the_lane_keeps_order_and_batches_only_alike_requests(translators):
@@ -62,7 +63,7 @@ def test_the_lane_keeps_order_and_batches_only_alike_requests(translators):
     t, r = translators["transformer-es-en"], translators["rnnsearch-es-en"]
     order = []
 
-    def record(translator, source, *, beam, result=None):
+    def record(translator, source, *, beam, result=None, forced=None):
         order.append((translator is t, beam, source, result is not None))
         return source
 
@@ -88,7 +89,7 @@ def test_a_cancelled_request_never_runs_and_an_error_stays_with_its_request(tran
     tr = translators["rnnsearch-es-en"]
     ran = []
 
-    def build(translator, source, *, beam, result=None):
+    def build(translator, source, *, beam, result=None, forced=None):
         ran.append(source)
         if source == SOURCES[1]:
             raise ValueError("this one is bad")
@@ -114,10 +115,10 @@ async def _connected() -> bool:
 
 
 def test_a_job_that_would_wait_past_its_time_limit_is_refused_at_once_with_retry_after():
-    """One worker, jobs of ~4 s recently, a 10-s limit: the first runs, two wait (expected 4 and 8 s), the
-    fourth would wait ~12 s and gets 503 at once; the admitted ones then finish in order."""
+    """One worker, jobs of this kind ~4 s recently, a 10-s limit: the first runs, two wait (expected 4 and
+    8 s), the fourth would wait ~12 s and gets 503 at once; the admitted ones then finish in order."""
     queue = JobQueue(ServeOptions(workers=1, queue=8, job_timeout=10), {})
-    queue.recent_s = 4.0
+    queue.recent["translation j beam"] = 4.0
     finished = []
 
     async def main():
@@ -125,35 +126,62 @@ def test_a_job_that_would_wait_past_its_time_limit_is_refused_at_once_with_retry
 
         async def execute(slot, kind, label, kwargs, disconnected):  # a job that ends when told
             await release.wait()
-            finished.append(label)
-            return {"label": label}
+            finished.append(kwargs["n"])
+            return {"n": kwargs["n"]}
 
         queue._execute = execute
         running = [
-            asyncio.ensure_future(queue.run(None, None, "translation", f"j{i}", {}, _connected)) for i in range(3)
+            asyncio.ensure_future(queue.run(None, None, "translation", "j", {"n": i}, _connected)) for i in range(3)
         ]
         for _ in range(10):
             await asyncio.sleep(0)
+        assert queue.expected_wait(2) == pytest.approx(12.0, abs=0.1)  # ~4 s left of the running, two of 4 s
         with pytest.raises(ApiError) as refused:
-            await queue.run(None, None, "translation", "j3", {}, _connected)
+            await queue.run(None, None, "translation", "j", {"n": 3}, _connected)
         assert not release.is_set()  # refused while the others still wait: no waiting of its own
         release.set()
         return [await t for t in running], refused.value
 
     answers, err = asyncio.run(main())
-    assert answers == [{"label": "j0"}, {"label": "j1"}, {"label": "j2"}] and finished == ["j0", "j1", "j2"]
-    assert err.status == 503 and "would wait about 12 s" in str(err) and "--job-timeout 10 s" in str(err)
-    assert err.headers["Retry-After"] == "4"  # one place: a job's mean time over the one worker
-    assert queue.expected_wait(0) == 4.0 and queue.expected_wait(3) == 16.0
+    assert answers == [{"n": 0}, {"n": 1}, {"n": 2}] and finished == [0, 1, 2]
+    assert err.status == 503 and "about 12 s before a worker is free" in str(err) and "--job-timeout 10 s" in str(err)
+    assert err.headers["Retry-After"] == "4"  # until the running job is expected to end
+    assert set(queue.recent) == {"translation j beam"}  # the three jobs' times were recorded under their kind
 
 
-def test_the_recent_job_time_is_a_moving_average():
-    queue = JobQueue(ServeOptions(workers=2), {})
-    assert queue.expected_wait(5) is None  # nothing measured yet: only the queue length bounds admission
-    queue._record(10.0)
-    queue._record(20.0)
-    assert queue.recent_s == pytest.approx(0.7 * 10 + 0.3 * 20)
-    assert queue.expected_wait(1) == pytest.approx(13.0)  # 2 places over 2 workers
+def test_each_kind_of_job_has_its_own_expected_time_and_an_untimed_kind_counts_half_the_limit():
+    """A burst of a kind never timed (integrated gradients on a fresh server) is admitted only as deep as
+    jobs of half the time limit could be served in time; a timed kind's own mean counts."""
+    queue = JobQueue(ServeOptions(workers=1, queue=8, job_timeout=100), {})
+    assert queue.expected_s("translation m integrated_gradients") == 50.0
+    queue._record("translation m saliency", 2.0)
+    queue._record("translation m saliency", 4.0)
+    assert queue.expected_s("translation m saliency") == pytest.approx(0.7 * 2 + 0.3 * 4)
+    assert queue.expected_s("translation m integrated_gradients") == 50.0  # its own, not saliency's
+
+    async def main():
+        release = asyncio.Event()
+
+        async def execute(slot, kind, label, kwargs, disconnected):
+            await release.wait()
+            return {}
+
+        queue._execute = execute
+        ig = {"method": "integrated_gradients"}
+        admitted = [asyncio.ensure_future(queue.run(None, None, "translation", "m", ig, _connected)) for _ in range(3)]
+        for _ in range(10):
+            await asyncio.sleep(0)
+        # one runs (~50 s left), two wait: a fourth would wait ~150 s > 100 s
+        with pytest.raises(ApiError) as refused:
+            await queue.run(None, None, "translation", "m", ig, _connected)
+        release.set()
+        for t in admitted:
+            await t
+        return refused.value
+
+    err = asyncio.run(main())
+    assert err.status == 503 and "about 150 s before a worker is free" in str(err)
+    assert queue.expected_s("translation m integrated_gradients") < 1.0  # now timed: they ended at once
 
 
 # ------------------------------------------------------------------------------------------- in-flight limit

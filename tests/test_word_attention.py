@@ -45,6 +45,27 @@ def test_forced_attention_of_every_shipped_model(shipped):
     torch.testing.assert_close(wa.sum(-1), torch.ones(len(tgt_words)))
 
 
+def test_a_padded_batch_of_pairs_gives_each_pair_the_maps_it_has_alone(shipped):
+    """``attention_batch`` (one padded pass, as a server's batch draws its maps) equals each pair forced alone,
+    every field cut to the pair's own rows and columns; texts and token ids as targets alike."""
+    _, tr = shipped
+    sources = [SOURCE, "Jesús lloró.", "En el principio crió Dios los cielos y la tierra."]
+    targets = [REFERENCE, [int(t) for t in tr.tokenizer.encode("Jesus wept.")], "In the beginning God created."]
+    batch = tr.attention_batch(sources, targets)
+    for s, t, got in zip(sources, targets, batch):
+        alone = tr.attention(s, t)
+        assert got.source_pieces == alone.source_pieces and got.target_pieces == alone.target_pieces
+        for f in ("alignment", "scores", "context", "annotations", "enc_self", "dec_self", "cross"):
+            a, b = getattr(alone.maps, f), getattr(got.maps, f)
+            if a is None:
+                assert b is None, f
+                continue
+            assert a.shape == b.shape, (f, a.shape, b.shape)
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)  # -inf (scores at padding) compare equal
+    with pytest.raises(ValueError, match="differ in number: 2 and 1"):
+        tr.attention_batch(sources[:2], targets[:1])
+
+
 def test_empty_target_is_a_clear_error(shipped):
     _, tr = shipped
     with pytest.raises(ValueError, match="target is empty"):

@@ -2,10 +2,18 @@
 :class:`pebble.ProcessPool` (which stops one job on timeout or cancel by ending its process, and replaces a
 worker that died without harming the others); at most ``--queue`` wait, in order. A job is refused at once,
 503 with ``Retry-After`` and a message, when the queue is full or when its expected wait would exceed
-``--job-timeout``: a client should not wait longer for its turn than the job may run. The expected wait of
-a job with ``q`` jobs ahead of it in the queue is ``(q + 1) / workers × t``, where ``t`` is the mean run
-time of the recent jobs (an exponential moving average; a job stopped at its limit counts the limit). An
-admitted job runs at most ``--job-timeout`` seconds (504), and stops when its client goes (499). Each
+``--job-timeout``: a client should not wait longer for its turn than the job may run.
+
+**Expected wait.** Each kind of job (task, model and method: integrated gradients on the Transformer is one
+kind, saliency on it another) has its own expected run time ``t_k``, an exponential moving average of its
+recent run times (a job stopped at its limit counts the limit). A kind not yet timed is expected to take half
+the time limit (``--job-timeout / 2``): a fresh server does not know whether a method takes one second or
+two minutes, so a first burst is admitted only as deep as slow jobs could be served in time, and measured
+kinds take over as they finish. A job that arrives with every worker busy expects to wait
+
+    wait = (Σ_running max(0, t_k − elapsed) + Σ_queued-ahead t_k) / workers
+
+An admitted job runs at most ``--job-timeout`` seconds (504), and stops when its client goes (499). Each
 client sees only its own jobs' progress, queue position and expected wait: a job is known by the client's
 session (a random cookie) and the job name it chose.
 """
@@ -35,8 +43,10 @@ RECENT_WEIGHT = 0.3  # the weight of the newest job's run time in the moving ave
 @dataclass
 class _Job:
     state: str  # "queued" or "running"
+    kind: str = ""  # what it is, for its expected run time: "task model method"
     slot: int = -1
     ticket: asyncio.Future | None = None
+    started: float = 0.0  # time.perf_counter() when it began to run
 
 
 class JobQueue:
@@ -48,11 +58,12 @@ class JobQueue:
         self._ctx = multiprocessing.get_context(method)
         self._progress = self._ctx.Array("d", options.workers, lock=False)  # one slot per running job
         self._free = list(range(options.workers))
-        self._waiting: list[asyncio.Future] = []
+        self._waiting: list[_Job] = []  # in order
+        self._running: dict[int, _Job] = {}  # by slot
         self._jobs: dict[tuple[str, str], _Job] = {}
         self._pool = None
         self._lock = threading.Lock()
-        self.recent_s: float | None = None  # the recent jobs' mean run time (None: no job has ended yet)
+        self.recent: dict[str, float] = {}  # each kind's recent mean run time (module docstring)
 
     # ------------------------------------------------------------------ the pool
     def start(self):
@@ -103,21 +114,27 @@ class JobQueue:
         if j is None:
             return {"progress": None, "queued": None, "wait_s": None}
         if j.state == "queued":
-            place = self._waiting.index(j.ticket) + 1 if j.ticket in self._waiting else None
-            wait = self.expected_wait(place - 1) if place is not None else None
-            return {"progress": 0.0, "queued": place, "wait_s": None if wait is None else round(wait, 1)}
+            if j not in self._waiting:
+                return {"progress": 0.0, "queued": None, "wait_s": None}
+            place = self._waiting.index(j)
+            return {"progress": 0.0, "queued": place + 1, "wait_s": round(self.expected_wait(place), 1)}
         return {"progress": round(float(self._progress[j.slot]), 3), "queued": None, "wait_s": None}
 
-    def expected_wait(self, ahead: int) -> float | None:
-        """Seconds a job with ``ahead`` jobs before it in the queue may expect to wait for a worker (every
-        worker busy): ``(ahead + 1) / workers × recent_s``; None before any job has ended."""
-        if self.recent_s is None:
-            return None
-        return (ahead + 1) / self.options.workers * self.recent_s
+    def expected_s(self, kind: str) -> float:
+        """A job of ``kind``'s expected run time: its recent mean, or half the time limit before one has ended."""
+        return self.recent.get(kind, self.options.job_timeout / 2)
 
-    def _record(self, seconds: float) -> None:
-        r = self.recent_s
-        self.recent_s = seconds if r is None else (1 - RECENT_WEIGHT) * r + RECENT_WEIGHT * seconds
+    def expected_wait(self, ahead: int) -> float:
+        """Seconds a job with ``ahead`` jobs before it in the queue may expect to wait for a worker (every worker
+        busy): what the running jobs have left and the first ``ahead`` queued jobs take, over the workers."""
+        now = time.perf_counter()
+        left = sum(max(0.0, self.expected_s(j.kind) - (now - j.started)) for j in self._running.values())
+        queued = sum(self.expected_s(j.kind) for j in self._waiting[:ahead])
+        return (left + queued) / self.options.workers
+
+    def _record(self, kind: str, seconds: float) -> None:
+        r = self.recent.get(kind)
+        self.recent[kind] = seconds if r is None else (1 - RECENT_WEIGHT) * r + RECENT_WEIGHT * seconds
 
     # ------------------------------------------------------------------ running one job
     async def run(
@@ -131,15 +148,24 @@ class JobQueue:
     ) -> dict:
         """Run ``worker.run(kind, label, slot, kwargs)`` in a worker once admitted; see the module docstring."""
         key = (client, job) if client and job else None
-        rec = _Job("queued")
+        rec = _Job("queued", kind=" ".join([kind, label, str(kwargs.get("method") or "beam")]))
         if key is not None:
             self._jobs[key] = rec
         try:
             rec.slot = await self._admit(rec, disconnected)
-            rec.state = "running"
+            rec.state, rec.started = "running", time.perf_counter()
+            self._running[rec.slot] = rec
             try:
-                return await self._execute(rec.slot, kind, label, kwargs, disconnected)
+                answer = await self._execute(rec.slot, kind, label, kwargs, disconnected)
+            except ApiError as err:
+                if err.status == 504:  # stopped at its limit: counts the limit
+                    self._record(rec.kind, self.options.job_timeout)
+                raise
+            else:
+                self._record(rec.kind, time.perf_counter() - rec.started)
+                return answer
             finally:
+                del self._running[rec.slot]
                 self._release(rec.slot)
         finally:
             if key is not None and self._jobs.get(key) is rec:
@@ -149,7 +175,11 @@ class JobQueue:
         """The 503 refusal: ``Retry-After`` is the time until the queue is short enough again (at least the
         time one place takes: a job's mean time over the workers), 1..300 s."""
         o = self.options
-        step = (self.recent_s if self.recent_s is not None else o.job_timeout / 10) / o.workers
+        now = time.perf_counter()
+        step = min(  # until the first running job is expected to end
+            (max(0.0, self.expected_s(j.kind) - (now - j.started)) for j in self._running.values()),
+            default=o.job_timeout / 10,
+        )
         retry = max(1, min(300, math.ceil(max(step, (wait or 0) - o.job_timeout))))
         return ApiError(
             503,
@@ -165,14 +195,14 @@ class JobQueue:
         if len(self._waiting) >= o.queue:
             raise self._busy(f"that is the most it queues (--queue {o.queue})", None)
         wait = self.expected_wait(len(self._waiting))
-        if wait is not None and wait > o.job_timeout:
+        if wait > o.job_timeout:
             raise self._busy(
-                f"a job takes about {self.recent_s:.0f} s, so this one would wait about {wait:.0f} s for a worker, "
+                f"the jobs running and queued are expected to take about {wait:.0f} s before a worker is free, "
                 f"more than a job may run (--job-timeout {o.job_timeout:g} s)",
                 wait,
             )
         rec.ticket = asyncio.get_running_loop().create_future()
-        self._waiting.append(rec.ticket)
+        self._waiting.append(rec)
         try:
             while True:
                 done, _ = await asyncio.wait({rec.ticket}, timeout=POLL_S)
@@ -185,13 +215,13 @@ class JobQueue:
                 self._release(rec.ticket.result())
             raise
         finally:
-            if rec.ticket in self._waiting:
-                self._waiting.remove(rec.ticket)
+            if rec in self._waiting:
+                self._waiting.remove(rec)
 
     def _release(self, slot: int) -> None:
         """Give ``slot`` to the first waiting job, or back to the free list."""
         while self._waiting:
-            ticket = self._waiting.pop(0)
+            ticket = self._waiting.pop(0).ticket
             if not ticket.done():
                 ticket.set_result(slot)
                 return
@@ -210,19 +240,15 @@ class JobQueue:
             self.stop(wait=False)
             future = self.start().schedule(worker.run, args=args, timeout=self.options.job_timeout)
         waiter = asyncio.wrap_future(future)
-        started = time.perf_counter()
         try:
             while True:
                 done, _ = await asyncio.wait({waiter}, timeout=POLL_S)
                 if done:
-                    answer = waiter.result()
-                    self._record(time.perf_counter() - started)
-                    return answer
+                    return waiter.result()
                 if await disconnected():
                     future.cancel()  # ends the worker process running it; the pool starts a fresh one
                     raise ApiError(499, "the client cancelled the request; its job was stopped")
         except TimeoutError:
-            self._record(self.options.job_timeout)
             raise ApiError(
                 504,
                 f"the job ran past the time limit of {self.options.job_timeout:g} s (--job-timeout) and was stopped",

@@ -5,9 +5,11 @@ the worker processes (:mod:`.jobs`; by default they leave a core to this lane).
 **Dynamic batching** (as model servers such as TorchServe and Triton do it): plain translations that wait
 together for the same model and beam are searched as one batch, ``translator.translate([s1, ..., sB])``, one
 beam search over B sources. The search is most of a plain translation's time, and on a CPU one search over 8
-small sources costs far less than 8 searches (per-operation overhead dominates small models). Each answer is
-then built alone from its own search result (``translation_payload(result=...)``: its forced decoding, maps
-and links), so it is the answer the request would have had alone. The oldest waiting request always goes
+small sources costs far less than 8 searches (per-operation overhead dominates small models). The forced
+decoding that draws the maps is one padded pass over the batch's translations too
+(``Translator.attention_batch``). Each answer is then built alone from its own search result and forced
+decoding (``translation_payload(result=..., forced=...)``: maps and links), so it is the answer the request
+would have had alone. The oldest waiting request always goes
 first; waiting translations of its model and beam join its batch (at most ``--fast-batch``).
 
 The lane's queue is bounded in time: :meth:`FastLane.expected_wait` is the requests waiting times their recent
@@ -134,18 +136,11 @@ class FastLane:
             if live[0].batch is None:
                 outcomes = [self._call(live[0], {})]
             else:
-                results: list[Any] = [None] * len(live)
+                extras: list[dict] = [{} for _ in live]
                 if len(live) > 1:
-                    tr, beam = live[0].batch[:2]
-                    try:
-                        results = tr.translate([item.batch[2] for item in live], beam_size=beam)
-                    except Exception:  # each request then searches alone and gets its own error
-                        results = [None] * len(live)
+                    extras = self._search_batch(live)
                 self.batches[len(live)] += 1
-                outcomes = [
-                    self._call(item, {} if result is None else {"result": result})
-                    for item, result in zip(live, results)
-                ]
+                outcomes = [self._call(item, extra) for item, extra in zip(live, extras)]
             # timed before any answer goes out, so a caller that has its answer finds its time counted
             self._record(time.perf_counter() - started, len(live))
             for item, (ok, value) in zip(live, outcomes):
@@ -153,6 +148,29 @@ class FastLane:
                     item.future.set_result(value)
                 else:  # the request's own error, raised where it waits
                     item.future.set_exception(value)
+
+    @staticmethod
+    def _search_batch(live: list[_Item]) -> list[dict]:
+        """Each request's ``{"result": its search's output, "forced": its forced decoding}``, from one beam
+        search over the batch and one teacher-forced pass over the translations; on an error, ``{}`` for each
+        (each request then translates alone and gets its own error)."""
+        tr, beam = live[0].batch[:2]
+        sources = [item.batch[2] for item in live]
+        try:
+            results = tr.translate(sources, beam_size=beam)
+        except Exception:
+            return [{} for _ in live]
+        extras = [{"result": r} for r in results]
+        nonempty = [i for i, r in enumerate(results) if r["tokens"]]  # an empty translation has nothing to draw
+        batch_forced = getattr(tr, "attention_batch", None)  # engines without one draw each pair alone
+        if batch_forced is not None and nonempty:
+            try:
+                forced = batch_forced([sources[i] for i in nonempty], [results[i]["tokens"] for i in nonempty])
+            except Exception:
+                forced = [None] * len(nonempty)
+            for i, f in zip(nonempty, forced):
+                extras[i]["forced"] = f
+        return extras
 
     @staticmethod
     def _call(item: _Item, extra: dict) -> tuple[bool, Any]:

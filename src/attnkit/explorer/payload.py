@@ -127,6 +127,7 @@ def translation_payload(
     heads: bool = False,
     model: str = "",
     result: dict | None = None,
+    forced=None,
     target: str | None = None,
     method: str | None = None,
     progress=None,
@@ -134,7 +135,8 @@ def translation_payload(
     max_numbers: int | None = None,
 ) -> dict:
     """Translate ``source`` with ``beam`` and describe every attention the model has (see the module
-    docstring). ``result``: a translation already made (``Translator.translate`` output) to reuse.
+    docstring). ``result``: a translation already made (``Translator.translate`` output) to reuse, and
+    ``forced`` its forced decoding (``Translator.attention_batch``), made with others in one pass.
     ``target``: target-language text to force instead of searching (teacher forcing; e.g. the reference), which
     also adds ``"gold"`` (the gold links, word indices) when the pair is one of the gold verses.
     ``method``: an attribution method (:mod:`attnkit.attribution`) whose view fills ``"attribution"``;
@@ -173,7 +175,7 @@ def translation_payload(
         out["note"] = translator.note
     if not tokens:  # an empty translation: nothing to align
         return out
-    ta = translator.attention(source, tokens)  # forced decoding of the search's own output
+    ta = forced if forced is not None else translator.attention(source, tokens)  # forced decoding of the output
     if method is not None:
         from ..attribution import explain, forced_translation
 

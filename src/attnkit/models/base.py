@@ -131,6 +131,28 @@ class AttentionMaps:
     cross: Tensor | None = None
     score: str | None = None
 
+    def unpad(self, i: int, target_len: int, source_len: int) -> AttentionMaps:
+        """Pair ``i``'s maps out of a padded batch, batch dimension removed: rows past ``target_len`` and
+        columns past ``source_len`` (padding) cut off."""
+        T, S = target_len, source_len
+        cut = {
+            "alignment": (T, S),
+            "scores": (T, S),
+            "cross": (T, S),
+            "enc_self": (S, S),
+            "dec_self": (T, T),
+            "context": (T, None),
+            "annotations": (S, None),
+        }
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Tensor):
+                rows, cols = cut[f.name]
+                v = v[i][..., :rows, :] if cols is None else v[i][..., :rows, :cols]
+            out[f.name] = v
+        return AttentionMaps(**out)
+
     def map_tensors(self, fn) -> AttentionMaps:
         """A copy with ``fn`` applied to every tensor field (e.g. ``lambda t: t[0].float().cpu()``)."""
         return AttentionMaps(

@@ -155,29 +155,50 @@ class Translator(InferenceWrapper, TranslationEngine):
             self.src_tokenizer, sentences, self.max_src_len, truncate=truncate, spelling=self.spelling
         )
 
-    @torch.no_grad()
     def attention(self, source: str, target: str | Sequence[int]) -> TranslationAttention:
         """All the model's attention when it reads ``source`` and is forced to write ``target``
         (teacher forcing): ``target`` is target-language text (tokenised here, e.g. a reference) or the
         token ids of a translation (``result.tokens``)."""
-        src_ids = self.encode_sources([source])[0]
-        if isinstance(target, str):
-            if not target.strip():
-                raise InputError("target is empty: give the target text (or token ids) to align with")
-            tgt_ids = self.tokenizer.encode(target.strip())
-        else:
-            tgt_ids = [int(t) for t in target]
-        if not tgt_ids:
-            raise InputError("target has no tokens: there is no output token to show attention for")
-        device = self.device
-        src = torch.tensor([src_ids], dtype=torch.long, device=device)
-        tgt_in = torch.tensor([[self.tokenizer.bos_id, *tgt_ids[:-1]]], dtype=torch.long, device=device)
-        maps = self.model.attention_maps(src, torch.tensor([len(src_ids)], device=device), tgt_in)
-        return TranslationAttention(
-            source_pieces=[self.src_tokenizer.id_to_piece(t) for t in src_ids],
-            target_pieces=[self.tokenizer.id_to_piece(t) for t in tgt_ids],
-            maps=maps.map_tensors(lambda t: t[0].float().cpu()),
-        )
+        return self.attention_batch([source], [target])[0]
+
+    @torch.no_grad()
+    def attention_batch(
+        self, sources: Sequence[str], targets: Sequence[str | Sequence[int]]
+    ) -> list[TranslationAttention]:
+        """:meth:`attention` of each pair, in one padded teacher-forced pass (a server's batch of
+        translations draws its maps at once). Padding changes nothing a pair sees: source padding is
+        masked (or packed, in an RNN), and a target row attends only to the rows before it."""
+        if len(sources) != len(targets):
+            raise ValueError(f"sources and targets differ in number: {len(sources)} and {len(targets)}")
+        src_ids = self.encode_sources(sources)
+        tgt_ids = []
+        for target in targets:
+            if isinstance(target, str):
+                if not target.strip():
+                    raise InputError("target is empty: give the target text (or token ids) to align with")
+                ids = self.tokenizer.encode(target.strip())
+            else:
+                ids = [int(t) for t in target]
+            if not ids:
+                raise InputError("target has no tokens: there is no output token to show attention for")
+            tgt_ids.append(ids)
+        B, S, T = len(src_ids), max(map(len, src_ids)), max(map(len, tgt_ids))
+        src = torch.zeros(B, S, dtype=torch.long)
+        tgt_in = torch.full((B, T), self.tokenizer.eos_id, dtype=torch.long)  # past a pair's end: never seen
+        for b, (s_ids, t_ids) in enumerate(zip(src_ids, tgt_ids)):
+            src[b, : len(s_ids)] = torch.as_tensor(s_ids)
+            tgt_in[b, : len(t_ids)] = torch.as_tensor([self.tokenizer.bos_id, *t_ids[:-1]])
+        lengths = torch.tensor([len(s) for s in src_ids])
+        maps = self.model.attention_maps(src.to(self.device), lengths.to(self.device), tgt_in.to(self.device))
+        maps = maps.map_tensors(lambda t: t.float().cpu())
+        return [
+            TranslationAttention(
+                source_pieces=[self.src_tokenizer.id_to_piece(t) for t in s_ids],
+                target_pieces=[self.tokenizer.id_to_piece(t) for t in t_ids],
+                maps=maps.unpad(b, len(t_ids), len(s_ids)),
+            )
+            for b, (s_ids, t_ids) in enumerate(zip(src_ids, tgt_ids))
+        ]
 
     def translate(
         self,
