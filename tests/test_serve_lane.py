@@ -123,7 +123,7 @@ def test_a_job_that_would_wait_past_its_time_limit_is_refused_at_once_with_retry
     async def main():
         release = asyncio.Event()
 
-        async def execute(slot, kind, label, kwargs, disconnected):  # a job that ends when told
+        async def execute(slot, kind, label, kwargs, disconnected, spec=None):  # a job that ends when told
             await release.wait()
             finished.append(label)
             return {"label": label}

@@ -128,8 +128,12 @@ class JobQueue:
         label: str,
         kwargs: dict,
         disconnected: Callable[[], Awaitable[bool]],
+        spec=None,
     ) -> dict:
-        """Run ``worker.run(kind, label, slot, kwargs)`` in a worker once admitted; see the module docstring."""
+        """Run ``worker.run(kind, label, slot, kwargs, spec)`` in a worker once admitted; see the module
+        docstring. ``spec``: the :class:`~attnkit.explorer.loading.ModelSpec` of the model the request picked
+        (a followed training run's names its checkpoint, so the worker loads the one the server shows; default:
+        ``specs[label]``)."""
         key = (client, job) if client and job else None
         rec = _Job("queued")
         if key is not None:
@@ -138,7 +142,8 @@ class JobQueue:
             rec.slot = await self._admit(rec, disconnected)
             rec.state = "running"
             try:
-                return await self._execute(rec.slot, kind, label, kwargs, disconnected)
+                spec = spec if spec is not None else self.specs.get(label)
+                return await self._execute(rec.slot, kind, label, kwargs, disconnected, spec=spec)
             finally:
                 self._release(rec.slot)
         finally:
@@ -197,13 +202,13 @@ class JobQueue:
                 return
         self._free.append(slot)
 
-    async def _execute(self, slot: int, kind: str, label: str, kwargs: dict, disconnected) -> dict:
+    async def _execute(self, slot: int, kind: str, label: str, kwargs: dict, disconnected, spec=None) -> dict:
         from pebble import ProcessExpired
 
         from . import worker
 
         self._progress[slot] = 0.0
-        args = (kind, label, slot, kwargs)
+        args = (kind, label, slot, kwargs, spec)
         try:
             future = self.start().schedule(worker.run, args=args, timeout=self.options.job_timeout)
         except RuntimeError:  # the pool broke just now: a fresh one
