@@ -81,6 +81,7 @@ def cmd_serve(args) -> None:
     import torch
 
     torch.set_num_threads(options.fast_threads)  # the server's own torch work: the fast lane's
+    _log_to_stderr()
     app = create_app(models, home=args.home, options=options, token=token, start_workers=True)
     uvicorn.run(
         app,
@@ -89,6 +90,20 @@ def cmd_serve(args) -> None:
         log_level="warning",
         limit_concurrency=2 * options.limit_concurrency,  # a backstop on connections; requests: InFlightLimit
     )
+
+
+def _log_to_stderr() -> None:
+    """The explorer's own news (a followed training run moved on to a newer checkpoint, or one that does not
+    load) as lines on stderr."""
+    import logging
+
+    log = logging.getLogger("attnkit.explorer")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
 
 
 def add_parser(sub) -> None:

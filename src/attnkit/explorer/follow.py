@@ -64,9 +64,9 @@ class Follower:
                 except Exception as exc:  # whatever broke it, the model served so far goes on serving
                     self.failed.add(str(path))
                     log.warning(
-                        "attnkit serve: %s: checkpoint %s does not load, still serving %s: %s",
+                        "attnkit serve: %s: %s does not load, still serving %s (%s)",
                         label,
-                        path,
+                        path.name,
                         Path(spec.checkpoint).name,
                         exc,
                     )
