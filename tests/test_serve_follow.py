@@ -4,8 +4,12 @@ not, and the heavy jobs' workers use the checkpoint the server shows. The refere
 Translator loaded directly from the checkpoint the answer names. No timed assertions: the follower's clock
 is a number the test moves."""
 
+import base64
+import io
+import json
 import logging
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,9 +17,12 @@ import torch
 from attnkit.explorer import schema, worker
 from attnkit.explorer.app import ServeOptions, create_app, load_models
 from attnkit.explorer.follow import Follower
-from attnkit.explorer.payload import translation_payload
+from attnkit.explorer.payload import caption_payload, translation_payload
+from attnkit.explorer.routes.caption import decode_image
+from attnkit.tasks.captioning import Captioner
 from attnkit.tasks.translation import Translator
-from attnkit.training.checkpoint import COMPLETE_NAME, WEIGHTS_NAME
+from attnkit.training.checkpoint import COMPLETE_NAME, WEIGHTS_NAME, save_checkpoint
+from served import served
 from tiny import saved_tiny_transformer
 
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
@@ -167,3 +174,85 @@ def test_a_worker_keys_its_model_by_checkpoint_and_moves_on_when_one_is_removed(
     assert worker._MODELS["run"][0] == spec and len(worker._MODELS) == 1  # one model per run, the newest asked
     shutil.rmtree(run / "step-00000002")
     _assert_made_with(worker.run("translation", "run", 0, kwargs, old), run / "step-00000004")
+
+
+def test_the_page_shows_the_step_beside_the_model_name_and_moves_on_with_the_run(tmp_path):
+    """A real ``attnkit serve --model RUN_DIR`` in Debian's chromium: the answer's card says "step 2", and
+    after the run writes step 4 the next answer's card says "step 4"."""
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    run = _run(tmp_path)
+    args = ("--model", str(run), "--follow-every", "0.001", "--workers", "1")
+    with served(*args, home=str(tmp_path / "home")) as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(chromium), args=["--headless", "--no-sandbox"])
+        page = browser.new_page()
+        page.goto(url)
+        page.fill("#text", TEXT)
+        page.select_option("#beam", "1")
+        shown = []
+        for step in (2, 4):
+            if step == 4:
+                _save(run, 4, seed=1)
+            page.click("#translate")
+            page.wait_for_function(
+                f"(document.querySelector(\".model-card[data-model='run'] h3 .step\") || {{}}).textContent "
+                f"=== 'step {step} '",
+                timeout=60_000,
+            )
+            badge = page.locator(".model-card[data-model='run'] h3 .step")
+            shown.append((badge.inner_text().strip(), badge.get_attribute("title")))
+        browser.close()
+    assert shown == [("step 2", "checkpoint step-00000002"), ("step 4", "checkpoint step-00000004")]
+
+
+def _saved_captioner(path, seed: int):
+    """A tiny soft-attention captioner (16-pixel canvas, a 4 × 4 grid), seeded, saved with its vocabulary."""
+    from attnkit.data.vocab import CaptionVocab
+    from attnkit.models.captioner import CaptionerConfig, ShowAttendTell
+
+    vocab = CaptionVocab({"a", "the", "seven", "three", "at", "top", "left"})
+    torch.manual_seed(seed)
+    cfg = CaptionerConfig(
+        vocab_size=len(vocab), canvas=16, channels=[4], feature_dim=8, pos_dim=4, grid=4, emb_dim=8,
+        hidden_dim=16, attn_dim=8, attention="soft", dropout=0.0, max_len=8,
+    )  # fmt: skip
+    m = ShowAttendTell(cfg).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(3.0)  # so that the two seeds' maps differ visibly
+    vocab_file = json.dumps({"type": "CaptionVocab", "itos": vocab.itos}).encode()
+    return save_checkpoint(path, model=m, config=m.to_config(), extra_files={"vocab.json": vocab_file})
+
+
+def test_a_captioners_training_run_is_followed_too(tmp_path):
+    from PIL import Image
+
+    run = tmp_path / "caprun"
+    run.mkdir()
+    (run / "train_log.jsonl").write_text("")
+    _saved_captioner(run / "step-00000003", seed=0)
+    models = load_models([str(run)])
+    app = create_app(models, verses=[], options=ServeOptions(follow_every=EVERY))
+    clock = Clock()
+    app.state.explorer.follower = Follower(models, EVERY, clock=clock)
+    client = fastapi_testclient.TestClient(app, base_url="http://127.0.0.1")
+    png = io.BytesIO()
+    Image.fromarray((torch.arange(400).reshape(20, 20) % 251).numpy().astype("uint8"), "L").save(png, "PNG")
+    body = {"image": base64.b64encode(png.getvalue()).decode(), "model": "caprun", "beam": 1}
+    answers = []
+    for step, seed in ((3, None), (9, 5)):
+        if seed is not None:
+            _saved_captioner(run / f"step-{step:08d}", seed=seed)
+            clock.now += EVERY
+        r = client.post("/api/caption", json=body)
+        assert r.status_code == 200, r.text
+        got = schema.Caption.model_validate(r.json()).model_dump()
+        assert (got["checkpoint"], got["step"]) == (f"step-{step:08d}", step)
+        cm = Captioner.load(run / got["checkpoint"])
+        ref = caption_payload(cm, decode_image(png.getvalue(), cm.canvas, 10**6), model="caprun")
+        assert got["caption"] == ref["caption"]
+        assert torch.tensor(got["attention"]) == pytest.approx(torch.tensor(ref["attention"]), abs=1e-6)
+        answers.append(got)
+    assert answers[0]["attention"] != answers[1]["attention"]

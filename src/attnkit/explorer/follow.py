@@ -55,7 +55,11 @@ class Follower:
             self._checked[label] = self.clock()
             spec = self.models.specs[label]
             now = checkpoint_step(spec.checkpoint) or 0
-            newer = [p for p in list_checkpoints(spec.name) if checkpoint_step(p) > now and str(p) not in self.failed]
+            try:
+                found = list_checkpoints(spec.name)
+            except OSError:  # the run's folder is being changed or went away: the model served so far stays
+                return None
+            newer = [p for p in found if checkpoint_step(p) > now and str(p) not in self.failed]
             for path in reversed(newer):  # the newest first; an older one only when a newer one does not load
                 new = dataclasses.replace(spec, checkpoint=str(path))
                 try:
