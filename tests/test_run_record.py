@@ -90,7 +90,8 @@ def test_without_a_model_the_written_rule_picks_one_and_says_why(toy_home, tmp_p
 
 def test_a_run_folder_opens_as_its_newest_complete_checkpoint(toy_home, tmp_path, capsys):
     """`serve`/`translate --model RUN_FOLDER` on a model still training: its newest complete checkpoint."""
-    from attnkit.cli.common import CLIError, _model_path, _model_paths
+    from attnkit.cli.common import CLIError, _model_path
+    from attnkit.explorer.loading import run_spec
 
     out = tmp_path / "run"
     assert train(toy_home, out, "--max-steps", "4", "--save-every-steps", "2") == 0
@@ -98,7 +99,8 @@ def test_a_run_folder_opens_as_its_newest_complete_checkpoint(toy_home, tmp_path
     newest = out / "step-00000004"
     assert _model_path(str(out), "unused") == newest and (newest / "COMPLETE").is_file()
     assert "is a training run: using its newest checkpoint, step-00000004" in capsys.readouterr().err
-    assert _model_paths([str(out), "rnnsearch-es-en"]) == [str(newest), "rnnsearch-es-en"]
+    assert run_spec(str(out)).checkpoint == str(newest) and run_spec(str(out)).label == "run"  # serve's spec
+    assert run_spec("rnnsearch-es-en").checkpoint is None
     assert cli_main(["translate", "--model", str(out), "a b c"]) == 0
     empty = tmp_path / "starting"
     empty.mkdir()

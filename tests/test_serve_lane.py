@@ -124,7 +124,7 @@ def test_a_job_that_would_wait_past_its_time_limit_is_refused_at_once_with_retry
     async def main():
         release = asyncio.Event()
 
-        async def execute(slot, kind, label, kwargs, disconnected):  # a job that ends when told
+        async def execute(slot, kind, label, kwargs, disconnected, spec=None):  # a job that ends when told
             await release.wait()
             finished.append(kwargs["n"])
             return {"n": kwargs["n"]}
@@ -162,7 +162,7 @@ def test_each_kind_of_job_has_its_own_expected_time_and_an_untimed_kind_counts_h
     async def main():
         release = asyncio.Event()
 
-        async def execute(slot, kind, label, kwargs, disconnected):
+        async def execute(slot, kind, label, kwargs, disconnected, spec=None):
             await release.wait()
             return {}
 

@@ -107,9 +107,9 @@ def _run_checkpoint(path: Path) -> Path:
     stderr; a run with no complete checkpoint yet is a CLIError."""
     import sys
 
-    from ..training.checkpoint import list_checkpoints
+    from ..training.checkpoint import is_training_run, list_checkpoints
 
-    if (path / "config.json").is_file() or not (path / "train_log.jsonl").is_file():
+    if not is_training_run(path):
         return path
     steps = list_checkpoints(path)
     if not steps:
@@ -119,18 +119,6 @@ def _run_checkpoint(path: Path) -> Path:
         )
     print(f"attnkit: {path} is a training run: using its newest checkpoint, {steps[-1].name}", file=sys.stderr)
     return steps[-1]
-
-
-def _model_paths(models: list[str] | None) -> list[str] | None:
-    """``--model`` arguments with each training run's folder replaced by its newest checkpoint (names and
-    model folders as they are)."""
-    if not models:
-        return models
-    out = []
-    for m in models:
-        path = Path(m).expanduser()
-        out.append(str(_run_checkpoint(path)) if path.is_dir() else m)
-    return out
 
 
 def _load_translator(args, path: Path | None = None):

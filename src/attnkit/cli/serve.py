@@ -8,7 +8,7 @@ import secrets
 import sys
 
 from ..config import add_config_arguments, config_from_args
-from .common import CLIError, _check_engine_flags, _model_paths
+from .common import CLIError, _check_engine_flags
 from .flags import _add_device_flags, _add_engine_flag, _add_spelling_flag
 
 TOKEN_ENV = "ATTNKIT_TOKEN"
@@ -48,15 +48,20 @@ def cmd_serve(args) -> None:
         names = {socket.gethostname(), socket.getfqdn()}
         extra = ",".join(n for n in [options.allow_host, *sorted(names)] if n)
         options = dataclasses.replace(options, allow_host=extra)
-    # a training run's folder opens its newest complete checkpoint (a model still training, as it is now)
+    # a training run's folder opens its newest complete checkpoint (a model still training, as it is now),
+    # and is followed: a newer checkpoint is served once written (--follow-every)
     models = load_models(
-        _model_paths(args.model),
+        args.model,
         device=args.device,
         dtype=args.precision,
         engine=args.engine,
         keep_spelling=args.keep_spelling,
     )
-    loaded = ", ".join(f"{n} ({i['task']})" for n, i in models.info.items())
+    follows = f", following its training run every {options.follow_every:g} s" if options.follow_every else ""
+    loaded = ", ".join(
+        f"{n} ({i['task']}" + (f": {i['checkpoint']}{follows})" if "checkpoint" in i else ")")
+        for n, i in models.info.items()
+    )
     print(f"attnkit explorer: {loaded}")
     shown = "127.0.0.1" if options.host in ("0.0.0.0", "::") else options.host
     shown = f"[{shown}]" if ":" in shown else shown
@@ -76,6 +81,7 @@ def cmd_serve(args) -> None:
     import torch
 
     torch.set_num_threads(options.fast_threads)  # the server's own torch work: the fast lane's
+    _log_to_stderr()
     app = create_app(models, home=args.home, options=options, token=token, start_workers=True)
     uvicorn.run(
         app,
@@ -84,6 +90,20 @@ def cmd_serve(args) -> None:
         log_level="warning",
         limit_concurrency=2 * options.limit_concurrency,  # a backstop on connections; requests: InFlightLimit
     )
+
+
+def _log_to_stderr() -> None:
+    """The explorer's own news (a followed training run moved on to a newer checkpoint, or one that does not
+    load) as lines on stderr."""
+    import logging
+
+    log = logging.getLogger("attnkit.explorer")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
 
 
 def add_parser(sub) -> None:

@@ -5,7 +5,8 @@ it works with no network, and so does the API page (``/docs``: Swagger UI from p
 JSON is one format (:mod:`attnkit.explorer.schema`, built by :mod:`attnkit.explorer.payload`), the same
 that ``--html`` exports embed.
 
-- ``GET  /api/models``     the loaded models: name, task, kind, config, test scores, has_attention
+- ``GET  /api/models``     the loaded models: name, task, kind, config, test scores, has_attention (a training
+                           run's model, followed as it trains, :mod:`.follow`: its checkpoint and step)
 - ``GET  /api/limits``     the limits in force (every one an option of ``attnkit serve``)
 - ``GET  /api/verses``     held-out test sentences of a model's corpus to pick from (with their references)
 - ``GET  /api/scenes``     held-out test scenes to pick from (with thumbnails)

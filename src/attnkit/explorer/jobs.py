@@ -145,8 +145,12 @@ class JobQueue:
         label: str,
         kwargs: dict,
         disconnected: Callable[[], Awaitable[bool]],
+        spec=None,
     ) -> dict:
-        """Run ``worker.run(kind, label, slot, kwargs)`` in a worker once admitted; see the module docstring."""
+        """Run ``worker.run(kind, label, slot, kwargs, spec)`` in a worker once admitted; see the module
+        docstring. ``spec``: the :class:`~attnkit.explorer.loading.ModelSpec` of the model the request picked
+        (a followed training run's names its checkpoint, so the worker loads the one the server shows; default:
+        ``specs[label]``)."""
         key = (client, job) if client and job else None
         rec = _Job("queued", kind=" ".join([kind, label, str(kwargs.get("method") or "beam")]))
         if key is not None:
@@ -156,7 +160,8 @@ class JobQueue:
             rec.state, rec.started = "running", time.perf_counter()
             self._running[rec.slot] = rec
             try:
-                answer = await self._execute(rec.slot, kind, label, kwargs, disconnected)
+                spec = spec if spec is not None else self.specs.get(label)
+                answer = await self._execute(rec.slot, kind, label, kwargs, disconnected, spec=spec)
             except ApiError as err:
                 if err.status == 504:  # stopped at its limit: counts the limit
                     self._record(rec.kind, self.options.job_timeout)
@@ -227,13 +232,13 @@ class JobQueue:
                 return
         self._free.append(slot)
 
-    async def _execute(self, slot: int, kind: str, label: str, kwargs: dict, disconnected) -> dict:
+    async def _execute(self, slot: int, kind: str, label: str, kwargs: dict, disconnected, spec=None) -> dict:
         from pebble import ProcessExpired
 
         from . import worker
 
         self._progress[slot] = 0.0
-        args = (kind, label, slot, kwargs)
+        args = (kind, label, slot, kwargs, spec)
         try:
             future = self.start().schedule(worker.run, args=args, timeout=self.options.job_timeout)
         except RuntimeError:  # the pool broke just now: a fresh one

@@ -139,6 +139,13 @@ class ServeOptions:
         "niceness of the worker processes (0..19): heavy jobs yield the cores to plain translations",
         check=Range(0, high=20, integer=True),
     )
+    follow_every: float = option(
+        10.0,
+        "a model given as a training run's folder (attnkit train's --out-dir) is followed: a request for it "
+        "that comes at least this many seconds after the last look finds the run's newest complete checkpoint "
+        "and serves it, so attention can be watched as it forms (0: keep the checkpoint loaded at start)",
+        check=Range(0, high=86_401),
+    )
     limit_concurrency: int = option(
         64,
         "requests in flight at once; beyond it, 503 with Retry-After and a JSON message (uvicorn's own limit, "

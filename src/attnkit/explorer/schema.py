@@ -170,6 +170,10 @@ class Translation(_Strict):
         None, description="the asked-for attribution method's view (request 'method')"
     )
     note: str | None = Field(None, description="what this engine cannot show (e.g. per-head maps on CTranslate2)")
+    checkpoint: str | None = Field(
+        None, description="a model still training (a training run's folder): the checkpoint it was made with"
+    )
+    step: int | None = Field(None, description="a model still training: the optimizer step of that checkpoint")
 
 
 class SelfAttentionLayer(_Strict):
@@ -224,6 +228,10 @@ class Caption(_Strict):
     )
     scene: SceneRef | None
     attribution: CaptionAttribution | None = Field(None, description="the asked-for attribution method's maps")
+    checkpoint: str | None = Field(
+        None, description="a model still training (a training run's folder): the checkpoint it was made with"
+    )
+    step: int | None = Field(None, description="a model still training: the optimizer step of that checkpoint")
 
 
 class ModelInfo(_Strict):
@@ -243,6 +251,11 @@ class ModelInfo(_Strict):
     generates: bool | None = Field(
         None, description="self-attention models: a decoder-only model that writes continuations (/api/generate)"
     )
+    checkpoint: str | None = Field(
+        None,
+        description="a training run's model: the checkpoint served now (attnkit serve follows the run, --follow-every)",
+    )
+    step: int | None = Field(None, description="a training run's model: the optimizer step of that checkpoint")
 
 
 class ModelList(_Strict):

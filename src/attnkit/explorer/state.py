@@ -11,14 +11,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from .api_errors import ApiError
+from .follow import Follower
 from .jobs import JobQueue
 from .lane import FastLane
-from .loading import LoadedModels
+from .loading import LoadedModels, ModelSpec
 from .options import ServeOptions
 
-__all__ = ["Explorer", "client_of", "explorer", "pick", "run_light", "run_translation", "session_cookie"]
+__all__ = [
+    "Explorer",
+    "client_of",
+    "explorer",
+    "pick",
+    "run_light",
+    "run_translation",
+    "served_model",
+    "session_cookie",
+]
 
 
 @dataclass
@@ -32,10 +43,13 @@ class Explorer:
     cache: dict[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     lane: FastLane | None = None  # default: one of --fast-batch
+    follower: Follower | None = None  # default: one of --follow-every
 
     def __post_init__(self) -> None:
         if self.lane is None:
             self.lane = FastLane(self.options.fast_batch)
+        if self.follower is None:
+            self.follower = Follower(self.models, self.options.follow_every)
 
 
 def explorer(request: Request) -> Explorer:
@@ -61,6 +75,21 @@ def pick(models: dict, name: str | None, task: str):
     if name not in models:
         raise ApiError(404, f"unknown {task} model {name!r}; loaded: {', '.join(models)}")
     return name, models[name]
+
+
+async def served_model(
+    request: Request, models: dict, name: str | None, task: str
+) -> tuple[str, Any, ModelSpec | None]:
+    """``(name, model, spec)`` of the asked-for model as :func:`pick` finds it, read together (a followed
+    training run's model, spec and checkpoint change together, :mod:`.follow`); a followed run due for a look
+    first moves on to its newest complete checkpoint, loaded in a thread (the event loop serves on)."""
+    ex = explorer(request)
+    label = pick(models, name, task)[0]
+    if ex.follower.due(label):
+        await run_in_threadpool(ex.follower.refresh, label)
+    with ex.follower.lock:
+        label, model = pick(models, label, task)
+        return label, model, ex.models.specs.get(label)
 
 
 async def run_light(request: Request, fn, /, *args, **kwargs):

@@ -30,7 +30,7 @@ PRELOAD = [
 ]
 
 _SPECS: dict = {}
-_MODELS: dict = {}
+_MODELS: dict = {}  # label -> (spec, model): the checkpoint a job last asked for, one model per label
 _PROGRESS = None
 
 
@@ -47,29 +47,59 @@ def init(specs: dict, progress, threads: int, nice: int = 10) -> None:
     _SPECS.update(specs)
     _PROGRESS = progress
     torch.set_num_threads(max(1, threads))
-    for label in specs:  # before any job: a job's time limit counts its own work, not the loading
-        _model(label)
+    for label, spec in specs.items():  # before any job: a job's time limit counts its own work, not the loading
+        if spec.checkpoint is None:
+            _model(label, spec)
+            continue
+        # a training run: its newest checkpoint now is the one the next job most likely asks for (the one of
+        # the pool's start may be gone, removed by the run's --keep-last); a job loads its own if it differs
+        with contextlib.suppress(Exception):
+            _model(label, _newest(spec))
 
 
-def _model(label: str):
-    if label not in _MODELS:
+def _newest(spec):
+    """``spec`` moved on to its training run's newest complete checkpoint (itself when the run has none)."""
+    import dataclasses
+
+    from ..training.checkpoint import latest_checkpoint
+
+    newest = latest_checkpoint(spec.name)
+    return spec if newest is None else dataclasses.replace(spec, checkpoint=str(newest))
+
+
+def _model(label: str, spec):
+    """The model ``spec`` loads (a job's own: a followed training run's spec names the checkpoint the server
+    shows), cached by label and spec: a job for a newer checkpoint replaces the cached one."""
+    cached = _MODELS.get(label)
+    if cached is None or cached[0] != spec:
         from .loading import load_one
 
-        _MODELS[label] = load_one(_SPECS[label])[2]
-    return _MODELS[label]
+        _MODELS.pop(label, None)  # the old checkpoint's memory goes before the new one is read
+        _MODELS[label] = (spec, load_one(spec)[2])
+    return _MODELS[label][1]
 
 
-def run(kind: str, label: str, slot: int, kwargs: dict) -> dict:
+def run(kind: str, label: str, slot: int, kwargs: dict, spec=None) -> dict:
     """One job: a translation payload (``kind="translation"``), a caption payload (``"captioning"``) or a
-    decoder-only model's attributed continuation (``"generation"``), with progress in ``slot``."""
+    decoder-only model's attributed continuation (``"generation"``), with progress in ``slot``. ``spec``: the
+    model to use (default: the one the worker started with); for a training run's checkpoint the answer
+    names it (``checkpoint``, ``step``), and a checkpoint removed meanwhile by the run's ``--keep-last`` gives
+    way to the run's newest (the answer names the one it was made with)."""
+    from pathlib import Path
+
+    from .loading import checkpoint_fields
     from .payload import caption_payload, translation_payload
 
     def progress(fraction: float) -> None:
         _PROGRESS[slot] = float(fraction)
 
     _PROGRESS[slot] = 0.0
+    spec = spec if spec is not None else _SPECS[label]
+    if spec.checkpoint is not None and not Path(spec.checkpoint).is_dir():
+        spec = _newest(spec)
     if kind == "generation":
         from .self_attention import generation_payload as build
     else:
         build = translation_payload if kind == "translation" else caption_payload
-    return build(_model(label), model=label, progress=progress, **kwargs)
+    answer = build(_model(label, spec), model=label, progress=progress, **kwargs)
+    return {**answer, **checkpoint_fields(spec)}

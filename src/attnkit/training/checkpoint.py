@@ -66,7 +66,9 @@ __all__ = [
     "CheckpointError",
     "Export",
     "average_checkpoints",
+    "checkpoint_step",
     "export_checkpoint",
+    "is_training_run",
     "latest_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
@@ -415,6 +417,21 @@ def list_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
         if m and p.is_dir() and (p / COMPLETE_NAME).is_file():
             found.append((int(m.group(1)), p))
     return [p for _, p in sorted(found)]
+
+
+def checkpoint_step(path: str | os.PathLike) -> int | None:
+    """The optimizer step a ``step-XXXXXXXX`` folder was saved at (from its name), or None for another name."""
+    m = _STEP_RE.match(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+def is_training_run(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a training run's folder (``--out-dir``: a ``train_log.jsonl`` and no ``config.json``
+    of its own; its models are the ``step-*`` checkpoints inside), rather than a model folder."""
+    from .progress import LOG_NAME
+
+    path = Path(path)
+    return path.is_dir() and (path / LOG_NAME).is_file() and not (path / CONFIG_NAME).is_file()
 
 
 def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:

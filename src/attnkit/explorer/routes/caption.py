@@ -20,8 +20,9 @@ from starlette.concurrency import run_in_threadpool
 
 from .. import schema
 from ..api_errors import ERRORS, ApiError
+from ..loading import checkpoint_fields
 from ..payload import caption_payload, check_method
-from ..state import client_of, explorer, pick, run_light
+from ..state import client_of, explorer, run_light, served_model
 from .catalog import scenes_of
 from .translate import JOB_NAME, check_beam
 
@@ -86,7 +87,7 @@ async def caption(req: CaptionRequest, request: Request):
     if (req.scene is None) == (req.image is None):
         raise ApiError(422, 'give one of "scene" (a test scene\'s index) or "image" (a PNG or JPEG in base64)')
     check_beam(req.beam, o.max_beam)
-    name, cm = pick(ex.models.captioners, req.model, "captioning")
+    name, cm, spec = await served_model(request, ex.models.captioners, req.model, "captioning")
     method = check_method(cm, req.method, "a captioner") if req.method is not None else None
     if req.image is not None:
         data = _image_bytes(req.image, o.max_upload_bytes)
@@ -101,5 +102,6 @@ async def caption(req: CaptionRequest, request: Request):
         kwargs = {"image": item["image"], "scene": item}
     kwargs.update(beam=req.beam, method=method)
     if method is not None or req.beam > o.heavy_beam:
-        return await ex.jobs.run(client_of(request), req.job, "captioning", name, kwargs, request.is_disconnected)
-    return await run_light(request, caption_payload, cm, model=name, **kwargs)
+        client = client_of(request)
+        return await ex.jobs.run(client, req.job, "captioning", name, kwargs, request.is_disconnected, spec=spec)
+    return {**await run_light(request, caption_payload, cm, model=name, **kwargs), **checkpoint_fields(spec)}

@@ -14,8 +14,9 @@ from pydantic import BaseModel, Field
 
 from .. import schema
 from ..api_errors import ERRORS, ApiError
+from ..loading import checkpoint_fields
 from ..payload import check_method, translation_payload
-from ..state import client_of, explorer, pick, run_light, run_translation
+from ..state import client_of, explorer, run_light, run_translation, served_model
 
 __all__ = ["JOB_NAME", "TranslateRequest", "router"]
 
@@ -77,7 +78,7 @@ async def translate(req: TranslateRequest, request: Request):
                 413, f"the target has {len(target)} characters; the limit is {o.max_target_chars} (--max-target-chars)"
             )
     check_beam(req.beam, o.max_beam)
-    name, tr = pick(ex.models.translators, req.model, "translation")
+    name, tr, spec = await served_model(request, ex.models.translators, req.model, "translation")
     n_src = len(tr.encode_sources([text])[0])  # refuses more than the model's own maximum (400)
     if n_src > o.max_tokens:
         raise ApiError(413, f"the text has {n_src} subword tokens; the limit is {o.max_tokens} (--max-tokens)")
@@ -94,9 +95,12 @@ async def translate(req: TranslateRequest, request: Request):
     views = dict(heads=req.heads, layer=req.layer, max_numbers=o.max_answer_numbers)
     if method is not None or req.beam > o.heavy_beam:
         kwargs = dict(source=text, beam=req.beam, target=target, method=method, **views)
-        return await ex.jobs.run(client_of(request), req.job, "translation", name, kwargs, request.is_disconnected)
+        client = client_of(request)
+        return await ex.jobs.run(client, req.job, "translation", name, kwargs, request.is_disconnected, spec=spec)
     if target is not None:  # forced: no search to batch
-        return await run_light(
+        answer = await run_light(
             request, translation_payload, tr, text, beam=req.beam, target=target, model=name, **views
         )
-    return await run_translation(request, translation_payload, tr, text, req.beam, model=name, **views)
+    else:
+        answer = await run_translation(request, translation_payload, tr, text, req.beam, model=name, **views)
+    return {**answer, **checkpoint_fields(spec)}  # a training run's checkpoint, as the worker's answers say it

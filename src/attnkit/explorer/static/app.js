@@ -89,11 +89,18 @@ function currentView(p) { // the chosen attribution method's matrix when there i
   return { src: p.source_pieces.map(clean), tgt: p.target_pieces.map(clean), att: a ? a.scores : p.attention, words: false };
 }
 
+// a model still training (served from its run's folder): the checkpoint this answer was made with, so a learner
+// sees attention form as the server moves on to newer checkpoints; nothing for a finished model
+function stepBadge(p) {
+  if (p.step === undefined || p.step === null) return "";
+  return el("span", { class: "step", "data-step": p.step, title: `checkpoint ${p.checkpoint}` }, `step ${p.step} `);
+}
+
 function renderTranslation(p) {
   const info = modelInfo(p.model);
   const bleu = info.scores && info.scores.test_bleu !== undefined ? `test BLEU ${fmt(info.scores.test_bleu, 2)}` : "";
   const card = el("div", { class: "card model-card", "data-model": p.model, "data-kind": p.kind });
-  card.append(el("h3", {}, `${p.model} `, el("span", { class: "score" }, `${p.kind} · ${bleu} · beam ${p.beam}`)));
+  card.append(el("h3", {}, `${p.model} `, stepBadge(p), el("span", { class: "score" }, `${p.kind} · ${bleu} · beam ${p.beam}`)));
   card.append(el("div", { class: "translation" }, p.translation));
   const v = currentView(p);
   const note = methodNote(p, state.method);
@@ -272,7 +279,7 @@ function renderCaption(p) {
   const info = modelInfo(p.model);
   const card = el("div", { class: "card caption-card", "data-model": p.model });
   const sc = info.scores && info.scores.test_bleu4 !== undefined ? `test BLEU-4 ${fmt(info.scores.test_bleu4, 1)}` : "";
-  card.append(el("h3", {}, `${p.model} `, el("span", { class: "score" }, `${p.attention_type} attention · ${sc}`)));
+  card.append(el("h3", {}, `${p.model} `, stepBadge(p), el("span", { class: "score" }, `${p.attention_type} attention · ${sc}`)));
   if (p.scene) card.append(el("div", { class: "reference" }, `reference: ${p.scene.reference}`));
   const maps = p.attribution ? p.attribution.maps : p.attention;
   const note = methodNote(p, state.captionMethod);
