@@ -141,6 +141,50 @@ def _png_download(page, card, path, width):
     return path
 
 
+def test_a_busy_servers_503_is_asked_again_when_it_says(server, browser):
+    """A 503 with Retry-After (the server's lane or queue is full) is no error to the page: it says the server
+    is busy, asks again after that many seconds, and the translation arrives."""
+    text = "Jesús lloró."
+    want = _api(server, "api/translate", {"text": text, "model": "rnnsearch-es-en", "beam": 5})
+    page = browser.new_page()
+    asked = []
+
+    def busy_once(route, request):
+        body = json.loads(request.post_data)
+        if body["text"] == text:
+            asked.append(body["model"])
+        if body["text"] == text and body["model"] == "rnnsearch-es-en" and asked.count("rnnsearch-es-en") == 1:
+            route.fulfill(
+                status=503,
+                headers={"Retry-After": "1", "Content-Type": "application/json"},
+                body=json.dumps({"error": "the server is busy: try again in 1 s"}),
+            )
+        else:
+            route.continue_()
+
+    page.route("**/api/translate", busy_once)
+    page.goto(server)
+    page.wait_for_selector(".model-card .translation", timeout=120_000)  # the page's own first translation
+    page.evaluate(
+        "window.busySeen = false; new MutationObserver(() => { if (document.body.innerText.includes("
+        "'the server is busy: asking again')) window.busySeen = true; })"
+        ".observe(document.body, {subtree: true, childList: true, characterData: true})"
+    )
+    page.fill("#text", text)
+    page.click("#translate")
+    card = page.locator(".model-card[data-model='rnnsearch-es-en'] .translation")
+    page.wait_for_function(
+        "(want) => { const t = document.querySelector(\".model-card[data-model='rnnsearch-es-en'] .translation\");"
+        " return t && t.innerText === want; }",
+        arg=want["translation"],
+        timeout=120_000,
+    )
+    assert asked.count("rnnsearch-es-en") == 2 and asked.count("transformer-es-en") == 1
+    assert page.evaluate("window.busySeen") and page.locator("#error").inner_text() == ""
+    assert card.inner_text() == want["translation"]
+    page.close()
+
+
 def test_a_gold_verse_with_its_reference_shows_the_gold_links(server, browser):
     from attnkit.alignment.gold import load_gold
 

@@ -26,12 +26,30 @@ const blue = (w) => `rgba(31,119,180,${Math.max(0, Math.min(1, w)).toFixed(3)})`
 const fmt = (x, d = 3) => (x === null || x === undefined ? "–" : Number(x).toFixed(d));
 const clean = (p) => p.replace(/\u2581/g, " ").trim() || p;
 
-async function api(path, options) {
-  const r = await fetch(path, options);
-  let body;
-  try { body = await r.json(); } catch (e) { throw new Error(`${r.status} ${r.statusText}`); }
-  if (!r.ok) throw new Error(body.error || `${r.status} ${r.statusText}`);
-  return body;
+// A 503 with Retry-After is the server saying "busy, come back then" (its queue or lane is full): the request
+// is asked again after that many seconds, up to BUSY_TRIES times, and onBusy(seconds, message) lets the page
+// say so meanwhile. Any other error is thrown with the server's message.
+const BUSY_TRIES = 5, BUSY_MAX_S = 120;
+function pause(ms, signal) {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(resolve, ms);
+    if (signal) signal.addEventListener("abort", () => { clearTimeout(t); reject(new DOMException("aborted", "AbortError")); });
+  });
+}
+async function api(path, options, onBusy = null) {
+  for (let tries = 1; ; tries++) {
+    const r = await fetch(path, options);
+    let body;
+    try { body = await r.json(); } catch (e) { throw new Error(`${r.status} ${r.statusText}`); }
+    const retry = Number(r.headers.get("Retry-After"));
+    if (r.status === 503 && retry > 0 && retry <= BUSY_MAX_S && tries < BUSY_TRIES) {
+      if (onBusy) onBusy(retry, body.error);
+      await pause(1000 * retry, options && options.signal);
+      continue;
+    }
+    if (!r.ok) throw new Error(body.error || `${r.status} ${r.statusText}`);
+    return body;
+  }
 }
 function modelInfo(name) { return state.models.find((m) => m.name === name) || { name, scores: {} }; }
 // a language's English name from its code, by the browser's own table ("es" → "Spanish"); the code if unknown
@@ -350,7 +368,7 @@ async function translateAll() {
     "translating", controller, jobs);
   const results = await Promise.all(names.map((model, k) => api("api/translate", { method: "POST", signal: controller.signal,
     headers: { "Content-Type": "application/json" }, body: JSON.stringify({ text, model, beam, heads: true, target,
-      method: methodFor(model, state.method), job: jobs[k] }) })
+      method: methodFor(model, state.method), job: jobs[k] }) }, (seconds) => box.busy(seconds))
     .catch((e) => ({ error: e.name === "AbortError" ? "cancelled" : e.message })).finally(() => box.finish(jobs[k]))));
   box.stop();
   if (run !== translateRun) return;
@@ -384,7 +402,7 @@ async function captionAll(upload) {
     // JSON only, like every route (an upload as a data: URL): another site's page cannot send it unasked
     const what = upload ? readDataUrl(upload).then((image) => ({ image })) : Promise.resolve({ scene: +scene });
     return what.then((body) => api("api/caption", { method: "POST", headers: { "Content-Type": "application/json" },
-      signal: controller.signal, body: JSON.stringify({ ...body, model, method, job }) }));
+      signal: controller.signal, body: JSON.stringify({ ...body, model, method, job }) }, (seconds) => box.busy(seconds)));
   };
   const box = progressBox(document.getElementById("captions"), state.captionMethod ?
     `captioning and computing ${state.captionMethod}` : "captioning", controller, jobs);

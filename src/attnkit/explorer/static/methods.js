@@ -39,6 +39,7 @@ function progressBox(container, label, controller, jobs) {
   const cancel = el("button", { class: "cancel", onclick: () => controller.abort() }, "Cancel");
   container.replaceChildren(el("div", { class: "progress-box", role: "status" }, text, " ", bar, " ", cancel));
   const t0 = performance.now(), finished = new Set();
+  let busyUntil = 0;  // the server said it is busy: the page asks again then
   const tick = async () => {
     const parts = await Promise.all(jobs.map((j) => finished.has(j) ? { progress: 1 } :
       api(`api/progress/${j}`).catch(() => ({}))));
@@ -49,8 +50,11 @@ function progressBox(container, label, controller, jobs) {
     text.textContent = `${label}: ${(100 * f).toFixed(0)} % after ${((performance.now() - t0) / 1000).toFixed(1)} s` +
       (queued.length ? ` — waiting for a worker, place ${Math.min(...queued)} in the queue` +
         (waits.length ? `, about ${Math.ceil(Math.max(...waits))} s` : "") : "");
+    const busy = Math.ceil((busyUntil - performance.now()) / 1000);
+    if (busy > 0) text.textContent += ` — the server is busy: asking again in ${busy} s`;
     text.dataset.queued = queued.length ? Math.min(...queued) : "";
   };
   const timer = setInterval(tick, 300);
-  return { finish: (job) => finished.add(job), stop: () => clearInterval(timer) };
+  return { finish: (job) => finished.add(job), stop: () => clearInterval(timer),
+    busy: (seconds) => { busyUntil = performance.now() + 1000 * seconds; text.dataset.busy = "1"; } };
 }
