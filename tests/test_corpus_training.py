@@ -195,6 +195,18 @@ def test_guided_alignment_and_fine_tuning_on_your_own_corpus(tmp_path, capsys):
     assert cli_main([*argv, "--out-dir", str(guided), "--max-steps", "3", "--guided-alignment", str(links)]) == 0
     guided = max(guided.glob("step-*"))  # the checkpoint at the last step
     assert json.loads((guided / "config.json").read_text())["alignment_layer"] == 2  # the penultimate of 3
+    # align with no --method reads the guided head of a model that has one (the reading that learnt to align)
+    src_file, tgt_file = tmp_path / "a.xx", tmp_path / "a.yy"
+    src_file.write_text("".join(p[0] + "\n" for p in pairs[260:266]))
+    tgt_file.write_text("".join(p[1] + "\n" for p in pairs[260:266]))
+    align = [*base, "align", "--model", str(guided), "--src", str(src_file), "--tgt", str(tgt_file), "--no-progress"]
+    capsys.readouterr()
+    outs = {}
+    for how in ([], ["--method", "guided"], ["--method", "attention"]):
+        assert cli_main([*align, *how]) == 0
+        outs[tuple(how)] = capsys.readouterr()
+    assert "guided: layer 2 head 1" in outs[()].err and outs[()].out == outs[("--method", "guided")].out
+    assert "attention: the model's attention" in outs[("--method", "attention")].err
 
     cfg = TranslationConfig.from_options(
         "transformer", data="toy", init_from=str(guided), d_model=16, nhead=2, dim_feedforward=32

@@ -85,10 +85,13 @@ def _eflomal_file_links(args):
 
 
 def _model_file_links(args):
+    import dataclasses
+
     from ..pretrained import DEFAULT_ALIGNMENT_MODEL, resolve_model
     from ..tasks.translation.alignment import (
         AttentionReading,
         ModelAligner,
+        default_method,
         progress_bar,
         read_parallel,
         symmetrized,
@@ -96,8 +99,10 @@ def _model_file_links(args):
 
     # --symmetrize without a reverse model: the row and column argmaxes of the one model's matrix
     both_ways = args.symmetrize if not args.reverse_model else None
-    reading = AttentionReading(args.method, args.layer, args.head, args.threshold, both_ways)
-    aligner = ModelAligner(_load_translator(args, resolve_model(args.model or DEFAULT_ALIGNMENT_MODEL)), reading)
+    translator = _load_translator(args, resolve_model(args.model or DEFAULT_ALIGNMENT_MODEL))
+    method = args.method or default_method(translator)  # a guided head when the model has one
+    reading = AttentionReading(method, args.layer, args.head, args.threshold, both_ways)
+    aligner = ModelAligner(translator, reading)
     total, pairs = read_parallel(args.src, args.tgt)
     print(f"attnkit align: {total} pairs, {aligner.describe()}", file=sys.stderr)
     bar = progress_bar(total, not args.no_progress)
@@ -111,7 +116,9 @@ def _model_file_links(args):
     forward = aligner.align(pairs, batch_size=args.batch_size)
     if not args.reverse_model:
         return counted(forward)
-    back = ModelAligner(_load_translator(args, resolve_model(args.reverse_model)), reading)
+    back_translator = _load_translator(args, resolve_model(args.reverse_model))
+    back_reading = reading if args.method else dataclasses.replace(reading, method=default_method(back_translator))
+    back = ModelAligner(back_translator, back_reading)
     _, pairs_again = read_parallel(args.src, args.tgt)
     reverse = back.align(pairs_again, batch_size=args.batch_size, reverse=True)
     return counted(symmetrized(forward, reverse, args.symmetrize or "grow-diag-final-and"))
@@ -129,11 +136,12 @@ def add_align_parser(sub) -> None:
     al.add_argument("--tgt", required=True, help="target-language file, line-parallel to --src (required, no default)")
     al.add_argument(
         "--method",
-        default="attention",
+        default=None,
         choices=["attention", "shift", "guided", "eflomal"],
         help="attention: the model's attention at the step that outputs each target word; shift: Shift-Att "
         "(Chen et al. 2020), the step where it is the input (penultimate layer by default); guided: the head "
-        "trained with --guided-alignment; eflomal: no model, eflomal on the two files (default: attention)",
+        "trained with --guided-alignment; eflomal: no model, eflomal on the two files (default: guided for a "
+        "model trained with --guided-alignment, else attention)",
     )
     _add_layer_head_flags(
         al,

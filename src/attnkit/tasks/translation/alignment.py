@@ -36,7 +36,9 @@ __all__ = [
     "AttentionReading",
     "ModelAligner",
     "count_lines",
+    "default_method",
     "describe_reading",
+    "has_guided_head",
     "progress_bar",
     "read_parallel",
     "symmetrized",
@@ -45,6 +47,18 @@ __all__ = [
 ALIGN_METHODS = ("attention", "shift", "guided")
 
 Link = tuple[int, int]
+
+
+def has_guided_head(translator) -> bool:
+    """Whether the model was trained with guided alignment: its config names the head that learnt to align
+    (``alignment_layer``, ``alignment_head``), which is then the reading to align with."""
+    cfg = getattr(translator.model, "config", None)
+    return getattr(cfg, "alignment_layer", None) is not None and getattr(cfg, "alignment_head", None) is not None
+
+
+def default_method(translator) -> str:
+    """The reading a model aligns with unless told: its guided head when it has one, else its attention."""
+    return "guided" if has_guided_head(translator) else "attention"
 
 
 @dataclass(frozen=True)

@@ -31,12 +31,13 @@ from ...alignment.gold import DEV_VERSES, GoldVerse, format_links, load_gold, lo
 from ...alignment.symmetrize import grow_diag_final_and
 from ...errors import InputError
 from ...paths import atomic_write_text, attnkit_home
-from .alignment import AttentionReading, ModelAligner, _model_layers, describe_reading
+from .alignment import AttentionReading, ModelAligner, _model_layers, describe_reading, has_guided_head
 from .inference import Translator
 
 __all__ = ["DEFAULT_METHODS", "evaluate_alignment", "gold_eflomal_links", "per_verse_counts"]
 
-#: The rows ``evaluate alignment`` scores unless told: the model's attention, and Shift-Att.
+#: The rows ``evaluate alignment`` scores unless told: the model's attention, and Shift-Att (and its guided
+#: head, first, for a model trained with guided alignment).
 DEFAULT_METHODS = ("attention", "shift")
 
 
@@ -118,7 +119,6 @@ def evaluate_alignment(
     ``both_ways``: links are the symmetrisation of each matrix's row and column argmaxes."""
     from ...pretrained import resolve_model
 
-    methods = DEFAULT_METHODS if methods is None else tuple(methods)
     builtin = gold is None
     verses = load_gold() if builtin else load_gold_files(*gold)
     n_dev = (DEV_VERSES if builtin else 0) if dev is None else dev
@@ -127,6 +127,9 @@ def evaluate_alignment(
     scored = verses[n_dev:]
     path = resolve_model(model)
     aligner = ModelAligner(Translator.load(path, device=device, dtype=dtype))
+    if methods is None:
+        methods = (("guided",) if has_guided_head(aligner.translator) else ()) + DEFAULT_METHODS
+    methods = tuple(methods)
     pairs = [(v.source, v.target) for v in verses]
 
     readings: dict[str, AttentionReading] = {}
