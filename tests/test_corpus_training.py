@@ -13,6 +13,7 @@ from attnkit.data.batching import encode_pairs
 from attnkit.data.corpus import open_corpus, prepare_parallel
 from attnkit.data.datasets.bible import load_pairs
 from attnkit.data.tokenizer import Tokenizer
+from attnkit.explorer.payload import translation_payload
 from attnkit.pretrained import known_models
 from attnkit.tasks.translation import TranslationConfig, Translator, train_translation, translation_batches
 from attnkit.tasks.translation.data import cached_translation_batches
@@ -207,6 +208,16 @@ def test_guided_alignment_and_fine_tuning_on_your_own_corpus(tmp_path, capsys):
         outs[tuple(how)] = capsys.readouterr()
     assert "guided: layer 2 head 1" in outs[()].err and outs[()].out == outs[("--method", "guided")].out
     assert "attention: the model's attention" in outs[("--method", "attention")].err
+    # the explorer draws the same links for it: its guided head's, read both ways
+    assert cli_main([*align, "--symmetrize", "grow-diag-final-and"]) == 0
+    both = capsys.readouterr().out.splitlines()
+    tr = Translator.load(guided)
+    for (src, tgt), line in zip(pairs[260:263], both):
+        words = translation_payload(tr, src, target=tgt)["words"]
+        assert words["links_from"] == "the guided head (layer 2, head 1)"
+        assert words["links"] == sorted([int(i), int(j)] for i, j in (x.split("-") for x in line.split()))
+    plain = translation_payload(Translator.load("transformer-es-en"), "Jesús lloró.", beam=1)["words"]
+    assert plain["links_from"] is None and plain["links"]  # a model without a guided head: its matrix's links
 
     cfg = TranslationConfig.from_options(
         "transformer", data="toy", init_from=str(guided), d_model=16, nhead=2, dim_feedforward=32

@@ -281,7 +281,8 @@ def add_evaluate_alignment_parser(e) -> None:
         action="append",
         choices=["attention", "shift", "guided"],
         help="how attention is read (see `attnkit align --help`); repeat to compare, one row each, paired "
-        "against the first (default: attention and shift, Shift-Att with its layer chosen on the dev pairs)",
+        "against the first (default: attention and shift, Shift-Att with its layer chosen on the dev pairs; "
+        "for a model trained with guided alignment, its guided head first)",
     )
     _add_layer_head_flags(
         ea,

@@ -183,7 +183,28 @@ def translation_payload(
             translator, source, method=method, pair=forced_translation(translator, source, tokens), progress=progress
         )
         out["attribution"] = attribution_fields(att)
-    return add_attention_fields(out, ta, heads=heads, layer=layer, max_numbers=max_numbers)
+    add_attention_fields(out, ta, heads=heads, layer=layer, max_numbers=max_numbers)
+    if out["words"]["attention"] is not None:
+        guided = guided_links(translator, out["words"]["source"], out["words"]["target"])
+        if guided is not None:
+            out["words"]["links"], out["words"]["links_from"] = guided
+    return out
+
+
+def guided_links(translator, source_words: list[str], target_words: list[str]) -> tuple[list, str] | None:
+    """For a model trained with guided alignment (Garg et al. 2019): the links of its guided head, the
+    reading that learnt to align (``attnkit align``'s default for it), read from that head's word matrix by
+    :data:`LINKS_RULE`, and what they were read from; None for any other model."""
+    from ..tasks.translation.alignment import AttentionReading, ModelAligner, has_guided_head
+
+    if not hasattr(translator, "model") or not has_guided_head(translator):
+        return None
+    aligner = ModelAligner(translator, AttentionReading("guided"))
+    wa = aligner.word_attention_batch([(source_words, target_words)])[0]  # (Tw, Sw), None: source too long
+    if wa is None:
+        return None
+    r = aligner.reading
+    return word_links(wa), f"the guided head (layer {r.layer}, head {r.head})"
 
 
 def head_numbers(maps, layer: int | None = None) -> int:
@@ -215,7 +236,7 @@ def add_attention_fields(
     out["attention"] = _rows(m.alignment)
     wa = word_attention(m.alignment, ta.source_pieces, ta.target_pieces)  # (Tw, Sw)
     out["words"]["attention"] = _rows(wa)
-    out["words"]["links"] = word_links(wa)
+    out["words"]["links"], out["words"]["links_from"] = word_links(wa), None  # None: from this matrix
     out["diagnostics"] = attention_diagnostics(m.alignment, ta.source_pieces)
     out["diagnostics"] = {
         k: (_rows(torch.tensor(v)) if isinstance(v, list) else v) for k, v in out["diagnostics"].items()

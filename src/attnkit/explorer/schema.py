@@ -59,6 +59,11 @@ class WordView(_Strict):
     links: list[list[int]] | None = Field(
         default=None, description="[source word, target word] links read from the word attention both ways"
     )
+    links_from: str | None = Field(
+        default=None,
+        description="what the links were read from when not this matrix: a model trained with guided alignment "
+        "links by its guided head",
+    )
 
 
 class Diagnostics(_Strict):

@@ -140,7 +140,7 @@ function renderTranslation(p) {
   const svg = matrixSvg(v.att, v.tgt, v.src, 14, gold, 10, v.links);
   card.append(el("div", { class: "label" }, (p.attribution ? `${p.attribution.method} attributions` : "alignment matrix") +
     ": rows = target, columns = source" +
-    (v.links ? ` — black rings: ${p.attribution ? p.attribution.method : "attention"} links (argmax both ways, ` +
+    (v.links ? ` — black rings: ${p.attribution ? p.attribution.method : (p.words.links_from || "attention")} links (argmax both ways, ` +
       "grow-diag-final-and)" : "") +
     (p.gold ? (gold ? ` — gold links of ${p.gold.ref}: red squares sure, orange dots possible` :
       " — switch to whole words to see this verse's gold links") : "")), svg, status);
