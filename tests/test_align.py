@@ -1,6 +1,7 @@
 """``attnkit align``: links read from attention (plain and Shift-Att rows) against a plain-loop
 reference, the batched forced decoding against one pair at a time, and the command's file handling."""
 
+import dataclasses
 import json
 
 import hypothesis.strategies as st
@@ -161,8 +162,15 @@ def test_batched_links_equal_one_pair_at_a_time(transformer, reading):
 def test_reading_defaults_and_errors(transformer):
     assert ModelAligner(transformer, AttentionReading("shift")).reading.layer == 2  # the penultimate of 3
     assert ModelAligner(transformer).reading.layer is None  # the model's own alignment
-    with pytest.raises(ValueError, match="not trained with guided alignment"):
-        ModelAligner(transformer, AttentionReading("guided"))
+    guided = ModelAligner(transformer, AttentionReading("guided")).reading  # the shipped model's trained head
+    assert (guided.layer, guided.head, guided.shifted) == (2, 1, True)
+    cfg = transformer.model.config
+    transformer.model.config = dataclasses.replace(cfg, alignment_layer=None, alignment_head=None)
+    try:
+        with pytest.raises(ValueError, match="not trained with guided alignment"):
+            ModelAligner(transformer, AttentionReading("guided"))
+    finally:
+        transformer.model.config = cfg
     with pytest.raises(ValueError, match="head 9: this TransformerTranslator has 4 heads"):
         ModelAligner(transformer, AttentionReading("attention", 1, 9))
     with pytest.raises(ValueError, match="method must be one of"):
@@ -180,7 +188,8 @@ def test_align_command_writes_pharaoh_lines(tmp_path, capsys):
     src.write_text("\n".join(" ".join(v.source) for v in verses[:3]) + "\n\n" + " ".join(verses[3].source) + "\n")
     tgt.write_text("\n".join(" ".join(v.target) for v in verses[:3]) + "\nsomething\n" + " ".join(verses[3].target))
     out = tmp_path / "out.align"
-    assert cli_main(["align", "--src", str(src), "--tgt", str(tgt), "--layer", "2", "--output", str(out)]) == 0
+    argv = ["align", "--src", str(src), "--tgt", str(tgt), "--method", "attention", "--layer", "2"]
+    assert cli_main([*argv, "--output", str(out)]) == 0
     lines = out.read_text().split("\n")
     assert len(lines) == 6 and lines[-1] == "" and lines[3] == ""  # one line per pair; an empty source: no links
     for k, line in zip([0, 1, 2, 4], [lines[0], lines[1], lines[2], lines[4]]):

@@ -216,7 +216,7 @@ def test_guided_alignment_and_fine_tuning_on_your_own_corpus(tmp_path, capsys):
         words = translation_payload(tr, src, target=tgt)["words"]
         assert words["links_from"] == "the guided head (layer 2, head 1)"
         assert words["links"] == sorted([int(i), int(j)] for i, j in (x.split("-") for x in line.split()))
-    plain = translation_payload(Translator.load("transformer-es-en"), "Jesús lloró.", beam=1)["words"]
+    plain = translation_payload(Translator.load("rnnsearch-es-en"), "Jesús lloró.", beam=1)["words"]
     assert plain["links_from"] is None and plain["links"]  # a model without a guided head: its matrix's links
 
     cfg = TranslationConfig.from_options(

@@ -56,12 +56,30 @@ def test_float32_export_is_token_identical_to_attnkit_greedy(exports, verses, to
     )
     assert [r["tokens"] for r in ct2] == [r["tokens"] for r in ours]
     assert [r["translation"] for r in ct2] == [r["translation"] for r in ours]
-    for a, b in zip(ct2, ours):
-        # the summed log-probability, and the alignment (last layer's cross-attention, head mean)
+    for s, a, b in zip(src, ct2, ours):
+        # the summed log-probability, and the alignment the export names (the guided head's rows of each output
+        # step for a model trained with guided alignment, else the last layer's cross-attention, head mean)
         assert a["score"] == pytest.approx(b["score"], abs=1e-3 * max(1, len(b["tokens"])))
         assert a["attention"].shape == tuple(b["attention"].shape)
-        torch.testing.assert_close(torch.from_numpy(a["attention"]), b["attention"].float(), atol=1e-4, rtol=0)
+        want = exported_alignment(torch_translator, s, b["tokens"], input_rows=False)
+        torch.testing.assert_close(torch.from_numpy(a["attention"]), want, atol=1e-4, rtol=0)
         assert a["source_pieces"] == b["source_pieces"] and a["target_pieces"] == b["target_pieces"]
+
+
+def exported_alignment(tr, source: str, tokens, *, input_rows: bool):
+    """What a CTranslate2 export of ``tr`` reports as the alignment of ``source`` → ``tokens``, from attnkit's
+    own teacher-forced pass: a guided model's head (rows of the steps whose input is each piece when
+    ``input_rows``, as the forced alignment reads it; else of the steps that output it), else the last layer's
+    head mean at the output steps. ``(T, S)``."""
+    cfg = tr.model.config
+    layer, head = getattr(cfg, "alignment_layer", None), getattr(cfg, "alignment_head", None)
+    if layer is None:
+        return tr.attention(source, tokens).maps.alignment.float()
+    src = tr.encode_sources([source])[0]
+    forced = [tr.tokenizer.bos_id, *tokens] if input_rows else [tr.tokenizer.bos_id, *tokens[:-1]]
+    maps = tr.model.attention_maps(torch.tensor([src]), torch.tensor([len(src)]), torch.tensor([forced]))
+    cross = maps.cross[0, layer - 1, head - 1].float()  # (T_in, S)
+    return cross[1:] if input_rows else cross
 
 
 def test_beam_search_with_ctranslate2_length_penalty_is_close_to_gnmt(exports, verses, torch_translator):
@@ -285,7 +303,7 @@ def test_vocabulary_map_is_the_lexical_shortlist(tmp_path, bible_home):
 # ------------------------------------------------------------------ the explorer
 def test_explorer_serves_a_ctranslate2_export(exports, bible_home, torch_translator):
     """``serve --engine ctranslate2``: the same translation as the engine, the alignment of the forced
-    pass equal to attnkit's own teacher-forced alignment (float32 export), no per-head maps and a note saying so."""
+    pass equal to the same reading of attnkit's own teacher-forced pass (float32 export), no per-head maps and a note saying so."""
     from fastapi.testclient import TestClient
 
     from attnkit.data.datasets.bible import load_pairs
@@ -301,7 +319,7 @@ def test_explorer_serves_a_ctranslate2_export(exports, bible_home, torch_transla
     expected = CT2Translator.load(exports["float32"], device="cpu").translate([source], beam_size=5)[0]
     assert p["translation"] == expected["translation"]
     assert p["heads"] is None and "per-head views need the PyTorch engine" in p["note"]
-    ours = torch_translator.attention(source, expected["tokens"]).maps.alignment  # (T, S)
+    ours = exported_alignment(torch_translator, source, expected["tokens"], input_rows=True)  # (T, S)
     torch.testing.assert_close(torch.tensor(p["attention"], dtype=torch.float64), ours.double(), atol=2e-4, rtol=0)
     forced = client.post("/api/translate", json={"text": source, "target": "And God said, Let there be light."}).json()
     assert forced["forced"] and len(forced["attention"]) == len(forced["target_pieces"])
