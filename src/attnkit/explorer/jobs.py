@@ -177,8 +177,8 @@ class JobQueue:
                 del self._jobs[key]
 
     def _busy(self, why: str, wait: float | None) -> ApiError:
-        """The 503 refusal: ``Retry-After`` is the time until the queue is short enough again (at least the
-        time one place takes: a job's mean time over the workers), 1..300 s."""
+        """The 503 refusal: ``Retry-After`` is the time until the queue is short enough again (at least until
+        the first running job is expected to end), 1..300 s."""
         o = self.options
         now = time.perf_counter()
         step = min(  # until the first running job is expected to end
