@@ -215,9 +215,13 @@ def test_guided_alignment_and_fine_tuning_on_your_own_corpus(tmp_path, capsys):
     for (src, tgt), line in zip(pairs[260:263], both):
         words = translation_payload(tr, src, target=tgt)["words"]
         assert words["links_from"] == "the guided head (layer 2, head 1)"
+        matrix = words["links_matrix"]  # the head's word matrix, which the page shows with its links
+        assert len(matrix) == len(words["target"]) and {len(r) for r in matrix} == {len(words["source"])}
         assert words["links"] == sorted([int(i), int(j)] for i, j in (x.split("-") for x in line.split()))
     plain = translation_payload(Translator.load("rnnsearch-es-en"), "Jesús lloró.", beam=1)["words"]
-    assert plain["links_from"] is None and plain["links"]  # a model without a guided head: its matrix's links
+    assert (
+        plain["links_from"] is None and plain["links_matrix"] is None and plain["links"]
+    )  # a model without a guided head: its matrix's links
 
     cfg = TranslationConfig.from_options(
         "transformer", data="toy", init_from=str(guided), d_model=16, nhead=2, dim_feedforward=32

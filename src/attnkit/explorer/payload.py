@@ -187,14 +187,15 @@ def translation_payload(
     if out["words"]["attention"] is not None:
         guided = guided_links(translator, out["words"]["source"], out["words"]["target"])
         if guided is not None:
-            out["words"]["links"], out["words"]["links_from"] = guided
+            links, matrix, name = guided
+            out["words"].update(links=links, links_matrix=_rows(matrix), links_from=name)
     return out
 
 
-def guided_links(translator, source_words: list[str], target_words: list[str]) -> tuple[list, str] | None:
+def guided_links(translator, source_words: list[str], target_words: list[str]) -> tuple[list, Tensor, str] | None:
     """For a model trained with guided alignment (Garg et al. 2019): the links of its guided head, the
-    reading that learnt to align (``attnkit align``'s default for it), read from that head's word matrix by
-    :data:`LINKS_RULE`, and what they were read from; None for any other model."""
+    reading that learnt to align (``attnkit align``'s default for it), read from that head's word matrix
+    ``(Tw, Sw)`` by :data:`LINKS_RULE`; the matrix; and what it is. None for any other model."""
     from ..tasks.translation.alignment import AttentionReading, ModelAligner, has_guided_head
 
     if not hasattr(translator, "model") or not has_guided_head(translator):
@@ -204,7 +205,7 @@ def guided_links(translator, source_words: list[str], target_words: list[str]) -
     if wa is None:
         return None
     r = aligner.reading
-    return word_links(wa), f"the guided head (layer {r.layer}, head {r.head})"
+    return word_links(wa), wa, f"the guided head (layer {r.layer}, head {r.head})"
 
 
 def head_numbers(maps, layer: int | None = None) -> int:
@@ -236,7 +237,7 @@ def add_attention_fields(
     out["attention"] = _rows(m.alignment)
     wa = word_attention(m.alignment, ta.source_pieces, ta.target_pieces)  # (Tw, Sw)
     out["words"]["attention"] = _rows(wa)
-    out["words"]["links"], out["words"]["links_from"] = word_links(wa), None  # None: from this matrix
+    out["words"].update(links=word_links(wa), links_matrix=None, links_from=None)  # None: read from this matrix
     out["diagnostics"] = attention_diagnostics(m.alignment, ta.source_pieces)
     out["diagnostics"] = {
         k: (_rows(torch.tensor(v)) if isinstance(v, list) else v) for k, v in out["diagnostics"].items()

@@ -59,11 +59,12 @@ class WordView(_Strict):
     links: list[list[int]] | None = Field(
         default=None, description="[source word, target word] links read from the word attention both ways"
     )
-    links_from: str | None = Field(
+    links_matrix: Matrix | None = Field(
         default=None,
-        description="what the links were read from when not this matrix: a model trained with guided alignment "
-        "links by its guided head",
+        description="the word matrix the links were read from, Tw × Sw, when it is not `attention`: a model "
+        "trained with guided alignment links by its guided head (the page shows this matrix with them)",
     )
+    links_from: str | None = Field(default=None, description="what `links_matrix` is, e.g. the guided head")
 
 
 class Diagnostics(_Strict):

@@ -102,8 +102,10 @@ function heatCanvas(mat, px = 3) {
 // ---------------------------------------------------------------- translation cards
 function currentView(p) { // the chosen attribution method's matrix when there is one, else the attention
   const a = p.attribution;
-  if (state.words) return { src: p.words.source, tgt: p.words.target, att: a ? a.words : p.words.attention, words: true,
-    links: a ? a.links : p.words.links };
+  // whole words: a model trained with guided alignment shows its guided head, the matrix its links are read from
+  const own = p.words.links_matrix ? { att: p.words.links_matrix, from: p.words.links_from } : { att: p.words.attention };
+  if (state.words) return { src: p.words.source, tgt: p.words.target, att: a ? a.words : own.att, words: true,
+    links: a ? a.links : p.words.links, from: a ? null : own.from };
   return { src: p.source_pieces.map(clean), tgt: p.target_pieces.map(clean), att: a ? a.scores : p.attention, words: false };
 }
 
@@ -138,9 +140,9 @@ function renderTranslation(p) {
     `target (${langName(p.tgt_lang)}) — hover to see where it looks, click for that decoder step`), tgtRow);
   const gold = v.words && p.gold ? p.gold : null;
   const svg = matrixSvg(v.att, v.tgt, v.src, 14, gold, 10, v.links);
-  card.append(el("div", { class: "label" }, (p.attribution ? `${p.attribution.method} attributions` : "alignment matrix") +
-    ": rows = target, columns = source" +
-    (v.links ? ` — black rings: ${p.attribution ? p.attribution.method : (p.words.links_from || "attention")} links (argmax both ways, ` +
+  card.append(el("div", { class: "label" }, (p.attribution ? `${p.attribution.method} attributions` :
+    v.from ? `alignment matrix of ${v.from}` : "alignment matrix") + ": rows = target, columns = source" +
+    (v.links ? ` — black rings: ${p.attribution ? p.attribution.method : v.from || "attention"} links (argmax both ways, ` +
       "grow-diag-final-and)" : "") +
     (p.gold ? (gold ? ` — gold links of ${p.gold.ref}: red squares sure, orange dots possible` :
       " — switch to whole words to see this verse's gold links") : "")), svg, status);
