@@ -66,6 +66,37 @@ def test_a_padded_batch_of_pairs_gives_each_pair_the_maps_it_has_alone(shipped):
         tr.attention_batch(sources[:2], targets[:1])
 
 
+def test_a_guided_model_reads_its_guided_head_from_the_same_pass(shipped):
+    """The shipped Transformer was trained with guided alignment, its head on the rows of the steps whose
+    input is each target piece: ``attention_batch`` forces one step more to get them. Its maps are still
+    those of the plain pass (no extra step, the model called directly), and its ``guided`` rows give the
+    word matrix that ``attnkit align``'s aligner reads in a pass of its own (words encoded one by one)."""
+    from attnkit.tasks.translation.alignment import AttentionReading, ModelAligner, has_guided_head
+
+    name, tr = shipped
+    sources = [SOURCE, "Jesús lloró.", "En el principio crió Dios los cielos y la tierra."]
+    targets = [REFERENCE, "Jesus wept.", "In the beginning God created the heavens and the earth."]
+    batch = tr.attention_batch(sources, targets)
+    if not has_guided_head(tr):
+        assert name != "transformer-es-en" and all(got.guided is None for got in batch)
+        return
+    aligner = ModelAligner(tr, AttentionReading("guided"))
+    assert (aligner.reading.layer, aligner.reading.head, aligner.reading.input_step) == (2, 1, True)
+    for s, t, got in zip(sources, targets, batch):
+        src = torch.tensor(tr.encode_sources([s]))
+        tgt = tr.tokenizer.encode(t)
+        plain = tr.model.attention_maps(src, torch.tensor([src.shape[1]]), torch.tensor([[tr.tokenizer.bos_id, *tgt[:-1]]]))
+        for f in ("alignment", "enc_self", "dec_self", "cross"):
+            torch.testing.assert_close(getattr(got.maps, f), getattr(plain, f)[0], rtol=1e-4, atol=1e-5)
+        assert got.guided.shape == (len(tgt), src.shape[1])
+        torch.testing.assert_close(got.guided.sum(-1), torch.ones(len(tgt)))
+        words = (words_from_pieces(got.source_pieces), words_from_pieces(got.target_pieces))
+        theirs = aligner.word_attention_batch([words])[0]
+        torch.testing.assert_close(word_attention(got.guided, got.source_pieces, got.target_pieces), theirs)
+        # not the plain rows of that head: the input-step rows are one step later
+        assert not torch.allclose(got.guided, got.maps.cross[1, 0], atol=1e-3)
+
+
 def test_empty_target_is_a_clear_error(shipped):
     _, tr = shipped
     with pytest.raises(ValueError, match="target is empty"):

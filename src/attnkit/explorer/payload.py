@@ -185,26 +185,34 @@ def translation_payload(
         out["attribution"] = attribution_fields(att)
     add_attention_fields(out, ta, heads=heads, layer=layer, max_numbers=max_numbers)
     if out["words"]["attention"] is not None:
-        guided = guided_links(translator, out["words"]["source"], out["words"]["target"])
+        guided = guided_links(translator, ta)
         if guided is not None:
             links, matrix, name = guided
             out["words"].update(links=links, links_matrix=_rows(matrix), links_from=name)
     return out
 
 
-def guided_links(translator, source_words: list[str], target_words: list[str]) -> tuple[list, Tensor, str] | None:
+def guided_links(translator, ta) -> tuple[list, Tensor, str] | None:
     """For a model trained with guided alignment (Garg et al. 2019): the links of its guided head, the
     reading that learnt to align (``attnkit align``'s default for it), read from that head's word matrix
-    ``(Tw, Sw)`` by :data:`LINKS_RULE`; the matrix; and what it is. None for any other model."""
+    ``(Tw, Sw)`` by :data:`LINKS_RULE`; the matrix; and what it is. None for any other model.
+
+    ``ta``: the pair's forced decoding; its ``guided`` rows (:meth:`Translator.attention_batch` fills them
+    in the same pass as the maps) are used when it has them, else ``attnkit align``'s aligner reads the
+    head in a pass of its own (an engine whose forced decoding does not fill them)."""
     from ..tasks.translation.alignment import AttentionReading, ModelAligner, has_guided_head
 
     if not hasattr(translator, "model") or not has_guided_head(translator):
         return None
     aligner = ModelAligner(translator, AttentionReading("guided"))
-    wa = aligner.word_attention_batch([(source_words, target_words)])[0]  # (Tw, Sw), None: source too long
-    if wa is None:
-        return None
     r = aligner.reading
+    if ta.guided is not None:
+        wa = word_attention(ta.guided, ta.source_pieces, ta.target_pieces)  # (Tw, Sw)
+    else:
+        words = (words_from_pieces(ta.source_pieces), words_from_pieces(ta.target_pieces))
+        wa = aligner.word_attention_batch([words])[0]  # (Tw, Sw), None: source too long
+        if wa is None:
+            return None
     return word_links(wa), wa, f"the guided head (layer {r.layer}, head {r.head})"
 
 

@@ -28,7 +28,7 @@ from ...alignment.symmetrize import SYMMETRIZATIONS, invert, symmetrize
 from ...alignment.words import span_attention
 from ...data.parallel import read_lines
 from ...errors import InputError
-from .guided import guided_input_step
+from .guided import guided_head, guided_input_step
 from .inference import Translator
 
 __all__ = [
@@ -52,8 +52,7 @@ Link = tuple[int, int]
 def has_guided_head(translator) -> bool:
     """Whether the model was trained with guided alignment: its config names the head that learnt to align
     (``alignment_layer``, ``alignment_head``), which is then the reading to align with."""
-    cfg = getattr(translator.model, "config", None)
-    return getattr(cfg, "alignment_layer", None) is not None and getattr(cfg, "alignment_head", None) is not None
+    return guided_head(getattr(translator.model, "config", None)) is not None
 
 
 def default_method(translator) -> str:

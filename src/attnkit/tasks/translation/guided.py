@@ -48,6 +48,7 @@ __all__ = [
     "GuidedAlignment",
     "add_alignment_targets",
     "guided_alignment_loss",
+    "guided_head",
     "guided_input_step",
     "piece_links",
     "read_links_file",
@@ -63,6 +64,16 @@ def guided_input_step(model_config) -> bool:
     piece (a Transformer, a Luong-style RNN) rather than the step that outputs it (Bahdanau's
     RNNsearch); see the module docstring."""
     return getattr(model_config, "rnn_attention", None) != "bahdanau"
+
+
+def guided_head(model_config) -> tuple[int, int, bool] | None:
+    """``(layer, head, input_step)`` of the cross-attention head a model was trained to align with
+    (1-based, from its config's ``alignment_layer``/``alignment_head``; ``input_step`` as
+    :func:`guided_input_step`), or None for a model trained without guided alignment."""
+    layer, head = getattr(model_config, "alignment_layer", None), getattr(model_config, "alignment_head", None)
+    if layer is None or head is None:
+        return None
+    return layer, head, guided_input_step(model_config)
 
 
 @dataclass(frozen=True)

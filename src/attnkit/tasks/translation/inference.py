@@ -15,6 +15,7 @@ from ...models.base import AttentionMaps
 from ..engine import TranslationEngine
 from ..results import ResultRecord
 from ..wrapper import InferenceWrapper
+from .guided import guided_head
 from .lexical_shortlist import DEFAULT_FREQUENT, DEFAULT_PER_SOURCE, LexicalShortlist, ShortlistError, tokenizer_digest
 
 
@@ -30,6 +31,10 @@ class TranslationAttention:
     source_pieces: list[str]
     target_pieces: list[str]
     maps: AttentionMaps
+    #: ``(T, S)``: for a model trained with guided alignment, its guided head's rows as ``attnkit align``
+    #: reads them (:func:`~attnkit.tasks.translation.guided.guided_head`: for a Transformer the row of the
+    #: step whose *input* is each target piece, which the pass gets by forcing one step more); else None
+    guided: torch.Tensor | None = None
 
     def word_alignment(self) -> tuple[list[str], list[str], torch.Tensor | None]:
         """``(source words, target words, word attention (T_words, S_words) or None)``: the
@@ -167,7 +172,12 @@ class Translator(InferenceWrapper, TranslationEngine):
     ) -> list[TranslationAttention]:
         """:meth:`attention` of each pair, in one padded teacher-forced pass (a server's batch of
         translations draws its maps at once). Padding changes nothing a pair sees: source padding is
-        masked (or packed, in an RNN), and a target row attends only to the rows before it."""
+        masked (or packed, in an RNN), and a target row attends only to the rows before it.
+
+        A model trained with guided alignment whose head reads the step whose input is each target piece
+        is forced one step more (the last piece as input): that step's row belongs to no map, and the rows
+        before it are unchanged (a row sees only the rows before it), so the same pass gives the maps and
+        the guided head's rows (``guided``), which ``attnkit align`` reads in a pass of its own."""
         if len(sources) != len(targets):
             raise ValueError(f"sources and targets differ in number: {len(sources)} and {len(targets)}")
         src_ids = self.encode_sources(sources)
@@ -182,20 +192,26 @@ class Translator(InferenceWrapper, TranslationEngine):
             if not ids:
                 raise InputError("target has no tokens: there is no output token to show attention for")
             tgt_ids.append(ids)
-        B, S, T = len(src_ids), max(map(len, src_ids)), max(map(len, tgt_ids))
+        guided = guided_head(getattr(self.model, "config", None))
+        extra = int(guided is not None and guided[2])  # the guided head reads the input steps: one step more
+        B, S, T = len(src_ids), max(map(len, src_ids)), max(map(len, tgt_ids)) + extra
         src = torch.zeros(B, S, dtype=torch.long)
         tgt_in = torch.full((B, T), self.tokenizer.eos_id, dtype=torch.long)  # past a pair's end: never seen
         for b, (s_ids, t_ids) in enumerate(zip(src_ids, tgt_ids)):
             src[b, : len(s_ids)] = torch.as_tensor(s_ids)
-            tgt_in[b, : len(t_ids)] = torch.as_tensor([self.tokenizer.bos_id, *t_ids[:-1]])
+            forced = [self.tokenizer.bos_id, *(t_ids if extra else t_ids[:-1])]
+            tgt_in[b, : len(forced)] = torch.as_tensor(forced)
         lengths = torch.tensor([len(s) for s in src_ids])
         maps = self.model.attention_maps(src.to(self.device), lengths.to(self.device), tgt_in.to(self.device))
         maps = maps.map_tensors(lambda t: t.float().cpu())
+        heads = None if guided is None or maps.cross is None else maps.cross[:, guided[0] - 1, guided[1] - 1]
+        # (B, T, S): row t + extra is the guided head's row for target piece t
         return [
             TranslationAttention(
                 source_pieces=[self.src_tokenizer.id_to_piece(t) for t in s_ids],
                 target_pieces=[self.tokenizer.id_to_piece(t) for t in t_ids],
                 maps=maps.unpad(b, len(t_ids), len(s_ids)),
+                guided=None if heads is None else heads[b, extra : extra + len(t_ids), : len(s_ids)],
             )
             for b, (s_ids, t_ids) in enumerate(zip(src_ids, tgt_ids))
         ]
