@@ -85,7 +85,9 @@ def test_a_guided_model_reads_its_guided_head_from_the_same_pass(shipped):
     for s, t, got in zip(sources, targets, batch):
         src = torch.tensor(tr.encode_sources([s]))
         tgt = tr.tokenizer.encode(t)
-        plain = tr.model.attention_maps(src, torch.tensor([src.shape[1]]), torch.tensor([[tr.tokenizer.bos_id, *tgt[:-1]]]))
+        plain = tr.model.attention_maps(
+            src, torch.tensor([src.shape[1]]), torch.tensor([[tr.tokenizer.bos_id, *tgt[:-1]]])
+        )
         for f in ("alignment", "enc_self", "dec_self", "cross"):
             torch.testing.assert_close(getattr(got.maps, f), getattr(plain, f)[0], rtol=1e-4, atol=1e-5)
         assert got.guided.shape == (len(tgt), src.shape[1])
