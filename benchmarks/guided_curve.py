@@ -42,7 +42,7 @@ def point(model: str, step: int, valid: int, method: str) -> dict:
     }
 
 
-def plot(points: list[dict], path: Path, label: str) -> None:
+def plot(points: list[dict], path: Path, label: str, xlabel: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -52,13 +52,11 @@ def plot(points: list[dict], path: Path, label: str) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     left.plot(steps, [p["aer"] for p in points], "o-", label="guided head")
     left.plot(steps, [p["aer_both_ways"] for p in points], "s--", label="guided head, both ways")
-    left.set(xlabel="fine-tuning step", ylabel="AER (100 gold verses)", title=f"{label}: alignment")
+    left.set(xlabel=xlabel, ylabel="AER (100 gold verses)", title=f"{label}: alignment")
     left.grid(alpha=0.3)
     left.legend()
     right.plot(steps, [p["valid_bleu_greedy"] for p in points], "o-", color="tab:green")
-    right.set(
-        xlabel="fine-tuning step", ylabel="BLEU, greedy", title=f"validation, {points[0]['valid_sentences']} verses"
-    )
+    right.set(xlabel=xlabel, ylabel="BLEU, greedy", title=f"validation, {points[0]['valid_sentences']} verses")
     right.grid(alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -87,7 +85,7 @@ def main() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"run": args.run, "points": points}, indent=1) + "\n")
     if args.plot:
-        plot(points, Path(args.plot), Path(args.run).name)
+        plot(points, Path(args.plot), Path(args.run).name, "fine-tuning step" if args.start else "training step")
 
 
 if __name__ == "__main__":
