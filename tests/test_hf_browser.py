@@ -17,6 +17,7 @@ from test_explorer_browser import ARGS, CHROMIUM
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed")
 playwright = pytest.importorskip("playwright.sync_api")
+expect = playwright.expect
 TEXT = "Jesús lloró."
 
 
@@ -44,8 +45,10 @@ def _eager(family: str, ids) -> torch.Tensor:
 def test_heads_grid_renders_and_a_head_enlarges(server, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(server)
-    page.wait_for_selector("#self-attention-panel:not([hidden])")
-    assert page.locator("#translate-panel").is_hidden() and page.locator("#caption-panel").is_hidden()
+    # the panels start visible and the page hides those without models once /api/models answers: wait for it
+    expect(page.locator("#self-attention-panel")).to_be_visible()
+    expect(page.locator("#translate-panel")).to_be_hidden()
+    expect(page.locator("#caption-panel")).to_be_hidden()
     page.fill("#sa-text", TEXT)
     page.click("#sa-read")
     for family in ("bert", "gpt2"):
@@ -57,20 +60,22 @@ def test_heads_grid_renders_and_a_head_enlarges(server, browser):
         )
         sa = load_self_attention(str(saved_tiny(family)))
         ids, pieces = sa.encode(TEXT)
-        assert page.locator(f"{card} .sa-pieces .tok").count() == len(pieces)
-        heads = page.locator(f"{card} .sa-grid canvas:not([data-head='mean'])")
-        assert heads.count() == 2 * 4  # 2 layers × 4 heads
-        assert page.locator(f"{card} .sa-grid canvas[data-head='mean']").count() == 2
+        # counts through Playwright's expect, which waits for the page to settle (a loaded machine draws late)
+        expect(page.locator(f"{card} .sa-pieces .tok")).to_have_count(len(pieces))
+        expect(page.locator(f"{card} .sa-grid canvas:not([data-head='mean'])")).to_have_count(
+            2 * 4
+        )  # 2 layers × 4 heads
+        expect(page.locator(f"{card} .sa-grid canvas[data-head='mean']")).to_have_count(2)
         page.locator(f"{card} .sa-grid canvas[data-layer='1'][data-head='2']").click()
         page.wait_for_selector("#enlarged:not([hidden]) svg.matrix")
+        expect(page.locator("#enlarged h3")).to_contain_text("layer 2, head 3")
         cells = page.locator("#enlarged .cell")
         n = len(pieces)
-        assert cells.count() == n * n
+        expect(cells).to_have_count(n * n)
         shown = torch.tensor([float(w) for w in cells.evaluate_all("cs => cs.map((c) => c.dataset.w)")]).reshape(n, n)
         torch.testing.assert_close(shown, _eager(family, ids)[1, 2].float(), atol=1e-4, rtol=0)
-        assert "layer 2, head 3" in page.locator("#enlarged h3").inner_text()
         page.keyboard.press("Escape")
-        assert page.locator("#enlarged").is_hidden()
+        expect(page.locator("#enlarged")).to_be_hidden()
     assert page.locator(".sa-card[data-model='tiny-bert'] .sa-continue").count() == 0  # BERT does not write
 
 
