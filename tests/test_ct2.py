@@ -221,8 +221,8 @@ def test_cli_translate_with_ctranslate2_does_not_import_torch(exports, capsys):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[-1] == "TORCH False 0"
-    rc, out, _ = _main(capsys, "translate", "--beam", "1", *sentences)
-    assert rc == 0 and lines[:-1] == out.strip().splitlines()  # the same translations as the PyTorch engine
+    rc, out, _ = _main(capsys, "translate", "--model", "transformer-es-en", "--beam", "1", *sentences)
+    assert rc == 0 and lines[:-1] == out.strip().splitlines()  # the same model's translations with PyTorch
 
 
 def test_cli_export_and_engine_errors_are_one_line(tmp_path, exports, capsys):

@@ -51,7 +51,7 @@ def test_models_verses_scenes_and_docs(served):
         "captioner-hard",
     }
     assert [n for n, m in models.items() if not m["has_attention"]] == ["rnnencdec-es-en"]
-    assert models["transformer-es-en"]["scores"]["test_bleu"] == pytest.approx(32.16)
+    assert models["transformer-es-en"]["scores"]["test_bleu"] == pytest.approx(31.57)
     assert models["transformer-es-en"]["config"]["nhead"] == 4 and models["captioner-hard"]["task"] == "captioning"
     verses = client.get("/api/verses").json()["verses"]
     assert len(verses) == 10 and {"ref", "source", "reference"} <= verses[0].keys()
