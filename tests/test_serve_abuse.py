@@ -236,9 +236,10 @@ def test_a_job_over_its_time_limit_is_stopped_with_504(servers):
         assert ok.status_code == 200 and ok.json()["attribution"]["method"] == "attention_norm"
 
 
-def _heavy(local, job, text=LONG, cookies=None):
-    """A heavy job of a few seconds: saliency needs one backward pass per target piece."""
-    body = {"text": text, "model": "transformer-es-en", "beam": 1, "method": "saliency", "job": job}
+def _heavy(local, job, text=LONG, cookies=None, method="saliency"):
+    """A heavy job of a few seconds: saliency needs one backward pass per target piece (integrated gradients,
+    one per interpolation point as well: several times longer)."""
+    body = {"text": text, "model": "transformer-es-en", "beam": 1, "method": method, "job": job}
     with local.client(cookies=cookies) as c:
         return c.post("api/translate", json=body)
 
@@ -247,7 +248,9 @@ def test_a_full_queue_is_503_with_retry_after_and_the_queue_position_is_shown(se
     local, _ = servers
     cookies = {f"attnkit-session-{local.port}": "queue-test-session-0001"}
     answers = {}
-    threads = [threading.Thread(target=lambda j=j: answers.setdefault(j, _heavy(local, j, cookies=cookies)))
+    # the first job is the long one, so that it still runs (and the second still waits) when the third comes
+    methods = {"first": "integrated_gradients", "second": "saliency"}
+    threads = [threading.Thread(target=lambda j=j: answers.setdefault(j, _heavy(local, j, cookies=cookies, method=methods[j])))
                for j in ("first", "second")]  # fmt: skip
     threads[0].start()
     with local.client(cookies=cookies) as c:
