@@ -150,16 +150,18 @@ def main() -> None:
     from attnkit.device import resolve_device
 
     device = resolve_device(args.device)
-    report = {
-        "gpu": torch.cuda.get_device_name(device),
-        "torch": torch.__version__,
-        "train": train_throughput(device, args.steps),
-        "decode": decoding(device),
-        "attention_bf16": attention(device),
-    }
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(report, indent=2))
-    print(json.dumps(report, indent=2))
+    report = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__}
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    # each section is written as soon as it is measured, so a run cut short keeps what it measured
+    for key, measure in (
+        ("attention_bf16", lambda: attention(device)),
+        ("train", lambda: train_throughput(device, args.steps)),
+        ("decode", lambda: decoding(device)),
+    ):
+        report[key] = measure()
+        output.write_text(json.dumps(report, indent=2))
+        print(key, json.dumps(report[key]), flush=True)
 
 
 if __name__ == "__main__":
