@@ -183,3 +183,23 @@ def test_cuda_training_resumes_on_cpu(tmp_path):
     )
     s = tr2.fit(resume=True)
     assert s["steps"] == 4 and next(model2.parameters()).device.type == "cpu"
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_half_attention_never_builds_cudnn_plans(dtype):
+    """A new shape at every call (as translation batches and decoding steps have) must not reach cuDNN's
+    attention, which builds a plan per shape; the result still matches float64 math."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from attnkit import attend
+
+    torch.manual_seed(0)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for n in (17, 23, 31):
+            q, k, v = (torch.randn(4, 4, n, 64, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+            out = attend(q, k, v, score="scaled_dot", need_weights=False).context
+            out.sum().backward()
+            ref = torch.softmax(q.double() @ k.double().transpose(-1, -2) / 8.0, -1) @ v.double()
+            torch.testing.assert_close(out.double(), ref, atol=2e-2, rtol=2e-2)
+    assert not [e.key for e in prof.key_averages() if "cudnn_attention" in e.key]
