@@ -131,12 +131,14 @@ def test_the_unreachable_warmup_warning_gives_the_numbers():
     assert unreachable_warmup(500, 1e-3, 3845) is None
 
 
-def test_the_step_clock_leaves_out_the_first_steps_and_outliers():
+def test_the_step_clock_leaves_out_the_first_steps_and_spreads_recurring_stalls():
     clock = StepClock(skip=3)
-    for d in (9.0, 7.0, 5.0, 1.0, 1.2, 0.8, 40.0, 1.0):  # compile/warm-up, then a checkpoint stall
+    for d in (9.0, 7.0, 5.0, 1.0, 1.2, 0.8, 5.0, 1.0):  # compile/warm-up, then a checkpoint's stall
         clock.add(d)
-    assert clock.seconds_per_step() == pytest.approx((1.0 + 1.2 + 0.8 + 1.0) / 4)
+    assert clock.seconds_per_step() == pytest.approx((1.0 + 1.2 + 0.8 + 5.0 + 1.0) / 5)
     assert StepClock().seconds_per_step() is None
+    assert StepClock.for_periods(500, None).durations.maxlen == 1000
+    assert StepClock.for_periods(50, 20).durations.maxlen == 200
 
 
 def simulate_steps(step, seconds_left, sps, valid, spe, pos, cap):
@@ -161,7 +163,7 @@ def simulate_steps(step, seconds_left, sps, valid, spe, pos, cap):
 def test_the_time_estimate_agrees_with_a_plain_simulation(step, seconds_left, sps, valid, spe, cap):
     pos = step % spe if spe else 0
     got = estimate_total_steps(
-        step, seconds_left=seconds_left, seconds_per_step=sps, valid_seconds=valid, steps_per_epoch=spe,
+        step, seconds_left=seconds_left, seconds_per_step=sps, epoch_end_seconds=valid, steps_per_epoch=spe,
         step_in_epoch=pos, cap=cap,
     )  # fmt: skip
     want = max(simulate_steps(step, seconds_left, sps, valid, spe, pos, cap), step + 1)
@@ -282,6 +284,34 @@ def test_a_time_budget_is_turned_into_steps_and_the_rate_reaches_zero_at_its_end
     record = [r for r in log if r["event"] == "schedule"]
     assert record[0]["step"] == 8 and record[0]["estimated_steps"] == 60
     assert math.isclose(got[7], 0.5 * 16**-0.5 * 8 * 2000**-1.5)  # the probe ran on the recipe
+
+
+def test_checkpoint_stalls_count_against_a_time_budget(tmp_path, monkeypatch):
+    """Checkpoints that cost as much as four steps (a big model's write on a fast GPU) are part of what a
+    step costs: the fitted schedule still reaches zero at the run's last step, not halfway down."""
+    clock = FakeClock(0.5)
+    monkeypatch.setattr("attnkit.training.trainer.time.perf_counter", clock)
+    save = Trainer.save
+
+    def slow_save(self, *args, **kwargs):
+        clock.now += 2.0
+        return save(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "save", slow_save)
+
+    def timed_loss(model, batch):
+        clock.step()
+        return loss_fn(model, batch)
+
+    t = make_trainer(tmp_path / "t", base=INV_SQRT, max_time_s=60.0, max_epochs=1000)
+    t.valid_fn = None
+    t.loss_fn = timed_loss
+    s = t.fit()
+    got, log = lrs(tmp_path / "t")
+    # 0.5-s steps, a 2-s checkpoint every 4 steps and at each epoch's end (5 steps): about 44 steps fit in
+    # 60 s, not the 120 that the steps alone would take
+    assert s["stop_reason"] == "max_time" and 40 <= s["steps"] <= 48, s
+    assert max(got.values()) == pytest.approx(0.1) and got[s["steps"]] <= 0.02 * 0.1  # decayed to (nearly) 0
 
 
 def test_the_progress_line_shows_the_validation_score_and_the_steps_left(tmp_path, capsys, monkeypatch):

@@ -29,7 +29,6 @@ from __future__ import annotations
 import collections
 import itertools
 import math
-import statistics
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
@@ -207,14 +206,25 @@ def unreachable_warmup(warmup_steps: int, peak: float, total_steps: int) -> str 
 
 
 class StepClock:
-    """The seconds each training step took, for the speed estimate: the first ``skip`` steps are left out
-    (first-batch and allocator outliers), and so is time outside steps (validation, checkpoints); the
-    mean is over the last ``window`` steps."""
+    """The wall-clock seconds each training step costs, for the speed estimate.
+
+    Each entry is a whole iteration of the training loop: fetching the batch, the step, and whatever the
+    loop does every so often (a checkpoint every ``save_every_steps``, a validation every
+    ``valid_every_steps``), so those costs are spread over the steps they recur with instead of being
+    left out. The mean is over the last ``window`` iterations (make it span a few of the longest period);
+    the first ``skip`` are left out (first-batch and allocator outliers). What happens once per epoch
+    (the epoch's validation and checkpoint) is not a step's cost: the estimate adds it per epoch.
+    """
 
     def __init__(self, skip: int = SKIP_STEPS, window: int = 200):
         self.skip = skip
         self.durations: collections.deque[float] = collections.deque(maxlen=window)
         self.seen = 0
+
+    @classmethod
+    def for_periods(cls, *periods: int | None, skip: int = SKIP_STEPS) -> StepClock:
+        """A clock whose window spans at least two of each recurring event of period ``periods`` (steps)."""
+        return cls(skip=skip, window=max([200] + [2 * p for p in periods if p]))
 
     def add(self, seconds: float) -> None:
         self.seen += 1
@@ -222,12 +232,10 @@ class StepClock:
             self.durations.append(float(seconds))
 
     def seconds_per_step(self) -> float | None:
-        """Mean step time of the timed steps, leaving out outliers over 5x the median; None before any."""
+        """Mean seconds per iteration over the window; None before any is timed."""
         if not self.durations:
             return None
-        med = statistics.median(self.durations)
-        kept = [d for d in self.durations if d <= 5 * med]
-        return sum(kept) / len(kept)
+        return sum(self.durations) / len(self.durations)
 
 
 def estimate_total_steps(
@@ -235,17 +243,17 @@ def estimate_total_steps(
     *,
     seconds_left: float,
     seconds_per_step: float,
-    valid_seconds: float = 0.0,
+    epoch_end_seconds: float = 0.0,
     steps_per_epoch: int | None = None,
     step_in_epoch: int = 0,
     cap: int | None = None,
 ) -> int:
     """The step count a time budget reaches: ``step`` plus the steps of ``seconds_per_step`` that fit in
-    ``seconds_left``, with a validation of ``valid_seconds`` at every epoch end they cross (the one after
-    the last step comes after the budget); at most ``cap`` in all, at least ``step + 1``.
+    ``seconds_left``, with ``epoch_end_seconds`` (the epoch's validation and checkpoint) at every epoch end
+    they cross (the one after the last step comes after the budget); at most ``cap`` in all, at least ``step + 1``.
 
     The rest of this epoch is ``r = steps_per_epoch - step_in_epoch`` steps; each later epoch is a
-    cycle of ``steps_per_epoch * seconds_per_step + valid_seconds`` seconds; what is left after the
+    cycle of ``steps_per_epoch * seconds_per_step + epoch_end_seconds`` seconds; what is left after the
     whole cycles runs at most one more epoch's steps.
     """
     if seconds_per_step <= 0:
@@ -259,8 +267,8 @@ def estimate_total_steps(
     if steps_per_epoch:
         rest = steps_per_epoch - step_in_epoch
         if n >= rest:  # the epoch ends (and validates) within the budget
-            left = seconds_left - rest * seconds_per_step - valid_seconds
-            cycle = steps_per_epoch * seconds_per_step + valid_seconds
+            left = seconds_left - rest * seconds_per_step - epoch_end_seconds
+            cycle = steps_per_epoch * seconds_per_step + epoch_end_seconds
             whole = int(max(left + eps, 0.0) // cycle)
             n = rest + whole * steps_per_epoch + min(fitting(left - whole * cycle), steps_per_epoch)
     total = max(step + n, step + 1)

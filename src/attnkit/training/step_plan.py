@@ -62,7 +62,7 @@ class StepPlanMixin:
             self.step,
             seconds_left=self.run.max_time_s - (time.perf_counter() - stats.t0),
             seconds_per_step=sps,
-            valid_seconds=self._valid_seconds if self.valid_fn is not None else 0.0,
+            epoch_end_seconds=self._epoch_end_seconds,
             steps_per_epoch=spe,
             step_in_epoch=max(self.step - self.epoch * spe, 0) if spe else 0,
             cap=cap,

@@ -202,7 +202,7 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         # the time budget and the schedule fitted to it (attnkit.training.budget)
         self._budget = find_budget_schedule(scheduler)
         self._clock = StepClock()
-        self._valid_seconds = 0.0  # the last validation's duration
+        self._epoch_end_seconds = 0.0  # the last epoch end's duration (its validation and checkpoint)
         self._validated_at: int | None = None
         self._last_valid: dict | None = None
         self.estimated_steps: int | None = None  # the steps this run's budget is expected to reach
@@ -315,7 +315,7 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
             if self.run.max_steps is not None and self.step >= self.run.max_steps
             else None
         )
-        self._clock = StepClock()
+        self._clock = StepClock.for_periods(self.run.save_every_steps, self.run.valid_every_steps)
         self._plan(stats, pbar)
         try:
             while stop_reason is None and self.epoch < self.run.epochs:
@@ -336,10 +336,9 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
 
     def _train_epoch(self, stats: RunStats, pbar) -> str | None:
         """Train on the rest of the current epoch; a stop reason if training must stop within it."""
+        t_last = time.perf_counter()
         for batch in self._rank_batches():
-            t_step = time.perf_counter()
             loss_sum, n_tok, metrics, grad_norm = self.train_step(batch)
-            self._clock.add(time.perf_counter() - t_step)
             self.step += 1
             self.tokens_seen += n_tok
             stats.add(loss_sum, n_tok, metrics)
@@ -352,6 +351,9 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
                 improved = self._validate_and_log(pbar, f"step {self.step}")
             if improved or self.step % self.run.save_every_steps == 0:
                 self.save(best=improved)
+            now = time.perf_counter()
+            self._clock.add(now - t_last)  # the whole iteration: batch, step, and any checkpoint or validation
+            t_last = now
             if self.early_stopped:
                 return "early_stopping"
             if self._agree_to_stop():
@@ -369,6 +371,13 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
 
     def _end_epoch(self, pbar) -> str | None:
         """Validate, move the data source to the next epoch and save; a stop reason if one applies."""
+        t = time.perf_counter()
+        try:
+            return self._end_epoch_work(pbar)
+        finally:
+            self._epoch_end_seconds = time.perf_counter() - t
+
+    def _end_epoch_work(self, pbar) -> str | None:
         improved = False
         if self.valid_fn is not None:
             improved = self._validate_and_log(pbar, f"epoch {self.epoch}")

@@ -9,7 +9,6 @@ where a fitted schedule ends at learning rate 0.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 
 import torch
@@ -54,11 +53,8 @@ class ValidationMixin:
         return metrics, improved
 
     def _validate_and_log(self, pbar, label: str) -> bool:
-        """Validate, log it, show it; whether the metric improved. The time it took is what later
-        validations are expected to take, for the budget's step estimate."""
-        t = time.perf_counter()
+        """Validate, log it, show it; whether the metric improved."""
         metrics, improved = self._validate()
-        self._valid_seconds = time.perf_counter() - t
         self._validated_at = self.step
         self._last_valid = metrics
         self._log(
