@@ -307,7 +307,7 @@ def test_checkpoint_stalls_count_against_a_time_budget(tmp_path, monkeypatch):
     t.valid_fn = None
     t.loss_fn = timed_loss
     s = t.fit()
-    got, log = lrs(tmp_path / "t")
+    got, _ = lrs(tmp_path / "t")
     # 0.5-s steps, a 2-s checkpoint every 4 steps and at each epoch's end (5 steps): about 44 steps fit in
     # 60 s, not the 120 that the steps alone would take
     assert s["stop_reason"] == "max_time" and 40 <= s["steps"] <= 48, s
