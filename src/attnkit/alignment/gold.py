@@ -18,6 +18,7 @@ from ..data.parallel import read_lines
 __all__ = [
     "DEV_VERSES",
     "GOLD_DIR",
+    "GOLD_LANGUAGES",
     "GoldVerse",
     "format_links",
     "load_gold",
@@ -28,6 +29,8 @@ __all__ = [
 ]
 
 GOLD_DIR = Path(__file__).resolve().parent / "gold"
+#: The built-in gold set's (source, target) languages: its links are (Spanish word, English word).
+GOLD_LANGUAGES = ("es", "en")
 DEV_VERSES = 50
 
 Link = tuple[int, int]

@@ -87,7 +87,7 @@ def _eflomal_file_links(args):
 def _model_file_links(args):
     import dataclasses
 
-    from ..pretrained import DEFAULT_ALIGNMENT_MODEL, resolve_model
+    from ..pretrained import DEFAULT_ALIGNMENT_MODEL, resolve_model, reverse_model
     from ..tasks.translation.alignment import (
         AttentionReading,
         ModelAligner,
@@ -97,9 +97,17 @@ def _model_file_links(args):
         symmetrized,
     )
 
+    path = resolve_model(args.model or DEFAULT_ALIGNMENT_MODEL)
+    reverse_name = args.reverse_model
+    if args.symmetrize and reverse_name is None:  # the shipped model of the other direction, if there is one
+        reverse_name = reverse_model(path)
+        if reverse_name is not None:
+            print(f"attnkit align: --symmetrize reads the other direction with {reverse_name}", file=sys.stderr)
+    if reverse_name == "none":
+        reverse_name = None
     # --symmetrize without a reverse model: the row and column argmaxes of the one model's matrix
-    both_ways = args.symmetrize if not args.reverse_model else None
-    translator = _load_translator(args, resolve_model(args.model or DEFAULT_ALIGNMENT_MODEL))
+    both_ways = args.symmetrize if not reverse_name else None
+    translator = _load_translator(args, path)
     method = args.method or default_method(translator)  # a guided head when the model has one
     reading = AttentionReading(method, args.layer, args.head, args.threshold, both_ways)
     aligner = ModelAligner(translator, reading)
@@ -114,9 +122,9 @@ def _model_file_links(args):
         bar.close()
 
     forward = aligner.align(pairs, batch_size=args.batch_size)
-    if not args.reverse_model:
+    if not reverse_name:
         return counted(forward)
-    back_translator = _load_translator(args, resolve_model(args.reverse_model))
+    back_translator = _load_translator(args, resolve_model(reverse_name))
     back_reading = reading if args.method else dataclasses.replace(reading, method=default_method(back_translator))
     back = ModelAligner(back_translator, back_reading)
     _, pairs_again = read_parallel(args.src, args.tgt)
@@ -164,12 +172,16 @@ def add_align_parser(sub) -> None:
         "--symmetrize",
         default=None,
         choices=_SYMMETRIZATIONS,
-        help="combine two directions: with --reverse-model its links; without, each source word's argmax target "
-        "word read from the same attention; with eflomal its two directions (default: grow-diag-final-and with "
-        "--reverse-model or eflomal, else none: each target word's argmax source word only)",
+        help="combine two directions: the links of the reverse model (--reverse-model, or the shipped model of "
+        "the other direction); without one, each source word's argmax target word read from the same attention; "
+        "with eflomal its two directions (default: grow-diag-final-and with a reverse model or eflomal, else "
+        "none: each target word's argmax source word only)",
     )
     al.add_argument(
-        "--reverse-model", default=None, help="a model of the other direction (target → source) (default: none)"
+        "--reverse-model",
+        default=None,
+        help="a model of the other direction (target → source); 'none': read both ways from the one model "
+        "(default: with --symmetrize, the shipped model of the other direction when there is one)",
     )
     _add_output_flag(al, "write the links here instead of stdout (default: stdout)")
     _add_progress_flag(al)
@@ -235,6 +247,7 @@ def cmd_evaluate_alignment(args) -> None:
             all_heads=args.all_heads,
             threshold=args.threshold,
             both_ways=args.symmetrize,
+            reverse_model=args.reverse_model,
             references=not args.no_references,
             gold=gold_files if all(gold_files) else None,
             dev=args.dev,
@@ -305,8 +318,15 @@ def add_evaluate_alignment_parser(e) -> None:
         "--symmetrize",
         default=None,
         choices=_SYMMETRIZATIONS,
-        help="also read each source word's argmax target word from the same attention and combine the two "
-        "directions so (default: none: each target word's argmax source word only)",
+        help="also read each source word's argmax target word from the same attention (or take --reverse-model's "
+        "links) and combine the two directions so (default: none: each target word's argmax source word only; "
+        "grow-diag-final-and with --reverse-model)",
+    )
+    ea.add_argument(
+        "--reverse-model",
+        default=None,
+        help="a model of the other direction (target → source), read with its default method, whose links are "
+        "combined with the model's (default: none)",
     )
     ea.add_argument("--src", default=None, help="your own gold set: source sentences, one per line (default: none)")
     ea.add_argument("--tgt", default=None, help="your own gold set: target sentences, line-parallel (default: none)")

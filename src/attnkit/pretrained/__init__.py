@@ -48,11 +48,12 @@ __all__ = [
     "local_models",
     "model_task",
     "resolve_model",
+    "reverse_model",
     "shipped_models",
 ]
 
 PRETRAINED_DIR = Path(__file__).resolve().parent
-DEFAULT_TRANSLATION_MODEL = "rnnsearch-es-en"  # the best shipped translator (test BLEU in index.json)
+DEFAULT_TRANSLATION_MODEL = "rnnsearch-es-en"  # the best shipped translator at beam 5 (test BLEU in index.json)
 DEFAULT_EXPORT_MODEL = "transformer-es-en"  # the shipped Transformer: the kind every export format takes
 DEFAULT_ALIGNMENT_MODEL = "transformer-es-en"  # the best shipped aligner (layer 2: AER 0.381 vs RNNsearch 0.409)
 DEMO_TRANSLATION_MODEL = "rnnsearch-es-en"  # the demo's picture: Bahdanau's alignment
@@ -185,6 +186,22 @@ def local_models(home: str | os.PathLike | None = None) -> list[ModelInfo]:
 def known_models(home: str | os.PathLike | None = None) -> list[ModelInfo]:
     """Shipped models, then local ones."""
     return shipped_models() + local_models(home)
+
+
+def reverse_model(path: str | os.PathLike) -> str | None:
+    """The shipped model that translates the other way with the same architecture and corpus as the
+    translation model in folder ``path`` (``transformer-en-es`` for ``transformer-es-en``), or None: the
+    second direction ``attnkit align --symmetrize`` reads by default."""
+    this = _info(Path(path).name, Path(path), "local")
+    if this.task != "translation":
+        return None
+    for other in shipped_models():
+        if (other.task, other.model_type, other.corpus) == (this.task, this.model_type, this.corpus) and (
+            other.src_lang,
+            other.tgt_lang,
+        ) == (this.tgt_lang, this.src_lang):
+            return other.name
+    return None
 
 
 def resolve_model(name_or_path: str | os.PathLike, *, home: str | os.PathLike | None = None) -> Path:

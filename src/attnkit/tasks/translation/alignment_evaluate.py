@@ -27,11 +27,26 @@ from pathlib import Path
 from ...alignment import AERCounts, aer_counts, diagonal_links
 from ...alignment.bootstrap import DEFAULT_SAMPLES, aer_interval, paired_aer_difference
 from ...alignment.eflomal import EFLOMAL_MISSING, eflomal_available, eflomal_directional
-from ...alignment.gold import DEV_VERSES, GoldVerse, format_links, load_gold, load_gold_files, parse_links
-from ...alignment.symmetrize import grow_diag_final_and
+from ...alignment.gold import (
+    DEV_VERSES,
+    GOLD_LANGUAGES,
+    GoldVerse,
+    format_links,
+    load_gold,
+    load_gold_files,
+    parse_links,
+)
+from ...alignment.symmetrize import grow_diag_final_and, invert, symmetrize
 from ...errors import InputError
 from ...paths import atomic_write_text, attnkit_home
-from .alignment import AttentionReading, ModelAligner, _model_layers, describe_reading, has_guided_head
+from .alignment import (
+    AttentionReading,
+    ModelAligner,
+    _model_layers,
+    default_method,
+    describe_reading,
+    has_guided_head,
+)
 from .inference import Translator
 
 __all__ = ["DEFAULT_METHODS", "evaluate_alignment", "gold_eflomal_links", "per_verse_counts"]
@@ -101,6 +116,7 @@ def evaluate_alignment(
     all_heads: bool = False,
     threshold: float | None = None,
     both_ways: str | None = None,
+    reverse_model=None,
     references: bool = True,
     gold: tuple[str | Path, str | Path, str | Path] | None = None,
     dev: int | None = None,
@@ -116,7 +132,9 @@ def evaluate_alignment(
     cross-attention layer or head for them; Shift-Att without ``layer`` uses the layer with the best
     dev AER when there are dev pairs. ``gold``: ``(source, target, gold)`` files of a user's gold
     set (else the built-in Spanish–English one), whose first ``dev`` pairs are for choosing.
-    ``both_ways``: links are the symmetrisation of each matrix's row and column argmaxes."""
+    ``both_ways``: links are the symmetrisation of each matrix's row and column argmaxes, or, with
+    ``reverse_model`` (a model of the other direction, read with its default method), of this model's
+    links and that model's (``both_ways`` names the method; default grow-diag-final-and)."""
     from ...pretrained import resolve_model
 
     builtin = gold is None
@@ -127,14 +145,18 @@ def evaluate_alignment(
     scored = verses[n_dev:]
     path = resolve_model(model)
     aligner = ModelAligner(Translator.load(path, device=device, dtype=dtype))
+    # a model of the other direction (English → Spanish) on the built-in gold: it reads each verse's
+    # English, writes its Spanish, and its (English, Spanish) links are scored turned around
+    reverse = builtin and (aligner.translator.tgt_lang, aligner.translator.src_lang) == GOLD_LANGUAGES
     if methods is None:
         methods = (("guided",) if has_guided_head(aligner.translator) else ()) + DEFAULT_METHODS
     methods = tuple(methods)
-    pairs = [(v.source, v.target) for v in verses]
+    pairs = [(v.target, v.source) if reverse else (v.source, v.target) for v in verses]
 
     readings: dict[str, AttentionReading] = {}
+    one_model_both_ways = None if reverse_model is not None else both_ways
     for k, method in enumerate(dict.fromkeys(methods)):
-        base = AttentionReading(method, layer, head, threshold, both_ways)
+        base = AttentionReading(method, layer, head, threshold, one_model_both_ways)
         for name, r in _candidates(aligner, base, all_heads and k == 0).items():
             readings[f"{method}{' ' + name if name else ''}"] = r
     names = list(readings)
@@ -143,6 +165,19 @@ def evaluate_alignment(
         for n, wa in zip(names, aligner.word_attentions(pairs[start : start + batch_size], list(readings.values()))):
             attention[n].extend(wa)
     links = {n: [set() if wa is None else readings[n].links(wa) for wa in attention[n]] for n in names}
+    back_rule = ""
+    if reverse_model is not None:  # the other direction's links, turned to this model's orientation
+        back_translator = Translator.load(resolve_model(reverse_model), device=device, dtype=dtype)
+        back = ModelAligner(back_translator, AttentionReading(default_method(back_translator)))
+        back_links = list(back.align(pairs, batch_size=batch_size, reverse=True))
+        method_name = both_ways or "grow-diag-final-and"
+        links = {
+            n: [symmetrize(f, b or set(), method_name) for f, b in zip(per_pair, back_links)]
+            for n, per_pair in links.items()
+        }
+        back_rule = f"; {method_name} of those and the links of {Path(str(reverse_model)).name} ({describe_reading(back.reading)})"
+    if reverse:
+        links = {n: [invert(x) for x in per_pair] for n, per_pair in links.items()}
     counts = {n: per_verse_counts(links[n], verses) for n in names}
 
     def dev_aer(n):
@@ -204,14 +239,17 @@ def evaluate_alignment(
         r["vs_first"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in d.items()}
     return {
         "model": path.name,
-        "gold": "built-in es-en gold set" if builtin else str(gold[2]),
+        "gold": ("built-in es-en gold set" + (", read the other way (the model translates en → es)" if reverse else ""))
+        if builtin
+        else str(gold[2]),
         "scored_verses": len(scored),
         "dev_verses": n_dev,
         "bootstrap": {"samples": samples, "seed": seed, "confidence": 0.95, "unit": "scored pair"},
         "rule": "links: each target word → its argmax source word (word attention = mean over the target "
         "word's pieces of the sum over the source word's pieces)"
         + (f", plus every pair ≥ {threshold}" if threshold is not None else "")
-        + (f"; {both_ways} of those and each source word's argmax target word" if both_ways else ""),
+        + (f"; {both_ways} of those and each source word's argmax target word" if one_model_both_ways else "")
+        + back_rule,
         "rows": rows,
         "best_head": best_row,
         "references": refs,

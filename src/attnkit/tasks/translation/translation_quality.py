@@ -12,6 +12,7 @@ from ...data.corpus import UnknownCorpusError, open_corpus
 from ...data.datasets.bible import Pair
 from ...data.parallel import ParallelDataError, read_parallel
 from ...data.spelling import modernize as modern_spelling
+from ...errors import InputError
 from .inference import Translator
 from .lexical_shortlist import LexicalShortlist
 from .metrics import bleu_by_length, corpus_scores
@@ -77,11 +78,15 @@ def evaluate_translator(
                 "or evaluate it on your own files with --src FILE --ref FILE"
             ) from None
         pairs = corpus.pairs(split, limit=limit)
+        if (getattr(tr, "src_lang", None), getattr(tr, "tgt_lang", None)) == (corpus.tgt_lang, corpus.src_lang):
+            pairs = [p._replace(src=p.tgt, tgt=p.src) for p in pairs]  # a model of the corpus turned around
         if not pairs:
             raise UnknownCorpusError(f"corpus {corpus_name!r} has no {split} pairs; give --src FILE --ref FILE")
     else:
         split = "files"
         pairs = pairs[:limit] if limit is not None else pairs
+    if modernize and getattr(tr, "src_lang", "es") != "es":
+        raise InputError(f"--modernize rewrites Spanish sources in today's spelling; this model reads {tr.src_lang}")
     if modernize:  # the same pairs, their sources in today's spelling
         pairs = [p._replace(src=modern_spelling(p.src)) for p in pairs]
     t0 = time.perf_counter()
