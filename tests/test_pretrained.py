@@ -16,7 +16,14 @@ from attnkit.pretrained import (
 )
 from attnkit.training.checkpoint import load_checkpoint
 
-SHIPPED = ["transformer-es-en", "rnnsearch-es-en", "rnnencdec-es-en", "captioner-soft", "captioner-hard"]
+SHIPPED = [
+    "transformer-es-en",
+    "transformer-en-es",
+    "rnnsearch-es-en",
+    "rnnencdec-es-en",
+    "captioner-soft",
+    "captioner-hard",
+]
 
 
 def test_every_shipped_model_is_listed_complete_and_verifiable():
@@ -27,8 +34,8 @@ def test_every_shipped_model_is_listed_complete_and_verifiable():
         ck = load_checkpoint(m.path)  # sizes and sha256 of the COMPLETE manifest checked
         assert ck.config["model_type"] == m.model_type
         assert m.size_bytes == sum(f.stat().st_size for f in m.path.iterdir() if f.is_file())
-    # the default translator is the best shipped one by test BLEU
-    bleu = {n: m.scores["test_bleu"] for n, m in infos.items() if "test_bleu" in m.scores}
+    # the default translator is the best shipped one by test BLEU at `attnkit translate`'s default beam (5)
+    bleu = {n: m.scores["test_beam5_bleu"] for n, m in infos.items() if "test_beam5_bleu" in m.scores}
     assert max(bleu, key=bleu.get) == DEFAULT_TRANSLATION_MODEL
     assert infos[DEFAULT_CAPTION_MODEL].task == "captioning"
 
@@ -51,10 +58,10 @@ def test_names_paths_and_local_models_resolve(tmp_path):
 def test_models_command(capsys):
     assert cli_main(["models", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["name"] for r in rows][:5] == SHIPPED
-    assert rows[0]["scores"]["test_bleu"] == pytest.approx(31.57)
+    assert [r["name"] for r in rows][: len(SHIPPED)] == SHIPPED
+    assert rows[0]["scores"]["test_bleu"] == pytest.approx(34.68)
     assert cli_main(["models"]) == 0
     table = capsys.readouterr().out
-    assert "transformer-es-en" in table and "BLEU 31.57" in table
+    assert "transformer-es-en" in table and "BLEU 34.68" in table
     assert cli_main(["translate", "--model", "no-such-model", "Hola."]) == 2
     assert "known: transformer-es-en" in capsys.readouterr().err

@@ -109,7 +109,8 @@ def test_models_lists_the_modern_spelling_score(capsys):
     from attnkit.cli import main
     from attnkit.pretrained import shipped_models
 
-    scores = {m.name: m.scores for m in shipped_models() if m.task == "translation"}
+    # the Spanish-reading ones (transformer-en-es reads English: no spelling to modernise)
+    scores = {m.name: m.scores for m in shipped_models() if m.task == "translation" and m.src_lang == "es"}
     assert set(scores) == set(TRANSLATORS)
     for name, sc in scores.items():
         assert abs(sc["test_modern_beam5_bleu"] - sc["test_beam5_bleu"]) <= 1.0, name  # the target
