@@ -127,6 +127,32 @@ def test_translate_hover_words_heads(server, browser, tmp_path):
     _png_download(page, card, tmp_path / "view.png", width=2 * svg_w)
 
 
+def test_the_other_language_pair(server, browser):
+    """The pair picker: English → Spanish shows only that model, on the Bible's verses turned around."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server)
+    page.wait_for_selector(".model-card[data-model='rnnsearch-es-en'] .translation", timeout=120_000)
+    assert page.locator("#pair-picker").is_visible()
+    page.select_option("#pair", "en>es")
+    page.wait_for_function(
+        "[...document.querySelectorAll('.model-card')].map(c => c.dataset.model).join() === 'transformer-en-es' && "
+        "document.querySelector('.model-card .translation') && document.body.innerText.indexOf('translating') < 0",
+        timeout=120_000,
+    )
+    first = _api(server, "api/verses?model=transformer-en-es&limit=1", None)["verses"][0]
+    spanish = _api(server, "api/verses?model=transformer-es-en&limit=1", None)["verses"][0]
+    assert (first["source"], first["reference"]) == (spanish["reference"], spanish["source"]) and not first["gold"]
+    assert page.input_value("#text") == first["source"]
+    assert page.locator("#translate-heading").inner_text() == "Translate English → Spanish"
+    want = _api(server, "api/translate", {"text": first["source"], "model": "transformer-en-es", "beam": 5})
+    card = page.locator(".model-card[data-model='transformer-en-es']")
+    assert card.locator(".translation").inner_text() == want["translation"]
+    page.check("#words")
+    assert card.locator("circle.model-link").count() == len(want["words"]["links"]) > 0
+    page.select_option("#pair", "es>en")  # and back: the Spanish models again
+    page.wait_for_function("document.querySelectorAll('.model-card').length === 3", timeout=120_000)
+
+
 def _png_download(page, card, path, width):
     """Click the card's PNG export; the file is a PNG drawn from the SVG at twice its size, not blank."""
     from PIL import Image

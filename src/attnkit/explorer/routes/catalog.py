@@ -72,12 +72,29 @@ def verses(request: Request, limit: int = Query(200, ge=1, le=300), model: str |
     ex = explorer(request)
     if ex.given_verses is not None:
         return {"verses": ex.given_verses[:limit]}
-    corpus = pick(ex.models.translators, model, "translation")[1].corpus if ex.models.translators else "bible"
+    tr = pick(ex.models.translators, model, "translation")[1] if ex.models.translators else None
+    corpus = tr.corpus if tr is not None else "bible"
     with ex.lock:
         key = f"verses:{corpus}"
         if key not in ex.cache:
             ex.cache[key] = held_out_verses(ex.home, corpus)
-    return {"verses": ex.cache[key][:limit]}
+    found = ex.cache[key][:limit]
+    if tr is not None and found and _turned_around(tr, corpus, ex.home):
+        # a model of the corpus's other direction (transformer-en-es on the Bible): its sources are the
+        # references; the gold links are the other way round, so none are drawn
+        found = [{**v, "source": v["reference"], "reference": v["source"], "gold": False} for v in found]
+    return {"verses": found}
+
+
+def _turned_around(tr, corpus: str, home) -> bool:
+    """Whether ``tr`` translates ``corpus``'s target language into its source language."""
+    from ...data.corpus import UnknownCorpusError, open_corpus
+
+    try:
+        c = open_corpus(corpus, home)
+    except UnknownCorpusError:
+        return False
+    return (tr.src_lang, tr.tgt_lang) == (c.tgt_lang, c.src_lang)
 
 
 @router.get("/api/scenes", response_model=schema.SceneList)

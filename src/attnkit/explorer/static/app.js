@@ -5,7 +5,10 @@
 const DATA = window.ATTNKIT_DATA || null;
 const SVGNS = "http://www.w3.org/2000/svg";
 const state = { models: DATA ? DATA.models || [] : [], translations: [], captions: [], words: false, method: "",
-  captionMethod: "" };
+  captionMethod: "", pair: "", verses: [] };
+// a translation model's language pair, the key of the pair picker ("es>en")
+const pairOf = (m) => `${m.src_lang}>${m.tgt_lang}`;
+const pairName = (key) => key.split(">").map(langName).join(" → ");
 
 function el(tag, attrs = {}, ...kids) {
   const e = document.createElement(tag);
@@ -363,7 +366,8 @@ async function translateAll() {
   const reference = document.getElementById("reference").dataset.text;
   const target = document.getElementById("force").checked && reference ? reference : null;
   const err = document.getElementById("error"); err.textContent = "";
-  const names = state.models.filter((m) => m.task === "translation").map((m) => m.name);
+  // the models of the chosen language pair: a Spanish sentence is not given to an English → Spanish model
+  const names = state.models.filter((m) => m.task === "translation" && pairOf(m) === state.pair).map((m) => m.name);
   if (translateAbort) translateAbort.abort();
   const controller = translateAbort = new AbortController(), jobs = names.map(() => newJob());
   const box = progressBox(document.getElementById("results"), state.method ? `translating and computing ${state.method}` :
@@ -437,18 +441,35 @@ async function init() {
   fillMethodPicker(picker, "translation"); fillMethodPicker(capPicker, "captioning");
   picker.addEventListener("change", () => { state.method = picker.value; translateAll(); });
   capPicker.addEventListener("change", () => { state.captionMethod = capPicker.value; captionAll(null); });
-  // the heading, the example and the sentence picker come from the first translation model's pair and corpus
+  // the heading, the example and the sentence picker come from the chosen pair's first model and its corpus
   const first = state.models.find((m) => m.task === "translation");
-  const pairs = [...new Set(state.models.filter((m) => m.task === "translation")
-    .map((m) => `${langName(m.src_lang)} → ${langName(m.tgt_lang)}`))];
-  if (pairs.length) document.getElementById("translate-heading").textContent = `Translate ${pairs.join(", ")}`;
-  const textBox = document.getElementById("text");
-  const versesP = first ? api(`api/verses?model=${encodeURIComponent(first.name)}`).then((r) => r.verses)
-    .catch(() => []) : Promise.resolve([]);
-  if (first && first.corpus !== "bible") {  // the built-in example is a Spanish verse: the corpus's own, if it is here
-    const vs = await versesP;
-    textBox.value = vs.length ? vs[0].source : "";
-    textBox.placeholder = `Type a sentence in ${langName(first.src_lang)}…`;
+  const pairs = [...new Set(state.models.filter((m) => m.task === "translation").map(pairOf))];
+  const textBox = document.getElementById("text"), pairSel = document.getElementById("pair");
+  let versesP = Promise.resolve([]);
+  if (first) {
+    state.pair = pairOf(first);
+    pairs.forEach((k) => pairSel.append(el("option", { value: k }, pairName(k))));
+    document.getElementById("pair-picker").hidden = pairs.length < 2;
+    document.getElementById("translate-heading").textContent = `Translate ${pairName(state.pair)}`;
+    versesP = versesOf(first);
+    if (first.corpus !== "bible") {  // the built-in example is a Spanish verse: the corpus's own, if it is here
+      const vs = await versesP;
+      textBox.value = vs.length ? vs[0].source : "";
+      textBox.placeholder = `Type a sentence in ${langName(first.src_lang)}…`;
+    }
+    pairSel.addEventListener("change", async () => {  // another pair: its heading, its verses, its first verse
+      state.pair = pairSel.value;
+      const m = state.models.find((x) => x.task === "translation" && pairOf(x) === state.pair);
+      document.getElementById("translate-heading").textContent = `Translate ${pairName(state.pair)}`;
+      const vs = await versesOf(m);
+      fillVerses(vs);
+      textBox.value = vs.length ? vs[0].source : "";
+      textBox.placeholder = `Type a sentence in ${langName(m.src_lang)}…`;
+      const ref = document.getElementById("reference");
+      ref.textContent = vs.length ? `reference: ${vs[0].reference}` : ""; ref.dataset.text = vs.length ? vs[0].reference : "";
+      document.getElementById("verse").value = vs.length ? "0" : "";
+      if (textBox.value.trim()) translateAll();
+    });
   }
   // translate at once; the verse and scene lists fill in meanwhile (scenes may be prepared on first use)
   document.getElementById("force").addEventListener("change", translateAll);
@@ -463,17 +484,26 @@ async function init() {
       .catch((e) => { document.getElementById("caption-error").textContent = `no test scenes: ${e.message}`; });
   } else document.getElementById("caption-panel").hidden = true;
   const verseSel = document.getElementById("verse"), ref = document.getElementById("reference");
-  const verses = await versesP;
-  document.getElementById("verse-picker").hidden = !verses.length;  // only for a corpus with a test split here
-  verses.forEach((v, i) => verseSel.append(el("option", { value: i },
-    `${v.ref} (${v.source.split(" ").length} words${v.gold ? ", gold links" : ""})`)));
+  fillVerses(await versesP);
   verseSel.addEventListener("change", () => {
-    const v = verses[+verseSel.value];
+    const v = state.verses[+verseSel.value];
     ref.textContent = v ? `reference: ${v.reference}` : "";
     ref.dataset.text = v ? v.reference : "";
     if (v) { document.getElementById("text").value = v.source; translateAll(); }
   });
   document.getElementById("text").addEventListener("input", () => { ref.textContent = ""; ref.dataset.text = ""; });
+}
+
+// held-out test sentences of a model's corpus, its sources in the model's language ([] when not here)
+function versesOf(model) {
+  return api(`api/verses?model=${encodeURIComponent(model.name)}`).then((r) => r.verses).catch(() => []);
+}
+function fillVerses(verses) {
+  state.verses = verses;
+  const verseSel = document.getElementById("verse");
+  verseSel.replaceChildren(el("option", { value: "" }, "(type your own)"), ...verses.map((v, i) => el("option", { value: i },
+    `${v.ref} (${v.source.split(" ").length} words${v.gold ? ", gold links" : ""})`)));
+  document.getElementById("verse-picker").hidden = !verses.length;  // only for a corpus with a test split here
 }
 
 init().catch((e) => { document.getElementById("error").textContent = `could not start: ${e.message}`; });
