@@ -262,18 +262,23 @@ class FakeClock:
         self.now += self.sps
 
 
-def test_a_time_budget_is_turned_into_steps_and_the_rate_reaches_zero_at_its_end(tmp_path, monkeypatch):
-    clock = FakeClock(0.5)
+def timed_trainer(out, clock, monkeypatch, max_time_s):
+    """A trainer on the 1/√step recipe with a time budget, its clock advanced only by ``clock``: each step
+    takes ``clock.sps`` seconds; no validation."""
     monkeypatch.setattr("attnkit.training.trainer.time.perf_counter", clock)
 
     def timed_loss(model, batch):
         clock.step()
         return loss_fn(model, batch)
 
-    t = make_trainer(tmp_path / "t", base=INV_SQRT, max_time_s=30.0, max_epochs=1000)
+    t = make_trainer(out, base=INV_SQRT, max_time_s=max_time_s, max_epochs=1000)
     t.valid_fn = None
     t.loss_fn = timed_loss
-    s = t.fit()
+    return t
+
+
+def test_a_time_budget_is_turned_into_steps_and_the_rate_reaches_zero_at_its_end(tmp_path, monkeypatch):
+    s = timed_trainer(tmp_path / "t", FakeClock(0.5), monkeypatch, 30.0).fit()
     # 30 s of 0.5-s steps: 60 steps; the schedule fitted to them ends at 0 with the last one
     assert s["steps"] == 60 and s["stop_reason"] == "max_time"
     got, log = lrs(tmp_path / "t")
@@ -290,7 +295,6 @@ def test_checkpoint_stalls_count_against_a_time_budget(tmp_path, monkeypatch):
     """Checkpoints that cost as much as four steps (a big model's write on a fast GPU) are part of what a
     step costs: the fitted schedule still reaches zero at the run's last step, not halfway down."""
     clock = FakeClock(0.5)
-    monkeypatch.setattr("attnkit.training.trainer.time.perf_counter", clock)
     save = Trainer.save
 
     def slow_save(self, *args, **kwargs):
@@ -298,15 +302,7 @@ def test_checkpoint_stalls_count_against_a_time_budget(tmp_path, monkeypatch):
         return save(self, *args, **kwargs)
 
     monkeypatch.setattr(Trainer, "save", slow_save)
-
-    def timed_loss(model, batch):
-        clock.step()
-        return loss_fn(model, batch)
-
-    t = make_trainer(tmp_path / "t", base=INV_SQRT, max_time_s=60.0, max_epochs=1000)
-    t.valid_fn = None
-    t.loss_fn = timed_loss
-    s = t.fit()
+    s = timed_trainer(tmp_path / "t", clock, monkeypatch, 60.0).fit()
     got, _ = lrs(tmp_path / "t")
     # 0.5-s steps, a 2-s checkpoint every 4 steps and at each epoch's end (5 steps): about 44 steps fit in
     # 60 s, not the 120 that the steps alone would take

@@ -17,6 +17,7 @@ from attnkit.data.datasets.bible import load_pairs
 from attnkit.data.datasets.scenes import load_scenes
 from attnkit.explorer import schema
 from attnkit.explorer.app import ServeOptions, create_app, load_models
+from tiny import SHIPPED
 
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
 SOURCE = "Y dijo Dios: Sea la luz: y fué la luz."
@@ -43,14 +44,7 @@ def post(client, text, model, beam=5, heads=False):
 def test_models_verses_scenes_and_docs(served):
     client, _, _ = served
     models = {m["name"]: m for m in client.get("/api/models").json()["models"]}
-    assert set(models) == {
-        "transformer-es-en",
-        "transformer-en-es",
-        "rnnsearch-es-en",
-        "rnnencdec-es-en",
-        "captioner-soft",
-        "captioner-hard",
-    }
+    assert set(models) == set(SHIPPED)
     assert [n for n, m in models.items() if not m["has_attention"]] == ["rnnencdec-es-en"]
     assert models["transformer-es-en"]["scores"]["test_bleu"] == pytest.approx(34.68)
     assert models["transformer-es-en"]["config"]["nhead"] == 4 and models["captioner-hard"]["task"] == "captioning"

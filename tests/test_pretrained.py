@@ -15,15 +15,7 @@ from attnkit.pretrained import (
     shipped_models,
 )
 from attnkit.training.checkpoint import load_checkpoint
-
-SHIPPED = [
-    "transformer-es-en",
-    "transformer-en-es",
-    "rnnsearch-es-en",
-    "rnnencdec-es-en",
-    "captioner-soft",
-    "captioner-hard",
-]
+from tiny import SHIPPED
 
 
 def test_every_shipped_model_is_listed_complete_and_verifiable():

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tiny import SHIPPED
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -89,14 +91,7 @@ def run(venv, *args, cwd, env=None):
 def test_the_wheel_carries_the_models_and_declares_ranges(installed):
     wheel, venv = installed
     names = zipfile.ZipFile(wheel).namelist()
-    for model in (
-        "transformer-es-en",
-        "transformer-en-es",
-        "rnnsearch-es-en",
-        "rnnencdec-es-en",
-        "captioner-soft",
-        "captioner-hard",
-    ):
+    for model in SHIPPED:
         for f in ("config.json", "model.safetensors", "COMPLETE"):
             assert f"attnkit/pretrained/{model}/{f}" in names
     assert "attnkit/pretrained/index.json" in names

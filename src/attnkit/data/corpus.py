@@ -141,6 +141,11 @@ class Corpus:
     home: Path | None = None
     meta: dict = field(default_factory=dict)
 
+    def turned_around(self, src_lang: str | None, tgt_lang: str | None) -> bool:
+        """Whether a model translating ``src_lang`` → ``tgt_lang`` reads this corpus the other way round
+        (``transformer-en-es`` on the Bible): its sources are the corpus's targets."""
+        return (src_lang, tgt_lang) == (self.tgt_lang, self.src_lang)
+
     @property
     def separate_vocab(self) -> bool:
         return bool(self.meta.get("separate_vocab", False))

@@ -94,7 +94,7 @@ def _turned_around(tr, corpus: str, home) -> bool:
         c = open_corpus(corpus, home)
     except UnknownCorpusError:
         return False
-    return (tr.src_lang, tr.tgt_lang) == (c.tgt_lang, c.src_lang)
+    return c.turned_around(tr.src_lang, tr.tgt_lang)
 
 
 @router.get("/api/scenes", response_model=schema.SceneList)

@@ -452,19 +452,15 @@ async function init() {
     document.getElementById("pair-picker").hidden = pairs.length < 2;
     document.getElementById("translate-heading").textContent = `Translate ${pairName(state.pair)}`;
     versesP = versesOf(first);
-    if (first.corpus !== "bible") {  // the built-in example is a Spanish verse: the corpus's own, if it is here
-      const vs = await versesP;
-      textBox.value = vs.length ? vs[0].source : "";
-      textBox.placeholder = `Type a sentence in ${langName(first.src_lang)}…`;
-    }
+    // the built-in example is a Spanish verse: for another corpus, its own first one, if it is here
+    if (first.corpus !== "bible") showExample(first, await versesP);
     pairSel.addEventListener("change", async () => {  // another pair: its heading, its verses, its first verse
       state.pair = pairSel.value;
       const m = state.models.find((x) => x.task === "translation" && pairOf(x) === state.pair);
       document.getElementById("translate-heading").textContent = `Translate ${pairName(state.pair)}`;
       const vs = await versesOf(m);
       fillVerses(vs);
-      textBox.value = vs.length ? vs[0].source : "";
-      textBox.placeholder = `Type a sentence in ${langName(m.src_lang)}…`;
+      showExample(m, vs);
       const ref = document.getElementById("reference");
       ref.textContent = vs.length ? `reference: ${vs[0].reference}` : ""; ref.dataset.text = vs.length ? vs[0].reference : "";
       document.getElementById("verse").value = vs.length ? "0" : "";
@@ -497,6 +493,12 @@ async function init() {
 // held-out test sentences of a model's corpus, its sources in the model's language ([] when not here)
 function versesOf(model) {
   return api(`api/verses?model=${encodeURIComponent(model.name)}`).then((r) => r.verses).catch(() => []);
+}
+// the first held-out sentence as the text to translate, and a placeholder in the model's source language
+function showExample(model, verses) {
+  const textBox = document.getElementById("text");
+  textBox.value = verses.length ? verses[0].source : "";
+  textBox.placeholder = `Type a sentence in ${langName(model.src_lang)}…`;
 }
 function fillVerses(verses) {
   state.verses = verses;

@@ -78,8 +78,8 @@ def evaluate_translator(
                 "or evaluate it on your own files with --src FILE --ref FILE"
             ) from None
         pairs = corpus.pairs(split, limit=limit)
-        if (getattr(tr, "src_lang", None), getattr(tr, "tgt_lang", None)) == (corpus.tgt_lang, corpus.src_lang):
-            pairs = [p._replace(src=p.tgt, tgt=p.src) for p in pairs]  # a model of the corpus turned around
+        if corpus.turned_around(getattr(tr, "src_lang", None), getattr(tr, "tgt_lang", None)):
+            pairs = [p._replace(src=p.tgt, tgt=p.src) for p in pairs]
         if not pairs:
             raise UnknownCorpusError(f"corpus {corpus_name!r} has no {split} pairs; give --src FILE --ref FILE")
     else:
