@@ -20,9 +20,17 @@ def free_port() -> int:
 @contextlib.contextmanager
 def served(*args: str, home: str | None = None, env: dict | None = None):
     """``attnkit [--home HOME] serve --port P ARGS...``; yields its URL. A server that exits before it
-    answers raises with its own output, which says why."""
+    answers raises with its own output, which says why.
+
+    The browser tests check what the page draws, not admission control (tested in test_serve_abuse), so on
+    a loaded test machine a slow request must not become a refusal: the fast lane never answers 503
+    (``--fast-wait 0``, which a cold first request of a tiny Hugging Face model under load could trigger, and
+    the page then waits up to a minute before asking again), and the heavy jobs' worker runs at the server's
+    priority and is kept between jobs (``--worker-nice 0 --worker-tasks 1000``: a fresh nice-10 worker loading
+    five models starves behind the other pytest workers). ARGS come after these and may override them."""
     port = free_port()
     cmd = [sys.executable, "-m", "attnkit.cli", *(["--home", home] if home else []), "serve", "--port", str(port)]
+    cmd += ["--fast-wait", "0", "--worker-nice", "0", "--worker-tasks", "1000"]
     proc = subprocess.Popen(
         [*cmd, *args],
         env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},

@@ -83,11 +83,11 @@ def test_gpt2_continues_the_text_with_an_attribution(server, browser, tmp_path):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(server)
     card = ".sa-card[data-model='tiny-gpt2']"
-    page.wait_for_selector(f"{card} .sa-continue", timeout=60_000)
+    page.wait_for_selector(f"{card} .sa-continue", timeout=120_000)
     page.fill(f"{card} .sa-tokens", "3")
     page.select_option(f"{card} .sa-method", "input_x_gradient")
     page.click(f"{card} .sa-continue")
-    page.wait_for_selector(f"{card} .sa-continuation .model-card .matrix", timeout=60_000)
+    page.wait_for_selector(f"{card} .sa-continuation .model-card .matrix", timeout=120_000)
     note = page.locator(f"{card} .sa-continuation .method-note").inner_text()
     assert note.startswith("input_x_gradient")
     assert page.locator(f"{card} .sa-continuation .tokens.tgt .tok").count() == 3
@@ -131,7 +131,7 @@ def _cells(locator) -> list[float]:
 
 
 def _card_done(page, model: str, inner: str) -> None:
-    page.wait_for_selector(f".model-card[data-model='{model}'] {inner}", timeout=60_000)
+    page.wait_for_selector(f".model-card[data-model='{model}'] {inner}", timeout=120_000)
 
 
 def test_encoder_decoders_translate_with_their_heads_and_methods(mixed_server, browser):
