@@ -4,6 +4,13 @@ from pathlib import Path
 
 import pytest
 
+try:  # Playwright's expect() waits 5 s by default; two pytest workers, their servers and chromium share two cores
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=30_000)
+except ImportError:
+    pass
+
 SWORD = Path("/usr/share/sword")
 HAVE_SWORD = all((SWORD / "mods.d" / f"{m}.conf").is_file() for m in ("spaRV1909eb", "engWEB2015eb"))
 

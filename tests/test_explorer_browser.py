@@ -239,7 +239,7 @@ def test_caption_upload_and_hover(server, browser, tmp_path):
     page.wait_for_function("document.querySelectorAll('#scene option').length > 0", timeout=120_000)
     page.select_option("#scene", "2")
     page.click("#caption-btn")
-    page.wait_for_selector(".caption-card[data-model='captioner-hard'] .cword", timeout=60_000)
+    page.wait_for_selector(".caption-card[data-model='captioner-hard'] .cword", timeout=120_000)
     hard = page.locator(".caption-card[data-model='captioner-hard']")
     assert hard.locator(".box").count() >= 1  # a test scene shows its ground-truth boxes
     hard.locator(".cword[data-t='1']").hover()
@@ -278,7 +278,7 @@ def test_caption_upload_and_hover(server, browser, tmp_path):
     page.wait_for_function(
         "document.querySelectorAll('.caption-card .box').length === 0 && "
         "document.querySelectorAll('.caption-card').length === 2",
-        timeout=60_000,
+        timeout=120_000,
     )
     soft = page.locator(".caption-card[data-model='captioner-soft']")
     assert soft.locator("div.caption:not(.tokens)").inner_text() == want["caption"]
@@ -333,10 +333,10 @@ def test_a_method_picker_changes_the_matrix_and_the_export_is_the_python_page(se
     assert offline.locator(".model-card .matrix .cell").evaluate_all(cells) == pytest.approx(after, abs=1e-9)
 
     page.select_option("#method", "integrated_gradients")  # seconds per model: progress, then Cancel
-    page.wait_for_selector(".progress-box progress", timeout=10_000)
+    page.wait_for_selector(".progress-box progress", timeout=30_000)
     assert "computing integrated_gradients" in page.locator(".progress-box").inner_text()
     page.click(".progress-box button.cancel")
-    page.wait_for_selector("#results .cancelled", timeout=10_000)
+    page.wait_for_selector("#results .cancelled", timeout=30_000)
     assert page.locator(".model-card").count() == 0
     assert _api(server, "api/translate", {"text": "Jesús lloró.", "model": "rnnsearch-es-en", "beam": 1})["translation"]
     page.screenshot(path=str(SHOTS / "method-cancelled.png"))
