@@ -281,6 +281,20 @@ def test_forcing_the_reference_of_a_gold_verse_brings_its_gold_links(served):
     assert r.status_code == 400 and "target is empty" in r.json()["error"]
 
 
+def test_a_gold_verse_read_english_to_spanish_brings_its_links_turned_around():
+    from attnkit.alignment.gold import load_gold
+    from attnkit.explorer.payload import gold_for
+
+    v = load_gold()[60]
+    es, en = " ".join(v.source), " ".join(v.target)
+    there, back = gold_for(es, en), gold_for(en, es)
+    assert back["source"] == v.target and back["target"] == v.source and back["ref"] == v.ref
+    assert {(j, i) for i, j in map(tuple, back["sure"])} == v.sure == set(map(tuple, there["sure"]))
+    assert {(j, i) for i, j in map(tuple, back["possible"])} == v.possible
+    assert all(i < len(v.target) and j < len(v.source) for i, j in back["possible"])  # English first now
+    assert gold_for(en, en) is None
+
+
 def _fetched(page: str) -> list[str]:
     """Every src/href of the page's own tags (an HTML parser, so the script's text doesn't count)."""
     from html.parser import HTMLParser

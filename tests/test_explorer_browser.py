@@ -141,7 +141,8 @@ def test_the_other_language_pair(server, browser):
     )
     first = _api(server, "api/verses?model=transformer-en-es&limit=1", None)["verses"][0]
     spanish = _api(server, "api/verses?model=transformer-es-en&limit=1", None)["verses"][0]
-    assert (first["source"], first["reference"]) == (spanish["reference"], spanish["source"]) and not first["gold"]
+    assert (first["source"], first["reference"]) == (spanish["reference"], spanish["source"])
+    assert first["gold"] == spanish["gold"]  # a gold verse either way: its links are drawn turned around
     assert page.input_value("#text") == first["source"]
     assert page.locator("#translate-heading").inner_text() == "Translate English → Spanish"
     want = _api(server, "api/translate", {"text": first["source"], "model": "transformer-en-es", "beam": 5})
@@ -149,6 +150,19 @@ def test_the_other_language_pair(server, browser):
     assert card.locator(".translation").inner_text() == want["translation"]
     page.check("#words")
     assert card.locator("circle.model-link").count() == len(want["words"]["links"]) > 0
+    # the first verse is a gold verse: forced to its Spanish, its hand-made links are drawn turned around
+    from attnkit.alignment.gold import load_gold
+
+    gold = load_gold()[50].turned_around()
+    assert first["source"] == " ".join(gold.source)
+    page.check("#force")
+    page.wait_for_function(
+        "document.querySelector(\".model-card[data-model='transformer-en-es'] .gold-sure\")", timeout=120_000
+    )
+    assert card.locator(".translation").inner_text() == " ".join(gold.target)
+    assert card.locator(".gold-sure").count() == len(gold.sure)
+    assert card.locator(".gold-possible").count() == len(gold.possible - gold.sure)
+    page.uncheck("#force")
     page.select_option("#pair", "es>en")  # and back: the Spanish models again
     page.wait_for_function("document.querySelectorAll('.model-card').length === 3", timeout=120_000)
 

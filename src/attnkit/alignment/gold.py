@@ -46,6 +46,17 @@ class GoldVerse:
     sure: set[Link]
     possible: set[Link]
 
+    def turned_around(self) -> GoldVerse:
+        """The same verse read the other way (English → Spanish): sides swapped, each link ``(i, j)`` now
+        ``(j, i)``."""
+        return GoldVerse(
+            self.ref,
+            self.target,
+            self.source,
+            {(j, i) for i, j in self.sure},
+            {(j, i) for i, j in self.possible},
+        )
+
     def to_dict(self) -> dict:
         """For the explorer: the words and the links, as lists."""
         return {

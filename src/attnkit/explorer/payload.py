@@ -70,13 +70,17 @@ def _rows(t: Tensor | None, digits: int = 5):
 
 
 def gold_for(source: str, target: str) -> dict | None:
-    """The hand-made gold links of this verse pair, if it is one of the gold verses (word indices)."""
+    """The hand-made gold links of this verse pair, if it is one of the gold verses (word indices); a pair
+    read the other way (English → Spanish) gets the verse's links turned around."""
     from ..alignment.gold import load_gold
 
     key = (" ".join(source.split()), " ".join(target.split()))
     for v in _gold_verses(load_gold):
-        if (" ".join(v.source), " ".join(v.target)) == key:
+        pair = (" ".join(v.source), " ".join(v.target))
+        if pair == key:
             return v.to_dict()
+        if pair[::-1] == key:
+            return v.turned_around().to_dict()
     return None
 
 

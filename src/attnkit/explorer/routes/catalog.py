@@ -81,8 +81,8 @@ def verses(request: Request, limit: int = Query(200, ge=1, le=300), model: str |
     found = ex.cache[key][:limit]
     if tr is not None and found and _turned_around(tr, corpus, ex.home):
         # a model of the corpus's other direction (transformer-en-es on the Bible): its sources are the
-        # references; the gold links are the other way round, so none are drawn
-        found = [{**v, "source": v["reference"], "reference": v["source"], "gold": False} for v in found]
+        # references (the gold verses' links are drawn turned around: payload.gold_for)
+        found = [{**v, "source": v["reference"], "reference": v["source"]} for v in found]
     return {"verses": found}
 
 
