@@ -47,8 +47,8 @@ class GoldVerse:
     possible: set[Link]
 
     def turned_around(self) -> GoldVerse:
-        """The same verse read the other way (English → Spanish): sides swapped, each link ``(i, j)`` now
-        ``(j, i)``."""
+        """The same verse read the other way (the built-in set: English → Spanish): sides swapped, each link
+        ``(i, j)`` now ``(j, i)``."""
         return GoldVerse(
             self.ref,
             self.target,
