@@ -19,8 +19,6 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-# one worker builds the site once (make test runs --dist loadgroup): split across two, each built it (≈100 s)
-pytestmark = pytest.mark.xdist_group("docs-site")
 pytest.importorskip("mkdocs")
 pytest.importorskip("mkdocs_jupyter")
 pytest.importorskip("mkdocstrings_handlers.python")
