@@ -83,9 +83,15 @@ def exported_alignment(tr, source: str, tokens, *, input_rows: bool):
 
 
 def test_beam_search_with_ctranslate2_length_penalty_is_close_to_gnmt(exports, verses, torch_translator):
-    """CTranslate2 divides by L^α, attnkit by ((5 + L) / 6)^0.6: not the same ranking, but the export's
-    α (0.5) picks the same beam-5 output for nearly every verse (197 of 200 when it was chosen)."""
+    """CTranslate2 divides by L^β, attnkit by ((5 + L) / 6)^α with the model's own α (generation.json):
+    not the same ranking, but the export's β = 5α / 6 (the slopes meet at 25 pieces) picks the same
+    beam-5 output for nearly every verse (at α 0.6, β 0.5: 197 of 200 when it was chosen)."""
     from attnkit.deploy.ct2_engine import CT2Translator
+
+    manifest = json.loads((exports["float32"] / "attnkit.json").read_text())
+    alpha = torch_translator.length_penalty
+    assert manifest["gnmt_length_penalty"] == alpha != 0.6  # the shipped model's own, not the default
+    assert manifest["length_penalty"] == pytest.approx(alpha * 5 / 6, abs=1e-4)
 
     src = [p.src for p in verses[:30]]
     ours = [r["tokens"] for r in torch_translator.translate(src, beam_size=5)]

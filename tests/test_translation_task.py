@@ -109,6 +109,67 @@ def test_export_average_last_is_the_mean_of_the_last_checkpoints(trained, tmp_pa
     assert not (tmp_path / "x").exists()
 
 
+def test_export_ships_a_length_penalty_that_translate_and_evaluate_use(
+    trained, bible_home, tmp_path, capsys, monkeypatch
+):
+    import attnkit.tasks.translation.inference as inference
+
+    _, _, out = trained
+    exported = tmp_path / "lp"
+    assert cli_main(["export", str(out / "best"), str(exported), "--length-penalty", "2.5"]) == 0
+    assert "generation.json" in load_checkpoint(exported).files  # in the manifest: verified like the weights
+    tr = Translator.load(exported)
+    assert tr.length_penalty == 2.5 and Translator.load(out / "best").length_penalty == 0.6  # without it: Wu et al.'s
+    searched = []  # the α each batch's search was given
+
+    def search(*args, **kw):
+        searched.append(kw["length_penalty"])
+        return real(*args, **kw)
+
+    real = inference.search
+    monkeypatch.setattr(inference, "search", search)
+    src = ["Y dijo Dios.", "Jesús lloró."]
+    own = tr.translate(src, beam_size=3)
+    given = tr.translate(src, beam_size=3, length_penalty=2.5)
+    assert [(r.tokens, r.score) for r in own] == [(r.tokens, r.score) for r in given]
+    tr.translate(src, beam_size=3, length_penalty=0)
+    assert searched == [2.5, 2.5, 0.0]
+    capsys.readouterr()
+    args = ["--home", str(bible_home), "evaluate", "translation", "--model", str(exported), "--limit", "4", "--json"]
+    assert cli_main([*args, "--beam", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["length_penalty"] == 2.5
+    assert cli_main([*args, "--beam", "3", "--length-penalty", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["length_penalty"] == 1.0
+    assert cli_main(args) == 0  # greedy: no penalty to apply
+    assert json.loads(capsys.readouterr().out)["length_penalty"] is None
+
+
+def test_a_bad_length_penalty_is_refused_with_its_name(trained, tmp_path, capsys):
+    from attnkit.pretrained import resolve_model
+    from attnkit.tasks.translation.generation import read_generation_defaults
+    from attnkit.training.checkpoint import CheckpointError
+
+    _, _, out = trained
+    for bad in ("-1", "11", "nan", "x"):
+        assert cli_main(["translate", "--model", str(out / "best"), "--length-penalty", bad, "Hola."]) == 2
+        assert "argument --length-penalty" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="length_penalty"):
+        Translator.load(out / "best").translate(["Hola."], beam_size=2, length_penalty=-0.5)
+    captioner = resolve_model("captioner-soft")
+    assert cli_main(["export", str(captioner), str(tmp_path / "c"), "--length-penalty", "1"]) == 2
+    assert "--length-penalty is for translation models" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
+    for text, why in (
+        ("[2]", "not a JSON object"),
+        ('{"length_penalty": -1}', "length_penalty"),
+        ('{"beam": 4}', "beam"),
+    ):
+        (tmp_path / "g").mkdir(exist_ok=True)
+        (tmp_path / "g" / "generation.json").write_text(text)
+        with pytest.raises(CheckpointError, match=f"generation.json: not a valid generation.json.*{why}"):
+            read_generation_defaults(tmp_path / "g")
+
+
 def test_transformer_lr_peaks_at_cfg_lr_after_warmup():
     cfg = TranslationConfig.from_options(
         "transformer",

@@ -118,6 +118,7 @@ FRACTION = between(0, 1)  # in [0, 1]: a share, a decay, an attention weight
 # The bounded ranges of the command line's numbers (see the module docstring):
 WIDTH = between(1, 65_536, integer=True)  # a layer's size: embeddings, hidden states, feature maps
 LAYERS = between(1, 1000, integer=True)  # layers, heads, and 1-based indices into them
+LENGTH_PENALTY = between(0, 10)  # GNMT's α: ((5 + 200) / 6)^10 is ~2e15, past it the ranking is by length alone
 BEAM = between(1, 256, integer=True)  # beam sizes: the work of a search grows with the beam
 COUNT = between(1, 1_000_000_000, integer=True)  # items to read or use: pairs, scenes, sentences, batch sizes
 STEPS = between(1, 1_000_000_000, integer=True)  # optimizer steps, epochs, patience, checkpoints kept

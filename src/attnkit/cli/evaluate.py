@@ -24,6 +24,7 @@ from .flags import (
     _add_device_flags,
     _add_engine_flag,
     _add_json_flag,
+    _add_length_penalty_flag,
     _add_limit_flag,
     _add_model_flag,
     _add_output_flag,
@@ -60,6 +61,10 @@ def cmd_evaluate_translation(args) -> None:
 
         for name in args.model or [None]:
             tr = _load_ct2(name, args.device, keep_spelling=args.keep_spelling)
+            if args.length_penalty is not None:
+                from ..deploy.ct2_engine import ctranslate2_length_penalty
+
+                tr.length_penalty = ctranslate2_length_penalty(args.length_penalty)
             reports.append(
                 evaluate_ct2(
                     tr,
@@ -87,6 +92,7 @@ def cmd_evaluate_translation(args) -> None:
                 pairs=pairs,
                 normalize_spelling=not args.keep_spelling,
                 modernize=args.modernize,
+                length_penalty=args.length_penalty,
             )
         )
     if args.output:
@@ -105,6 +111,7 @@ def cmd_evaluate_translation(args) -> None:
             f"{r['model']} ({r['model_type']}, {r['src_lang']} → {r['tgt_lang']}): BLEU {r['bleu']:.2f}  "
             f"chrF {r['chrf']:.2f}  on {r['n_sentences']} {on}, {r['sentences_per_s']:.1f} sentences/s "
             f"(beam {r['beam_size']}"
+            f"{'' if r.get('length_penalty') is None else ', length penalty ' + format(r['length_penalty'], 'g')}"
             f"{', lexical shortlist' if r.get('shortlist') else ''}"
             f"{', sources in modern spelling' if r.get('modernized') else ''}"
             f"{', input as typed' if r.get('input_spelling') == 'modern' else ''}"
@@ -181,6 +188,7 @@ def add_parser(sub) -> None:
     _add_device_flags(et, int8=True)
     _add_engine_flag(et)
     _add_shortlist_flag(et)
+    _add_length_penalty_flag(et, "each model's own, chosen on its validation data, else 0.6")
     _add_spelling_flag(et)
     et.add_argument(
         "--modernize",

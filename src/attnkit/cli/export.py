@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..checks import arg_type, between
+from ..checks import LENGTH_PENALTY, arg_type, between
 from ..pretrained import DEFAULT_EXPORT_MODEL
 from .common import CLIError, _load_shortlist, _model_path, _output
 
@@ -14,8 +14,11 @@ def cmd_export_ctranslate2(args) -> None:
     from ..deploy.ct2_engine import ct2_available
     from ..deploy.ct2_export import export_ctranslate2
 
-    if args.fp32 or args.average_last is not None:
-        raise CLIError("--fp32 and --average-last are for --format attnkit; export the averaged checkpoint first")
+    if args.fp32 or args.average_last is not None or args.length_penalty is not None:
+        raise CLIError(
+            "--fp32, --average-last and --length-penalty are for --format attnkit; export the averaged checkpoint "
+            "(with its length penalty) first: the CTranslate2 export takes the model's own"
+        )
     reason = ct2_available()
     if reason:
         raise CLIError(reason)
@@ -38,7 +41,15 @@ def cmd_export_ctranslate2(args) -> None:
 def cmd_export_huggingface(args) -> None:
     from ..deploy.hf_export import export_huggingface
 
-    given = [f for f, on in (("--fp32", args.fp32), ("--average-last", args.average_last is not None)) if on]
+    given = [
+        f
+        for f, on in (
+            ("--fp32", args.fp32),
+            ("--average-last", args.average_last is not None),
+            ("--length-penalty", args.length_penalty is not None),
+        )
+        if on
+    ]
     given += ["--shortlist"] if args.shortlist else []
     if given:
         raise CLIError(f"{', '.join(given)}: not for --format huggingface (it writes the float32 network as it is)")
@@ -49,6 +60,25 @@ def cmd_export_huggingface(args) -> None:
         f"wrote {out} (Hugging Face {arch}, float32, with tokenizer.json); load it with: "
         f"AutoModelForSeq2SeqLM.from_pretrained({str(out)!r}) and AutoTokenizer.from_pretrained({str(out)!r})"
     )
+
+
+def _generation_file(args) -> dict[str, bytes]:
+    """``--length-penalty``: the translator's ``generation.json`` for the export (none without it)."""
+    if args.length_penalty is None:
+        return {}
+    from ..tasks.translation.config import TRANSLATION_MODELS
+    from ..tasks.translation.generation import GENERATION_FILE, GenerationDefaults
+    from ..training.checkpoint import CheckpointError, list_checkpoints
+
+    source = Path(args.checkpoint)
+    try:
+        newest = list_checkpoints(source)[-1] if args.average_last is not None else source
+        model_type = json.loads((newest / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (CheckpointError, IndexError, OSError, ValueError, AttributeError):
+        model_type = None  # not a readable checkpoint: export_checkpoint says what is wrong with it
+    if model_type is not None and model_type not in TRANSLATION_MODELS:
+        raise CLIError(f"--length-penalty is for translation models; {source} holds a {model_type} model")
+    return {GENERATION_FILE: GenerationDefaults(args.length_penalty).to_bytes()}
 
 
 def cmd_export(args) -> None:
@@ -63,7 +93,11 @@ def cmd_export(args) -> None:
     _output(args.out, "out", folder=True)
     try:
         done = export_checkpoint(
-            args.checkpoint, args.out, average_last=args.average_last, dtype=None if args.fp32 else torch.float16
+            args.checkpoint,
+            args.out,
+            average_last=args.average_last,
+            dtype=None if args.fp32 else torch.float16,
+            extra_files=_generation_file(args),
         )
     except CheckpointError as exc:
         given = f"--average-last {args.average_last}" if args.average_last is not None else "cannot load checkpoint"
@@ -90,6 +124,15 @@ def add_parser(sub) -> None:
         default=None,
         metavar="K",
         help="export the mean weights of the last K step checkpoints in the run folder (default: none: one checkpoint)",
+    )
+    ex.add_argument(
+        "--length-penalty",
+        type=arg_type(LENGTH_PENALTY, "length_penalty"),
+        default=None,
+        metavar="A",
+        help="attnkit, a translator: ship this GNMT length penalty α as its beam search's default (generation.json; "
+        "choose it on validation data with `attnkit evaluate translation --split valid --beam 5 --length-penalty A`) "
+        "(default: none: the checkpoint's own, else 0.6)",
     )
     ex.add_argument(
         "--format",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..checks import BEAM, COUNT, LAYERS, arg_type
+from ..checks import BEAM, COUNT, LAYERS, LENGTH_PENALTY, arg_type
 
 SPLITS = ("train", "valid", "test")
 
@@ -93,6 +93,18 @@ def _add_layer_head_flags(parser: argparse.ArgumentParser, layer_help: str, head
 def _add_beam_flag(parser: argparse.ArgumentParser, default: int, what: str = "beam size, 1 = greedy") -> None:
     """``--beam``: the beam size of the command's search (1: greedy)."""
     parser.add_argument("--beam", type=arg_type(BEAM, "beam"), default=default, help=f"{what} (default: {default})")
+
+
+def _add_length_penalty_flag(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--length-penalty A``: the GNMT ``α`` of beam search (``default`` says what applies without it)."""
+    parser.add_argument(
+        "--length-penalty",
+        type=arg_type(LENGTH_PENALTY, "length_penalty"),
+        default=None,
+        metavar="A",
+        help="beam search ranks finished translations by log-probability / ((5 + length) / 6)^A (Wu et al. 2016): "
+        f"0 favours short outputs, larger A longer ones (default: {default})",
+    )
 
 
 def _add_split_flag(parser: argparse.ArgumentParser, default: str, what: str = "which split") -> None:

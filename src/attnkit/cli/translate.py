@@ -13,6 +13,7 @@ from .flags import (
     _add_device_flags,
     _add_engine_flag,
     _add_html_flag,
+    _add_length_penalty_flag,
     _add_model_flag,
     _add_output_flag,
     _add_plot_flag,
@@ -107,6 +108,10 @@ def cmd_translate(args) -> None:
                 "--html needs the PyTorch engine (the explorer's views replay the model); use `attnkit serve --engine ctranslate2`"
             )
         tr = _load_ct2(args.model, args.device, keep_spelling=args.keep_spelling)
+        if args.length_penalty is not None:
+            from ..deploy.ct2_engine import ctranslate2_length_penalty
+
+            tr.length_penalty = ctranslate2_length_penalty(args.length_penalty)
         results = tr.translate(
             sentences,
             beam_size=args.beam,
@@ -131,6 +136,7 @@ def cmd_translate(args) -> None:
             return_attention=need_attn,
             truncate=args.truncate,
             shortlist=_load_shortlist(args.shortlist),
+            length_penalty=args.length_penalty,
         )
     for r in results:
         print(r.translation)
@@ -183,6 +189,7 @@ def add_parser(sub) -> None:
     _add_model_flag(tr, DEFAULT_TRANSLATION_MODEL)
     tr.add_argument("--file", default=None, help="read sentences from this file, one per line (default: none)")
     _add_beam_flag(tr, 5)
+    _add_length_penalty_flag(tr, "the model's own, chosen on its validation data, else 0.6")
     tr.add_argument(
         "--show-attention", action="store_true", help="print the top source pieces of each output piece (default: off)"
     )

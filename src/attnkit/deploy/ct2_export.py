@@ -39,24 +39,19 @@ import torch
 
 from ..attention.positional import sinusoidal_encoding
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
+from ..tasks.translation.generation import read_generation_defaults
 from ..version import __version__
+from .ct2_engine import ctranslate2_length_penalty
 from .manifest import DeployError, tokenizer_sha256, write_manifest
 from .output_folder import check_output_folder, replace_output_folder
 
 __all__ = [
-    "CT2_LENGTH_PENALTY",
-    "GNMT_LENGTH_PENALTY",
     "QUANTIZATIONS",
     "AttnkitTransformerConverter",
     "export_ctranslate2",
 ]
 
 QUANTIZATIONS = ("int8", "int8_float32", "float32")
-#: attnkit's beam search divides by ((5 + L) / 6)^α with this α (Wu et al. 2016; Translator.translate's default).
-GNMT_LENGTH_PENALTY = 0.6
-#: CTranslate2 divides by L^α; with this α its beam output is closest to attnkit's GNMT 0.6
-#: (see :mod:`attnkit.deploy.ct2_engine` for how close).
-CT2_LENGTH_PENALTY = 0.5
 #: The most tokens attnkit's Translator decodes (its ``max_len``); the position table covers it.
 MAX_DECODE = 200
 #: TransformerConfig fields that make the network every export writes (or that do not change it at
@@ -337,6 +332,7 @@ def export_ctranslate2(
         converter.convert(str(staging), vmap=vmap, quantization=quantization)
         shutil.copyfile(model_dir / MODEL_FILENAME, staging / MODEL_FILENAME)
         c = model.config
+        alpha = read_generation_defaults(model_dir).length_penalty  # the model's own α, matched for CTranslate2
         write_manifest(
             staging,
             {
@@ -349,8 +345,8 @@ def export_ctranslate2(
                 "target_language": target_language or config.get("target_language", "en"),
                 "tokenizer": MODEL_FILENAME,
                 "tokenizer_sha256": tokenizer_sha256(model_dir / MODEL_FILENAME),
-                "length_penalty": CT2_LENGTH_PENALTY,
-                "gnmt_length_penalty": GNMT_LENGTH_PENALTY,
+                "length_penalty": ctranslate2_length_penalty(alpha),
+                "gnmt_length_penalty": alpha,
                 "max_src_len": c.max_src_len,
                 "source_spelling": c.source_spelling,
                 "max_len": min(MAX_DECODE, position_table(model).shape[0]),

@@ -7,8 +7,9 @@ of attnkit's:
 - ``tokenizer`` / ``tokenizer_sha256``: the sentencepiece model copied into the export, and its
   digest (the one :func:`attnkit.tasks.translation.lexical_shortlist.tokenizer_digest` computes);
 - ``source_language`` / ``target_language``: the language pair;
-- ``length_penalty``: the ``α`` of the engine's own length penalty, and the GNMT ``α`` attnkit
-  searches with (the two formulas differ: see :mod:`attnkit.deploy.ct2_engine`);
+- ``length_penalty`` / ``gnmt_length_penalty``: the ``β`` of the engine's own length penalty, and the
+  GNMT ``α`` attnkit searches the same model with (its ``generation.json``); the two formulas differ,
+  and ``β = 5α / 6`` ranks alike near 25 pieces (:func:`attnkit.deploy.ct2_engine.ctranslate2_length_penalty`);
 - ``max_src_len``, ``max_len``: the longest source accepted, the most tokens decoded;
 - ``alignment``: which cross-attention the engine returns as the alignment;
 - ``files``: every file the export wrote, the only ones ``attnkit export --force`` replaces

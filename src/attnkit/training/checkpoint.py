@@ -518,6 +518,7 @@ def export_checkpoint(
     *,
     average_last: int | None = None,
     dtype: torch.dtype | None = torch.float16,
+    extra_files: Mapping[str, bytes] | None = None,
 ) -> Export:
     """Write a shippable copy of a checkpoint to ``out``: the weights (cast to ``dtype``; ``None`` keeps
     them), the config and the extra files (tokenizer, vocabulary), without the trainer state.
@@ -525,6 +526,7 @@ def export_checkpoint(
     ``average_last=k``: ``source`` is a run folder and the weights are the mean of its last ``k``
     step checkpoints (Vaswani et al. 2017, §6.1: "averaging the last 5 checkpoints"); the config and
     extra files come from the newest. Too few checkpoints is a :class:`CheckpointError`.
+    ``extra_files``: files to add to the copy (or to replace there), e.g. a translator's ``generation.json``.
     """
     sources = [Path(source)]
     if average_last is not None:
@@ -537,6 +539,7 @@ def export_checkpoint(
     if len(sources) > 1:
         load_into(model, average_checkpoints(sources), source=f"mean of {len(sources)} checkpoints")
     extra = {name: Path(p).read_bytes() for name, p in ckpt.files.items() if name not in _RESERVED}
+    extra.update(extra_files or {})
     path = save_checkpoint(out, model=model, config=config, extra_files=extra, dtype=dtype)
     size = sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())
     return Export(Path(path), sources, size)

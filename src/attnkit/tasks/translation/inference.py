@@ -15,6 +15,7 @@ from ...models.base import AttentionMaps
 from ..engine import TranslationEngine
 from ..results import ResultRecord
 from ..wrapper import InferenceWrapper
+from .generation import DEFAULT_LENGTH_PENALTY, GENERATION_FILE, check_length_penalty, read_generation_defaults
 from .guided import guided_head
 from .lexical_shortlist import DEFAULT_FREQUENT, DEFAULT_PER_SOURCE, LexicalShortlist, ShortlistError, tokenizer_digest
 
@@ -77,7 +78,10 @@ class Translator(InferenceWrapper, TranslationEngine):
     (Bible Spanish → English for models saved before languages were recorded), and so does
     ``source_spelling``: a model trained on the 1909 Bible reads input rewritten in its spelling
     (:func:`attnkit.data.spelling.to_1909`) unless ``normalize_spelling`` is False. A
-    :class:`attnkit.tasks.engine.TranslationEngine`, as the CTranslate2 engines are."""
+    :class:`attnkit.tasks.engine.TranslationEngine`, as the CTranslate2 engines are.
+
+    ``length_penalty``: the GNMT ``α`` beam search uses when a call gives none: the model folder's
+    ``generation.json`` (chosen on its validation data, :mod:`.generation`), else 0.6."""
 
     companion_file, kind = MODEL_FILENAME, "a translation model"
 
@@ -93,6 +97,7 @@ class Translator(InferenceWrapper, TranslationEngine):
         self.corpus = getattr(config, "corpus", "bible")
         self.source_spelling = getattr(config, "source_spelling", None) or default_spelling(self.corpus, self.src_lang)
         self.normalize_spelling = True
+        self.length_penalty = DEFAULT_LENGTH_PENALTY  # load reads the model's own
 
     @classmethod
     def read_companion(cls, path):
@@ -113,9 +118,11 @@ class Translator(InferenceWrapper, TranslationEngine):
             model, src_tok, tgt_tok = load_seq2seq(source, device=device, dtype=dtype)
             return cls(model, tgt_tok, src_tokenizer=src_tok)
         tr = super().load(model_dir, device=device, dtype=dtype)
-        src = resolve_model(model_dir) / SOURCE_TOKENIZER_FILE
-        if src.is_file():
-            tr.src_tokenizer = Tokenizer.load(src)
+        folder = resolve_model(model_dir)
+        if (folder / SOURCE_TOKENIZER_FILE).is_file():
+            tr.src_tokenizer = Tokenizer.load(folder / SOURCE_TOKENIZER_FILE)
+        if (folder / GENERATION_FILE).is_file():
+            tr.length_penalty = read_generation_defaults(folder).length_penalty
         return tr
 
     @property
@@ -221,7 +228,7 @@ class Translator(InferenceWrapper, TranslationEngine):
         sentences: Sequence[str],
         *,
         beam_size: int = 1,
-        length_penalty: float = 0.6,
+        length_penalty: float | None = None,
         batch_size: int = 64,
         return_attention: bool = False,
         truncate: bool = False,
@@ -231,7 +238,8 @@ class Translator(InferenceWrapper, TranslationEngine):
         request). Sentences
         longer than the model's maximum raise ``ValueError`` (or are cut, with ``truncate``).
         ``shortlist``: search over each batch's lexical shortlist instead of the whole vocabulary
-        (faster; ``score`` is then normalised over the shortlist)."""
+        (faster; ``score`` is then normalised over the shortlist). ``length_penalty``: beam search's GNMT
+        ``α`` (default: :attr:`length_penalty`, the model's own)."""
         ids = self.encode_sources(sentences, truncate=truncate)
         results = self.translate_ids(
             ids,
@@ -251,13 +259,14 @@ class Translator(InferenceWrapper, TranslationEngine):
         ids: Sequence[Sequence[int]],
         *,
         beam_size: int = 1,
-        length_penalty: float = 0.6,
+        length_penalty: float | None = None,
         batch_size: int = 64,
         return_attention: bool = False,
         shortlist: LexicalShortlist | None = None,
     ) -> list[Translation]:
         """Translate already-tokenised sources (lists of subword ids), batching similar lengths."""
         self.model.eval()
+        alpha = self.length_penalty if length_penalty is None else check_length_penalty(length_penalty)
         if shortlist is not None:
             self.check_shortlist(shortlist)
         tok = self.tokenizer
@@ -282,7 +291,7 @@ class Translator(InferenceWrapper, TranslationEngine):
                 bos_id=bos,
                 eos_id=eos,
                 max_len=max_len,
-                length_penalty=length_penalty,
+                length_penalty=alpha,
                 return_attention=return_attention,
             )
             for h in hyps:

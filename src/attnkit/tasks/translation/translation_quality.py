@@ -13,6 +13,7 @@ from ...data.datasets.bible import Pair
 from ...data.parallel import ParallelDataError, read_parallel
 from ...data.spelling import modernize as modern_spelling
 from ...errors import InputError
+from .generation import check_length_penalty
 from .inference import Translator
 from .lexical_shortlist import LexicalShortlist
 from .metrics import bleu_by_length, corpus_scores
@@ -31,14 +32,18 @@ def evaluate_translation(
     pairs: list[Pair] | None = None,
     normalize_spelling: bool = True,
     modernize: bool = False,
+    length_penalty: float | None = None,
 ) -> dict:
     """BLEU/chrF of a model on a split of the corpus it was trained on (optionally its first
     ``limit`` pairs), or on ``pairs`` (e.g. :func:`read_test_files`), and BLEU by length; with
     ``shortlist``, searching each batch's lexical shortlist instead of the whole vocabulary.
     ``normalize_spelling``: rewrite the sources in the model's training spelling first (see
-    :class:`Translator`); ``modernize``: score a copy of the sources in today's spelling."""
+    :class:`Translator`); ``modernize``: score a copy of the sources in today's spelling;
+    ``length_penalty``: beam search's GNMT ``α`` instead of the model's own (:mod:`.generation`)."""
     tr = Translator.load(model_dir, device=device, dtype=dtype)
     tr.normalize_spelling = normalize_spelling
+    if length_penalty is not None:
+        tr.length_penalty = check_length_penalty(length_penalty)
     report = evaluate_translator(
         tr,
         split=split,
@@ -99,6 +104,8 @@ def evaluate_translator(
         "src_lang": getattr(tr, "src_lang", "es"),
         "tgt_lang": getattr(tr, "tgt_lang", "en"),
         "beam_size": beam_size,
+        # the engine's own: GNMT's α for attnkit, the β of score / L^β for CTranslate2 (greedy: none)
+        "length_penalty": getattr(tr, "length_penalty", None) if beam_size > 1 else None,
         "shortlist": shortlist,
         "modernized": modernize,
         "input_spelling": getattr(tr, "spelling", "modern"),
