@@ -134,7 +134,10 @@ def one_pair_reference(tr, src_words, tgt_words, reading):
             out[-1].append(k)
         return out
 
-    return plain_links(att, spans(src_ids), spans(tgt_ids), reading.threshold)
+    rows = plain_links(att, spans(src_ids), spans(tgt_ids), reading.threshold)
+    if reading.both_ways in (None, "none"):
+        return rows
+    return symmetrize(rows, column_links(span_attention(att, spans(src_ids), spans(tgt_ids))), reading.both_ways)
 
 
 @pytest.mark.parametrize(
@@ -143,7 +146,8 @@ def one_pair_reference(tr, src_words, tgt_words, reading):
         AttentionReading("attention", 2, 3),
         AttentionReading("shift", 1),
         AttentionReading("attention", 3, None, 0.4),
-        AttentionReading("guided", 2, 1),
+        AttentionReading("guided", 2, 1),  # read both ways: the intersection of row and column argmaxes
+        AttentionReading("guided", 2, 1, both_ways="none"),
     ],
 )
 def test_batched_links_equal_one_pair_at_a_time(transformer, reading):
@@ -154,6 +158,14 @@ def test_batched_links_equal_one_pair_at_a_time(transformer, reading):
     with torch.no_grad():
         want = [one_pair_reference(transformer, s, t, aligner.reading) for s, t in pairs]
     assert got == want
+    if (
+        reading.method == "guided" and reading.both_ways is None
+    ):  # read both ways unless told: each word the other's argmax
+        assert aligner.reading.both_ways == "intersection"
+        rows = list(
+            ModelAligner(transformer, dataclasses.replace(reading, both_ways="none")).align(pairs, batch_size=5)
+        )
+        assert all(g <= r for g, r in zip(got, rows)) and sum(map(len, got)) < sum(map(len, rows))
     # reverse: the model reads the second side; links come back as (first side, second side)
     back = list(aligner.align([(t, s) for s, t in pairs[:3]], batch_size=2, reverse=True))
     assert back == [invert(x) for x in got[:3]]
@@ -175,6 +187,8 @@ def test_reading_defaults_and_errors(transformer):
         ModelAligner(transformer, AttentionReading("attention", 1, 9))
     with pytest.raises(ValueError, match="method must be one of"):
         AttentionReading("hard")
+    with pytest.raises(ValueError, match=r"both_ways must be one of intersection, .*, none"):
+        AttentionReading("guided", both_ways="diagonal")
     with pytest.raises(ValueError, match="head needs a layer"):
         AttentionReading("attention", None, 2)
 
@@ -218,6 +232,8 @@ def test_align_command_errors_are_one_line(tmp_path, capsys):
         (["--src", str(src), "--tgt", str(src), "--model", "rnnencdec-es-en"], "has no attention"),
         (["--src", str(src), "--tgt", str(src), "--model", "rnnsearch-es-en", "--layer", "2"], "one attention"),
         (["--src", str(src), "--tgt", str(src), "--threshold", "1.5"], "threshold must be in (0, 1]"),
+        (["--src", str(src), "--tgt", str(src), "--symmetrize", "none", "--reverse-model", "x"], "give no --reverse"),
+        (["--src", str(src), "--tgt", str(src), "--symmetrize", "none", "--method", "eflomal"], "need a rule"),
     ]
     for argv, message in cases:
         assert cli_main(["align", *argv]) == 2, argv

@@ -79,6 +79,8 @@ def _eflomal_file_links(args):
     from ..tasks.translation.alignment import read_parallel
 
     _require_eflomal()
+    if args.symmetrize == "none":
+        raise InputError("--symmetrize none reads one direction of a model; eflomal's two directions need a rule")
     _, pairs = read_parallel(args.src, args.tgt)
     pairs = [(" ".join(s), " ".join(t)) for s, t in pairs]
     return eflomal_links([s for s, _ in pairs], [t for _, t in pairs], method=args.symmetrize or "grow-diag-final-and")
@@ -99,7 +101,9 @@ def _model_file_links(args):
 
     path = resolve_model(args.model or DEFAULT_ALIGNMENT_MODEL)
     reverse_name = args.reverse_model
-    if args.symmetrize and reverse_name is None:  # the shipped model of the other direction, if there is one
+    if args.symmetrize == "none" and reverse_name not in (None, "none"):
+        raise InputError("--symmetrize none reads one direction: give no --reverse-model")
+    if args.symmetrize not in (None, "none") and reverse_name is None:  # the shipped model of the other direction
         reverse_name = reverse_model(path)
         if reverse_name is not None:
             print(f"attnkit align: --symmetrize reads the other direction with {reverse_name}", file=sys.stderr)
@@ -171,11 +175,11 @@ def add_align_parser(sub) -> None:
     al.add_argument(
         "--symmetrize",
         default=None,
-        choices=_SYMMETRIZATIONS,
+        choices=(*_SYMMETRIZATIONS, "none"),
         help="combine two directions: the links of the reverse model (--reverse-model, or the shipped model of "
         "the other direction); without one, each source word's argmax target word read from the same attention; "
-        "with eflomal its two directions (default: grow-diag-final-and with a reverse model or eflomal, else "
-        "none: each target word's argmax source word only)",
+        "with eflomal its two directions; none: each target word's argmax source word only (default: "
+        "grow-diag-final-and with a reverse model or eflomal; else intersection for a guided head, none otherwise)",
     )
     al.add_argument(
         "--reverse-model",
@@ -317,10 +321,10 @@ def add_evaluate_alignment_parser(e) -> None:
     ea.add_argument(
         "--symmetrize",
         default=None,
-        choices=_SYMMETRIZATIONS,
+        choices=(*_SYMMETRIZATIONS, "none"),
         help="also read each source word's argmax target word from the same attention (or take --reverse-model's "
-        "links) and combine the two directions so (default: none: each target word's argmax source word only; "
-        "grow-diag-final-and with --reverse-model)",
+        "links) and combine the two directions so; none: each target word's argmax source word only (default: "
+        "grow-diag-final-and with --reverse-model; else intersection for a guided head, none otherwise)",
     )
     ea.add_argument(
         "--reverse-model",

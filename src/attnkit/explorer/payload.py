@@ -58,6 +58,11 @@ LINKS_RULE = (
 )
 
 
+#: How the page names the two rules: a plain matrix's links (:data:`LINKS_RULE`), a guided head's (``attnkit align``'s).
+WORD_LINKS_RULE = "argmax both ways, grow-diag-final-and"
+GUIDED_LINKS_RULE = "argmax both ways, intersection"
+
+
 def word_links(word_matrix: Tensor) -> list[list[int]]:
     """``[source word, target word]`` links read from a word matrix ``(Tw, Sw)`` by :data:`LINKS_RULE`."""
     return sorted([i, j] for i, j in grow_diag_final_and(attention_links(word_matrix), column_links(word_matrix)))
@@ -192,14 +197,17 @@ def translation_payload(
         guided = guided_links(translator, ta)
         if guided is not None:
             links, matrix, name = guided
-            out["words"].update(links=links, links_matrix=_rows(matrix), links_from=name)
+            out["words"].update(
+                links=links, links_matrix=_rows(matrix), links_from=name, links_rule=GUIDED_LINKS_RULE
+            )
     return out
 
 
 def guided_links(translator, ta) -> tuple[list, Tensor, str] | None:
     """For a model trained with guided alignment (Garg et al. 2019): the links of its guided head, the
-    reading that learnt to align (``attnkit align``'s default for it), read from that head's word matrix
-    ``(Tw, Sw)`` by :data:`LINKS_RULE`; the matrix; and what it is. None for any other model.
+    reading that learnt to align, read from that head's word matrix ``(Tw, Sw)`` as ``attnkit align``
+    reads it (both ways, by intersection: :mod:`attnkit.tasks.translation.alignment`); the matrix; and
+    what it is. None for any other model.
 
     ``ta``: the pair's forced decoding; its ``guided`` rows (:meth:`Translator.attention_batch` fills them
     in the same pass as the maps) are used when it has them, else ``attnkit align``'s aligner reads the
@@ -217,7 +225,8 @@ def guided_links(translator, ta) -> tuple[list, Tensor, str] | None:
         wa = aligner.word_attention_batch([words])[0]  # (Tw, Sw), None: source too long
         if wa is None:
             return None
-    return word_links(wa), wa, f"the guided head (layer {r.layer}, head {r.head})"
+    links = sorted([i, j] for i, j in r.links(wa))
+    return links, wa, f"the guided head (layer {r.layer}, head {r.head})"
 
 
 def head_numbers(maps, layer: int | None = None) -> int:
@@ -249,7 +258,8 @@ def add_attention_fields(
     out["attention"] = _rows(m.alignment)
     wa = word_attention(m.alignment, ta.source_pieces, ta.target_pieces)  # (Tw, Sw)
     out["words"]["attention"] = _rows(wa)
-    out["words"].update(links=word_links(wa), links_matrix=None, links_from=None)  # None: read from this matrix
+    # None: read from this matrix
+    out["words"].update(links=word_links(wa), links_matrix=None, links_from=None, links_rule=WORD_LINKS_RULE)
     out["diagnostics"] = attention_diagnostics(m.alignment, ta.source_pieces)
     out["diagnostics"] = {
         k: (_rows(torch.tensor(v)) if isinstance(v, list) else v) for k, v in out["diagnostics"].items()

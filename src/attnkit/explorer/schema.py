@@ -65,6 +65,11 @@ class WordView(_Strict):
         "trained with guided alignment links by its guided head (the page shows this matrix with them)",
     )
     links_from: str | None = Field(default=None, description="what `links_matrix` is, e.g. the guided head")
+    links_rule: str = Field(
+        default="argmax both ways, grow-diag-final-and",
+        description="how `links` were read, in words: a matrix's row and column argmaxes by grow-diag-final-and, "
+        "a guided head's by intersection (as `attnkit align` reads it)",
+    )
 
 
 class Diagnostics(_Strict):

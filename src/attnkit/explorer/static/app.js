@@ -108,7 +108,8 @@ function currentView(p) { // the chosen attribution method's matrix when there i
   // whole words: a model trained with guided alignment shows its guided head, the matrix its links are read from
   const own = p.words.links_matrix ? { att: p.words.links_matrix, from: p.words.links_from } : { att: p.words.attention };
   if (state.words) return { src: p.words.source, tgt: p.words.target, att: a ? a.words : own.att, words: true,
-    links: a ? a.links : p.words.links, from: a ? null : own.from };
+    links: a ? a.links : p.words.links, from: a ? null : own.from,
+    rule: (!a && p.words.links_rule) || "argmax both ways, grow-diag-final-and" };
   return { src: p.source_pieces.map(clean), tgt: p.target_pieces.map(clean), att: a ? a.scores : p.attention, words: false };
 }
 
@@ -145,8 +146,7 @@ function renderTranslation(p) {
   const svg = matrixSvg(v.att, v.tgt, v.src, 14, gold, 10, v.links);
   card.append(el("div", { class: "label" }, (p.attribution ? `${p.attribution.method} attributions` :
     v.from ? `alignment matrix of ${v.from}` : "alignment matrix") + ": rows = target, columns = source" +
-    (v.links ? ` — black rings: ${p.attribution ? p.attribution.method : v.from || "attention"} links (argmax both ways, ` +
-      "grow-diag-final-and)" : "") +
+    (v.links ? ` — black rings: ${p.attribution ? p.attribution.method : v.from || "attention"} links (${v.rule})` : "") +
     (p.gold ? (gold ? ` — gold links of ${p.gold.ref}: red squares sure, orange dots possible` :
       " — switch to whole words to see this verse's gold links") : "")), svg, status);
 

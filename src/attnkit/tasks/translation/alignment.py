@@ -13,6 +13,14 @@ alignment, or one cross-attention layer's head mean or one head), ``shift`` (Shi
 2020: the row where the target word is the decoder's input; by default the penultimate decoder layer
 of a Transformer) or ``guided`` (the head trained with guided alignment, Garg et al. 2019, named in
 the model's config; for RNNsearch its one attention).
+
+A guided head is read both ways by default: a word pair is linked when each word is the other's
+argmax (:data:`GUIDED_BOTH_WAYS`, the intersection of the row and the column argmaxes). Trained on a
+word aligner's links, the head puts its mass on some source word for every target word, also for
+target words that have no counterpart; asking the source word to pick the target word back drops most
+of those links. On the 50 dev verses of the built-in gold set (the shipped Transformer's head): AER
+0.104 against 0.136 for the row argmaxes alone and 0.121 for grow-diag-final-and of rows and columns;
+two models of opposite directions, each read so, combined by grow-diag-final-and: 0.090.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ from .inference import Translator
 
 __all__ = [
     "ALIGN_METHODS",
+    "GUIDED_BOTH_WAYS",
+    "ROWS_ONLY",
     "AttentionReading",
     "ModelAligner",
     "count_lines",
@@ -45,6 +55,10 @@ __all__ = [
 ]
 
 ALIGN_METHODS = ("attention", "shift", "guided")
+#: How a guided head is read unless told (see the module docstring): a link where each word is the other's argmax.
+GUIDED_BOTH_WAYS = "intersection"
+#: ``both_ways`` that asks for the row argmaxes only (what ``None`` gives for the other methods).
+ROWS_ONLY = "none"
 
 Link = tuple[int, int]
 
@@ -65,7 +79,8 @@ class AttentionReading:
     """Which attention becomes the links: ``method`` (see the module docstring), ``layer`` and
     ``head`` (1-based; ``None``: the method's default), ``threshold`` (also link pairs at or above it),
     ``both_ways`` (a symmetrisation, e.g. ``"grow-diag-final-and"``, of the matrix's row argmaxes with
-    its column argmaxes, :func:`attnkit.alignment.column_links`). ``input_step``: read the row of
+    its column argmaxes, :func:`attnkit.alignment.column_links`; ``None``: the method's default, which is
+    :data:`GUIDED_BOTH_WAYS` for a guided head and the rows alone otherwise; ``"none"``: the rows alone). ``input_step``: read the row of
     the step whose input is the target word (Shift-Att's) rather than the one that outputs it;
     ``None``: by the method (``shift`` yes, ``attention`` no, ``guided`` as the model was trained,
     filled in by :meth:`ModelAligner.resolve`)."""
@@ -92,13 +107,14 @@ class AttentionReading:
             raise InputError("head needs a layer (heads are numbered within a layer)")
         if self.threshold is not None and not 0.0 < self.threshold <= 1.0:
             raise InputError(f"threshold must be in (0, 1], got {self.threshold}")
-        if self.both_ways is not None and self.both_ways not in SYMMETRIZATIONS:
-            raise InputError(f"both_ways must be one of {', '.join(SYMMETRIZATIONS)}, got {self.both_ways!r}")
+        if self.both_ways is not None and self.both_ways not in (*SYMMETRIZATIONS, ROWS_ONLY):
+            allowed = ", ".join((*SYMMETRIZATIONS, ROWS_ONLY))
+            raise InputError(f"both_ways must be one of {allowed}, got {self.both_ways!r}")
 
     def links(self, word_attention: torch.Tensor) -> set[Link]:
         """The links this reading takes from one pair's word attention ``(target words, source words)``."""
         rows = attention_links(word_attention, threshold=self.threshold)
-        if self.both_ways is None:
+        if self.both_ways in (None, ROWS_ONLY):
             return rows
         return symmetrize(rows, column_links(word_attention), self.both_ways)
 
@@ -114,7 +130,7 @@ def describe_reading(r: AttentionReading) -> str:
     return (
         f"{r.method}: {where}, {rows}"
         + (f", plus pairs >= {r.threshold}" if r.threshold else "")
-        + (f", row and column argmaxes by {r.both_ways}" if r.both_ways else "")
+        + (f", row and column argmaxes by {r.both_ways}" if r.both_ways not in (None, ROWS_ONLY) else "")
     )
 
 
@@ -159,15 +175,18 @@ class ModelAligner:
                 raise InputError(f"layer {layer}: this {name} has {layers} decoder layers")
             if head is not None and heads is not None and head > heads:
                 raise InputError(f"head {head}: this {name} has {heads} heads per layer")
-        input_step = reading.input_step
-        if reading.method == "guided" and input_step is None:  # the rows the head was trained on
-            input_step = guided_input_step(cfg)
+        input_step, both_ways = reading.input_step, reading.both_ways
+        if reading.method == "guided":
+            if input_step is None:  # the rows the head was trained on
+                input_step = guided_input_step(cfg)
+            if both_ways is None:
+                both_ways = GUIDED_BOTH_WAYS
         return AttentionReading(
             reading.method,
             layer if layers is not None else None,
             head,
             reading.threshold,
-            reading.both_ways,
+            both_ways,
             input_step,
         )
 

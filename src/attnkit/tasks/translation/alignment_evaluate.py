@@ -40,6 +40,7 @@ from ...alignment.symmetrize import grow_diag_final_and, invert, symmetrize
 from ...errors import InputError
 from ...paths import atomic_write_text, attnkit_home
 from .alignment import (
+    ROWS_ONLY,
     AttentionReading,
     ModelAligner,
     _model_layers,
@@ -248,7 +249,13 @@ def evaluate_alignment(
         "rule": "links: each target word → its argmax source word (word attention = mean over the target "
         "word's pieces of the sum over the source word's pieces)"
         + (f", plus every pair ≥ {threshold}" if threshold is not None else "")
-        + (f"; {both_ways} of those and each source word's argmax target word" if one_model_both_ways else "")
+        + (
+            f"; {both_ways} of those and each source word's argmax target word"
+            if one_model_both_ways not in (None, ROWS_ONLY)
+            else "; for a guided head, the intersection of those and each source word's argmax target word"
+            if one_model_both_ways is None and "guided" in methods
+            else ""
+        )
         + back_rule,
         "rows": rows,
         "best_head": best_row,
