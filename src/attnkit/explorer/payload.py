@@ -197,9 +197,7 @@ def translation_payload(
         guided = guided_links(translator, ta)
         if guided is not None:
             links, matrix, name = guided
-            out["words"].update(
-                links=links, links_matrix=_rows(matrix), links_from=name, links_rule=GUIDED_LINKS_RULE
-            )
+            out["words"].update(links=links, links_matrix=_rows(matrix), links_from=name, links_rule=GUIDED_LINKS_RULE)
     return out
 
 
