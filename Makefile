@@ -13,15 +13,16 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 setup: venv data-packages
 
 # The virtualenv, rebuilt when pyproject.toml or the lock change. torch first, pinned, so pip takes the CPU
-# build from disk; then the project with the exact versions it is tested with (constraints.txt). --no-compile:
-# Python writes the bytecode of what is imported when it is first imported; compiling every file of every package
-# at install time (torch's alone: 30 s) made up a third of the set-up.
+# build from disk; then the project with the exact versions it is tested with (constraints.txt). The bytecode is
+# compiled once at the end on every core (pip compiles file by file, on one: a third of the set-up's time); it must
+# be there, since this machine sets PYTHONDONTWRITEBYTECODE and every process would otherwise compile torch anew.
 PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check --no-compile
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) torch==2.13.0
 	$(PIP_INSTALL) -c constraints.txt -e '.[dev,docs,align,explain,deploy,hf]'
+	$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null
 	touch $@
 
 # Debian packages, installed only when missing: the real data (the Bibles and Fashion-MNIST) for everything,

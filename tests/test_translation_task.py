@@ -518,7 +518,7 @@ def test_shortlist_cli_build_translate_evaluate(trained, bible_home, capsys, tmp
         )
         == 0
     )
-    assert "(beam 2, lexical shortlist)" in capsys.readouterr().out  # the table says how it decoded
+    assert "(beam 2, length penalty 0.6, lexical shortlist)" in capsys.readouterr().out  # how it decoded
     with pytest.raises(ShortlistError, match="another tokenizer"):
         tr.translate(sentences, shortlist=LexicalShortlist(sl.frequent, sl.table, "0" * 64))
     assert cli_main(["translate", "--model", model, "--shortlist", str(tmp_path / "none.safetensors"), "Hola"]) == 2
