@@ -31,7 +31,19 @@ TUTORIALS = sorted((DOCS / "tutorials").glob("*.ipynb"))
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("site")
+    """The site, built once per test run: pytest-xdist's workers share the run's temporary folder, and the first
+    to get here builds while a second waits for it (the build executes every notebook: ~100 s of CPU)."""
+    from filelock import FileLock
+
+    run = tmp_path_factory.getbasetemp()  # this run's folder; under pytest-xdist each worker's, inside the run's
+    out = (run.parent if os.environ.get("PYTEST_XDIST_WORKER") else run) / "docs-site"
+    with FileLock(f"{out}.lock"):
+        if not (out / "index.html").is_file():  # a failed build leaves none, and the next worker builds again
+            _build_site(out)
+    return out
+
+
+def _build_site(out: Path) -> None:
     # the notebooks are executed (mkdocs.yml reads ATTNKIT_DOCS_EXECUTE); Material's notice about its successor is no warning
     env = dict(os.environ, ATTNKIT_DOCS_EXECUTE="true", NO_MKDOCS_2_WARNING="1")
     config = str(ROOT / "mkdocs.yml")
@@ -44,7 +56,6 @@ def site(tmp_path_factory) -> Path:
         timeout=1800,  # a hung kernel fails the test instead of the suite
     )
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return out
 
 
 class _Page(HTMLParser):
