@@ -65,10 +65,11 @@ def _check_engine_flags(args) -> None:
         raise CLIError("--vmap needs --engine ctranslate2 (the PyTorch engine takes --shortlist FILE)")
 
 
-def _load_ct2(model: str | None, device: str, *, keep_spelling: bool = False):
+def _load_ct2(model: str | None, device: str, *, keep_spelling: bool = False, length_penalty: float | None = None):
     """A CTranslate2 export (a folder, or a name under ``$ATTNKIT_HOME/models``) as a
-    :class:`attnkit.deploy.ct2_engine.CT2Translator`; ``keep_spelling``: no source spelling rewrite."""
-    from ..deploy.ct2_engine import CT2Translator
+    :class:`attnkit.deploy.ct2_engine.CT2Translator`; ``keep_spelling``: no source spelling rewrite;
+    ``length_penalty``: a GNMT ``α`` (``--length-penalty``) instead of the export's, as CTranslate2's ``β``."""
+    from ..deploy.ct2_engine import CT2Translator, ctranslate2_length_penalty
     from ..paths import attnkit_home
 
     if not model:
@@ -85,6 +86,8 @@ def _load_ct2(model: str | None, device: str, *, keep_spelling: bool = False):
                 break
     tr = CT2Translator.load(path, device=device)
     tr.normalize_spelling = not keep_spelling
+    if length_penalty is not None:
+        tr.length_penalty = ctranslate2_length_penalty(length_penalty)
     return tr
 
 

@@ -60,11 +60,7 @@ def cmd_evaluate_translation(args) -> None:
         from ..deploy.ct2_engine import evaluate_ct2
 
         for name in args.model or [None]:
-            tr = _load_ct2(name, args.device, keep_spelling=args.keep_spelling)
-            if args.length_penalty is not None:
-                from ..deploy.ct2_engine import ctranslate2_length_penalty
-
-                tr.length_penalty = ctranslate2_length_penalty(args.length_penalty)
+            tr = _load_ct2(name, args.device, keep_spelling=args.keep_spelling, length_penalty=args.length_penalty)
             reports.append(
                 evaluate_ct2(
                     tr,

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..checks import LENGTH_PENALTY, arg_type, between
+from ..checks import arg_type, between
 from ..pretrained import DEFAULT_EXPORT_MODEL
 from .common import CLIError, _load_shortlist, _model_path, _output
+from .flags import _add_length_penalty_flag
 
 
 def cmd_export_ctranslate2(args) -> None:
@@ -125,14 +126,11 @@ def add_parser(sub) -> None:
         metavar="K",
         help="export the mean weights of the last K step checkpoints in the run folder (default: none: one checkpoint)",
     )
-    ex.add_argument(
-        "--length-penalty",
-        type=arg_type(LENGTH_PENALTY, "length_penalty"),
-        default=None,
-        metavar="A",
-        help="attnkit, a translator: ship this GNMT length penalty α as its beam search's default (generation.json; "
-        "choose it on validation data with `attnkit evaluate translation --split valid --beam 5 --length-penalty A`) "
-        "(default: none: the checkpoint's own, else 0.6)",
+    _add_length_penalty_flag(
+        ex,
+        "none: the checkpoint's own, else 0.6",
+        what="attnkit, a translator: ship this GNMT length penalty α as its beam search's default (generation.json; "
+        "choose it on validation data with `attnkit evaluate translation --split valid --beam 5 --length-penalty A`)",
     )
     ex.add_argument(
         "--format",

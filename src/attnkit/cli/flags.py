@@ -95,15 +95,19 @@ def _add_beam_flag(parser: argparse.ArgumentParser, default: int, what: str = "b
     parser.add_argument("--beam", type=arg_type(BEAM, "beam"), default=default, help=f"{what} (default: {default})")
 
 
-def _add_length_penalty_flag(parser: argparse.ArgumentParser, default: str) -> None:
+def _add_length_penalty_flag(
+    parser: argparse.ArgumentParser,
+    default: str,
+    what: str = "beam search ranks finished translations by log-probability / ((5 + length) / 6)^A (Wu et al. "
+    "2016): 0 favours short outputs, larger A longer ones",
+) -> None:
     """``--length-penalty A``: the GNMT ``α`` of beam search (``default`` says what applies without it)."""
     parser.add_argument(
         "--length-penalty",
         type=arg_type(LENGTH_PENALTY, "length_penalty"),
         default=None,
         metavar="A",
-        help="beam search ranks finished translations by log-probability / ((5 + length) / 6)^A (Wu et al. 2016): "
-        f"0 favours short outputs, larger A longer ones (default: {default})",
+        help=f"{what} (default: {default})",
     )
 
 

@@ -107,11 +107,7 @@ def cmd_translate(args) -> None:
             raise CLIError(
                 "--html needs the PyTorch engine (the explorer's views replay the model); use `attnkit serve --engine ctranslate2`"
             )
-        tr = _load_ct2(args.model, args.device, keep_spelling=args.keep_spelling)
-        if args.length_penalty is not None:
-            from ..deploy.ct2_engine import ctranslate2_length_penalty
-
-            tr.length_penalty = ctranslate2_length_penalty(args.length_penalty)
+        tr = _load_ct2(args.model, args.device, keep_spelling=args.keep_spelling, length_penalty=args.length_penalty)
         results = tr.translate(
             sentences,
             beam_size=args.beam,

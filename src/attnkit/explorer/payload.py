@@ -58,9 +58,8 @@ LINKS_RULE = (
 )
 
 
-#: How the page names the two rules: a plain matrix's links (:data:`LINKS_RULE`), a guided head's (``attnkit align``'s).
+#: How the page names :data:`LINKS_RULE` (a guided head's links are named by its reading's rule, :func:`guided_links`).
 WORD_LINKS_RULE = "argmax both ways, grow-diag-final-and"
-GUIDED_LINKS_RULE = "argmax both ways, intersection"
 
 
 def word_links(word_matrix: Tensor) -> list[list[int]]:
@@ -196,16 +195,16 @@ def translation_payload(
     if out["words"]["attention"] is not None:
         guided = guided_links(translator, ta)
         if guided is not None:
-            links, matrix, name = guided
-            out["words"].update(links=links, links_matrix=_rows(matrix), links_from=name, links_rule=GUIDED_LINKS_RULE)
+            links, matrix, name, rule = guided
+            out["words"].update(links=links, links_matrix=_rows(matrix), links_from=name, links_rule=rule)
     return out
 
 
-def guided_links(translator, ta) -> tuple[list, Tensor, str] | None:
+def guided_links(translator, ta) -> tuple[list, Tensor, str, str] | None:
     """For a model trained with guided alignment (Garg et al. 2019): the links of its guided head, the
     reading that learnt to align, read from that head's word matrix ``(Tw, Sw)`` as ``attnkit align``
-    reads it (both ways, by intersection: :mod:`attnkit.tasks.translation.alignment`); the matrix; and
-    what it is. None for any other model.
+    reads it (both ways, by intersection: :mod:`attnkit.tasks.translation.alignment`); the matrix; what
+    it is; and how the links were read, in words. None for any other model.
 
     ``ta``: the pair's forced decoding; its ``guided`` rows (:meth:`Translator.attention_batch` fills them
     in the same pass as the maps) are used when it has them, else ``attnkit align``'s aligner reads the
@@ -224,7 +223,7 @@ def guided_links(translator, ta) -> tuple[list, Tensor, str] | None:
         if wa is None:
             return None
     links = sorted([i, j] for i, j in r.links(wa))
-    return links, wa, f"the guided head (layer {r.layer}, head {r.head})"
+    return links, wa, f"the guided head (layer {r.layer}, head {r.head})", f"argmax both ways, {r.both_ways}"
 
 
 def head_numbers(maps, layer: int | None = None) -> int:

@@ -40,6 +40,7 @@ from ...alignment.symmetrize import grow_diag_final_and, invert, symmetrize
 from ...errors import InputError
 from ...paths import atomic_write_text, attnkit_home
 from .alignment import (
+    GUIDED_BOTH_WAYS,
     ROWS_ONLY,
     AttentionReading,
     ModelAligner,
@@ -252,7 +253,7 @@ def evaluate_alignment(
         + (
             f"; {both_ways} of those and each source word's argmax target word"
             if one_model_both_ways not in (None, ROWS_ONLY)
-            else "; for a guided head, the intersection of those and each source word's argmax target word"
+            else f"; for a guided head, the {GUIDED_BOTH_WAYS} of those and each source word's argmax target word"
             if one_model_both_ways is None and "guided" in methods
             else ""
         )
