@@ -13,17 +13,17 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 setup: venv data-packages
 
 # The virtualenv, rebuilt when pyproject.toml or the lock change. torch first, pinned, so pip takes the CPU
-# build from disk; then the project with the exact versions it is tested with (constraints.txt). The bytecode is
-# compiled once at the end on every core (pip compiles file by file, on one: a third of the set-up's time); it must
-# be there, since this machine sets PYTHONDONTWRITEBYTECODE and every process would otherwise compile torch anew.
-# Its exit status is ignored as pip ignores it: a few files are meant for newer Pythons (torch's py312_intrinsics).
+# build from disk; then the project with the exact versions it is tested with (constraints.txt). Nothing is
+# compiled at install time (pip compiles every file of every package, on one core: a third of the set-up's
+# time); Python compiles what is imported, once, and keeps it. This machine sets PYTHONDONTWRITEBYTECODE, under
+# which every process would compile torch anew, so make's commands run without it.
+unexport PYTHONDONTWRITEBYTECODE
 PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check --no-compile
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) torch==2.13.0
 	$(PIP_INSTALL) -c constraints.txt -e '.[dev,docs,align,explain,deploy,hf]'
-	$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	touch $@
 
 # Debian packages, installed only when missing: the real data (the Bibles and Fashion-MNIST) for everything,

@@ -11,13 +11,13 @@ import importlib
 import inspect
 import os
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+
+import docs_site
 
 pytest.importorskip("mkdocs")
 pytest.importorskip("mkdocs_jupyter")
@@ -31,31 +31,23 @@ TUTORIALS = sorted((DOCS / "tutorials").glob("*.ipynb"))
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    """The site, built once per test run: pytest-xdist's workers share the run's temporary folder, and the first
-    to get here builds while a second waits for it (the build executes every notebook: ~100 s of CPU)."""
+    """The site, built once per test run: by the run's controller in the background under pytest-xdist
+    (:mod:`docs_site`), which the workers wait for; else by the first worker to get here, under a lock."""
+    background = os.environ.get(docs_site.ENV)
+    if background:
+        out = Path(background)
+        log = docs_site.wait(out)
+        assert log is None, f"mkdocs build --strict failed:\n{log}"
+        return out
     from filelock import FileLock
 
     run = tmp_path_factory.getbasetemp()  # this run's folder; under pytest-xdist each worker's, inside the run's
     out = (run.parent if os.environ.get("PYTEST_XDIST_WORKER") else run) / "docs-site"
     with FileLock(f"{out}.lock"):
         if not (out / "index.html").is_file():  # a failed build leaves none, and the next worker builds again
-            _build_site(out)
+            proc = docs_site.build(out)
+            assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return out
-
-
-def _build_site(out: Path) -> None:
-    # the notebooks are executed (mkdocs.yml reads ATTNKIT_DOCS_EXECUTE); Material's notice about its successor is no warning
-    env = dict(os.environ, ATTNKIT_DOCS_EXECUTE="true", NO_MKDOCS_2_WARNING="1")
-    config = str(ROOT / "mkdocs.yml")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", config, "--site-dir", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,  # a hung kernel fails the test instead of the suite
-    )
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
 
 
 class _Page(HTMLParser):

@@ -7,6 +7,7 @@ burst of heavy jobs."""
 import base64
 import contextlib
 import io
+import json
 import os
 import signal
 import socket
@@ -244,40 +245,54 @@ def _heavy(local, job, text=LONG, cookies=None, method="saliency"):
         return c.post("api/translate", json=body)
 
 
+def _post_open(port, path, body, cookie):
+    """POST a JSON body on a raw socket and leave the connection open: the request runs until the caller
+    closes the socket (the server then cancels it, as when a person closes the page)."""
+    data = json.dumps(body).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    head = [f"POST /{path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Content-Type: application/json",
+            f"Content-Length: {len(data)}", f"Cookie: {cookie}"]  # fmt: skip
+    s.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + data)
+    return s
+
+
 def test_a_full_queue_is_503_with_retry_after_and_the_queue_position_is_shown(servers):
     local, _ = servers
     cookies = {f"attnkit-session-{local.port}": "queue-test-session-0001"}
+    # the first job is a long one, held open on a socket, so that it still runs (and the second still waits)
+    # when the third comes; closing the socket at the end cancels it, and the second then runs
+    first = {"text": LONG, "model": "transformer-es-en", "beam": 1, "method": "integrated_gradients", "job": "first"}
+    held = _post_open(local.port, "api/translate", first, "; ".join(f"{k}={v}" for k, v in cookies.items()))
     answers = {}
-    # the first job is the long one, so that it still runs (and the second still waits) when the third comes
-    methods = {"first": "integrated_gradients", "second": "saliency"}
-    threads = [threading.Thread(target=lambda j=j: answers.setdefault(j, _heavy(local, j, cookies=cookies, method=methods[j])))
-               for j in ("first", "second")]  # fmt: skip
-    threads[0].start()
-    with local.client(cookies=cookies) as c:
-        for _ in range(400):  # the first is running
-            if (c.get("api/progress/first").json()["progress"] or 0) > 0:
-                break
-            time.sleep(0.05)
-        threads[1].start()
-        for _ in range(400):  # the second waits in the queue, first in line, and its owner sees so
-            if c.get("api/progress/second").json()["queued"] == 1:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the second job never showed as queued")
-        # the fast lane: a plain translation sent after the heavy jobs is answered while they still run and wait
-        _still_answers(c)
-        status = c.get("api/progress/second").json()
-        assert status["queued"] == 1 and "second" not in answers
-        assert status["wait_s"] is None or status["wait_s"] > 0  # the expected wait, once a job has been timed
-        third = _heavy(local, "third")  # one worker, a queue of one: no room
-        _refused(third, 503, "the server is busy")
-        assert 1 <= int(third.headers["Retry-After"]) <= 300
-        r = c.post("api/translate", json={"text": SOURCE, "model": "transformer-es-en", "beam": 5, "heads": True})
-        assert r.status_code == 200 and r.json()["heads"] is not None
-    for t in threads:
-        t.join()
-    assert [answers[j].status_code for j in ("first", "second")] == [200, 200]
+    second = threading.Thread(target=lambda: answers.setdefault("second", _heavy(local, "second", cookies=cookies)))
+    try:
+        with local.client(cookies=cookies) as c:
+            for _ in range(400):  # the first is running
+                if (c.get("api/progress/first").json()["progress"] or 0) > 0:
+                    break
+                time.sleep(0.05)
+            second.start()
+            for _ in range(400):  # the second waits in the queue, first in line, and its owner sees so
+                if c.get("api/progress/second").json()["queued"] == 1:
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail("the second job never showed as queued")
+            # the fast lane: a plain translation sent after the heavy jobs is answered while they still run and wait
+            _still_answers(c)
+            status = c.get("api/progress/second").json()
+            assert status["queued"] == 1 and "second" not in answers
+            assert status["wait_s"] is None or status["wait_s"] > 0  # the expected wait, once a job has been timed
+            third = _heavy(local, "third")  # one worker, a queue of one: no room
+            _refused(third, 503, "the server is busy")
+            assert 1 <= int(third.headers["Retry-After"]) <= 300
+            r = c.post("api/translate", json={"text": SOURCE, "model": "transformer-es-en", "beam": 5, "heads": True})
+            assert r.status_code == 200 and r.json()["heads"] is not None
+            assert "second" not in answers  # the first still runs
+    finally:
+        held.close()  # the first's page goes away: its job is stopped, and the second gets the worker
+    second.join()
+    assert answers["second"].status_code == 200 and answers["second"].json()["attribution"]["method"] == "saliency"
 
 
 def test_a_worker_killed_mid_job_answers_503_and_the_server_goes_on(servers):
