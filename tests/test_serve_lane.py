@@ -220,6 +220,36 @@ def test_requests_beyond_the_in_flight_limit_get_a_json_503():
     assert "--limit-concurrency" in json.loads(body)["error"]
 
 
+def test_two_lane_threads_run_two_calls_at_once_and_share_the_expected_wait():
+    """With --fast-lanes 2 a second call runs while the first still runs; a third waits for either, and the
+    expected wait counts both threads."""
+    lane = FastLane(max_batch=8, threads=2)
+    first = _hold(lane)
+    second = _hold(lane)  # would never start with one thread: _hold fails after 60 s
+    third = lane.submit(lambda: "third")
+    lane.recent_s = 1.0
+    assert lane.waiting() == 1 and not third.done()
+    assert lane.expected_wait() == 1.0  # (one waiting + one running) x 1 s, over 2 threads
+    first.set()
+    assert third.result(timeout=60) == "third"
+    second.set()
+    lane.stop()
+
+
+def test_two_lane_threads_give_the_answers_of_one(translators):
+    """Batches searched at the same time on two threads (the models shared, no lock) answer as one thread does."""
+    name = "transformer-es-en"
+    tr = translators[name]
+    answers = {}
+    for threads in (1, 2):
+        lane = FastLane(max_batch=2, threads=threads)
+        futures = [lane.submit_translation(translation_payload, tr, s, 5, heads=True, model=name) for s in SOURCES]
+        answers[threads] = [f.result(timeout=120) for f in futures]
+        lane.stop()
+    for one, two in zip(answers[1], answers[2]):
+        assert_same_answer(two, one)
+
+
 def test_a_light_request_that_would_wait_past_fast_wait_gets_503_at_once(translators):
     """The lane's expected wait is the requests ahead times their recent mean time; beyond --fast-wait a
     plain translation is refused with Retry-After instead of joining the line, and served once it is short."""
@@ -228,7 +258,7 @@ def test_a_light_request_that_would_wait_past_fast_wait_gets_503_at_once(transla
     from attnkit.explorer.app import create_app, load_models
 
     models = load_models(["rnnsearch-es-en"])
-    app = create_app(models, options=ServeOptions(fast_wait=2.0), verses=[])
+    app = create_app(models, options=ServeOptions(fast_wait=2.0, fast_lanes=1), verses=[])
     client = TestClient(app, base_url="http://127.0.0.1")
     lane = app.state.explorer.lane
     body = {"text": "Jesús lloró.", "model": "rnnsearch-es-en", "beam": 1}

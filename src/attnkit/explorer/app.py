@@ -24,8 +24,8 @@ processes. **Bad input** gets a 4xx with ``{"error": "..."}`` a person can read,
 the server keeps serving.
 
 **Light work in the fast lane.** A plain translation or caption runs in the server's fast lane
-(:mod:`.lane`), one thread that never waits behind heavy jobs and searches waiting translations of one
-model and beam as one batch. The models are shared without a lock, which is safe because inference mutates
+(:mod:`.lane`), threads (``--fast-lanes``) that never wait behind heavy jobs and search waiting translations
+of one model and beam as one batch. The models are shared without a lock, which is safe because inference mutates
 nothing shared (``torch.no_grad``, eval mode, every request's decoder state and caches its own; grad mode is
 per thread). At most ``--limit-concurrency`` requests are in flight (:mod:`.inflight`).
 """

@@ -1,6 +1,12 @@
 """The fast lane of ``attnkit serve``: light requests (plain translations and captions, within the caps) run
-in one thread of the server process, in arrival order, and never share the heavy jobs' queue, which waits for
-the worker processes (:mod:`.jobs`; by default they leave a core to this lane).
+in threads of the server process (``--fast-lanes``), in arrival order, and never share the heavy jobs' queue,
+which waits for the worker processes (:mod:`.jobs`; they run at a lower priority, so the lane's threads get the
+cores when both want them).
+
+**Threads.** Each of the lane's threads takes the oldest waiting request (and its batch) when it is free, so two
+threads search two batches at once. torch releases Python's GIL inside its operators, and a beam search over a
+batch is mostly operators; on two cores two threads answer a burst of translations about 1.5× as fast as one
+(the Python between the operators is what they share). More threads than cores gain nothing.
 
 **Dynamic batching** (as model servers such as TorchServe and Triton do it): plain translations that wait
 together for the same model and beam are searched as one batch, ``translator.translate([s1, ..., sB])``, one
@@ -13,7 +19,7 @@ would have had alone. The oldest waiting request always goes
 first; waiting translations of its model and beam join its batch (at most ``--fast-batch``).
 
 The lane's queue is bounded in time: :meth:`FastLane.expected_wait` is the requests waiting times their recent
-mean time (a moving average of each batch's time over its size), and the server refuses a light request
+mean time (a moving average of each batch's time over its size), over the threads, and the server refuses a light request
 that would wait longer than ``--fast-wait`` (503 with ``Retry-After``) rather than let the wait grow without
 bound under more load than the lane can serve.
 
@@ -31,6 +37,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..checks import POSITIVE_INT, check
+
 __all__ = ["FastLane"]
 
 RECENT_WEIGHT = 0.2  # the weight of the newest batch's time per request in the moving average
@@ -46,14 +54,17 @@ class _Item:
 
 
 class FastLane:
-    """One worker thread running submitted calls in order, batching plain translations (module docstring)."""
+    """``threads`` worker threads running submitted calls in order, batching plain translations (module
+    docstring)."""
 
-    def __init__(self, max_batch: int = 8):
+    def __init__(self, max_batch: int = 8, threads: int = 1):
+        check("threads", threads, POSITIVE_INT)
         self.max_batch = max_batch
+        self.threads = threads
         self._items: collections.deque[_Item] = collections.deque()
         self._cv = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._stop: threading.Event | None = None  # the running thread's own stop signal
+        self._pool: list[threading.Thread] = []
+        self._stop: threading.Event | None = None  # the running threads' own stop signal
         self.batches: collections.Counter[int] = collections.Counter()  # batch size -> how many (for tests)
         self.recent_s: float | None = None  # the recent requests' mean time in the lane (None: none yet)
 
@@ -70,38 +81,42 @@ class FastLane:
 
     def _put(self, item: _Item) -> Future:
         with self._cv:
-            if self._thread is None:  # started on first use (again after a stop)
+            if not self._pool:  # started on first use (again after a stop)
                 self._stop = threading.Event()
-                self._thread = threading.Thread(
-                    target=self._loop, args=(self._stop,), name="attnkit-fast-lane", daemon=True
-                )
-                self._thread.start()
+                self._pool = [
+                    threading.Thread(target=self._loop, args=(self._stop,), name=f"attnkit-fast-lane-{i}", daemon=True)
+                    for i in range(self.threads)
+                ]
+                for thread in self._pool:
+                    thread.start()
             self._items.append(item)
             self._cv.notify()
         return item.future
 
     def waiting(self) -> int:
-        """Requests waiting for the lane (not counting the one running)."""
+        """Requests waiting for the lane (not counting those running)."""
         return len(self._items)
 
     def expected_wait(self) -> float | None:
-        """Seconds a request submitted now may expect to wait before its turn: the requests waiting, and the
-        one running, times the recent mean time of a request; None before any has been timed."""
+        """Seconds a request submitted now may expect to wait before its turn: the requests waiting, and one
+        running, times the recent mean time of a request (as one thread measures it), over the threads; None
+        before any has been timed."""
         if self.recent_s is None:
             return None
-        return (len(self._items) + 1) * self.recent_s
+        return (len(self._items) + 1) * self.recent_s / self.threads
 
     def _record(self, seconds: float, n: int) -> None:
-        each, r = seconds / n, self.recent_s
-        self.recent_s = each if r is None else (1 - RECENT_WEIGHT) * r + RECENT_WEIGHT * each
+        with self._cv:
+            each, r = seconds / n, self.recent_s
+            self.recent_s = each if r is None else (1 - RECENT_WEIGHT) * r + RECENT_WEIGHT * each
 
     def stop(self) -> None:
-        """End the thread after its current call (at server shutdown); waiting calls are cancelled. A later
-        call starts a fresh thread."""
+        """End the threads after their current calls (at server shutdown); waiting calls are cancelled. A later
+        call starts fresh threads."""
         with self._cv:
             if self._stop is not None:
                 self._stop.set()
-            self._thread = self._stop = None
+            self._pool, self._stop = [], None
             for item in self._items:
                 item.future.cancel()
             self._items.clear()
@@ -139,7 +154,8 @@ class FastLane:
                 extras: list[dict] = [{} for _ in live]
                 if len(live) > 1:
                     extras = self._search_batch(live)
-                self.batches[len(live)] += 1
+                with self._cv:
+                    self.batches[len(live)] += 1
                 outcomes = [self._call(item, extra) for item, extra in zip(live, extras)]
             # timed before any answer goes out, so a caller that has its answer finds its time counted
             self._record(time.perf_counter() - started, len(live))

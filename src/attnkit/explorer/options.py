@@ -99,6 +99,13 @@ class ServeOptions:
         "together (1: one at a time)",
         check=Range(1, high=257, integer=True),
     )
+    fast_lanes: int = option(
+        min(2, os.cpu_count() or 1),
+        "threads of the fast lane, each searching one batch at a time (default: 2, or 1 on a one-core machine; "
+        "torch releases Python's GIL in its operators, so on two cores two threads answer about 1.5x as many "
+        "translations as one)",
+        check=Range(1, high=65, integer=True),
+    )
     fast_wait: float = option(
         10.0,
         "a plain translation or caption that would wait longer than this many seconds for the fast lane (the "
@@ -182,6 +189,7 @@ _LIMITS = (
     "max_body_bytes",
     "max_answer_numbers",
     "fast_batch",
+    "fast_lanes",
     "fast_wait",
     "fast_threads",
     "workers",

@@ -42,12 +42,12 @@ class Explorer:
     given_verses: list[dict] | None = None
     cache: dict[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    lane: FastLane | None = None  # default: one of --fast-batch
+    lane: FastLane | None = None  # default: one of --fast-batch and --fast-lanes
     follower: Follower | None = None  # default: one of --follow-every
 
     def __post_init__(self) -> None:
         if self.lane is None:
-            self.lane = FastLane(self.options.fast_batch)
+            self.lane = FastLane(self.options.fast_batch, self.options.fast_lanes)
         if self.follower is None:
             self.follower = Follower(self.models, self.options.follow_every)
 
@@ -93,7 +93,7 @@ async def served_model(
 
 
 async def run_light(request: Request, fn, /, *args, **kwargs):
-    """Run a light job ``fn(*args, **kwargs)`` in the fast lane (:mod:`.lane`: one thread of the server, in
+    """Run a light job ``fn(*args, **kwargs)`` in the fast lane (:mod:`.lane`: threads of the server, in
     arrival order, never behind the heavy jobs); if the client goes meanwhile, answer 499 at once (a call
     still waiting is dropped; a running one finishes its bounded work and its answer is dropped)."""
     return await _wait(request, _admitted(request).submit(fn, *args, **kwargs))

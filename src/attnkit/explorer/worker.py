@@ -7,7 +7,8 @@ back to the system when it ends, and a worker that dies (killed, out of memory) 
 
 Workers run at a lower priority (``--worker-nice``, 10 by default) with ``--worker-threads`` torch threads
 (1 by default), and there are one fewer than the cores by default, so the server's fast lane
-(:mod:`attnkit.explorer.lane`) keeps a core for plain translations while attributions queue. Progress goes
+(:mod:`attnkit.explorer.lane`, at the normal priority) takes the cores first for plain translations while
+attributions queue. Progress goes
 through a shared array of doubles, one slot per running job, which the server reads when a client asks
 ``/api/progress/{job}``.
 """
