@@ -1,12 +1,13 @@
-"""The fast lane's dynamic batching, in-process: the time to answer a burst of plain translations with
-``--fast-batch`` B against one at a time (B = 1), measured in the same run.
+"""The fast lane's dynamic batching and threads, in-process: the time to answer a burst of plain translations
+with ``--fast-batch`` B against one at a time (B = 1), on one lane thread, and with B on ``--lanes`` threads,
+measured in the same run.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/serve_lane.py [--burst 24] [--batch 8] [--repeats 3]
+    PYTHONPATH=src .venv/bin/python benchmarks/serve_lane.py [--burst 24] [--batch 8] [--lanes 2] [--repeats 3]
 
 A burst of held-out test verses (beam 5, every head's maps, as the page asks; spread over the three
 translators, in a seeded order) is submitted to a :class:`attnkit.explorer.lane.FastLane` at once, as
-when many clients wait; the lane's thread answers them. The two settings alternate ``--repeats`` times
-(torch at 1 thread). Reports the burst's wall time for each, and their ratio; writes
+when many clients wait; the lane's threads answer them. The settings alternate ``--repeats`` times
+(torch at 1 thread). Reports the burst's wall time for each, and their ratios; writes
 benchmarks/results/serve_lane.json.
 """
 
@@ -29,6 +30,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--burst", type=int, default=24)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lanes", type=int, default=2, help="lane threads of the third setting (batches of --batch)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "serve_lane.json"))
@@ -48,8 +50,8 @@ def main() -> None:
     verses = [p.src for p in load_pairs("test")[:200]]
     burst = [(rng.choice(names), rng.choice(verses)) for _ in range(args.burst)]
 
-    def run(batch: int) -> float:
-        lane = FastLane(max_batch=batch)
+    def run(batch: int, threads: int = 1) -> float:
+        lane = FastLane(max_batch=batch, threads=threads)
         t = time.perf_counter()
         futures = [
             lane.submit_translation(translation_payload, translators[n], v, 5, heads=True, model=n) for n, v in burst
@@ -61,19 +63,23 @@ def main() -> None:
         return took
 
     run(args.batch)  # warm
-    times: dict[int, list[float]] = {1: [], args.batch: []}
+    settings = {"1": (1, 1), str(args.batch): (args.batch, 1), f"{args.batch}x{args.lanes}": (args.batch, args.lanes)}
+    times: dict[str, list[float]] = {k: [] for k in settings}
     for _ in range(args.repeats):
-        for b in (1, args.batch):
-            times[b].append(run(b))
-    med = {b: statistics.median(ts) for b, ts in times.items()}
+        for k, (b, threads) in settings.items():
+            times[k].append(run(b, threads))
+    med = {k: statistics.median(ts) for k, ts in times.items()}
+    batched, threaded = str(args.batch), f"{args.batch}x{args.lanes}"
     report = {
         "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "burst": args.burst,
         "batch": args.batch,
-        "seconds": {str(b): [round(t, 2) for t in ts] for b, ts in times.items()},
-        "median_s": {str(b): round(t, 2) for b, t in med.items()},
-        "per_translation_s": {str(b): round(t / args.burst, 3) for b, t in med.items()},
-        "batched_time_ratio": round(med[args.batch] / med[1], 2),
+        "lanes": args.lanes,
+        "seconds": {k: [round(t, 2) for t in ts] for k, ts in times.items()},
+        "median_s": {k: round(t, 2) for k, t in med.items()},
+        "per_translation_s": {k: round(t / args.burst, 3) for k, t in med.items()},
+        "batched_time_ratio": round(med[batched] / med["1"], 2),
+        "threads_time_ratio": round(med[threaded] / med[batched], 2),
         "cpu_count": os.cpu_count(),
         "load_average_1m_at_end": round(os.getloadavg()[0], 1),
     }

@@ -102,7 +102,7 @@ class ServeOptions:
     fast_lanes: int = option(
         min(2, os.cpu_count() or 1),
         "threads of the fast lane, each searching one batch at a time (default: 2, or 1 on a one-core machine; "
-        "torch releases Python's GIL in its operators, so on two cores two threads answer about 1.5x as many "
+        "torch releases Python's GIL in its operators, so on two cores two threads answer about 1.8x as many "
         "translations as one)",
         check=Range(1, high=65, integer=True),
     )
