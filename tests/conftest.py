@@ -46,6 +46,12 @@ def pytest_configure(config):
     _docs_build = (docs_site.start(out), folder)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The documentation tests run last, when the site's background build (above) has long finished: run early,
+    both workers would wait for it, the build being slower for the CPU it shares with them."""
+    items.sort(key=lambda item: item.path.name == "test_docs.py")  # a stable sort: the others keep their order
+
+
 def pytest_unconfigure(config):
     global _docs_build
     if _docs_build is None:
