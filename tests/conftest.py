@@ -42,8 +42,10 @@ def pytest_configure(config):
         return  # the docs tests skip themselves
     folder = Path(tempfile.mkdtemp(prefix="attnkit-docs-"))
     out = folder / "site"
-    os.environ[docs_site.ENV] = str(out)  # the workers, started after this, inherit it
-    _docs_build = (docs_site.start(out), folder)
+    proc = docs_site.start(out)
+    os.environ[docs_site.ENV] = str(out)  # the workers, started after this, inherit both
+    os.environ[docs_site.PID_ENV] = str(proc.pid)
+    _docs_build = (proc, folder)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -59,6 +61,7 @@ def pytest_unconfigure(config):
     proc, folder = _docs_build
     _docs_build = None
     os.environ.pop(docs_site.ENV, None)
+    os.environ.pop(docs_site.PID_ENV, None)
     docs_site.stop(proc)  # if the run ended first (interrupted), its build is no longer wanted
     shutil.rmtree(folder, ignore_errors=True)
 

@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The environment variable through which the controller tells the workers where its build goes.
+#: The environment variables through which the controller tells the workers where its build goes, and its process.
 ENV = "ATTNKIT_TEST_DOCS_SITE"
+PID_ENV = "ATTNKIT_TEST_DOCS_SITE_PID"
 TIMEOUT_S = 1800  # a hung notebook kernel fails the docs tests instead of the suite
 
 
@@ -57,10 +58,23 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def wait(out: Path) -> str | None:
-    """Wait for a background build into ``out``; None when it succeeded, else its log."""
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (absent, or a zombie its parent has not reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # no /proc to read: rely on the time limit
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+def wait(out: Path, pid: int | None = None) -> str | None:
+    """Wait for a background build into ``out`` (by process ``pid``); None when it succeeded, else its log."""
     status, deadline = status_file(out), time.monotonic() + TIMEOUT_S + 60
     while not status.is_file():
+        if pid is not None and _gone(pid) and not status.is_file():
+            return f"the background docs build (process {pid}) ended without a status: killed?"
         if time.monotonic() > deadline:
             return f"no status from the background docs build into {out} after {TIMEOUT_S + 60} s"
         time.sleep(0.5)

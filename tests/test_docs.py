@@ -36,7 +36,8 @@ def site(tmp_path_factory) -> Path:
     background = os.environ.get(docs_site.ENV)
     if background:
         out = Path(background)
-        log = docs_site.wait(out)
+        pid = os.environ.get(docs_site.PID_ENV)
+        log = docs_site.wait(out, int(pid) if pid else None)
         assert log is None, f"mkdocs build --strict failed:\n{log}"
         return out
     from filelock import FileLock
