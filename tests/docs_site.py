@@ -5,7 +5,7 @@ controller starts the build in the background as the run starts (:func:`start`),
 tests meanwhile instead of one of them building while the other waits; the docs tests then wait for its status
 file (:func:`wait`). Run alone (no xdist), the docs tests build the site themselves (:func:`build`).
 
-    python tests/docs_site.py OUT     # builds into OUT, then writes OUT.status.json (return code and log)
+    python tests/docs_site.py OUT     # builds into OUT, then writes OUT.status.json (the log of a failure)
 """
 
 from __future__ import annotations
@@ -25,19 +25,23 @@ PID_ENV = "ATTNKIT_TEST_DOCS_SITE_PID"
 TIMEOUT_S = 1800  # a hung notebook kernel fails the docs tests instead of the suite
 
 
-def build(out: Path) -> subprocess.CompletedProcess:
-    """``mkdocs build --strict`` into ``out``, the notebooks executed (mkdocs.yml reads ATTNKIT_DOCS_EXECUTE);
-    Material's notice about its successor is no warning."""
+def build(out: Path) -> str | None:
+    """``mkdocs build --strict`` into ``out``, the notebooks executed (mkdocs.yml reads ATTNKIT_DOCS_EXECUTE;
+    Material's notice about its successor is no warning): None when it succeeded, else what it printed."""
     env = dict(os.environ, ATTNKIT_DOCS_EXECUTE="true", NO_MKDOCS_2_WARNING="1")
     config = str(ROOT / "mkdocs.yml")
-    return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", config, "--site-dir", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", config, "--site-dir", str(out)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return f"mkdocs build did not end within {TIMEOUT_S} s"
+    return None if proc.returncode == 0 else f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
 
 
 def status_file(out: Path) -> Path:
@@ -78,18 +82,16 @@ def wait(out: Path, pid: int | None = None) -> str | None:
         if time.monotonic() > deadline:
             return f"no status from the background docs build into {out} after {TIMEOUT_S + 60} s"
         time.sleep(0.5)
-    done = json.loads(status.read_text(encoding="utf-8"))
-    return None if done["returncode"] == 0 else done["log"]
+    return json.loads(status.read_text(encoding="utf-8"))["log"]
 
 
 def _main(out: Path) -> None:
     try:
-        proc = build(out)
-        done = {"returncode": proc.returncode, "log": f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"}
-    except Exception as exc:  # a timeout, or mkdocs missing: the tests report it
-        done = {"returncode": -1, "log": repr(exc)}
+        log = build(out)
+    except Exception as exc:  # mkdocs missing, say: the tests report it
+        log = repr(exc)
     tmp = status_file(out).with_suffix(".tmp")
-    tmp.write_text(json.dumps(done), encoding="utf-8")
+    tmp.write_text(json.dumps({"log": log}), encoding="utf-8")
     tmp.replace(status_file(out))  # whole or absent: a worker never reads half of it
 
 
