@@ -12,18 +12,28 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 setup: venv data-packages
 
-# The virtualenv, rebuilt when pyproject.toml or the lock change. torch first, pinned, so pip takes the CPU
-# build from disk; then the project with the exact versions it is tested with (constraints.txt). Nothing is
-# compiled at install time (pip compiles every file of every package, on one core: a third of the set-up's
-# time); Python compiles what is imported, once, and keeps it. This machine sets PYTHONDONTWRITEBYTECODE, under
-# which every process would compile torch anew, so make's commands run without it.
+# The virtualenv, rebuilt when pyproject.toml or the lock change. torch first, pinned, so the CPU build comes
+# from disk; then the project with the exact versions it is tested with (constraints.txt). uv (pinned, put into
+# the venv by pip) installs them: it fetches and unpacks the ~140 packages in parallel (56 s here, against pip's
+# 173 s); pip's find-links, where this machine keeps torch's CPU build, are passed on to it. Where uv cannot be
+# installed, pip does the same job. Nothing is compiled at install time; Python compiles what is imported,
+# once, and keeps it. This machine sets PYTHONDONTWRITEBYTECODE, under which every process would compile
+# torch anew, so make's commands run without it.
 unexport PYTHONDONTWRITEBYTECODE
+UV_VERSION := 0.13.9
+EXTRAS := .[dev,docs,align,explain,deploy,hf]
 PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check --no-compile
+FIND_LINKS = $${PIP_FIND_LINKS:-$$($(PY) -m pip config get global.find-links 2>/dev/null | tr '\n' ' ')}
+UV_INSTALL = UV_FIND_LINKS="$(FIND_LINKS)" $(VENV)/bin/uv pip install -q --python $(PY)
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) torch==2.13.0
-	$(PIP_INSTALL) -c constraints.txt -e '.[dev,docs,align,explain,deploy,hf]'
+	if $(PIP_INSTALL) uv==$(UV_VERSION); then \
+	  $(UV_INSTALL) torch==2.13.0 && $(UV_INSTALL) -c constraints.txt -e '$(EXTRAS)'; \
+	else \
+	  echo "uv could not be installed: pip installs the packages"; \
+	  $(PIP_INSTALL) torch==2.13.0 && $(PIP_INSTALL) -c constraints.txt -e '$(EXTRAS)'; \
+	fi
 	touch $@
 
 # Debian packages, installed only when missing: the real data (the Bibles and Fashion-MNIST) for everything,
