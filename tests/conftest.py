@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import background
+import bible_home as bible
 import docs_site
 
 try:  # Playwright's expect() waits 5 s by default; two pytest workers, their servers and chromium share two cores
@@ -16,36 +18,41 @@ try:  # Playwright's expect() waits 5 s by default; two pytest workers, their se
 except ImportError:
     pass
 
-SWORD = Path("/usr/share/sword")
-HAVE_SWORD = all((SWORD / "mods.d" / f"{m}.conf").is_file() for m in ("spaRV1909eb", "engWEB2015eb"))
+SWORD = bible.SWORD
+HAVE_SWORD = bible.have_sword()
+
+_background: list = []  # (process, folder, its variables) of the xdist controller's background preparations
 
 
-_docs_build = None  # (process, folder) of the documentation site's background build, in the xdist controller
+def _start(module, out: Path) -> None:
+    """Start ``module``'s background preparation of ``out`` and tell the workers, started after this, about it."""
+    proc = module.start(out)
+    os.environ[module.ENV] = str(out)
+    os.environ[module.PID_ENV] = str(proc.pid)
+    _background.append((proc, out.parent, (module.ENV, module.PID_ENV)))
 
 
 def pytest_configure(config):
-    """Under pytest-xdist, the controller starts the documentation site's build (~100 s) as the run starts, when
-    the docs tests are among those run, so that no worker sits waiting for it (:mod:`docs_site`)."""
-    global _docs_build
+    """Under pytest-xdist, the controller starts the slow shared preparations as the run starts, so that no worker
+    sits waiting for another to make them: the prepared Bible (~35 s, :mod:`bible_home`), and the documentation
+    site's build (~100 s, :mod:`docs_site`) when the docs tests are among those run."""
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
-        return  # a worker, or a run without xdist: the docs tests build the site themselves
-    if config.option.keyword or config.option.markexpr or os.environ.get(docs_site.ENV):
-        return  # a filtered run may leave the docs tests out: they build it themselves if they run
+        return  # a worker, or a run without xdist: the tests prepare what they need themselves
+    if config.option.keyword or config.option.markexpr:
+        return  # a filtered run may leave out the tests that need them: they prepare them themselves if they run
     args = [Path(a.split("::")[0]).resolve() for a in config.args]
     tests = Path(__file__).resolve().parent
-    if args and not any(a in (tests, tests.parent, tests / "test_docs.py") for a in args):
+    whole = not args or any(a in (tests, tests.parent) for a in args)
+    if whole and HAVE_SWORD and not os.environ.get(bible.ENV):
+        _start(bible, Path(tempfile.mkdtemp(prefix="attnkit-bible-")) / "home")
+    if not (whole or tests / "test_docs.py" in args) or os.environ.get(docs_site.ENV):
         return
     try:
         import material  # noqa: F401
         import mkdocs  # noqa: F401
     except ImportError:
         return  # the docs tests skip themselves
-    folder = Path(tempfile.mkdtemp(prefix="attnkit-docs-"))
-    out = folder / "site"
-    proc = docs_site.start(out)
-    os.environ[docs_site.ENV] = str(out)  # the workers, started after this, inherit both
-    os.environ[docs_site.PID_ENV] = str(proc.pid)
-    _docs_build = (proc, folder)
+    _start(docs_site, Path(tempfile.mkdtemp(prefix="attnkit-docs-")) / "site")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -55,26 +62,28 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_unconfigure(config):
-    global _docs_build
-    if _docs_build is None:
-        return
-    proc, folder = _docs_build
-    _docs_build = None
-    os.environ.pop(docs_site.ENV, None)
-    os.environ.pop(docs_site.PID_ENV, None)
-    docs_site.stop(proc)  # if the run ended first (interrupted), its build is no longer wanted
-    shutil.rmtree(folder, ignore_errors=True)
+    while _background:
+        proc, folder, variables = _background.pop()
+        for name in variables:
+            os.environ.pop(name, None)
+        background.stop(proc)  # if the run ended first (interrupted), it is no longer wanted
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def bible_home(tmp_path_factory):
-    """An ATTNKIT_HOME holding the prepared corpus (prepare runs once, ~6 s)."""
+    """An ATTNKIT_HOME holding the prepared corpus: under pytest-xdist a copy of the one the run's controller
+    prepared in the background, with the 1,000-piece tokenizer the training tests use (:mod:`bible_home`); else
+    prepared here (~7 s)."""
     if not HAVE_SWORD:
         pytest.skip("SWORD modules not installed (apt-get install sword-text-sparv sword-text-web)")
-    from attnkit.data.datasets.bible import prepare_bible
-
     home = tmp_path_factory.mktemp("attnkit_home")
-    prepare_bible(home, sword_path=SWORD)
+    prepared = os.environ.get(bible.ENV)
+    if prepared:
+        pid = os.environ.get(bible.PID_ENV)
+        bible.copy_into(home, Path(prepared), int(pid) if pid else None)
+    else:
+        bible.prepare(home, tokenizer=False)
     return home
 
 
