@@ -88,6 +88,45 @@ def test_without_a_model_the_written_rule_picks_one_and_says_why(toy_home, tmp_p
     assert pick_model(None).options == {} and pick_model(None).model == "rnnsearch"
 
 
+def test_a_transformer_asked_for_with_a_short_budget_gets_the_rule_s_size_unless_given(toy_home, tmp_path, capsys):
+    """`--model transformer --max-time-s 600`: the size rule sets the layers, the feed-forward width and the learning
+    rate the user left unset (here the user gives d_model, the heads and one encoder layer), says so, and the record
+    and the model have them; past the rule's bound, or without a time budget, the recipe's sizes stand, unannounced."""
+    from attnkit.tasks.translation.budget_defaults import pick_for
+
+    tiny = ["--d-model", "16", "--nhead", "2", "--num-encoder-layers", "1", "--batch-size", "16", "--threads", "1"]
+    argv = ["--home", str(toy_home), "train", "translation", "--data", "toy", "--model", "transformer", *tiny]
+    out = tmp_path / "run"
+    assert cli_main([*argv, "--max-time-s", "600", "--max-steps", "2", "--out-dir", str(out), "--no-progress"]) == 0
+    pick = pick_for("transformer", 600)
+    assert pick.options == {
+        "d_model": 128,
+        "num_encoder_layers": 2,
+        "num_decoder_layers": 2,
+        "dim_feedforward": 512,
+        "lr": 2e-3,
+    }
+    err = capsys.readouterr().err
+    said = "--num-decoder-layers 2 --dim-feedforward 512 --lr 0.002"
+    assert f"attnkit: a 600-s budget: training transformer ({said}): {pick.why}" in err
+    record = json.loads((out / "train_config.json").read_text())
+    mc = record["model_config"]
+    assert record["lr"] == 2e-3
+    assert (mc["d_model"], mc["nhead"], mc["num_encoder_layers"], mc["num_decoder_layers"]) == (16, 2, 1, 2)
+    assert mc["dim_feedforward"] == 512
+    model = json.loads((list_checkpoints(out)[-1] / "config.json").read_text())
+    assert (model["num_decoder_layers"], model["dim_feedforward"]) == (2, 512)
+    # an hour, or no time budget: the recipe (3+3 layers, FFN 1,024, peak 1e-3), nothing said
+    assert pick_for("transformer", 3600) is None and pick_for("transformer", None) is None
+    assert pick_for("rnnsearch", 600) is None and pick_for(None, 600).model == "rnnsearch"
+    out = tmp_path / "long"
+    assert cli_main([*argv, "--max-time-s", "3600", "--max-steps", "2", "--out-dir", str(out), "--no-progress"]) == 0
+    assert "a 3600-s budget" not in capsys.readouterr().err
+    record = json.loads((out / "train_config.json").read_text())
+    assert record["lr"] == 1e-3 and record["model_config"]["num_decoder_layers"] == 3
+    assert record["model_config"]["dim_feedforward"] == 1024
+
+
 def test_a_run_folder_opens_as_its_newest_complete_checkpoint(toy_home, tmp_path, capsys):
     """`serve`/`translate --model RUN_FOLDER` on a model still training: its newest complete checkpoint."""
     from attnkit.cli.common import CLIError, _model_path

@@ -15,15 +15,18 @@ def cmd_train_translation(args) -> None:
 
     from ..data.corpus import open_corpus
     from ..tasks.translation import TranslationConfig, train_translation
-    from ..tasks.translation.budget_defaults import apply_pick, pick_model
+    from ..tasks.translation.budget_defaults import apply_pick, pick_for
 
-    if args.model is None:  # no --model: the written rule picks one, and says which and why
-        open_corpus(args.data, home=args.home)  # an unknown corpus is the error, before any pick is announced
-        pick = pick_model(args.max_time_s)
+    asked = args.model
+    pick = pick_for(asked, args.max_time_s)  # no --model, or a short budget: the written rules set what is unset
+    if pick is not None:
+        if asked is None:
+            open_corpus(args.data, home=args.home)  # an unknown corpus is the error, before any pick is announced
         flags = apply_pick(args, pick)
-        if os.environ.get("RANK", "0") == "0":
+        if os.environ.get("RANK", "0") == "0" and (asked is None or flags):
             sized = f" ({' '.join(flags)})" if flags else ""
-            print(f"attnkit: no --model given: training {args.model}{sized}: {pick.why}", file=sys.stderr)
+            said = "no --model given: training" if asked is None else f"a {args.max_time_s:g}-s budget: training"
+            print(f"attnkit: {said} {args.model}{sized}: {pick.why}", file=sys.stderr)
     cfg = TranslationConfig.from_args(args)
     _output(cfg.run.out_dir, "--out-dir", folder=True)
     summary = train_translation(cfg, resume=args.resume, home=args.home)

@@ -188,11 +188,13 @@ class TranslationConfig(TaskConfig):
     @classmethod
     def from_args(cls, args) -> TranslationConfig:
         """The config the parsed flags describe (``args.model`` picks the model; None:
-        :func:`~.budget_defaults.pick_model`'s rule); a flag of another model's config is a :class:`ConfigError`."""
-        if getattr(args, "model", None) is None:  # no --model: the written rule for the budget
-            from .budget_defaults import apply_pick, pick_model
+        :func:`~.budget_defaults.pick_model`'s rule; the options a short budget's rule sets and the flags left
+        unset, :func:`~.budget_defaults.pick_for`); a flag of another model's config is a :class:`ConfigError`."""
+        from .budget_defaults import apply_pick, pick_for
 
-            apply_pick(args, pick_model(getattr(args, "max_time_s", None)))
+        pick = pick_for(getattr(args, "model", None), getattr(args, "max_time_s", None))
+        if pick is not None:
+            apply_pick(args, pick)
         given = {k for k, v in vars(args).items() if v is not None}
         mine = option_names(model_config_class(args.model))
         others = set().union(*(option_names(model_config_class(m)) for m in TRANSLATION_MODELS)) - mine
