@@ -146,3 +146,28 @@ def test_a_run_folder_opens_as_its_newest_complete_checkpoint(toy_home, tmp_path
     (empty / "train_log.jsonl").write_text("")
     with pytest.raises(CLIError, match="no complete checkpoint yet"):
         _model_path(str(empty), "unused")
+
+
+def test_a_model_of_a_one_language_corpus_is_evaluated_in_the_direction_it_was_trained(tmp_path):
+    """A corpus with one language on both sides (``en`` -> ``en``, as King James -> World English Bible) is
+    never read turned around: `evaluate translation` translates its sources and scores against its targets."""
+    from attnkit.data.corpus import Corpus, open_corpus
+    from attnkit.tasks.translation.translation_quality import evaluate_translation
+
+    assert not Corpus("same", "en", "en").turned_around("en", "en")
+    assert Corpus("bible", "es", "en").turned_around("en", "es")
+    assert not Corpus("bible", "es", "en").turned_around("es", "en")
+    home = tmp_path / "home"
+    pairs = synthetic_pairs(120, seed=7)
+    files = {
+        split: write_aligned(tmp_path, split, part, "old", "new")  # file suffixes; both sides are English
+        for split, part in (("train", pairs[:100]), ("valid", pairs[100:110]), ("test", pairs[110:]))
+    }
+    prepare_parallel("one-language", src_lang="en", tgt_lang="en", vocab_size=400, home=home, **files)
+    out = tmp_path / "run"
+    argv = ["--home", str(home), "train", "translation", "--data", "one-language", "--model", "transformer"]
+    assert cli_main([*argv, *SIZES, "--max-steps", "1", "--out-dir", str(out), "--no-progress"]) == 0
+    report = evaluate_translation(list_checkpoints(out)[-1], limit=3, home=home)
+    test = open_corpus("one-language", home).pairs("test", limit=3)
+    assert [(e["source"], e["reference"]) for e in report["examples"]] == [(p.src, p.tgt) for p in test]
+    assert any(p.src != p.tgt for p in test)  # the two sides differ, so a swap could not pass unseen

@@ -143,8 +143,9 @@ class Corpus:
 
     def turned_around(self, src_lang: str | None, tgt_lang: str | None) -> bool:
         """Whether a model translating ``src_lang`` → ``tgt_lang`` reads this corpus the other way round
-        (``transformer-en-es`` on the Bible): its sources are the corpus's targets."""
-        return (src_lang, tgt_lang) == (self.tgt_lang, self.src_lang)
+        (``transformer-en-es`` on the Bible): its sources are the corpus's targets. Never for a corpus of one
+        language on both sides (King James → World English Bible, ``en`` → ``en``), which is read as prepared."""
+        return self.src_lang != self.tgt_lang and (src_lang, tgt_lang) == (self.tgt_lang, self.src_lang)
 
     @property
     def separate_vocab(self) -> bool:
