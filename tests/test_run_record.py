@@ -104,14 +104,14 @@ def test_a_transformer_asked_for_with_a_short_budget_gets_the_rule_s_size_unless
         "num_encoder_layers": 2,
         "num_decoder_layers": 2,
         "dim_feedforward": 512,
-        "lr": 3e-3,
+        "lr": 4e-3,
     }
     err = capsys.readouterr().err
-    said = "--num-decoder-layers 2 --dim-feedforward 512 --lr 0.003"
+    said = "--num-decoder-layers 2 --dim-feedforward 512 --lr 0.004"
     assert f"attnkit: a 600-s budget: training transformer ({said}): {pick.why}" in err
     record = json.loads((out / "train_config.json").read_text())
     mc = record["model_config"]
-    assert record["lr"] == 3e-3
+    assert record["lr"] == 4e-3
     assert (mc["d_model"], mc["nhead"], mc["num_encoder_layers"], mc["num_decoder_layers"]) == (16, 2, 1, 2)
     assert mc["dim_feedforward"] == 512
     model = json.loads((list_checkpoints(out)[-1] / "config.json").read_text())
