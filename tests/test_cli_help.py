@@ -43,3 +43,20 @@ def test_the_walk_sees_every_command():
         "models",
         "data prepare",
     } <= commands
+
+
+def test_building_the_commands_does_not_load_the_web_stack():
+    """``attnkit train`` and the other commands parse their options without importing pydantic or
+    FastAPI (only ``serve`` needs them): a fresh interpreter builds the whole parser and is checked."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from attnkit.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in ('pydantic', 'fastapi', 'starlette', 'uvicorn') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
+    from attnkit.explorer import ExplorerData  # the package's names still load, on first use
+
+    assert ExplorerData.__name__ == "ExplorerData"
