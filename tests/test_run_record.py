@@ -119,6 +119,9 @@ def test_a_transformer_asked_for_with_a_short_budget_gets_the_rule_s_size_unless
     # an hour, or no time budget: the recipe (3+3 layers, FFN 1,024, peak 1e-3), nothing said
     assert pick_for("transformer", 3600) is None and pick_for("transformer", None) is None
     assert pick_for("rnnsearch", 600) is None and pick_for(None, 600).model == "rnnsearch"
+    # measured on a CPU only: on a GPU the recipe's size learns more in 10 minutes, and stands
+    assert pick_for("transformer", 600, "cuda") is None and pick_for("transformer", 600, "mps") is None
+    assert pick_for("transformer", 600, "cpu") == pick and pick_for(None, 600, "cuda").model == "rnnsearch"
     out = tmp_path / "long"
     assert cli_main([*argv, "--max-time-s", "3600", "--max-steps", "2", "--out-dir", str(out), "--no-progress"]) == 0
     assert "a 3600-s budget" not in capsys.readouterr().err

@@ -15,10 +15,12 @@ def cmd_train_translation(args) -> None:
 
     from ..data.corpus import open_corpus
     from ..tasks.translation import TranslationConfig, train_translation
-    from ..tasks.translation.budget_defaults import apply_pick, pick_for
+    from ..tasks.translation.budget_defaults import apply_pick, device_type, pick_for
 
     asked = args.model
-    pick = pick_for(asked, args.max_time_s)  # no --model, or a short budget: the written rules set what is unset
+    pick = pick_for(
+        asked, args.max_time_s, device_type(args)
+    )  # no --model, or a short budget: the written rules set what is unset
     if pick is not None:
         if asked is None:
             open_corpus(args.data, home=args.home)  # an unknown corpus is the error, before any pick is announced

@@ -31,7 +31,10 @@ measurements behind them
   (``--max-time-s 600 --threads 2``) it scored 15.71 and 14.69 test BLEU (beam 5) in two runs at peak 4e-3 (1,321
   and 1,196 steps), 14.05 at 3e-3 (1,188 steps) and 12.52 at 2e-3 (1,098 steps); with guided alignment at 2e-3, 15.49 (1,133 steps;
   the links made beforehand). Measured at 600 s only; past 15 minutes the recipe's size stands (at 100 minutes it
-  scores 32.82).
+  scores 32.82). **On a CPU only**: on a GPU (one H200, 300 s, three runs side by side) both sizes ran 4,530
+  steps, since a step there costs its kernel launches, and the recipe's size scored 29.37 test BLEU against the
+  quarter size's 26.64, so on ``cuda`` and ``mps`` the recipe stands. The no-``--model`` rule held there too
+  (the RNN: 30.12).
 - The budget-fitted schedule (:mod:`attnkit.training.budget`) applies to whichever model runs.
 
 Only options the user did not give are set: ``--hidden-dim 128`` or ``--rnn-attention bahdanau`` on
@@ -43,7 +46,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["RULE", "SIZE_RULES", "Pick", "apply_pick", "pick_for", "pick_model"]
+__all__ = ["RULE", "SIZE_RULES", "Pick", "apply_pick", "device_type", "pick_for", "pick_model"]
 
 
 class Pick(NamedTuple):
@@ -79,21 +82,30 @@ RULE: tuple[tuple[float | None, Pick], ...] = (
 )
 
 
-#: The sizes for a model that was asked for by name, per model: (budget in seconds up to which the entry
-#: holds, the pick), as :data:`RULE`; past the last bound, or without a time budget, the model's recipe.
-SIZE_RULES: dict[str, tuple[tuple[float, Pick], ...]] = {
-    "transformer": (
-        (
-            900.0,
-            Pick(
-                "transformer",
-                {"d_model": 128, "num_encoder_layers": 2, "num_decoder_layers": 2, "dim_feedforward": 512, "lr": 4e-3},
-                "for budgets up to 15 minutes a Transformer a quarter of the recipe's size runs 2.5 times its steps "
-                "and learns more in them (600 s on the en-es Bible: 14.69-15.71 test BLEU against 4.36 at the recipe's "
-                "size; with --guided-alignment 15.49 against 10.52)",
+#: The sizes for a model that was asked for by name, per model and per device type the rule was measured on:
+#: (budget in seconds up to which the entry holds, the pick), as :data:`RULE`; past the last bound, without a
+#: time budget, or on a device type with no entry, the model's recipe.
+SIZE_RULES: dict[str, dict[str, tuple[tuple[float, Pick], ...]]] = {
+    "transformer": {
+        "cpu": (
+            (
+                900.0,
+                Pick(
+                    "transformer",
+                    {
+                        "d_model": 128,
+                        "num_encoder_layers": 2,
+                        "num_decoder_layers": 2,
+                        "dim_feedforward": 512,
+                        "lr": 4e-3,
+                    },
+                    "for budgets up to 15 minutes on a CPU a Transformer a quarter of the recipe's size runs 2.5 times "
+                    "its steps and learns more in them (600 s on the en-es Bible, 2 cores: 14.69-15.71 test BLEU against "
+                    "4.36 at the recipe's size; with --guided-alignment 15.49 against 10.52)",
+                ),
             ),
         ),
-    ),
+    },
 }
 
 
@@ -112,12 +124,20 @@ def pick_model(max_time_s: float | None) -> Pick:
     return pick
 
 
-def pick_for(model: str | None, max_time_s: float | None) -> Pick | None:
-    """What the rules set for ``--model model`` (None: not given, :func:`pick_model`) and a budget of
-    ``max_time_s`` seconds: a :class:`Pick`, or None where the model's recipe stands as it is (:data:`SIZE_RULES`)."""
+def pick_for(model: str | None, max_time_s: float | None, device: str = "cpu") -> Pick | None:
+    """What the rules set for ``--model model`` (None: not given, :func:`pick_model`), a budget of
+    ``max_time_s`` seconds and the device type training runs on (``"cpu"``, ``"cuda"``, ``"mps"``): a
+    :class:`Pick`, or None where the model's recipe stands as it is (:data:`SIZE_RULES`)."""
     if model is None:
         return pick_model(max_time_s)
-    return _first(SIZE_RULES.get(model, ()), max_time_s)
+    return _first(SIZE_RULES.get(model, {}).get(device, ()), max_time_s)
+
+
+def device_type(args) -> str:
+    """The device type ``args.device`` (None or ``"auto"``: what this machine has) trains on, for :func:`pick_for`."""
+    from ...device import resolve_device
+
+    return resolve_device(getattr(args, "device", None)).type
 
 
 def apply_pick(args, pick: Pick) -> list[str]:

@@ -190,9 +190,9 @@ class TranslationConfig(TaskConfig):
         """The config the parsed flags describe (``args.model`` picks the model; None:
         :func:`~.budget_defaults.pick_model`'s rule; the options a short budget's rule sets and the flags left
         unset, :func:`~.budget_defaults.pick_for`); a flag of another model's config is a :class:`ConfigError`."""
-        from .budget_defaults import apply_pick, pick_for
+        from .budget_defaults import apply_pick, device_type, pick_for
 
-        pick = pick_for(getattr(args, "model", None), getattr(args, "max_time_s", None))
+        pick = pick_for(getattr(args, "model", None), getattr(args, "max_time_s", None), device_type(args))
         if pick is not None:
             apply_pick(args, pick)
         given = {k for k, v in vars(args).items() if v is not None}
