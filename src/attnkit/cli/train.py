@@ -18,9 +18,8 @@ def cmd_train_translation(args) -> None:
     from ..tasks.translation.budget_defaults import apply_pick, device_type, pick_for
 
     asked = args.model
-    pick = pick_for(
-        asked, args.max_time_s, device_type(args)
-    )  # no --model, or a short budget: the written rules set what is unset
+    # no --model, or a short budget on a CPU: the written rules set what is unset
+    pick = pick_for(asked, args.max_time_s, device_type(args))
     if pick is not None:
         if asked is None:
             open_corpus(args.data, home=args.home)  # an unknown corpus is the error, before any pick is announced
