@@ -8,6 +8,12 @@ command's parser from it) does not import pydantic and the web stack for ``attnk
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers and the API reference (griffe) read; at run time, __getattr__ below
+    from .html import standalone_html, write_explorer_html
+    from .payload import WORD_RULE, caption_payload, translation_payload
+    from .schema import Caption, ExplorerData, Translation
 
 _WHERE = {
     "WORD_RULE": "payload",
@@ -20,7 +26,16 @@ _WHERE = {
     "write_explorer_html": "html",
 }
 
-__all__ = sorted(_WHERE)
+__all__ = [
+    "WORD_RULE",
+    "Caption",
+    "ExplorerData",
+    "Translation",
+    "caption_payload",
+    "standalone_html",
+    "translation_payload",
+    "write_explorer_html",
+]
 
 
 def __getattr__(name: str):
