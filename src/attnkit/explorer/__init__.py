@@ -15,17 +15,6 @@ if TYPE_CHECKING:  # what type checkers and the API reference (griffe) read; at 
     from .payload import WORD_RULE, caption_payload, translation_payload
     from .schema import Caption, ExplorerData, Translation
 
-_WHERE = {
-    "WORD_RULE": "payload",
-    "caption_payload": "payload",
-    "translation_payload": "payload",
-    "Caption": "schema",
-    "ExplorerData": "schema",
-    "Translation": "schema",
-    "standalone_html": "html",
-    "write_explorer_html": "html",
-}
-
 __all__ = [
     "WORD_RULE",
     "Caption",
@@ -39,12 +28,15 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    if name not in _WHERE:
+    if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-    globals()[name] = value
-    return value
+    for part in ("payload", "schema", "html"):
+        module = importlib.import_module(f".{part}", __name__)
+        if name in vars(module):
+            globals()[name] = value = vars(module)[name]
+            return value
+    raise AttributeError(f"module {__name__!r}: {name!r} is in __all__ but in none of its modules")  # pragma: no cover
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_WHERE))
+    return sorted(set(globals()) | set(__all__))
