@@ -1,6 +1,6 @@
 """Where a Transformer training step's time goes, and how close it runs to the core's GEMM peak.
 
-    PYTHONPATH=src python benchmarks/profile_training.py [--steps 8] [--threads 1] [--d-model 256]
+    PYTHONPATH=src python benchmarks/profile_training.py [--steps 8] [--threads 1] [--d-model 256] [--size ten-minute]
 
 The step is ``Trainer.train_step`` as training runs it (forward, label-smoothed loss through the
 fused linear + cross-entropy, backward, clipping, fused Adam, schedule) on the shipped Transformer
@@ -54,10 +54,14 @@ from attnkit.tasks.translation import (  # noqa: E402
     translation_batches,
     translation_loss_fn,
 )
+from attnkit.tasks.translation.budget_defaults import pick_for  # noqa: E402
 from attnkit.training import ListBatches, RunConfig, Trainer  # noqa: E402
 
 #: The Transformer row of benchmarks/train_throughput.py (the shipped size).
 TRANSFORMER = dict(model="transformer", dropout=0.1, warmup_steps=500, lr=1.5e-3)
+
+#: ``--size``: the recipe's Transformer, or the size the CPU rule trains for a ten-minute budget.
+SIZES = {"recipe": {}, "ten-minute": pick_for("transformer", 600, "cpu").options}
 
 #: Operator kinds, matched in this order on the operator's name (first match wins).
 KINDS = [
@@ -97,6 +101,18 @@ def _project_qkv_indexed(self, query, key, value):
 
 
 @contextlib.contextmanager
+def float_dropout_masks():
+    """attnkit's CPU dropout with its mask drawn as ``u ≥ p``, ``u ~ U[0, 1)`` (``torch.rand``), as
+    before the 16-bit integer draws (four per 64-bit draw of the generator)."""
+    saved = attnkit_dropout.keep_mask
+    attnkit_dropout.keep_mask = lambda shape, drop, device: torch.rand(shape, device=device) >= drop / 2**16
+    try:
+        yield
+    finally:
+        attnkit_dropout.keep_mask = saved
+
+
+@contextlib.contextmanager
 def indexed_qkv():
     """The self-attention's q, k, v split by indexing (before ``unbind``)."""
     saved = MultiHeadAttention._project_qkv
@@ -116,17 +132,18 @@ def compile_model(trainer: Trainer) -> None:
 #: the contexts wrap every step, the preparation runs once on the candidate's trainer.
 COMPARISONS = {
     "dropout": (torch_dropout, contextlib.nullcontext, None),
+    "dropout-16bit": (float_dropout_masks, contextlib.nullcontext, None),
     "qkv-unbind": (indexed_qkv, contextlib.nullcontext, None),
     "compile": (contextlib.nullcontext, contextlib.nullcontext, compile_model),
 }
 
 
-def compare(name: str, batches: list[dict], pad_id: int, warmup: int, tmp: str) -> dict:
+def compare(name: str, batches: list[dict], pad_id: int, warmup: int, tmp: str, **options) -> dict:
     """Baseline and candidate of ``COMPARISONS[name]``, two trainers from the same initial weights,
     stepping in turn on the same batches (so both see the same machine load); seconds per step each
     after ``warmup`` steps, and the warm-up's seconds (a compilation's cost shows there)."""
     base_ctx, cand_ctx, prepare = COMPARISONS[name]
-    trainers = [make_trainer(batches, pad_id, tmp) for _ in range(2)]
+    trainers = [make_trainer(batches, pad_id, tmp, **options) for _ in range(2)]
     if prepare is not None:
         prepare(trainers[1])
     seconds, warm, losses = [0.0, 0.0], [0.0, 0.0], [[], []]
@@ -255,7 +272,7 @@ def run_profile(args, batches: list[dict], pad_id: int, tmp: str) -> dict:
     timed = batches[args.warmup :]
     tokens = sum(int(b["tgt_out"].ne(pad_id).sum()) for b in timed)
     peaks = gemm_peaks(args.threads)
-    trainer = make_trainer(batches, pad_id, tmp)
+    trainer = make_trainer(batches, pad_id, tmp, **SIZES[args.size])
     for b in batches[: args.warmup]:
         trainer.train_step(b)
     t = time.perf_counter()
@@ -320,6 +337,9 @@ def main() -> None:
         "--compare", choices=sorted(COMPARISONS), nargs="*", default=[], help="time these changes side by side"
     )
     ap.add_argument("--no-profile", action="store_true", help="only the comparisons")
+    ap.add_argument(
+        "--size", choices=sorted(SIZES), default="recipe", help="the recipe's Transformer or the ten-minute rule's size"
+    )
     ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "profile_training.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -328,10 +348,11 @@ def main() -> None:
     print(f"CPU: {cpu['model']}; flags {' '.join(cpu['flags'])}; torch {torch.__version__}, {args.threads} thread(s)")
     print(f"kernels: ATen CPU capability {torch.backends.cpu.get_cpu_capability()}\n")
     result = {"machine": platform.platform(), "cpu": cpu, "threads": args.threads, "torch": torch.__version__}
+    result["size"] = {"name": args.size, **SIZES[args.size]}
     with tempfile.TemporaryDirectory() as tmp:
         if not args.no_profile:
             result.update(run_profile(args, batches, pad_id, tmp))
-        comparisons = [compare(name, batches, pad_id, args.warmup, tmp) for name in args.compare]
+        comparisons = [compare(name, batches, pad_id, args.warmup, tmp, **SIZES[args.size]) for name in args.compare]
     if comparisons:
         print("\n| change | before ms/step | after ms/step | speed-up | warm-up s before / after ", end="")
         print("| first loss before / after | max loss diff |")

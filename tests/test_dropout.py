@@ -1,7 +1,9 @@
 """attnkit's CPU dropout (attnkit.attention.dropout) and the attention training path that uses it.
 
-References: the mask rebuilt from the same seed with ``torch.rand`` (``u >= p`` keeps), and attention
-computed in float64 by hand (softmax, mask, dropout, product) or by ``torch.nn.functional``."""
+References: the mask rebuilt from the same seed with plain integer arithmetic on the generator's 64-bit
+draws (four unsigned 16-bit pieces each, a piece ``u`` kept when ``(u + 2¹⁵) mod 2¹⁶ ≥ round(p·2¹⁶)``), or
+with ``torch.rand`` (``u >= p``) for a ``p`` off that grid; attention computed in float64 by hand
+(softmax, mask, dropout, product) or by ``torch.nn.functional``."""
 
 from __future__ import annotations
 
@@ -23,8 +25,34 @@ def test_eval_and_zero_p_are_the_identity():
     assert torch.equal(d(x), x)
 
 
-def test_mask_is_u_at_least_p_from_the_seeded_generator():
-    x, p = torch.randn(3, 7, 11), 0.25
+def reference_keep(shape, p: float, seed: int) -> tuple[torch.Tensor, float]:
+    """The keep mask and the effective drop rate dropout draws for ``shape`` after ``torch.manual_seed(seed)``,
+    rebuilt from the 64-bit draws with Python integers (no views, no int16 reading)."""
+    n = math.prod(shape)
+    torch.manual_seed(seed)
+    words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1).tolist()
+    drop = round(p * 65536)
+    keep = []
+    for w in words:
+        w %= 2**64  # the draw's bits as an unsigned number
+        for piece in range(4):  # little-endian 16-bit pieces, as the tensor's bytes hold them
+            u = (w >> (16 * piece)) & 0xFFFF
+            keep.append((u + 32768) % 65536 >= drop)
+    return torch.tensor(keep[:n]).view(shape), drop / 65536
+
+
+@pytest.mark.parametrize("p", [0.25, 0.1, 0.3])
+def test_mask_is_rebuilt_from_the_seeded_generator_s_16_bit_draws(p):
+    x = torch.randn(3, 7, 11)  # 231 entries: not a multiple of 4
+    keep, p_eff = reference_keep(x.shape, p, seed=5)
+    assert abs(p_eff - p) <= 2**-17
+    torch.manual_seed(5)
+    y = dropout(x, p, training=True)
+    assert torch.allclose(y, torch.where(keep, x / (1.0 - p_eff), torch.zeros_like(x)), rtol=1e-6, atol=0)
+
+
+def test_a_p_off_the_16_bit_grid_is_drawn_as_u_at_least_p():
+    x, p = torch.randn(3, 7, 11), 0.01  # 0.01 · 2¹⁶ = 655.36: the grid would move p by 5e-4 of itself
     torch.manual_seed(5)
     keep = torch.rand(x.shape) >= p  # the independent reference of the mask
     torch.manual_seed(5)
@@ -32,7 +60,7 @@ def test_mask_is_u_at_least_p_from_the_seeded_generator():
     assert torch.equal(y, torch.where(keep, x * (1.0 / (1.0 - p)), torch.zeros_like(x)))
 
 
-@pytest.mark.parametrize("p", [0.1, 0.5])
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.01])
 def test_keep_rate_and_gradient(p):
     n = 200_000
     x = (torch.rand(n) + 0.5).requires_grad_(True)  # no zeros: a dropped entry is exactly 0
@@ -79,15 +107,15 @@ def test_attention_training_path_matches_float64_reference(p):
     q, k, v = (torch.randn(B, H, N, D, requires_grad=True) for _ in range(3))
     lengths = torch.tensor([6, 3, 1])
     mask = (torch.arange(N)[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, N) True = real key
-    torch.manual_seed(9)
-    keep = (torch.rand(B, H, N, N) >= p).double() if p else None
+    keep, p_eff = reference_keep((B, H, N, N), p, seed=9) if p else (None, 0.0)
+    keep = keep.double() if p else None
     torch.manual_seed(9)
     out, _ = attend(q, k, v, mask=mask, dropout_p=p, training=True)
     grad_out = torch.randn_like(out)
     got = torch.autograd.grad(out, (q, k, v), grad_out)
 
     q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
-    ref = _attention_reference(q64, k64, v64, mask, p, keep)
+    ref = _attention_reference(q64, k64, v64, mask, p_eff, keep)
     want = torch.autograd.grad(ref, (q64, k64, v64), grad_out.double())
     assert torch.allclose(out.double(), ref, atol=1e-5)
     for g, w in zip(got, want):
