@@ -51,8 +51,10 @@ def test_mask_is_rebuilt_from_the_seeded_generator_s_16_bit_draws(p):
     assert torch.allclose(y, torch.where(keep, x / (1.0 - p_eff), torch.zeros_like(x)), rtol=1e-6, atol=0)
 
 
-def test_a_p_off_the_16_bit_grid_is_drawn_as_u_at_least_p():
-    x, p = torch.randn(3, 7, 11), 0.01  # 0.01 · 2¹⁶ = 655.36: the grid would move p by 5e-4 of itself
+@pytest.mark.parametrize("p", [0.01, 1 - 2**-18])
+def test_a_p_off_the_16_bit_grid_is_drawn_as_u_at_least_p(p):
+    """0.01 · 2¹⁶ = 655.36: the grid would move p by 5e-4 of itself; 1 - 2⁻¹⁸ would round to a drop rate of 1."""
+    x = torch.randn(3, 7, 11)
     torch.manual_seed(5)
     keep = torch.rand(x.shape) >= p  # the independent reference of the mask
     torch.manual_seed(5)

@@ -112,7 +112,18 @@ ONMT_TRANSFORMER = {
     "max_grad_norm": 0.0,
 }
 ATTNKIT_MODEL = {"rnn": "rnnsearch", "transformer": "transformer"}
-ATTNKIT_RECIPE = {"rnn": [], "transformer": ["--warmup-steps", TRANSFORMER_WARMUP, "--lr", TRANSFORMER_PEAK_LR]}
+#: attnkit's side of the Transformer: the same schedule, and its size given as flags: with a budget of up to 15
+#: minutes on a CPU, ``train translation --model transformer`` would otherwise train the ten-minute rule's
+#: quarter size (``tasks/translation/budget_defaults.py``), not OpenNMT-py's network.
+ATTNKIT_RECIPE = {
+    "rnn": [],
+    "transformer": [
+        *("--warmup-steps", TRANSFORMER_WARMUP, "--lr", TRANSFORMER_PEAK_LR),
+        *("--d-model", ONMT_TRANSFORMER["hidden_size"], "--dim-feedforward", ONMT_TRANSFORMER["transformer_ff"]),
+        *("--num-encoder-layers", ONMT_TRANSFORMER["layers"], "--num-decoder-layers", ONMT_TRANSFORMER["layers"]),
+        *("--nhead", ONMT_TRANSFORMER["heads"]),
+    ],
+}
 
 
 def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:

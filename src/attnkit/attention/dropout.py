@@ -47,7 +47,7 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     if not uses_fast_dropout(x, p, training):
         return F.dropout(x, p, training)
     drop = round(p * _LEVELS)
-    if abs(drop - p * _LEVELS) > 1e-4 * p * _LEVELS:
+    if drop >= _LEVELS or abs(drop - p * _LEVELS) > 1e-4 * p * _LEVELS:  # off the grid, or p within 2⁻¹⁷ of 1
         return x * torch.rand_like(x).ge_(p).mul_(1.0 / (1.0 - p))  # (...) 0 or 1/(1-p), no grad
     return x * keep_mask(x.shape, drop, x.device).to(x.dtype).mul_(_LEVELS / (_LEVELS - drop))
 
