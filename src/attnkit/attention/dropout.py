@@ -48,8 +48,10 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         return F.dropout(x, p, training)
     drop = round(p * _LEVELS)
     if drop >= _LEVELS or abs(drop - p * _LEVELS) > 1e-4 * p * _LEVELS:  # off the grid, or p within 2⁻¹⁷ of 1
-        return x * torch.rand_like(x).ge_(p).mul_(1.0 / (1.0 - p))  # (...) 0 or 1/(1-p), no grad
-    return x * keep_mask(x.shape, drop, x.device).to(x.dtype).mul_(_LEVELS / (_LEVELS - drop))
+        keep, kept_share = torch.rand_like(x).ge_(p), 1.0 - p  # (...) float 0/1
+    else:
+        keep, kept_share = keep_mask(x.shape, drop, x.device), (_LEVELS - drop) / _LEVELS  # (...) bool
+    return x * keep.to(x.dtype).mul_(1.0 / kept_share)  # scale (...) 0 or 1/(1-p), no grad
 
 
 def keep_mask(shape: torch.Size, drop: int, device: torch.device) -> Tensor:
