@@ -63,10 +63,12 @@ def tree_rss(pid: int) -> int:
 
 
 def quantiles(xs: list[float]) -> dict:
+    """n, p50, p95 and max of ``xs``; the percentiles interpolate between the values seen (never beyond the
+    largest, as the default 'exclusive' method does for a few values)."""
     if not xs:
         return {"n": 0}
     xs = sorted(xs)
-    q = statistics.quantiles(xs, n=100) if len(xs) >= 2 else [xs[0]] * 99
+    q = statistics.quantiles(xs, n=100, method="inclusive") if len(xs) >= 2 else [xs[0]] * 99
     return {"n": len(xs), "p50": round(q[49], 3), "p95": round(q[94], 3), "max": round(xs[-1], 3)}
 
 

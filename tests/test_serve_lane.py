@@ -236,6 +236,22 @@ def test_two_lane_threads_run_two_calls_at_once_and_share_the_expected_wait():
     lane.stop()
 
 
+def test_stop_waits_for_the_threads_after_their_current_call():
+    """stop() returns once the lane's threads have ended (a running call finishes first, a waiting one is
+    cancelled), so that a process exiting right after it has no thread of the lane left inside torch."""
+    before = set(threading.enumerate())
+    lane = FastLane(max_batch=8, threads=2)
+    first, second = _hold(lane), _hold(lane)
+    waiting = lane.submit(lambda: "never run")
+    threads = [t for t in set(threading.enumerate()) - before if t.name.startswith("attnkit-fast-lane-")]
+    assert len(threads) == 2 and all(t.is_alive() for t in threads)
+    for go in (first, second):
+        threading.Timer(0.2, go.set).start()  # the held calls end while stop() waits for them
+    lane.stop()
+    assert not any(t.is_alive() for t in threads)
+    assert waiting.cancelled()
+
+
 def test_two_lane_threads_give_the_answers_of_one(translators):
     """Batches searched at the same time on two threads (the models shared, no lock) answer as one thread does."""
     name = "transformer-es-en"

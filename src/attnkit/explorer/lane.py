@@ -110,17 +110,22 @@ class FastLane:
             each, r = seconds / n, self.recent_s
             self.recent_s = each if r is None else (1 - RECENT_WEIGHT) * r + RECENT_WEIGHT * each
 
-    def stop(self) -> None:
-        """End the threads after their current calls (at server shutdown); waiting calls are cancelled. A later
-        call starts fresh threads."""
+    def stop(self, timeout: float = 30.0) -> None:
+        """End the threads after their current calls (at server shutdown); waiting calls are cancelled. Waits
+        up to ``timeout`` seconds in all for the threads to end, so that a process exiting next does not tear
+        torch down under a thread still inside it. A later call starts fresh threads."""
         with self._cv:
             if self._stop is not None:
                 self._stop.set()
-            self._pool, self._stop = [], None
+            pool, self._pool, self._stop = self._pool, [], None
             for item in self._items:
                 item.future.cancel()
             self._items.clear()
             self._cv.notify_all()
+        deadline = time.monotonic() + timeout
+        for thread in pool:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     # ------------------------------------------------------------------ the thread
     def _next(self, stop: threading.Event) -> list[_Item] | None:
