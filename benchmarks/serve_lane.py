@@ -3,6 +3,7 @@ with ``--fast-batch`` B against one at a time (B = 1), on one lane thread, and w
 measured in the same run.
 
     PYTHONPATH=src .venv/bin/python benchmarks/serve_lane.py [--burst 24] [--batch 8] [--lanes 2] [--repeats 3]
+    PYTHONPATH=src .venv/bin/python benchmarks/serve_lane.py --alone      # each request's own time, alone
 
 A burst of held-out test verses (beam 5, every head's maps, as the page asks; spread over the three
 translators, in a seeded order) is submitted to a :class:`attnkit.explorer.lane.FastLane` at once, as
@@ -33,8 +34,17 @@ def main() -> None:
     ap.add_argument("--lanes", type=int, default=2, help="lane threads of the third setting (batches of --batch)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "serve_lane.json"))
+    ap.add_argument(
+        "--alone",
+        action="store_true",
+        help="instead: the time of each request alone (one thread, nothing waiting), for each of the 200 verses "
+        "the load test draws from and each translator: p50/p95/max/mean (writes serve_lane_alone.json)",
+    )
+    ap.add_argument("--output", default=None, help="JSON report (default: results/serve_lane[_alone].json)")
     args = ap.parse_args()
+    args.output = args.output or str(
+        ROOT / "benchmarks" / "results" / ("serve_lane_alone.json" if args.alone else "serve_lane.json")
+    )
 
     import torch
 
@@ -49,6 +59,8 @@ def main() -> None:
     rng = random.Random(args.seed)
     verses = [p.src for p in load_pairs("test")[:200]]
     burst = [(rng.choice(names), rng.choice(verses)) for _ in range(args.burst)]
+    if args.alone:
+        return alone(translators, verses, translation_payload, args.output)
 
     def run(batch: int, threads: int = 1) -> float:
         lane = FastLane(max_batch=batch, threads=threads)
@@ -86,6 +98,30 @@ def main() -> None:
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
+
+
+def alone(translators: dict, verses: list[str], payload, output: str) -> None:
+    """Each verse's answer timed alone (what one request costs the lane when nothing waits beside it)."""
+    report: dict = {"finished": None, "verses": len(verses), "seconds": {}}
+    for name, tr in translators.items():
+        payload(tr, verses[0], beam=5, heads=True, model=name)  # warm
+        times = []
+        for v in verses:
+            t = time.perf_counter()
+            payload(tr, v, beam=5, heads=True, model=name)
+            times.append(time.perf_counter() - t)
+        q = statistics.quantiles(times, n=100, method="inclusive")
+        report["seconds"][name] = {
+            "p50": round(q[49], 3),
+            "p95": round(q[94], 3),
+            "max": round(max(times), 3),
+            "mean": round(statistics.mean(times), 3),
+        }
+        print(name, report["seconds"][name], flush=True)
+    report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    report["load_average_1m_at_end"] = round(os.getloadavg()[0], 1)
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    Path(output).write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":
