@@ -131,7 +131,20 @@ def _cells(locator) -> list[float]:
 
 
 def _card_done(page, model: str, inner: str) -> None:
-    page.wait_for_selector(f".model-card[data-model='{model}'] {inner}", timeout=120_000)
+    """Wait for ``inner`` in the model's card; on a timeout, fail with what the page shows instead (each
+    card's text: an error the server answered, or a card still waiting), so a failure says why."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_selector(f".model-card[data-model='{model}'] {inner}", timeout=120_000)
+    except PlaywrightTimeout:
+        cards = page.locator(".model-card").evaluate_all(
+            "cs => cs.map((c) => c.dataset.model + ': ' + c.innerText.slice(0, 300).replace(/\\s+/g, ' '))"
+        )
+        error = page.locator("#error").inner_text()
+        raise AssertionError(
+            f"{model}: no {inner!r} after 120 s; the page's error: {error!r}; cards: {cards}"
+        ) from None
 
 
 def test_encoder_decoders_translate_with_their_heads_and_methods(mixed_server, browser):
