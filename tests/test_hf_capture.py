@@ -106,3 +106,51 @@ def test_attention_weights_against_a_float64_loop():
             e = torch.tensor(s, dtype=torch.float64).softmax(0)
             torch.testing.assert_close(w[0, h, i, : i + 1].double(), e, atol=1e-6, rtol=0)
             assert float(w[0, h, i, i + 1 :].abs().sum()) == 0.0
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_threads_capturing_one_model_at_once_each_get_their_own_weights(eager):
+    """The server's fast lane may run two batches of one model at once, on two threads: each capture sees
+    its own thread's pass only. A barrier in the first callback makes the two passes overlap."""
+    import threading
+
+    model = eager_copy("marian")[0] if eager else build_tiny("marian")[0]
+    inputs = [_inputs("marian", model, seed=s) for s in (1, 2)]
+
+    def alone(x):
+        got = {}
+        with torch.no_grad(), capture_attention(model, lambda s, w: got.__setitem__((s.kind, s.layer), w)):
+            model(**x)
+        return got
+
+    reference = [alone(x) for x in inputs]
+    barrier = threading.Barrier(2, timeout=60)
+    results: list[dict] = [{}, {}]
+    errors = []
+
+    def run(i):
+        first = [True]
+
+        def keep(site, weights):
+            if first[0]:  # both passes are under way before either goes past its first layer
+                first[0] = False
+                barrier.wait()
+            results[i].setdefault((site.kind, site.layer), []).append(weights)
+
+        try:
+            with torch.no_grad(), capture_attention(model, keep):
+                model(**inputs[i])
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    for got, expected in zip(results, reference):
+        assert set(got) == set(expected)
+        for key, ws in got.items():
+            assert len(ws) == 1, f"{key}: {len(ws)} maps, another thread's pass among them"
+            torch.testing.assert_close(ws[0], expected[key], atol=1e-6, rtol=0)

@@ -26,6 +26,7 @@ encoder-decoder, ``self`` for an encoder-only or decoder-only model, with its la
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -134,7 +135,9 @@ def attention_weights(
 
 # -- the watch on transformers' attention functions ------------------------------------------------
 
-_ACTIVE: dict[int, Callable] = {}  # id(attention module) -> what to do with its (query, key, mask, kwargs)
+#: (thread, id(attention module)) -> what to do with its (query, key, mask, kwargs). Keyed by thread too: a
+#: server's threads may run the same model at once (two batches of one model), each capturing its own pass.
+_ACTIVE: dict[tuple[int, int], Callable] = {}
 _WRAPPED = "_attnkit_capture"
 
 
@@ -150,7 +153,7 @@ def _install() -> None:
             continue
 
         def watched(module, query, key, value, attention_mask, *args, __original=original, **kwargs):
-            record = _ACTIVE.get(id(module))
+            record = _ACTIVE.get((threading.get_ident(), id(module)))
             if record is not None:
                 record(module, query, key, attention_mask, kwargs)
             return __original(module, query, key, value, attention_mask, *args, **kwargs)
@@ -176,7 +179,8 @@ def capture_attention(
     (B, len(heads), Tq, Tk)`` in float32 (``heads`` default: all). Nothing is stored: what the
     callback keeps is all that is kept. Yields the sites watched.
 
-    The model's attention implementation must be ``sdpa`` (the default) or ``eager``."""
+    The model's attention implementation must be ``sdpa`` (the default) or ``eager``. A capture sees the
+    passes its own thread runs: threads running the same model at once each get their own weights."""
     if not callable(on_weights):
         raise TypeError(f"on_weights must be callable, got {type(on_weights).__name__}")
     chosen = list(attention_sites(model) if sites is None else sites)
@@ -187,6 +191,7 @@ def capture_attention(
             "load it with attn_implementation='sdpa'"
         )
     hooks = []
+    me = threading.get_ident()
     try:
         if impl == "sdpa":
             _install()
@@ -206,11 +211,13 @@ def capture_attention(
                     )
                     on_weights(site, weights)
 
-                _ACTIVE[id(site.module)] = record
+                _ACTIVE[(me, id(site.module))] = record
         else:
             for site in chosen:
 
                 def hook(module, args, output, site=site):
+                    if threading.get_ident() != me:  # another thread's pass of the same model
+                        return
                     weights = output[-1] if isinstance(output, tuple) else None
                     if not isinstance(weights, Tensor):
                         raise RuntimeError(f"{site.name} returned no attention weights under eager attention")
@@ -221,6 +228,6 @@ def capture_attention(
         yield chosen
     finally:
         for site in chosen:
-            _ACTIVE.pop(id(site.module), None)
+            _ACTIVE.pop((me, id(site.module)), None)
         for h in hooks:
             h.remove()
