@@ -131,6 +131,31 @@ def test_a_subset_is_the_search_under_a_masked_softmax(kind, beam, seed, size):
             assert h.score == pytest.approx(w.score, abs=1e-4)
 
 
+def test_the_whole_vocabulary_layer_is_prepared_once_per_model_until_its_weights_change(monkeypatch):
+    """Batches of one model share its prepared output layer; an in-place write to the weights (an optimizer
+    step, load_state_dict) or another precision makes a new one, and the search follows the new weights."""
+    made = []
+    real = output_layer._prepare
+    monkeypatch.setattr(output_layer, "_prepare", lambda w, b, int8: made.append(int8) or real(w, b, int8))
+    m = model("transformer")
+    first = OutputLayerDecoder(m)
+    assert OutputLayerDecoder(m)._project is first._project and made == [False]
+    assert OutputLayerDecoder(model("transformer", seed=1))._project is not first._project  # another model
+    with torch.no_grad():
+        m.output_layer()[0].mul_(2.0)  # the weights change in place (version counter)
+    again = OutputLayerDecoder(m)
+    assert again._project is not first._project and len(made) == 3
+    x = torch.randn(4, m.output_layer()[0].shape[1])
+    w, b = m.output_layer()
+    torch.testing.assert_close(again._project(x), torch.nn.functional.linear(x, w, b), atol=1e-5, rtol=1e-5)
+    want = search(m, BOS, EOS, 3)
+    got = search(again, BOS, EOS, 3)
+    assert [[h.tokens for h in hs] for hs in want] == [[h.tokens for h in hs] for hs in got]
+    m.precision = "int8"  # as quantize_int8 marks a model: the int8 layer, made once too
+    assert OutputLayerDecoder(m)._project is OutputLayerDecoder(m)._project and made[-1] is True and len(made) == 4
+    assert OutputLayerDecoder(m, torch.arange(V))._project is not OutputLayerDecoder(m, torch.arange(V))._project
+
+
 def test_shortlist_decoder_rejects_bad_ids_and_models():
     m = model("rnnsearch")
     with pytest.raises(ValueError, match=r"ids must lie in \[0, 30\)"):

@@ -1,9 +1,11 @@
-"""Decoding with the output layer prepared once per batch: packed for the GEMM, and optionally
-restricted to a shortlist of the vocabulary.
+"""Decoding with the output layer prepared ahead of the steps: packed for the GEMM (or quantized to int8),
+and optionally restricted to a shortlist of the vocabulary.
 
 Most of a translation step's time is the output layer: every live beam against all ``V`` rows of
 the output matrix. :class:`OutputLayerDecoder` wraps a model that exposes that layer
-(``step_features`` and ``output_layer``) and prepares it once per batch instead of at every step:
+(``step_features`` and ``output_layer``) and prepares it before the steps instead of at every step: once
+per model for the whole vocabulary (kept for its next batches while its weights stay the same), once per
+batch for a batch's shortlist:
 
 * **Packed weights.** On the CPU in float32 the projection runs through oneDNN with the weight
   reordered once into its blocked layout (``torch.ops.mkldnn``, the path ``torch.compile``'s
@@ -25,6 +27,7 @@ the output matrix. :class:`OutputLayerDecoder` wraps a model that exposes that l
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -94,6 +97,33 @@ def int8_linear(weight: Tensor, bias: Tensor | None) -> Callable[[Tensor], Tenso
         )[0]
 
 
+def _prepare(weight: Tensor, bias: Tensor | None, int8: bool) -> Callable[[Tensor], Tensor]:
+    return (int8_linear if int8 else packed_linear)(weight.float() if int8 else weight, bias)
+
+
+#: Each model's prepared whole-vocabulary output layer, with the weights' identity it was made from. Packing
+#: 8,000 × 256 for oneDNN takes ~6 ms and quantizing it to int8 ~60 ms (with an nn.Linear built and
+#: initialised to hold it), which every batch paid again; an int8 greedy batch of 64 verses takes ~1 s.
+#: An entry lives as long as its model; it is remade when the weight or bias is another tensor or was
+#: written in place (its version counter), or the precision changed.
+_PREPARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _prepared_output_layer(model, weight: Tensor, bias: Tensor | None, int8: bool) -> Callable[[Tensor], Tensor]:
+    key = (int8, weight.data_ptr(), tuple(weight.shape), weight._version)
+    key += (None,) if bias is None else (bias.data_ptr(), bias._version)
+    try:
+        hit = _PREPARED.get(model)
+    except TypeError:  # a model that cannot be weakly referenced: prepared for this batch only
+        return _prepare(weight, bias, int8)
+    if hit is None or hit[0] != key:
+        # the tensors are kept too: while they live, no other tensor can take their addresses (a bias the
+        # model computes afresh at each call then never matches a stale entry)
+        hit = (key, _prepare(weight, bias, int8), weight, bias)
+        _PREPARED[model] = hit  # two threads may both make it: the same layer, one kept
+    return hit[1]
+
+
 class OutputLayerDecoder:
     """``model`` with its output layer prepared for one batch, as an :class:`~attnkit.decoding.IncrementalDecoder`.
 
@@ -102,7 +132,8 @@ class OutputLayerDecoder:
     besides ``start`` and ``reorder``. ``ids (V',)``: search over these vocabulary ids only (None:
     the whole vocabulary). Use :meth:`index_of` for the search's ``bos_id`` / ``eos_id`` and
     :meth:`vocabulary_ids` to turn its tokens back into vocabulary ids (both the identity without ``ids``).
-    Build it after the weights are final (it keeps a prepared copy of the output layer). A model
+    The whole vocabulary's prepared layer is the model's own, made once and kept while the weights stay
+    the same tensors, unwritten (their version counters); a shortlist's is made for this batch. A model
     marked ``precision == "int8"`` gets an int8 output layer (:func:`int8_linear`).
     """
 
@@ -139,7 +170,10 @@ class OutputLayerDecoder:
             weight = weight.index_select(0, ids)  # (V', E)
             bias = None if bias is None else bias.index_select(0, ids)  # (V',)
         int8 = getattr(model, "precision", None) == "int8" and weight.device.type == "cpu"
-        self._project = (int8_linear if int8 else packed_linear)(weight.float() if int8 else weight, bias)
+        if ids is None:  # the whole vocabulary: prepared once per model, kept for its next batches
+            self._project = _prepared_output_layer(model, weight, bias, int8)
+        else:  # a shortlist: this batch's own rows
+            self._project = _prepare(weight, bias, int8)
         self._beams_only = takes_beams_only(model)
 
     def index_of(self, token_id: int) -> int:
