@@ -102,8 +102,9 @@ def _prepare(weight: Tensor, bias: Tensor | None, int8: bool) -> Callable[[Tenso
 
 
 #: Each model's prepared whole-vocabulary output layer, with the weights' identity it was made from. Packing
-#: 8,000 × 256 for oneDNN takes ~6 ms and quantizing it to int8 ~60 ms (with an nn.Linear built and
-#: initialised to hold it), which every batch paid again; an int8 greedy batch of 64 verses takes ~1 s.
+#: 8,000 × 256 for oneDNN takes ~4 ms and quantizing it to int8 ~85 ms (with an nn.Linear built and
+#: initialised to hold it; one core of an AMD EPYC), which every batch paid again; an int8 greedy batch of 64
+#: verses takes ~1 s.
 #: An entry lives as long as its model; it is remade when the weight or bias is another tensor or was
 #: written in place (its version counter), or the precision changed.
 _PREPARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
