@@ -10,7 +10,7 @@ A translation model is an ``nn.Module`` with
 - ``start`` / ``step`` / ``reorder`` for :mod:`attnkit.decoding` (greedy and beam search), with a
   typed decoder state that :func:`attnkit.decoding.reorder_state` can reorder; ``step`` is
   ``step_features`` (the output layer's input for one step) followed by the output layer, so a
-  search can prepare that layer once per batch (:class:`attnkit.decoding.OutputLayerDecoder`);
+  search can prepare that layer ahead of the steps (:class:`attnkit.decoding.OutputLayerDecoder`);
 - ``attention_maps(src, src_lengths, tgt_in) -> AttentionMaps``: every attention the model has, for
   one teacher-forced pass. The CLI, the plots, the alignment evaluation and the explorer read
   attention only through this, so none of them branches on the kind of model.
