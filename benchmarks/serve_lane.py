@@ -102,6 +102,8 @@ def main() -> None:
 
 def alone(translators: dict, verses: list[str], payload, output: str) -> None:
     """Each verse's answer timed alone (what one request costs the lane when nothing waits beside it)."""
+    from serve import quantiles  # the load test's percentiles (benchmarks/serve.py), the same definition
+
     report: dict = {"finished": None, "verses": len(verses), "seconds": {}}
     for name, tr in translators.items():
         payload(tr, verses[0], beam=5, heads=True, model=name)  # warm
@@ -110,13 +112,8 @@ def alone(translators: dict, verses: list[str], payload, output: str) -> None:
             t = time.perf_counter()
             payload(tr, v, beam=5, heads=True, model=name)
             times.append(time.perf_counter() - t)
-        q = statistics.quantiles(times, n=100, method="inclusive")
-        report["seconds"][name] = {
-            "p50": round(q[49], 3),
-            "p95": round(q[94], 3),
-            "max": round(max(times), 3),
-            "mean": round(statistics.mean(times), 3),
-        }
+        q = quantiles(times)
+        report["seconds"][name] = {k: q[k] for k in ("p50", "p95", "max")} | {"mean": round(statistics.mean(times), 3)}
         print(name, report["seconds"][name], flush=True)
     report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     report["load_average_1m_at_end"] = round(os.getloadavg()[0], 1)
