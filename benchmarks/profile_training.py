@@ -128,6 +128,11 @@ def compile_model(trainer: Trainer) -> None:
     trainer.model.compile()
 
 
+def bf16_autocast(trainer: Trainer) -> None:
+    """Forward and loss under bf16 autocast, as ``--precision bf16`` trains (fp32 master weights)."""
+    trainer.amp_dtype = torch.bfloat16
+
+
 #: Side-by-side comparisons: name -> (baseline context, candidate context, candidate preparation);
 #: the contexts wrap every step, the preparation runs once on the candidate's trainer.
 COMPARISONS = {
@@ -135,6 +140,7 @@ COMPARISONS = {
     "dropout-16bit": (float_dropout_masks, contextlib.nullcontext, None),
     "qkv-unbind": (indexed_qkv, contextlib.nullcontext, None),
     "compile": (contextlib.nullcontext, contextlib.nullcontext, compile_model),
+    "bf16": (contextlib.nullcontext, contextlib.nullcontext, bf16_autocast),
 }
 
 

@@ -81,13 +81,27 @@ def test_module_is_a_torch_dropout_without_state():
     assert Dropout(0.2, inplace=True)(torch.ones(3)).shape == (3,)  # in place: torch's own dropout
 
 
-def test_low_precision_and_other_devices_keep_torch_dropout(monkeypatch):
-    x = (torch.rand(50, 40) + 0.5).bfloat16()
-    assert not attnkit_dropout.uses_fast_dropout(x, 0.1, True)
-    y = dropout(x, 0.5, training=True)
-    assert bool(((y == 0) | (y == x * 2)).all())
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_draws_the_same_mask_and_scales_as_torch_does(dtype):
+    """autocast's layers hand dropout bf16/fp16 tensors: the same 16-bit mask as float32, and the kept
+    values times 1/(1 - p) rounded to the dtype, as ``torch.nn.functional.dropout`` scales them."""
+    x = (torch.rand(50, 40) + 0.5).to(dtype).requires_grad_(True)
+    assert attnkit_dropout.uses_fast_dropout(x, 0.1, True)
+    keep, p_eff = reference_keep(x.shape, 0.1, seed=3)
+    torch.manual_seed(3)
+    y = dropout(x, 0.1, training=True)
+    assert y.dtype == dtype
+    scale = torch.tensor(1.0 / (1.0 - p_eff)).to(dtype)  # the scale in the tensor's own dtype
+    assert torch.equal(y, torch.where(keep, x.detach() * scale, torch.zeros_like(x)))
+    y.float().sum().backward()
+    assert torch.equal(x.grad, torch.where(keep, scale, torch.zeros_like(scale)).expand_as(x))
+
+
+def test_other_devices_keep_torch_dropout(monkeypatch):
     monkeypatch.setattr(attnkit_dropout, "FAST_DEVICES", ())
     assert not attnkit_dropout.uses_fast_dropout(torch.randn(3), 0.1, True)
+    y = dropout(torch.ones(1000), 0.5, training=True)
+    assert bool(((y == 0) | (y == 2)).all())
 
 
 def _attention_reference(q, k, v, mask, p, keep):

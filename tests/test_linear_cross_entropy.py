@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from attnkit.training.linear_cross_entropy import linear_cross_entropy
 
@@ -207,3 +208,52 @@ def test_non_contiguous_inputs():
     w = w.detach().t().contiguous().t().requires_grad_()  # column-major (V, E)
     assert not h.is_contiguous() and not w.is_contiguous()
     assert_matches(fused(h, w, b, y, 0.1, chunk_rows=6), reference(h, w, b, y, 0.1))
+
+
+class _MatmulDtypes(TorchDispatchMode):
+    """Records the dtypes of every aten matrix product run inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm):
+            self.seen.append(tuple(a.dtype for a in args if isinstance(a, torch.Tensor)))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("matmul_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bias", [False, True])
+def test_low_precision_products_match_float64_on_the_rounded_operands(matmul_dtype, bias):
+    """With ``matmul_dtype`` the three products take bf16/fp16 operands (as autocast gives them), the loss
+    and the gradients come back float32, within the low dtype's rounding of the float64 math done on the
+    same rounded operands."""
+    h, w, b, y = make(45, 24, 70, bias=bias, dtype=torch.float32)
+    leaves = [t for t in (h, w, b) if t is not None]
+    with _MatmulDtypes() as rec:
+        loss = linear_cross_entropy(h, w, b, y, smoothing=0.1, chunk_rows=16, matmul_dtype=matmul_dtype)
+        grads = torch.autograd.grad(loss, leaves)
+    assert rec.seen and all(set(d) == {matmul_dtype} for d in rec.seen)
+    assert loss.dtype == torch.float32 and all(g.dtype == torch.float32 for g in grads)
+    rounded = [t.detach().to(matmul_dtype) for t in (h, w)] + ([b] if bias else [None])
+    ref_loss, ref_grads = reference(*rounded, y, 0.1)
+    eps = torch.finfo(matmul_dtype).eps
+    torch.testing.assert_close(loss.double(), ref_loss, rtol=eps / 8, atol=0)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g.double(), r, rtol=0, atol=eps * float(r.abs().max()))
+
+
+def test_low_precision_is_not_the_float32_path():
+    """The bf16 products round: the loss differs from float32's by more than float32's rounding, so the
+    test above would notice the option being ignored."""
+    h, w, b, y = make(45, 24, 70, dtype=torch.float32)
+    exact = linear_cross_entropy(h.detach(), w.detach(), b.detach(), y, smoothing=0.1)
+    low = linear_cross_entropy(h.detach(), w.detach(), b.detach(), y, smoothing=0.1, matmul_dtype=torch.bfloat16)
+    assert abs(float(low) - float(exact)) > 1e-5 * abs(float(exact))
+
+
+def test_matmul_dtype_must_be_a_low_float():
+    h, w, b, y = make(3, 4, 5, dtype=torch.float32)
+    with pytest.raises(TypeError, match="matmul_dtype"):
+        linear_cross_entropy(h, w, b, y, matmul_dtype=torch.int8)

@@ -438,6 +438,55 @@ def test_fused_loss_equals_the_logits_loss(kind):
             torch.testing.assert_close(a, b, msg=name_)
 
 
+def test_under_bf16_autocast_the_fused_loss_runs_bf16_products_and_matches_autocast_logits():
+    """bf16 training (autocast) keeps the fused loss, its output-layer products in bf16 like every
+    other layer's; its loss and gradients match the autocast path that makes all (B, T, V) logits in
+    bf16 and takes label_smoothed_nll of them in float32, to bf16's rounding."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from attnkit.training.losses import label_smoothed_nll
+
+    class OutputProducts(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.dtypes, self.rows = set(), set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm) and out.shape[-1] == V:
+                self.dtypes.add(out.dtype)  # (rows, V) logits
+                self.rows.add(out.shape[0])
+            return out
+
+    V = 40
+    model = tiny_transformer(V, num_encoder_layers=1, num_decoder_layers=1).train()
+    g = torch.Generator().manual_seed(3)
+    src, tgt = torch.randint(4, V, (3, 6), generator=g), torch.randint(4, V, (3, 5), generator=g)
+    tgt[2, 3:] = 0
+    batch = {
+        "src": src,
+        "src_lengths": torch.tensor([6, 6, 6]),
+        "tgt_in": torch.cat([torch.ones(3, 1, dtype=torch.long), tgt[:, :-1]], 1),
+        "tgt_out": tgt,
+    }
+    params = list(model.parameters())
+    with torch.autocast("cpu", dtype=torch.bfloat16), OutputProducts() as rec:
+        loss, n, _ = translation_loss_fn(0, 0.1)(model, batch)
+    assert rec.dtypes == {torch.bfloat16} and loss.dtype == torch.float32
+    assert rec.rows == {13}  # the fused path: the 13 real target positions, not all 3 x 5
+    fused = torch.autograd.grad(loss, params, allow_unused=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, _ = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
+    assert logits.dtype == torch.bfloat16
+    ref, n_ref = label_smoothed_nll(logits, tgt, 0, 0.1)
+    plain = torch.autograd.grad(ref, params, allow_unused=True)
+    assert n == n_ref == 13
+    torch.testing.assert_close(loss, ref, rtol=4e-3, atol=0)
+    for (name_, _), a, b in zip(model.named_parameters(), fused, plain):
+        if b is not None:
+            torch.testing.assert_close(a, b, rtol=0, atol=2e-2 * float(b.abs().max()) + 1e-6, msg=name_)
+
+
 def test_shortlist_cli_build_translate_evaluate(trained, bible_home, capsys, tmp_path):
     """`attnkit shortlist` builds the file; translate/evaluate --shortlist use it; a shortlist that
     holds every piece translates exactly as the whole vocabulary; errors are one line."""

@@ -12,8 +12,9 @@ half the time of ``torch.rand_like(x) ≥ p``, itself a third of ``bernoulli_``'
 grid would move by more than 0.01 % of itself (some values below 0.08, such as 0.01) is drawn as
 ``u ≥ p`` with ``u ~ U[0, 1)`` from ``torch.rand_like`` instead. The result is the same function of
 the mask as ``torch.nn.functional.dropout``; only the random stream differs (the masks are still
-reproducible under ``torch.manual_seed``). Other devices, dtypes below float32 and evaluation keep
-``torch.nn.functional.dropout``.
+reproducible under ``torch.manual_seed``). bf16 and fp16 inputs (what autocast's layers return) are
+scaled in their own dtype, as ``torch.nn.functional.dropout`` scales them (1/(1 - p) rounded to that
+dtype). Other devices and evaluation keep ``torch.nn.functional.dropout``.
 """
 
 from __future__ import annotations
@@ -30,13 +31,16 @@ __all__ = ["FAST_DEVICES", "Dropout", "dropout", "keep_mask"]
 #: (``benchmarks/profile_training.py`` empties it to time PyTorch's dropout side by side.)
 FAST_DEVICES: tuple[str, ...] = ("cpu",)
 
+#: The dtypes whose masks :func:`dropout` draws itself.
+_FAST_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
 #: The mask's resolution: 16-bit uniform integers, four per 64-bit draw.
 _LEVELS = 1 << 16
 
 
 def uses_fast_dropout(x: Tensor, p: float, training: bool) -> bool:
-    """Whether :func:`dropout` would draw its own mask for ``x`` (a training CPU float32/64 tensor, 0 < p < 1)."""
-    return training and 0.0 < p < 1.0 and x.device.type in FAST_DEVICES and x.dtype in (torch.float32, torch.float64)
+    """Whether :func:`dropout` would draw its own mask for ``x`` (a training CPU floating tensor, 0 < p < 1)."""
+    return training and 0.0 < p < 1.0 and x.device.type in FAST_DEVICES and x.dtype in _FAST_DTYPES
 
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:

@@ -15,6 +15,12 @@ through the linear layer straight away (``grad_hidden[chunk] = g @ weight``,
 ``grad_weight += g.T @ hidden[chunk]``, ``grad_bias += g.sum(0)``). A chunk's logits stay
 in cache; only a (chunk_rows, V) buffer is ever allocated. Backward then just scales the
 three saved gradients by the incoming scalar gradient.
+
+Under mixed precision (``matmul_dtype=torch.bfloat16`` or ``float16``, what bf16/fp16 autocast training
+passes) the three matrix products run in that dtype, as autocast would run them, while the softmax, the
+loss and the bias gradient stay float32: each chunk's logits are computed in the low precision and
+widened into the float32 buffer; each chunk's logit gradient is narrowed back for the two gradient
+products, and the chunks' shares of the weight gradient are summed in float32.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ def linear_cross_entropy(
     *,
     smoothing: float = 0.0,
     chunk_rows: int = 256,
+    matmul_dtype: torch.dtype | None = None,
 ) -> Tensor:
     """Summed label-smoothed cross-entropy of ``hidden @ weight.T + bias``, computed in chunks.
 
@@ -55,7 +62,9 @@ def linear_cross_entropy(
     and backward is nearly free). Under ``torch.no_grad`` or when no input requires grad only
     the loss is computed. Everything is computed in float32 at least (float64 inputs stay
     float64), with autocast disabled; the loss is returned in that dtype and each gradient in
-    its input's own dtype. N = 0 gives a zero loss and zero gradients.
+    its input's own dtype. N = 0 gives a zero loss and zero gradients. ``matmul_dtype`` (``torch.bfloat16``
+    or ``torch.float16``; None: the float32 compute dtype) is the dtype of the three matrix products only
+    (the module docstring says how); the loss and every gradient are still returned as above.
 
     Limitation: only first derivatives. The autograd Function is marked
     ``once_differentiable``: its backward returns the saved gradients scaled by the incoming
@@ -67,18 +76,26 @@ def linear_cross_entropy(
     terms contributes nothing. Use the unfused ``F.cross_entropy(F.linear(...))`` for that.
     """
     _check_args(hidden, weight, bias, target, smoothing, chunk_rows)
+    if matmul_dtype not in (None, torch.bfloat16, torch.float16):
+        raise TypeError(
+            f"linear_cross_entropy: matmul_dtype must be None, torch.bfloat16 or torch.float16, got {matmul_dtype}"
+        )
     inputs = (hidden, weight) if bias is None else (hidden, weight, bias)
     if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
-        return _LinearCrossEntropy.apply(hidden, weight, bias, target, float(smoothing), chunk_rows)
-    loss, _, _, _ = _chunked(hidden, weight, bias, target, float(smoothing), chunk_rows, (False, False, False))
+        return _LinearCrossEntropy.apply(hidden, weight, bias, target, float(smoothing), chunk_rows, matmul_dtype)
+    loss, _, _, _ = _chunked(
+        hidden, weight, bias, target, float(smoothing), chunk_rows, (False, False, False), matmul_dtype
+    )
     return loss
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, bias, target, smoothing, chunk_rows):
+    def forward(ctx, hidden, weight, bias, target, smoothing, chunk_rows, matmul_dtype):
         need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
-        loss, grad_hidden, grad_weight, grad_bias = _chunked(hidden, weight, bias, target, smoothing, chunk_rows, need)
+        loss, grad_hidden, grad_weight, grad_bias = _chunked(
+            hidden, weight, bias, target, smoothing, chunk_rows, need, matmul_dtype
+        )
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
         return loss
@@ -87,10 +104,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_loss):
         grads = [None if g is None else (g * grad_loss).to(dtype) for g, dtype in zip(ctx.saved_tensors, ctx.dtypes)]
-        return grads[0], grads[1], grads[2], None, None, None
+        return grads[0], grads[1], grads[2], None, None, None, None
 
 
-def _chunked(hidden, weight, bias, target, smoothing, chunk_rows, need):
+def _chunked(hidden, weight, bias, target, smoothing, chunk_rows, need, matmul_dtype=None):
     """The chunk loop: loss and, where ``need`` = (hidden, weight, bias) says so, its gradients."""
     need_hidden, need_weight, need_bias = need
     need_any = need_hidden or need_weight or need_bias
@@ -110,11 +127,20 @@ def _chunked(hidden, weight, bias, target, smoothing, chunk_rows, need):
         grad_weight = w.new_zeros(w.shape) if need_weight else None  # (V, E)
         grad_bias = w.new_zeros(V) if need_bias else None  # (V,)
         buf = h.new_empty(min(chunk_rows, N), V)  # (chunk_rows, V), reused by every chunk
+        low = matmul_dtype is not None and matmul_dtype != dtype
+        if low:  # the products in matmul_dtype, into reused buffers (fresh pages cost more than the copies)
+            h_mm, w_mm = h.to(matmul_dtype), w.to(matmul_dtype)  # (N, E), (V, E)
+            buf_mm = h_mm.new_empty(buf.shape)  # (chunk_rows, V): logits before widening, gradients after narrowing
+            part_mm = w_mm.new_empty(w_mm.shape) if need_weight else None  # (V, E): a chunk's share of grad_weight
         for start in range(0, N, chunk_rows):
             stop = min(start + chunk_rows, N)
             hc, yc = h[start:stop], target[start:stop]  # (C, E), (C,)
             z = buf[: stop - start]  # (C, V)
-            if b is None:
+            if low:
+                z.copy_(torch.mm(h_mm[start:stop], w_mm.t(), out=buf_mm[: stop - start]))  # (C, V), widened
+                if b is not None:
+                    z.add_(b)
+            elif b is None:
                 torch.mm(hc, w.t(), out=z)
             else:
                 torch.addmm(b, hc, w.t(), out=z)
@@ -139,12 +165,20 @@ def _chunked(hidden, weight, bias, target, smoothing, chunk_rows, need):
             if smoothing:
                 z.sub_(spread)
             z.scatter_add_(1, yc.unsqueeze(1), z.new_full((stop - start, 1), -keep))
+            if need_bias:
+                grad_bias.add_(z.sum(0))  # (V,)
+            if low:
+                g = buf_mm[: stop - start].copy_(z)  # (C, V), narrowed
+                if need_hidden:
+                    grad_hidden[start:stop] = torch.mm(g, w_mm)  # (C, E), widened
+                if need_weight:
+                    # (V, C) @ (C, E), summed in float32
+                    grad_weight.add_(torch.mm(g.t(), h_mm[start:stop], out=part_mm))
+                continue
             if need_hidden:
                 torch.mm(z, w, out=grad_hidden[start:stop])  # (C, E)
             if need_weight:
                 grad_weight.addmm_(z.t(), hc)  # (V, C) @ (C, E)
-            if need_bias:
-                grad_bias.add_(z.sum(0))  # (V,)
         return row_loss.sum(), grad_hidden, grad_weight, grad_bias
 
 

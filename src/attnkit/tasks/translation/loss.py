@@ -17,8 +17,8 @@ def translation_loss_fn(pad_id: int, smoothing: float, guided: GuidedAlignment |
     through :func:`~attnkit.training.linear_cross_entropy.linear_cross_entropy`: the model returns
     the output layer's inputs, and only the real (non-pad) target positions are projected onto
     the vocabulary, in chunks, so the ``(B, T, V)`` logits are never made and padding costs no
-    output GEMM. Under autocast (bf16/fp16 training) the plain logits path keeps the big GEMM in
-    the low precision.
+    output GEMM. Under autocast (bf16/fp16 training) its matrix products run in autocast's dtype
+    (softmax and loss in float32), as autocast runs the other layers.
 
     With ``guided`` (and batches holding ``"align"`` targets, :mod:`.guided`), the supervised
     attention's cross-entropy is added: ``loss_sum + λ · L_align``; the metrics report ``align_loss``
@@ -39,12 +39,16 @@ def translation_loss_fn(pad_id: int, smoothing: float, guided: GuidedAlignment |
     def loss_fn(model, batch):
         core = unwrap_model(model)  # the model inside DistributedDataParallel
         src, lengths, tgt_in, tgt_out = batch["src"], batch["src_lengths"], batch["tgt_in"], batch["tgt_out"]
-        if hasattr(core, "output_layer") and not torch.is_autocast_enabled(tgt_out.device.type):
+        if hasattr(core, "output_layer"):
             feats, weights = model(src, lengths, tgt_in, features_only=True, need_weights=need)  # (B, T, E)
             real = tgt_out.ne(pad_id)  # (B, T)
             weight, bias = core.output_layer()
+            device = tgt_out.device.type
+            low = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
             # feats[real]: (N, E), the N real target positions only
-            loss_sum = linear_cross_entropy(feats[real], weight, bias, tgt_out[real], smoothing=smoothing)
+            loss_sum = linear_cross_entropy(
+                feats[real], weight, bias, tgt_out[real], smoothing=smoothing, matmul_dtype=low
+            )
             n = int(real.sum())
         else:
             logits, weights = model(src, lengths, tgt_in, need_weights=need)
