@@ -142,7 +142,7 @@ def test_the_whole_vocabulary_layer_is_prepared_once_per_model_until_its_weights
     assert OutputLayerDecoder(m)._project is first._project and made == [False]
     assert OutputLayerDecoder(model("transformer", seed=1))._project is not first._project  # another model
     with torch.no_grad():
-        m.output_layer()[0].mul_(2.0)  # the weights change in place (version counter)
+        m.output_layer()[0].mul_(2.0)  # the weights change in place
     again = OutputLayerDecoder(m)
     assert again._project is not first._project and len(made) == 3
     x = torch.randn(4, m.output_layer()[0].shape[1])
@@ -154,6 +154,32 @@ def test_the_whole_vocabulary_layer_is_prepared_once_per_model_until_its_weights
     m.precision = "int8"  # as quantize_int8 marks a model: the int8 layer, made once too
     assert OutputLayerDecoder(m)._project is OutputLayerDecoder(m)._project and made[-1] is True and len(made) == 4
     assert OutputLayerDecoder(m, torch.arange(V))._project is not OutputLayerDecoder(m, torch.arange(V))._project
+
+
+def test_a_fused_adam_step_between_two_decodes_is_followed():
+    """torch's fused Adam writes the parameters in place without bumping their version counters; a
+    validation decoding between training steps must still use the stepped weights (as a fresh copy of
+    the model does), not the layer prepared at the last validation."""
+    import copy
+
+    m = model("transformer")
+    weight = m.output_layer()[0]
+    opt = torch.optim.Adam(m.parameters(), lr=0.5, fused=True)
+    before = OutputLayerDecoder(m)._project
+    version = weight._version
+    weight.grad = torch.randn_like(weight)
+    opt.step()
+    assert weight._version == version  # what makes a version check go stale
+    after = OutputLayerDecoder(m)
+    x = torch.randn(4, weight.shape[1])
+    torch.testing.assert_close(
+        after._project(x), torch.nn.functional.linear(x, *m.output_layer()), atol=1e-5, rtol=1e-5
+    )
+    assert not torch.allclose(before(x), after._project(x))
+    fresh = copy.deepcopy(m)  # no prepared layer of its own yet
+    assert [[h.tokens for h in hs] for hs in search(after, BOS, EOS, 3)] == [
+        [h.tokens for h in hs] for hs in search(OutputLayerDecoder(fresh), BOS, EOS, 3)
+    ]
 
 
 def test_shortlist_decoder_rejects_bad_ids_and_models():

@@ -101,26 +101,32 @@ def _prepare(weight: Tensor, bias: Tensor | None, int8: bool) -> Callable[[Tenso
     return (int8_linear if int8 else packed_linear)(weight.float() if int8 else weight, bias)
 
 
-#: Each model's prepared whole-vocabulary output layer, with the weights' identity it was made from. Packing
+#: Each model's prepared whole-vocabulary output layer, with a copy of the weights it was made from. Packing
 #: 8,000 × 256 for oneDNN takes ~4 ms and quantizing it to int8 ~85 ms (with an nn.Linear built and
 #: initialised to hold it; one core of an AMD EPYC), which every batch paid again; an int8 greedy batch of 64
 #: verses takes ~1 s.
-#: An entry lives as long as its model; it is remade when the weight or bias is another tensor or was
-#: written in place (its version counter), or the precision changed.
+#: An entry lives as long as its model; it is remade when the precision changes or the weight or bias differs
+#: from the entry's copy. The contents are compared (``torch.equal``, ~1 ms at 8,000 × 256), not the version
+#: counters: torch's fused Adam (``Adam(fused=True)``, what training here uses) and writes through ``.data``
+#: change parameters in place without bumping them, and a validation between training steps must decode
+#: with the weights of that step.
 _PREPARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _same(saved: Tensor | None, now: Tensor | None) -> bool:
+    if saved is None or now is None:
+        return saved is None and now is None
+    return saved.shape == now.shape and saved.dtype == now.dtype and bool(torch.equal(saved, now))
+
+
 def _prepared_output_layer(model, weight: Tensor, bias: Tensor | None, int8: bool) -> Callable[[Tensor], Tensor]:
-    key = (int8, weight.data_ptr(), tuple(weight.shape), weight._version)
-    key += (None,) if bias is None else (bias.data_ptr(), bias._version)
     try:
         hit = _PREPARED.get(model)
     except TypeError:  # a model that cannot be weakly referenced: prepared for this batch only
         return _prepare(weight, bias, int8)
-    if hit is None or hit[0] != key:
-        # the tensors are kept too: while they live, no other tensor can take their addresses (a bias the
-        # model computes afresh at each call then never matches a stale entry)
-        hit = (key, _prepare(weight, bias, int8), weight, bias)
+    if hit is None or hit[0] != int8 or not (_same(hit[2], weight) and _same(hit[3], bias)):
+        snapshot = (weight.clone(), None if bias is None else bias.clone())
+        hit = (int8, _prepare(snapshot[0], snapshot[1], int8), *snapshot)
         _PREPARED[model] = hit  # two threads may both make it: the same layer, one kept
     return hit[1]
 
@@ -133,8 +139,8 @@ class OutputLayerDecoder:
     besides ``start`` and ``reorder``. ``ids (V',)``: search over these vocabulary ids only (None:
     the whole vocabulary). Use :meth:`index_of` for the search's ``bos_id`` / ``eos_id`` and
     :meth:`vocabulary_ids` to turn its tokens back into vocabulary ids (both the identity without ``ids``).
-    The whole vocabulary's prepared layer is the model's own, made once and kept while the weights stay
-    the same tensors, unwritten (their version counters); a shortlist's is made for this batch. A model
+    The whole vocabulary's prepared layer is the model's own, made once and kept while the weights hold
+    the same values (compared with a copy); a shortlist's is made for this batch. A model
     marked ``precision == "int8"`` gets an int8 output layer (:func:`int8_linear`).
     """
 
