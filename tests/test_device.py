@@ -112,6 +112,33 @@ def test_bf16_autocast_trains_on_cpu_with_fp32_master_weights(tmp_path):
     assert all(t.dtype == torch.float32 and t.device.type == "cpu" for t in ck.state_dict.values())
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_validation_runs_in_the_training_precision(tmp_path, precision):
+    """valid_fn runs under the autocast the steps run under (none for fp32), in eval mode, without grad."""
+    seen = []
+
+    def valid_fn(model):
+        logits, _ = model(*(_batches(1)[0][k] for k in ("src", "src_lengths", "tgt_in")))
+        seen.append((logits.dtype, model.training, torch.is_grad_enabled()))
+        return {"valid_loss": 1.0}
+
+    torch.manual_seed(0)
+    model = RNNSearch(Seq2SeqConfig(vocab_size=V, emb_dim=16, hidden_dim=16, attn_dim=16, dropout=0.0))
+    tr = Trainer(
+        model,
+        torch.optim.Adam(model.parameters(), 1e-2),
+        _run(tmp_path, 4, "cpu", precision),
+        loss_fn=_Recorder(),
+        train_batches=ListBatches(_batches(2)),
+        valid_fn=valid_fn,
+        metric_for_best="valid_loss",
+        greater_is_better=False,
+    )
+    tr.fit()
+    want = torch.bfloat16 if precision == "bf16" else torch.float32
+    assert seen and all(s == (want, False, False) for s in seen)
+
+
 def test_fp16_uses_a_gradient_scaler_that_is_saved_and_restored(tmp_path):
     _, rec, _ = _train(tmp_path, "fp16", 4, name="a")
     assert set(rec.dtypes) == {torch.float16}

@@ -164,8 +164,11 @@ def additive_prepared(query_proj: Tensor, key_proj: Tensor, v: Tensor) -> Tensor
         )
     batch = _broadcast_batch(query_proj.shape[:-2], key_proj.shape[:-2])
     nq, nk, a = query_proj.shape[-2], key_proj.shape[-2], query_proj.shape[-1]
-    q = query_proj.expand(*batch, nq, a).reshape(-1, nq, a)  # (B*, Nq, A)
-    k = key_proj.expand(*batch, nk, a).reshape(-1, nk, a)  # (B*, Nk, A)
+    # one dtype for the three (under autocast the projections come in bf16/fp16 and v in float32)
+    dtype = torch.promote_types(torch.promote_types(query_proj.dtype, key_proj.dtype), v.dtype)
+    q = query_proj.to(dtype).expand(*batch, nq, a).reshape(-1, nq, a)  # (B*, Nq, A)
+    k = key_proj.to(dtype).expand(*batch, nk, a).reshape(-1, nk, a)  # (B*, Nk, A)
+    v = v.to(dtype)
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
     if grad:
