@@ -15,6 +15,9 @@ sentences sorted by length, scored afterwards with sacrebleu. Rows:
 - ``CT2 int8 vmap``: the int8 export with the lexical shortlist (``attnkit shortlist``) as its
   vocabulary map, ``--vmap``;
 - ``attnkit int8 shortlist``: attnkit's own decoding over the same shortlist;
+- ``attnkit bf16``: ``attnkit translate --precision bf16`` (bf16 weights), only with the machine's own
+  kernels on a CPU where bf16 matrix products are measured faster than fp32 (the rule of
+  ``--precision auto``: native bf16 units, AVX512_BF16 or AMX);
 - ``OpenNMT-py``: ``onmt_translate`` on the OpenNMT-py checkpoint of a ``benchmarks/peer_opennmt``
   run (``--peer WORK``), whose attnkit checkpoint then replaces the shipped model.
 
@@ -42,6 +45,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from attnkit.data.datasets.bible import load_pairs  # noqa: E402
+from attnkit.device import cpu_bf16_speedup  # noqa: E402
 from attnkit.pretrained import resolve_model  # noqa: E402
 from attnkit.tasks.translation import corpus_scores  # noqa: E402
 
@@ -164,6 +168,8 @@ def commands(facts: dict, work: Path, beam: int) -> dict[str, list]:
             facts["shortlist"],
         ],
     }
+    if facts.get("bf16"):
+        rows["attnkit bf16"] = [*ATTNKIT, "translate", "--model", facts["model"], *common, "--precision", "bf16"]
     if facts["model_type"] == "transformer":
         ct2 = [*ATTNKIT, "translate", "--engine", "ctranslate2", *common]
         rows["CT2 float32"] = [*ct2, "--model", facts["ct2-float32"]]
@@ -210,6 +216,7 @@ def main() -> None:
     facts = prepare(args, work)
     (work / "facts.json").write_text(json.dumps({k: str(v) for k, v in facts.items() if k != "refs"}, indent=2))
     ISA.update(ISA_ENV[args.isa])
+    facts["bf16"] = args.isa == "native" and cpu_bf16_speedup() >= 1.2
     cpu = cpu_name() + (", kernels limited to AVX2 (--isa avx2)" if args.isa == "avx2" else "")
     results: list[dict] = []
     for threads in args.threads:

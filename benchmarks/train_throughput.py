@@ -1,6 +1,6 @@
 """Training throughput of the three translation models on the same batches, in one run.
 
-    PYTHONPATH=src python benchmarks/train_throughput.py [--steps 30] [--threads 2]
+    PYTHONPATH=src python benchmarks/train_throughput.py [--steps 30] [--threads 2] [--models ...] [--precision fp32 bf16]
 
 The README's table reports each model's tokens/s over its whole training run, and those runs
 shared the machine differently. This benchmark puts them on equal terms: the same real training
@@ -10,8 +10,11 @@ backward, clipping, Adam) after ``--warmup`` untimed ones. Sizes are those of th
 (``TranslationConfig`` defaults; Transformer 3+3 layers, d_model 256, 4 heads, FFN 1024), and
 RNNsearch with ``rnn_attention="luong"`` (the same sizes, attention after the GRU step), and that
 with ``encoder_dim=128`` (OpenNMT-py's ``brnn`` 256: 128 units per encoder direction).
-Prints target tokens/s and the ratio to RNNsearch; writes ``benchmarks/results/train_throughput.json``.
-Run it with nothing else on the machine.
+``--precision fp32 bf16`` times each model in both (bf16: autocast with fp32 master weights, as
+``attnkit train --precision bf16`` trains; each model's two rows one after the other, from the same
+initial weights) and prints bf16 ÷ fp32. Prints target tokens/s and the ratio to RNNsearch (the
+first precision's); writes ``benchmarks/results/train_throughput.json``. Run it with nothing else on
+the machine.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ MODELS = {
 }
 
 
-def time_model(name: str, batches: list[dict], warmup: int, pad_id: int) -> dict:
+def time_model(name: str, batches: list[dict], warmup: int, pad_id: int, precision: str = "fp32") -> dict:
     """Time ``Trainer.train_step``, the step training runs, on ``batches[warmup:]``."""
     cfg = TranslationConfig.from_options(**MODELS[name])
     torch.manual_seed(0)
@@ -62,7 +65,9 @@ def time_model(name: str, batches: list[dict], warmup: int, pad_id: int) -> dict
         trainer = Trainer(
             model,
             opt,
-            RunConfig(out_dir=tmp, clip_grad_norm=cfg.run.clip_grad_norm, progress=False, device=None),
+            RunConfig(
+                out_dir=tmp, clip_grad_norm=cfg.run.clip_grad_norm, progress=False, device=None, precision=precision
+            ),
             loss_fn=translation_loss_fn(pad_id, cfg.label_smoothing),
             train_batches=ListBatches(batches),
             scheduler=sched,
@@ -74,6 +79,7 @@ def time_model(name: str, batches: list[dict], warmup: int, pad_id: int) -> dict
         dt = time.perf_counter() - t
     return {
         "model": name,
+        "precision": precision,
         "parameters": sum(p.numel() for p in model.parameters()),
         "timed_steps": len(batches) - warmup,
         "target_tokens": tokens,
@@ -87,6 +93,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30, help="timed steps per model")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    ap.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32"])
     ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "train_throughput.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -95,13 +103,16 @@ def main() -> None:
     source = translation_batches(examples, batch_size=64, max_tokens=None, seed=0)
     source.set_epoch(0)
     batches = list(itertools.islice(iter(source), args.warmup + args.steps))
-    rows = [time_model(name, batches, args.warmup, tok.pad_id) for name in MODELS]
-    base = next(r for r in rows if r["model"] == "rnnsearch")["tokens_per_s"]
+    rows = [time_model(m, batches, args.warmup, tok.pad_id, p) for m in args.models for p in args.precision]
+    first = {r["model"]: r["tokens_per_s"] for r in reversed(rows)}  # each model's first precision
     for r in rows:
-        r["vs_rnnsearch"] = round(r["tokens_per_s"] / base, 3)
+        if "rnnsearch" in first:
+            r["vs_rnnsearch"] = round(r["tokens_per_s"] / first["rnnsearch"], 3)
+        r["vs_first_precision"] = round(r["tokens_per_s"] / first[r["model"]], 3)
         print(
-            f"{r['model']:12s} {r['parameters'] / 1e6:5.1f} M params  {r['tokens_per_s']:8.1f} target tok/s  "
-            f"{r['vs_rnnsearch']:.2f}x RNNsearch"
+            f"{r['model']:16s} {r['precision']:5s} {r['parameters'] / 1e6:5.1f} M params  "
+            f"{r['tokens_per_s']:8.1f} target tok/s  {r.get('vs_rnnsearch', float('nan')):.2f}x RNNsearch  "
+            f"{r['vs_first_precision']:.2f}x {args.precision[0]}"
         )
     out = Path(args.output)
     out.parent.mkdir(exist_ok=True)
@@ -110,6 +121,7 @@ def main() -> None:
             {
                 "machine": platform.platform(),
                 "threads": args.threads,
+                "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                 "torch": torch.__version__,
                 "batch_size": 64,
                 "rows": rows,

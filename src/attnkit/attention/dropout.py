@@ -55,6 +55,8 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         keep, kept_share = torch.rand_like(x).ge_(p), 1.0 - p  # (...) float 0/1
     else:
         keep, kept_share = keep_mask(x.shape, drop, x.device), (_LEVELS - drop) / _LEVELS  # (...) bool
+    if keep.dtype == torch.bool:  # read as bytes: torch converts uint8 to floats vectorised, bool not (~3x)
+        keep = keep.view(torch.uint8)
     return x * keep.to(x.dtype).mul_(1.0 / kept_share)  # scale (...) 0 or 1/(1-p), no grad
 
 
