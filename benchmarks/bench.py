@@ -8,7 +8,8 @@ Rows (each runs the benchmark script that measures it, side by side with its pee
 
 - ``transformer-training``: OpenNMT-py against attnkit, same network, same wall-clock budget, trained at
   the same time (``peer_opennmt/run.py --model transformer``), and attnkit's step throughput on the same
-  batches (``train_throughput.py``);
+  batches (``train_throughput.py``, fp32 and ``--precision auto``); attnkit trains with ``--precision auto``,
+  bf16 where a matmul probe measures it faster (bf16 units: AVX512_BF16, AMX), else fp32;
 - ``rnn-training``: the same with the RNN (``peer_opennmt/run.py --model rnn``), and ``seq2seq.py``;
 - ``transformer-beam5``: beam 5, fp32 and int8, attnkit against CTranslate2 (``ct2.py --beams 5``);
 - ``transformer-greedy``: greedy, int8 with and without the shortlist, against CTranslate2 int8
@@ -84,7 +85,9 @@ def _script(name: str) -> str:
 
 def _transformer_training(quick: bool, isa: str, work: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
     peer = [PY, _script("peer_opennmt/run.py"), "--model", "transformer", "--work", str(work / "peer-transformer")]
+    peer += ["--attnkit-args", "--precision auto"]  # bf16 where this CPU's kernels make it faster
     own = [PY, _script("train_throughput.py"), "--threads", "1", "--output", str(work / "train_throughput.json")]
+    own += ["--precision", "fp32", "auto"]
     if quick:
         peer += ["--minutes", "0.5", "--test-limit", "5"]
         own += ["--steps", "1", "--warmup", "1"]
@@ -95,7 +98,8 @@ def _transformer_training(quick: bool, isa: str, work: Path) -> list[tuple[str, 
 
 def _rnn_training(quick: bool, isa: str, work: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
     peer = [PY, _script("peer_opennmt/run.py"), "--model", "rnn", "--work", str(work / "peer-rnn")]
-    peer += ["--attnkit-args", "--rnn-attention luong --encoder-dim 128"]  # the same network on both sides
+    # the same network on both sides; bf16 where this CPU's kernels make it faster
+    peer += ["--attnkit-args", "--rnn-attention luong --encoder-dim 128 --precision auto"]
     own = [PY, _script("seq2seq.py"), "--threads", "1"] + (["--quick"] if quick else [])
     if quick:
         peer += ["--minutes", "0.5", "--test-limit", "5"]

@@ -10,7 +10,7 @@ backward, clipping, Adam) after ``--warmup`` untimed ones. Sizes are those of th
 (``TranslationConfig`` defaults; Transformer 3+3 layers, d_model 256, 4 heads, FFN 1024), and
 RNNsearch with ``rnn_attention="luong"`` (the same sizes, attention after the GRU step), and that
 with ``encoder_dim=128`` (OpenNMT-py's ``brnn`` 256: 128 units per encoder direction).
-``--precision fp32 bf16`` times each model in both (bf16: autocast with fp32 master weights, as
+``--precision fp32 bf16`` (or ``auto``: bf16 where a matmul probe measures it faster) times each model in both (bf16: autocast with fp32 master weights, as
 ``attnkit train --precision bf16`` trains; each model's two rows one after the other, from the same
 initial weights) and prints bf16 ÷ fp32. Prints target tokens/s and the ratio to RNNsearch (the
 first precision's); writes ``benchmarks/results/train_throughput.json``. Run it with nothing else on
@@ -80,6 +80,7 @@ def time_model(name: str, batches: list[dict], warmup: int, pad_id: int, precisi
     return {
         "model": name,
         "precision": precision,
+        "dtype": str(trainer.amp_dtype).removeprefix("torch."),
         "parameters": sum(p.numel() for p in model.parameters()),
         "timed_steps": len(batches) - warmup,
         "target_tokens": tokens,
@@ -94,7 +95,13 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
-    ap.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32"])
+    ap.add_argument(
+        "--precision",
+        nargs="+",
+        choices=["fp32", "bf16", "auto"],
+        default=["fp32"],
+        help="auto: bf16 where measured faster",
+    )
     ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "train_throughput.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
