@@ -195,12 +195,14 @@ def test_run_totals_sums_every_piece_of_a_resumed_run(tmp_path):
     lines = [
         {"event": "train", "step": 10, "tokens_per_s": 99.0},
         {"event": "end", "steps": 100, "epochs": 2, "time_s": 30.0, "tokens": 3000, "best_metric": 11.0},
-        {"event": "valid", "step": 150},
+        {"event": "valid", "step": 150},  # an older log: no seconds
+        {"event": "valid", "step": 180, "valid_s": 5.0},
         {"event": "end", "steps": 200, "epochs": 4, "time_s": 10.0, "tokens": 2000, "best_metric": 12.5},
     ]
     (tmp_path / "train_log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
     t = run_totals(tmp_path)
     assert t["time_s"] == 40.0 and t["tokens"] == 5000 and t["tokens_per_s"] == pytest.approx(125.0)
+    assert t["valid_s"] == 5.0 and t["tokens_per_step_s"] == pytest.approx(5000 / 35.0)
     assert (t["steps"], t["epochs"], t["best_metric"]) == (200, 4, 12.5)  # the last piece's
     with pytest.raises(FileNotFoundError, match="out_dir"):
         run_totals(tmp_path / "nothing")

@@ -47,6 +47,7 @@ def test_training_writes_checkpoints_and_summary(trained):
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     valid = [r for r in log if r["event"] == "valid"]
     assert len(valid) == 2 and all({"valid_loss", "valid_bleu", "valid_chrf"} <= r.keys() for r in valid)
+    assert all(r["valid_s"] > 0 for r in valid)  # each validation's seconds
 
 
 def test_resume_equals_uninterrupted_run(bible_home, tmp_path):

@@ -418,7 +418,10 @@ def main() -> None:
         facts = train_both(work, files, args)
         (work / "train_facts.json").write_text(json.dumps(facts, indent=2))
     # both rates from the logs, so that --decode-only reports them as a fresh run would
-    facts["attnkit_tokens_per_s"] = run_totals(work / "attnkit")["tokens_per_s"]  # its run folder's own log
+    totals = run_totals(work / "attnkit")  # its run folder's own log
+    facts["attnkit_tokens_per_s"] = totals["tokens_per_s"]
+    # attnkit validates at every epoch end; the OpenNMT-py configuration here never does (valid_steps 10^7)
+    facts["attnkit_valid_s"], facts["attnkit_tokens_per_step_s"] = totals["valid_s"], totals["tokens_per_step_s"]
     if (work / "onmt.log").is_file():  # a work folder copied without its logs keeps the recorded rate
         facts["onmt_tokens_per_s"] = onmt_target_tokens_per_s(work / "onmt.log")
     rows = decode_both(work, files, facts, args)
@@ -432,6 +435,11 @@ def main() -> None:
         print(
             f"{r['toolkit']:<18} {r['beam']:>4} {r['bleu']:>6.2f} {r['chrf']:>6.2f} {r['sentences_per_s']:>7.1f}  "
             f"{tps if tps is None else round(tps)}"
+        )
+    if facts.get("attnkit_valid_s"):
+        print(
+            f"attnkit's validations took {facts['attnkit_valid_s']:.0f} s of its run (OpenNMT-py's none); "
+            f"its training steps alone: {facts['attnkit_tokens_per_step_s']:.0f} tgt tok/s"
         )
     print(f"parameters: attnkit {facts['attnkit_parameters']:,}, OpenNMT-py {facts['onmt_parameters']:,}")
     print(f"attnkit's shortlist was built in {facts['attnkit_shortlist_build_s']} s (once per model)")

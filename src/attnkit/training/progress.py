@@ -24,17 +24,23 @@ LOG_NAME = "train_log.jsonl"
 def run_totals(out_dir) -> dict:
     """A whole run's training facts from its ``train_log.jsonl``: every ``end`` event counts (a resumed
     run has one per piece), so ``tokens_per_s`` = all target tokens / all training seconds.
-    ``steps``, ``epochs`` and ``best_metric`` are the last piece's."""
+    ``valid_s`` sums the validations' seconds (logged since 2026-11-27; 0 in older logs) and
+    ``tokens_per_step_s`` leaves them out: the rate of the training steps alone, to set beside a peer
+    that does not validate. ``steps``, ``epochs`` and ``best_metric`` are the last piece's."""
     path = Path(out_dir) / LOG_NAME
     if not path.is_file():
         raise FileNotFoundError(f"out_dir: {out_dir} has no {LOG_NAME} (not a training run folder)")
-    ends = [e for e in map(json.loads, path.read_text().splitlines()) if e.get("event") == "end"]
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    ends = [e for e in events if e.get("event") == "end"]
     time_s, tokens = sum(e["time_s"] for e in ends), sum(e["tokens"] for e in ends)
+    valid_s = sum(e.get("valid_s", 0.0) for e in events if e.get("event") == "valid")
     last = ends[-1] if ends else {}
     return {
         "time_s": time_s,
         "tokens": tokens,
         "tokens_per_s": tokens / time_s if time_s > 0 else None,
+        "valid_s": valid_s,
+        "tokens_per_step_s": tokens / (time_s - valid_s) if time_s > valid_s else None,
         "steps": last.get("steps"),
         "epochs": last.get("epochs"),
         "best_metric": last.get("best_metric"),

@@ -11,6 +11,7 @@ where a fitted schedule ends at learning rate 0.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 import torch
@@ -56,7 +57,8 @@ class ValidationMixin:
         return metrics, improved
 
     def _validate_and_log(self, pbar, label: str) -> bool:
-        """Validate, log it, show it; whether the metric improved."""
+        """Validate, log it (with its seconds, ``valid_s``), show it; whether the metric improved."""
+        t = time.perf_counter()
         metrics, improved = self._validate()
         self._validated_at = self.step
         self._last_valid = metrics
@@ -68,6 +70,7 @@ class ValidationMixin:
                 **metrics,
                 "best_metric": self.best_metric,
                 "bad_epochs": self.bad_epochs,
+                "valid_s": round(time.perf_counter() - t, 3),
             }
         )
         if pbar is not None:
