@@ -10,9 +10,10 @@ backward, clipping, Adam) after ``--warmup`` untimed ones. Sizes are those of th
 (``TranslationConfig`` defaults; Transformer 3+3 layers, d_model 256, 4 heads, FFN 1024), and
 RNNsearch with ``rnn_attention="luong"`` (the same sizes, attention after the GRU step), and that
 with ``encoder_dim=128`` (OpenNMT-py's ``brnn`` 256: 128 units per encoder direction).
-``--precision fp32 bf16`` (or ``auto``: bf16 where a matmul probe measures it faster) times each model in both (bf16: autocast with fp32 master weights, as
-``attnkit train --precision bf16`` trains; each model's two rows one after the other, from the same
-initial weights) and prints bf16 ÷ fp32. Prints target tokens/s and the ratio to RNNsearch (the
+``--precision fp32 bf16`` (or ``auto``: bf16 where a matmul probe measures it faster) times each
+model in both (bf16: autocast with fp32 master weights, as ``attnkit train --precision bf16`` trains;
+each model's rows one after the other, from the same initial weights) and prints each row against the
+first precision's. Prints target tokens/s and the ratio to RNNsearch (the
 first precision's); writes ``benchmarks/results/train_throughput.json``. Run it with nothing else on
 the machine.
 """
