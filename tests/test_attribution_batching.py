@@ -158,17 +158,15 @@ def test_float32_batched_equals_the_reference_within_float32_rounding(tokenizer)
 @settings(max_examples=8, deadline=None)
 @given(st.integers(1, 40), st.sampled_from(GRADIENTS))
 def test_the_batch_size_changes_no_value_and_bounds_the_rows_per_pass(batch, method):
-    """Any ``batch``: the same attributions as one pass over everything, and no pass sees more than
-    ``batch`` rows (the memory bound)."""
+    """Any ``batch``, the per-row engine (RNNsearch): the same attributions as one pass over everything, and
+    no forward+backward pass sees more than ``batch`` rows (the memory bound)."""
     tok = Tokenizer.load(resolve_model("transformer-es-en"))
-    model = _tiny("transformer")
+    model = _tiny("rnnsearch")
     pair = forced_translation(Translator(model, tok), SOURCE, TARGET)
     steps = 4 if method == "integrated_gradients" else None
     whole = METHODS[method].translation(model, pair, steps=steps, batch=10_000)
     seen = []
-    handle = model.encoder.register_forward_pre_hook(
-        lambda mod, args, kwargs: seen.append(args[0].shape[0]), with_kwargs=True
-    )
+    handle = model.register_forward_pre_hook(lambda mod, args: seen.append(args[0].shape[0]))  # src (N, S)
     try:
         out = METHODS[method].translation(model, pair, steps=steps, batch=batch)
     finally:
@@ -177,6 +175,37 @@ def test_the_batch_size_changes_no_value_and_bounds_the_rows_per_pass(batch, met
     assert max(seen) <= batch
     rows = len(pair.tgt) * (steps or 1)
     assert len(seen) >= -(-rows // batch)  # every row was computed, in passes of at most `batch`
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1, 40), st.sampled_from(GRADIENTS))
+def test_the_shared_forward_engine_bounds_every_pass_by_batch(batch, method):
+    """Any ``batch``, the shared-forward engine (Transformer): the same attributions as one pass over
+    everything; every forward pass sees at most ``batch`` inputs, every batched backward at most ``batch``
+    (piece, point) rows, and the backward passes cover every row once."""
+    tok = Tokenizer.load(resolve_model("transformer-es-en"))
+    model = _tiny("transformer")
+    pair = forced_translation(Translator(model, tok), SOURCE, TARGET)
+    steps = 4 if method == "integrated_gradients" else None
+    whole = METHODS[method].translation(model, pair, steps=steps, batch=10_000)
+    seen, backward_rows = [], []
+    grad = torch.autograd.grad
+
+    def counting_grad(outputs, inputs, grad_outputs=None, **kwargs):
+        if kwargs.get("is_grads_batched"):
+            backward_rows.append(grad_outputs.shape[0] * grad_outputs.shape[1])  # (pieces, points, ...)
+        return grad(outputs, inputs, grad_outputs, **kwargs)
+
+    handle = model.register_forward_pre_hook(lambda mod, args: seen.append(args[0].shape[0]))  # src (N, S)
+    torch.autograd.grad = counting_grad
+    try:
+        out = METHODS[method].translation(model, pair, steps=steps, batch=batch)
+    finally:
+        handle.remove()
+        torch.autograd.grad = grad
+    torch.testing.assert_close(out["raw"], whole["raw"], atol=1e-10, rtol=1e-9)
+    assert max(seen) <= batch and max(backward_rows) <= batch
+    assert sum(backward_rows) == len(pair.tgt) * (steps or 1)
 
 
 def test_batch_errors_name_the_argument(tokenizer, capsys):

@@ -199,6 +199,32 @@ def translation_log_probs(model, pair: ForcedTranslation) -> Callable[..., Tenso
     return f
 
 
+def translation_split(model, pair: ForcedTranslation) -> gradients.SplitForward | None:
+    """The translator cut at its output layer for the shared-forward gradient engine
+    (:class:`attnkit.attribution.gradients.SplitForward`), or ``None`` for a recurrent model: vmap over
+    the backward of torch's GRU unrolls it a time step at a time (RNNsearch at 32 points: 13.9 s against
+    8.9 s on the per-row engine), so RNNs keep the per-row engine."""
+    if any(isinstance(m, torch.nn.RNNBase) for m in model.modules()):
+        return None
+    lengths = torch.tensor([len(pair.src)], device=pair.src.device)
+    dtype = model.embedding.weight.dtype
+
+    def features(src_emb: Tensor, length: int) -> Tensor:  # (N, S, E) -> (N, length, D)
+        n = src_emb.shape[0]
+        src = pair.src[None].expand(n, -1).clone()  # a tensor of its own: the hook recognises it
+        tgt_in = pair.tgt_in[None, :length].expand(n, -1)
+        with gradients.source_embedding_override(model.embedding, src, src_emb.to(dtype)):
+            return model(src, lengths.expand(n), tgt_in, features_only=True)[0]
+
+    def log_probs(h: Tensor) -> Tensor:  # (N, L, D) -> (N, L)
+        weight, bias = model.output_layer()
+        logits = _at_least_fp32(F.linear(h, weight, bias))  # (N, L, V)
+        wanted = pair.tgt[None, : h.shape[1], None].expand(h.shape[0], -1, -1)
+        return F.log_softmax(logits, dim=-1).gather(-1, wanted)[..., 0]
+
+    return gradients.SplitForward(features, log_probs)
+
+
 def _gradient(name):
     def run(model, pair, *, steps=None, batch=None, progress=None):
         was_training = model.training
@@ -207,7 +233,15 @@ def _gradient(name):
             emb = _at_least_fp32(model.embedding(pair.src).detach())  # (S, E)
             f = translation_log_probs(model, pair)
             attr, delta, used = gradients.attribute(
-                name, f, emb, len(pair.tgt), steps=steps, batch=batch, progress=progress, forward_at=f
+                name,
+                f,
+                emb,
+                len(pair.tgt),
+                steps=steps,
+                batch=batch,
+                progress=progress,
+                forward_at=f,
+                split=translation_split(model, pair),
             )  # (T, S, E)
         finally:
             model.train(was_training)
