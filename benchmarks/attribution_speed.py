@@ -1,9 +1,16 @@
-"""Seconds per verse of the gradient attributions on the shipped Transformer: one target word at a time
-(one forward+backward per target word) against the batched path (rows of target piece × interpolation
-point, up to ``--batch`` a pass), side by side in one run.
+"""Seconds per verse of the gradient attributions on the shipped Transformer: a baseline against what
+``attnkit explain`` runs (the shared-forward engine: one forward pass per interpolation point serves every
+target piece, the pieces' backward passes batched), side by side in one run.
 
     PYTHONPATH=src .venv/bin/python benchmarks/attribution_speed.py [--model transformer-es-en] [--verses 1]
         [--repeats 3] [--threads 1 2] [--batch 256] [--cases ixg ig32 ig8 ig]
+        [--baseline per-row|one-at-a-time] [--precision fp32 bf16]
+
+Baselines: ``per-row`` (default), the Captum engine batched over rows of (target piece, interpolation
+point), one forward and one backward per row, up to ``--batch`` rows a pass (what ``explain`` ran before
+the shared forward, and still runs for recurrent models); ``one-at-a-time``, Captum on one target piece at
+a time. ``--precision`` casts the model (``attnkit explain --precision``); the baseline and the engine run
+in the same precision.
 
 The verses are the hand-aligned gold verses of 38–42 Spanish words (package data, no corpus needed),
 each forced to its reference. Per verse and thread count, each path runs ``--repeats`` times after an
@@ -74,8 +81,16 @@ def one_target_at_a_time(model, pair, method: str, steps: int | None):
     return torch.stack(rows).sum(-1)  # (T, S)
 
 
+def per_row(model, pair, method: str, steps: int | None, batch: int):
+    """The per-row engine (Captum, rows of (piece, point) batched): signed attributions ``(T, S)``."""
+    f = translation_log_probs(model, pair)
+    emb = model.embedding(pair.src).detach().float()  # (S, E)
+    attr, _, _ = gradients.attribute(method, f, emb, len(pair.tgt), steps=steps, batch=batch, forward_at=f)
+    return attr.sum(-1)
+
+
 def batched(model, pair, method: str, steps: int | None, batch: int):
-    """The batched path (what ``explain`` runs): ``(signed attributions (T, S), pieces complete within 1 %)``."""
+    """What ``explain`` runs: ``(signed attributions (T, S), pieces complete within 1 %)``."""
     out = METHODS[method].translation(model, pair, steps=steps, batch=batch)
     if "extra" not in out:
         return out["raw"], None
@@ -99,6 +114,41 @@ def timed(fn):
     return time.perf_counter() - t0, out
 
 
+def _case(args, model, pairs, method: str, steps: int | None, precision: str, threads: int) -> dict:
+    """One row of the table: the baseline and the engine timed alternately on every verse."""
+    label = f"{method}" + ("" if method != "integrated_gradients" else f" ({steps or 'refined'})")
+    baseline = partial(per_row, batch=args.batch) if args.baseline == "per-row" else one_target_at_a_time
+    old_s, new_s, diffs, complete = [], [], [], []
+    for pair in pairs:
+        batched(model, pair, method, 4 if method == "integrated_gradients" else None, args.batch)  # warm-up
+        for _ in range(args.repeats if steps is not None or method != "integrated_gradients" else 1):
+            t_new, (a_new, ok) = timed(partial(batched, model, pair, method, steps, args.batch))
+            t_old, a_old = timed(partial(baseline, model, pair, method, steps))
+            new_s.append(t_new)
+            old_s.append(t_old)
+            diffs.append(float((a_new - a_old).abs().max()))
+            complete += ok or []
+    old, new = statistics.median(old_s), statistics.median(new_s)
+    row = {
+        "method": label,
+        "precision": precision,
+        "threads": threads,
+        "baseline_s": round(old, 3),
+        "explain_s": round(new, 3),
+        "ratio": round(old / new, 3),
+        "max_abs_diff": max(diffs),
+        "runs": len(new_s),
+        "complete_within_1pct": round(sum(complete) / len(complete), 3) if complete else None,
+    }
+    print(
+        f"{label:<36} {precision} threads {threads}  {args.baseline} {old:8.2f} s  explain {new:8.2f} s  "
+        f"ratio {old / new:5.2f}x  max |diff| {max(diffs):.1e}  ({len(new_s)} runs)"
+        + (f"  complete within 1 %: {row['complete_within_1pct']:.0%}" if complete else ""),
+        flush=True,
+    )
+    return row
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="transformer-es-en")
@@ -114,49 +164,25 @@ def main() -> None:
         help="ixg: input × gradient; igN: integrated gradients at N fixed points (ig8, ig32); ig: the default, "
         "refined (default: ixg ig32)",
     )
+    p.add_argument("--baseline", choices=["per-row", "one-at-a-time"], default="per-row")
+    p.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32"])
     p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "attribution_speed.json"))
     args = p.parse_args()
 
-    tr = Translator.load(args.model)
-    model = tr.model.eval()
     verses = [v for v in load_gold() if 38 <= len(v.source) <= 42][: args.verses]
-    pairs = [forced_translation(tr, " ".join(v.source), " ".join(v.target)) for v in verses]
     cases = [CASES[c] for c in args.cases]
     rows = []
-    for threads in args.threads:
-        torch.set_num_threads(threads)
-        for method, steps in cases:
-            label = f"{method}" + ("" if method != "integrated_gradients" else f" ({steps or 'refined'})")
-            old_s, new_s, diffs, complete = [], [], [], []
-            for pair in pairs:
-                batched(model, pair, method, 4 if method == "integrated_gradients" else None, args.batch)  # warm-up
-                for _ in range(args.repeats if steps is not None or method != "integrated_gradients" else 1):
-                    t_new, (a_new, ok) = timed(partial(batched, model, pair, method, steps, args.batch))
-                    t_old, a_old = timed(partial(one_target_at_a_time, model, pair, method, steps))
-                    new_s.append(t_new)
-                    old_s.append(t_old)
-                    diffs.append(float((a_new - a_old).abs().max()))
-                    complete += ok or []
-            old, new = statistics.median(old_s), statistics.median(new_s)
-            row = {
-                "method": label,
-                "threads": threads,
-                "one_at_a_time_s": round(old, 3),
-                "batched_s": round(new, 3),
-                "ratio": round(old / new, 3),
-                "max_abs_diff": max(diffs),
-                "runs": len(new_s),
-                "complete_within_1pct": round(sum(complete) / len(complete), 3) if complete else None,
-            }
-            rows.append(row)
-            print(
-                f"{label:<36} threads {threads}  one at a time {old:8.2f} s  batched {new:8.2f} s  "
-                f"ratio {old / new:5.2f}x  max |diff| {max(diffs):.1e}  ({len(new_s)} runs)"
-                + (f"  complete within 1 %: {row['complete_within_1pct']:.0%}" if complete else ""),
-                flush=True,
-            )
+    for precision in args.precision:
+        tr = Translator.load(args.model, dtype=precision)
+        model = tr.model.eval()
+        pairs = [forced_translation(tr, " ".join(v.source), " ".join(v.target)) for v in verses]
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            for method, steps in cases:
+                rows.append(_case(args, model, pairs, method, steps, precision, threads))
     report = {
         "model": args.model,
+        "baseline": args.baseline,
         "verses": [
             {"source_words": len(v.source), "source_pieces": len(p.src), "target_pieces": len(p.tgt)}
             for v, p in zip(verses, pairs)

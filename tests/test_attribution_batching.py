@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from attnkit.attribution import METHODS, explain, forced_caption, forced_translation
+from attnkit.attribution import METHODS, explain, forced_caption, forced_translation, gradients
 from attnkit.attribution.gradients import DEFAULT_BATCH
 from attnkit.attribution.methods import caption_log_probs, cells, translation_log_probs
 from attnkit.data.tokenizer import Tokenizer
@@ -115,9 +115,11 @@ def _check_against_reference(method, out, ref, reduce, steps_given):
 
 @pytest.mark.parametrize("method", GRADIENTS)
 @pytest.mark.parametrize("kind", ["transformer", "rnnsearch", "rnnencdec"])
-def test_batched_translation_gradients_equal_one_target_at_a_time(kind, method, tokenizer):
+def test_batched_translation_gradients_equal_one_target_at_a_time(kind, method, tokenizer, monkeypatch):
     """float64; the batch splits the target pieces into runs and the interpolation points into passes; the
-    tiny Transformer's integrated gradients refine some pieces (to 64 and 128 points)."""
+    tiny Transformer's integrated gradients refine some pieces (to 64 and 128 points), its pieces decoded in
+    groups of 3 or more by position (the shared-forward engine's prefix groups)."""
+    monkeypatch.setattr(gradients, "SPLIT_MIN_GROUP", 3)
     model, pair, f, x, t = _translation_case(kind, tokenizer)
     steps = 8 if method == "integrated_gradients" and kind != "transformer" else None  # the Transformer: refined
     ref = _reference(method, f, x, t, steps)
@@ -197,12 +199,13 @@ def test_the_shared_forward_engine_bounds_every_pass_by_batch(batch, method):
         return grad(outputs, inputs, grad_outputs, **kwargs)
 
     handle = model.register_forward_pre_hook(lambda mod, args: seen.append(args[0].shape[0]))  # src (N, S)
-    torch.autograd.grad = counting_grad
     try:
-        out = METHODS[method].translation(model, pair, steps=steps, batch=batch)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(torch.autograd, "grad", counting_grad)
+            mp.setattr(gradients, "SPLIT_MIN_GROUP", 2)  # up to 4 prefix groups
+            out = METHODS[method].translation(model, pair, steps=steps, batch=batch)
     finally:
         handle.remove()
-        torch.autograd.grad = grad
     torch.testing.assert_close(out["raw"], whole["raw"], atol=1e-10, rtol=1e-9)
     assert max(seen) <= batch and max(backward_rows) <= batch
     assert sum(backward_rows) == len(pair.tgt) * (steps or 1)

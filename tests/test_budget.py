@@ -207,6 +207,11 @@ def test_a_step_budget_fits_the_schedule_and_ends_at_zero(tmp_path):
     assert got[40] == 0.0
     # the budget's last step is validated, so `best` is the finished model
     assert [r["step"] for r in log if r["event"] == "valid"][-1] == 40
+    # ... unless the run never validates (valid_every_epochs 0, no valid_every_steps): then not even there
+    for every, want in ((1, [5, 10, 15, 18]), (0, [])):
+        s = make_trainer(tmp_path / f"v{every}", base=INV_SQRT, max_steps=18, valid_every_epochs=every).fit()
+        _, log = lrs(tmp_path / f"v{every}")
+        assert s["stop_reason"] == "max_steps" and [r["step"] for r in log if r["event"] == "valid"] == want
 
 
 def test_an_epoch_budget_fits_auto_and_a_long_one_keeps_the_recipe(tmp_path):

@@ -142,6 +142,22 @@ def test_early_stopping_and_best(tmp_path):
     assert t2.fit(resume=True)["stop_reason"] == "early_stopping" and t2.step == 16
 
 
+@pytest.mark.parametrize("every, validated_epochs", [(1, [0, 1, 2, 3, 4]), (2, [1, 3]), (0, [])])
+def test_valid_every_epochs_picks_the_epochs_that_validate(tmp_path, every, validated_epochs):
+    """Every N-th epoch's end validates; 0 never does (no ``best``: the run's last step is its result)."""
+    seen = []
+    t = make_trainer(tmp_path, max_epochs=5, valid_every_epochs=every, save_every_steps=100)
+    t.valid_fn = lambda m: seen.append(t.epoch) or {"valid_loss": 1.0 / (1 + len(seen))}
+    s = t.fit()
+    assert seen == validated_epochs and s["epochs"] == 5
+    assert (tmp_path / "best").is_dir() == bool(validated_epochs)
+    log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log if e["event"] == "valid"] == [4 * (e + 1) for e in validated_epochs]
+    if every == 0:
+        with pytest.raises(ValueError, match="never validates"):
+            make_trainer(tmp_path / "p", valid_every_epochs=0, patience=2)
+
+
 def test_loss_decreases_and_log_is_written(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)

@@ -20,8 +20,10 @@ What it does, in order (everything under --work, default runs/peer_opennmt/MODEL
    vocabulary (``attnkit shortlist``: the 1,000 most frequent English pieces and each Spanish
    piece's 20 best by Dice over the training pairs), a row of its own.
 5. One table (BLEU greedy / beam, training target tokens/s, decoding sentences/s), also as JSON.
-   Training tokens/s is, for both, all target tokens of the run over its training seconds (attnkit's
-   include its per-epoch validation; OpenNMT-py validates only every 10,000 steps, so never here).
+   Training tokens/s is, for both, all target tokens of the run over its training seconds. Neither
+   validates during the race: OpenNMT-py validates every 10,000 steps, so never here, and attnkit is
+   given ``--valid-every-epochs 0`` (``--attnkit-validates`` restores its own recipe, a validation at
+   every epoch end, whose seconds the table then prints beside the training steps' own rate).
 
 Model sizes: RNN: bidirectional GRU encoder and GRU decoder, embeddings 256, additive ("mlp")
 attention, no input feeding, 256 units in each toolkit's terms. OpenNMT's ``brnn``
@@ -226,8 +228,7 @@ def train_both(work: Path, files: dict, args) -> dict:
         args.seed,
         "--epochs",
         1000,
-        "--patience",
-        1000,
+        *(["--patience", 1000] if args.attnkit_validates else ["--valid-every-epochs", 0]),
         "--max-tokens",
         2048,
         "--no-progress",
@@ -404,6 +405,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--test-limit", type=int, default=None, help="decode only the first N test verses")
     ap.add_argument("--attnkit-args", default="", help="extra flags for `attnkit train translation`")
+    ap.add_argument(
+        "--attnkit-validates",
+        action="store_true",
+        help="attnkit validates at every epoch end, as its own recipe does (default: neither toolkit validates "
+        "during the race, as OpenNMT-py's configuration here never does)",
+    )
     ap.add_argument("--work", default=None, help="work folder (default runs/peer_opennmt/MODEL)")
     ap.add_argument(
         "--decode-only", action="store_true", help="skip training: decode the checkpoints of a finished run"
@@ -420,7 +427,7 @@ def main() -> None:
     # both rates from the logs, so that --decode-only reports them as a fresh run would
     totals = run_totals(work / "attnkit")  # its run folder's own log
     facts["attnkit_tokens_per_s"] = totals["tokens_per_s"]
-    # attnkit validates at every epoch end; the OpenNMT-py configuration here never does (valid_steps 10^7)
+    # with --attnkit-validates, attnkit validates at every epoch end; OpenNMT-py here never does (valid_steps 10^7)
     facts["attnkit_valid_s"], facts["attnkit_tokens_per_step_s"] = totals["valid_s"], totals["tokens_per_step_s"]
     if (work / "onmt.log").is_file():  # a work folder copied without its logs keeps the recorded rate
         facts["onmt_tokens_per_s"] = onmt_target_tokens_per_s(work / "onmt.log")

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..checks import LAYERS, LOSS_WEIGHT, POSITIVE, SECONDS, SEED, STEPS, THREADS, check_fields
+from ..checks import LAYERS, LOSS_WEIGHT, POSITIVE, SECONDS, SEED, STEPS, THREADS, between, check_fields
 from ..config import config_from_args, option
 
 __all__ = ["RunConfig", "TaskConfig", "run_options"]
@@ -33,6 +33,13 @@ class RunConfig:
     max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds", check=SECONDS)
     patience: int | None = option(
         None, "stop after this many validations without a better validation score", check=STEPS
+    )
+    valid_every_epochs: int = option(
+        1,
+        "validate at the end of every this many epochs; 0: never at an epoch's end, and with no "
+        "--valid-every-steps the run never validates (no best checkpoint: its last step is its result, as a "
+        "peer's that does not validate)",
+        check=between(0, 1_000_000_000, integer=True),
     )
     valid_every_steps: int | None = option(
         None,

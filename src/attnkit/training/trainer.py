@@ -81,7 +81,7 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
     docstring).
 
     ``run`` (a :class:`~attnkit.training.RunConfig`) holds every run option: how long (``epochs``,
-    ``max_steps``, ``max_time_s``), when to validate and stop (``valid_every_steps``, ``patience``), where
+    ``max_steps``, ``max_time_s``), when to validate and stop (``valid_every_epochs``, ``valid_every_steps``, ``patience``), where
     checkpoints go and how many are kept (``out_dir``, ``save_every_steps``, ``keep_last``), the gradient
     clipping, the seed, the log period, the progress bar, the device and the precision. A task's config
     nests one (its ``run`` field) and the command line builds it once. The keyword arguments are what only
@@ -91,8 +91,8 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
             ``model`` is the (possibly DDP-wrapped) training module; call it, do not unwrap it.
         train_batches: a resumable batch source (``__iter__``, ``set_epoch``, ``state_dict``,
             ``load_state_dict``; see :class:`attnkit.training.data.ListBatches`).
-        valid_fn: ``valid_fn(model) -> dict`` of metrics, called at the end of every epoch (and every
-            ``run.valid_every_steps`` steps) on the unwrapped model in eval mode under ``torch.no_grad``
+        valid_fn: ``valid_fn(model) -> dict`` of metrics, called at the end of every
+            ``run.valid_every_epochs``-th epoch (and every ``run.valid_every_steps`` steps) on the unwrapped model in eval mode under ``torch.no_grad``
             (on rank 0 only under DDP).
         scheduler: stepped once per optimizer step; saved and restored. A
             :class:`~attnkit.training.budget.BudgetSchedule` is fitted to the steps the budget (time, steps
@@ -147,6 +147,11 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         _check_batches(train_batches)
         if run.patience is not None and valid_fn is None:
             raise ValueError("Trainer: run.patience needs a valid_fn to compute metric_for_best")
+        if run.patience is not None and not (run.valid_every_epochs or run.valid_every_steps):
+            raise ValueError(
+                "Trainer: run.patience counts validations, but run.valid_every_epochs is 0 and "
+                "run.valid_every_steps is unset: this run never validates"
+            )
 
         self.run = run
         device = run.device
@@ -379,7 +384,8 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
 
     def _end_epoch_work(self, pbar) -> str | None:
         improved = False
-        if self.valid_fn is not None:
+        every = self.run.valid_every_epochs
+        if self.valid_fn is not None and every and (self.epoch + 1) % every == 0:
             improved = self._validate_and_log(pbar, f"epoch {self.epoch}")
         self.epoch += 1
         self.train_batches.set_epoch(self.epoch)

@@ -78,7 +78,9 @@ class ValidationMixin:
         return improved
 
     def _final_validation(self, pbar) -> bool:
-        """A budget's last step is where a fitted schedule ends (lr 0), so validate it (once) for ``best``."""
-        if self.valid_fn is None or self._validated_at == self.step:
+        """A budget's last step is where a fitted schedule ends (lr 0), so validate it (once) for ``best``;
+        not in a run that never validates (``valid_every_epochs`` 0, no ``valid_every_steps``)."""
+        never = not (self.run.valid_every_epochs or self.run.valid_every_steps)
+        if self.valid_fn is None or never or self._validated_at == self.step:
             return False
         return self._validate_and_log(pbar, f"step {self.step} (end of budget)")
