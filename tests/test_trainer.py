@@ -153,9 +153,9 @@ def test_valid_every_epochs_picks_the_epochs_that_validate(tmp_path, every, vali
     assert (tmp_path / "best").is_dir() == bool(validated_epochs)
     log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in log if e["event"] == "valid"] == [4 * (e + 1) for e in validated_epochs]
-    if every == 0:
-        with pytest.raises(ValueError, match="never validates"):
-            make_trainer(tmp_path / "p", valid_every_epochs=0, patience=2)
+    if every == 0:  # patience counts validations: with none, it never stops the run
+        t = make_trainer(tmp_path / "p", max_epochs=4, valid_every_epochs=0, patience=1)
+        assert t.fit()["stop_reason"] == "max_epochs"
 
 
 def test_loss_decreases_and_log_is_written(tmp_path):

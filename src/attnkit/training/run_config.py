@@ -37,8 +37,8 @@ class RunConfig:
     valid_every_epochs: int = option(
         1,
         "validate at the end of every this many epochs; 0: never at an epoch's end, and with no "
-        "--valid-every-steps the run never validates (no best checkpoint: its last step is its result, as a "
-        "peer's that does not validate)",
+        "--valid-every-steps the run never validates (no best checkpoint, --patience never stops it: its last step "
+        "is its result, as a peer's that does not validate)",
         check=between(0, 1_000_000_000, integer=True),
     )
     valid_every_steps: int | None = option(

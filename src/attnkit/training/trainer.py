@@ -147,11 +147,6 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         _check_batches(train_batches)
         if run.patience is not None and valid_fn is None:
             raise ValueError("Trainer: run.patience needs a valid_fn to compute metric_for_best")
-        if run.patience is not None and not (run.valid_every_epochs or run.valid_every_steps):
-            raise ValueError(
-                "Trainer: run.patience counts validations, but run.valid_every_epochs is 0 and "
-                "run.valid_every_steps is unset: this run never validates"
-            )
 
         self.run = run
         device = run.device
