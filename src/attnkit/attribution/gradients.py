@@ -1,5 +1,5 @@
-"""Gradient attributions through Captum (Kokhlikyan et al. 2020): saliency, input × gradient and integrated
-gradients, for every target piece at once.
+"""Gradient attributions: saliency, input × gradient and integrated gradients, for every target piece at
+once, through a shared-forward engine (the Transformer) or Captum (Kokhlikyan et al. 2020; the others).
 
 The function explained is ``f_t(x) = log p(y_t | y_<t, x)``, the log-probability of the forced target
 piece ``t`` given the source, as a function of the model's *input*: the source pieces' embeddings

@@ -37,14 +37,14 @@ class RunConfig:
     valid_every_epochs: int = option(
         1,
         "validate at the end of every this many epochs; 0: never at an epoch's end, and with no "
-        "--valid-every-steps the run never validates (no best checkpoint, --patience never stops it: its last step "
-        "is its result, as a peer's that does not validate)",
+        "--valid-every-steps the run never validates (no best checkpoint, --patience never stops it: its "
+        "last step is its result, as a peer's that does not validate)",
         check=between(0, 1_000_000_000, integer=True),
     )
     valid_every_steps: int | None = option(
         None,
-        "also validate every this many steps (default: at the end of every epoch only); each validation "
-        "shows its score on the progress line and takes time from a --max-time-s budget",
+        "also validate every this many steps (default: only at the epoch ends --valid-every-epochs picks); "
+        "each validation shows its score on the progress line and takes time from a --max-time-s budget",
         check=STEPS,
     )
     save_every_steps: int = option(500, "write a step checkpoint this often", check=STEPS)

@@ -81,8 +81,8 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
     docstring).
 
     ``run`` (a :class:`~attnkit.training.RunConfig`) holds every run option: how long (``epochs``,
-    ``max_steps``, ``max_time_s``), when to validate and stop (``valid_every_epochs``, ``valid_every_steps``, ``patience``), where
-    checkpoints go and how many are kept (``out_dir``, ``save_every_steps``, ``keep_last``), the gradient
+    ``max_steps``, ``max_time_s``), when to validate and stop (``valid_every_epochs``,
+    ``valid_every_steps``, ``patience``), where checkpoints go and how many are kept (``out_dir``, ``save_every_steps``, ``keep_last``), the gradient
     clipping, the seed, the log period, the progress bar, the device and the precision. A task's config
     nests one (its ``run`` field) and the command line builds it once. The keyword arguments are what only
     the task knows:
@@ -92,8 +92,8 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         train_batches: a resumable batch source (``__iter__``, ``set_epoch``, ``state_dict``,
             ``load_state_dict``; see :class:`attnkit.training.data.ListBatches`).
         valid_fn: ``valid_fn(model) -> dict`` of metrics, called at the end of every
-            ``run.valid_every_epochs``-th epoch (and every ``run.valid_every_steps`` steps) on the unwrapped model in eval mode under ``torch.no_grad``
-            (on rank 0 only under DDP).
+            ``run.valid_every_epochs``-th epoch (and every ``run.valid_every_steps`` steps) on the
+            unwrapped model in eval mode under ``torch.no_grad`` (on rank 0 only under DDP).
         scheduler: stepped once per optimizer step; saved and restored. A
             :class:`~attnkit.training.budget.BudgetSchedule` is fitted to the steps the budget (time, steps
             or epochs) reaches, and the budget's last step is validated.
