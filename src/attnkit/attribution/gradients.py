@@ -134,13 +134,9 @@ def _integrated_gradients(counted, forward, x, base, steps, max_steps, current, 
 
     with torch.no_grad():
         gap = forward(x[:1])[0] - forward(base[:1])[0]  # (T,): Δ_t = f_t(x) − f_t(x')
-    n = x.shape[0]
-    attr = torch.zeros_like(x)
-    delta = torch.zeros(n, dtype=gap.dtype, device=gap.device)
-    used = [0] * n
-    pending = list(range(n))
-    while pending:
-        bad_columns = []
+
+    def one_round(pending: list[int], steps: int) -> tuple[Tensor, Tensor]:
+        attrs, deltas = [], []
         for run in _chunks(pending, batch):
             rows = torch.tensor(run, device=x.device)
             current["columns"] = rows
@@ -153,13 +149,32 @@ def _integrated_gradients(counted, forward, x, base, steps, max_steps, current, 
                 internal_batch_size=batch,
                 return_convergence_delta=True,
             )
-            attr[rows] = a.detach()
-            delta[rows] = d.detach().to(delta.dtype)
-            tol = COMPLETENESS * gap[rows].abs().clamp_min(GAP_FLOOR)
-            bad_columns += [i for i, bad in zip(run, (d.detach().abs() > tol).tolist()) if bad]
+            attrs.append(a.detach())
+            deltas.append(d.detach())
+        return torch.cat(attrs), torch.cat(deltas)
+
+    return _refine(torch.zeros_like(x), gap, steps, max_steps, one_round)
+
+
+def _refine(attr: Tensor, gap: Tensor, steps: int, max_steps: int, one_round) -> tuple[Tensor, Tensor, list[int]]:
+    """Integrated gradients' refinement, whatever the engine: ``one_round(columns, steps) -> (attributions
+    (len(columns), *shape), convergence deltas (len(columns),))`` explains the pending columns at ``steps``
+    points; a column whose gap ``|Σ a − Δ_t|`` exceeds ``COMPLETENESS · max(|Δ_t|, GAP_FLOOR)`` is pending
+    again with twice the points, up to ``max_steps``. Fills ``attr (T, *shape)``; returns ``(attr, delta
+    (T,), steps used per column)``."""
+    n = gap.shape[0]
+    delta = torch.zeros(n, dtype=gap.dtype, device=gap.device)
+    used = [0] * n
+    pending = list(range(n))
+    while pending:
+        a, d = one_round(pending, steps)
+        rows = torch.tensor(pending, device=attr.device)
+        attr[rows] = a
+        delta[rows] = d.to(delta.dtype)
+        tol = COMPLETENESS * gap[rows].abs().clamp_min(GAP_FLOOR)
         for i in pending:
             used[i] = steps
-        pending = bad_columns
+        pending = [i for i, bad in zip(pending, (d.abs() > tol).tolist()) if bad]
         steps *= 2
         if steps > max_steps:
             break
@@ -226,26 +241,14 @@ def _integrated_gradients_split(split: SplitForward, x, base, n, steps, max_step
     with torch.no_grad():
         ends = [split.log_probs(split.features(end[None], n))[0] for end in (x, base)]  # 2 × (T,)
         gap = (ends[0] - ends[1]).float()  # (T,): Δ_t = f_t(x) − f_t(x')
-    attr = x.new_zeros(n, *x.shape)
-    delta = torch.zeros(n, dtype=gap.dtype, device=gap.device)
-    used = [0] * n
-    pending = list(range(n))
-    while pending:
+
+    def one_round(pending: list[int], steps: int) -> tuple[Tensor, Tensor]:
         alphas, weights = _gauss_legendre(steps, x.dtype, x.device)
         points = base + alphas.view(-1, *([1] * x.dim())) * (x - base)  # (steps, *shape)
         a = (x - base) * _weighted_gradients(split, points, weights, pending, batch, tick)  # (len(pending), *shape)
-        rows = torch.tensor(pending, device=x.device)
-        attr[rows] = a
-        d = a.flatten(1).sum(1).float() - gap[rows]
-        delta[rows] = d
-        tol = COMPLETENESS * gap[rows].abs().clamp_min(GAP_FLOOR)
-        for i in pending:
-            used[i] = steps
-        pending = [i for i, bad in zip(pending, (d.abs() > tol).tolist()) if bad]
-        steps *= 2
-        if steps > max_steps:
-            break
-    return attr, delta, used
+        return a, a.flatten(1).sum(1).float() - gap[torch.tensor(pending, device=x.device)]
+
+    return _refine(x.new_zeros(n, *x.shape), gap, steps, max_steps, one_round)
 
 
 def _passes(method: str, n_targets: int, steps: int, batch: int) -> int:
