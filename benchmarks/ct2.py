@@ -7,7 +7,10 @@
 Every row is one toolkit's own translate command on the same test verses (one per line), timed as a
 whole process (loading included, as a user runs it), with ``OMP_NUM_THREADS`` = the thread count
 (CTranslate2 reads it too: :meth:`attnkit.deploy.ct2_engine.CT2Translator.load`), batches of 64
-sentences sorted by length, scored afterwards with sacrebleu. Rows:
+sentences sorted by length, scored afterwards with sacrebleu. Each command also reports the seconds of
+its translation alone (``attnkit translate --report-time``, ``onmt_translate -report_time``): the
+second rate of each cell, without the start-up (torch's import, ~2–3 s for attnkit and OpenNMT-py, none
+for CTranslate2) and the model's loading, what a server or a long job sees. Rows:
 
 - ``attnkit fp32`` / ``attnkit int8``: ``attnkit translate --precision fp32|int8``;
 - ``CT2 float32`` / ``CT2 int8``: ``attnkit translate --engine ctranslate2`` on ``attnkit export
@@ -34,6 +37,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -80,15 +84,27 @@ ISA_ENV = {
 ISA: dict[str, str] = {}
 
 
-def run(cmd: list, threads: int, stdout: Path | None = None) -> float:
-    """Wall seconds of ``cmd`` as a whole process, with ``threads`` threads."""
+#: What each translate command prints about its own decoding time (``attnkit translate --report-time``,
+#: ``onmt_translate -report_time``): the seconds spent translating, without start-up and loading.
+DECODING_TIME = (
+    re.compile(r"translated in ([0-9.]+) s"),
+    re.compile(r"Total translation time \(s\): ([0-9.]+)"),
+)
+
+
+def run(cmd: list, threads: int, stdout: Path | None = None) -> tuple[float, float | None]:
+    """Wall seconds of ``cmd`` as a whole process, with ``threads`` threads, and the seconds it reports
+    spending on translation alone (None when it reports none)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=str(ROOT / "src"), **ISA)
     if "onmt_translate" in str(cmd[0]):
         env["PYTHONPATH"] = str(HERE / "peer_opennmt" / "stubs")
     t = time.perf_counter()
     with open(stdout or os.devnull, "w", encoding="utf-8") as fh:
-        subprocess.run([str(c) for c in cmd], env=env, stdout=fh, stderr=subprocess.PIPE, check=True)
-    return time.perf_counter() - t
+        done = subprocess.run([str(c) for c in cmd], env=env, stdout=fh, stderr=subprocess.PIPE, check=True)
+    wall = time.perf_counter() - t
+    err = done.stderr.decode("utf-8", "replace")
+    found = [m for pattern in DECODING_TIME for m in pattern.findall(err)]
+    return wall, (float(found[-1]) if found else None)
 
 
 def prepare(args, work: Path) -> dict:
@@ -152,7 +168,7 @@ def prepare(args, work: Path) -> dict:
 def commands(facts: dict, work: Path, beam: int) -> dict[str, list]:
     """Each row's translate command for ``beam`` (reading ``test.es.txt`` or, for OpenNMT-py, its pieces)."""
     text = work / "test.es.txt"
-    common = ["--file", text, "--beam", beam, "--truncate", "--device", "cpu"]
+    common = ["--file", text, "--beam", beam, "--truncate", "--device", "cpu", "--report-time"]
     rows = {
         "attnkit fp32": [*ATTNKIT, "translate", "--model", facts["model"], *common, "--precision", "fp32"],
         "attnkit int8": [*ATTNKIT, "translate", "--model", facts["model"], *common, "--precision", "int8"],
@@ -179,7 +195,7 @@ def commands(facts: dict, work: Path, beam: int) -> dict[str, list]:
         rows["OpenNMT-py"] = [
             Path(facts["onmt_venv"]) / "bin" / "onmt_translate",
             "-model", facts["onmt_checkpoint"], "-src", work / "test.es.pieces", "-output", work / "onmt.out",
-            "-beam_size", beam, "-batch_size", 64, "-batch_type", "sents", "-max_length", 250,
+            "-beam_size", beam, "-batch_size", 64, "-batch_type", "sents", "-max_length", 250, "-report_time",
         ]  # fmt: skip
     return rows
 
@@ -192,6 +208,12 @@ def hypotheses(row: str, out: Path, work: Path) -> list[str]:
     tok = Tokenizer.load(Path(json.loads((work / "facts.json").read_text())["model"]))
     lines = (work / "onmt.out").read_text(encoding="utf-8").splitlines()
     return [tok.decode([tok.piece_to_id(p) for p in line.split()]) for line in lines]
+
+
+def _rates(cell: dict) -> str:
+    """A table cell: whole-process sentences/s, then the translation's own where it was reported."""
+    own = cell["decoding_sentences_per_s"]
+    return f"{cell['sentences_per_s']:.1f}" + (f" / {own:.1f}" if own else "")
 
 
 def main() -> None:
@@ -223,14 +245,19 @@ def main() -> None:
         for beam in args.beams:
             rows = commands(facts, work, beam)
             times: dict[str, list[float]] = {r: [] for r in rows}
+            decoding: dict[str, list[float]] = {r: [] for r in rows}
             for _ in range(args.runs):  # alternate the rows within each run
                 for row, cmd in rows.items():
                     out = work / f"out.{row.replace(' ', '_')}.b{beam}.t{threads}.txt"
-                    times[row].append(run(cmd, threads, out))
+                    wall, own = run(cmd, threads, out)
+                    times[row].append(wall)
+                    if own is not None:
+                        decoding[row].append(own)
             for row in rows:
                 out = work / f"out.{row.replace(' ', '_')}.b{beam}.t{threads}.txt"
                 scores = corpus_scores(hypotheses(row, out, work), facts["refs"])
                 secs = statistics.median(times[row])
+                own = statistics.median(decoding[row]) if decoding[row] else None
                 results.append(
                     {
                         "row": row,
@@ -238,6 +265,9 @@ def main() -> None:
                         "beam": beam,
                         "sentences_per_s": round(facts["n"] / secs, 2),
                         "seconds": [round(t, 2) for t in times[row]],
+                        # the translation alone, as the command reports it (no start-up, no loading)
+                        "decoding_sentences_per_s": round(facts["n"] / own, 2) if own else None,
+                        "decoding_seconds": [round(t, 3) for t in decoding[row]],
                         "bleu": round(scores["bleu"], 2),
                     }
                 )
@@ -246,7 +276,7 @@ def main() -> None:
     if facts["model_type"] == "transformer":
         model_args["CT2 int8"] = ["--engine", "ctranslate2", "--model", facts["ct2-int8"]]
     for row, extra in model_args.items():
-        secs = [run([*ATTNKIT, "translate", *extra, "--device", "cpu", ONE_SENTENCE], 1) for _ in range(args.runs)]
+        secs = [run([*ATTNKIT, "translate", *extra, "--device", "cpu", ONE_SENTENCE], 1)[0] for _ in range(args.runs)]
         one.append({"row": row, "seconds": round(statistics.median(secs), 2)})
     report = {
         "cpu": cpu,
@@ -259,7 +289,8 @@ def main() -> None:
     out = Path(args.out) if args.out else work / "report.json"
     out.write_text(json.dumps(report, indent=2, ensure_ascii=False))
 
-    print(f"\n{label}: {facts['n']} test verses, whole process, median of {args.runs} alternating runs; CPU: {cpu}")
+    print(f"\n{label}: {facts['n']} test verses, median of {args.runs} alternating runs; CPU: {cpu}")
+    print("sent/s: the whole process (start-up and loading included) / the translation alone (as it reports)")
     print(
         "| engine | threads | "
         + " | ".join(f"beam {b} sent/s" for b in args.beams)
@@ -271,7 +302,7 @@ def main() -> None:
     for threads in args.threads:
         for row in dict.fromkeys(r["row"] for r in results):
             cells = {r["beam"]: r for r in results if r["row"] == row and r["threads"] == threads}
-            rates = " | ".join(f"{cells[b]['sentences_per_s']:.1f}" for b in args.beams)
+            rates = " | ".join(_rates(cells[b]) for b in args.beams)
             bleus = " / ".join(f"{cells[b]['bleu']:.2f}" for b in args.beams)
             print(f"| {row} | {threads} | {rates} | {bleus} |")
     print(

@@ -8,6 +8,7 @@ the CLI path of ``--engine ctranslate2`` must not import torch. Skipped, with th
 """
 
 import json
+import re
 import subprocess
 import sys
 
@@ -220,15 +221,22 @@ def test_cli_translate_with_ctranslate2_does_not_import_torch(exports, capsys):
         "import sys\n"
         "from attnkit.cli import main\n"
         f"rc = main(['translate', '--engine', 'ctranslate2', '--model', {str(exports['float32'])!r}, '--beam', '1',"
-        f" *{sentences!r}])\n"
+        f" '--report-time', *{sentences!r}])\n"
         "print('TORCH', 'torch' in sys.modules, rc)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[-1] == "TORCH False 0"
-    rc, out, _ = _main(capsys, "translate", "--model", "transformer-es-en", "--beam", "1", *sentences)
+    rc, out, err = _main(capsys, "translate", "--model", "transformer-es-en", "--beam", "1", "--report-time", *sentences)
     assert rc == 0 and lines[:-1] == out.strip().splitlines()  # the same model's translations with PyTorch
+    # --report-time: both engines count the same sentences and target pieces, on stderr only
+    from attnkit.tasks.translation import Translator
+
+    pieces = sum(len(t.tokens) for t in Translator.load("transformer-es-en").translate(sentences, beam_size=1))
+    for report in (r.stderr, err):
+        assert f"; 2 sentences, {pieces} target pieces translated in " in report, report
+        assert re.search(r"model loaded in [0-9.]+ s; .* translated in [0-9.]+ s \([0-9.,]+ sentences/s", report)
 
 
 def test_cli_export_and_engine_errors_are_one_line(tmp_path, exports, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 from ..checks import VOCABULARY, arg_type, between
 from ..data.parallel import decode_lines, read_lines
@@ -102,12 +103,14 @@ def cmd_translate(args) -> None:
         if not s.strip():
             raise CLIError("one of the inputs is empty: give some text to translate")
     need_attn = args.show_attention or args.plot is not None
+    started = time.perf_counter()
     if args.engine == "ctranslate2":
         if args.html is not None:
             raise CLIError(
                 "--html needs the PyTorch engine (the explorer's views replay the model); use `attnkit serve --engine ctranslate2`"
             )
         tr = _load_ct2(args.model, args.device, keep_spelling=args.keep_spelling, length_penalty=args.length_penalty)
+        loaded = time.perf_counter()
         results = tr.translate(
             sentences,
             beam_size=args.beam,
@@ -126,6 +129,7 @@ def cmd_translate(args) -> None:
                     f"{s[:60]!r}",
                     file=sys.stderr,
                 )
+        loaded = time.perf_counter()
         results = tr.translate(
             sentences,
             beam_size=args.beam,
@@ -134,6 +138,8 @@ def cmd_translate(args) -> None:
             shortlist=_load_shortlist(args.shortlist),
             length_penalty=args.length_penalty,
         )
+    if args.report_time:
+        _report_time(results, loaded - started, time.perf_counter() - loaded)
     for r in results:
         print(r.translation)
         if args.show_attention and r.attention is not None:
@@ -151,6 +157,19 @@ def cmd_translate(args) -> None:
             for s, r in zip(sentences, results)
         ]
         print(f"wrote {write_explorer_html(args.html, translations=payloads)}")
+
+
+def _report_time(results, load_s: float, translate_s: float) -> None:
+    """``--report-time``: the model's loading and the translation's own seconds on stderr (as
+    ``onmt_translate -report_time``), so a whole process's start-up (torch's import, reading the
+    weights) and its decoding can be told apart."""
+    n, pieces = len(results), sum(len(r.tokens) for r in results)
+    per_s = (lambda k: f"{k / translate_s:,.1f}") if translate_s > 0 else (lambda k: "inf")
+    print(
+        f"attnkit: model loaded in {load_s:.3f} s; {n} sentences, {pieces} target pieces translated in "
+        f"{translate_s:.3f} s ({per_s(n)} sentences/s, {per_s(pieces)} target pieces/s)",
+        file=sys.stderr,
+    )
 
 
 def _plot_translation(tr, results, sentences, path) -> None:
@@ -199,6 +218,11 @@ def add_parser(sub) -> None:
         "--truncate",
         action="store_true",
         help="cut sentences longer than the model's maximum instead of stopping (default: off)",
+    )
+    tr.add_argument(
+        "--report-time",
+        action="store_true",
+        help="print the seconds of loading the model and of translating, and sentences/s, on stderr (default: off)",
     )
     tr.set_defaults(func=cmd_translate)
 
