@@ -228,7 +228,9 @@ def test_cli_translate_with_ctranslate2_does_not_import_torch(exports, capsys):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[-1] == "TORCH False 0"
-    rc, out, err = _main(capsys, "translate", "--model", "transformer-es-en", "--beam", "1", "--report-time", *sentences)
+    rc, out, err = _main(
+        capsys, "translate", "--model", "transformer-es-en", "--beam", "1", "--report-time", *sentences
+    )
     assert rc == 0 and lines[:-1] == out.strip().splitlines()  # the same model's translations with PyTorch
     # --report-time: both engines count the same sentences and target pieces, on stderr only
     from attnkit.tasks.translation import Translator
