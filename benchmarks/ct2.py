@@ -53,6 +53,9 @@ from attnkit.device import cpu_bf16_speedup  # noqa: E402
 from attnkit.pretrained import resolve_model  # noqa: E402
 from attnkit.tasks.translation import corpus_scores  # noqa: E402
 
+sys.path.insert(0, str(HERE / "peer_opennmt"))
+from run import onmt_env  # noqa: E402  (benchmarks/peer_opennmt/run.py: how OpenNMT-py is run)
+
 ATTNKIT = [sys.executable, "-m", "attnkit.cli"]
 ONE_SENTENCE = "Jesús lloró."
 
@@ -96,8 +99,8 @@ def run(cmd: list, threads: int, stdout: Path | None = None) -> tuple[float, flo
     """Wall seconds of ``cmd`` as a whole process, with ``threads`` threads, and the seconds it reports
     spending on translation alone (None when it reports none)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=str(ROOT / "src"), **ISA)
-    if "onmt_translate" in str(cmd[0]):
-        env["PYTHONPATH"] = str(HERE / "peer_opennmt" / "stubs")
+    if "onmt_translate" in str(cmd[0]):  # its stubs, and torch.load as OpenNMT-py 3.5.1 needs it
+        env = {**onmt_env(threads), **ISA}
     t = time.perf_counter()
     with open(stdout or os.devnull, "w", encoding="utf-8") as fh:
         done = subprocess.run([str(c) for c in cmd], env=env, stdout=fh, stderr=subprocess.PIPE, check=True)

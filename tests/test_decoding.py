@@ -267,7 +267,7 @@ def test_beams_only_reorders_give_the_same_search():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from attnkit.decoding.search import CHUNK, _top_candidates  # noqa: E402
+from attnkit.decoding.search import CHUNK, _top_candidates, row_argmax  # noqa: E402
 
 
 @settings(max_examples=80, deadline=None)
@@ -303,3 +303,27 @@ def test_top_candidates_equal_one_topk_over_every_candidate(A, R, V, k, dead, se
     for s in range(A):  # no candidate named twice
         pairs = [(r, t) for r, t, ok in zip(row[s].tolist(), tok[s].tolist(), real[s].tolist()) if ok]
         assert len(pairs) == len(set(pairs))
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    R=st.integers(1, 6),
+    chunks=st.integers(0, 5),
+    extra=st.sampled_from([0, 0, 1, CHUNK - 1]),
+    levels=st.integers(1, 40),
+    special=st.sampled_from(["none", "-inf", "inf", "nan"]),
+    seed=st.integers(0, 10_000),
+)
+def test_row_argmax_is_torch_argmax(R, chunks, extra, levels, special, seed):
+    """The chunked argmax of greedy search gives torch.argmax's index on every row: the first maximum
+    when values tie (few distinct levels), with -inf/inf entries, and the first NaN where a row has one;
+    vocabularies that are not a multiple of CHUNK (or smaller than two) take torch.argmax itself."""
+    V = chunks * CHUNK + extra
+    if V == 0:
+        V = 1
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, levels, (R, V), generator=g).float()  # many ties when levels is small
+    if special != "none":
+        where = torch.rand(R, V, generator=g) < 0.05
+        x[where] = float(special)
+    assert torch.equal(row_argmax(x), x.argmax(dim=1))
