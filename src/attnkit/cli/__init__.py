@@ -12,6 +12,7 @@ import sys
 from ..errors import AttnkitError
 from ..version import __version__
 from . import align, caption, data, evaluate, explain, export, models, serve, train, translate
+from .allocator import keep_freed_memory
 from .common import CLIError, _Parser
 from .flags import _add_home_flag
 
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command; bad input (an :class:`attnkit.errors.AttnkitError`, a bad flag, a file that is not
     there or cannot be written) is one line on stderr and exit status 2. Any other exception is a bug: it keeps its traceback."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    keep_freed_memory()  # before any tensor: freed blocks stay in the process for the next step
     parser = _ct2_translate_parser() if _is_ct2_translate(argv) else build_parser()
     try:
         args = parser.parse_args(argv)
