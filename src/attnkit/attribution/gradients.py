@@ -135,42 +135,41 @@ def _integrated_gradients(counted, forward, x, base, steps, max_steps, current, 
     with torch.no_grad():
         gap = forward(x[:1])[0] - forward(base[:1])[0]  # (T,): Δ_t = f_t(x) − f_t(x')
 
-    def one_round(pending: list[int], steps: int) -> tuple[Tensor, Tensor]:
-        attrs, deltas = [], []
+    def one_round(pending: list[int], steps: int) -> Tensor:
+        attrs = []
         for run in _chunks(pending, batch):
             rows = torch.tensor(run, device=x.device)
             current["columns"] = rows
-            a, d = IntegratedGradients(counted).attribute(
+            a = IntegratedGradients(counted).attribute(
                 x[rows],
                 baselines=base[rows],
                 target=run,
                 n_steps=steps,
                 method="gausslegendre",
                 internal_batch_size=batch,
-                return_convergence_delta=True,
-            )
+            )  # no return_convergence_delta: Captum would run both ends again per run; _refine has Δ_t
             attrs.append(a.detach())
-            deltas.append(d.detach())
-        return torch.cat(attrs), torch.cat(deltas)
+        return torch.cat(attrs)
 
     return _refine(torch.zeros_like(x), gap, steps, max_steps, one_round)
 
 
 def _refine(attr: Tensor, gap: Tensor, steps: int, max_steps: int, one_round) -> tuple[Tensor, Tensor, list[int]]:
-    """Integrated gradients' refinement, whatever the engine: ``one_round(columns, steps) -> (attributions
-    (len(columns), *shape), convergence deltas (len(columns),))`` explains the pending columns at ``steps``
-    points; a column whose gap ``|Σ a − Δ_t|`` exceeds ``COMPLETENESS · max(|Δ_t|, GAP_FLOOR)`` is pending
-    again with twice the points, up to ``max_steps``. Fills ``attr (T, *shape)``; returns ``(attr, delta
-    (T,), steps used per column)``."""
+    """Integrated gradients' refinement, whatever the engine: ``one_round(columns, steps) -> attributions
+    (len(columns), *shape)`` explains the pending columns at ``steps`` points; a column whose completeness
+    gap (convergence delta) ``Σ a − Δ_t`` exceeds ``COMPLETENESS · max(|Δ_t|, GAP_FLOOR)`` in size is
+    pending again with twice the points, up to ``max_steps``. Fills ``attr (T, *shape)``; returns ``(attr,
+    delta (T,), steps used per column)``."""
     n = gap.shape[0]
     delta = torch.zeros(n, dtype=gap.dtype, device=gap.device)
     used = [0] * n
     pending = list(range(n))
     while pending:
-        a, d = one_round(pending, steps)
+        a = one_round(pending, steps)
         rows = torch.tensor(pending, device=attr.device)
         attr[rows] = a
-        delta[rows] = d.to(delta.dtype)
+        d = a.flatten(1).sum(1).to(delta.dtype) - gap[rows]  # (len(pending),) Σ a − Δ_t
+        delta[rows] = d
         tol = COMPLETENESS * gap[rows].abs().clamp_min(GAP_FLOOR)
         for i in pending:
             used[i] = steps
@@ -242,11 +241,10 @@ def _integrated_gradients_split(split: SplitForward, x, base, n, steps, max_step
         ends = [split.log_probs(split.features(end[None], n))[0] for end in (x, base)]  # 2 × (T,)
         gap = (ends[0] - ends[1]).float()  # (T,): Δ_t = f_t(x) − f_t(x')
 
-    def one_round(pending: list[int], steps: int) -> tuple[Tensor, Tensor]:
+    def one_round(pending: list[int], steps: int) -> Tensor:
         alphas, weights = _gauss_legendre(steps, x.dtype, x.device)
         points = base + alphas.view(-1, *([1] * x.dim())) * (x - base)  # (steps, *shape)
-        a = (x - base) * _weighted_gradients(split, points, weights, pending, batch, tick)  # (len(pending), *shape)
-        return a, a.flatten(1).sum(1).float() - gap[torch.tensor(pending, device=x.device)]
+        return (x - base) * _weighted_gradients(split, points, weights, pending, batch, tick)  # (len(pending), *shape)
 
     return _refine(x.new_zeros(n, *x.shape), gap, steps, max_steps, one_round)
 
@@ -256,7 +254,7 @@ def _passes(method: str, n_targets: int, steps: int, batch: int) -> int:
     runs = _chunks(list(range(n_targets)), batch)
     if method != "integrated_gradients":
         return len(runs)
-    return sum(-(-steps // max(1, batch // len(r))) + 2 for r in runs)
+    return sum(-(-steps // max(1, batch // len(r))) for r in runs)  # Captum's passes over the path
 
 
 def attribute(
