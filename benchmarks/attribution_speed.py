@@ -4,7 +4,7 @@ target piece, the pieces' backward passes batched), side by side in one run.
 
     PYTHONPATH=src .venv/bin/python benchmarks/attribution_speed.py [--model transformer-es-en] [--verses 1]
         [--repeats 3] [--threads 1 2] [--batch 256] [--cases ixg ig32 ig8 ig]
-        [--baseline per-row|one-at-a-time] [--precision fp32 bf16]
+        [--baseline per-row|one-at-a-time] [--precision fp32 bf16] [--device cpu|cuda]
 
 Baselines: ``per-row`` (default), the Captum engine batched over rows of (target piece, interpolation
 point), one forward and one backward per row, up to ``--batch`` rows a pass (what ``explain`` ran before
@@ -86,18 +86,18 @@ def per_row(model, pair, method: str, steps: int | None, batch: int):
     f = translation_log_probs(model, pair)
     emb = model.embedding(pair.src).detach().float()  # (S, E)
     attr, _, _ = gradients.attribute(method, f, emb, len(pair.tgt), steps=steps, batch=batch, forward_at=f)
-    return attr.sum(-1)
+    return attr.sum(-1).cpu()
 
 
 def batched(model, pair, method: str, steps: int | None, batch: int):
     """What ``explain`` runs: ``(signed attributions (T, S), pieces complete within 1 %)``."""
     out = METHODS[method].translation(model, pair, steps=steps, batch=batch)
     if "extra" not in out:
-        return out["raw"], None
+        return out["raw"].cpu(), None
     delta = torch.tensor(out["extra"]["convergence_delta"])
-    gap = out["raw"].sum(1) - delta  # Δ_t = f_t(x) − f_t(x')
+    gap = out["raw"].cpu().sum(1) - delta  # Δ_t = f_t(x) − f_t(x')
     tol = gradients.COMPLETENESS * gap.abs().clamp_min(gradients.GAP_FLOOR)
-    return out["raw"], (delta.abs() <= tol).tolist()
+    return out["raw"].cpu(), (delta.abs() <= tol).tolist()
 
 
 CASES = {
@@ -109,8 +109,11 @@ CASES = {
 
 
 def timed(fn):
+    """Seconds of ``fn()`` (the GPU's queue drained before the clock stops) and its result."""
     t0 = time.perf_counter()
     out = fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     return time.perf_counter() - t0, out
 
 
@@ -166,6 +169,7 @@ def main() -> None:
     )
     p.add_argument("--baseline", choices=["per-row", "one-at-a-time"], default="per-row")
     p.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32"])
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (--threads then sets the CPU's threads only)")
     p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "attribution_speed.json"))
     args = p.parse_args()
 
@@ -173,7 +177,7 @@ def main() -> None:
     cases = [CASES[c] for c in args.cases]
     rows = []
     for precision in args.precision:
-        tr = Translator.load(args.model, dtype=precision)
+        tr = Translator.load(args.model, dtype=precision, device=args.device)
         model = tr.model.eval()
         pairs = [forced_translation(tr, " ".join(v.source), " ".join(v.target)) for v in verses]
         for threads in args.threads:
@@ -189,6 +193,7 @@ def main() -> None:
         ],
         "batch": args.batch,
         "cpu": platform.processor() or platform.machine(),
+        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch": torch.__version__,
         "load_average_at_end": os.getloadavg(),
