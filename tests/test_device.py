@@ -230,3 +230,21 @@ def test_cuda_half_attention_never_builds_cudnn_plans(dtype):
             ref = torch.softmax(q.double() @ k.double().transpose(-1, -2) / 8.0, -1) @ v.double()
             torch.testing.assert_close(out.double(), ref, atol=2e-2, rtol=2e-2)
     assert not [e.key for e in prof.key_averages() if "cudnn_attention" in e.key]
+
+
+@cuda
+@pytest.mark.parametrize("method", ["input_x_gradient", "integrated_gradients", "alti_plus"])
+def test_cuda_explanations_match_cpu(method):
+    """The shared-forward gradient engine (vmap over the backward) and a decomposition method on a GPU give
+    the CPU's attributions for the same forced translation."""
+    from attnkit.attribution import explain
+    from attnkit.tasks.translation import Translator
+
+    text, target = "Y dijo Dios: Sea la luz: y fué la luz.", "And God said, Let there be light: and there was light."
+    steps = {"steps": 8} if method == "integrated_gradients" else {}
+    on_gpu = explain(Translator.load("transformer-es-en", device="cuda"), text, target=target, method=method, **steps)
+    on_cpu = explain(Translator.load("transformer-es-en", device="cpu"), text, target=target, method=method, **steps)
+    assert (on_gpu.source, on_gpu.target) == (on_cpu.source, on_cpu.target)
+    torch.testing.assert_close(on_gpu.scores.cpu(), on_cpu.scores, atol=1e-4, rtol=1e-3)
+    if on_cpu.raw is not None:
+        torch.testing.assert_close(on_gpu.raw.cpu(), on_cpu.raw, atol=1e-4, rtol=1e-3)

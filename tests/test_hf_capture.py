@@ -154,3 +154,33 @@ def test_threads_capturing_one_model_at_once_each_get_their_own_weights(eager):
         for key, ws in got.items():
             assert len(ws) == 1, f"{key}: {len(ws)} maps, another thread's pass among them"
             torch.testing.assert_close(ws[0], expected[key], atol=1e-6, rtol=0)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is False)")
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cuda_captured_equals_cpu_eager(family):
+    """On a GPU, sdpa runs other kernels (flash, memory-efficient) than on the CPU: the weights captured there
+    equal the CPU's eager ``output_attentions``, and watching leaves the GPU's output as it is."""
+    model, _ = build_tiny(family)
+    inputs = _inputs(family, model)
+    reference = _eager_maps(family, inputs)
+    model = model.cuda()
+    on_gpu = {k: v.cuda() for k, v in inputs.items()}
+    got = {}
+
+    def keep(site, weights):
+        got[(site.kind, site.layer)] = weights.cpu()
+
+    with torch.no_grad():
+        plain = model(**on_gpu)[0]  # logits, or the encoder's last hidden states (bert)
+        with capture_attention(model, keep):
+            watched = model(**on_gpu)[0]
+    assert torch.equal(plain, watched)
+    for kind, layers in reference.items():
+        for layer, expected in enumerate(layers):
+            w = got[(kind, layer)]
+            real = inputs["attention_mask"][:, None, :, None].bool() if kind in ("enc_self", "self") else None
+            if real is not None and w.shape[-2] == real.shape[-2]:  # padded query rows are not compared
+                w, expected = w * real, expected * real
+            torch.testing.assert_close(w, expected.float(), atol=1e-4, rtol=0)
