@@ -51,23 +51,45 @@ def bare_step(model):
     scale = 1.0 / math.sqrt(Dh)
     final = model.decoder.norm
 
+    def linear(module):
+        """``module``'s product, called without ``nn.Module.__call__``: float weights through ``F.linear``,
+        an int8 model's quantized layers (:func:`attnkit.device.quantize_int8`) through their own forward."""
+        if isinstance(module, torch.nn.Linear):
+            return lambda x: F.linear(x, module.weight, module.bias)
+        return module.forward
+
+    proj = []  # per layer: packed q/k/v of self-attention, the query of cross-attention, the four other products
+    for layer in layers:
+        sa, ca = layer.self_attn, layer.multihead_attn
+        int8 = sa._int8 is not None
+        proj.append(
+            (
+                sa._int8["qkv"].forward if int8 else (lambda x, m=sa: F.linear(x, m.in_proj_weight, m.in_proj_bias)),
+                ca._int8["q"].forward if int8 else (lambda x, m=ca: F.linear(x, m.in_proj_weight[:D], m.in_proj_bias[:D])),
+                linear(sa.out_proj),
+                linear(ca.out_proj),
+                linear(layer.linear1),
+                linear(layer.linear2),
+            )
+        )
+
     def step(y, self_k, self_v, cross_k, cross_v, bias):
         R = y.shape[0]
         x, new_k, new_v = y, [], []
         for i, layer in enumerate(layers):
-            sa, ca = layer.self_attn, layer.multihead_attn
+            qkv, cross_q, self_out, cross_out, ff1, ff2 = proj[i]
             h = F.layer_norm(x, (D,), layer.norm1.weight, layer.norm1.bias, layer.norm1.eps)
-            q, k, v = F.linear(h, sa.in_proj_weight, sa.in_proj_bias).view(R, 3, H, Dh).unbind(1)  # (R, H, Dh)
+            q, k, v = qkv(h).view(R, 3, H, Dh).unbind(1)  # (R, H, Dh)
             K = torch.cat([self_k[i], k.unsqueeze(2)], 2)  # (R, H, L + 1, Dh)
             V = torch.cat([self_v[i], v.unsqueeze(2)], 2)
             p = torch.softmax((q.unsqueeze(2) * scale) @ K.transpose(-1, -2), -1)  # (R, H, 1, L + 1)
-            x = x + F.linear((p @ V).reshape(R, D), sa.out_proj.weight, sa.out_proj.bias)
+            x = x + self_out((p @ V).reshape(R, D))
             h = F.layer_norm(x, (D,), layer.norm2.weight, layer.norm2.bias, layer.norm2.eps)
-            q = F.linear(h, ca.in_proj_weight[:D], ca.in_proj_bias[:D]).view(R, H, 1, Dh)
+            q = cross_q(h).view(R, H, 1, Dh)
             p = torch.softmax((q * scale) @ cross_k[i].transpose(-1, -2) + bias, -1)  # (R, H, 1, S)
-            x = x + F.linear((p @ cross_v[i]).reshape(R, D), ca.out_proj.weight, ca.out_proj.bias)
+            x = x + cross_out((p @ cross_v[i]).reshape(R, D))
             h = F.layer_norm(x, (D,), layer.norm3.weight, layer.norm3.bias, layer.norm3.eps)
-            x = x + layer.linear2(F.relu(layer.linear1(h)))
+            x = x + ff2(F.relu(ff1(h)))
             new_k.append(K)
             new_v.append(V)
         return F.layer_norm(x, (D,), final.weight, final.bias, final.eps), new_k, new_v
@@ -92,6 +114,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lengths", type=int, nargs="+", default=[5, 20, 40])
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--precision", choices=["fp32", "int8"], default="fp32", help="int8: not compiled")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "compiled_step.json"))
     args = ap.parse_args()
@@ -100,7 +123,7 @@ def main() -> None:
     from attnkit.data.datasets.bible import load_pairs
     from attnkit.tasks.translation import Translator
 
-    tr = Translator.load(args.model)
+    tr = Translator.load(args.model, dtype=None if args.precision == "fp32" else args.precision)
     model = tr.model.eval()
     ids = tr.encode_sources([p.src for p in load_pairs("test")[: args.rows]], truncate=True)
     lens = torch.tensor([len(s) for s in ids])
@@ -135,7 +158,7 @@ def main() -> None:
                 "bare_ms": median_ms(partial(step, *inputs), args.repeats),
                 "bare_max_abs_diff": diff,
             }
-            if not args.no_compile:
+            if not args.no_compile and args.precision == "fp32":
                 if compiled is None:
                     t = time.perf_counter()
                     compiled = torch.compile(step, dynamic=True)
@@ -154,6 +177,7 @@ def main() -> None:
         "model": args.model,
         "rows": args.rows,
         "threads": args.threads,
+        "precision": args.precision,
         "cpu": platform.processor() or platform.machine(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch": torch.__version__,

@@ -293,6 +293,34 @@ def test_decoder_layer_matches_torch_and_cache(norm_first):
     assert torch.all(sw.triu(1) == 0) and torch.all(cw[1, :, :, 4:] == 0)
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("beams", [1, 3])
+def test_decoder_step_is_forward_with_caches_bit_for_bit(norm_first, beams):
+    """``TransformerDecoder.step`` (what a search runs) gives exactly the numbers of ``forward`` with the same
+    caches: outputs, the last layer's cross-attention and the caches it leaves, also with ``beams`` query rows
+    per row of the cross caches (beam search) and source padding."""
+    torch.manual_seed(0)
+    dec = TransformerDecoder(16, 4, 3, 32, dropout=0.1, norm_first=norm_first).eval()
+    mem, mkpm = torch.randn(2, 6, 16), padding_mask(torch.tensor([6, 4]))
+    tgt = torch.randn(2 * beams, 4, 16)
+    with torch.no_grad():
+        general, lean = dec.new_cache(mem), dec.new_cache(mem)
+        for t in range(4):
+            general = [c.copy() for c in general]
+            lean = [c.copy() for c in lean]
+            x = tgt[:, t : t + 1]
+            ref = dec(x, mem, memory_key_padding_mask=mkpm, causal=False, cache=general, need_weights="last")
+            out, weights = dec.step(x, lean, mkpm)
+            assert torch.equal(out, ref.output) and torch.equal(weights, ref.cross_weights[-1])
+            assert weights.shape == (2 * beams, 4, 1, 6) and float(weights[beams:, :, :, 4:].abs().max()) == 0.0
+        for g, c in zip(general, lean):
+            assert torch.equal(g.self_attn.k, c.self_attn.k) and torch.equal(g.self_attn.v, c.self_attn.v)
+    with pytest.raises(ValueError, match="projected"):
+        dec.step(tgt[:, :1], dec.new_cache(), mkpm)  # cross-attention keys not yet projected
+    with pytest.raises(ValueError, match="eval mode"):
+        dec.train().step(tgt[:, :1], dec.new_cache(mem), mkpm)
+
+
 def test_stacks_return_per_layer_weights_and_causality():
     torch.manual_seed(0)
     enc = TransformerEncoder(8, 2, 2, 16, dropout=0.0, norm_first=True).eval()

@@ -233,6 +233,16 @@ class MultiHeadAttention(nn.Module):
 
         if reuse and cache.k.shape[0] != bsz:
             return self._forward_grouped(query, cache, mask, key_padding_mask, need_weights, average_weights)
+        step = cache is not None and not self.training and mask is None and not causal  # a decoder step
+        if step and reuse:
+            m = _padding_to_mask(key_padding_mask, bsz, cache.k.shape[2], heads=True)
+            out, weights = self.step_cross(query, cache, m)
+            if not need_weights:
+                return AttentionOutput(out, None)
+            return AttentionOutput(out, weights.mean(dim=1) if average_weights else weights)
+        if step and not cache.static and not need_weights and key is query and value is query:
+            m = _padding_to_mask(key_padding_mask, bsz, len(cache) + nq, heads=True)
+            return AttentionOutput(self.step_self(query, cache, m), None)
         if reuse:
             q, k, v = self.project_query(query), cache.k, cache.v
         else:
@@ -270,6 +280,38 @@ class MultiHeadAttention(nn.Module):
             weights = weights.mean(dim=1)
         return AttentionOutput(out, weights)
 
+    # --- incremental decoding in eval mode -----------------------------------------------------
+    def step_self(self, query: Tensor, cache: KVCache, mask: Tensor | None = None) -> Tensor:
+        """Self-attention for a decoder step (eval mode): ``query (B, Nq, E)`` the newest position(s), whose
+        keys and values are appended to the growing ``cache`` and which attend over every cached position
+        (``mask``: ``None``, or bool broadcasting to ``(B, H, Nq, N)``, ``True`` = may attend). What
+        :meth:`forward` computes with ``cache=cache`` in eval mode, without its argument checks (the decoder
+        layer made these shapes; :meth:`forward` calls this after its checks): ``(B, Nq, E)``, no weights."""
+        bsz, nq, _ = query.shape
+        q, k, v = self._project_qkv(query, query, query)  # (B, H, Nq, Dh) each
+        k, v = cache.extend(k, v)  # (B, H, N, Dh)
+        ctx, _ = _attend_step(q, k, v, mask)  # (B, H, Nq, Dh)
+        return self.out_proj(ctx.transpose(1, 2).reshape(bsz, nq, self.embed_dim))
+
+    def step_cross(self, query: Tensor, cache: KVCache, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Cross-attention for a decoder step (eval mode) over a filled static ``cache`` (the source's keys
+        and values, one row per ``G`` query rows when beams share it, see :meth:`forward`); ``mask``: bool
+        ``(A, 1, 1, S)`` for the cache's ``A`` rows, ``True`` at real source positions, or ``None``. What
+        :meth:`forward` computes, without its checks: ``(out (B, Nq, E), weights (B, H, Nq, S))``."""
+        bsz, nq, _ = query.shape
+        a, h, nk, dh = cache.k.shape
+        g = bsz // a
+        q = self.project_query(query)  # (A·G, H, Nq, Dh)
+        if g > 1:  # the beams' queries are more queries over their sentence's keys
+            q = q.view(a, g, h, nq, dh).transpose(1, 2).reshape(a, h, g * nq, dh)  # (A, H, G·Nq, Dh)
+        ctx, weights = _attend_step(q, cache.k, cache.v, mask)  # (A, H, G·Nq, Dh), (A, H, G·Nq, S)
+        if g > 1:
+            ctx = ctx.view(a, h, g, nq, dh).permute(0, 2, 3, 1, 4).reshape(bsz, nq, self.embed_dim)  # (B, Nq, E)
+            weights = weights.view(a, h, g, nq, nk).transpose(1, 2).reshape(bsz, h, nq, nk)  # (B, H, Nq, S)
+        else:
+            ctx = ctx.transpose(1, 2).reshape(bsz, nq, self.embed_dim)
+        return self.out_proj(ctx), weights
+
     def _forward_grouped(
         self,
         query: Tensor,
@@ -294,10 +336,12 @@ class MultiHeadAttention(nn.Module):
         if mask is not None:
             raise ValueError("mask is not supported when query rows share a static cache's rows; use key_padding_mask")
         g = bsz // a
-        q = self.project_query(query)  # (A·G, H, Nq, Dh)
-        q = q.view(a, g, h, nq, dh).transpose(1, 2).reshape(a, h, g * nq, dh)  # (A, H, G·Nq, Dh)
         m = _padding_to_mask(key_padding_mask, a, nk, heads=True)
-        if self.training:
+        if not self.training:
+            out, weights = self.step_cross(query, cache, m)  # (B, Nq, E), (B, H, Nq, Nk)
+        else:
+            q = self.project_query(query)  # (A·G, H, Nq, Dh)
+            q = q.view(a, g, h, nq, dh).transpose(1, 2).reshape(a, h, g * nq, dh)  # (A, H, G·Nq, Dh)
             ctx, weights = attend(
                 q,
                 cache.k,
@@ -308,13 +352,11 @@ class MultiHeadAttention(nn.Module):
                 dropout_p=self.dropout,
                 training=True,
             )
-        else:
-            ctx, weights = _attend_step(q, cache.k, cache.v, m)  # (A, H, G·Nq, Dh), (A, H, G·Nq, Nk)
-        ctx = ctx.view(a, h, g, nq, dh).permute(0, 2, 3, 1, 4).reshape(bsz, nq, self.embed_dim)  # (B, Nq, E)
-        out = self.out_proj(ctx)
+            ctx = ctx.view(a, h, g, nq, dh).permute(0, 2, 3, 1, 4).reshape(bsz, nq, self.embed_dim)  # (B, Nq, E)
+            out = self.out_proj(ctx)
+            weights = weights.view(a, h, g, nq, nk).transpose(1, 2).reshape(bsz, h, nq, nk)  # (B, H, Nq, Nk)
         if not need_weights:
             return AttentionOutput(out, None)
-        weights = weights.view(a, h, g, nq, nk).transpose(1, 2).reshape(bsz, h, nq, nk)  # (B, H, Nq, Nk)
         return AttentionOutput(out, weights.mean(dim=1) if average_weights else weights)
 
     # --- torch interoperability ---------------------------------------------------------------

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from .dropout import Dropout
 from .kv_cache import KVCache
+from .masks import key_mask
 from .multihead import MultiHeadAttention
 
 __all__ = [
@@ -185,6 +186,26 @@ class TransformerDecoderLayer(_SublayerMixin, nn.Module):
         x, _ = self._residual(x, 3, self._ff_sublayer)
         return x, (ws, wc)
 
+    def step(self, x: Tensor, cache: DecoderLayerCache, memory_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """One incremental decoding step in eval mode: ``x (B, 1, D)`` the newest position, ``cache`` this
+        layer's caches (the self-attention keys/values are appended to; the cross-attention ones filled from
+        the memory), ``memory_mask`` bool ``(A, 1, 1, S)`` for the cross cache's ``A`` rows, ``True`` at real
+        source positions (or ``None``). The numbers of ``forward(x, memory, memory_key_padding_mask=...,
+        causal=False, cache=cache)`` in eval mode (dropout is the identity there), through
+        :meth:`MultiHeadAttention.step_self` / :meth:`~MultiHeadAttention.step_cross` without the argument
+        checks and closures a decoder step pays for at every layer. Returns ``(out (B, 1, D), cross-attention
+        weights (B, H, 1, S))``."""
+        sa, ca = self.self_attn, self.multihead_attn
+        if self.norm_first:
+            x = x + sa.step_self(self.norm1(x), cache.self_attn)
+            out, weights = ca.step_cross(self.norm2(x), cache.cross_attn, memory_mask)
+            x = x + out
+            return x + self._ff(self.norm3(x)), weights
+        x = self.norm1(x + sa.step_self(x, cache.self_attn))
+        out, weights = ca.step_cross(x, cache.cross_attn, memory_mask)
+        x = self.norm2(x + out)
+        return self.norm3(x + self._ff(x)), weights
+
 
 class DecoderLayerCache(NamedTuple):
     """One decoder layer's caches: growing self-attention keys/values, static cross-attention ones."""
@@ -320,3 +341,28 @@ class TransformerDecoder(_LayerStack):
             x = self.norm(x)
         keep = need_weights is not False
         return DecoderOutput(x, sws if keep else None, cws if keep else None)
+
+    def step(
+        self, tgt: Tensor, cache: list[DecoderLayerCache], memory_key_padding_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """One incremental decoding step in eval mode (what a search runs at every step): ``tgt (B, 1, D)``
+        the newest position (embedded, positions added), ``cache`` one :class:`DecoderLayerCache` per layer
+        with the cross-attention keys/values already projected (:meth:`new_cache` with the memory);
+        ``memory_key_padding_mask (A, S)`` bool, ``True`` at real source tokens, one row per row of the
+        cross caches. The numbers of ``forward(tgt, memory, memory_key_padding_mask=..., causal=False,
+        cache=cache, need_weights="last")`` (:meth:`TransformerDecoderLayer.step`): ``(output (B, 1, D),
+        the last layer's cross-attention weights (B, H, 1, S))``."""
+        if self.training:
+            raise ValueError("step is for decoding in eval mode; call model.eval() first (or use forward)")
+        if len(cache) != len(self.layers) or any(c.cross_attn.empty for c in cache):
+            raise ValueError(
+                f"cache must hold one DecoderLayerCache per layer ({len(self.layers)}) with the cross-attention "
+                "keys/values projected (new_cache(memory))"
+            )
+        m = None if memory_key_padding_mask is None else key_mask(memory_key_padding_mask, heads=True)  # (A, 1, 1, S)
+        x = tgt
+        for layer, layer_cache in zip(self.layers, cache):
+            x, weights = layer.step(x, layer_cache, m)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x, weights

@@ -296,11 +296,15 @@ class TransformerTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
         cache = [c.copy() for c in state.cache]
         y = self._embed_tgt(prev_tokens.unsqueeze(1), offset=state.step)  # (B, 1, D)
         # one query at the newest position may see every cached key: no causal mask needed
-        out = self.decoder(
-            y, memory, memory_key_padding_mask=state.memory_mask, causal=False, cache=cache, need_weights="last"
-        )
-        attention = out.cross_weights[-1][:, :, 0].mean(dim=1)  # (B, S): last layer, heads averaged
-        return out.output[:, 0], dataclasses.replace(state, cache=cache, step=state.step + 1), attention
+        if self.decoder.training:  # dropout on: the layers' forward
+            out = self.decoder(
+                y, memory, memory_key_padding_mask=state.memory_mask, causal=False, cache=cache, need_weights="last"
+            )
+            h, weights = out.output, out.cross_weights[-1]
+        else:  # the same numbers without the layers' argument checks (TransformerDecoder.step)
+            h, weights = self.decoder.step(y, cache, state.memory_mask)  # (B, 1, D), (B, H, 1, S)
+        attention = weights[:, :, 0].mean(dim=1)  # (B, S): last layer, heads averaged
+        return h[:, 0], dataclasses.replace(state, cache=cache, step=state.step + 1), attention
 
     def reorder(self, state: TransformerState, index: Tensor, *, beams_only: bool = False) -> TransformerState:
         """Rows ``index`` of the state, in new containers: row ``i`` of the result is row ``index[i]``.
