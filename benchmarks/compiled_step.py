@@ -65,7 +65,9 @@ def bare_step(model):
         proj.append(
             (
                 sa._int8["qkv"].forward if int8 else (lambda x, m=sa: F.linear(x, m.in_proj_weight, m.in_proj_bias)),
-                ca._int8["q"].forward if int8 else (lambda x, m=ca: F.linear(x, m.in_proj_weight[:D], m.in_proj_bias[:D])),
+                ca._int8["q"].forward
+                if int8
+                else (lambda x, m=ca: F.linear(x, m.in_proj_weight[:D], m.in_proj_bias[:D])),
                 linear(sa.out_proj),
                 linear(ca.out_proj),
                 linear(layer.linear1),
