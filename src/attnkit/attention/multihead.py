@@ -57,6 +57,9 @@ class MultiHeadAttention(nn.Module):
       times the cache's, and ``key_padding_mask`` is per cache row.
       With a cache the attention runs as ``softmax(q·kᵀ/√d)·v`` in explicit products, not the fused
       kernel (faster on the CPU for the one query of a decoder step).
+    - :meth:`step_self` / :meth:`step_cross`: that cached computation in eval mode without the argument
+      checks, for a decoder layer's step (:meth:`attnkit.attention.TransformerDecoder.step`); ``forward``
+      runs them too once its checks pass.
     """
 
     def __init__(
