@@ -191,20 +191,13 @@ class TransformerDecoderLayer(_SublayerMixin, nn.Module):
         layer's caches (the self-attention keys/values are appended to; the cross-attention ones filled from
         the memory), ``memory_mask`` bool ``(A, 1, 1, S)`` for the cross cache's ``A`` rows, ``True`` at real
         source positions (or ``None``). The numbers of ``forward(x, memory, memory_key_padding_mask=...,
-        causal=False, cache=cache)`` in eval mode (dropout is the identity there), through
-        :meth:`MultiHeadAttention.step_self` / :meth:`~MultiHeadAttention.step_cross` without the argument
-        checks and closures a decoder step pays for at every layer. Returns ``(out (B, 1, D), cross-attention
-        weights (B, H, 1, S))``."""
-        sa, ca = self.self_attn, self.multihead_attn
-        if self.norm_first:
-            x = x + sa.step_self(self.norm1(x), cache.self_attn)
-            out, weights = ca.step_cross(self.norm2(x), cache.cross_attn, memory_mask)
-            x = x + out
-            return x + self._ff(self.norm3(x)), weights
-        x = self.norm1(x + sa.step_self(x, cache.self_attn))
-        out, weights = ca.step_cross(x, cache.cross_attn, memory_mask)
-        x = self.norm2(x + out)
-        return self.norm3(x + self._ff(x)), weights
+        causal=False, cache=cache)`` in eval mode: the same residual wrapping around
+        :meth:`MultiHeadAttention.step_self` / :meth:`~MultiHeadAttention.step_cross`, without the attention's
+        argument checks. Returns ``(out (B, 1, D), cross-attention weights (B, H, 1, S))``."""
+        x, _ = self._residual(x, 1, lambda h: (self.self_attn.step_self(h, cache.self_attn), None))
+        x, weights = self._residual(x, 2, lambda h: self.multihead_attn.step_cross(h, cache.cross_attn, memory_mask))
+        x, _ = self._residual(x, 3, self._ff_sublayer)
+        return x, weights
 
 
 class DecoderLayerCache(NamedTuple):
