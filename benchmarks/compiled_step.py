@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import platform
-import statistics
 import sys
 import time
 from functools import partial
@@ -36,6 +35,8 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from seq2seq import median_time  # noqa: E402  (benchmarks/seq2seq.py: the median of timed calls)
 
 
 def bare_step(model):
@@ -100,13 +101,8 @@ def bare_step(model):
 
 
 def median_ms(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+    """Median milliseconds of ``fn()`` over ``repeats`` calls after one untimed call."""
+    return median_time(fn, repeats) * 1e3
 
 
 def main() -> None:
