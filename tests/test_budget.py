@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from attnkit.training import ListBatches, RunConfig, Trainer, inverse_sqrt_with_warmup, load_checkpoint
 from attnkit.training.budget import (
     BudgetSchedule,
+    Recurring,
     StepClock,
     budget_schedule,
     estimate_total_steps,
@@ -131,23 +132,33 @@ def test_the_unreachable_warmup_warning_gives_the_numbers():
     assert unreachable_warmup(500, 1e-3, 3845) is None
 
 
-def test_the_step_clock_leaves_out_the_first_steps_and_spreads_recurring_stalls():
-    clock = StepClock(skip=3)
-    for d in (9.0, 7.0, 5.0, 1.0, 1.2, 0.8, 5.0, 1.0):  # compile/warm-up, then a checkpoint's stall
+def test_the_step_clock_leaves_out_the_first_steps_and_keeps_a_recent_window():
+    clock = StepClock(skip=3, horizon_s=4.0, min_steps=2)
+    for d in (9.0, 7.0, 5.0, 1.0, 1.2, 0.8):  # compile/warm-up, then steady steps
         clock.add(d)
-    assert clock.seconds_per_step() == pytest.approx((1.0 + 1.2 + 0.8 + 5.0 + 1.0) / 5)
-    assert StepClock().seconds_per_step() is None
-    assert StepClock.for_periods(500, None).durations.maxlen == 1000
-    assert StepClock.for_periods(50, 20).durations.maxlen == 200
+    assert clock.seconds_per_step() == pytest.approx((1.0 + 1.2 + 0.8) / 3)
+    for d in (2.0, 2.0, 2.0):  # another job starts: the window now holds only the last 4 s of steps
+        clock.add(d)
+    assert clock.seconds_per_step() == pytest.approx(2.0)
+    clock.add_event("valid", 30.0)  # an event is not a slow step
+    assert clock.seconds_per_step() == pytest.approx(2.0) and clock.event_seconds("valid") == 30.0
+    assert clock.event_seconds("save") == 0.0 and StepClock().seconds_per_step() is None
+    assert StepClock.for_budget(600).horizon_s == 30.0 and StepClock.for_budget(60).horizon_s == 10.0
+    assert StepClock.for_budget(36_000).horizon_s == 60.0
+    with pytest.raises(ValueError, match="horizon_s"):
+        StepClock(horizon_s=0)
 
 
-def simulate_steps(step, seconds_left, sps, valid, spe, pos, cap):
-    """A plain loop: steps of ``sps`` seconds, a validation of ``valid`` s at each epoch end, until time runs out."""
+def simulate_steps(step, seconds_left, sps, valid, spe, pos, cap, every=None, every_s=0.0):
+    """A plain loop: steps of ``sps`` seconds, a validation of ``valid`` s at each epoch end and one of ``every_s``
+    after every step whose number is a multiple of ``every``, until time runs out."""
     t, n = 0.0, step
     while t + sps <= seconds_left + 1e-9 and (cap is None or n < cap):
         t, n, pos = t + sps, n + 1, pos + 1
         if spe and pos == spe:
             t, pos = t + valid, 0
+        if every and n % every == 0:
+            t += every_s
     return n
 
 
@@ -159,14 +170,17 @@ def simulate_steps(step, seconds_left, sps, valid, spe, pos, cap):
     valid=st.floats(0.0, 60.0),
     spe=st.one_of(st.none(), st.integers(5, 400)),
     cap=st.one_of(st.none(), st.integers(501, 5000)),
+    every=st.one_of(st.none(), st.integers(1, 300)),
+    every_s=st.floats(0.0, 30.0),
 )
-def test_the_time_estimate_agrees_with_a_plain_simulation(step, seconds_left, sps, valid, spe, cap):
+def test_the_time_estimate_agrees_with_a_plain_simulation(step, seconds_left, sps, valid, spe, cap, every, every_s):
     pos = step % spe if spe else 0
+    events = [Recurring.every(every, step, every_s)] if every else []
     got = estimate_total_steps(
         step, seconds_left=seconds_left, seconds_per_step=sps, epoch_end_seconds=valid, steps_per_epoch=spe,
-        step_in_epoch=pos, cap=cap,
+        step_in_epoch=pos, events=events, cap=cap,
     )  # fmt: skip
-    want = max(simulate_steps(step, seconds_left, sps, valid, spe, pos, cap), step + 1)
+    want = max(simulate_steps(step, seconds_left, sps, valid, spe, pos, cap, every, every_s), step + 1)
     assert got == want
 
 
@@ -334,3 +348,73 @@ def test_the_progress_line_shows_the_validation_score_and_the_steps_left(tmp_pat
     shown = f"valid_loss={valid[0]['valid_loss']:.4g} (best {valid[0]['best_metric']:.4g})"
     assert shown in err and "steps_left=5" in err  # after step 4: 9 - 4 left
     assert "step 3: valid_loss=" in out  # tqdm.write: above the bar, on stdout
+
+
+class LoadedClock(FakeClock):
+    """A :class:`FakeClock` whose steps take ``factor`` times as long from ``at`` seconds into the run (another
+    job starting on the machine) until ``until`` (it stops)."""
+
+    def __init__(self, sps, at, factor, until=float("inf")):
+        super().__init__(sps)
+        self.start, self.at, self.factor, self.until = self.now, at, factor, until
+
+    def step(self):
+        t = self.now - self.start
+        self.now += self.sps * (self.factor if self.at <= t < self.until else 1.0)
+
+
+def budget_record(out):
+    return json.loads((out / "train_config.json").read_text())["budget"]
+
+
+@pytest.mark.parametrize(
+    "at, factor, until",
+    [(30.0, 2.0, float("inf")), (15.0, 2.0, 45.0), (50.0, 3.0, float("inf")), (0.0, 1.0, 0.0)],
+    ids=["slower-for-the-second-half", "slower-for-the-middle-half", "much-slower-near-the-end", "quiet"],
+)
+def test_the_rate_reaches_its_end_when_time_does_under_a_changing_load(tmp_path, monkeypatch, at, factor, until):
+    """Another job slows the steps for part of a 60-s budget: the schedule, re-fitted to what the recent steps
+    cost, still ends (within 5 % of its peak) at the run's last step, and the run uses its time."""
+    clock = LoadedClock(0.25, at, factor, until)
+    out = tmp_path / "t"
+    t = timed_trainer(out, clock, monkeypatch, 60.0)
+    out.mkdir(parents=True)
+    t.record_path = out / "train_config.json"
+    t.record_path.write_text("{}")
+    s = t.fit()
+    got, log = lrs(out)
+    assert s["stop_reason"] == "max_time"
+    assert clock.now - clock.start <= 60.0 + 0.25 * max(factor, 1.0) + 1e-9  # stopped at the budget
+    assert clock.now - clock.start >= 60.0 - 2 * 0.25 * max(factor, 1.0)  # and used it
+    record = budget_record(out)
+    assert record["steps"] == s["steps"] and record["last_lr_share_of_peak"] <= 0.05, record
+    assert max(got.values()) == pytest.approx(0.1) and got[s["steps"]] <= 0.05 * 0.1
+    assert next(r for r in log if r["event"] == "budget")["planned_steps"] == record["planned_steps"]
+
+
+def test_validations_are_charged_where_they_recur_and_a_shortfall_is_said(tmp_path, monkeypatch, capsys):
+    """Validations of 3 s every 10 steps and a job that doubles the steps' cost from the 20th second: the
+    estimate charges each validation where it will fall, the rate still ends at the last step, and the run,
+    having made far fewer steps than its first ones planned, says so on stderr, in the log and in the record."""
+    clock = LoadedClock(0.25, 20.0, 2.0)
+    out = tmp_path / "t"
+    t = timed_trainer(out, clock, monkeypatch, 60.0)
+    valid_x, valid_y = toy_batches(1, 8, seed=9)[0]
+
+    def slow_valid(m):
+        clock.now += 3.0
+        return {"valid_loss": F.cross_entropy(m(valid_x), valid_y).item()}
+
+    t.valid_fn = slow_valid
+    t.run.valid_every_steps, t.run.valid_every_epochs = 10, 0
+    out.mkdir(parents=True)
+    t.record_path = out / "train_config.json"
+    t.record_path.write_text("{}")
+    s = t.fit()
+    record = budget_record(out)
+    assert s["stop_reason"] == "max_time" and record["last_lr_share_of_peak"] <= 0.05, record
+    assert record["lost_share"] > 0.1 and "fewer" in record["warning"]
+    assert "attnkit: warning: this run made" in capsys.readouterr().err
+    _, log = lrs(out)
+    assert any(r["event"] == "warning" and "fewer" in r["message"] for r in log)
+    assert all("estimated_steps" in r for r in log if r["event"] == "train" and r["step"] > 8)

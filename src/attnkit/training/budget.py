@@ -29,6 +29,8 @@ from __future__ import annotations
 import collections
 import itertools
 import math
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
@@ -36,6 +38,7 @@ from torch.optim.lr_scheduler import LambdaLR
 __all__ = [
     "SHORT_RUN_EPOCHS",
     "BudgetSchedule",
+    "Recurring",
     "StepClock",
     "apply_schedule",
     "budget_schedule",
@@ -206,36 +209,75 @@ def unreachable_warmup(warmup_steps: int, peak: float, total_steps: int) -> str 
 
 
 class StepClock:
-    """The wall-clock seconds each training step costs, for the speed estimate.
+    """What a time budget's remaining steps cost: the seconds of a training step *now*, and of each
+    recurring event (a validation, a checkpoint, an epoch's end) as last measured.
 
-    Each entry is a whole iteration of the training loop: fetching the batch, the step, and whatever the
-    loop does every so often (a checkpoint every ``save_every_steps``, a validation every
-    ``valid_every_steps``), so those costs are spread over the steps they recur with instead of being
-    left out. The mean is over the last ``window`` iterations (make it span a few of the longest period);
-    the first ``skip`` are left out (first-batch and allocator outliers). What happens once per epoch
-    (the epoch's validation and checkpoint) is not a step's cost: the estimate adds it per epoch.
+    A step's cost is the mean over the most recent steps that span ``horizon_s`` seconds (at least
+    ``min_steps`` of them): short enough that a second job starting or stopping on the machine moves the
+    estimate within that many seconds, long enough to average the batches' lengths. The first ``skip``
+    steps are left out (first-batch and allocator outliers). Events are timed apart from the steps, so a
+    validation's minute does not read as a slow step, and :func:`estimate_total_steps` charges each one
+    where it will recur.
     """
 
-    def __init__(self, skip: int = SKIP_STEPS, window: int = 200):
-        self.skip = skip
-        self.durations: collections.deque[float] = collections.deque(maxlen=window)
+    def __init__(self, skip: int = SKIP_STEPS, horizon_s: float = 30.0, min_steps: int = 16):
+        if not (isinstance(horizon_s, (int, float)) and horizon_s > 0):
+            raise ValueError(f"StepClock: horizon_s must be a positive number of seconds, got {horizon_s!r}")
+        if not (isinstance(min_steps, int) and min_steps >= 1):
+            raise ValueError(f"StepClock: min_steps must be a positive integer, got {min_steps!r}")
+        self.skip, self.horizon_s, self.min_steps = skip, float(horizon_s), min_steps
+        self.durations: collections.deque[float] = collections.deque()
+        self._sum = 0.0
         self.seen = 0
+        self.events: dict[str, float] = {}  # kind -> the seconds its last occurrence took
 
     @classmethod
-    def for_periods(cls, *periods: int | None, skip: int = SKIP_STEPS) -> StepClock:
-        """A clock whose window spans at least two of each recurring event of period ``periods`` (steps)."""
-        return cls(skip=skip, window=max([200] + [2 * p for p in periods if p]))
+    def for_budget(cls, max_time_s: float | None, skip: int = SKIP_STEPS) -> StepClock:
+        """A clock whose window is 5 % of the budget, between 10 and 60 seconds."""
+        horizon = 30.0 if max_time_s is None else min(max(0.05 * max_time_s, 10.0), 60.0)
+        return cls(skip=skip, horizon_s=horizon)
 
     def add(self, seconds: float) -> None:
+        """One training step's seconds (fetching its batch included; events not)."""
         self.seen += 1
-        if self.seen > self.skip:
-            self.durations.append(float(seconds))
+        if self.seen <= self.skip:
+            return
+        self.durations.append(float(seconds))
+        self._sum += float(seconds)
+        while len(self.durations) > self.min_steps and self._sum - self.durations[0] >= self.horizon_s:
+            self._sum -= self.durations.popleft()
+
+    def add_event(self, kind: str, seconds: float) -> None:
+        """An occurrence of a recurring event (``"valid"``, ``"save"``, ``"epoch_end"``) and its seconds."""
+        self.events[kind] = float(seconds)
+
+    def event_seconds(self, kind: str) -> float:
+        """The seconds ``kind`` last took (0 before it was first seen: nothing is charged for it yet)."""
+        return self.events.get(kind, 0.0)
 
     def seconds_per_step(self) -> float | None:
-        """Mean seconds per iteration over the window; None before any is timed."""
+        """Mean seconds per step over the window; None before any is timed."""
         if not self.durations:
             return None
-        return sum(self.durations) / len(self.durations)
+        return max(self._sum, 0.0) / len(self.durations)
+
+
+class Recurring(NamedTuple):
+    """An event that recurs every ``period`` steps, next after ``first`` more steps (``first >= 1``), and costs
+    ``seconds`` each time."""
+
+    first: int
+    period: int
+    seconds: float
+
+    @classmethod
+    def every(cls, period: int, step: int, seconds: float) -> Recurring:
+        """An event after every step whose number is a multiple of ``period``, counted from step ``step``."""
+        return cls(period - step % period, period, seconds)
+
+    def count(self, steps: int) -> int:
+        """How often it happens within the next ``steps`` steps."""
+        return 0 if steps < self.first else 1 + (steps - self.first) // self.period
 
 
 def estimate_total_steps(
@@ -246,30 +288,37 @@ def estimate_total_steps(
     epoch_end_seconds: float = 0.0,
     steps_per_epoch: int | None = None,
     step_in_epoch: int = 0,
+    events: Iterable[Recurring] = (),
     cap: int | None = None,
 ) -> int:
-    """The step count a time budget reaches: ``step`` plus the steps of ``seconds_per_step`` that fit in
-    ``seconds_left``, with ``epoch_end_seconds`` (the epoch's validation and checkpoint) at every epoch end
-    they cross (the one after the last step comes after the budget); at most ``cap`` in all, at least ``step + 1``.
+    """The step count a time budget reaches: ``step`` plus the most steps ``n`` for which ::
 
-    The rest of this epoch is ``r = steps_per_epoch - step_in_epoch`` steps; each later epoch is a
-    cycle of ``steps_per_epoch * seconds_per_step + epoch_end_seconds`` seconds; what is left after the
-    whole cycles runs at most one more epoch's steps.
+        n * seconds_per_step + sum over events e before the n-th step of e.seconds  <=  seconds_left
+
+    where the events are ``events`` (validations, checkpoints every so many steps) and, with
+    ``steps_per_epoch``, an epoch's end (``epoch_end_seconds``: its validation and checkpoint) after the
+    ``steps_per_epoch - step_in_epoch``-th step and every ``steps_per_epoch`` after it. An event after the
+    last step comes after the budget, so it is not charged. At most ``cap`` in all, at least ``step + 1``.
     """
     if seconds_per_step <= 0:
         raise ValueError(f"seconds_per_step must be > 0, got {seconds_per_step!r}")
     eps = 1e-9  # seconds: a step that ends exactly at the budget's end counts
+    recurring = [e for e in events if e.seconds > 0]
+    if steps_per_epoch and epoch_end_seconds > 0:
+        recurring.append(Recurring(steps_per_epoch - step_in_epoch, steps_per_epoch, epoch_end_seconds))
 
-    def fitting(seconds: float) -> int:
-        return int(max(seconds + eps, 0.0) // seconds_per_step)
+    def cost(n: int) -> float:  # seconds of n steps and the events between them
+        return n * seconds_per_step + sum(e.seconds * e.count(n - 1) for e in recurring)
 
-    n = fitting(seconds_left)
-    if steps_per_epoch:
-        rest = steps_per_epoch - step_in_epoch
-        if n >= rest:  # the epoch ends (and validates) within the budget
-            left = seconds_left - rest * seconds_per_step - epoch_end_seconds
-            cycle = steps_per_epoch * seconds_per_step + epoch_end_seconds
-            whole = int(max(left + eps, 0.0) // cycle)
-            n = rest + whole * steps_per_epoch + min(fitting(left - whole * cycle), steps_per_epoch)
-    total = max(step + n, step + 1)
+    hi = int(max(seconds_left + eps, 0.0) // seconds_per_step)  # no events: the most that could fit
+    if cap is not None:
+        hi = min(hi, max(cap - step, 0))
+    lo = 0
+    while lo < hi:  # the largest n in [0, hi] with cost(n) <= seconds_left (cost grows with n)
+        mid = (lo + hi + 1) // 2
+        if cost(mid) <= seconds_left + eps:
+            lo = mid
+        else:
+            hi = mid - 1
+    total = max(step + lo, step + 1)
     return min(total, cap) if cap is not None else total

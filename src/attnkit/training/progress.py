@@ -110,6 +110,8 @@ class ProgressMixin:
             "grad_norm": grad_norm,
             **{k: v / stats.win_steps for k, v in stats.win_metrics.items()},
         }
+        if self.run.max_time_s is not None and self.estimated_steps is not None:
+            rec["estimated_steps"] = self.estimated_steps  # the budget's estimate as it moves
         self._log(rec)
         if pbar is not None:
             pbar.set_postfix(self._postfix(rec), refresh=False)

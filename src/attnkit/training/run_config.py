@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..checks import LAYERS, LOSS_WEIGHT, POSITIVE, SECONDS, SEED, STEPS, THREADS, between, check_fields
+from ..checks import FRACTION, LAYERS, LOSS_WEIGHT, POSITIVE, SECONDS, SEED, STEPS, THREADS, between, check_fields
 from ..config import config_from_args, option
 
 __all__ = ["RunConfig", "TaskConfig", "run_options"]
@@ -31,6 +31,12 @@ class RunConfig:
     epochs: int = option(10, "at most this many passes over the training data", check=STEPS)
     max_steps: int | None = option(None, "stop after this many optimizer steps", check=STEPS)
     max_time_s: float | None = option(None, "stop (with a checkpoint) after this many seconds", check=SECONDS)
+    budget_shortfall: float = option(
+        0.1,
+        "with --max-time-s: say so (on stderr, in the log and in train_config.json) when the run makes more than "
+        "this share fewer steps than it first planned (a slower machine, or another job sharing it)",
+        check=FRACTION,
+    )
     patience: int | None = option(
         None, "stop after this many validations without a better validation score", check=STEPS
     )

@@ -15,7 +15,14 @@ import os
 import sys
 import time
 
-from .budget import PROBE_STEPS, SHORT_RUN_EPOCHS, apply_schedule, estimate_total_steps, unreachable_warmup
+from .budget import (
+    PROBE_STEPS,
+    SHORT_RUN_EPOCHS,
+    Recurring,
+    apply_schedule,
+    estimate_total_steps,
+    unreachable_warmup,
+)
 from .distributed import broadcast_object
 from .progress import RunStats
 from .schedules import InverseSqrtWarmup
@@ -58,13 +65,17 @@ class StepPlanMixin:
         if sps is None or self._clock.seen < PROBE_STEPS:
             return None
         spe = self._steps_per_epoch()
+        events = [Recurring.every(self.run.save_every_steps, self.step, self._clock.event_seconds("save"))]
+        if self.run.valid_every_steps and self.valid_fn is not None:
+            events.append(Recurring.every(self.run.valid_every_steps, self.step, self._clock.event_seconds("valid")))
         return estimate_total_steps(
             self.step,
             seconds_left=self.run.max_time_s - (time.perf_counter() - stats.t0),
             seconds_per_step=sps,
-            epoch_end_seconds=self._epoch_end_seconds,
+            epoch_end_seconds=self._clock.event_seconds("epoch_end"),
             steps_per_epoch=spe,
             step_in_epoch=max(self.step - self.epoch * spe, 0) if spe else 0,
+            events=events,
             cap=cap,
         )
 
@@ -78,6 +89,8 @@ class StepPlanMixin:
         if total is None:
             return
         self.estimated_steps = total
+        if self.planned_steps is None:
+            self.planned_steps = total
         if pbar is not None and pbar.total != total:
             pbar.total = total
         b = self._budget
@@ -123,15 +136,45 @@ class StepPlanMixin:
 
     def _record_schedule(self) -> None:
         """Write the schedule that runs into ``train_config.json`` (its ``schedule`` key), atomically."""
-        if self.record_path is None or not self.is_main or not self.record_path.is_file():
-            return
-        record = json.loads(self.record_path.read_text())
         if self._budget is not None:
             schedule = self._budget.describe()
         else:
             fns = getattr(self.scheduler, "lr_lambdas", None) or [None]
             schedule = {"schedule": "recipe", "kind": type(fns[0]).__name__ if fns[0] is not None else None}
-        record["schedule"] = {**schedule, "estimated_steps": self.estimated_steps}
+        self._update_record("schedule", {**schedule, "estimated_steps": self.estimated_steps})
+
+    def _update_record(self, key: str, value: dict) -> None:
+        """Set ``key`` of ``train_config.json`` (the run's record) to ``value``, atomically; rank 0 only."""
+        if self.record_path is None or not self.is_main or not self.record_path.is_file():
+            return
+        record = json.loads(self.record_path.read_text())
+        record[key] = value
         tmp = self.record_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(record, indent=2))
         os.replace(tmp, self.record_path)
+
+    def _report_budget(self) -> None:
+        """With a time budget: how the run kept to it, logged (a ``budget`` event) and recorded in
+        ``train_config.json`` (its ``budget`` key): the steps first planned and made, the share lost, and the
+        learning rate of the last step as a share of the fitted schedule's peak (0 at a budget's exact end).
+        Losing more than ``run.budget_shortfall`` of the plan (a slower machine than the first steps showed,
+        another job sharing it) is said on stderr and logged as a warning."""
+        if self.run.max_time_s is None or self.planned_steps is None:
+            return
+        b = self._budget
+        lost = max(self.planned_steps - self.step, 0) / max(self.planned_steps, 1)
+        report = {"planned_steps": self.planned_steps, "steps": self.step, "lost_share": round(lost, 4)}
+        if b is not None and b.state == "fitted" and self.step > 0:
+            report["last_lr_share_of_peak"] = round(b(self.step - 1) / b.peak, 4)
+        self._log({"event": "budget", "step": self.step, **report})
+        if lost > self.run.budget_shortfall:
+            message = (
+                f"this run made {self.step} steps of the {self.planned_steps} its first steps planned for the "
+                f"{self.run.max_time_s:g}-s budget ({100 * lost:.0f}% fewer): training ran slower than it started "
+                "(another job on the machine?); the schedule was re-fitted as it went"
+            )
+            report["warning"] = message
+            self._log({"event": "warning", "step": self.step, "message": message})
+            if self.is_main:
+                print(f"attnkit: warning: {message}", file=sys.stderr)
+        self._update_record("budget", report)

@@ -201,8 +201,8 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         self._log_file = None
         # the time budget and the schedule fitted to it (attnkit.training.budget)
         self._budget = find_budget_schedule(scheduler)
-        self._clock = StepClock()
-        self._epoch_end_seconds = 0.0  # the last epoch end's duration (its validation and checkpoint)
+        self._clock = StepClock()  # a step's seconds and each recurring event's, for a time budget
+        self.planned_steps: int | None = None  # a time budget's first estimate of its steps, for the shortfall
         self._validated_at: int | None = None
         self._last_valid: dict | None = None
         self.estimated_steps: int | None = None  # the steps this run's budget is expected to reach
@@ -315,7 +315,8 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
             if self.run.max_steps is not None and self.step >= self.run.max_steps
             else None
         )
-        self._clock = StepClock.for_periods(self.run.save_every_steps, self.run.valid_every_steps)
+        self._clock = StepClock.for_budget(self.run.max_time_s)
+        self.planned_steps = None
         self._plan(stats, pbar)
         try:
             while stop_reason is None and self.epoch < self.run.epochs:
@@ -326,6 +327,7 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
                 improved = self._final_validation(pbar)
             if improved or self._saved_at != (self.step, self.epoch):
                 self.save(best=improved)
+            self._report_budget()
         finally:
             for sig, h in previous_handlers.items():
                 if h is not None:
@@ -346,13 +348,15 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
                 self._log_window(stats, grad_norm, pbar)
             if pbar is not None:
                 pbar.update(1)
+            now = time.perf_counter()
+            self._clock.add(now - t_last)  # the step and fetching its batch; the events below are timed apart
             improved = False
             if self.run.valid_every_steps and self.valid_fn is not None and self.step % self.run.valid_every_steps == 0:
                 improved = self._validate_and_log(pbar, f"step {self.step}")
+                now = self._clock_event("valid", now)
             if improved or self.step % self.run.save_every_steps == 0:
                 self.save(best=improved)
-            now = time.perf_counter()
-            self._clock.add(now - t_last)  # the whole iteration: batch, step, and any checkpoint or validation
+                now = self._clock_event("save", now)
             t_last = now
             if self.early_stopped:
                 return "early_stopping"
@@ -375,7 +379,14 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         try:
             return self._end_epoch_work(pbar)
         finally:
-            self._epoch_end_seconds = time.perf_counter() - t
+            self._clock_event("epoch_end", t)
+
+    def _clock_event(self, kind: str, since: float) -> float:
+        """Time a recurring event (``valid``, ``save``, ``epoch_end``) that began at ``since``, for the budget's
+        estimate (:class:`~attnkit.training.budget.StepClock`); the time now."""
+        now = time.perf_counter()
+        self._clock.add_event(kind, now - since)
+        return now
 
     def _end_epoch_work(self, pbar) -> str | None:
         improved = False
