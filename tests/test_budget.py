@@ -394,8 +394,9 @@ def test_the_rate_reaches_its_end_when_time_does_under_a_changing_load(tmp_path,
 
 def test_validations_are_charged_where_they_recur_and_a_shortfall_is_said(tmp_path, monkeypatch, capsys):
     """Validations of 3 s every 10 steps and a job that doubles the steps' cost from the 20th second: the
-    estimate charges each validation where it will fall, the rate still ends at the last step, and the run,
-    having made far fewer steps than its first ones planned, says so on stderr, in the log and in the record."""
+    estimate charges each validation where it will fall and keeps time for the budget's last one, the rate
+    still ends at the last step, the run with its last validation ends within the budget, and, having made far
+    fewer steps than its first ones planned, it says so on stderr, in the log and in the record."""
     clock = LoadedClock(0.25, 20.0, 2.0)
     out = tmp_path / "t"
     t = timed_trainer(out, clock, monkeypatch, 60.0)
@@ -413,6 +414,8 @@ def test_validations_are_charged_where_they_recur_and_a_shortfall_is_said(tmp_pa
     s = t.fit()
     record = budget_record(out)
     assert s["stop_reason"] == "max_time" and record["last_lr_share_of_peak"] <= 0.05, record
+    # the budget's last validation (3 s, as the others took) was kept inside it: the whole run fits in 60 s
+    assert 57.0 <= clock.now - clock.start <= 60.0 + 0.5, clock.now - clock.start
     assert record["lost_share"] > 0.1 and "fewer" in record["warning"]
     assert "attnkit: warning: this run made" in capsys.readouterr().err
     _, log = lrs(out)

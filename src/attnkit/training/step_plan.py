@@ -70,7 +70,7 @@ class StepPlanMixin:
             events.append(Recurring.every(self.run.valid_every_steps, self.step, self._clock.event_seconds("valid")))
         return estimate_total_steps(
             self.step,
-            seconds_left=self.run.max_time_s - (time.perf_counter() - stats.t0),
+            seconds_left=self.run.max_time_s - (time.perf_counter() - stats.t0) - self._end_reserve(),
             seconds_per_step=sps,
             epoch_end_seconds=self._clock.event_seconds("epoch_end"),
             steps_per_epoch=spe,
@@ -78,6 +78,16 @@ class StepPlanMixin:
             events=events,
             cap=cap,
         )
+
+    def _end_reserve(self) -> float:
+        """The seconds a time-budget run's end takes after its last step, kept out of the steps' time so the run
+        ends within its budget: the last checkpoint and, where the run validates its budget's last step
+        (:meth:`_final_validation`), a validation, each as long as the last one took (0 before the first)."""
+        reserve = self._clock.event_seconds("save")
+        validates = self.run.valid_every_epochs or self.run.valid_every_steps
+        if self._budget is not None and self.valid_fn is not None and validates:
+            reserve += self._clock.event_seconds("valid")
+        return reserve
 
     def _plan(self, stats: RunStats, pbar) -> None:
         """Estimate the steps the budget reaches; fit a :class:`~attnkit.training.budget.BudgetSchedule` to

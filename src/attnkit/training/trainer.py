@@ -348,16 +348,15 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
                 self._log_window(stats, grad_norm, pbar)
             if pbar is not None:
                 pbar.update(1)
-            now = time.perf_counter()
-            self._clock.add(now - t_last)  # the step and fetching its batch; the events below are timed apart
+            self._clock.add(time.perf_counter() - t_last)  # the step and its batch; events are timed apart
             improved = False
             if self.run.valid_every_steps and self.valid_fn is not None and self.step % self.run.valid_every_steps == 0:
-                improved = self._validate_and_log(pbar, f"step {self.step}")
-                now = self._clock_event("valid", now)
+                improved = self._validate_and_log(pbar, f"step {self.step}")  # the clock's "valid" event
             if improved or self.step % self.run.save_every_steps == 0:
+                t_save = time.perf_counter()
                 self.save(best=improved)
-                now = self._clock_event("save", now)
-            t_last = now
+                self._clock.add_event("save", time.perf_counter() - t_save)
+            t_last = time.perf_counter()
             if self.early_stopped:
                 return "early_stopping"
             if self._agree_to_stop():
@@ -366,7 +365,7 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
                 return "max_steps"
             if self.run.max_time_s is not None:
                 self._plan(stats, pbar)
-                if time.perf_counter() - stats.t0 >= self.run.max_time_s:
+                if time.perf_counter() - stats.t0 >= self.run.max_time_s - self._end_reserve():
                     return "max_time"  # this run's time budget; resume continues it
                 b = self._budget
                 if b is not None and b.state == "fitted" and self.step >= b.total_steps:
@@ -378,15 +377,8 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         t = time.perf_counter()
         try:
             return self._end_epoch_work(pbar)
-        finally:
-            self._clock_event("epoch_end", t)
-
-    def _clock_event(self, kind: str, since: float) -> float:
-        """Time a recurring event (``valid``, ``save``, ``epoch_end``) that began at ``since``, for the budget's
-        estimate (:class:`~attnkit.training.budget.StepClock`); the time now."""
-        now = time.perf_counter()
-        self._clock.add_event(kind, now - since)
-        return now
+        finally:  # its validation, the next epoch's batches and the checkpoint: what a time budget charges
+            self._clock.add_event("epoch_end", time.perf_counter() - t)
 
     def _end_epoch_work(self, pbar) -> str | None:
         improved = False

@@ -62,6 +62,8 @@ class ValidationMixin:
         metrics, improved = self._validate()
         self._validated_at = self.step
         self._last_valid = metrics
+        seconds = time.perf_counter() - t
+        self._clock.add_event("valid", seconds)  # for a time budget's estimate
         self._log(
             {
                 "event": "valid",
@@ -70,7 +72,7 @@ class ValidationMixin:
                 **metrics,
                 "best_metric": self.best_metric,
                 "bad_epochs": self.bad_epochs,
-                "valid_s": round(time.perf_counter() - t, 3),
+                "valid_s": round(seconds, 3),
             }
         )
         if pbar is not None:
