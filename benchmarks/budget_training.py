@@ -12,6 +12,16 @@ before and after and the test BLEU go to a JSON file and a table.
 
 Trainings run one after another, niced to -10 when allowed (``--nice``): on a shared machine the load
 before and after each is printed, and a result measured under load says so.
+
+``--load-seconds S`` shares the machine on purpose: beside each run, a second training of the same
+command (``--threads`` threads, not niced) runs for its first ``S`` seconds, as another user's job would;
+the record then says how the budget held (the steps first planned and made, the learning rate of the last
+step as a share of its peak, the wall time):
+
+    PYTHONPATH=src python benchmarks/budget_training.py --seconds 600 --threads 2 --nice 0 \
+        --config "quiet=" --output benchmarks/results/budget_quiet.json
+    PYTHONPATH=src python benchmarks/budget_training.py --seconds 600 --threads 2 --nice 0 --load-seconds 300 \
+        --config "loaded=" --output benchmarks/results/budget_loaded.json
 """
 
 from __future__ import annotations
@@ -22,14 +32,17 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
-def attnkit(*args: str, nice: int | None = None, **kw) -> subprocess.CompletedProcess:
+def attnkit_command(*args: str, nice: int | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "attnkit.cli", *args]
-    if nice is not None:
-        cmd = ["nice", "-n", str(nice), *cmd]
-    return subprocess.run(cmd, check=True, text=True, **kw)
+    return ["nice", "-n", str(nice), *cmd] if nice is not None else cmd
+
+
+def attnkit(*args: str, nice: int | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(attnkit_command(*args, nice=nice), check=True, text=True, **kw)
 
 
 def prepare_en_es(home: Path, workdir: Path) -> None:
@@ -91,6 +104,9 @@ def main() -> None:
     ap.add_argument("--runs", default="/tmp/attnkit-budget-runs")
     ap.add_argument("--nice", type=int, default=-10)
     ap.add_argument("--output", default=None)
+    ap.add_argument(
+        "--load-seconds", type=float, default=0.0, help="a second training beside each run for its first S seconds"
+    )
     args = ap.parse_args()
     from attnkit.paths import attnkit_home
 
@@ -104,10 +120,25 @@ def main() -> None:
         out = Path(args.runs) / name
         subprocess.run(["rm", "-rf", str(out)], check=True)
         before = load()
+        other = None
+        if args.load_seconds > 0:  # another user's job on the machine, for the run's first load_seconds
+            subprocess.run(["rm", "-rf", f"{out}-load"], check=True)
+            other = subprocess.Popen(
+                attnkit_command(
+                    "train", "translation", "--data", args.data, "--max-time-s", str(args.load_seconds),
+                    "--threads", str(args.threads), "--out-dir", f"{out}-load", "--no-progress",
+                    "--valid-every-epochs", "0",
+                ),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        t0 = time.perf_counter()
         attnkit(
             "train", "translation", "--data", args.data, "--max-time-s", str(args.seconds), "--threads",
             str(args.threads), "--out-dir", str(out), "--no-progress", *shlex.split(flags), nice=nice,
         )  # fmt: skip
+        wall = time.perf_counter() - t0
+        if other is not None:
+            other.wait()
         after = load()
         end = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()][-1]
         scores = json.loads(
@@ -127,7 +158,8 @@ def main() -> None:
         results.append(
             {
                 "name": name, "flags": flags, "model": record["model"], "steps": end["steps"],
-                "time_s": end["time_s"], "schedule": record.get("schedule"), "load_before": before,
+                "time_s": end["time_s"], "wall_s": wall, "schedule": record.get("schedule"),
+                "budget": record.get("budget"), "load_seconds": args.load_seconds, "load_before": before,
                 "load_after": after, "scores": scores,
             }
         )  # fmt: skip
