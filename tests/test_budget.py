@@ -136,10 +136,10 @@ def test_the_step_clock_leaves_out_the_first_steps_and_keeps_a_recent_window():
     clock = StepClock(skip=3, horizon_s=4.0, min_steps=2)
     for d in (9.0, 7.0, 5.0, 1.0, 1.2, 0.8):  # compile/warm-up, then steady steps
         clock.add(d)
-    assert clock.seconds_per_step() == pytest.approx((1.0 + 1.2 + 0.8) / 3)
+    assert clock.seconds_per_step() == pytest.approx((1.0 + 1.2 + 0.8) / 3) and not clock.settled
     for d in (2.0, 2.0, 2.0):  # another job starts: the window now holds only the last 4 s of steps
         clock.add(d)
-    assert clock.seconds_per_step() == pytest.approx(2.0)
+    assert clock.seconds_per_step() == pytest.approx(2.0) and clock.settled
     clock.add_event("valid", 30.0)  # an event is not a slow step
     assert clock.seconds_per_step() == pytest.approx(2.0) and clock.event_seconds("valid") == 30.0
     assert clock.event_seconds("save") == 0.0 and StepClock().seconds_per_step() is None

@@ -255,6 +255,11 @@ class StepClock:
         """The seconds ``kind`` last took (0 before it was first seen: nothing is charged for it yet)."""
         return self.events.get(kind, 0.0)
 
+    @property
+    def settled(self) -> bool:
+        """Whether the timed steps span the whole window yet (the first estimate worth calling a plan)."""
+        return self._sum >= self.horizon_s
+
     def seconds_per_step(self) -> float | None:
         """Mean seconds per step over the window; None before any is timed."""
         if not self.durations:

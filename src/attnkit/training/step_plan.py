@@ -99,8 +99,8 @@ class StepPlanMixin:
         if total is None:
             return
         self.estimated_steps = total
-        if self.planned_steps is None:
-            self.planned_steps = total
+        if self.planned_steps is None and self._clock.settled:
+            self.planned_steps = total  # the plan: the estimate once a whole window of steps is timed
         if pbar is not None and pbar.total != total:
             pbar.total = total
         b = self._budget
@@ -169,17 +169,18 @@ class StepPlanMixin:
         learning rate of the last step as a share of the fitted schedule's peak (0 at a budget's exact end).
         Losing more than ``run.budget_shortfall`` of the plan (a slower machine than the first steps showed,
         another job sharing it) is said on stderr and logged as a warning."""
-        if self.run.max_time_s is None or self.planned_steps is None:
+        planned = self.planned_steps or self.estimated_steps  # a run shorter than the clock's window: its last
+        if self.run.max_time_s is None or planned is None:
             return
         b = self._budget
-        lost = max(self.planned_steps - self.step, 0) / max(self.planned_steps, 1)
-        report = {"planned_steps": self.planned_steps, "steps": self.step, "lost_share": round(lost, 4)}
+        lost = max(planned - self.step, 0) / max(planned, 1)
+        report = {"planned_steps": planned, "steps": self.step, "lost_share": round(lost, 4)}
         if b is not None and b.state == "fitted" and self.step > 0:
             report["last_lr_share_of_peak"] = round(b(self.step - 1) / b.peak, 4)
         self._log({"event": "budget", "step": self.step, **report})
         if lost > self.run.budget_shortfall:
             message = (
-                f"this run made {self.step} steps of the {self.planned_steps} its first steps planned for the "
+                f"this run made {self.step} steps of the {planned} its first steps planned for the "
                 f"{self.run.max_time_s:g}-s budget ({100 * lost:.0f}% fewer): training ran slower than it started "
                 "(another job on the machine?); the schedule was re-fitted as it went"
             )
