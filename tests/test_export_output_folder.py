@@ -55,9 +55,12 @@ def test_a_new_or_empty_folder_is_always_fine(tmp_path):
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda d: (d / "thesis.tex").write_text("years of work"), r"is not one \(no attnkit export attnkit\.json"),
-        (lambda d: (d / FILENAME).write_text('{"format": "something-else"}'), "is not one"),
-        (lambda d: (d / FILENAME).write_text("not json"), "is not one"),
+        (
+            lambda d: (d / "thesis.tex").write_text("years of work"),
+            r"is not a folder attnkit wrote \(no attnkit export attnkit\.json",
+        ),
+        (lambda d: (d / FILENAME).write_text('{"format": "something-else"}'), "is not a folder attnkit wrote"),
+        (lambda d: (d / FILENAME).write_text("not json"), "is not a folder attnkit wrote"),
     ],
 )
 def test_force_refuses_a_folder_no_export_wrote(tmp_path, make, message):
@@ -79,7 +82,10 @@ def test_force_refuses_an_export_with_a_file_of_the_users(tmp_path):
     folder = _fake_export(tmp_path / "e")
     (folder / "my-notes.txt").write_text("mine")
     before = _snapshot(folder)
-    with pytest.raises(OutputFolderError, match=r"holds files the earlier export did not write \(my-notes\.txt\)"):
+    with pytest.raises(
+        OutputFolderError,
+        match=r"holds files the earlier attnkit export or checkpoint there did not write \(my-notes\.txt\)",
+    ):
         check_output_folder(folder, force=True)
     assert _snapshot(folder) == before
 
@@ -123,7 +129,7 @@ def test_cli_force_keeps_a_users_folder_and_replaces_its_own_export(tmp_path, ca
     argv = ["export", "transformer-es-en", str(mine), "--format", "ctranslate2", "--quantization", "int8"]
     assert main([*argv, "--force"]) == 2
     err = _one_line(capsys)
-    assert str(mine) in err and "--force replaces only a folder an attnkit export wrote" in err
+    assert str(mine) in err and "is not a folder attnkit wrote" in err
     assert _snapshot(mine) == before  # every file of the user's is still there, unchanged
 
     out = tmp_path / "ct2"

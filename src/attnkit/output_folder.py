@@ -174,15 +174,15 @@ def check_output_folder(out: str | os.PathLike, *, force: bool, sources: Iterabl
         )
     if owned_files(path) is None:
         raise OutputFolderError(
-            f"--force replaces only a folder an attnkit export wrote, and {path} is not one (no attnkit export "
-            f"{ENGINE_MANIFEST} or checkpoint {COMPLETE_NAME} in it; it holds {_shown(files_in(path))}); "
-            "nothing was removed: choose another folder"
+            f"{path} is not a folder attnkit wrote (no attnkit export {ENGINE_MANIFEST} or checkpoint "
+            f"{COMPLETE_NAME} in it; it holds {_shown(files_in(path))}), and attnkit replaces only an earlier "
+            "export or checkpoint of its own; nothing was removed: choose another folder"
         )
     others = foreign_files(path)
     if others:
         raise OutputFolderError(
-            f"--force: {path} holds files the earlier export did not write ({_shown(others)}); nothing was "
-            "removed: move them away or choose another folder"
+            f"{path} holds files the earlier attnkit export or checkpoint there did not write ({_shown(others)}); "
+            "nothing was removed: move them away or choose another folder"
         )
 
 

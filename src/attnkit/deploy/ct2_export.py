@@ -39,11 +39,11 @@ import torch
 
 from ..attention.positional import sinusoidal_encoding
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
+from ..output_folder import check_output_folder, replace_output_folder
 from ..tasks.translation.generation import read_generation_defaults
 from ..version import __version__
 from .ct2_engine import ctranslate2_length_penalty
 from .manifest import DeployError, tokenizer_sha256, write_manifest
-from ..output_folder import check_output_folder, replace_output_folder
 
 __all__ = [
     "QUANTIZATIONS",

@@ -64,11 +64,11 @@ import torch
 
 from ..attention.positional import sinusoidal_encoding
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
+from ..output_folder import check_output_folder, replace_output_folder
 from ..version import __version__
 from .ct2_export import MAX_DECODE, NETWORK_FIELDS, check_model_type
 from .hf_tokenizer import build_tokenizer, tokenizer_mismatches
 from .manifest import DeployError, tokenizer_sha256, write_manifest
-from ..output_folder import check_output_folder, replace_output_folder
 
 __all__ = [
     "SELF_CHECK_TOLERANCE",

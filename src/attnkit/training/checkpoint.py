@@ -468,7 +468,9 @@ def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
     return ckpts[-1] if ckpts else None
 
 
-def rotate_checkpoints(out_dir: str | os.PathLike, keep_last: int, *, folder: WrittenFolder | None = None) -> list[Path]:
+def rotate_checkpoints(
+    out_dir: str | os.PathLike, keep_last: int, *, folder: WrittenFolder | None = None
+) -> list[Path]:
     """Delete all but the newest ``keep_last`` step checkpoints (``best`` is never touched).
 
     Only checkpoints attnkit wrote are deleted: when ``out_dir`` has a run manifest (``folder``, or the

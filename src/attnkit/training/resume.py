@@ -35,7 +35,6 @@ from .run_folder import BEST_NAME, TRAIN_CONFIG_NAME, save_in_run
 __all__ = ["BEST_NAME", "TRAIN_CONFIG_NAME", "ResumeMixin"]
 
 
-
 class ResumeMixin:
     """The :class:`~attnkit.training.Trainer`'s start (fresh or resumed), its state and its checkpoints."""
 
@@ -138,7 +137,9 @@ class ResumeMixin:
         state = self.trainer_state()  # collective (RNG gather): every rank calls it
         path = self.out_dir / step_dir_name(self.step)
         if self.is_main:
-            saved = dict(model=self.raw_model, config=self.model_config, trainer_state=state, extra_files=self.extra_files)
+            saved = dict(
+                model=self.raw_model, config=self.model_config, trainer_state=state, extra_files=self.extra_files
+            )
             save_in_run(self.run_folder, path.name, **saved)
             if best:
                 save_in_run(self.run_folder, BEST_NAME, **saved)
