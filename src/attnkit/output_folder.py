@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .errors import AttnkitError
-from .paths import COMPLETE_NAME, atomic_write_text
+from .paths import COMPLETE_NAME, atomic_write_text, fsync_dir
 
 __all__ = [
     "ENGINE_FORMAT",
@@ -150,10 +150,18 @@ def check_sources(out: str | os.PathLike, sources: Iterable[str | os.PathLike]) 
                 )
 
 
-def check_output_folder(out: str | os.PathLike, *, force: bool, sources: Iterable[str | os.PathLike] = ()) -> None:
+def check_output_folder(
+    out: str | os.PathLike,
+    *,
+    force: bool,
+    sources: Iterable[str | os.PathLike] = (),
+    owned: Callable[[Path], set[str] | None] = owned_files,
+) -> None:
     """Refuse an ``out`` a whole-folder write must not replace: a file, a symbolic link, one of ``sources``
     (:func:`check_sources`), or a non-empty folder (without ``force``; with it, unless an attnkit manifest,
-    ``COMPLETE`` or ``attnkit.json``, lists every file in it).
+    ``COMPLETE`` or ``attnkit.json``, lists every file in it). ``owned``: how the manifest is read (the
+    files it lists, or None without one), for a folder whose manifest is a command's own (a prepared
+    corpus's ``meta.json``); default :func:`owned_files`.
 
     Called before the work (so a refusal costs nothing) and again by :func:`replace_output_folder`
     just before anything is removed."""
@@ -172,13 +180,14 @@ def check_output_folder(out: str | os.PathLike, *, force: bool, sources: Iterabl
         raise OutputFolderError(
             f"{path} exists and is not empty; choose another folder, or pass --force to replace an export"
         )
-    if owned_files(path) is None:
+    listed = owned(path)
+    if listed is None:
         raise OutputFolderError(
             f"{path} is not a folder attnkit wrote (no attnkit export {ENGINE_MANIFEST} or checkpoint "
             f"{COMPLETE_NAME} in it; it holds {_shown(files_in(path))}), and attnkit replaces only an earlier "
             "export or checkpoint of its own; nothing was removed: choose another folder"
         )
-    others = foreign_files(path)
+    others = sorted(files_in(path) - listed)
     if others:
         raise OutputFolderError(
             f"{path} holds files the earlier attnkit export or checkpoint there did not write ({_shown(others)}); "
@@ -203,12 +212,14 @@ def replace_output_folder(
     force: bool,
     sources: Iterable[str | os.PathLike] = (),
     aside: str | os.PathLike | None = None,
+    owned: Callable[[Path], set[str] | None] = owned_files,
 ) -> Path:
     """Move the finished folder ``staging`` to ``out``, replacing an earlier attnkit folder there (checked
     again by :func:`check_output_folder`). The old folder is renamed to ``aside`` (default
     ``.<name>.old-<pid>`` beside it) first and removed only once the new one is in place, so an
-    interrupted replace leaves one whole folder, not a mix. Returns ``out``, resolved."""
-    check_output_folder(out, force=force, sources=sources)
+    interrupted replace leaves one whole folder, not a mix. ``owned``: as for :func:`check_output_folder`.
+    Returns ``out``, resolved."""
+    check_output_folder(out, force=force, sources=sources, owned=owned)
     out = Path(out).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     old = None
@@ -223,6 +234,7 @@ def replace_output_folder(
         if old is not None and not out.exists():
             os.replace(old, out)
         raise
+    fsync_dir(out.parent)  # the rename itself made durable before the old folder goes
     if old is not None:
         shutil.rmtree(old)
     return out
