@@ -14,6 +14,7 @@ from attnkit.data.corpus import CorpusError, UnknownCorpusError, known_corpora, 
 from attnkit.data.parallel import ParallelDataError, count_lines, read_lines, read_parallel
 from attnkit.data.token_cache import TokenArray, build_token_cache
 from attnkit.data.tokenizer import Tokenizer
+from attnkit.output_folder import OutputFolderError
 
 WORDS = [
     "".join(random.Random(i).choice("abcdefghijklmnopqrstuvwxyzäöüéñ") for _ in range(3 + i % 5)) for i in range(150)
@@ -315,3 +316,35 @@ def test_cli_unknown_data_lists_the_known_corpora(tmp_path, capsys):
     assert code == 2
     assert "unknown corpus 'nope' (known: bible, mine)" in _one_line_error(capsys)
     assert not (tmp_path / "r").exists()
+
+
+def test_prepare_force_replaces_only_what_a_prepare_wrote(tmp_path, capsys):
+    """A folder of the corpus's name that no prepare wrote, or a prepared corpus holding a file of the
+    user's, is refused with or without --force, and every byte of it is kept (issue 54)."""
+    home = tmp_path / "home"
+    src, tgt = write_aligned(tmp_path, "train", synthetic_pairs(300, seed=6))
+    mine = home / "corpora" / "x"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "sub" / "notes.txt").write_text("mine")
+    (mine / "x.tmp-123").write_text("mine too")
+    for force in (False, True):
+        with pytest.raises(OutputFolderError, match=r"is not a folder attnkit wrote .*sub/notes\.txt"):
+            prepare_parallel(
+                "x", src_lang="xx", tgt_lang="yy", train=(src, tgt), vocab_size=400, home=home, force=force
+            )
+        assert sorted(p.relative_to(mine).as_posix() for p in mine.rglob("*")) == ["sub", "sub/notes.txt", "x.tmp-123"]
+        assert (mine / "sub" / "notes.txt").read_text() == "mine"
+    home2 = tmp_path / "home2"
+    good = prepare_parallel("x", src_lang="xx", tgt_lang="yy", train=(src, tgt), vocab_size=400, home=home2)
+    assert "meta.json" in good.meta["written"] and "train.tsv" in good.meta["written"]
+    again = prepare_parallel(
+        "x", src_lang="xx", tgt_lang="yy", train=(src, tgt), vocab_size=400, home=home2, force=True
+    )
+    assert again.meta["splits"] == good.meta["splits"]  # its own corpus: replaced
+    (again.path / "my-notes.txt").write_text("mine")
+    argv = ["data", "prepare", "parallel", "x", "--src-lang", "xx", "--tgt-lang", "yy", "--train", str(src), str(tgt)]
+    assert cli_main(["--home", str(home2), *argv, "--vocab-size", "400", "--force"]) == 2
+    err = capsys.readouterr().err
+    assert "my-notes.txt" in err and "nothing was removed" in err and "Traceback" not in err
+    assert (again.path / "my-notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (home2 / "corpora").iterdir()) == ["x"]

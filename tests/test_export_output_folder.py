@@ -11,8 +11,8 @@ import os
 import pytest
 
 from attnkit.cli import main
-from attnkit.deploy.manifest import FILENAME, DeployError, write_manifest
-from attnkit.deploy.output_folder import check_output_folder, export_files, replace_output_folder
+from attnkit.deploy.manifest import FILENAME, write_manifest
+from attnkit.output_folder import OutputFolderError, check_output_folder, owned_files, replace_output_folder
 
 pytest.importorskip("ctranslate2")
 
@@ -43,7 +43,7 @@ def test_manifest_lists_the_files_written_before_it(tmp_path):
     folder = _fake_export(tmp_path / "e", files=("model.bin", "sub/vocab.txt"))
     manifest = json.loads((folder / FILENAME).read_text())
     assert manifest["files"] == ["model.bin", "sub/vocab.txt"]
-    assert export_files(folder) == {"model.bin", "sub/vocab.txt", FILENAME}
+    assert owned_files(folder) == {"model.bin", "sub/vocab.txt", FILENAME}
 
 
 def test_a_new_or_empty_folder_is_always_fine(tmp_path):
@@ -55,9 +55,12 @@ def test_a_new_or_empty_folder_is_always_fine(tmp_path):
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda d: (d / "thesis.tex").write_text("years of work"), r"is not one \(no attnkit export attnkit\.json"),
-        (lambda d: (d / FILENAME).write_text('{"format": "something-else"}'), "is not one"),
-        (lambda d: (d / FILENAME).write_text("not json"), "is not one"),
+        (
+            lambda d: (d / "thesis.tex").write_text("years of work"),
+            r"is not a folder attnkit wrote \(no attnkit export attnkit\.json",
+        ),
+        (lambda d: (d / FILENAME).write_text('{"format": "something-else"}'), "is not a folder attnkit wrote"),
+        (lambda d: (d / FILENAME).write_text("not json"), "is not a folder attnkit wrote"),
     ],
 )
 def test_force_refuses_a_folder_no_export_wrote(tmp_path, make, message):
@@ -67,10 +70,10 @@ def test_force_refuses_a_folder_no_export_wrote(tmp_path, make, message):
     (folder / "notes" / "deep").mkdir(parents=True)
     (folder / "notes" / "deep" / "a.txt").write_text("keep me")
     before = _snapshot(folder)
-    with pytest.raises(DeployError, match=message) as e:
+    with pytest.raises(OutputFolderError, match=message) as e:
         check_output_folder(folder, force=True)
     assert str(folder) in str(e.value)
-    with pytest.raises(DeployError, match="nothing was removed"):
+    with pytest.raises(OutputFolderError, match="nothing was removed"):
         replace_output_folder(tmp_path / "staging-not-used", folder, force=True)
     assert _snapshot(folder) == before
 
@@ -79,14 +82,17 @@ def test_force_refuses_an_export_with_a_file_of_the_users(tmp_path):
     folder = _fake_export(tmp_path / "e")
     (folder / "my-notes.txt").write_text("mine")
     before = _snapshot(folder)
-    with pytest.raises(DeployError, match=r"holds files the earlier export did not write \(my-notes\.txt\)"):
+    with pytest.raises(
+        OutputFolderError,
+        match=r"holds files the earlier attnkit export or checkpoint there did not write \(my-notes\.txt\)",
+    ):
         check_output_folder(folder, force=True)
     assert _snapshot(folder) == before
 
 
 def test_without_force_a_non_empty_folder_is_refused_even_an_export(tmp_path):
     folder = _fake_export(tmp_path / "e")
-    with pytest.raises(DeployError, match="exists and is not empty; choose another folder, or pass --force"):
+    with pytest.raises(OutputFolderError, match="exists and is not empty; choose another folder, or pass --force"):
         check_output_folder(folder, force=False)
 
 
@@ -94,10 +100,10 @@ def test_a_symbolic_link_and_a_file_are_refused(tmp_path):
     target = _fake_export(tmp_path / "real")
     link = tmp_path / "link"
     os.symlink(target, link)
-    with pytest.raises(DeployError, match="is a symbolic link"):
+    with pytest.raises(OutputFolderError, match="is a symbolic link"):
         check_output_folder(link, force=True)
     (tmp_path / "f").write_text("x")
-    with pytest.raises(DeployError, match="is a file"):
+    with pytest.raises(OutputFolderError, match="is a file"):
         check_output_folder(tmp_path / "f", force=True)
 
 
@@ -123,7 +129,7 @@ def test_cli_force_keeps_a_users_folder_and_replaces_its_own_export(tmp_path, ca
     argv = ["export", "transformer-es-en", str(mine), "--format", "ctranslate2", "--quantization", "int8"]
     assert main([*argv, "--force"]) == 2
     err = _one_line(capsys)
-    assert str(mine) in err and "--force replaces only a folder an attnkit export wrote" in err
+    assert str(mine) in err and "is not a folder attnkit wrote" in err
     assert _snapshot(mine) == before  # every file of the user's is still there, unchanged
 
     out = tmp_path / "ct2"
@@ -131,7 +137,7 @@ def test_cli_force_keeps_a_users_folder_and_replaces_its_own_export(tmp_path, ca
     assert main(argv) == 0
     capsys.readouterr()
     written = set(_snapshot(out))
-    assert export_files(out) == written and {"model.bin", "tokenizer.model", FILENAME} <= written
+    assert owned_files(out) == written and {"model.bin", "tokenizer.model", FILENAME} <= written
     assert main(argv) == 2 and "pass --force" in _one_line(capsys)
     assert main([*argv, "--force"]) == 0  # its own export: replaced
     capsys.readouterr()

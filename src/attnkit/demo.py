@@ -7,6 +7,10 @@
 4. score RNNsearch (and RNNencdec, when shipped) on a 200-verse slice of the test split;
 5. caption a few held-out Fashion-MNIST scenes with the shipped captioners, when present;
 6. write ``explorer.html``, the attention explorer's offline page for those verses and scenes.
+
+Its pictures and page go into ``out_dir`` (default ``out/demo``): a new or empty folder, or one an
+earlier demo wrote (its ``attnkit-files.json`` lists what the demo wrote; :mod:`attnkit.output_folder`);
+each file is named there before it is written, and a file of the user's in the way is refused.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import textwrap
 import time
 from pathlib import Path
 
+from .output_folder import WrittenFolder
 from .pretrained import PRETRAINED_DIR
+from .tasks.captioning.demo import DEMO_KIND
 
 DEMO_VERSES = 5
 BLEU_SLICE = 200
@@ -31,7 +37,7 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo"), device: str = "cpu"
     from .viz import plot_alignments
 
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    folder = WrittenFolder.open(out_dir, DEMO_KIND)  # before any work: a folder of the user's is refused
     t0 = time.perf_counter()
     _rule("Data: Reina-Valera 1909 (es) and World English Bible (en), verse-aligned")
     path = prepare_bible(home=home)
@@ -54,7 +60,7 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo"), device: str = "cpu"
     shown = [(p, r) for p, r in zip(picks, results) if len(p.src.split()) <= 35][-3:]  # readable sizes
     heat = plot_alignments(
         [(r.attention, r.source_pieces, r.target_pieces, p.ref) for p, r in shown],
-        out_dir / "alignment.png",
+        folder.claim("alignment.png")[0],
         ncols=1,
     )
     print(f"\nalignment heatmaps (target pieces × source pieces): {heat}")
@@ -73,13 +79,13 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo"), device: str = "cpu"
         scores[name] = sc
         print(f"  {name:<20} BLEU {sc['bleu']:6.2f}   chrF {sc['chrf']:6.2f}   ({time.perf_counter() - t1:.1f} s)")
 
-    captions = _caption_demo(home, out_dir)
-    explorer = _explorer_page(home, out_dir, [p.src for p, _ in shown], device, dtype)
+    captions = _caption_demo(home, folder)
+    explorer = _explorer_page(home, folder, [p.src for p, _ in shown], device, dtype)
     print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s; pictures in {out_dir}/")
     return {"scores": scores, "alignment_png": str(heat), "captions": captions, "explorer": str(explorer)}
 
 
-def _explorer_page(home, out_dir: Path, sources: list[str], device="cpu", dtype=None) -> Path:
+def _explorer_page(home, folder: WrittenFolder, sources: list[str], device="cpu", dtype=None) -> Path:
     """The explorer's offline page for the demo verses (every shipped translator) and scenes (every
     shipped captioner), and the command that serves the live one."""
     from .data.datasets.scenes import load_scenes
@@ -103,14 +109,17 @@ def _explorer_page(home, out_dir: Path, sources: list[str], device="cpu", dtype=
                 for name, cm in models.captioners.items()
             ]
     path = write_explorer_html(
-        out_dir / "explorer.html", translations=translations, captions=captions, models=list(models.info.values())
+        folder.claim("explorer.html")[0],
+        translations=translations,
+        captions=captions,
+        models=list(models.info.values()),
     )
     print(f"offline page for these verses and scenes (opens in any browser, no server): {path}")
     print("explore any sentence or image live: attnkit serve   (then open http://127.0.0.1:8000/)")
     return path
 
 
-def _caption_demo(home, out_dir: Path) -> dict | None:
+def _caption_demo(home, folder: WrittenFolder) -> dict | None:
     """Caption a few held-out scenes with the shipped captioners (Show, Attend and Tell), when they exist."""
     soft = PRETRAINED_DIR / "captioner-soft"
     if not (soft / "config.json").is_file():
@@ -120,6 +129,7 @@ def _caption_demo(home, out_dir: Path) -> dict | None:
     _rule("Show, Attend and Tell: captioning held-out Fashion-MNIST scenes")
     return caption_demo(
         home=home,
-        out_dir=out_dir,
+        out_dir=folder.path,
+        folder=folder,
         model_dirs=[d for d in (soft, PRETRAINED_DIR / "captioner-hard") if (d / "config.json").is_file()],
     )

@@ -151,7 +151,12 @@ def add_parser(sub) -> None:
         default=None,
         help="parallel: tokenising processes (default: one per core)",
     )
-    dp.add_argument("--force", action="store_true", help="rebuild even if cached (default: off)")
+    dp.add_argument(
+        "--force",
+        action="store_true",
+        help="rebuild even if cached; parallel: replaces only the files the earlier prepare wrote (its meta.json "
+        "lists them; a corpus folder with a file of yours in it is refused) (default: off)",
+    )
     dp.add_argument(
         "--canvas",
         type=arg_type(CANVAS, "canvas"),

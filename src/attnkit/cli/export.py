@@ -99,6 +99,7 @@ def cmd_export(args) -> None:
             average_last=args.average_last,
             dtype=None if args.fp32 else torch.float16,
             extra_files=_generation_file(args),
+            force=args.force,
         )
     except CheckpointError as exc:
         given = f"--average-last {args.average_last}" if args.average_last is not None else "cannot load checkpoint"
@@ -158,7 +159,8 @@ def add_parser(sub) -> None:
     ex.add_argument(
         "--force",
         action="store_true",
-        help="ctranslate2, huggingface: replace OUT when an earlier attnkit export wrote it (its attnkit.json lists every file; any other "
-        "folder, or one with files of yours in it, is refused) (default: off)",
+        help="replace OUT when an earlier attnkit export or checkpoint wrote it (its attnkit.json or COMPLETE lists "
+        "every file; any other folder, one with files of yours in it, or the folder being exported is refused, "
+        "and nothing is removed) (default: off)",
     )
     ex.set_defaults(func=cmd_export)

@@ -34,9 +34,12 @@ def cmd_models(args) -> None:
 
 # ---------------------------------------------------------------- demo
 def cmd_demo(args) -> None:
-    from ..demo import run_demo
+    from ..demo import DEMO_KIND, run_demo
+    from ..output_folder import WrittenFolder
 
-    run_demo(home=args.home, out_dir=_output(args.out, "--out", folder=True), device=args.device, dtype=args.precision)
+    out = _output(args.out, "--out", folder=True)
+    WrittenFolder.check(out, DEMO_KIND)  # before the work: a folder of the user's is refused, nothing touched
+    run_demo(home=args.home, out_dir=out, device=args.device, dtype=args.precision)
 
 
 def add_parser(sub) -> None:
@@ -45,6 +48,11 @@ def add_parser(sub) -> None:
     ms.set_defaults(func=cmd_models)
 
     dm = sub.add_parser("demo", help="the main job: translate held-out verses, plot, score")
-    dm.add_argument("--out", default="out/demo", help="folder for the pictures (default: out/demo)")
+    dm.add_argument(
+        "--out",
+        default="out/demo",
+        help="folder for the pictures: a new or empty one, or an earlier demo's (its attnkit-files.json lists "
+        "what the demo wrote; a file of yours in the way is refused) (default: out/demo)",
+    )
     _add_device_flags(dm)
     dm.set_defaults(func=cmd_demo)

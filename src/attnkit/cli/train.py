@@ -9,6 +9,15 @@ from .common import CLIError, _output, _print_json
 from .flags import _add_progress_flag
 
 
+def _check_out_dir(cfg) -> None:
+    """``--out-dir``, before any work: a writable path, and a new or empty folder or a run's own
+    (:mod:`attnkit.training.run_folder`); a folder of the user's is refused, nothing in it touched."""
+    from ..training.run_folder import check_run_folder
+
+    _output(cfg.run.out_dir, "--out-dir", folder=True)
+    check_run_folder(cfg.run.out_dir)
+
+
 def cmd_train_translation(args) -> None:
     import os
     import sys
@@ -29,7 +38,7 @@ def cmd_train_translation(args) -> None:
             said = "no --model given: training" if asked is None else f"a {args.max_time_s:g}-s budget: training"
             print(f"attnkit: {said} {args.model}{sized}: {pick.why}", file=sys.stderr)
     cfg = TranslationConfig.from_args(args)
-    _output(cfg.run.out_dir, "--out-dir", folder=True)
+    _check_out_dir(cfg)
     summary = train_translation(cfg, resume=args.resume, home=args.home)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary
         _print_json(summary)
@@ -42,7 +51,7 @@ def cmd_train_captioning(args) -> None:
     for opt in ("encoder_from", "init_from"):
         if getattr(cfg, opt) and not Path(getattr(cfg, opt)).exists():
             raise CLIError(f"--{opt.replace('_', '-')}: folder {getattr(cfg, opt)} does not exist")
-    _output(cfg.run.out_dir, "--out-dir", folder=True)
+    _check_out_dir(cfg)
     summary = train_captioning(cfg, resume=args.resume, home=args.home)
     _print_json(summary)
 
@@ -51,7 +60,7 @@ def cmd_train_classifier(args) -> None:
     from ..tasks.classification import ClassifierTaskConfig, train_classifier
 
     cfg = ClassifierTaskConfig.from_args(args)
-    _output(cfg.run.out_dir, "--out-dir", folder=True)
+    _check_out_dir(cfg)
     _print_json(train_classifier(cfg, resume=args.resume))
 
 

@@ -27,7 +27,9 @@ Everything is written into a temporary folder beside the corpus and renamed into
 (``os.replace``) only when complete, so an interrupted prepare leaves no corpus that a later
 ``train --data NAME`` would read. The folder ``$ATTNKIT_HOME/corpora/NAME`` holds ``meta.json``
 (languages, counts, what was dropped), ``SPLIT.tsv`` (source, target, line of the input file),
-the tokenizer(s) and the token cache.
+the tokenizer(s) and the token cache; ``meta.json``'s ``written`` lists every file the prepare wrote,
+the only ones ``--force`` replaces (:mod:`attnkit.output_folder`): a corpus folder holding a file of
+the user's, or a folder of that name that no prepare wrote, is refused and nothing in it removed.
 
 :func:`open_corpus` gives one interface over both kinds (:class:`Corpus`): the languages, the pairs
 of a split, the tokenizers, the token cache. ``"bible"`` is the built-in Spanish→English corpus
@@ -49,7 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import AttnkitError
-from ..paths import attnkit_home, fsync_dir
+from ..output_folder import check_output_folder, files_in, replace_output_folder
+from ..paths import attnkit_home
 from .datasets.bible import SPLITS, Pair
 from .parallel import ParallelDataError, read_lines, read_parallel
 from .tokenizer import Tokenizer
@@ -360,6 +363,25 @@ def _train_tokenizers_apart(folder: Path, vocab_size: int, separate: bool, sampl
         return pool.submit(_train_tokenizers, folder, vocab_size, separate, sample, n).result()
 
 
+_PREPARED = re.compile(r"^(train|valid|test)\.tsv$|^meta\.json$|^(source_)?tokenizer\.model$|^cache/")
+
+
+def _corpus_files(folder: Path) -> set[str] | None:
+    """The files a prepare wrote in ``folder`` (its ``meta.json``'s ``written``), or None when no prepare
+    wrote it (no ``meta.json``). A corpus prepared before the list was kept: the files of a prepare's
+    layout (``SPLIT.tsv``, ``meta.json``, the tokenizers, ``cache/``); anything else is the user's."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict):
+        return None
+    written = meta.get("written")
+    if isinstance(written, list) and all(isinstance(f, str) for f in written):
+        return set(written)
+    return {f for f in files_in(folder) if _PREPARED.match(f)}
+
+
 def _remove_stale(root: Path, name: str) -> None:
     """Temporary folders of this corpus left by prepares that died (their process is gone)."""
     for tmp in root.glob(f".{name}.partial-*"):
@@ -438,6 +460,7 @@ def prepare_parallel(
     final = root / name
     if (final / "meta.json").is_file() and not force:
         raise CorpusError(f"corpus {name!r} is already prepared in {final}; add --force to prepare it again")
+    check_output_folder(final, force=True, owned=_corpus_files)  # before the work; again before the swap
     root.mkdir(parents=True, exist_ok=True)
     _remove_stale(root, name)
     tmp = root / f".{name}.partial-{os.getpid()}"
@@ -528,15 +551,11 @@ def prepare_parallel(
             "spm_max_sentences": spm_max_sentences,
             "seconds": round(time.perf_counter() - start, 2),
         }
+        meta["written"] = sorted(files_in(tmp) | {"meta.json"})  # what --force may replace, and nothing else
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        old = None
-        if final.exists():
-            old = root / f".{name}.old-{os.getpid()}"
-            os.replace(final, old)
-        os.replace(tmp, final)
-        fsync_dir(root)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_output_folder(
+            tmp, final, force=True, aside=root / f".{name}.old-{os.getpid()}", owned=_corpus_files
+        )  # the old corpus renamed aside, removed once the new one is in place
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

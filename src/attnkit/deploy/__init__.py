@@ -13,8 +13,8 @@
 - :mod:`attnkit.deploy.manifest`: the small JSON (``attnkit.json``) that travels beside the
   engine's files: the tokenizer's digest, the language pair, the length penalty, the decoding limits,
   and the list of the files the export wrote.
-- :mod:`attnkit.deploy.output_folder`: ``--force`` replaces only a folder an earlier export wrote
-  (``check_output_folder``, ``replace_output_folder``), for every export format.
+- Where an export is written, and what ``--force`` replaces (only a folder an earlier attnkit export
+  wrote, holding nothing else), is :mod:`attnkit.output_folder`'s, shared by every command that writes a folder.
 
 This package's ``__init__`` imports nothing, so the torch-free path stays torch-free.
 """

@@ -39,11 +39,11 @@ import torch
 
 from ..attention.positional import sinusoidal_encoding
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
+from ..output_folder import check_output_folder, replace_output_folder
 from ..tasks.translation.generation import read_generation_defaults
 from ..version import __version__
 from .ct2_engine import ctranslate2_length_penalty
 from .manifest import DeployError, tokenizer_sha256, write_manifest
-from .output_folder import check_output_folder, replace_output_folder
 
 __all__ = [
     "QUANTIZATIONS",
@@ -315,7 +315,7 @@ def export_ctranslate2(
     check_model_type(str(config.get("model_type", "?")))
     if not (model_dir / MODEL_FILENAME).is_file():
         raise DeployError(f"{model_dir} has no {MODEL_FILENAME}: it is not a translation model")
-    check_output_folder(out, force=force)  # before the work; again before anything is replaced
+    check_output_folder(out, force=force, sources=[model_dir])  # before the work; again before anything is replaced
     model, _, _ = load_model(model_dir)
     model.eval()
     tokenizer = Tokenizer.load(model_dir)
@@ -354,5 +354,5 @@ def export_ctranslate2(
                 "alignment": alignment_manifest(c),
             },
         )
-        replace_output_folder(staging, out, force=force)
+        replace_output_folder(staging, out, force=force, sources=[model_dir])
     return out

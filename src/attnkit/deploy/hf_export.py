@@ -64,11 +64,11 @@ import torch
 
 from ..attention.positional import sinusoidal_encoding
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
+from ..output_folder import check_output_folder, replace_output_folder
 from ..version import __version__
 from .ct2_export import MAX_DECODE, NETWORK_FIELDS, check_model_type
 from .hf_tokenizer import build_tokenizer, tokenizer_mismatches
 from .manifest import DeployError, tokenizer_sha256, write_manifest
-from .output_folder import check_output_folder, replace_output_folder
 
 __all__ = [
     "SELF_CHECK_TOLERANCE",
@@ -391,7 +391,7 @@ def export_huggingface(model_dir: str | Path, out: str | Path, *, force: bool = 
     _check_model_type(str(config.get("model_type", "?")))
     if not (model_dir / MODEL_FILENAME).is_file():
         raise DeployError(f"{model_dir} has no {MODEL_FILENAME}: it is not a translation model")
-    check_output_folder(out, force=force)
+    check_output_folder(out, force=force, sources=[model_dir])
     transformers = _transformers()
     model, _, _ = load_model(model_dir)
     model = model.float().eval()
@@ -428,4 +428,4 @@ def export_huggingface(model_dir: str | Path, out: str | Path, *, force: bool = 
             },
         )
         _readable(staging)
-        return replace_output_folder(staging, out, force=force)
+        return replace_output_folder(staging, out, force=force, sources=[model_dir])

@@ -13,7 +13,7 @@ of attnkit's:
 - ``max_src_len``, ``max_len``: the longest source accepted, the most tokens decoded;
 - ``alignment``: which cross-attention the engine returns as the alignment;
 - ``files``: every file the export wrote, the only ones ``attnkit export --force`` replaces
-  (:mod:`attnkit.deploy.output_folder`).
+  (:mod:`attnkit.output_folder`).
 
 Torch-free: it imports only the standard library.
 """
@@ -26,11 +26,11 @@ import os
 from pathlib import Path
 
 from ..errors import AttnkitError
+from ..output_folder import ENGINE_FORMAT as FORMAT
+from ..output_folder import ENGINE_MANIFEST as FILENAME
 
 __all__ = ["FILENAME", "FORMAT", "DeployError", "read_manifest", "tokenizer_sha256", "write_manifest"]
 
-FILENAME = "attnkit.json"
-FORMAT = "attnkit-engine-export"
 VERSION = 1
 
 
@@ -46,7 +46,7 @@ def tokenizer_sha256(path: str | os.PathLike) -> str:
 def write_manifest(folder: str | os.PathLike, manifest: dict) -> Path:
     """Write ``folder/attnkit.json`` (``format`` and ``version`` added, and ``files``: every file already
     in ``folder``, so an export writes its manifest last). The list is what ``attnkit export --force``
-    may replace later, and nothing else (:mod:`attnkit.deploy.output_folder`)."""
+    may replace later, and nothing else (:mod:`attnkit.output_folder`)."""
     folder = Path(folder)
     files = sorted(
         rel

@@ -5,7 +5,9 @@
 * :mod:`.trainer` — :class:`Trainer`, one loop with exact resume, DDP and early stopping, built from
   :mod:`.run_config`'s :class:`RunConfig` (the run options every task config nests); beside it
   :mod:`.resume` (checkpoints and resume), :mod:`.validation` (best metric, early stopping),
-  :mod:`.step_plan` (the step estimate and the budget schedule) and :mod:`.progress` (log, progress line).
+  :mod:`.step_plan` (the step estimate and the budget schedule) and :mod:`.progress` (log, progress line);
+  :mod:`.run_folder` names everything a run writes in ``out_dir`` in its manifest first, so that it never
+  replaces or removes a file of the user's there.
 * :mod:`.data` — the resumable batch-source interface, :class:`Batches` and :class:`ListBatches`.
 * :mod:`.rng` — the global RNG states a checkpoint saves for exact resume.
 * :mod:`.optim` — Adam with attnkit's defaults; :mod:`.linear_cross_entropy` — the output layer's

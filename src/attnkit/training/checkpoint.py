@@ -50,6 +50,14 @@ from safetensors.torch import save as _st_save
 
 from ..errors import AttnkitError
 from ..models.registry import build_model
+from ..output_folder import (
+    OutputFolderError,
+    WrittenFolder,
+    check_output_folder,
+    foreign_files,
+    remove_owned_folder,
+    replace_output_folder,
+)
 from ..paths import (
     COMPLETE_NAME,
     atomic_write_bytes,
@@ -127,28 +135,34 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _write_folder(path: Path, files: Mapping[str, bytes]) -> None:
-    """Assemble ``files`` under ``<path>.tmp-XXXX`` with a COMPLETE manifest, then rename into place."""
+def _write_folder(
+    path: Path, files: Mapping[str, bytes], *, staging: Path | None = None, aside: Path | None = None
+) -> None:
+    """Assemble ``files`` in ``staging`` (default ``<path>.tmp-XXXXXXXX`` beside it) with a COMPLETE
+    manifest, then swap it in for ``path``: an earlier checkpoint there is renamed to ``aside`` (default
+    ``<path>.old-XXXXXXXX``) and removed once the new one is in place. A ``path`` holding anything its
+    COMPLETE does not list is refused (:func:`attnkit.output_folder.replace_output_folder`), nothing removed."""
     path = Path(path)
+    check_output_folder(path, force=True)  # before any work: a folder of the user's is refused here
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
+    token = uuid.uuid4().hex[:8]
+    tmp = Path(staging) if staging is not None else path.with_name(f"{path.name}.tmp-{token}")
+    tmp.mkdir()  # a new name: never one of the user's
     manifest = {"attnkit_version": __version__, "files": {}}
     for name, data in files.items():
         atomic_write_bytes(tmp / name, data)
         manifest["files"][name] = {"size": len(data), "sha256": _sha256(data)}
     atomic_write_bytes(tmp / COMPLETE_NAME, json.dumps(manifest, indent=1).encode())
     fsync_dir(tmp)
-    if path.exists():
-        # A directory cannot be os.replace-d onto a non-empty one: move the old one aside first.
-        # A crash between the two renames leaves no `path`, only `.old-` and a complete `.tmp-`;
-        # both are ignored by list_checkpoints, which then falls back to the previous step.
-        old = path.with_name(f"{path.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, path)
+    # A crash between the two renames leaves no `path`, only `.old-` and a complete `.tmp-`; both are
+    # ignored by list_checkpoints, which then falls back to the previous step.
+    try:
+        replace_output_folder(
+            tmp, path, force=True, aside=aside if aside is not None else path.with_name(f"{path.name}.old-{token}")
+        )
+    except OutputFolderError:  # the folder changed since the check: ours is removed, theirs kept
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     fsync_dir(path.parent)
 
 
@@ -174,8 +188,17 @@ def save_checkpoint(
     trainer_state: dict | None = None,
     extra_files: Mapping[str, bytes] | None = None,
     dtype: torch.dtype | None = None,
+    staging: str | os.PathLike | None = None,
+    aside: str | os.PathLike | None = None,
 ) -> Path:
     """Write a checkpoint folder atomically and return its path.
+
+    ``dir`` must be new, empty, or an earlier checkpoint (or export) whose manifest lists every file
+    in it, which is then replaced; a folder holding anything else is an
+    :class:`attnkit.output_folder.OutputFolderError` naming those files, and nothing is removed.
+    ``staging`` / ``aside``: where the folder is assembled and where an earlier one is moved before it
+    is removed (default: beside ``dir``, with a random suffix); a training run names them in its
+    manifest first, so that an interrupted save's leftovers are known to be its own.
 
     ``config`` (a dict or a dataclass instance) is written as config.json with ``model_type`` (taken from the registered class
     when absent) and ``attnkit_version`` added. ``dtype`` (e.g. ``torch.float16``) casts floating
@@ -231,7 +254,12 @@ def save_checkpoint(
             raise TypeError(f"save_checkpoint: extra_files[{name!r}] must be bytes, got {type(data).__name__}")
         files[name] = bytes(data)
     path = Path(dir)
-    _write_folder(path, files)
+    _write_folder(
+        path,
+        files,
+        staging=Path(staging) if staging is not None else None,
+        aside=Path(aside) if aside is not None else None,
+    )
     return path
 
 
@@ -440,34 +468,46 @@ def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
     return ckpts[-1] if ckpts else None
 
 
-def rotate_checkpoints(out_dir: str | os.PathLike, keep_last: int) -> list[Path]:
+def rotate_checkpoints(
+    out_dir: str | os.PathLike, keep_last: int, *, folder: WrittenFolder | None = None
+) -> list[Path]:
     """Delete all but the newest ``keep_last`` step checkpoints (``best`` is never touched).
 
-    Returns the deleted paths. ``keep_last=None`` or ``0`` keeps everything.
+    Only checkpoints attnkit wrote are deleted: when ``out_dir`` has a run manifest (``folder``, or the
+    one read from ``out_dir``), only those it lists; and only folders whose ``COMPLETE`` lists every
+    file in them. One holding a file of the user's is an :class:`attnkit.output_folder.OutputFolderError`
+    naming it, raised before anything is deleted. Returns the deleted paths. ``keep_last=None`` or
+    ``0`` keeps everything.
     """
     if keep_last is None or keep_last <= 0:
         return []
+    if folder is None:
+        folder = WrittenFolder.read(out_dir)
     ckpts = list_checkpoints(out_dir)
-    doomed = ckpts[:-keep_last]
+    doomed = [p for p in ckpts[:-keep_last] if folder is None or folder.owns(p.name)]
     for p in doomed:
-        shutil.rmtree(p, ignore_errors=True)
+        others = foreign_files(p)
+        if others:
+            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            raise OutputFolderError(
+                f"keep_last: the old checkpoint {p} holds files attnkit did not write ({shown}); nothing was "
+                "removed: move them away (or raise --keep-last)"
+            )
+    for p in doomed:
+        if folder is not None:
+            folder.remove(p.name)
+        else:
+            remove_owned_folder(p)
     return doomed
 
 
-def remove_stale_temporaries(out_dir: str | os.PathLike) -> list[Path]:
-    """Remove ``*.tmp-*`` / ``*.old-*`` folders and files left by interrupted saves in ``out_dir``."""
-    out = Path(out_dir)
-    removed = []
-    if not out.is_dir():
-        return removed
-    for p in out.iterdir():
-        if ".tmp-" in p.name or ".old-" in p.name:
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
-            removed.append(p)
-    return removed
+def remove_stale_temporaries(out_dir: str | os.PathLike, *, folder: WrittenFolder | None = None) -> list[Path]:
+    """Remove the leftovers of interrupted saves in ``out_dir``: only the temporaries its run manifest
+    (``folder``, or the one read from ``out_dir``) names; no manifest, nothing removed. A ``*.tmp-*``
+    or ``*.old-*`` of the user's is never touched. Returns the removed paths."""
+    if folder is None:
+        folder = WrittenFolder.read(out_dir) if Path(out_dir).is_dir() else None
+    return [] if folder is None else folder.clean_temporaries()
 
 
 def average_checkpoints(dirs: Iterable[str | os.PathLike]) -> dict[str, torch.Tensor]:
@@ -519,6 +559,7 @@ def export_checkpoint(
     average_last: int | None = None,
     dtype: torch.dtype | None = torch.float16,
     extra_files: Mapping[str, bytes] | None = None,
+    force: bool = False,
 ) -> Export:
     """Write a shippable copy of a checkpoint to ``out``: the weights (cast to ``dtype``; ``None`` keeps
     them), the config and the extra files (tokenizer, vocabulary), without the trainer state.
@@ -527,6 +568,12 @@ def export_checkpoint(
     step checkpoints (Vaswani et al. 2017, §6.1: "averaging the last 5 checkpoints"); the config and
     extra files come from the newest. Too few checkpoints is a :class:`CheckpointError`.
     ``extra_files``: files to add to the copy (or to replace there), e.g. a translator's ``generation.json``.
+
+    ``out`` must be a new or empty folder; with ``force``, an earlier export or checkpoint whose manifest
+    lists every file in it, which is replaced (the old one removed only once the new one is in place).
+    ``out`` may not be ``source`` or a checkpoint read, hold one, or lie inside one; a new folder inside a
+    run folder is fine (:func:`attnkit.output_folder.check_sources`). Else an
+    :class:`attnkit.output_folder.OutputFolderError`, before any work, and nothing is removed.
     """
     sources = [Path(source)]
     if average_last is not None:
@@ -535,6 +582,7 @@ def export_checkpoint(
             listed = f": {', '.join(p.name for p in found)}" if found else ""
             raise CheckpointError(f"{source} holds {len(found)} complete step checkpoint(s){listed}")
         sources = found[-average_last:]
+    check_output_folder(out, force=force, sources=dict.fromkeys([Path(source), *sources]))
     model, config, ckpt = load_model(sources[-1])
     if len(sources) > 1:
         load_into(model, average_checkpoints(sources), source=f"mean of {len(sources)} checkpoints")

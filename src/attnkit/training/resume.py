@@ -4,7 +4,9 @@ A checkpoint (``out_dir/step-XXXXXXXX``, the last ``keep_last`` kept, plus ``out
 model, the optimizer, the scheduler, the gradient scaler, python/numpy/torch RNG states (per rank), the
 data source's position and every counter (:meth:`ResumeMixin.trainer_state`), so that a run resumed from
 it continues bit for bit. A fresh start seeds python and numpy with ``seed`` and torch with
-``seed + rank``. The writing itself (atomic folders, rotation) is :mod:`attnkit.training.checkpoint`'s.
+``seed + rank``. The writing itself (atomic folders, rotation) is :mod:`attnkit.training.checkpoint`'s;
+what the run may write, replace or remove in ``out_dir`` (only what its manifest lists) is
+:mod:`attnkit.training.run_folder`'s.
 """
 
 from __future__ import annotations
@@ -23,17 +25,14 @@ from .checkpoint import (
     load_into,
     remove_stale_temporaries,
     rotate_checkpoints,
-    save_checkpoint,
     step_dir_name,
 )
 from .distributed import all_gather_object, barrier
 from .progress import LOG_NAME
 from .rng import get_rng_state, set_rng_state
+from .run_folder import BEST_NAME, TRAIN_CONFIG_NAME, save_in_run
 
 __all__ = ["BEST_NAME", "TRAIN_CONFIG_NAME", "ResumeMixin"]
-
-TRAIN_CONFIG_NAME = "train_config.json"  # the task config a run was started with
-BEST_NAME = "best"
 
 
 class ResumeMixin:
@@ -41,9 +40,9 @@ class ResumeMixin:
 
     def _start(self, resume: bool) -> Path | None:
         """Prepare ``out_dir``; restore the newest checkpoint (``resume``) or seed a fresh start; open the log."""
-        if self.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            remove_stale_temporaries(self.out_dir)
+        if self.is_main:  # the run folder was opened (and checked) by the Trainer's constructor
+            remove_stale_temporaries(self.out_dir, folder=self.run_folder)
+            self.run_folder.claim(LOG_NAME)
         barrier()
         resumed_from = self._find_resume_checkpoint() if resume else None
         if resumed_from is not None:
@@ -138,18 +137,13 @@ class ResumeMixin:
         state = self.trainer_state()  # collective (RNG gather): every rank calls it
         path = self.out_dir / step_dir_name(self.step)
         if self.is_main:
-            save_checkpoint(
-                path, model=self.raw_model, config=self.model_config, trainer_state=state, extra_files=self.extra_files
+            saved = dict(
+                model=self.raw_model, config=self.model_config, trainer_state=state, extra_files=self.extra_files
             )
+            save_in_run(self.run_folder, path.name, **saved)
             if best:
-                save_checkpoint(
-                    self.out_dir / BEST_NAME,
-                    model=self.raw_model,
-                    config=self.model_config,
-                    trainer_state=state,
-                    extra_files=self.extra_files,
-                )
-            rotate_checkpoints(self.out_dir, self.run.keep_last)
+                save_in_run(self.run_folder, BEST_NAME, **saved)
+            rotate_checkpoints(self.out_dir, self.run.keep_last, folder=self.run_folder)
             self._record_schedule()
             self._log({"event": "checkpoint", "step": self.step, "epoch": self.epoch, "path": str(path), "best": best})
         barrier()

@@ -59,8 +59,9 @@ from .budget import StepClock, find_budget_schedule
 from .checkpoint import step_dir_name
 from .distributed import all_reduce_sum, init_distributed, local_rank
 from .progress import ProgressMixin, RunStats, run_totals
-from .resume import BEST_NAME, TRAIN_CONFIG_NAME, ResumeMixin
+from .resume import ResumeMixin
 from .run_config import RunConfig
+from .run_folder import BEST_NAME, TRAIN_CONFIG_NAME, open_run_folder
 from .step_plan import StepPlanMixin
 from .validation import ValidationMixin
 
@@ -183,10 +184,13 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
             model_config = dataclasses.asdict(model_config)
         self.model_config = dict(model_config)
         self.record_path: Path | None = None  # train_config.json, where the fitted schedule is recorded
+        # what the run writes in out_dir, named there first (rank 0 writes; a folder of the user's is refused)
+        self.run_folder = open_run_folder(self.out_dir) if self.is_main else None
         if task_config is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
             self.record_path = self.out_dir / TRAIN_CONFIG_NAME
-            self.record_path.write_text(json.dumps(dataclasses.asdict(task_config), indent=2))
+            if self.is_main:
+                self.run_folder.claim(TRAIN_CONFIG_NAME, TRAIN_CONFIG_NAME + ".tmp")  # the .tmp: step_plan's rewrite
+                self.record_path.write_text(json.dumps(dataclasses.asdict(task_config), indent=2))
 
         # counters (saved in trainer_state)
         self.step = 0

@@ -9,10 +9,13 @@ import numpy as np
 import torch
 
 from ...data.datasets.scenes import ScenesDataset, load_scenes
+from ...output_folder import WrittenFolder
 from .inference import Captioner
 from .metrics import words_to_items
 
 # ---------------------------------------------------------------------------------------- demo
+
+DEMO_KIND = "demo"  # the kind of ``attnkit demo``'s output folder (attnkit-files.json), which this part shares
 
 
 def demo_picks(data: ScenesDataset, k: int = 4) -> list[int]:
@@ -33,10 +36,20 @@ def overlay_for_scene(cm: Captioner, item: dict, result: dict, path, title: str 
     return cm.plot(item["image"], result, path, boxes=boxes, title=title)
 
 
-def caption_demo(*, home=None, out_dir: Path = Path("out/demo"), model_dirs: Sequence[str | Path] = ()) -> dict:
-    """Caption ~4 held-out test scenes with each model; print truth vs output; write overlays."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+def caption_demo(
+    *,
+    home=None,
+    out_dir: Path = Path("out/demo"),
+    model_dirs: Sequence[str | Path] = (),
+    folder: WrittenFolder | None = None,
+) -> dict:
+    """Caption ~4 held-out test scenes with each model; print truth vs output; write overlays.
+
+    ``out_dir`` is the demo's folder (:mod:`attnkit.output_folder`): new, empty, or an earlier demo's;
+    each overlay is named in its manifest before it is written. ``folder``: that folder already open
+    (``attnkit demo`` passes its own, so that one manifest records everything)."""
+    if folder is None:
+        folder = WrittenFolder.open(out_dir, DEMO_KIND)
     report: dict = {}
     data = None
     for d in model_dirs:
@@ -54,7 +67,7 @@ def caption_demo(*, home=None, out_dir: Path = Path("out/demo"), model_dirs: Seq
             ok = "=" if r.caption == it["caption"] else "≠"
             print(f"  scene {picks[i]:>4}  true: {it['caption']}")
             print(f"              {ok} out: {r.caption}")
-            png = overlay_for_scene(cm, it, r, out_dir / f"{name}-scene{picks[i]}.png")
+            png = overlay_for_scene(cm, it, r, folder.claim(f"{name}-scene{picks[i]}.png")[0])
             rows.append({"scene": picks[i], "truth": it["caption"], "output": r.caption, "png": str(png)})
         print("  overlays: " + ", ".join(r["png"] for r in rows))
         report[name] = rows
