@@ -150,11 +150,13 @@ def test_rotation_never_removes_a_checkpoint_holding_a_users_file(tmp_path):
     for step in (1, 2, 3):
         save_checkpoint(tmp_path / f"step-{step:08d}", model=m, config=m.config)
     (tmp_path / "step-00000001" / "notes.txt").write_text("mine")
-    with pytest.raises(OutputFolderError, match=r"step-00000001 holds files attnkit did not write \(notes\.txt\)"):
-        rotate_checkpoints(tmp_path, 1)
-    assert len(list_checkpoints(tmp_path)) == 3  # nothing removed, not even step 2
+    with pytest.warns(UserWarning, match=r"step-00000001 holds files attnkit did not write \(notes\.txt\)"):
+        removed = rotate_checkpoints(tmp_path, 1)
+    assert [p.name for p in removed] == ["step-00000002"]  # the run goes on; the user's checkpoint stays
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000001", "step-00000003"]
+    assert (tmp_path / "step-00000001" / "notes.txt").read_text() == "mine"
     (tmp_path / "step-00000001" / "notes.txt").unlink()
-    assert [p.name for p in rotate_checkpoints(tmp_path, 1)] == ["step-00000001", "step-00000002"]
+    assert [p.name for p in rotate_checkpoints(tmp_path, 1)] == ["step-00000001"]
 
 
 # ------------------------------------------------------------------------------------- the trainer
@@ -345,3 +347,25 @@ def test_cli_demo_refuses_an_out_folder_of_the_users(tmp_path, capsys):
     assert main(["demo", "--out", str(mine)]) == 2
     assert "attnkit did not write it" in one_line(capsys)
     assert snapshot(mine) == planted
+
+
+def test_a_demo_folder_from_before_manifests_is_adopted_only_when_it_holds_the_demos_files_alone(tmp_path):
+    from attnkit.demo import DEMO_KIND, _earlier_demo
+    from attnkit.output_folder import WrittenFolder
+
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in ("alignment.png", "explorer.html", "captioner-soft-scene3.png"):
+        (old / name).write_bytes(b"demo")
+    folder = WrittenFolder.open(old, DEMO_KIND, adopt=_earlier_demo)
+    assert all(folder.owns(n) for n in ("alignment.png", "explorer.html", "captioner-soft-scene3.png"))
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    (mixed / "alignment.png").write_bytes(b"demo")
+    (mixed / "thesis.txt").write_bytes(b"mine")
+    with pytest.raises(OutputFolderError, match="attnkit did not write it"):
+        WrittenFolder.open(mixed, DEMO_KIND, adopt=_earlier_demo)
+    assert (mixed / "thesis.txt").read_bytes() == b"mine" and sorted(p.name for p in mixed.iterdir()) == [
+        "alignment.png",
+        "thesis.txt",
+    ]

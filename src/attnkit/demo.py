@@ -15,6 +15,7 @@ each file is named there before it is written, and a file of the user's in the w
 
 from __future__ import annotations
 
+import re
 import textwrap
 import time
 from pathlib import Path
@@ -37,7 +38,7 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo"), device: str = "cpu"
     from .viz import plot_alignments
 
     out_dir = Path(out_dir)
-    folder = WrittenFolder.open(out_dir, DEMO_KIND)  # before any work: a folder of the user's is refused
+    folder = WrittenFolder.open(out_dir, DEMO_KIND, adopt=_earlier_demo)  # before any work: a user's is refused
     t0 = time.perf_counter()
     _rule("Data: Reina-Valera 1909 (es) and World English Bible (en), verse-aligned")
     path = prepare_bible(home=home)
@@ -83,6 +84,18 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo"), device: str = "cpu"
     explorer = _explorer_page(home, folder, [p.src for p, _ in shown], device, dtype)
     print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s; pictures in {out_dir}/")
     return {"scores": scores, "alignment_png": str(heat), "captions": captions, "explorer": str(explorer)}
+
+
+_DEMO_FILE = re.compile(r"^(alignment\.png|explorer\.html|[a-z0-9-]+-scene\d+\.png)$")
+
+
+def _earlier_demo(path: Path) -> list[str] | None:
+    """The files of a demo folder written before manifests (only the demo's own names, all plain files), to
+    adopt; None when anything else is in it."""
+    entries = list(path.iterdir())
+    if all(p.is_file() and not p.is_symlink() and _DEMO_FILE.match(p.name) for p in entries):
+        return [p.name for p in entries]
+    return None
 
 
 def _explorer_page(home, folder: WrittenFolder, sources: list[str], device="cpu", dtype=None) -> Path:

@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import uuid
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -475,24 +476,29 @@ def rotate_checkpoints(
 
     Only checkpoints attnkit wrote are deleted: when ``out_dir`` has a run manifest (``folder``, or the
     one read from ``out_dir``), only those it lists; and only folders whose ``COMPLETE`` lists every
-    file in them. One holding a file of the user's is an :class:`attnkit.output_folder.OutputFolderError`
-    naming it, raised before anything is deleted. Returns the deleted paths. ``keep_last=None`` or
-    ``0`` keeps everything.
+    file in them. One holding a file of the user's is kept, with a warning naming it and the file (a
+    training run goes on: a note put beside a checkpoint must not cost the run). Returns the deleted
+    paths. ``keep_last=None`` or ``0`` keeps everything.
     """
     if keep_last is None or keep_last <= 0:
         return []
     if folder is None:
         folder = WrittenFolder.read(out_dir)
     ckpts = list_checkpoints(out_dir)
-    doomed = [p for p in ckpts[:-keep_last] if folder is None or folder.owns(p.name)]
-    for p in doomed:
+    doomed = []
+    for p in ckpts[:-keep_last]:
+        if folder is not None and not folder.owns(p.name):
+            continue
         others = foreign_files(p)
         if others:
             shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-            raise OutputFolderError(
-                f"keep_last: the old checkpoint {p} holds files attnkit did not write ({shown}); nothing was "
-                "removed: move them away (or raise --keep-last)"
+            warnings.warn(
+                f"keep_last: the old checkpoint {p} holds files attnkit did not write ({shown}); it is kept: "
+                "move them away and remove it yourself",
+                stacklevel=2,
             )
+            continue
+        doomed.append(p)
     for p in doomed:
         if folder is not None:
             folder.remove(p.name)
