@@ -378,7 +378,7 @@ def test_the_rate_reaches_its_end_when_time_does_under_a_changing_load(tmp_path,
     clock = LoadedClock(0.25, at, factor, until)
     out = tmp_path / "t"
     t = timed_trainer(out, clock, monkeypatch, 60.0)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
     t.record_path = out / "train_config.json"
     t.record_path.write_text("{}")
     s = t.fit()
@@ -408,7 +408,7 @@ def test_validations_are_charged_where_they_recur_and_a_shortfall_is_said(tmp_pa
 
     t.valid_fn = slow_valid
     t.run.valid_every_steps, t.run.valid_every_epochs = 10, 0
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
     t.record_path = out / "train_config.json"
     t.record_path.write_text("{}")
     s = t.fit()
