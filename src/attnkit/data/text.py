@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..errors import InputError
 
-__all__ = ["NO_WORD", "TextError", "check_unicode", "lone_surrogate", "no_readable_word"]
+__all__ = ["NO_WORD", "TextError", "UnreadableTextError", "check_unicode", "lone_surrogate", "no_readable_word"]
 
 #: what a text the tokenizer reads as nothing is told (after "the text has")
 NO_WORD = "no word the model can read (only invisible or control characters)"
@@ -30,6 +30,11 @@ class TextError(InputError):
     The explorer answers it with ``status`` (422); the command line prints it as one line."""
 
     status = 422
+
+
+class UnreadableTextError(TextError):
+    """A :class:`TextError` for valid Unicode that the tokenizer reads as no piece at all (only zero-width,
+    direction-mark, byte-order-mark or control characters)."""
 
 
 def lone_surrogate(text: str) -> int | None:
@@ -58,6 +63,6 @@ def check_unicode(text: str, what: str = "the text") -> str:
     raise TextError(f"{what} is not valid Unicode: lone surrogate U+{code:04X} at position {at}{byte}")
 
 
-def no_readable_word(what: str = "the text") -> TextError:
+def no_readable_word(what: str = "the text") -> UnreadableTextError:
     """The error for a text the tokenizer reads as no piece at all (raise it)."""
-    return TextError(f"{what} has {NO_WORD}")
+    return UnreadableTextError(f"{what} has {NO_WORD}")
