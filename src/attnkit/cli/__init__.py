@@ -78,13 +78,15 @@ def _ct2_translate_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command; bad input (an :class:`attnkit.errors.AttnkitError`, a bad flag, a file that is not
-    there or cannot be written) is one line on stderr and exit status 2. Any other exception is a bug: it keeps its traceback."""
+    there or cannot be written, text that is not valid Unicode) is one line on stderr and exit status 2. Any
+    other exception is a bug: it keeps its traceback. A command may end with status 1: done, but some input was
+    skipped and named on stderr (``translate``: a line no model can read)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     keep_freed_memory()  # before any tensor: freed blocks stay in the process for the next step
     parser = _ct2_translate_parser() if _is_ct2_translate(argv) else build_parser()
     try:
         args = parser.parse_args(argv)
-        args.func(args)
+        status = args.func(args)
     except (AttnkitError, FileNotFoundError) as exc:
         print(f"attnkit: error: {exc}", file=sys.stderr)
         return 2
@@ -95,4 +97,4 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attnkit: interrupted", file=sys.stderr)
         return 130
-    return 0
+    return status if isinstance(status, int) else 0  # 1: done, but some input was skipped (translate)

@@ -7,6 +7,7 @@ import time
 
 from ..checks import VOCABULARY, arg_type, between
 from ..data.parallel import decode_lines, read_lines
+from ..data.text import TextError, check_unicode
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import CLIError, _check_engine_flags, _load_ct2, _load_shortlist, _load_translator, _model_path, _output
 from .flags import (
@@ -82,26 +83,54 @@ def _looks_english(text: str) -> bool:
     return sum(w in common for w in words) / len(words) > 0.3
 
 
-def _read_lines(lines) -> list[str]:
-    """The non-empty lines of :func:`attnkit.data.parallel.read_lines` or ``decode_lines``, stripped
-    (a line that is not UTF-8 or holds a NUL byte is an error naming it)."""
-    return [line.strip() for _, line in lines if line.strip()]
+def _read_lines(lines, name: str) -> list[tuple[str, str]]:
+    """``(where, line)`` of the non-empty lines of :func:`attnkit.data.parallel.read_lines` or ``decode_lines``,
+    stripped, ``where`` naming the line (``FILE line 3``); a line that is not UTF-8 or holds a NUL byte is an
+    error naming it, before any work."""
+    return [(f"{name} line {n}", line.strip()) for n, line in lines if line.strip()]
 
 
-def cmd_translate(args) -> None:
+def _arguments(texts: list[str]) -> list[tuple[str, str]]:
+    """``(where, text)`` of the text arguments. An argument that is not valid Unicode (on a POSIX system, bytes
+    that are not UTF-8, which Python keeps as lone surrogates) refuses the whole run before any work, as a file
+    that is not UTF-8 does: the command line's encoding is wrong, not one sentence."""
+    out = []
+    for n, text in enumerate(texts, start=1):
+        if not text.strip():
+            raise CLIError(f"argument {n} is empty: give some text to translate")
+        out.append((f"argument {n}", check_unicode(text, f"argument {n}")))
+    return out
+
+
+def _readable(tr, inputs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The inputs ``tr`` can read. One it cannot (only zero-width, direction-mark, byte-order-mark or control
+    characters: :class:`attnkit.data.text.TextError`) is named on stderr (``FILE line 3: ...; skipped``) and
+    left out, and the others are translated; :func:`cmd_translate` then exits with status 1. Inputs over the
+    model's length are left to ``translate`` (an error, or cut with ``--truncate``)."""
+    kept = []
+    for where, text in inputs:
+        try:
+            tr.encode_sources([text], truncate=True)
+        except TextError as exc:
+            if len(inputs) == 1:
+                raise CLIError(f"{where}: {exc}") from None
+            print(f"attnkit: warning: {where}: {exc}; skipped", file=sys.stderr)
+            continue
+        kept.append((where, text))
+    return kept
+
+
+def cmd_translate(args) -> int:
     _check_engine_flags(args)
     _output(args.plot, "--plot")
     _output(args.html, "--html")
-    sentences = list(args.text)
+    inputs = _arguments(args.text)
     if args.file:
-        sentences += _read_lines(read_lines(args.file))
-    if not sentences and not sys.stdin.isatty():
-        sentences = _read_lines(decode_lines(sys.stdin.buffer, "<stdin>"))
-    if not sentences or not any(s.strip() for s in sentences):
+        inputs += _read_lines(read_lines(args.file), args.file)
+    if not inputs and not sys.stdin.isatty():
+        inputs = _read_lines(decode_lines(sys.stdin.buffer, "<stdin>"), "<stdin>")
+    if not inputs:
         raise CLIError("nothing to translate: give source-language text as arguments, with --file, or on stdin")
-    for s in sentences:
-        if not s.strip():
-            raise CLIError("one of the inputs is empty: give some text to translate")
     need_attn = args.show_attention or args.plot is not None
     started = time.perf_counter()
     if args.engine == "ctranslate2":
@@ -110,6 +139,7 @@ def cmd_translate(args) -> None:
                 "--html needs the PyTorch engine (the explorer's views replay the model); use `attnkit serve --engine ctranslate2`"
             )
         tr = _load_ct2(args.model, args.device, keep_spelling=args.keep_spelling, length_penalty=args.length_penalty)
+        sentences = _sentences(tr, inputs)
         loaded = time.perf_counter()
         results = tr.translate(
             sentences,
@@ -121,6 +151,7 @@ def cmd_translate(args) -> None:
     else:
         model_dir = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
         tr = _load_translator(args, model_dir)
+        sentences = _sentences(tr, inputs)
         src_lang, tgt_lang = tr.src_lang, tr.tgt_lang
         for s in sentences:
             if src_lang != "en" and tgt_lang == "en" and _looks_english(s):
@@ -157,6 +188,15 @@ def cmd_translate(args) -> None:
             for s, r in zip(sentences, results)
         ]
         print(f"wrote {write_explorer_html(args.html, translations=payloads)}")
+    return 1 if len(sentences) < len(inputs) else 0
+
+
+def _sentences(tr, inputs: list[tuple[str, str]]) -> list[str]:
+    """The texts of the inputs ``tr`` can read (:func:`_readable`); none at all is a :class:`CLIError`."""
+    kept = _readable(tr, inputs)
+    if not kept:
+        raise CLIError(f"nothing to translate: none of the {len(inputs)} inputs has a word the model can read")
+    return [text for _, text in kept]
 
 
 def _report_time(results, load_s: float, translate_s: float) -> None:

@@ -24,6 +24,7 @@ from ..checks import POSITIVE_INT, Range, check
 from ..errors import InputError
 from ..paths import atomic_write_bytes
 from .spelling import check_spelling, normalize_source
+from .text import check_unicode, no_readable_word
 
 __all__ = ["BOS_ID", "EOS_ID", "MODEL_FILENAME", "PAD_ID", "UNK_ID", "Tokenizer", "encode_sources"]
 
@@ -171,12 +172,14 @@ class Tokenizer:
         """Token ids of ``text``, without special ids unless asked."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return self._sp.encode(text, out_type=int, add_bos=add_bos, add_eos=add_eos)
+        return self._sp.encode(check_unicode(text), out_type=int, add_bos=add_bos, add_eos=add_eos)
 
     def encode_batch(self, texts: Sequence[str], add_bos: bool = False, add_eos: bool = False) -> list[list[int]]:
         """:meth:`encode` for a list of texts (one call into sentencepiece)."""
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise TypeError("texts must be a sequence of str")
+        for i, t in enumerate(texts):
+            check_unicode(t, f"text {i + 1}")
         return self._sp.encode(list(texts), out_type=int, add_bos=add_bos, add_eos=add_eos)
 
     def decode(self, ids: Iterable[int]) -> str:
@@ -216,7 +219,7 @@ class Tokenizer:
         """The subword pieces of ``text``, for looking at how a sentence is cut."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return self._sp.encode(text, out_type=str)
+        return self._sp.encode(check_unicode(text), out_type=str)
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size})"
@@ -238,13 +241,21 @@ def encode_sources(
     ``spelling``: the spelling the model was trained on; ``rv1909`` rewrites today's Spanish in the
     1909 Reina-Valera's first (:func:`attnkit.data.spelling.to_1909`: fue → fué, a → á, creó → crió),
     so a model trained on the 1909 Bible reads what people type. Word for word, so the pieces still
-    group into the sentence's words."""
+    group into the sentence's words.
+
+    Odd text is a :class:`attnkit.data.text.TextError` (a kind of ``InputError``): a lone surrogate (not valid
+    Unicode), or a sentence the tokenizer reads as no piece at all (only zero-width, direction-mark, byte-order
+    mark or control characters), which no model can read."""
     check_spelling(spelling)
     out = []
     for i, s in enumerate(sentences):
+        what = "the text" if len(sentences) == 1 else f"sentence {i + 1}"
         if not isinstance(s, str) or not s.strip():
-            raise InputError(f"sentence {i + 1} is empty: give some text to translate")
+            raise InputError(f"{what} is empty: give some text to translate")
+        check_unicode(s, what)
         ids = tokenizer.encode(normalize_source(s.strip(), spelling))
+        if not ids:
+            raise no_readable_word(what)
         if len(ids) > max_len:
             if not truncate:
                 raise InputError(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -10,7 +12,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..errors import AttnkitError
 from . import schema
 
-__all__ = ["ERRORS", "ApiError", "describe", "install_error_handlers"]
+__all__ = ["ERRORS", "ApiError", "ErrorResponse", "describe", "install_error_handlers"]
+
+
+class ErrorResponse(JSONResponse):
+    """``{"error": ...}`` as JSON that can always be written: a message that quotes the request (an unknown
+    model's name) may hold a lone surrogate, which UTF-8 cannot encode; it is written as its JSON escape
+    (``\\ud800``), the way the request sent it, instead of failing the answer."""
+
+    def render(self, content) -> bytes:
+        text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8", "backslashreplace")
 
 
 class ApiError(Exception):
@@ -29,7 +41,10 @@ def describe(errors) -> str:
     parts = []
     for e in errors:
         where = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
-        parts.append(f"{where}: {e.get('msg')}" if where else str(e.get("msg")))
+        if e.get("type") == "lone_surrogate":  # "text is not valid Unicode: lone surrogate U+D800 at position 3"
+            parts.append(f"{where or 'the body'} {e.get('msg')}")
+        else:
+            parts.append(f"{where}: {e.get('msg')}" if where else str(e.get("msg")))
     return "bad request: " + "; ".join(parts)
 
 
@@ -38,23 +53,23 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     def _api_error(request, exc: ApiError):
-        return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=exc.headers)
+        return ErrorResponse({"error": str(exc)}, status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(AttnkitError)
     def _input_error(request, exc: AttnkitError):
-        return JSONResponse({"error": str(exc)}, status_code=getattr(exc, "status", 400))
+        return ErrorResponse({"error": str(exc)}, status_code=getattr(exc, "status", 400))
 
     @app.exception_handler(RequestValidationError)
     def _invalid(request, exc: RequestValidationError):
-        return JSONResponse({"error": describe(exc.errors())}, status_code=422)
+        return ErrorResponse({"error": describe(exc.errors())}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     def _http(request, exc: StarletteHTTPException):
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+        return ErrorResponse({"error": str(exc.detail)}, status_code=exc.status_code)
 
     @app.exception_handler(Exception)
     def _bug(request, exc: Exception):  # a bug: say so, without a traceback, and keep serving
-        return JSONResponse(
+        return ErrorResponse(
             {"error": f"internal error ({type(exc).__name__}); the server keeps running"}, status_code=500
         )
 
@@ -68,7 +83,11 @@ ERRORS = {
         (404, "an unknown model or scene"),
         (413, "text, tokens, beam work, image, answer or body over its limit"),
         (415, "a body that is not JSON, an image that is not a PNG or JPEG"),
-        (422, "malformed JSON or a field of the wrong type"),
+        (
+            422,
+            "malformed JSON, a field of the wrong type, text that is not valid Unicode (a lone surrogate), or "
+            "text with no word the model can read (only invisible or control characters)",
+        ),
         (499, "the client went away; the job was stopped"),
         (503, "every worker busy and the queue full (Retry-After says when to try again), or a worker died"),
         (504, "a heavy job ran past --job-timeout and was stopped"),

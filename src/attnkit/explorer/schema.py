@@ -11,9 +11,12 @@ models with RNN-style attention have ``steps``; only models with per-layer, per-
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
+
+from ..data.text import lone_surrogate
 
 __all__ = [
     "ApiErrorBody",
@@ -34,6 +37,7 @@ __all__ = [
     "SelfAttention",
     "SelfAttentionLayer",
     "Steps",
+    "Text",
     "Translation",
     "Verse",
     "VerseList",
@@ -41,6 +45,23 @@ __all__ = [
 ]
 
 Matrix = list[list[float]]
+
+
+def _valid_unicode(value: str) -> str:
+    """``value`` unless it holds a lone surrogate (JSON can escape one, ``"\\ud800"``; no model reads it):
+    a ``lone_surrogate`` validation error, which the API answers with 422 naming the field and position."""
+    at = lone_surrogate(value)
+    if at is not None:
+        raise PydanticCustomError(
+            "lone_surrogate",
+            "is not valid Unicode: lone surrogate U+{code} at position {position}",
+            {"code": f"{ord(value[at]):04X}", "position": at},
+        )
+    return value
+
+
+#: a request's text field: any str that is valid Unicode (what else a model can read is the tokenizer's to say)
+Text = Annotated[str, AfterValidator(_valid_unicode)]
 PerHead = list[list[Matrix]]  # [layer][head][row][column]
 
 

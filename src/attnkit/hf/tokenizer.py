@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from ..alignment.words import WORD_START
+from ..data.text import check_unicode
 
 __all__ = ["HFTokenizer"]
 
@@ -85,6 +86,8 @@ class HFTokenizer:
         """:meth:`encode` for a list of texts."""
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise TypeError("texts must be a sequence of str")
+        for i, t in enumerate(texts):  # a lone surrogate: a clear TextError, not the tokenizers library's own
+            check_unicode(t, "the text" if len(texts) == 1 else f"text {i + 1}")
         if not texts:
             return []
         return [[self.bos_id] * add_bos + ids + [self.eos_id] * add_eos for ids in self._ids(list(texts))]

@@ -21,6 +21,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from ...attribution.gradients import DEFAULT_STEPS, GRADIENT_METHODS
+from ...data.text import no_readable_word
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..self_attention import generation_payload, self_attention_numbers, self_attention_payload
@@ -33,20 +34,20 @@ router = APIRouter()
 
 
 class SelfAttentionRequest(BaseModel):
-    text: str = Field(description="the text to read")
-    model: str | None = Field(None, description="a loaded self-attention model's name (default: the first)")
+    text: schema.Text = Field(description="the text to read")
+    model: schema.Text | None = Field(None, description="a loaded self-attention model's name (default: the first)")
     layer: int | None = Field(
         None, ge=0, description="only this layer's per-head maps (0-based); without it: the head means and rollout"
     )
 
 
 class GenerateRequest(BaseModel):
-    text: str = Field(description="the prompt to continue")
-    model: str | None = Field(None, description="a loaded decoder-only model's name (default: the first)")
+    text: schema.Text = Field(description="the prompt to continue")
+    model: schema.Text | None = Field(None, description="a loaded decoder-only model's name (default: the first)")
     max_new_tokens: int | None = Field(
         None, ge=1, description="tokens to write, at most --max-new-tokens (default: 10, or that limit if lower)"
     )
-    method: str | None = Field(
+    method: schema.Text | None = Field(
         None, description="an attribution method (see /api/models) whose view fills 'attribution'"
     )
     job: str | None = Field(None, pattern=JOB_NAME, description="follow the work at /api/progress/{job}")
@@ -61,6 +62,9 @@ def _checked_ids(ex, name: str, sa, text: str, extra: int = 0) -> list[int]:
     if len(text) > o.max_text_chars:
         raise ApiError(413, f"the text has {len(text)} characters; the limit is {o.max_text_chars} (--max-text-chars)")
     ids, _ = sa.encode(text)
+    specials = getattr(sa.tokenizer, "special_ids", set())
+    if not any(i not in specials for i in ids):  # only the tokenizer's own tokens: nothing of the text to show
+        raise no_readable_word()
     limit, model_max = o.max_tokens, sa.max_length()
     if model_max is not None:
         limit = min(limit, model_max - extra)

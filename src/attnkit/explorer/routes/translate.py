@@ -12,6 +12,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
+from ...data.text import no_readable_word
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..loading import checkpoint_fields
@@ -25,19 +26,19 @@ JOB_NAME = r"^[A-Za-z0-9_-]{1,64}$"
 
 
 class TranslateRequest(BaseModel):
-    text: str = Field(description="text in the model's source language (one sentence or verse)")
-    model: str | None = Field(None, description="a loaded translation model's name (default: the first)")
+    text: schema.Text = Field(description="text in the model's source language (one sentence or verse)")
+    model: schema.Text | None = Field(None, description="a loaded translation model's name (default: the first)")
     beam: int = Field(5, ge=1, description="beam size (1 = greedy), at most --max-beam")
     heads: bool = Field(False, description="also return every layer's and head's maps, and the rollout")
     layer: int | None = Field(
         None, ge=0, description="with heads: only this layer's maps (0-based), for a sentence over the answer limit"
     )
-    target: str | None = Field(
+    target: schema.Text | None = Field(
         None,
         description="target-language text to force instead of translating (e.g. the reference); "
         "gold verses then come with their hand-made links",
     )
-    method: str | None = Field(
+    method: schema.Text | None = Field(
         None, description="an attribution method (see /api/models) whose view fills 'attribution'"
     )
     job: str | None = Field(
@@ -84,6 +85,8 @@ async def translate(req: TranslateRequest, request: Request):
         raise ApiError(413, f"the text has {n_src} subword tokens; the limit is {o.max_tokens} (--max-tokens)")
     if target is not None:
         n_tgt, model_max = len(tr.tokenizer.encode(target)), getattr(tr, "max_len", o.max_tokens)
+        if not n_tgt:
+            raise no_readable_word("the target")
         limit = min(o.max_tokens, model_max)
         if n_tgt > limit:
             raise ApiError(

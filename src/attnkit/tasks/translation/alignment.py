@@ -35,6 +35,7 @@ from ...alignment.extract import attention_links, column_links, shift_rows
 from ...alignment.symmetrize import SYMMETRIZATIONS, invert, symmetrize
 from ...alignment.words import span_attention
 from ...data.parallel import read_lines
+from ...data.text import UnreadableTextError
 from ...errors import InputError
 from .guided import guided_head, guided_input_step
 from .inference import Translator
@@ -209,11 +210,19 @@ class ModelAligner:
         if not words:
             return ids, spans
         tr = self.translator
-        encoded = tr.encode_sources(list(words), truncate=True) if source else tr.tokenizer.encode_batch(list(words))
+        encoded = [self._source_word(w) for w in words] if source else tr.tokenizer.encode_batch(list(words))
         for piece_ids in encoded:
             spans.append(list(range(len(ids), len(ids) + len(piece_ids))))
             ids.extend(piece_ids)
         return ids, spans
+
+    def _source_word(self, word: str) -> list[int]:
+        """A source word's ids as the translator reads sources; a word the tokenizer reads as nothing (a
+        zero-width space alone between two spaces) has no piece, and so no link, instead of stopping the run."""
+        try:
+            return self.translator.encode_sources([word], truncate=True)[0]
+        except UnreadableTextError:
+            return []
 
     def word_attention_batch(self, pairs: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[torch.Tensor | None]:
         """Word attention ``(target words, source words)`` of each ``(source words, target words)``

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ...data.spelling import default_spelling
+from ...data.text import check_unicode, no_readable_word
 from ...data.tokenizer import MODEL_FILENAME, Tokenizer, encode_sources
 from ...decoding import OutputLayerDecoder, search
 from ...errors import InputError
@@ -193,7 +194,9 @@ class Translator(InferenceWrapper, TranslationEngine):
             if isinstance(target, str):
                 if not target.strip():
                     raise InputError("target is empty: give the target text (or token ids) to align with")
-                ids = self.tokenizer.encode(target.strip())
+                ids = self.tokenizer.encode(check_unicode(target, "the target").strip())
+                if not ids:
+                    raise no_readable_word("the target")
             else:
                 ids = [int(t) for t in target]
             if not ids:
