@@ -129,17 +129,11 @@ def bind_socket(host: str, port: int):
     import errno
     import socket
 
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise CLIError(f"cannot use --host {host}: {exc.strerror}") from None
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as uvicorn does ("localhost": 127.0.0.1)
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait for TIME_WAIT
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if host == "::" else 1)
-        sock.bind(address)
+        sock.bind((host.strip("[]"), port))
         sock.listen(2048)  # a second server's bind fails now, with SO_REUSEADDR too
     except OSError as exc:
         sock.close()
