@@ -300,14 +300,15 @@ def test_a_gold_verse_read_english_to_spanish_brings_its_links_turned_around():
 
 
 def _fetched(page: str) -> list[str]:
-    """Every src/href of the page's own tags (an HTML parser, so the script's text doesn't count)."""
+    """Every src/href of the page's own tags (an HTML parser, so the script's text doesn't count) but a data:
+    URL (the page's icon), which is not fetched."""
     from html.parser import HTMLParser
 
     found = []
 
     class Tags(HTMLParser):
         def handle_starttag(self, tag, attrs):
-            found.extend(v for k, v in attrs if k in ("src", "href"))
+            found.extend(v for k, v in attrs if k in ("src", "href") and not (v or "").startswith("data:"))
 
     Tags().feed(page)
     return found

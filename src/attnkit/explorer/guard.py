@@ -14,8 +14,9 @@
    streams in, so at most the limit is ever held (413); it must arrive within ``--body-timeout`` seconds of
    its head (408).
 
-Every refusal of a request with a body it did not read closes the connection, so the rest of a body cannot
-keep it open. The 403 for a wrong ``Host`` lists the allowed names (this machine's host name among them,
+A refusal does not close the connection (closing with a body unread would reset it, and the client could
+lose the answer), except 408 and 413; the rest of a body still arriving after the answer cannot keep the
+connection open either: the header clock of :mod:`.connections` runs from the answer's end. The 403 for a wrong ``Host`` lists the allowed names (this machine's host name among them,
 on a ``0.0.0.0`` bind) only to a caller who has the token, or on a server without one.
 """
 
@@ -84,8 +85,6 @@ class Guard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = Headers(scope=scope)
-        # a refusal before the body is read closes the connection, so a body still coming cannot hold it
-        unread = scope["method"] in BODY_METHODS or headers.get("content-length", "0") != "0"
         host = headers.get("host", "")
         if host_name(host) not in self.hosts:
             # the allowed names (this machine's host name among them) only for a caller who may know them
@@ -96,7 +95,6 @@ class Guard:
                 403,
                 f"the Host header {host!r} is not a name of this server{names}; "
                 "add a name with `attnkit serve --allow-host NAME`",
-                close=unread,
             )
         origin = headers.get("origin")
         if origin is not None:
@@ -106,11 +104,10 @@ class Guard:
                     send,
                     403,
                     f"requests from another origin ({origin}) are refused: this server answers its own page only",
-                    close=unread,
                 )
         if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
             return await _refuse(
-                send, 403, "requests from another site are refused: this server answers its own page only", unread
+                send, 403, "requests from another site are refused: this server answers its own page only"
             )
         path = scope["path"]
         public = path.startswith(PUBLIC_PREFIXES) or path == "/favicon.ico"
@@ -120,7 +117,6 @@ class Guard:
                 401,
                 "this server needs its token: send 'Authorization: token TOKEN', or open the URL with "
                 "?token=TOKEN that `attnkit serve` printed",
-                close=unread,
             )
         limit = self.options.caption_body_bytes if path == "/api/caption" else self.options.max_body_bytes
         declared = headers.get("content-length")
@@ -134,7 +130,6 @@ class Guard:
                 send,
                 415,
                 f"send the body as JSON (Content-Type: application/json), not {ctype or 'no type'}",
-                close=True,
             )
         body, more = bytearray(), True
         loop = asyncio.get_running_loop()
