@@ -90,7 +90,9 @@ def main() -> None:
     server = subprocess.Popen(
         [
             *[sys.executable, "-m", "attnkit.cli", "serve", "--port", str(port)],
-            *["--queue", str(max(1, args.attributing)), *args.serve_args.split()],
+            *["--queue", str(max(1, args.attributing))],
+            # every client comes from 127.0.0.1, one connection each (and one more while a refused one retries)
+            *["--max-client-connections", str(max(32, 2 * args.clients)), *args.serve_args.split()],
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -422,3 +422,216 @@ def test_a_page_of_another_origin_cannot_start_a_job_or_read_an_answer(servers):
     at_server = [(m, s) for m, url, s in seen if url.startswith(local.url)]
     assert ("POST", 403) in at_server and all(s == 403 for _, s in at_server), at_server
     assert ok["translation"] == "Jesus wept."
+
+
+# ------------------------------------------------------------------ connections that never complete a request
+SLOW_CAPS = (
+    "--max-client-connections",
+    "4",
+    "--header-timeout",
+    "1",
+    "--body-timeout",
+    "2",
+    "--limit-concurrency",
+    "2",
+)
+
+
+@pytest.fixture(scope="module")
+def slow_servers(tmp_path_factory):
+    """Two small servers with small connection caps (4 a client, a 1-s header and a 2-s body timeout, 2
+    requests in flight): one on loopback without a token, one with a token."""
+    home = tmp_path_factory.mktemp("slow_home")
+    common = ("--workers", "1", "--model", "rnnsearch-es-en", *SLOW_CAPS)
+    plain = Server(home, *common)
+    tokened = Server(home, *common, "--token", TOKEN, token=TOKEN)
+    try:
+        yield {"loopback": plain.wait(), "token": tokened.wait()}
+    finally:
+        plain.stop()
+        tokened.stop()
+
+
+def _idle_socket(port, source):
+    """A socket from loopback address ``source`` to the server that sends nothing."""
+    s = socket.socket()
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", port))
+    s.setblocking(False)
+    return s
+
+
+def _closed(s) -> bool:
+    """Whether the server has closed ``s`` (end of stream or reset), reading what it sent first."""
+    try:
+        while True:
+            if s.recv(65536) == b"":
+                return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _wait_closed(socks, seconds=15.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if all(_closed(s) for s in socks):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("which", ["loopback", "token"])
+def test_idle_and_trickling_connections_are_capped_and_closed_and_others_are_served(slow_servers, which):
+    server = slow_servers[which]
+    held = [_idle_socket(server.port, "127.0.0.2") for _ in range(4)]  # the client's cap
+    over = _idle_socket(server.port, "127.0.0.2")
+    try:
+        assert _wait_closed([over], 5)  # one more from that address: closed as it opens
+        assert not any(_closed(s) for s in held)  # the four are still open
+        with server.client() as c:  # another client is served meanwhile
+            _still_answers(c)
+        # a head trickled a byte at a time: the clock does not restart with each byte
+        trickle = _idle_socket(server.port, "127.0.0.3")
+        head = f"GET /api/models HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n".encode()
+        sent = 0
+        for b in head:
+            if _closed(trickle):
+                break
+            with contextlib.suppress(OSError):
+                trickle.send(bytes([b]))
+            sent += 1
+            time.sleep(0.2)
+        assert sent < len(head) and _closed(trickle)  # cut off before its head was whole (~10 s of bytes)
+        trickle.close()
+        assert _wait_closed(held, 10)  # no request head within --header-timeout: closed
+    finally:
+        for s in [*held, over]:
+            s.close()
+    with server.client() as c:
+        _still_answers(c)
+    assert server.proc.poll() is None
+
+
+def _half_body(port, source, token=None):
+    """A POST that declares 1000 bytes of body and sends 10; the socket (blocking, 20-s timeout)."""
+    s = socket.socket()
+    s.bind((source, 0))
+    s.settimeout(20)
+    s.connect(("127.0.0.1", port))
+    head = ["POST /api/translate HTTP/1.1", f"Host: 127.0.0.1:{port}", "Content-Type: application/json",
+            "Content-Length: 1000"] + ([f"Authorization: token {token}"] if token else [])  # fmt: skip
+    s.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + b'{"text": "')
+    return s
+
+
+def _answer(s) -> tuple[int, dict, bool]:
+    """Status, JSON body and whether the server then closed the connection (end of stream within 20 s)."""
+    data, ended = b"", False
+    with contextlib.suppress(OSError):
+        while chunk := s.recv(65536):
+            data += chunk
+        ended = True
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body[: int(head.lower().split(b"content-length: ")[1].split()[0])]), ended
+
+
+@pytest.mark.parametrize("which", ["loopback", "token"])
+def test_half_sent_bodies_take_no_request_place_and_get_408(slow_servers, which):
+    """--limit-concurrency 2: three bodies that stop half-way (from three addresses) leave room for a whole
+    request, and get 408 JSON after --body-timeout; without the token they get 401 at once."""
+    server = slow_servers[which]
+    token = TOKEN if which == "token" else None
+    stuck = [_half_body(server.port, f"127.0.0.{4 + k}", token) for k in range(3)]
+    try:
+        time.sleep(0.3)  # they have reached the guard
+        with server.client() as c:
+            _still_answers(c)
+        for s in stuck:
+            status, body, closed = _answer(s)
+            assert (status, closed) == (408, True) and "--body-timeout" in body["error"], body
+    finally:
+        for s in stuck:
+            s.close()
+    if token is not None:  # no token: refused before its body is read; the header clock then closes it
+        s = _half_body(server.port, "127.0.0.7")
+        with contextlib.closing(s):
+            status, body, closed = _answer(s)
+        assert (status, closed) == (401, True) and "token" in body["error"]
+
+
+def test_the_favicon_answers_without_the_token(slow_servers):  # a data: URL without a comma: test_explorer_api
+    server = slow_servers["loopback"]
+    with server.client() as c:
+        icon = c.get("favicon.ico")
+        assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+        assert 'rel="icon"' in c.get("").text
+    with httpx.Client(base_url=slow_servers["token"].url, timeout=30) as bare:  # public, like the page's scripts
+        assert bare.get("favicon.ico").status_code == 200 and bare.get("api/models").status_code == 401
+
+
+def test_a_wrong_host_is_refused_without_naming_this_machine_to_a_caller_without_the_token(slow_servers):
+    server = slow_servers["token"]
+    bare = httpx.Client(base_url=server.url, timeout=30)
+    r = bare.get("api/models", headers={"Host": "attacker.example"})
+    _refused(r, 403, "Host header")
+    assert "allowed" not in r.json()["error"] and "127.0.0.1" not in r.json()["error"]
+    with server.client() as c:  # the token's holder is told which names the server answers
+        _refused(c.get("api/models", headers={"Host": "attacker.example"}), 403, "allowed: 127.0.0.1")
+
+
+def test_a_second_server_on_a_port_fails_before_saying_open_and_a_stop_removes_the_temp_folder(tmp_path):
+    import glob
+    import tempfile
+
+    first = Server(tmp_path, "--workers", "1", "--model", "rnnsearch-es-en").wait()
+    try:
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        cmd = [sys.executable, "-m", "attnkit.cli", "--home", str(tmp_path), "serve", "--port", str(first.port)]
+        second = subprocess.run([*cmd, "--model", "rnnsearch-es-en"], env=env, capture_output=True, text=True,
+                                timeout=120)  # fmt: skip
+        assert second.returncode != 0 and "open http" not in second.stdout, second.stdout
+        assert "another server listens there" in second.stderr, second.stderr
+        ours = glob.glob(os.path.join(tempfile.gettempdir(), f"attnkit-serve-{first.proc.pid}-*"))
+        assert len(ours) == 1  # the server's own temp folder, where its workers keep their pymp-* folders
+        with first.client() as c:
+            _still_answers(c)
+    finally:
+        first.stop()
+    assert first.proc.returncode is not None and not os.path.exists(ours[0])
+
+
+DECODE_PEAK = """
+import resource, sys
+from attnkit.explorer.routes.caption import decode_image
+data = open(sys.argv[1], "rb").read()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+x = decode_image(data, 64, 40_000_000, 160_000_000)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(len(data), (peak - before) // 1024, float(x.min()), float(x.max()), tuple(x.shape))
+"""
+
+
+def test_a_big_cheap_png_is_decoded_with_bounded_memory_and_refused_over_the_decode_cap(tmp_path):
+    """A solid 6000x6000 RGBA PNG (a few KB): decoded in a fresh process, its peak resident size grows by
+    little more than the decode itself (144 MB as uint8; the full-size conversions it used to make cost
+    ~560 MB), and the answer is the colour on black in grayscale; over --max-decode-bytes, 413 unread."""
+    from attnkit.explorer.api_errors import ApiError
+    from attnkit.explorer.routes.caption import decode_image
+
+    png = tmp_path / "big.png"
+    Image.new("RGBA", (6000, 6000), (200, 100, 50, 180)).save(png, format="PNG")  # 36 Mpx in a few KB
+    out = subprocess.run([sys.executable, "-c", DECODE_PEAK, str(png)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    size, grew_mb, lo, hi, shape = out.stdout.split(maxsplit=4)
+    assert int(size) < 1_000_000 and shape.strip() == "(1, 64, 64)"
+    gray = (0.299 * 200 + 0.587 * 100 + 0.114 * 50) * 180 / 255 / 255  # luma of the colour, times its alpha
+    assert abs(float(lo) - gray) < 0.01 and abs(float(hi) - gray) < 0.01
+    assert int(grew_mb) < 300, grew_mb
+    buf = io.BytesIO()
+    Image.new("RGBA", (6000, 6000), (1, 2, 3, 4)).save(buf, format="PNG")
+    with pytest.raises(ApiError) as refused:
+        decode_image(buf.getvalue(), 64, 40_000_000, 100_000_000)
+    assert refused.value.status == 413 and "--max-decode-bytes" in str(refused.value)

@@ -184,6 +184,35 @@ def test_each_kind_of_job_has_its_own_expected_time_and_an_untimed_kind_counts_h
     assert queue.expected_s("translation m integrated_gradients") < 1.0  # now timed: they ended at once
 
 
+def test_an_admitted_job_that_cannot_start_within_its_time_limit_leaves_the_queue_with_503():
+    """The estimate admitted it (jobs of this kind took 0.01 s), but the running one does not end: after
+    --job-timeout of waiting the queued job gets 503 with Retry-After, and the queue is empty again."""
+    queue = JobQueue(ServeOptions(workers=1, queue=8, job_timeout=0.5), {})
+    queue.recent["translation w beam"] = 0.01
+
+    async def main():
+        release = asyncio.Event()
+
+        async def execute(slot, kind, label, kwargs, disconnected, spec=None):
+            await release.wait()
+            return {}
+
+        queue._execute = execute
+        running = asyncio.ensure_future(queue.run(None, None, "translation", "w", {}, _connected))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        with pytest.raises(ApiError) as refused:
+            await queue.run(None, None, "translation", "w", {}, _connected)
+        waiting = len(queue._waiting)
+        release.set()
+        await running
+        return refused.value, waiting
+
+    err, waiting = asyncio.run(main())
+    assert err.status == 503 and "waited 0.5 s for a worker" in str(err) and int(err.headers["Retry-After"]) >= 1
+    assert waiting == 0 and queue._free == [0]
+
+
 # ------------------------------------------------------------------------------------------- in-flight limit
 
 

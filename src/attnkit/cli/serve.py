@@ -29,11 +29,9 @@ def server_token(options, environ=os.environ) -> tuple[str | None, bool]:
 
 def cmd_serve(args) -> None:
     import dataclasses
+    import signal
     import socket
 
-    import uvicorn
-
-    from ..explorer.app import create_app, load_models
     from ..explorer.options import ServeOptions
 
     _check_engine_flags(args)
@@ -44,10 +42,36 @@ def cmd_serve(args) -> None:
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     token, generated = server_token(options)
+    # the port first, before anything is loaded: a second server on it fails here, and says so, and no
+    # "open" line is printed until this one listens (the line comes from the server's startup, below)
+    sock = bind_socket(options.host, options.port)
+    options = dataclasses.replace(options, port=sock.getsockname()[1])  # --port 0: the one the system gave
     if options.host in ("0.0.0.0", "::"):  # every interface: this machine's own names may be used to reach it
         names = {socket.gethostname(), socket.getfqdn()}
         extra = ",".join(n for n in [options.allow_host, *sorted(names)] if n)
         options = dataclasses.replace(options, allow_host=extra)
+    folder = own_temp_folder()
+    # uvicorn ends a graceful stop by raising the signal again; SIGTERM's default action would end the process
+    # there, before any clean-up: as SystemExit instead, the exit handlers run and the folder goes
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        _serve(args, options, sock, token, generated)
+    finally:
+        sock.close()
+        signal.signal(signal.SIGTERM, previous)
+    del folder  # removed at exit, after multiprocessing's own clean-up (own_temp_folder)
+
+
+def _exit_on_signal(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _serve(args, options, sock, token, generated) -> None:
+    import uvicorn
+
+    from ..explorer.app import create_app, load_models
+    from ..explorer.connections import guarded_protocol
+
     # a training run's folder opens its newest complete checkpoint (a model still training, as it is now),
     # and is followed: a newer checkpoint is served once written (--follow-every)
     models = load_models(
@@ -62,7 +86,7 @@ def cmd_serve(args) -> None:
         f"{n} ({i['task']}" + (f": {i['checkpoint']}{follows})" if "checkpoint" in i else ")")
         for n, i in models.info.items()
     )
-    print(f"attnkit explorer: {loaded}")
+    print(f"attnkit explorer: {loaded}", flush=True)
     shown = "127.0.0.1" if options.host in ("0.0.0.0", "::") else options.host
     shown = f"[{shown}]" if ":" in shown else shown
     url = f"http://{shown}:{options.port}/"
@@ -74,22 +98,126 @@ def cmd_serve(args) -> None:
                 file=sys.stderr,
             )
         url += f"?token={token}"
-    print(
-        f"open {url}  (API docs at /docs; {options.workers} worker(s) for heavy jobs; Ctrl-C stops)",
-        flush=True,
-    )
+    ready = f"open {url}  (API docs at /docs; {options.workers} worker(s) for heavy jobs; Ctrl-C stops)"
     import torch
 
     torch.set_num_threads(options.fast_threads)  # the server's own torch work: the fast lane's
     _log_to_stderr()
+    _raise_open_files(options.max_connections + 256)
     app = create_app(models, home=args.home, options=options, token=token, start_workers=True)
-    uvicorn.run(
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            if not self.should_exit:  # listening now
+                print(ready, flush=True)
+
+    config = uvicorn.Config(
         app,
-        host=options.host,
-        port=options.port,
         log_level="warning",
-        limit_concurrency=2 * options.limit_concurrency,  # a backstop on connections; requests: InFlightLimit
+        http=guarded_protocol(options),  # header timeout, per-client and total connection caps
+        timeout_keep_alive=max(1, min(5, round(options.header_timeout))),
+        limit_concurrency=None,  # requests: InFlightLimit, once their bodies are in; connections: the protocol
+        timeout_graceful_shutdown=10,  # a stop waits this long at most for requests still running
     )
+    Server(config).run(sockets=[sock])
+
+
+def bind_socket(host: str, port: int):
+    """A TCP socket listening on ``host:port`` (connections wait in its backlog until the server accepts
+    them), or a :class:`CLIError` that says why not."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as uvicorn does ("localhost": 127.0.0.1)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait for TIME_WAIT
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)  # a second server's bind fails now, with SO_REUSEADDR too
+    except OSError as exc:
+        sock.close()
+        why = (
+            "another server listens there: stop it, or pick another --port"
+            if exc.errno == errno.EADDRINUSE
+            else exc.strerror
+        )
+        raise CLIError(f"cannot listen on {host}:{port}: {why}") from None
+    return sock
+
+
+#: the prefix of the per-server folder the server and its worker processes keep their temporary files in
+TEMP_PREFIX = "attnkit-serve-"
+
+
+def own_temp_folder(environ=os.environ) -> str:
+    """A temporary folder of this server's own (``attnkit-serve-PID-…`` in the system's), made the default of
+    this process (:data:`tempfile.tempdir`) and of the processes it starts (``$TMPDIR``: the fork server and
+    the workers, whose multiprocessing keeps its ``pymp-*`` folders there), and removed at exit. Folders of
+    earlier servers that were killed before they could remove theirs go first: only those with our prefix,
+    owned by this user, whose process is gone."""
+    import shutil
+    import tempfile
+    from multiprocessing import util
+
+    base = tempfile.gettempdir()
+    remove_stale_temp_folders(base)
+    folder = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=base)
+    # at exit, just after multiprocessing removes its own pymp-* folder in it (exit priority -100)
+    util.Finalize(None, shutil.rmtree, args=(folder, True), exitpriority=-101)
+    environ["TMPDIR"] = folder
+    tempfile.tempdir = folder
+    return folder
+
+
+def remove_stale_temp_folders(base: str) -> list[str]:
+    """Remove the folders :func:`own_temp_folder` made in ``base`` for servers that are no longer running
+    (owned by this user, their process id not alive); the removed paths."""
+    import shutil
+
+    removed = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(TEMP_PREFIX):
+            continue
+        pid = entry.name[len(TEMP_PREFIX) :].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        if _alive(int(pid)):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def _raise_open_files(want: int) -> None:
+    """Raise this process's soft limit on open files towards ``want`` (each connection holds one), as far as
+    the hard limit allows."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
 def _log_to_stderr() -> None:

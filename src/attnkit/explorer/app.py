@@ -27,7 +27,9 @@ the server keeps serving.
 (:mod:`.lane`), threads (``--fast-lanes``) that never wait behind heavy jobs and search waiting translations
 of one model and beam as one batch. The models are shared without a lock, which is safe because inference mutates
 nothing shared (``torch.no_grad``, eval mode, every request's decoder state and caches its own; grad mode is
-per thread). At most ``--limit-concurrency`` requests are in flight (:mod:`.inflight`).
+per thread). At most ``--limit-concurrency`` requests are in flight (:mod:`.inflight`), counted once the
+guard has read their bodies; open connections have bounds of their own (:mod:`.connections`: a header
+timeout, a per-client and a total cap).
 """
 
 from __future__ import annotations
@@ -102,6 +104,8 @@ def create_app(
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
+    # the guard outermost (added last): a request counts against --limit-concurrency only once it has passed
+    # the guard, its body read (a connection that never completes a request takes no request's place)
+    app.add_middleware(InFlightLimit, limit=options.limit_concurrency)
     app.add_middleware(Guard, options=options, token=token)
-    app.add_middleware(InFlightLimit, limit=options.limit_concurrency)  # added last: outermost
     return app

@@ -11,11 +11,18 @@
 4. **Body**: every POST must be ``application/json`` (415 otherwise: ``text/plain`` and form posts are the
    "simple" requests a browser sends cross-site without asking first), and no body may exceed its route's
    limit: a declared ``Content-Length`` over it is refused before reading, and the body is counted as it
-   streams in, so at most the limit is ever held (413).
+   streams in, so at most the limit is ever held (413); it must arrive within ``--body-timeout`` seconds of
+   its head (408).
+
+A refusal does not close the connection (closing with a body unread would reset it, and the client could
+lose the answer), except 408 and 413; the rest of a body still arriving after the answer cannot keep the
+connection open either: the header clock of :mod:`.connections` runs from the answer's end. The 403 for a wrong ``Host`` lists the allowed names (this machine's host name among them,
+on a ``0.0.0.0`` bind) only to a caller who has the token, or on a server without one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 from urllib.parse import parse_qs, urlsplit
@@ -26,7 +33,7 @@ from .options import ServeOptions
 
 __all__ = ["PUBLIC_PREFIXES", "Guard", "host_name", "token_cookie"]
 
-PUBLIC_PREFIXES = ("/static/", "/docs-static/")  # the page's own files and Swagger UI's: no secrets in them
+PUBLIC_PREFIXES = ("/static/", "/docs-static/")  # the page's own files and Swagger UI's (and /favicon.ico): no secrets
 BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
 
@@ -43,11 +50,11 @@ def token_cookie(port: int) -> str:
     return f"attnkit-token-{port}"
 
 
-async def _refuse(send, status: int, message: str) -> None:
+async def _refuse(send, status: int, message: str, close: bool = False) -> None:
     body = json.dumps({"error": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if status == 413:
-        headers.append((b"connection", b"close"))  # the rest of the body is not read
+    if close or status in (408, 413):
+        headers.append((b"connection", b"close"))  # the rest of the body is not read: the connection goes
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -80,10 +87,13 @@ class Guard:
         headers = Headers(scope=scope)
         host = headers.get("host", "")
         if host_name(host) not in self.hosts:
+            # the allowed names (this machine's host name among them) only for a caller who may know them
+            known = self.token is None or self._token_ok(headers, scope.get("query_string", b""))
+            names = f" (allowed: {', '.join(sorted(self.hosts))})" if known else ""
             return await _refuse(
                 send,
                 403,
-                f"the Host header {host!r} is not a name of this server (allowed: {', '.join(sorted(self.hosts))}); "
+                f"the Host header {host!r} is not a name of this server{names}; "
                 "add a name with `attnkit serve --allow-host NAME`",
             )
         origin = headers.get("origin")
@@ -100,7 +110,7 @@ class Guard:
                 send, 403, "requests from another site are refused: this server answers its own page only"
             )
         path = scope["path"]
-        public = path.startswith(PUBLIC_PREFIXES)
+        public = path.startswith(PUBLIC_PREFIXES) or path == "/favicon.ico"
         if self.token is not None and not public and not self._token_ok(headers, scope.get("query_string", b"")):
             return await _refuse(
                 send,
@@ -117,11 +127,23 @@ class Guard:
         ctype = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if ctype != "application/json":
             return await _refuse(
-                send, 415, f"send the body as JSON (Content-Type: application/json), not {ctype or 'no type'}"
+                send,
+                415,
+                f"send the body as JSON (Content-Type: application/json), not {ctype or 'no type'}",
             )
         body, more = bytearray(), True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.body_timeout
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
+                return await _refuse(
+                    send,
+                    408,
+                    f"the body did not arrive within {self.options.body_timeout:g} s (--body-timeout); "
+                    f"{len(body)} bytes came",
+                )
             if message["type"] == "http.disconnect":
                 return None
             body += message.get("body", b"")

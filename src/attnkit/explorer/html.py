@@ -33,7 +33,7 @@ STATIC = Path(__file__).resolve().parent / "static"
 DATA_SLOT = "/*attnkit:data*/null"
 TEMPLATE_SLOT = "/*attnkit:template*/null"
 _ASSET = re.compile(r'<link rel="stylesheet" href="static/([\w.-]+)">|<script src="static/([\w.-]+)"></script>')
-_EXTERNAL = re.compile(r"<link\b[^>]*\bhref=|<script\b[^>]*\bsrc=", re.IGNORECASE)
+_EXTERNAL = re.compile(r"<link\b[^>]*\bhref=(?![\"']data:)|<script\b[^>]*\bsrc=(?![\"']data:)", re.IGNORECASE)
 
 
 def _json(obj) -> str:

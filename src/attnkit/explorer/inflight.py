@@ -1,7 +1,9 @@
-"""A bound on the requests a server handles at once (an ASGI middleware, outermost in the app): beyond
+"""A bound on the requests a server handles at once (an ASGI middleware, just inside the guard): beyond
 ``--limit-concurrency`` requests in flight, one more is answered at once with 503, ``Retry-After: 1`` and
-``{"error": ...}``, like every other refusal of the API. (uvicorn's own ``limit_concurrency`` answers a
-plain-text 503; the server keeps it, at twice this bound, as a backstop on open connections.)"""
+``{"error": ...}``, like every other refusal of the API. It sits inside the guard (:mod:`.guard`), so a
+request counts only once its body has arrived: connections that send nothing, or a body a byte at a time,
+take no request's place (they meet the bounds of :mod:`.connections` and ``--body-timeout`` instead).
+uvicorn's own ``limit_concurrency``, which counted open connections and answered plain text, is not used."""
 
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ kinds take over as they finish. A job that arrives with every worker busy expect
 
     wait = (Σ_running max(0, t_k − elapsed) + Σ_queued-ahead t_k) / workers
 
+The estimate can be wrong (a kind's first jobs, a slow machine), so an admitted job also waits at most
+``--job-timeout`` seconds for a worker: one still queued then leaves the queue with 503 and ``Retry-After``.
 An admitted job runs at most ``--job-timeout`` seconds (504), and stops when its client goes (499). Each
 client sees only its own jobs' progress, queue position and expected wait: a job is known by the client's
 session (a random cookie) and the job name it chose.
@@ -208,6 +210,7 @@ class JobQueue:
             )
         rec.ticket = asyncio.get_running_loop().create_future()
         self._waiting.append(rec)
+        deadline = time.perf_counter() + o.job_timeout  # an estimate admitted it; this bounds the real wait
         try:
             while True:
                 done, _ = await asyncio.wait({rec.ticket}, timeout=POLL_S)
@@ -215,6 +218,12 @@ class JobQueue:
                     return rec.ticket.result()
                 if await disconnected():
                     raise ApiError(499, "the client cancelled the request while it was queued")
+                if time.perf_counter() > deadline:
+                    self._waiting.remove(rec)  # out of the queue before the refusal counts what is ahead
+                    raise self._busy(
+                        f"this job waited {o.job_timeout:g} s for a worker (--job-timeout) without one coming free",
+                        None,
+                    )
         except BaseException:
             if rec.ticket.done() and not rec.ticket.cancelled():  # admitted at the moment it left: pass it on
                 self._release(rec.ticket.result())

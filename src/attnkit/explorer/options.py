@@ -82,6 +82,18 @@ class ServeOptions:
     max_upload_pixels: int = option(
         40_000_000, "the most pixels of an uploaded image (read from its header, before decoding)", check=BIG
     )
+    max_decode_bytes: int = option(
+        160_000_000,
+        "the most bytes an uploaded image may take while it is decoded: its pixels times the bytes kept per pixel "
+        "(4 for RGB and RGBA, 1 for grayscale; a JPEG counts at the reduced size it is decoded at, 1/64 of its "
+        "pixels at most); it is reduced to the captioner's canvas at once",
+        check=BIG,
+    )
+    max_decodes: int = option(
+        2,
+        "uploaded images decoded at once (each holds up to --max-decode-bytes meanwhile); more wait their turn",
+        check=Range(1, high=257, integer=True),
+    )
     max_body_bytes: int = option(
         65536,
         "the largest request body of every route but /api/caption (which takes max-upload-bytes of image, "
@@ -155,8 +167,31 @@ class ServeOptions:
     )
     limit_concurrency: int = option(
         64,
-        "requests in flight at once; beyond it, 503 with Retry-After and a JSON message (uvicorn's own limit, "
-        "on open connections, is twice this)",
+        "requests in flight at once, counted once their head and body have arrived (a connection that never "
+        "completes a request takes no place); beyond it, 503 with Retry-After and a JSON message",
+        check=Range(2, high=100_001, integer=True),
+    )
+    header_timeout: float = option(
+        10.0,
+        "seconds a connection may take to send a whole request head, from its opening or the end of its previous "
+        "answer (bytes trickling in do not restart the clock); it is closed after",
+        check=Range(0, open_low=True, high=3601),
+    )
+    body_timeout: float = option(
+        60.0,
+        "seconds a request body may take to arrive after its head; 408 and the connection closed after",
+        check=Range(0, open_low=True, high=3601),
+    )
+    max_client_connections: int = option(
+        32,
+        "connections one client address (IPv6: its /64 network) may hold open at once; one more is closed as "
+        "it opens (behind a reverse proxy every client has the proxy's address: raise it)",
+        check=Range(1, high=100_001, integer=True),
+    )
+    max_connections: int = option(
+        512,
+        "open connections in all; at the cap a newcomer first closes the one that has waited longest without "
+        "a complete request, and is closed itself only when every connection is inside a request",
         check=Range(2, high=100_001, integer=True),
     )
 
@@ -186,6 +221,8 @@ _LIMITS = (
     "heavy_beam",
     "max_upload_bytes",
     "max_upload_pixels",
+    "max_decode_bytes",
+    "max_decodes",
     "max_body_bytes",
     "max_answer_numbers",
     "fast_batch",
@@ -199,6 +236,10 @@ _LIMITS = (
     "worker_tasks",
     "worker_nice",
     "limit_concurrency",
+    "header_timeout",
+    "body_timeout",
+    "max_client_connections",
+    "max_connections",
 )
 
 

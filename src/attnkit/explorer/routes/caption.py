@@ -2,13 +2,16 @@
 uploaded PNG/JPEG (``{"image": base64 or a data: URL}``), JSON like every other route, so a web page of
 another site cannot send one without the browser asking this server first (and it says no).
 
-The image is bounded three times before it is decoded: the body limit (the guard), its bytes after base64
-(``--max-upload-bytes``) and its pixels, read from its header (``--max-upload-pixels``); it is never
-written to disk.
+The image is bounded four times before it is decoded: the body limit (the guard), its bytes after base64
+(``--max-upload-bytes``), its pixels, read from its header (``--max-upload-pixels``), and the bytes its
+decode holds (``--max-decode-bytes``: pixels times bytes per pixel, at the reduced scale a JPEG is decoded
+at). It is reduced to a few canvases strip by strip, at most ``--max-decodes`` uploads are decoded at once,
+and the memory is given back to the system after each (:mod:`..memory`). It is never written to disk.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import io
@@ -21,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..loading import checkpoint_fields
+from ..memory import give_back
 from ..payload import caption_payload, check_method
 from ..state import client_of, explorer, run_light, served_model
 from .catalog import scenes_of
@@ -42,8 +46,19 @@ class CaptionRequest(BaseModel):
     job: str | None = Field(None, pattern=JOB_NAME, description="follow the work at /api/progress/{job}")
 
 
-def decode_image(data: bytes, canvas: int, max_pixels: int) -> torch.Tensor:
-    """Upload bytes → the captioner's ``(1, canvas, canvas)`` input, converted as ``attnkit caption`` does."""
+#: bytes PIL keeps per pixel of a decoded image, by mode (every mode not named: 4)
+_PIXEL_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
+_STRIP_BYTES = 4 << 20  # what one strip of the reduction converts at a time
+GAP = 4  # reduced to at least this many canvases a side; the bilinear resize to the canvas does the rest
+
+
+def decode_image(data: bytes, canvas: int, max_pixels: int, max_bytes: int | None = None) -> torch.Tensor:
+    """Upload bytes → the captioner's ``(1, canvas, canvas)`` input, converted as ``attnkit caption`` does
+    (grayscale, transparency on black, resized to the canvas), at a bounded cost: the pixels (header) and the
+    bytes of the decode (``max_bytes``: pixels × bytes per pixel) are checked before a pixel is decoded, a JPEG
+    is decoded at the smallest scale that still covers the canvas (``Image.draft``), and a large image is
+    reduced to a few canvases strip by strip (:func:`_reduced`), so only the decode itself is
+    ever held at full size, as uint8."""
     from PIL import Image, UnidentifiedImageError
 
     from ...tasks.captioning.data import image_to_canvas
@@ -58,15 +73,57 @@ def decode_image(data: bytes, canvas: int, max_pixels: int) -> torch.Tensor:
                     f"the image is {im.width}×{im.height} pixels; the limit is {max_pixels} pixels "
                     "(--max-upload-pixels; the captioner reads a small canvas anyway)",
                 )
-            return image_to_canvas(im, canvas)
+            if im.format == "JPEG":  # libjpeg scales by 1/2, 1/4 or 1/8 as it decodes (and writes gray directly)
+                im.draft("L" if im.mode in ("L", "RGB") else None, (GAP * canvas, GAP * canvas))
+            cost = im.width * im.height * _PIXEL_BYTES.get(im.mode, 4)
+            if max_bytes is not None and cost > max_bytes:
+                raise ApiError(
+                    413,
+                    f"the image is {im.width}×{im.height} pixels in mode {im.mode}: {cost} bytes decoded; the limit "
+                    f"is {max_bytes} bytes (--max-decode-bytes)",
+                )
+            im.load()
+            return image_to_canvas(_reduced(im, canvas), canvas)
     except Image.DecompressionBombError:
         raise ApiError(413, f"the image has far more than {max_pixels} pixels, the limit") from None
-    except (UnidentifiedImageError, OSError, SyntaxError):
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
         raise ApiError(415, "the upload is not an image: send a PNG or JPEG file") from None
 
 
+def _reduced(im, canvas: int):
+    """``im`` reduced by whole factors to between GAP and 2 GAP canvases a side (box averages), converted a strip
+    of rows at a time so no full-size copy is made: grayscale (``L``), or, with transparency, premultiplied
+    RGB (colour times alpha: the image on black, as :func:`image_to_canvas` composites it). A small image is
+    returned as it is."""
+    from PIL import Image
+
+    fx, fy = max(1, im.width // (GAP * canvas)), max(1, im.height // (GAP * canvas))
+    if (fx, fy) == (1, 1):
+        return im
+    alpha = im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (im.mode == "P" and "transparency" in im.info)
+    rows = fy * max(1, _STRIP_BYTES // (4 * im.width * fy))  # a whole number of reduction blocks
+    parts = []
+    for y in range(0, im.height, rows):
+        strip = im.crop((0, y, im.width, min(im.height, y + rows)))
+        strip = strip.convert("RGBA").convert("RGBa") if alpha else strip.convert("L")
+        parts.append(strip.reduce((fx, fy)))  # RGBa: averaged as it is, premultiplied
+    out = Image.new(parts[0].mode, (parts[0].width, sum(p.height for p in parts)))
+    y = 0
+    for p in parts:
+        out.paste(p, (0, y))
+        y += p.height
+    if alpha:  # the premultiplied colour bands are the image composited on black
+        return Image.merge("RGB", out.split()[:3])
+    return out
+
+
 def _image_bytes(text: str, limit: int) -> bytes:
-    b64 = text.split(",", 1)[1] if text.startswith("data:") else text
+    if text.startswith("data:"):
+        _, comma, b64 = text.partition(",")
+        if not comma:
+            raise ApiError(400, "the image is a data: URL without a comma: send 'data:image/png;base64,' and the data")
+    else:
+        b64 = text
     if len(b64) > limit * 4 // 3 + 4:
         raise ApiError(413, f"the image has more than {limit} bytes, the limit (--max-upload-bytes)")
     try:
@@ -76,6 +133,25 @@ def _image_bytes(text: str, limit: int) -> bytes:
     if len(data) > limit:
         raise ApiError(413, f"the image has {len(data)} bytes; the limit is {limit} (--max-upload-bytes)")
     return data
+
+
+def _decode_slots(ex) -> asyncio.Semaphore:
+    with ex.lock:
+        return ex.cache.setdefault("decode_slots", asyncio.Semaphore(ex.options.max_decodes))
+
+
+async def _decoded(ex, req: CaptionRequest, canvas: int) -> torch.Tensor:
+    """The upload decoded in a thread, at most ``--max-decodes`` at once (the others wait their turn here, in
+    the event loop, holding no thread); its memory is given back to the system when it is done."""
+    o = ex.options
+    async with _decode_slots(ex):
+        try:
+            data = _image_bytes(req.image, o.max_upload_bytes)
+            req.image = None  # the base64 text goes as soon as nothing refers to it
+            return await run_in_threadpool(decode_image, data, canvas, o.max_upload_pixels, o.max_decode_bytes)
+        finally:
+            data = None
+            await run_in_threadpool(give_back)
 
 
 @router.post("/api/caption", response_model=schema.Caption, responses=ERRORS)
@@ -90,8 +166,7 @@ async def caption(req: CaptionRequest, request: Request):
     name, cm, spec = await served_model(request, ex.models.captioners, req.model, "captioning")
     method = check_method(cm, req.method, "a captioner") if req.method is not None else None
     if req.image is not None:
-        data = _image_bytes(req.image, o.max_upload_bytes)
-        kwargs = {"image": await run_in_threadpool(decode_image, data, cm.canvas, o.max_upload_pixels)}
+        kwargs = {"image": await _decoded(ex, req, cm.canvas)}
     else:
         scenes = await run_in_threadpool(scenes_of, ex)
         if not 0 <= req.scene < len(scenes):

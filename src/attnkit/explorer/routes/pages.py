@@ -45,6 +45,12 @@ def index(request: Request):
     return response
 
 
+@router.get("/favicon.ico", include_in_schema=False)
+def favicon():
+    """The page's icon (an SVG; browsers that ask for ``/favicon.ico`` on their own take it too)."""
+    return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
+
 @router.get("/docs", include_in_schema=False)
 def docs(request: Request):
     """Swagger UI over ``/openapi.json``, every script and style from this server (it works offline)."""

@@ -1,0 +1,48 @@
+"""Memory a request borrowed, handed back to the system (glibc's ``malloc_trim``).
+
+``attnkit serve`` runs with the allocator settings of every ``attnkit`` command
+(:mod:`attnkit.cli.allocator`: freed blocks up to 32 MiB stay in the process for the next step, and the
+heap is never trimmed), which spare the fast lane's decoder steps their page faults. A request that
+borrows a lot at once (an image upload: its base64 text, its bytes, its decoded pixels) would then keep the
+server's resident size at that peak for good, and a burst of them would add up. So the routes that borrow
+much call :func:`give_back` when they are done: glibc's ``malloc_trim(0)`` returns every free page of every
+arena to the system (a few milliseconds over a heap of a few hundred MB), while the settings stay as they
+are for everything else. Other C libraries: nothing happens.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+
+__all__ = ["give_back"]
+
+_TRIM = None
+_LOCK = threading.Lock()
+
+
+def _malloc_trim():
+    global _TRIM
+    if _TRIM is None:
+        trim = False
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None)
+                if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "malloc_trim"):
+                    trim = libc.malloc_trim
+                    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+            except OSError:
+                pass
+        _TRIM = trim
+    return _TRIM
+
+
+def give_back() -> bool:
+    """Return the process's free heap pages to the system (glibc); True when it could. One call at a time."""
+    trim = _malloc_trim()
+    if not trim:
+        return False
+    with _LOCK:
+        trim(0)
+    return True
