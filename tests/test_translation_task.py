@@ -250,7 +250,7 @@ def test_cli_reports_bad_input_without_traceback(trained, tmp_path, capsys):
     _, _, out = trained
     model = str(out / "best")
     assert cli_main(["translate", "--model", model, ""]) == 2
-    assert "nothing to translate" in capsys.readouterr().err
+    assert "argument 1 is empty: give some text to translate" in capsys.readouterr().err
     assert cli_main(["translate", "--model", model, "palabra " * 200]) == 2
     assert "more than this model's maximum" in capsys.readouterr().err
     assert cli_main(["translate", "--model", str(tmp_path / "nope"), "Hola"]) == 2
