@@ -13,6 +13,11 @@ out with 503, for as long as they were held).
    waited longest without a complete request (no head yet, or a body still arriving); only when every
    open connection is inside a complete request is the newcomer closed instead.
 
+4. **Lingering close**: an answer sent before the request's body was read (413, 408) closes the connection
+   only after the client has stopped sending (its end of the stream, or :data:`LINGER_S` seconds), the
+   rest read and dropped: closing a socket with unread bytes resets it, and the reset can reach the
+   client before the answer does, which then never sees why it was refused (as nginx's ``lingering_close``).
+
 Connections are not requests: ``--limit-concurrency`` counts only requests whose head and body have both
 arrived (:mod:`.inflight`, inside the guard), so a connection that never completes a request takes no
 request's place. The counters live in one :class:`ConnectionTable` per server, touched only from the
@@ -24,11 +29,15 @@ from __future__ import annotations
 import ipaddress
 from collections import Counter
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .options import ServeOptions
 
-__all__ = ["ConnectionTable", "client_key", "guarded_protocol"]
+__all__ = ["LINGER_S", "ConnectionTable", "client_key", "guarded_protocol"]
+
+#: the most seconds a connection answered before its body was read stays open, reading and dropping the rest
+LINGER_S = 5.0
 
 
 def client_key(host: str | None) -> str:
@@ -45,6 +54,33 @@ def client_key(host: str | None) -> str:
             return str(ip.ipv4_mapped)
         return str(ipaddress.ip_network(f"{ip}/64", strict=False))
     return str(ip)
+
+
+class _LingeringTransport:
+    """A connection's transport whose ``close()`` lingers while the request's body is still arriving: the
+    answer goes, the write side is shut (FIN), and what the client still sends is read and dropped until it
+    ends its stream or :data:`LINGER_S` seconds pass. Everything else is the transport's own."""
+
+    def __init__(self, transport, protocol):
+        self._transport, self._protocol, self.lingering = transport, protocol, False
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._transport.is_closing()
+
+    def close(self) -> None:
+        t = self._transport
+        if self.lingering or t.is_closing():
+            return
+        if self._protocol.conn.their_state is not h11.SEND_BODY or not t.can_write_eof():
+            t.close()
+            return
+        self.lingering = True
+        t.write_eof()
+        self._protocol.loop.call_later(LINGER_S, t.close)
+        t.resume_reading()  # uvicorn pauses reading while a body waits: drain it now
 
 
 class ConnectionTable:
@@ -79,7 +115,7 @@ def guarded_protocol(options: ServeOptions) -> type[H11Protocol]:
             self._last_cycle = None
 
         def connection_made(self, transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(_LingeringTransport(transport, self))
             self._key = client_key(self.client[0] if self.client else None)
             self._idle_since = self.loop.time()
             if table.by_client[self._key] >= table.per_client or (
@@ -92,6 +128,17 @@ def guarded_protocol(options: ServeOptions) -> type[H11Protocol]:
             table.open.add(self)
             table.by_client[self._key] += 1
             self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self.transport.lingering:
+                return  # the rest of a body that was answered already: dropped
+            super().data_received(data)
+
+        def eof_received(self) -> None:
+            if self.transport.lingering:
+                self.transport._transport.close()  # the client is done sending: close now
+                return
+            return super().eof_received()
 
         def connection_lost(self, exc) -> None:
             self._count_out()
