@@ -357,10 +357,12 @@ class LoadedClock(FakeClock):
     def __init__(self, sps, at, factor, until=float("inf")):
         super().__init__(sps)
         self.start, self.at, self.factor, self.until = self.now, at, factor, until
+        self.ends: list[float] = []  # the seconds into the run at which each step ended
 
     def step(self):
         t = self.now - self.start
         self.now += self.sps * (self.factor if self.at <= t < self.until else 1.0)
+        self.ends.append(self.now - self.start)
 
 
 def budget_record(out):
@@ -369,8 +371,14 @@ def budget_record(out):
 
 @pytest.mark.parametrize(
     "at, factor, until",
-    [(30.0, 2.0, float("inf")), (15.0, 2.0, 45.0), (50.0, 3.0, float("inf")), (0.0, 1.0, 0.0)],
-    ids=["slower-for-the-second-half", "slower-for-the-middle-half", "much-slower-near-the-end", "quiet"],
+    [(30.0, 2.0, float("inf")), (15.0, 2.0, 45.0), (50.0, 3.0, float("inf")), (0.0, 6.0, 20.0), (0.0, 1.0, 0.0)],
+    ids=[
+        "slower-for-the-second-half",
+        "slower-for-the-middle-half",
+        "much-slower-near-the-end",
+        "much-slower-at-the-start",
+        "quiet",
+    ],
 )
 def test_the_rate_reaches_its_end_when_time_does_under_a_changing_load(tmp_path, monkeypatch, at, factor, until):
     """Another job slows the steps for part of a 60-s budget: the schedule, re-fitted to what the recent steps
@@ -421,3 +429,21 @@ def test_validations_are_charged_where_they_recur_and_a_shortfall_is_said(tmp_pa
     _, log = lrs(out)
     assert any(r["event"] == "warning" and "fewer" in r["message"] for r in log)
     assert all("estimated_steps" in r for r in log if r["event"] == "train" and r["step"] > 8)
+
+
+def test_a_busy_start_does_not_pull_the_rate_down_for_good(tmp_path, monkeypatch):
+    """Steps six times slower for the first 20 s of a 60-s budget (another job starting beside this one): the
+    first estimate of the steps is far too low, yet the rate follows the time left, linearly from the warm-up's
+    end to the budget's, so at the budget's middle it is still over half its peak, and 0 at the end."""
+    clock = LoadedClock(0.25, 0.0, 6.0, 20.0)
+    out = tmp_path / "t"
+    s = timed_trainer(out, clock, monkeypatch, 60.0).fit()
+    got, log = lrs(out)
+    first = next(r for r in log if r["event"] == "schedule")["estimated_steps"]
+    assert first < 0.6 * s["steps"]  # the busy start's estimate: far below what the run made
+    mid = next(k for k, end in enumerate(clock.ends, 1) if end >= 30.0)  # the first step to end past the middle
+    warm = next(r for r in log if r["event"] == "schedule")["warmup_steps"]
+    t_w = clock.ends[warm - 1]  # the decay runs linearly in time from the warm-up's end to the budget's
+    want = 0.1 * (60.0 - clock.ends[mid - 1]) / (60.0 - t_w)
+    assert got[mid] == pytest.approx(want, abs=0.05 * 0.1) and got[mid] >= 0.45 * 0.1, (mid, got[mid], want)
+    assert got[s["steps"]] <= 0.05 * 0.1

@@ -19,6 +19,12 @@ the knots are plain numbers in the scheduler's ``state_dict``, so a resumed run 
 schedule it had. The last step (0-based ``T - 1``) runs at ``peak / (T - W + 1)`` on a fresh fit,
 and the rate after it is 0.
 
+A **time budget** refits at every step from what the recent steps cost (:class:`StepClock`,
+:func:`estimate_total_steps`) and, past the warm-up, sets the multiplier by the *time* left
+(:meth:`BudgetSchedule.fit_through`): linear in time from the warm-up's end to the budget's end, so the rate
+reaches 0 when the time does however the speed changed on the way (another job on the machine), and a first
+estimate made while the machine was busy cannot pull the rate down for good.
+
 With ``mode="auto"`` the trainer fits only short runs (those the budget ends within
 :data:`SHORT_RUN_EPOCHS` epochs), and a long run keeps the recipe: the shipped models' recipes, tuned
 for runs of many epochs ended by early stopping, stay as they are.
@@ -144,6 +150,23 @@ class BudgetSchedule:
         self.total_steps = total
         self.state = "fitted"
         self.decided = True
+
+    def fit_through(self, step: int, total_steps: int, value: float) -> None:
+        """Re-fit a fitted schedule at ``step`` through ``(step, value)`` to ``(total_steps, 0)``.
+
+        A time budget's decay: the trainer gives, at every step, the multiplier the time left calls for
+        (linear in time from the warm-up's end to the budget's end), so the rate reaches 0 when the time
+        does whatever the speed did on the way, and an early estimate of the steps that was too low (a
+        machine busy at the start) cannot pull it down for good. Within the warm-up the ramp is kept
+        (``value`` is not used). ``value`` is clipped to ``[0, peak]``."""
+        if self.state != "fitted":
+            raise ValueError("BudgetSchedule.fit_through: the schedule must be fitted first (fit)")
+        if self.warmup_end is not None and step < self.warmup_end:
+            self.fit(step, total_steps)
+            return
+        total = max(int(total_steps), step + 1)
+        self.knots = [[float(step), min(max(float(value), 0.0), self.peak)], [float(total), 0.0]]
+        self.total_steps = total
 
     @property
     def warmup_steps(self) -> int:

@@ -89,13 +89,31 @@ class StepPlanMixin:
             reserve += self._clock.event_seconds("valid")
         return reserve
 
+    def _time_left_value(self, stats: RunStats) -> float | None:
+        """With a time budget and a fitted schedule past its warm-up: the multiplier the time left calls for,
+        ``m_w (t_end - now) / (t_end - t_w)``, linear in time from ``(t_w, m_w)`` (where this run's decay
+        began: the warm-up's end, or the first step of a resumed run) to 0 at ``t_end`` (the budget's end less
+        :meth:`_end_reserve`). None otherwise (no time budget, no fitted schedule, still warming up)."""
+        b = self._budget
+        if self.run.max_time_s is None or b is None or b.state != "fitted":
+            return None
+        if b.warmup_end is not None and self.step < b.warmup_end:
+            return None
+        now = time.perf_counter()
+        if self._decay_from is None:
+            self._decay_from = (now, b(self.step))
+        t_w, m_w = self._decay_from
+        end = stats.t0 + self.run.max_time_s - self._end_reserve()
+        return m_w * max(end - now, 0.0) / (end - t_w) if end > t_w else 0.0
+
     def _plan(self, stats: RunStats, pbar) -> None:
         """Estimate the steps the budget reaches; fit a :class:`~attnkit.training.budget.BudgetSchedule` to
         them (``auto``: only a run that ends within ``SHORT_RUN_EPOCHS`` epochs) and re-fit it as the
         estimate moves; warn once when a recipe's warm-up cannot finish within the budget."""
         total = self._estimate_steps(stats)
+        value = self._time_left_value(stats) if total is not None else None
         if self.world_size > 1:  # every rank follows rank 0's estimate: the same schedule, the same last step
-            total = broadcast_object(total)
+            total, value = broadcast_object((total, value))
         if total is None:
             return
         self.estimated_steps = total
@@ -121,6 +139,9 @@ class StepPlanMixin:
                         "(budgeted training)",
                         file=sys.stderr,
                     )
+            elif b.state == "fitted" and value is not None:  # a time budget: the decay follows the time left
+                b.fit_through(self.step, total, value)
+                apply_schedule(self.scheduler)
             elif b.state == "fitted" and total != b.total_steps:
                 b.fit(self.step, total)
                 apply_schedule(self.scheduler)
@@ -166,7 +187,7 @@ class StepPlanMixin:
     def _report_budget(self) -> None:
         """With a time budget: how the run kept to it, logged (a ``budget`` event) and recorded in
         ``train_config.json`` (its ``budget`` key): the steps first planned and made, the share lost, and the
-        learning rate of the last step as a share of the fitted schedule's peak (0 at a budget's exact end).
+        learning rate the last step ran at as a share of the fitted schedule's peak (near 0 at a budget's end).
         Losing more than ``run.budget_shortfall`` of the plan (a slower machine than the first steps showed,
         another job sharing it) is said on stderr and logged as a warning."""
         planned = self.planned_steps or self.estimated_steps  # a run shorter than the clock's window: its last
@@ -175,8 +196,9 @@ class StepPlanMixin:
         b = self._budget
         lost = max(planned - self.step, 0) / max(planned, 1)
         report = {"planned_steps": planned, "steps": self.step, "lost_share": round(lost, 4)}
-        if b is not None and b.state == "fitted" and self.step > 0:
-            report["last_lr_share_of_peak"] = round(b(self.step - 1) / b.peak, 4)
+        if b is not None and b.state == "fitted" and self.last_step_lr is not None:
+            peak_lr = self.scheduler.base_lrs[0] * b.peak
+            report["last_lr_share_of_peak"] = round(self.last_step_lr / peak_lr, 4)
         self._log({"event": "budget", "step": self.step, **report})
         if lost > self.run.budget_shortfall:
             message = (

@@ -207,6 +207,8 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         self._budget = find_budget_schedule(scheduler)
         self._clock = StepClock()  # a step's seconds and each recurring event's, for a time budget
         self.planned_steps: int | None = None  # a time budget's first estimate of its steps, for the shortfall
+        self.last_step_lr: float | None = None  # the learning rate the last optimizer step ran at
+        self._decay_from: tuple[float, float] | None = None  # (time, multiplier): a time budget's decay start
         self._validated_at: int | None = None
         self._last_valid: dict | None = None
         self.estimated_steps: int | None = None  # the steps this run's budget is expected to reach
@@ -321,6 +323,7 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         )
         self._clock = StepClock.for_budget(self.run.max_time_s)
         self.planned_steps = None
+        self._decay_from = None  # (time, multiplier) where this run's time-budget decay began
         self._plan(stats, pbar)
         try:
             while stop_reason is None and self.epoch < self.run.epochs:
@@ -344,6 +347,7 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         """Train on the rest of the current epoch; a stop reason if training must stop within it."""
         t_last = time.perf_counter()
         for batch in self._rank_batches():
+            self.last_step_lr = self.optimizer.param_groups[0]["lr"]  # what this step runs at (the budget's record)
             loss_sum, n_tok, metrics, grad_norm = self.train_step(batch)
             self.step += 1
             self.tokens_seen += n_tok
