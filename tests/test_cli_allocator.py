@@ -30,8 +30,8 @@ class _FakeLibc:
 
 
 def _with_libc(monkeypatch, libc) -> None:
-    monkeypatch.setattr(allocator.sys, "platform", "linux")
-    monkeypatch.setattr(allocator.ctypes, "CDLL", lambda name: libc)
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: libc)
 
 
 def test_glibc_gets_the_largest_mmap_threshold_and_no_trimming(monkeypatch):
@@ -54,7 +54,7 @@ def test_opt_out_other_c_libraries_and_refusals_change_nothing(monkeypatch):
     refused = _FakeLibc(answer=0)  # mallopt returns 0 for a value it does not take
     _with_libc(monkeypatch, refused)
     assert allocator.keep_freed_memory() is False
-    monkeypatch.setattr(allocator.sys, "platform", "darwin")
+    monkeypatch.setattr(sys, "platform", "darwin")
     assert allocator.keep_freed_memory() is False and len(refused.calls) == 1
 
 

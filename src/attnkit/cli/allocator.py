@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
+
+from ..glibc import glibc
 
 __all__ = ["ENV", "MMAP_THRESHOLD_MAX", "NO_TRIM", "keep_freed_memory"]
 
@@ -42,13 +43,10 @@ def keep_freed_memory() -> bool:
     """Set glibc's mmap threshold to :data:`MMAP_THRESHOLD_MAX` and its trim threshold to
     :data:`NO_TRIM` for this process; True when both were set, False where ``$ATTNKIT_MALLOC`` is
     ``default`` or the C library is not glibc (nothing is changed then)."""
-    if os.environ.get(ENV, "").strip().lower() == "default" or not sys.platform.startswith("linux"):
+    if os.environ.get(ENV, "").strip().lower() == "default":
         return False
-    try:
-        libc = ctypes.CDLL(None)  # the C library this process already runs on
-    except OSError:
-        return False
-    if not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):  # glibc only (musl ignores these)
+    libc = glibc("mallopt")  # glibc only (musl ignores these)
+    if libc is None:
         return False
     mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int

@@ -50,10 +50,10 @@ def token_cookie(port: int) -> str:
     return f"attnkit-token-{port}"
 
 
-async def _refuse(send, status: int, message: str, close: bool = False) -> None:
+async def _refuse(send, status: int, message: str) -> None:
     body = json.dumps({"error": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if close or status in (408, 413):
+    if status in (408, 413):
         headers.append((b"connection", b"close"))  # the rest of the body is not read: the connection goes
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -13,8 +13,9 @@ are for everything else. Other C libraries: nothing happens.
 from __future__ import annotations
 
 import ctypes
-import sys
 import threading
+
+from ..glibc import glibc
 
 __all__ = ["give_back"]
 
@@ -25,16 +26,10 @@ _LOCK = threading.Lock()
 def _malloc_trim():
     global _TRIM
     if _TRIM is None:
-        trim = False
-        if sys.platform.startswith("linux"):
-            try:
-                libc = ctypes.CDLL(None)
-                if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "malloc_trim"):
-                    trim = libc.malloc_trim
-                    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-            except OSError:
-                pass
-        _TRIM = trim
+        libc = glibc("malloc_trim")
+        _TRIM = False if libc is None else libc.malloc_trim
+        if _TRIM:
+            _TRIM.argtypes, _TRIM.restype = [ctypes.c_size_t], ctypes.c_int
     return _TRIM
 
 
