@@ -58,6 +58,11 @@ class RunConfig:
     clip_grad_norm: float = option(1.0, "clip the gradient norm to this (0: no clipping)", check=LOSS_WEIGHT)
     seed: int = option(0, "random seed (weights, batches, dropout, sampling)", check=SEED)
     threads: int | None = option(None, "torch CPU threads (default: torch's choice)", check=THREADS)
+    adapt_threads: bool = option(
+        True,
+        "on a CPU, use fewer threads while another job shares the cores and the chosen number again when they "
+        "are free (measured from the cores each step gets; see attnkit.training.threads)",
+    )
     device: str | None = option(
         "auto", "where to train: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps"
     )  # None (from code only): where the model's parameters already are

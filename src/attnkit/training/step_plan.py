@@ -199,6 +199,9 @@ class StepPlanMixin:
         if b is not None and b.state == "fitted" and self.last_step_lr is not None:
             peak_lr = self.scheduler.base_lrs[0] * b.peak
             report["last_lr_share_of_peak"] = round(self.last_step_lr / peak_lr, 4)
+        governor = getattr(self, "_threads", None)
+        if governor is not None and governor.changes:  # the cores were shared: when and how it adapted
+            report["thread_changes"] = governor.changes[:50]
         self._log({"event": "budget", "step": self.step, **report})
         if lost > self.run.budget_shortfall:
             message = (

@@ -63,6 +63,7 @@ from .resume import ResumeMixin
 from .run_config import RunConfig
 from .run_folder import BEST_NAME, TRAIN_CONFIG_NAME, open_run_folder
 from .step_plan import StepPlanMixin
+from .threads import ThreadGovernor
 from .validation import ValidationMixin
 
 __all__ = ["Trainer", "run_totals"]
@@ -206,6 +207,7 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         # the time budget and the schedule fitted to it (attnkit.training.budget)
         self._budget = find_budget_schedule(scheduler)
         self._clock = StepClock()  # a step's seconds and each recurring event's, for a time budget
+        self._threads: ThreadGovernor | None = None  # fewer CPU threads while the cores are shared
         self.planned_steps: int | None = None  # a time budget's first estimate of its steps, for the shortfall
         self.last_step_lr: float | None = None  # the learning rate the last optimizer step ran at
         self._decay_from: tuple[float, float] | None = None  # (time, multiplier): a time budget's decay start
@@ -322,6 +324,7 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
             else None
         )
         self._clock = StepClock.for_budget(self.run.max_time_s)
+        self._threads = self._thread_governor()
         self.planned_steps = None
         self._decay_from = None  # (time, multiplier) where this run's time-budget decay began
         self._plan(stats, pbar)
@@ -336,6 +339,8 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
                 self.save(best=improved)
             self._report_budget()
         finally:
+            if self._threads is not None and self._threads.current != self._threads.threads:
+                torch.set_num_threads(self._threads.threads)  # what the run was given, for whatever follows it
             for sig, h in previous_handlers.items():
                 if h is not None:
                     signal.signal(sig, h)
@@ -343,9 +348,16 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
                 pbar.close()
         return self._finish(stats, stop_reason, resumed_from)
 
+    def _thread_governor(self) -> ThreadGovernor | None:
+        """With ``run.adapt_threads`` on a CPU with more than one torch thread: the governor that lowers
+        them while the cores are shared (:mod:`attnkit.training.threads`)."""
+        if not self.run.adapt_threads or self.device.type != "cpu" or torch.get_num_threads() < 2:
+            return None
+        return ThreadGovernor(torch.get_num_threads())
+
     def _train_epoch(self, stats: RunStats, pbar) -> str | None:
         """Train on the rest of the current epoch; a stop reason if training must stop within it."""
-        t_last = time.perf_counter()
+        t_last, c_last = time.perf_counter(), time.process_time()
         for batch in self._rank_batches():
             self.last_step_lr = self.optimizer.param_groups[0]["lr"]  # what this step runs at (the budget's record)
             loss_sum, n_tok, metrics, grad_norm = self.train_step(batch)
@@ -356,7 +368,10 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
                 self._log_window(stats, grad_norm, pbar)
             if pbar is not None:
                 pbar.update(1)
-            self._clock.add(time.perf_counter() - t_last)  # the step and its batch; events are timed apart
+            step_s = time.perf_counter() - t_last
+            self._clock.add(step_s)  # the step and its batch; events are timed apart
+            if self._threads is not None and self._threads.step(step_s, time.process_time() - c_last) is not None:
+                self._log({"event": "threads", "step": self.step, **self._threads.changes[-1]})
             improved = False
             if self.run.valid_every_steps and self.valid_fn is not None and self.step % self.run.valid_every_steps == 0:
                 improved = self._validate_and_log(pbar, f"step {self.step}")  # the clock's "valid" event
@@ -364,7 +379,7 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
                 t_save = time.perf_counter()
                 self.save(best=improved)
                 self._clock.add_event("save", time.perf_counter() - t_save)
-            t_last = time.perf_counter()
+            t_last, c_last = time.perf_counter(), time.process_time()
             if self.early_stopped:
                 return "early_stopping"
             if self._agree_to_stop():
