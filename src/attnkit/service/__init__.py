@@ -1,0 +1,13 @@
+"""One way in: every front end (the CLI, the server and its workers, the notebook, the Python API) opens a
+model with :func:`open_model` and analyses an input with :func:`analyse`, passing typed records.
+
+- :class:`Model`: a loaded model of a known :class:`ModelKind`, with the :class:`ModelSpec` that loads it
+  again (in a worker process, or at a training run's newer checkpoint).
+- ``Request`` records say what to analyse and which views to compute; an ``Analysis`` holds what was
+  computed (tokens, maps, attributions, alignment, timings); the server's payloads and the CLI's output
+  are pure functions of an ``Analysis``.
+"""
+
+from .model import Model, ModelKind, ModelSpec
+
+__all__ = ["Model", "ModelKind", "ModelSpec"]

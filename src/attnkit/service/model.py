@@ -1,0 +1,56 @@
+"""What a loaded model is, whatever opened it: :class:`Model`, its :class:`ModelKind`, and the
+:class:`ModelSpec` that opens it again (in a worker process, or at a training run's newer checkpoint)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Model", "ModelKind", "ModelSpec"]
+
+
+class ModelKind(str, enum.Enum):
+    """The kinds of model attnkit opens; the value is the task name a checkpoint's config records."""
+
+    TRANSLATOR = "translation"  # attnkit's translators, Hugging Face encoder-decoders, CTranslate2 exports
+    CAPTIONER = "captioning"  # Show, Attend and Tell
+    SELF_ATTENTION = "self-attention"  # Hugging Face encoder-only and decoder-only models
+    LANGUAGE_MODEL = "language-model"  # attnkit's own decoder-only models
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How to open one model again, in this process or another: the name or folder given, and the engine
+    settings. For a training run's folder (``name``), ``checkpoint`` is the checkpoint folder opened (its
+    newest complete one when it was opened; a server following the run moves it on as newer ones appear)."""
+
+    name: str
+    device: str = "cpu"
+    dtype: str | None = None
+    engine: str = "pytorch"
+    keep_spelling: bool = False  # translators read the input as typed, not in their training spelling
+    checkpoint: str | None = None
+
+    @property
+    def label(self) -> str | None:
+        """A training run's name (its folder's), which stays while its checkpoints change; None for others."""
+        return Path(self.name).name if self.checkpoint else None
+
+
+@dataclass
+class Model:
+    """A loaded model: ``impl`` is the task's wrapper (a ``Translator``, ``Captioner``, CTranslate2 translator,
+    or :class:`attnkit.hf.self_attention.SelfAttentionModel`), ``label`` the name it is shown by, ``path`` the
+    folder its weights came from (None for an ``hf:`` hub name read from the cache), ``spec`` how to open it
+    again."""
+
+    label: str
+    kind: ModelKind
+    impl: Any
+    spec: ModelSpec
+    path: Path | None = None
