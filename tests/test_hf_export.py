@@ -158,10 +158,10 @@ def shipped_tokenizer(tmp_path_factory):
     """The shipped model's tokenizer as the export writes it, loaded with AutoTokenizer."""
     from transformers import AutoTokenizer
 
-    from attnkit.deploy.hf_export import _fast_tokenizer, _transformers
+    from attnkit.deploy.hf_export import _fast_tokenizer
 
     folder = tmp_path_factory.mktemp("tok")
-    _fast_tokenizer(_transformers(), es_en_tokenizer(), 100).save_pretrained(folder)
+    _fast_tokenizer(es_en_tokenizer(), 100).save_pretrained(folder)
     return AutoTokenizer.from_pretrained(folder)
 
 

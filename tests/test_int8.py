@@ -9,9 +9,9 @@ import torch
 from torch.ao.nn.quantized import dynamic as qdynamic
 
 from attnkit.decoding import OutputLayerDecoder
-from attnkit.decoding.output_layer import int8_linear
 from attnkit.device import place
 from attnkit.errors import ConfigError
+from attnkit.int8 import int8_linear
 
 
 def test_int8_linear_is_within_the_quantization_error_of_float64():

@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attnkit import int8
 from attnkit.decoding import OutputLayerDecoder, beam_search, greedy_search, output_layer
 from attnkit.models.registry import model_class
 from attnkit.models.seq2seq import Seq2SeqConfig
@@ -77,11 +78,11 @@ def test_packed_linear_is_the_linear_layer(rows, e, v, bias, seed):
     x, w = torch.randn(rows, e, generator=g), torch.randn(v, e, generator=g)
     b = torch.randn(v, generator=g) if bias else None
     want = x.double() @ w.double().T + (b.double() if bias else 0)
-    project = output_layer.packed_linear(w, b)
+    project = int8.packed_linear(w, b)
     with torch.no_grad():
         torch.testing.assert_close(project(x).double(), want, rtol=1e-5, atol=1e-4)
     wg = w.clone().requires_grad_()
-    out = output_layer.packed_linear(wg, b)(x)
+    out = int8.packed_linear(wg, b)(x)
     out.sum().backward()  # with autograd on, a layer gradients flow through
     torch.testing.assert_close(
         wg.grad.double(), torch.ones(rows, v, dtype=torch.float64).T @ x.double(), rtol=1e-5, atol=1e-4
@@ -89,10 +90,10 @@ def test_packed_linear_is_the_linear_layer(rows, e, v, bias, seed):
 
 
 def test_packed_linear_without_onednn_is_f_linear(monkeypatch):
-    monkeypatch.setattr(output_layer, "_ONEDNN_LINEAR", False)
+    monkeypatch.setattr(int8, "_ONEDNN_LINEAR", False)
     x, w, b = torch.randn(5, 8), torch.randn(11, 8), torch.randn(11)
     with torch.no_grad():
-        assert torch.equal(output_layer.packed_linear(w, b)(x), torch.nn.functional.linear(x, w, b))
+        assert torch.equal(int8.packed_linear(w, b)(x), torch.nn.functional.linear(x, w, b))
 
 
 @pytest.mark.parametrize("kind,beam,ids", list(itertools.product(["rnnsearch", "transformer"], [1, 3], [False, True])))

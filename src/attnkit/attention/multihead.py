@@ -133,7 +133,7 @@ class MultiHeadAttention(nn.Module):
         here by itself: the projections are parameters (``in_proj_weight``, packed as in
         ``torch.nn.MultiheadAttention``), not ``nn.Linear`` modules. The float parameters stay (the
         state dict is unchanged); :func:`attnkit.device.quantize_int8` calls this."""
-        from ..decoding.output_layer import int8_linear
+        from ..int8 import int8_linear
 
         weights = dict(zip("qkv", self._weights()))
         biases = dict(zip("qkv", self._biases()))

@@ -9,9 +9,10 @@ batch for a batch's shortlist:
 
 * **Packed weights.** On the CPU in float32 the projection runs through oneDNN with the weight
   reordered once into its blocked layout (``torch.ops.mkldnn``, the path ``torch.compile``'s
-  weight freezing takes for a constant linear layer). On an AMD EPYC it was 2.4× faster
-  than ``F.linear`` (MKL) at 188 × 256 × 8,000, with float32 arithmetic; elsewhere, or when autograd
-  is on, it is ``F.linear``.
+  weight freezing takes for a constant linear layer; :func:`attnkit.int8.packed_linear`), faster than
+  ``F.linear`` (MKL) on an AMD EPYC at the output layer's shapes (measured in benchmarks/RESULTS.md,
+  section "RNNsearch against OpenNMT-py", item "The output layer packed for oneDNN"), with float32
+  arithmetic; elsewhere, or when autograd is on, it is ``F.linear``.
 * **Vocabulary selection** (Jean et al. 2015; the lexical shortlists of Marian and CTranslate2's
   ``use_vmap``). Given ``ids``, a subset ``V' ⊂ V`` chosen for the batch (the frequent target
   words plus likely translations of its source words), only those rows are scored, and the softmax
@@ -26,75 +27,16 @@ batch for a batch's shortlist:
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from ..int8 import int8_linear, packed_linear
 from .search import takes_beams_only
 
-__all__ = ["OutputLayerDecoder", "int8_linear", "packed_linear"]
-
-
-def _has_onednn_linear() -> bool:
-    try:
-        return (
-            torch.backends.mkldnn.is_available()
-            and callable(torch.ops.mkldnn._linear_pointwise)
-            and callable(torch.ops.mkldnn._reorder_linear_weight)
-        )
-    except (AttributeError, RuntimeError):
-        return False
-
-
-_ONEDNN_LINEAR = _has_onednn_linear()
-
-
-def packed_linear(weight: Tensor, bias: Tensor | None) -> Callable[[Tensor], Tensor]:
-    """``x -> x @ weight.T + bias`` for many calls with the same weight: ``weight`` reordered once
-    for oneDNN on the CPU in float32 (without autograd), ``F.linear`` otherwise."""
-    if (
-        _ONEDNN_LINEAR
-        and weight.device.type == "cpu"
-        and weight.dtype == torch.float32
-        and (bias is None or bias.dtype == torch.float32)
-    ):
-        try:
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
-        except RuntimeError:  # an oneDNN build that cannot pack this weight: the plain layer
-            packed = None
-        if packed is not None:
-
-            def linear(x: Tensor) -> Tensor:
-                if torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu":
-                    return F.linear(x, weight, bias)
-                return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
-
-            return linear
-    return lambda x: F.linear(x, weight, bias)
-
-
-def int8_linear(weight: Tensor, bias: Tensor | None) -> Callable[[Tensor], Tensor]:
-    """``x -> x @ weight.T + bias`` with ``weight`` quantized to int8 once (one scale per row) and
-    ``x`` quantized per call (PyTorch's dynamic quantized linear, fbgemm on x86): the output layer
-    of a model placed with ``precision="int8"`` (:func:`attnkit.device.quantize_int8`)."""
-    with warnings.catch_warnings():  # torch.ao.quantization warns that torchao succeeds it
-        warnings.simplefilter("ignore")
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    layer = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
-    with torch.no_grad():
-        layer.weight.copy_(weight)
-        if bias is not None:
-            layer.bias.copy_(bias)
-    with warnings.catch_warnings():  # torch 2.10+ marks its quantized tensors deprecated
-        warnings.simplefilter("ignore")
-        return quantize_dynamic(
-            torch.nn.Sequential(layer).eval(), {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
-        )[0]
+__all__ = ["OutputLayerDecoder"]
 
 
 def _prepare(weight: Tensor, bias: Tensor | None, int8: bool) -> Callable[[Tensor], Tensor]:
@@ -141,7 +83,7 @@ class OutputLayerDecoder:
     :meth:`vocabulary_ids` to turn its tokens back into vocabulary ids (both the identity without ``ids``).
     The whole vocabulary's prepared layer is the model's own, made once and kept while the weights hold
     the same values (compared with a copy); a shortlist's is made for this batch. A model
-    marked ``precision == "int8"`` gets an int8 output layer (:func:`int8_linear`).
+    marked ``precision == "int8"`` gets an int8 output layer (:func:`attnkit.int8.int8_linear`).
     """
 
     def __init__(self, model, ids: Tensor | None = None):

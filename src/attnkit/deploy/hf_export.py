@@ -47,13 +47,13 @@ Before anything is written the export runs the HF model beside the attnkit one o
 sentences and refuses if the logits differ by more than :data:`SELF_CHECK_TOLERANCE`, or if the
 tokenizer cuts one of them differently.
 
-``transformers`` is imported here only, and only when exporting; without it the export says
-which extra to install.
+``transformers`` is not imported here: the objects it makes (the config and model, the generation
+config, the fast tokenizer, the saved folder) are built by :mod:`attnkit.hf.export` from the plain
+values this module decides, only when exporting; without it the export says which extra to install.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -99,13 +99,17 @@ _KNOWN_FIELDS = NETWORK_FIELDS | {
 _LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which Marian and Pegasus use
 
 
-def _transformers():
-    """The ``transformers`` module, or a one-line DeployError naming the extra to install."""
+def _hf_export():
+    """:mod:`attnkit.hf.export` (what builds the ``transformers`` objects), or a one-line DeployError naming
+    the extra to install when ``transformers`` is missing."""
+    from ..hf import export
+    from ..hf.loading import HFModelError
+
     try:
-        import transformers
-    except ImportError:
+        export.transformers_version()
+    except HFModelError:
         raise DeployError(f"the huggingface export needs transformers: {HF_EXTRA_HINT}") from None
-    return transformers
+    return export
 
 
 def _check_model_type(model_type: str) -> None:
@@ -165,7 +169,8 @@ def residual_permutation(d_model: int) -> torch.Tensor:
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
 
-def _hf_config(transformers, model, arch: str, max_positions: int):
+def _hf_config(model, max_positions: int) -> tuple[dict, dict]:
+    """The HF config's keyword arguments: those Marian and Pegasus share, and Marian's own."""
     c = model.config
     common = dict(
         vocab_size=c.vocab_size,
@@ -188,7 +193,7 @@ def _hf_config(transformers, model, arch: str, max_positions: int):
         decoder_start_token_id=c.bos_id,
         forced_eos_token_id=None,
         tie_word_embeddings=c.tie_embeddings,
-        architectures=["PegasusForConditionalGeneration" if arch == "pegasus" else "MarianMTModel"],
+        architectures=None,  # set by the caller: the architecture's class name
         # what attnkit's Translator reads from the model's own config, for attnkit's HF path (plain
         # transformers keeps it as an attribute and ignores it): the languages, the corpus, the
         # source spelling input is rewritten to, and the longest source the model accepts
@@ -200,11 +205,7 @@ def _hf_config(transformers, model, arch: str, max_positions: int):
             "max_src_len": c.max_src_len,
         },
     )
-    if arch == "pegasus":
-        return transformers.PegasusConfig(**common)
-    return transformers.MarianConfig(
-        **common, decoder_vocab_size=c.vocab_size, share_encoder_decoder_embeddings=c.tie_embeddings
-    )
+    return common, dict(decoder_vocab_size=c.vocab_size, share_encoder_decoder_embeddings=c.tie_embeddings)
 
 
 def _hf_weights(model, arch: str) -> dict[str, torch.Tensor]:
@@ -272,16 +273,17 @@ def _max_positions(model) -> int:
 def hf_model(model, tokenizer: Tokenizer):
     """The ``transformers`` model (eval mode, float32) that computes what ``model`` computes; a
     :class:`DeployError` when no stock architecture can (see :func:`architecture_for`)."""
-    transformers = _transformers()
+    export = _hf_export()
     arch = architecture_for(model, tokenizer)
-    config = _hf_config(transformers, model, arch, _max_positions(model))
-    cls = transformers.PegasusForConditionalGeneration if arch == "pegasus" else transformers.MarianMTModel
-    hf = cls(config).eval()
+    config, marian = _hf_config(model, _max_positions(model))
+    config["architectures"] = [export.ARCHITECTURES[arch]]
+    hf = export.new_seq2seq_model(arch, config, marian)
+    cls = type(hf)
     weights = _hf_weights(model, arch)
     state = hf.state_dict()
     # the positions are HF's own table; it must be attnkit's sinusoids with the dimensions permuted by π
     pi = residual_permutation(model.config.d_model)
-    table = sinusoidal_encoding(torch.arange(config.max_position_embeddings), model.config.d_model)[:, pi]
+    table = sinusoidal_encoding(torch.arange(config["max_position_embeddings"]), model.config.d_model)[:, pi]
     for side in ("encoder", "decoder"):
         key = f"model.{side}.embed_positions.weight"
         if (state[key] - table).abs().max() > 1e-5:
@@ -300,9 +302,9 @@ def hf_model(model, tokenizer: Tokenizer):
     return hf
 
 
-def _generation_config(transformers, model):
+def _generation_config(model):
     c = model.config
-    return transformers.GenerationConfig(
+    return _hf_export().generation_config(
         decoder_start_token_id=c.bos_id,
         bos_token_id=c.bos_id,
         eos_token_id=c.eos_id,
@@ -314,10 +316,10 @@ def _generation_config(transformers, model):
     )
 
 
-def _fast_tokenizer(transformers, tokenizer: Tokenizer, max_src_len: int):
+def _fast_tokenizer(tokenizer: Tokenizer, max_src_len: int):
     """The ``PreTrainedTokenizerFast`` over :func:`build_tokenizer`'s pipeline, with attnkit's specials."""
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=build_tokenizer(tokenizer),
+    return _hf_export().fast_tokenizer(
+        build_tokenizer(tokenizer),
         pad_token=tokenizer.id_to_piece(tokenizer.pad_id),
         bos_token=tokenizer.id_to_piece(tokenizer.bos_id),
         eos_token=tokenizer.id_to_piece(tokenizer.eos_id),
@@ -351,19 +353,6 @@ def self_check(model, hf, tokenizer: Tokenizer, fast) -> float:
     return diff
 
 
-@contextlib.contextmanager
-def _no_progress_bars(transformers):
-    """transformers' own progress bars off (a 30 MB write needs none), as they were afterwards."""
-    logging = transformers.utils.logging
-    was = logging.is_progress_bar_enabled()
-    logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            logging.enable_progress_bar()
-
-
 def _portable_tokenizer_config(path: Path) -> None:
     """Name the generic fast tokenizer class, which every ``transformers`` since 4.x knows (5.x
     writes its new name, ``TokenizersBackend``, an alias of the same class)."""
@@ -392,27 +381,25 @@ def export_huggingface(model_dir: str | Path, out: str | Path, *, force: bool = 
     if not (model_dir / MODEL_FILENAME).is_file():
         raise DeployError(f"{model_dir} has no {MODEL_FILENAME}: it is not a translation model")
     check_output_folder(out, force=force, sources=[model_dir])
-    transformers = _transformers()
+    export = _hf_export()
     model, _, _ = load_model(model_dir)
     model = model.float().eval()
     tokenizer = Tokenizer.load(model_dir)
     hf = hf_model(model, tokenizer)
-    fast = _fast_tokenizer(transformers, tokenizer, model.config.max_src_len)
+    fast = _fast_tokenizer(tokenizer, model.config.max_src_len)
     diff = self_check(model, hf, tokenizer, fast)
-    hf.generation_config = _generation_config(transformers, model)
+    hf.generation_config = _generation_config(model)
     c = model.config
     with tempfile.TemporaryDirectory() as tmp:
         staging = Path(tmp) / "model"
-        with _no_progress_bars(transformers):
-            hf.save_pretrained(staging)
-        fast.save_pretrained(staging)
+        export.save(hf, fast, staging)
         _portable_tokenizer_config(staging / "tokenizer_config.json")
         write_manifest(
             staging,
             {
                 "engine": "huggingface",
                 "attnkit_version": __version__,
-                "transformers_version": transformers.__version__,
+                "transformers_version": export.transformers_version(),
                 "source_model": model_dir.name,
                 "model_type": model.model_type,
                 "architecture": hf.config.architectures[0],

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from .api_errors import ApiError
 from .options import ServeOptions
+from .pebble_internals import worker_pids
 
 __all__ = ["JobQueue"]
 
@@ -104,9 +105,7 @@ class JobQueue:
     def worker_pids(self) -> list[int]:
         """The worker processes' ids (for tests and the benchmark's memory count)."""
         pool = self._pool
-        return (
-            [] if pool is None else [w.pid for w in getattr(pool._pool_manager.worker_manager, "workers", {}).values()]
-        )
+        return [] if pool is None else worker_pids(pool)
 
     # ------------------------------------------------------------------ what a client may see
     def status(self, client: str | None, job: str) -> dict:

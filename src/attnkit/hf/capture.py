@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from .transformers_internals import attention_function, attention_implementation, register_attention_function
+
 __all__ = ["AttentionSite", "attention_sites", "attention_weights", "capture_attention"]
 
 KINDS = ("enc_self", "dec_self", "cross", "self")
@@ -144,11 +146,8 @@ _WRAPPED = "_attnkit_capture"
 def _install() -> None:
     """Wrap ``transformers``' registered attention functions once (idempotent): a module that is not
     being captured goes straight through, at the cost of one dict lookup."""
-    from transformers.modeling_utils import AttentionInterface
-
-    mapping = AttentionInterface._global_mapping
     for impl in ("sdpa",):
-        original = mapping.get(impl)
+        original = attention_function(impl)
         if original is None or getattr(original, _WRAPPED, False):
             continue
 
@@ -159,11 +158,7 @@ def _install() -> None:
             return __original(module, query, key, value, attention_mask, *args, **kwargs)
 
         setattr(watched, _WRAPPED, True)
-        AttentionInterface.register(impl, watched)
-
-
-def _implementation(model: nn.Module) -> str:
-    return str(getattr(getattr(model, "config", None), "_attn_implementation", None) or "eager")
+        register_attention_function(impl, watched)
 
 
 @contextmanager
@@ -184,7 +179,7 @@ def capture_attention(
     if not callable(on_weights):
         raise TypeError(f"on_weights must be callable, got {type(on_weights).__name__}")
     chosen = list(attention_sites(model) if sites is None else sites)
-    impl = _implementation(model)
+    impl = attention_implementation(model)
     if impl not in ("sdpa", "eager"):
         raise ValueError(
             f"capturing attention needs the model's attention implementation to be sdpa or eager, got {impl!r}; "

@@ -38,6 +38,7 @@ from ..models.base import AttentionMaps
 from .capture import attention_sites, capture_attention
 from .loading import HFModelError, load_pretrained
 from .tokenizer import HFTokenizer
+from .transformers_internals import fork_encoder_decoder_cache
 
 __all__ = ["HFSeq2Seq", "HFSeq2SeqConfig", "HFState", "load_seq2seq"]
 
@@ -80,24 +81,6 @@ class HFState:
     width: int = 0  # S: the pieces' width of the batch the search started with (its attention rows' width)
     cache: Any = None
     step: int = 0
-
-
-def _fork(cache, index: Tensor | None = None, *, cross: bool = True):
-    """A new ``EncoderDecoderCache`` over the same tensors (layers copied shallowly), its rows
-    ``index`` selected (self-attention; cross-attention too when ``cross``): the old cache is left as
-    it was, and the model's in-place updates go to the copy."""
-    import copy
-
-    new = copy.copy(cache)
-    for name in ("self_attention_cache", "cross_attention_cache"):
-        part = copy.copy(getattr(cache, name))
-        part.layers = [copy.copy(layer) for layer in part.layers]
-        if index is not None and (cross or name == "self_attention_cache"):
-            for layer in part.layers:
-                layer.reorder_cache(index)
-        setattr(new, name, part)
-    new.is_updated = dict(cache.is_updated)
-    return new
 
 
 class SourceEmbedding(nn.Module):
@@ -364,7 +347,7 @@ class HFSeq2Seq(nn.Module):
             ids = torch.tensor(self.decoder_prefix, dtype=torch.long, device=prev_tokens.device).expand(R, -1)
         else:
             ids = prev_tokens.unsqueeze(1)
-        cache = None if state.cache is None else _fork(state.cache)
+        cache = None if state.cache is None else fork_encoder_decoder_cache(state.cache)
         kept = {}
         last = [s for s in self.sites if s.kind == "cross" and s.layer == self.config.num_decoder_layers - 1]
         with capture_attention(self.hf, lambda s, w: kept.__setitem__("w", w), sites=last):
@@ -389,7 +372,7 @@ class HFSeq2Seq(nn.Module):
     def reorder(self, state: HFState, index: Tensor, *, beams_only: bool = False) -> HFState:
         """Rows ``index`` of the state, in new containers (the old state is left as it was); with
         ``beams_only`` the encoder output and the cross-attention cache are kept as they are."""
-        cache = None if state.cache is None else _fork(state.cache, index, cross=not beams_only)
+        cache = None if state.cache is None else fork_encoder_decoder_cache(state.cache, index, cross=not beams_only)
         if beams_only:
             return dataclasses.replace(state, cache=cache)
         return dataclasses.replace(
