@@ -30,9 +30,12 @@ import ipaddress
 from collections import Counter
 
 import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .options import ServeOptions
+from .uvicorn_internals import h11_protocol, request_cycle, their_state
+
+#: uvicorn's h11 protocol class, which :func:`guarded_protocol` subclasses (through the uvicorn shim).
+H11Protocol = h11_protocol()
 
 __all__ = ["LINGER_S", "ConnectionTable", "client_key", "guarded_protocol"]
 
@@ -74,7 +77,7 @@ class _LingeringTransport:
         t = self._transport
         if self.lingering or t.is_closing():
             return
-        if self._protocol.conn.their_state is not h11.SEND_BODY or not t.can_write_eof():
+        if their_state(self._protocol) is not h11.SEND_BODY or not t.can_write_eof():
             t.close()
             return
         self.lingering = True
@@ -173,7 +176,8 @@ def guarded_protocol(options: ServeOptions) -> type[H11Protocol]:
         def _waiting(self) -> bool:
             """No complete request on this connection now: no head yet, or only a body still arriving after
             its answer went (a request whose body is being read is the guard's, under --body-timeout)."""
-            return self.cycle is None or self.cycle.response_complete
+            cycle = request_cycle(self)
+            return cycle is None or cycle.response_complete
 
         def _evict_one(self) -> bool:
             """Close the connection that has waited longest for a complete request; False if none waits."""
@@ -188,14 +192,15 @@ def guarded_protocol(options: ServeOptions) -> type[H11Protocol]:
 
         def handle_events(self) -> None:
             super().handle_events()
-            if self.cycle is not None and self.cycle is not self._last_cycle:  # a request head arrived
-                self._last_cycle = self.cycle
+            cycle = request_cycle(self)
+            if cycle is not None and cycle is not self._last_cycle:  # a request head arrived
+                self._last_cycle = cycle
                 self._disarm()
 
         def on_response_complete(self) -> None:
-            finished = self.cycle
+            finished = request_cycle(self)
             super().on_response_complete()  # may start a pipelined request already here (handle_events)
-            if self.cycle is finished and not self.transport.is_closing():
+            if request_cycle(self) is finished and not self.transport.is_closing():
                 self._arm()  # waiting for the next head
 
     GuardedH11Protocol.table = table
