@@ -4,8 +4,9 @@
   ``"cuda"``, ``"cuda:1"``, ``"mps"`` name one, and a device that is not there is an error that says so.
 - :func:`resolve_precision`: ``"fp32"``, ``"bf16"``, ``"fp16"`` or ``"auto"``. Auto takes bf16 on a GPU
   that supports it (else fp16), and on a CPU bf16 **only where it is measured faster**: a short
-  matmul probe, once per process (:func:`cpu_bf16_speedup`), since CPUs differ by a factor of 60
-  either way (AVX512-BF16/AMX make it fast, others emulate it). fp16 on a CPU is slow everywhere we
+  matmul probe, once per process (:func:`cpu_bf16_speedup`), since CPUs differ by a large factor
+  either way (AVX512-BF16/AMX make it fast, others emulate it; benchmarks/RESULTS.md, section "Figures
+  formerly in docstrings"). fp16 on a CPU is slow everywhere we
   measured, so auto never picks it there.
 - Inference casts the weights to the precision (half the memory); training keeps fp32 master weights
   and runs forward and loss under :func:`autocast` (with a gradient scaler for fp16, in the trainer).

@@ -5,7 +5,7 @@ sentence pairs and writes, per direction, each target word's source word. Both d
 combined here with grow-diag-final-and (:mod:`attnkit.alignment.symmetrize`). Unsupervised aligners
 are trained on the pairs they align (plus, for quality, any more pairs of the same languages):
 they see the sentences, never gold links. Words are lower-cased for it. eflomal samples without a
-fixed seed, so two runs differ slightly (about 0.01 AER on 100 verses).
+fixed seed, so two runs differ slightly (measured in benchmarks/RESULTS.md, section "Word alignment").
 """
 
 from __future__ import annotations

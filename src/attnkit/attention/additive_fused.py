@@ -6,8 +6,8 @@ computes the scores block by block in one reused buffer and keeps only ``a``, ``
 the backward recomputes each block and reduces it at once.
 
 The tanh goes through the logistic sigmoid, ``tanh(x) = 2σ(2x) − 1``: PyTorch's CPU ``sigmoid``
-runs about 7× faster than its ``tanh`` (0.36 against 2.6 ns per float here, one thread), and the
-``− 1`` and the ``2`` fold into small tensors: with ``s_ij = σ(2a_i + 2b_j)``,
+runs several times faster than its ``tanh`` on the CPUs measured (benchmarks/RESULTS.md, section "Fused
+additive attention"), and the ``− 1`` and the ``2`` fold into small tensors: with ``s_ij = σ(2a_i + 2b_j)``,
 
     e_ij    = (2v)ᵀ s_ij − Σ_k v_k
     ∂L/∂v   = Σ_{b,i,j} g_ij t_ij = 2 Σ g_ij s_ij − Σ g_ij

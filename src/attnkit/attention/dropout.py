@@ -2,7 +2,8 @@
 
 PyTorch's CPU dropout draws its mask with ``bernoulli_``, which runs a scalar generator per element
 unless MKL's vectorised one is used (Intel CPUs only), and multiplies twice. On an AMD EPYC (AVX2)
-it took 11 % of a Transformer training step (``benchmarks/profile_training.py``), and the draw runs on
+it took a sizeable share of a Transformer training step (measured in benchmarks/RESULTS.md, section
+"Where a Transformer training step's time goes"), and the draw runs on
 one thread whatever ``torch.get_num_threads()`` says. Here the mask is drawn as 16-bit uniform
 integers, four from each 64-bit draw of the seeded generator: ``m_i = [u_i ≥ k]`` with
 ``u ~ U{0, …, 65535}`` and ``k = round(p · 2¹⁶)``, so the drop rate is ``k / 2¹⁶`` (within 2⁻¹⁷ of

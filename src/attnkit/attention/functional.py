@@ -51,11 +51,12 @@ def fused_attention(
     """:func:`torch.nn.functional.scaled_dot_product_attention`, without cuDNN's backend for fp16/bf16
     CUDA inputs.
 
-    cuDNN's attention builds an execution plan for each new shape, about 15 ms of CPU per call, and
+    cuDNN's attention builds an execution plan for each new shape, milliseconds of CPU per call, and
     translation batches change their lengths at every step (and every decoding step has one more key),
-    so its plans are never reused. On an H200 (torch 2.11) a bf16-autocast training step of the shipped
-    Transformer took 282 ms against 17 ms in fp32: each attention call's forward and backward spent 33 ms
-    of CPU in cuDNN for 48 µs of GPU work. Flash and memory-efficient attention need no plan. Other devices and dtypes are unchanged.
+    so its plans are never reused: on a GPU a bf16-autocast training step of the shipped Transformer was
+    many times slower than in fp32, each attention call spending far more CPU in cuDNN than GPU work
+    (measured in benchmarks/RESULTS.md, section "GPU"). Flash and memory-efficient attention need no plan.
+    Other devices and dtypes are unchanged.
     """
     if query.is_cuda and query.dtype in (torch.float16, torch.bfloat16):
         with sdpa_kernel(_PLANLESS_BACKENDS):

@@ -26,7 +26,7 @@ The additive score is the expensive one: the naive form materialises ``(B, Nq, N
 :func:`additive_prepared` computes it over cache-sized blocks (:mod:`attnkit.attention.additive_fused`)
 and, without autograd, in place in one reused buffer (no page faults on fresh large temporaries).
 Its tanh is computed as ``2σ(2x) − 1``: PyTorch's CPU sigmoid is vectorised where its tanh is not
-(about 7× faster, measured on a 2-core x86-64 VM, benchmarks/RESULTS.md), and the result is within
+(several times faster: measured in benchmarks/RESULTS.md, section "Fused additive attention"), and the result is within
 2e-7 of float64 tanh.
 """
 
@@ -141,8 +141,9 @@ def additive(
 
 def _broadcast_batch(q: Sequence[int], k: Sequence[int]) -> tuple[int, ...]:
     """The broadcast of the query's and the key's batch shapes (NumPy's rules), in plain Python:
-    ``torch.broadcast_shapes`` imports torch's symbolic-shape machinery (sympy) on first use,
-    0.6 s of a whole ``attnkit translate`` run."""
+    ``torch.broadcast_shapes`` imports torch's symbolic-shape machinery (sympy) on first use, a
+    noticeable part of a whole ``attnkit translate`` run (measured in benchmarks/RESULTS.md, section
+    "RNNsearch against OpenNMT-py")."""
     n = max(len(q), len(k))
     q, k = (1,) * (n - len(q)) + tuple(q), (1,) * (n - len(k)) + tuple(k)
     if any(a != b and 1 not in (a, b) for a, b in zip(q, k)):

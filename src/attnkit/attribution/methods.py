@@ -202,8 +202,9 @@ def translation_log_probs(model, pair: ForcedTranslation) -> Callable[..., Tenso
 def translation_split(model, pair: ForcedTranslation) -> gradients.SplitForward | None:
     """The translator cut at its output layer for the shared-forward gradient engine
     (:class:`attnkit.attribution.gradients.SplitForward`), or ``None`` for a recurrent model: vmap over
-    the backward of torch's GRU unrolls it a time step at a time (RNNsearch at 32 points: 13.9 s against
-    8.9 s on the per-row engine), so RNNs keep the per-row engine."""
+    the backward of torch's GRU unrolls it a time step at a time, slower than the per-row engine for
+    RNNsearch (measured in benchmarks/RESULTS.md, section "Gradient attributions with a shared forward
+    pass"), so RNNs keep the per-row engine."""
     if any(isinstance(m, torch.nn.RNNBase) for m in model.modules()):
         return None
     lengths = torch.tensor([len(pair.src)], device=pair.src.device)

@@ -406,8 +406,8 @@ def row_argmax(x: torch.Tensor) -> torch.Tensor:
     a NaN counts as the maximum, as in ``torch.argmax``), found in two stages as :func:`_top_candidates`
     finds its candidates: each :data:`CHUNK` of tokens' maximum, then the first chunk holding the row's
     maximum, then the first maximum inside it. ``torch.argmax`` over a row of the vocabulary does not
-    vectorise on the CPU (2.1 against 0.43 ms at 320 × 8,000 floats, one thread; ``amax`` is 18× faster
-    than ``argmax``), and greedy search takes one per step."""
+    vectorise on the CPU (``amax`` is much faster; measured in benchmarks/RESULTS.md, section "Decoding
+    without the start-up"), and greedy search takes one per step."""
     R, V = x.shape
     if V < 2 * CHUNK or V % CHUNK:  # small vocabularies, or a ragged last chunk: one argmax
         return x.argmax(dim=1)
@@ -422,8 +422,8 @@ def _top_candidates(scores: torch.Tensor, log_probs: torch.Tensor, n: int):
     remain) of each sentence: their raw scores ``(A, n)``, best first, the row each extends and its
     token. Fewer than ``n`` real candidates are completed with ``-inf`` ones on real rows.
 
-    Exact, in two stages instead of one ``topk`` over all ``R*V`` candidates of a sentence (0.7
-    against 3.4 ms at 64 sentences × 5 beams × 8,000 tokens, one thread): the best ``n`` candidates
+    Exact, in two stages instead of one ``topk`` over all ``R*V`` candidates of a sentence (faster:
+    measured in benchmarks/RESULTS.md, section "RNNsearch against OpenNMT-py"): the best ``n`` candidates
     lie in the ``n`` chunks of :data:`CHUNK` tokens with the highest maxima (any chunk outside them
     has ``n`` chunk maxima, ``n`` candidates, at least as good as its own best), so only those
     ``n * CHUNK`` are ranked. (A vocabulary that is not a multiple of :data:`CHUNK` is padded with

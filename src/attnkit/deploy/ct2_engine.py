@@ -86,7 +86,8 @@ def _device(spec: str | None) -> tuple[str, int]:
 def ctranslate2_length_penalty(alpha: float) -> float:
     """CTranslate2's ``β`` (it ranks by ``score / L^β``) that ranks two lengths like attnkit's GNMT ``α``
     (``score / ((5 + L) / 6)^α``) near 25 pieces, where the slopes ``α / (5 + L)`` and ``β / L`` meet:
-    ``β = 5α / 6`` (0.6 ↦ 0.5, measured to give attnkit's beam-5 output on 197 of 200 test verses)."""
+    ``β = 5α / 6`` (0.6 ↦ 0.5, measured to give attnkit's beam-5 output on nearly all test verses:
+    benchmarks/RESULTS.md, section "attnkit against CTranslate2")."""
     return round(float(check("length_penalty", alpha, LENGTH_PENALTY)) * 5 / 6, 4)
 
 

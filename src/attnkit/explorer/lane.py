@@ -5,8 +5,9 @@ cores when both want them).
 
 **Threads.** Each of the lane's threads takes the oldest waiting request (and its batch) when it is free, so two
 threads search two batches at once. torch releases Python's GIL inside its operators, and a beam search over a
-batch is mostly operators; on two cores two threads answer a burst of translations about 1.8× as fast as one
-(the Python between the operators is what they share). More threads than cores gain nothing.
+batch is mostly operators; on two cores two threads answer a burst of translations faster than one (measured
+in benchmarks/RESULTS.md, section "`attnkit serve` with two fast-lane threads"; the Python between the operators
+is what they share). More threads than cores gain nothing.
 
 **Dynamic batching** (as model servers such as TorchServe and Triton do it): plain translations that wait
 together for the same model and beam are searched as one batch, ``translator.translate([s1, ..., sB])``, one

@@ -1,7 +1,7 @@
 """Memory a request borrowed, handed back to the system (glibc's ``malloc_trim``).
 
 ``attnkit serve`` runs with the allocator settings of every ``attnkit`` command
-(:mod:`attnkit.cli.allocator`: freed blocks up to 32 MiB stay in the process for the next step, and the
+(:mod:`attnkit.cli.allocator`: freed blocks up to its ``MMAP_THRESHOLD_MAX`` stay in the process for the next step, and the
 heap is never trimmed), which spare the fast lane's decoder steps their page faults. A request that
 borrows a lot at once (an image upload: its base64 text, its bytes, its decoded pixels) would then keep the
 server's resident size at that peak for good, and a burst of them would add up. So the routes that borrow

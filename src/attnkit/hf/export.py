@@ -61,7 +61,7 @@ def fast_tokenizer(tokenizer_object, **settings):
 
 @contextlib.contextmanager
 def _no_progress_bars(transformers):
-    """transformers' own progress bars off (a 30 MB write needs none), as they were afterwards."""
+    """transformers' own progress bars off (a few seconds' write needs none), as they were afterwards."""
     logging = transformers.utils.logging
     was = logging.is_progress_bar_enabled()
     logging.disable_progress_bar()

@@ -387,7 +387,8 @@ def prepare_bible(
     unless ``force``. Both files are written atomically. ``sword_path`` (or the
     ``ATTNKIT_SWORD_PATH`` environment variable) overrides ``/usr/share/sword``. Raises
     :class:`SwordModuleNotFoundError` (a ``FileNotFoundError``) naming the module, the folder
-    looked in and the Debian package to install when a module is missing. Takes ~10 s.
+    looked in and the Debian package to install when a module is missing. Takes seconds (measured in
+    benchmarks/RESULTS.md, section "Figures formerly in docstrings").
     """
     tsv = bible_path(home)
     if not force and _is_prepared(tsv):

@@ -15,7 +15,8 @@ penalty to apply.
 CTranslate2 divides by ``|Y|^β`` instead. The two rank two lengths of one source alike where their
 slopes in ``log`` agree, ``α / (5 + L) = β / L``; at ``L = 25`` pieces (a typical verse) that is
 ``β = 5α / 6`` (:func:`attnkit.deploy.ct2_engine.ctranslate2_length_penalty`), which maps 0.6 to the
-0.5 measured to give attnkit's beam-5 output on 197 of 200 test verses.
+0.5 measured to give attnkit's beam-5 output on nearly all test verses (benchmarks/RESULTS.md, section
+"attnkit against CTranslate2").
 """
 
 from __future__ import annotations

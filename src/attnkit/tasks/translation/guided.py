@@ -15,7 +15,8 @@ and the head's attention ``A_ts`` pays the cross-entropy
 where ``A_t`` is, for a Transformer, the row of the step whose *input* is piece ``t`` (Shift-Att's
 row, Chen et al. 2020), not the step that outputs it. The step that outputs ``y_t`` has not seen
 ``y_t``: a head asked there where ``y_t``'s source is can only guess what comes next (supervised that
-way, the shipped Transformer's head reached AER 0.34 after 450 steps of fine-tuning). One step later
+way, the shipped Transformer's head aligned worse than read at the input step: measured in
+benchmarks/RESULTS.md, section "Word alignment"). One step later
 ``y_t`` is the input and the head can look its source up, which is what Garg et al. get from their
 extra decoder pass without the causal mask ("full context"), at no extra cost. The same holds for a
 Luong-style RNN (its GRU reads ``y_t`` before it attends). Bahdanau's RNNsearch scores ``s_{t-1}``,
