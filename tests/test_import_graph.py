@@ -234,3 +234,55 @@ def test_the_order_is_read_from_the_page(tmp_path):
     page = tmp_path / "a.md"
     page.write_text("# A\n\n## Layer order\n\ntext\n\n```text\nattnkit\ncli\nx, y\n\nz\n```\n\n```text\nw\n```\n")
     assert layer_order(page) == [["attnkit"], ["cli"], ["x", "y"], ["z"]]
+
+
+def external_imports(path: Path) -> list[tuple[str, int]]:
+    """``(top-level name, line)`` of each absolute import in the file (function bodies included) and each
+    ``importlib.import_module("...")`` of an absolute name."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out += [(a.name.split(".")[0], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.append((node.module.split(".")[0], node.lineno))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and not node.args[0].value.startswith(".")
+        ):
+            out.append((node.args[0].value.split(".")[0], node.lineno))
+    return out
+
+
+def test_only_hf_imports_transformers():
+    """docs/architecture.md: only ``attnkit/hf/`` imports ``transformers`` (lazy imports included)."""
+    hf = SRC / PACKAGE / "hf"
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted((SRC / PACKAGE).rglob("*.py"))
+        if hf not in path.parents
+        for name, line in external_imports(path)
+        if name == "transformers"
+    ]
+    assert not bad, "transformers imported outside attnkit/hf/:\n" + "\n".join(bad)
+
+
+def test_the_external_import_parser_sees_every_form(tmp_path):
+    mod = tmp_path / "m.py"
+    mod.write_text(
+        "import os.path\nfrom transformers.utils import logging\n"
+        "def f():\n    import transformers as t\n    import importlib\n"
+        "    importlib.import_module('transformers.models')\n    from . import transformers\n",
+        encoding="utf-8",
+    )
+    assert external_imports(mod) == [
+        ("os", 1),
+        ("transformers", 2),
+        ("transformers", 4),
+        ("importlib", 5),
+        ("transformers", 6),
+    ]
