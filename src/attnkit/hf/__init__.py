@@ -12,6 +12,10 @@
 - :mod:`.self_attention`: encoder-only and decoder-only models (BERT, GPT-2, Llama): every layer's and
   head's self-attention, head mean and rollout, all at once or streamed layer by layer;
 - :mod:`.tokenizer`: a Hugging Face tokenizer with the interface of :class:`attnkit.data.Tokenizer`.
+- :mod:`.export`: the ``transformers`` objects of ``attnkit export --format huggingface`` (config, model,
+  generation config, fast tokenizer, the saved folder), built from the plain values :mod:`attnkit.deploy.hf_export` decides;
+- :mod:`.transformers_internals`: the one place attnkit reads ``transformers``' private internals (the attention
+  registry, a config's attention implementation, the encoder-decoder cache's layout), version-checked at import.
 
 Nothing outside this package learns that a model came from the hub. Importing this package does
 not import ``transformers``; the functions that need it do, and say which extra to install when it
