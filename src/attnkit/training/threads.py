@@ -3,8 +3,9 @@
 Why: torch's CPU kernels run on an OpenMP team whose threads meet at a barrier after each parallel
 region. When another process holds some of the cores, one of the team's threads is often off its core
 at that barrier and every other thread waits for it (or spins, which makes it worse for both jobs: two
-2-thread trainings on 2 cores measured 15 s a step each, against 0.7 s alone). A team no larger than the
-cores the process actually gets loses no time at barriers.
+2-thread trainings on a 2-core machine ran many times slower a step than one alone; benchmarks/RESULTS.md,
+"A time budget under load"). A team no larger than the cores the process actually gets loses no time at
+barriers.
 
 :class:`ThreadGovernor` watches the cores the process got over its recent training steps,
 
