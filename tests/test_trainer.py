@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from attnkit.training import (
     ListBatches,
     RunConfig,
+    StopReason,
     Trainer,
     inverse_sqrt_with_warmup,
     list_checkpoints,
@@ -222,3 +223,38 @@ def test_run_totals_sums_every_piece_of_a_resumed_run(tmp_path):
     assert (t["steps"], t["epochs"], t["best_metric"]) == (200, 4, 12.5)  # the last piece's
     with pytest.raises(FileNotFoundError, match="out_dir"):
         run_totals(tmp_path / "nothing")
+
+
+def test_stop_reasons_are_the_strings_the_log_and_the_summary_write(tmp_path):
+    """``StopReason``'s values are the strings runs have always written; a run's summary and its log's ``end``
+    line carry the value (a plain string), and its checkpoint's trainer_state keeps the keys older runs saved."""
+    assert {r.name: r.value for r in StopReason} == {
+        "EARLY_STOPPING": "early_stopping",
+        "INTERRUPTED": "interrupted",
+        "MAX_STEPS": "max_steps",
+        "MAX_TIME": "max_time",
+        "MAX_EPOCHS": "max_epochs",
+    }
+    s = make_trainer(tmp_path, max_steps=3).fit()
+    assert type(s["stop_reason"]) is str and s["stop_reason"] == StopReason.MAX_STEPS.value
+    last = (tmp_path / "train_log.jsonl").read_text().splitlines()[-1]
+    assert '"stop_reason": "max_steps"' in last and json.loads(last)["event"] == "end"
+    assert list(load_checkpoint(tmp_path / "step-00000003").trainer_state) == [
+        "step", "epoch", "optimizer", "scheduler", "sampler", "rng", "rng_per_rank", "world_size", "best_metric",
+        "best_step", "metric_for_best", "bad_epochs", "early_stopped", "tokens_seen", "seed", "scaler",
+    ]  # fmt: skip
+
+
+def test_the_stop_decision_checks_in_its_order(tmp_path):
+    """Patience first, then a stop request (not at the start), the step limit, then the epoch limit."""
+    t = make_trainer(tmp_path, max_steps=4, max_epochs=2)
+    assert t._stop_reason("step") is None
+    t.epoch = 2
+    assert t._stop_reason("epoch_end") is StopReason.MAX_EPOCHS
+    t.step = 4
+    assert t._stop_reason("start") is StopReason.MAX_STEPS and t._stop_reason("step") is StopReason.MAX_STEPS
+    t.request_stop()
+    assert t._stop_reason("start") is StopReason.MAX_STEPS  # a request is not checked before the first step
+    assert t._stop_reason("step") is StopReason.INTERRUPTED
+    t.validator.early_stopped = True
+    assert t._stop_reason("epoch_end") is StopReason.EARLY_STOPPING and t.early_stopped

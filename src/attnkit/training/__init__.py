@@ -3,9 +3,10 @@
 * :mod:`.checkpoint` — atomic checkpoint folders, ``load_model`` (through the model registry,
   :mod:`attnkit.models.registry`), averaging, ``export_checkpoint``.
 * :mod:`.trainer` — :class:`Trainer`, one loop with exact resume, DDP and early stopping, built from
-  :mod:`.run_config`'s :class:`RunConfig` (the run options every task config nests); beside it
-  :mod:`.resume` (checkpoints and resume), :mod:`.validation` (best metric, early stopping),
-  :mod:`.step_plan` (the step estimate and the budget schedule) and :mod:`.progress` (log, progress line);
+  :mod:`.run_config`'s :class:`RunConfig` (the run options every task config nests); it holds its parts
+  as fields, each in its own module: :mod:`.resume` (checkpoints and resume), :mod:`.validation` (best
+  metric, early stopping), :mod:`.step_plan` (the step estimate and the budget schedule), :mod:`.progress`
+  (log, progress line) and :mod:`.threads`; :mod:`.stop` names why a run stopped (:class:`StopReason`);
   :mod:`.run_folder` names everything a run writes in ``out_dir`` in its manifest first, so that it never
   replaces or removes a file of the user's there.
 * :mod:`.data` — the resumable batch-source interface, :class:`Batches` and :class:`ListBatches`.
@@ -31,6 +32,7 @@ from .data import ListBatches
 from .losses import label_smoothed_nll
 from .run_config import RunConfig
 from .schedules import constant, inverse_sqrt_with_warmup
+from .stop import StopReason
 from .trainer import Trainer
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "CheckpointError",
     "ListBatches",
     "RunConfig",
+    "StopReason",
     "Trainer",
     "average_checkpoints",
     "constant",

@@ -4,7 +4,7 @@ Rank 0 writes one JSON object per line to ``out_dir/train_log.jsonl`` (``start``
 every ``log_every`` steps, ``valid``, ``schedule``, ``checkpoint``, ``warning``, ``end``) and, when
 ``progress`` is on, draws a tqdm bar whose postfix shows the window's mean loss, tokens/s, the epoch, the
 learning rate, the last validation score (and the best) and the steps the budget is expected to leave.
-:func:`run_totals` reads a finished run's log back.
+:class:`RunLog` holds both; :func:`run_totals` reads a finished run's log back.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, TextIO
 
-__all__ = ["LOG_NAME", "RunStats", "run_totals"]
+__all__ = ["LOG_NAME", "RunLog", "RunStats", "run_totals"]
 
 LOG_NAME = "train_log.jsonl"
 
@@ -74,57 +75,95 @@ class RunStats:
         self.win_loss, self.win_tokens, self.win_steps, self.win_t, self.win_metrics = 0.0, 0, 0, now, {}
 
 
-class ProgressMixin:
-    """The :class:`~attnkit.training.Trainer`'s log lines and progress bar (reads the trainer's counters)."""
+@dataclasses.dataclass
+class RunLog:
+    """The run's JSON-lines log and its progress bar: rank 0 opens both; on the other ranks they stay None
+    and every method does nothing. The trainer passes in what a line says (this class reads no trainer)."""
 
-    def _log(self, record: dict) -> None:
-        """Append ``record`` (stamped with the wall time) to the run's log, flushed at once (rank 0 only)."""
-        if not self.is_main or self._log_file is None:
+    file: TextIO | None = None  # out_dir/train_log.jsonl, open (appending) from the start of ``fit`` to its end
+    bar: Any = None  # the tqdm bar over the run's steps (rank 0 with ``run.progress``), or None
+
+    def open(self, path: Path) -> None:
+        """Open the log for the whole run (each record is flushed as it is written; :meth:`close` ends it)."""
+        self.file = open(path, "a")  # noqa: SIM115
+
+    def write(self, record: dict) -> None:
+        """Append ``record`` (stamped with the wall time) to the log, flushed at once (rank 0 only)."""
+        if self.file is None:
             return
         record = {"time": round(time.time(), 3), **record}
-        self._log_file.write(json.dumps(record, default=float) + "\n")
-        self._log_file.flush()
+        self.file.write(json.dumps(record, default=float) + "\n")
+        self.file.flush()
 
-    def _progress_bar(self):
-        """A tqdm bar over the steps this run will take (rank 0, when ``progress``), or None."""
-        if not (self.run.progress and self.is_main):
-            return None
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+    def open_bar(self, total: int | None, initial: int) -> None:
+        """Draw a tqdm bar over ``total`` steps (None: unknown), ``initial`` of them made (a resumed run)."""
         from tqdm import tqdm
 
-        spe = self._steps_per_epoch()
-        total = None if spe is None else spe * self.run.epochs
-        if self.run.max_steps is not None:
-            total = self.run.max_steps if total is None else min(total, self.run.max_steps)
-        return tqdm(total=total, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
+        self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, file=sys.stderr)
 
-    def _log_window(self, stats: RunStats, grad_norm: float | None, pbar) -> None:
-        """One ``train`` line of the log (the mean loss and tokens/s since the last one)."""
+    def close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def advance(self) -> None:
+        """One more step made."""
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def set_total(self, total: int) -> None:
+        """The steps the run is now expected to take (a budget's estimate moves)."""
+        if self.bar is not None and self.bar.total != total:
+            self.bar.total = total
+
+    def say(self, text: str) -> None:
+        """A line above the bar (a validation's scores); nothing without a bar."""
+        if self.bar is not None:
+            self.bar.write(text)
+
+    def log_window(
+        self,
+        stats: RunStats,
+        *,
+        step: int,
+        epoch: int,
+        lr: float,
+        grad_norm: float | None,
+        estimated_steps: int | None,
+        timed: bool,
+        last_valid: Mapping[str, float] | None,
+        metric_for_best: str,
+        best_metric: float | None,
+    ) -> None:
+        """One ``train`` line (the mean loss and tokens/s since the last one, ``stats``'s window), and the
+        progress line's fields; then a new window. ``estimated_steps`` (the steps the budget is expected to
+        reach) is logged in a run with a time budget (``timed``) and shown as the steps left whenever known."""
         now = time.perf_counter()
         rec = {
             "event": "train",
-            "step": self.step,
-            "epoch": self.epoch,
+            "step": step,
+            "epoch": epoch,
             "loss": stats.win_loss / max(stats.win_tokens, 1),
             "tokens_per_s": stats.win_tokens / max(now - stats.win_t, 1e-9),
-            "lr": self.optimizer.param_groups[0]["lr"],
+            "lr": lr,
             "grad_norm": grad_norm,
             **{k: v / stats.win_steps for k, v in stats.win_metrics.items()},
         }
-        if self.run.max_time_s is not None and self.estimated_steps is not None:
-            rec["estimated_steps"] = self.estimated_steps  # the budget's estimate as it moves
-        self._log(rec)
-        if pbar is not None:
-            pbar.set_postfix(self._postfix(rec), refresh=False)
+        if timed and estimated_steps is not None:
+            rec["estimated_steps"] = estimated_steps  # the budget's estimate as it moves
+        self.write(rec)
+        if self.bar is not None:
+            post = {"loss": f"{rec['loss']:.4f}", "tok_s": f"{rec['tokens_per_s']:.0f}", "epoch": epoch}
+            post["lr"] = f"{rec['lr']:.2e}"
+            if last_valid is not None and metric_for_best in last_valid:
+                value = last_valid[metric_for_best]
+                post[metric_for_best] = f"{value:.4g} (best {best_metric:.4g})"
+            if estimated_steps is not None:
+                post["steps_left"] = max(estimated_steps - step, 0)
+            self.bar.set_postfix(post, refresh=False)
         stats.new_window(now)
-
-    def _postfix(self, rec: dict) -> dict:
-        """The progress line's fields: loss, tokens/s, epoch, lr, the last validation's score (and the best),
-        and the steps the budget is expected to leave."""
-        post = {"loss": f"{rec['loss']:.4f}", "tok_s": f"{rec['tokens_per_s']:.0f}", "epoch": self.epoch}
-        post["lr"] = f"{rec['lr']:.2e}"
-        if self._last_valid is not None and self.metric_for_best in self._last_valid:
-            value = self._last_valid[self.metric_for_best]
-            post[self.metric_for_best] = f"{value:.4g} (best {self.best_metric:.4g})"
-        if self.estimated_steps is not None:
-            post["steps_left"] = max(self.estimated_steps - self.step, 0)
-        return post

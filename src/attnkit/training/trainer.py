@@ -32,10 +32,13 @@ incomplete group of an epoch is dropped, so all ranks take the same number of st
 0 writes checkpoints, the JSON-lines log and the progress bar.
 
 Every run option is a field of :class:`~attnkit.training.RunConfig` (the ``run`` argument). This module
-is the loop itself (epochs, steps, stop requests); the rest of a run sits beside it, one job a module:
-:mod:`.resume` (fresh start or resume, trainer state, checkpoints), :mod:`.validation` (best metric,
-early stopping), :mod:`.step_plan` (the step estimate and the budget schedule fitted to it) and
-:mod:`.progress` (the JSON-lines log and the progress line).
+is the loop itself (epochs, steps, stop requests, and why it stopped: :class:`~attnkit.training.stop.StopReason`).
+The rest of a run is held by the trainer as parts, one job a module, each with its state declared on it:
+``resumer`` (:class:`~.resume.Resumer`: fresh start or resume, trainer state, checkpoints), ``validator``
+(:class:`~.validation.Validator`: best metric, early stopping), ``planner`` (:class:`~.step_plan.StepPlanner`:
+the step estimate and the budget schedule fitted to it), ``run_log`` (:class:`~.progress.RunLog`: the
+JSON-lines log and the progress bar) and ``governor`` (:class:`~.threads.ThreadGovernor`: fewer CPU threads
+while another job shares the cores).
 """
 
 from __future__ import annotations
@@ -48,25 +51,25 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..checks import check_fields
 from ..device import autocast, resolve_device, resolve_precision, to_device
-from .budget import StepClock, find_budget_schedule
 from .checkpoint import step_dir_name
 from .distributed import all_reduce_sum, init_distributed, local_rank
-from .progress import ProgressMixin, RunStats, run_totals
-from .resume import ResumeMixin
+from .progress import RunLog, RunStats, run_totals
+from .resume import Resumer
 from .run_config import RunConfig
 from .run_folder import BEST_NAME, TRAIN_CONFIG_NAME, open_run_folder
-from .step_plan import StepPlanMixin
+from .step_plan import StepPlanner
+from .stop import StopReason
 from .threads import ThreadGovernor
-from .validation import ValidationMixin
+from .validation import Validator
 
-__all__ = ["Trainer", "run_totals"]
+__all__ = ["StopReason", "Trainer", "run_totals"]
 
 
 def _check_batches(train_batches: Any) -> None:
@@ -78,7 +81,7 @@ def _check_batches(train_batches: Any) -> None:
             )
 
 
-class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
+class Trainer:
     """Train ``model`` with ``optimizer`` on ``train_batches`` for the run ``run`` describes (see the module
     docstring).
 
@@ -150,24 +153,26 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         if run.patience is not None and valid_fn is None:
             raise ValueError("Trainer: run.patience needs a valid_fn to compute metric_for_best")
 
-        self.run = run
+        # what the run is given (the objects are the caller's; the trainer steps and saves them)
+        self.run = run  # every run option (a RunConfig), read when used
         device = run.device
         if device is None:
             first = next(iter(model.parameters()), None)
             device = first.device if first is not None else torch.device("cpu")
-        self.device = resolve_device(device)
-        self.amp_dtype = resolve_precision(run.precision, self.device)
+        self.device: torch.device = resolve_device(device)  # where the model and every batch go
+        self.amp_dtype: torch.dtype = resolve_precision(run.precision, self.device)  # autocast (fp32: none)
+        # this process's rank and the number of ranks (0 and 1 outside torchrun)
         self.rank, self.world_size = init_distributed("nccl" if self.device.type == "cuda" else "gloo")
         if self.world_size > 1 and self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", local_rank())
-        self.is_main = self.rank == 0
-        self.raw_model = model.to(self.device)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
+        self.is_main: bool = self.rank == 0  # rank 0 writes checkpoints, the log and the bar
+        self.raw_model: torch.nn.Module = model.to(self.device)  # the unwrapped model (saved, validated)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)  # fp16 only
         if self.world_size > 1 and not isinstance(model, DistributedDataParallel):
             model = DistributedDataParallel(
                 model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
-        self.model = model
+        self.model: torch.nn.Module = model  # what loss_fn calls: DDP-wrapped under torchrun
         self.optimizer = optimizer
         self.loss_fn = loss_fn
         self.after_step = after_step
@@ -175,51 +180,98 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         self.valid_fn = valid_fn
         self.scheduler = scheduler
         self.out_dir = Path(run.out_dir)
-        self.metric_for_best = metric_for_best
-        self.greater_is_better = bool(greater_is_better)
-        self.extra_files = dict(extra_files or {})
+        self.extra_files = dict(extra_files or {})  # copied into every checkpoint
         if model_config is None:
             to_config = getattr(self.raw_model, "to_config", None)
             model_config = to_config() if callable(to_config) else {}
         if dataclasses.is_dataclass(model_config) and not isinstance(model_config, type):
             model_config = dataclasses.asdict(model_config)
-        self.model_config = dict(model_config)
-        self.record_path: Path | None = None  # train_config.json, where the fitted schedule is recorded
+        self.model_config = dict(model_config)  # every checkpoint's config.json
         # what the run writes in out_dir, named there first (rank 0 writes; a folder of the user's is refused)
         self.run_folder = open_run_folder(self.out_dir) if self.is_main else None
+        record_path = None  # train_config.json, where the fitted schedule is recorded
         if task_config is not None:
-            self.record_path = self.out_dir / TRAIN_CONFIG_NAME
+            record_path = self.out_dir / TRAIN_CONFIG_NAME
             if self.is_main:
-                self.run_folder.claim(TRAIN_CONFIG_NAME, TRAIN_CONFIG_NAME + ".tmp")  # the .tmp: step_plan's rewrite
-                self.record_path.write_text(json.dumps(dataclasses.asdict(task_config), indent=2))
+                self.run_folder.claim(TRAIN_CONFIG_NAME, TRAIN_CONFIG_NAME + ".tmp")  # the .tmp: the planner's rewrite
+                record_path.write_text(json.dumps(dataclasses.asdict(task_config), indent=2))
 
-        # counters (saved in trainer_state)
-        self.step = 0
-        self.epoch = 0
-        self.best_metric: float | None = None
-        self.best_step: int | None = None
-        self.bad_epochs = 0
-        self.early_stopped = False
-        self.tokens_seen = 0
-        self._stop_requested = False
-        self._saved_at: tuple[int, int] | None = None
-        self._log_file = None
-        # the time budget and the schedule fitted to it (attnkit.training.budget)
-        self._budget = find_budget_schedule(scheduler)
-        self._clock = StepClock()  # a step's seconds and each recurring event's, for a time budget
-        self._threads: ThreadGovernor | None = None  # fewer CPU threads while the cores are shared
-        self.planned_steps: int | None = None  # a time budget's first estimate of its steps, for the shortfall
+        # the loop's counters (the first three are saved in trainer_state)
+        self.step = 0  # optimizer steps made
+        self.epoch = 0  # whole passes over the training data made
+        self.tokens_seen = 0  # the tokens loss_fn counted, over all ranks
         self.last_step_lr: float | None = None  # the learning rate the last optimizer step ran at
-        self._decay_from: tuple[float, float] | None = None  # (time, multiplier): a time budget's decay start
-        self._validated_at: int | None = None
-        self._last_valid: dict | None = None
-        self.estimated_steps: int | None = None  # the steps this run's budget is expected to reach
-        self._warned = False
-        self._spe: tuple[int, int | None] | None = None  # (epoch, steps in it)
+        self._stop_requested = False  # a signal or request_stop(): stop at the next step boundary
+
+        # the run's parts, each holding its own state
+        self.run_log = RunLog()  # the JSON-lines log and the progress bar (rank 0)
+        self.validator = Validator(run, metric_for_best, bool(greater_is_better))  # best metric, patience
+        self.planner = StepPlanner(  # the step estimate, the budget schedule fitted to it, the run's record
+            run, scheduler, train_batches, self.world_size, self.is_main, self.run_log, record_path
+        )
+        self.resumer = Resumer()  # start or resume, trainer_state, checkpoints
+        self.governor: ThreadGovernor | None = None  # fewer CPU threads while the cores are shared (per fit)
+
+    # what the parts hold, under the names the trainer always had
+    @property
+    def metric_for_best(self) -> str:
+        """The ``valid_fn`` metric that picks ``out_dir/best`` and counts towards ``run.patience``."""
+        return self.validator.metric_for_best
+
+    @property
+    def greater_is_better(self) -> bool:
+        return self.validator.greater_is_better
+
+    @property
+    def best_metric(self) -> float | None:
+        """The best ``metric_for_best`` seen (None before the first validation)."""
+        return self.validator.best_metric
+
+    @property
+    def best_step(self) -> int | None:
+        """The step ``best_metric`` was seen at."""
+        return self.validator.best_step
+
+    @property
+    def bad_epochs(self) -> int:
+        """Validations in a row without improvement."""
+        return self.validator.bad_epochs
+
+    @property
+    def early_stopped(self) -> bool:
+        """Whether ``run.patience`` validations without improvement stopped the run."""
+        return self.validator.early_stopped
+
+    @property
+    def planned_steps(self) -> int | None:
+        """A time budget's first settled estimate of its steps (what a shortfall is measured against)."""
+        return self.planner.planned_steps
+
+    @property
+    def estimated_steps(self) -> int | None:
+        """The steps this run's budget is expected to reach (the latest estimate)."""
+        return self.planner.estimated_steps
+
+    @property
+    def record_path(self) -> Path | None:
+        """``out_dir/train_config.json``, the run's record (None without a ``task_config``)."""
+        return self.planner.record_path
+
+    @record_path.setter
+    def record_path(self, path: Path | None) -> None:
+        self.planner.record_path = path
 
     def request_stop(self) -> None:
         """Ask the loop to save a checkpoint at the next step boundary and return (what SIGINT does)."""
         self._stop_requested = True
+
+    def save(self, *, best: bool = False) -> Path:
+        """Write ``out_dir/step-XXXXXXXX`` (and ``out_dir/best`` if ``best``); collective under DDP."""
+        return self.resumer.save(self, best=best)
+
+    def trainer_state(self) -> dict:
+        """Everything besides the weights that exact resume needs (collective under DDP)."""
+        return self.resumer.trainer_state(self)
 
     def _rank_batches(self) -> Iterator[Any]:
         """This rank's share of the current epoch: batch ``r`` of every group of ``world_size``."""
@@ -304,49 +356,62 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
         return previous
 
     def fit(self, resume: bool = False) -> dict:
-        """Train until max_epochs, max_steps, early stopping or a stop request; returns a summary.
+        """Train until max_epochs, max_steps, max_time_s, early stopping or a stop request; returns a summary.
 
         With ``resume=True`` the newest loadable checkpoint in ``out_dir`` is restored first (a
         fresh start if there is none). The summary has ``steps``, ``epochs``, ``time_s``,
-        ``tokens``, ``tokens_per_s``, ``best_metric``, ``best_step``, ``stop_reason``,
-        ``last_checkpoint`` and ``best_checkpoint``.
+        ``tokens``, ``tokens_per_s``, ``best_metric``, ``best_step``, ``stop_reason`` (a
+        :class:`StopReason`'s value), ``last_checkpoint`` and ``best_checkpoint``.
         """
-        resumed_from = self._start(resume)
-        pbar = self._progress_bar()
+        resumed_from = self.resumer.start(self, resume)
+        self._open_progress_bar()
         previous_handlers = self._install_signal_handlers()
         self.raw_model.train()
         stats = RunStats(t0=time.perf_counter())
-        stop_reason = (
-            "early_stopping"
-            if self.early_stopped
-            else "max_steps"
-            if self.run.max_steps is not None and self.step >= self.run.max_steps
-            else None
-        )
-        self._clock = StepClock.for_budget(self.run.max_time_s)
-        self._threads = self._thread_governor()
-        self.planned_steps = None
-        self._decay_from = None  # (time, multiplier) where this run's time-budget decay began
-        self._plan(stats, pbar)
+        self.planner.start(stats.t0, has_valid_fn=self.valid_fn is not None)
+        self.governor = self._thread_governor()
+        stop = self._stop_reason("start")
+        self.planner.plan(self.step, self.epoch)
         try:
-            while stop_reason is None and self.epoch < self.run.epochs:
-                stop_reason = self._train_epoch(stats, pbar) or self._end_epoch(pbar)
-            stop_reason = stop_reason or "max_epochs"
+            while stop is None:
+                stop = self._train_epoch(stats) or self._end_epoch()
             improved = False
-            if stop_reason in ("max_time", "max_steps") and self._budget is not None:
-                improved = self._final_validation(pbar)
-            if improved or self._saved_at != (self.step, self.epoch):
+            if stop.ends_a_budget and self.planner.budget is not None:
+                improved = self._final_validation()
+            if improved or self.resumer.saved_at != (self.step, self.epoch):
                 self.save(best=improved)
-            self._report_budget()
+            self.planner.report_budget(self.step, self.last_step_lr, self.governor)
         finally:
-            if self._threads is not None and self._threads.current != self._threads.threads:
-                torch.set_num_threads(self._threads.threads)  # what the run was given, for whatever follows it
+            if self.governor is not None and self.governor.current != self.governor.threads:
+                torch.set_num_threads(self.governor.threads)  # what the run was given, for whatever follows it
             for sig, h in previous_handlers.items():
                 if h is not None:
                     signal.signal(sig, h)
-            if pbar is not None:
-                pbar.close()
-        return self._finish(stats, stop_reason, resumed_from)
+            self.run_log.close_bar()
+        return self._finish(stats, stop, resumed_from)
+
+    def _stop_reason(self, at: Literal["start", "step", "epoch_end"]) -> StopReason | None:
+        """Why the run stops here (at the start of ``fit``, after a step, at an epoch's end), or None: in this
+        order, patience ran out; a stop was requested (not checked at the start: a run makes a step first);
+        the step limit; the time budget (after a step only: it first re-plans with that step's time); the
+        epoch limit.
+
+        Every rank takes the same decision at the same point: the validations' metrics are broadcast, a
+        stop request is agreed (a collective call, on every rank), the time budget follows rank 0's plan.
+        """
+        if self.validator.early_stopped:
+            return StopReason.EARLY_STOPPING
+        if at != "start" and self._agree_to_stop():
+            return StopReason.INTERRUPTED
+        if self.run.max_steps is not None and self.step >= self.run.max_steps:
+            return StopReason.MAX_STEPS
+        if at == "step" and self.run.max_time_s is not None:
+            self.planner.plan(self.step, self.epoch)  # the estimate and the schedule follow the time left
+            if self.planner.time_is_up(self.step):
+                return StopReason.MAX_TIME  # this run's time budget; resume continues it
+        if self.epoch >= self.run.epochs:
+            return StopReason.MAX_EPOCHS
+        return None
 
     def _thread_governor(self) -> ThreadGovernor | None:
         """With ``run.adapt_threads`` on a CPU with more than one torch thread: the governor that lowers
@@ -355,8 +420,19 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
             return None
         return ThreadGovernor(torch.get_num_threads())
 
-    def _train_epoch(self, stats: RunStats, pbar) -> str | None:
+    def _open_progress_bar(self) -> None:
+        """A bar over the steps this run will take by its epoch and step limits (rank 0, when ``progress``)."""
+        if not (self.run.progress and self.is_main):
+            return
+        spe = self.planner.steps_per_epoch(self.epoch)
+        total = None if spe is None else spe * self.run.epochs
+        if self.run.max_steps is not None:
+            total = self.run.max_steps if total is None else min(total, self.run.max_steps)
+        self.run_log.open_bar(total, self.step)
+
+    def _train_epoch(self, stats: RunStats) -> StopReason | None:
         """Train on the rest of the current epoch; a stop reason if training must stop within it."""
+        clock = self.planner.clock
         t_last, c_last = time.perf_counter(), time.process_time()
         for batch in self._rank_batches():
             self.last_step_lr = self.optimizer.param_groups[0]["lr"]  # what this step runs at (the budget's record)
@@ -365,57 +441,88 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
             self.tokens_seen += n_tok
             stats.add(loss_sum, n_tok, metrics)
             if self.step % self.run.log_every == 0:
-                self._log_window(stats, grad_norm, pbar)
-            if pbar is not None:
-                pbar.update(1)
+                self._log_window(stats, grad_norm)
+            self.run_log.advance()
             step_s = time.perf_counter() - t_last
-            self._clock.add(step_s)  # the step and its batch; events are timed apart
-            if self._threads is not None and self._threads.step(step_s, time.process_time() - c_last) is not None:
-                self._log({"event": "threads", "step": self.step, **self._threads.changes[-1]})
+            clock.add(step_s)  # the step and its batch; events are timed apart
+            if self.governor is not None and self.governor.step(step_s, time.process_time() - c_last) is not None:
+                self.run_log.write({"event": "threads", "step": self.step, **self.governor.changes[-1]})
             improved = False
             if self.run.valid_every_steps and self.valid_fn is not None and self.step % self.run.valid_every_steps == 0:
-                improved = self._validate_and_log(pbar, f"step {self.step}")  # the clock's "valid" event
+                improved = self._validate(f"step {self.step}")  # the clock's "valid" event
             if improved or self.step % self.run.save_every_steps == 0:
                 t_save = time.perf_counter()
                 self.save(best=improved)
-                self._clock.add_event("save", time.perf_counter() - t_save)
+                clock.add_event("save", time.perf_counter() - t_save)
             t_last, c_last = time.perf_counter(), time.process_time()
-            if self.early_stopped:
-                return "early_stopping"
-            if self._agree_to_stop():
-                return "interrupted"
-            if self.run.max_steps is not None and self.step >= self.run.max_steps:
-                return "max_steps"
-            if self.run.max_time_s is not None:
-                self._plan(stats, pbar)
-                if time.perf_counter() - stats.t0 >= self.run.max_time_s - self._end_reserve():
-                    return "max_time"  # this run's time budget; resume continues it
-                b = self._budget
-                if b is not None and b.state == "fitted" and self.step >= b.total_steps:
-                    return "max_time"  # the schedule fitted to the time left has ended: lr 0 from here
+            stop = self._stop_reason("step")
+            if stop is not None:
+                return stop
         return None
 
-    def _end_epoch(self, pbar) -> str | None:
-        """Validate, move the data source to the next epoch and save; a stop reason if one applies."""
+    def _end_epoch(self) -> StopReason | None:
+        """Validate, move the data source to the next epoch and save; a stop reason if one applies. Its
+        seconds (the validation, the next epoch's batches, the checkpoint) are what a time budget charges."""
         t = time.perf_counter()
         try:
-            return self._end_epoch_work(pbar)
-        finally:  # its validation, the next epoch's batches and the checkpoint: what a time budget charges
-            self._clock.add_event("epoch_end", time.perf_counter() - t)
+            improved = False
+            every = self.run.valid_every_epochs
+            if self.valid_fn is not None and every and (self.epoch + 1) % every == 0:
+                improved = self._validate(f"epoch {self.epoch}")
+            self.epoch += 1
+            self.train_batches.set_epoch(self.epoch)
+            self.save(best=improved)
+            return self._stop_reason("epoch_end")
+        finally:
+            self.planner.clock.add_event("epoch_end", time.perf_counter() - t)
 
-    def _end_epoch_work(self, pbar) -> str | None:
-        improved = False
-        every = self.run.valid_every_epochs
-        if self.valid_fn is not None and every and (self.epoch + 1) % every == 0:
-            improved = self._validate_and_log(pbar, f"epoch {self.epoch}")
-        self.epoch += 1
-        self.train_batches.set_epoch(self.epoch)
-        self.save(best=improved)
-        if self.early_stopped:
-            return "early_stopping"
-        return "interrupted" if self._agree_to_stop() else None
+    def _validate(self, label: str) -> bool:
+        """Validate (:class:`~.validation.Validator`), log it with its seconds (``valid_s``), show it above the
+        bar as ``label: metric=value, ...``; whether ``metric_for_best`` improved."""
+        t = time.perf_counter()
+        metrics = self.validator.evaluate(
+            self.valid_fn, self.raw_model, device=self.device, amp_dtype=self.amp_dtype, is_main=self.is_main
+        )
+        improved = self.validator.judge(metrics, self.step)
+        seconds = time.perf_counter() - t
+        self.planner.clock.add_event("valid", seconds)  # for a time budget's estimate
+        self.run_log.write(
+            {
+                "event": "valid",
+                "step": self.step,
+                "epoch": self.epoch,
+                **metrics,
+                "best_metric": self.validator.best_metric,
+                "bad_epochs": self.validator.bad_epochs,
+                "valid_s": round(seconds, 3),
+            }
+        )
+        self.run_log.say(f"{label}: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+        return improved
 
-    def _finish(self, stats: RunStats, stop_reason: str, resumed_from: Path | None) -> dict:
+    def _final_validation(self) -> bool:
+        """Validate a budget's last step (once, where the run validates at all): a fitted schedule ends there
+        at lr 0, so ``best`` is the finished model; whether it improved."""
+        if self.valid_fn is None or not self.validator.due_at_budget_end(self.step):
+            return False
+        return self._validate(f"step {self.step} (end of budget)")
+
+    def _log_window(self, stats: RunStats, grad_norm: float | None) -> None:
+        """One ``train`` line of the log and the progress line (the window since the last one)."""
+        self.run_log.log_window(
+            stats,
+            step=self.step,
+            epoch=self.epoch,
+            lr=self.optimizer.param_groups[0]["lr"],
+            grad_norm=grad_norm,
+            estimated_steps=self.planner.estimated_steps,
+            timed=self.run.max_time_s is not None,
+            last_valid=self.validator.last_metrics,
+            metric_for_best=self.validator.metric_for_best,
+            best_metric=self.validator.best_metric,
+        )
+
+    def _finish(self, stats: RunStats, stop: StopReason, resumed_from: Path | None) -> dict:
         """The run's summary (also the log's last line); closes the log."""
         elapsed = time.perf_counter() - stats.t0
         last = self.out_dir / step_dir_name(self.step)
@@ -428,14 +535,12 @@ class Trainer(ResumeMixin, ValidationMixin, StepPlanMixin, ProgressMixin):
             "metric_for_best": self.metric_for_best,
             "best_metric": self.best_metric,
             "best_step": self.best_step,
-            "stop_reason": stop_reason,
+            "stop_reason": stop.value,
             "resumed_from": str(resumed_from) if resumed_from else None,
             "last_checkpoint": str(last) if last.is_dir() else None,
             "best_checkpoint": str(self.out_dir / BEST_NAME) if (self.out_dir / BEST_NAME).is_dir() else None,
         }
-        self._log({"event": "end", **summary})
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
+        self.run_log.write({"event": "end", **summary})
+        self.run_log.close()
         self._stop_requested = False
         return summary
