@@ -74,7 +74,7 @@ def _one_line_error(capsys, argv, *expected):
 def test_translate_refuses_a_bad_beam_before_loading_a_model(capsys, monkeypatch, beam):
     import attnkit.cli.translate as cli_translate
 
-    monkeypatch.setattr(cli_translate, "_load_translator", lambda *a: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(cli_translate, "_open_model", lambda *a, **k: pytest.fail("the model was loaded"))
     _one_line_error(capsys, ["translate", "--beam", beam, "hola"], "--beam")
 
 

@@ -132,23 +132,26 @@ def test_a_transformer_asked_for_with_a_short_budget_gets_the_rule_s_size_unless
 
 def test_a_run_folder_opens_as_its_newest_complete_checkpoint(toy_home, tmp_path, capsys):
     """`serve`/`translate --model RUN_FOLDER` on a model still training: its newest complete checkpoint."""
-    from attnkit.cli.common import CLIError, _model_path
-    from attnkit.explorer.loading import run_spec
+    from attnkit.service import model_folder, open_model
+    from attnkit.training.checkpoint import CheckpointError
 
     out = tmp_path / "run"
     assert train(toy_home, out, "--max-steps", "4", "--save-every-steps", "2") == 0
     (out / "step-00000009").mkdir()  # a save under way: no COMPLETE marker yet
     newest = out / "step-00000004"
-    assert _model_path(str(out), "unused") == newest and (newest / "COMPLETE").is_file()
+    assert model_folder(str(out), default="unused") == newest and (newest / "COMPLETE").is_file()
     assert "is a training run: using its newest checkpoint, step-00000004" in capsys.readouterr().err
-    assert run_spec(str(out)).checkpoint == str(newest) and run_spec(str(out)).label == "run"  # serve's spec
-    assert run_spec("rnnsearch-es-en").checkpoint is None
+    spec = open_model(str(out)).spec  # serve's spec
+    assert spec.checkpoint == str(newest) and spec.label == "run"
+    assert open_model("rnnsearch-es-en").spec.checkpoint is None
     assert cli_main(["translate", "--model", str(out), "a b c"]) == 0
     empty = tmp_path / "starting"
     empty.mkdir()
     (empty / "train_log.jsonl").write_text("")
-    with pytest.raises(CLIError, match="no complete checkpoint yet"):
-        _model_path(str(empty), "unused")
+    with pytest.raises(CheckpointError, match="no complete checkpoint yet"):
+        model_folder(str(empty), default="unused")
+    assert cli_main(["translate", "--model", str(empty), "a b c"]) == 2
+    assert "a training run with no complete checkpoint yet" in capsys.readouterr().err
 
 
 def test_a_model_of_a_one_language_corpus_is_evaluated_in_the_direction_it_was_trained(tmp_path):

@@ -9,7 +9,7 @@ import sys
 
 from ..checks import COUNT, arg_type, between
 from ..errors import InputError
-from .common import _load_translator, _output
+from .common import _open_model, _output
 from .flags import (
     _add_device_flags,
     _add_json_flag,
@@ -89,7 +89,8 @@ def _eflomal_file_links(args):
 def _model_file_links(args):
     import dataclasses
 
-    from ..pretrained import DEFAULT_ALIGNMENT_MODEL, resolve_model, reverse_model
+    from ..pretrained import DEFAULT_ALIGNMENT_MODEL, reverse_model
+    from ..service import ModelKind
     from ..tasks.translation.alignment import (
         AttentionReading,
         ModelAligner,
@@ -99,19 +100,19 @@ def _model_file_links(args):
         symmetrized,
     )
 
-    path = resolve_model(args.model or DEFAULT_ALIGNMENT_MODEL)
     reverse_name = args.reverse_model
     if args.symmetrize == "none" and reverse_name not in (None, "none"):
         raise InputError("--symmetrize none reads one direction: give no --reverse-model")
+    model = _open_model(args, DEFAULT_ALIGNMENT_MODEL, kind=ModelKind.TRANSLATOR)
     if args.symmetrize not in (None, "none") and reverse_name is None:  # the shipped model of the other direction
-        reverse_name = reverse_model(path)
+        reverse_name = reverse_model(model.path) if model.path is not None else None
         if reverse_name is not None:
             print(f"attnkit align: --symmetrize reads the other direction with {reverse_name}", file=sys.stderr)
     if reverse_name == "none":
         reverse_name = None
     # --symmetrize without a reverse model: the row and column argmaxes of the one model's matrix
     both_ways = args.symmetrize if not reverse_name else None
-    translator = _load_translator(args, path)
+    translator = model.impl
     method = args.method or default_method(translator)  # a guided head when the model has one
     reading = AttentionReading(method, args.layer, args.head, args.threshold, both_ways)
     aligner = ModelAligner(translator, reading)
@@ -128,7 +129,7 @@ def _model_file_links(args):
     forward = aligner.align(pairs, batch_size=args.batch_size)
     if not reverse_name:
         return counted(forward)
-    back_translator = _load_translator(args, resolve_model(reverse_name))
+    back_translator = _open_model(args, None, ref=reverse_name, kind=ModelKind.TRANSLATOR).impl
     back_reading = reading if args.method else dataclasses.replace(reading, method=default_method(back_translator))
     back = ModelAligner(back_translator, back_reading)
     _, pairs_again = read_parallel(args.src, args.tgt)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..pretrained import DEFAULT_CAPTION_MODEL
-from .common import CLIError, _load_captioner, _model_path, _output
+from .common import CLIError, _open_model, _output, _shown_name
 from .flags import _add_beam_flag, _add_device_flags, _add_html_flag, _add_model_flag, _add_plot_flag
 
 
@@ -16,8 +16,10 @@ def cmd_caption(args) -> None:
 
     _output(args.plot, "--plot")
     _output(args.html, "--html")
-    model_dir = _model_path(args.model, DEFAULT_CAPTION_MODEL)
-    cm = _load_captioner(args, model_dir)
+    from ..service import ModelKind
+
+    model = _open_model(args, DEFAULT_CAPTION_MODEL, kind=ModelKind.CAPTIONER)
+    cm = model.impl
     images = []
     for f in args.images:
         try:
@@ -45,7 +47,7 @@ def cmd_caption(args) -> None:
     if args.html is not None:
         from ..explorer import caption_payload, write_explorer_html
 
-        name = model_dir.name
+        name = _shown_name(model)
         payloads = [caption_payload(cm, img, model=name, beam=args.beam) for img in batch]
         print(f"wrote {write_explorer_html(args.html, captions=payloads)}")
 

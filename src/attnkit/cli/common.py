@@ -1,5 +1,6 @@
 """What every ``attnkit`` command shares: the one-line error, the parser class, output-path checks,
-the engine flags' check and the model loaders (the shared flags themselves are :mod:`.flags`')."""
+the engine flags' check and the shortlist's loading (the shared flags themselves are :mod:`.flags`'; every
+command opens its model with :func:`attnkit.service.open_model`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import os
 from pathlib import Path
 
 from ..errors import AttnkitError
-from ..pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
 
 
 class CLIError(AttnkitError):
@@ -65,75 +65,6 @@ def _check_engine_flags(args) -> None:
         raise CLIError("--vmap needs --engine ctranslate2 (the PyTorch engine takes --shortlist FILE)")
 
 
-def _load_ct2(model: str | None, device: str, *, keep_spelling: bool = False, length_penalty: float | None = None):
-    """A CTranslate2 export (a folder, or a name under ``$ATTNKIT_HOME/models``) as a
-    :class:`attnkit.deploy.ct2_engine.CT2Translator`; ``keep_spelling``: no source spelling rewrite;
-    ``length_penalty``: a GNMT ``α`` (``--length-penalty``) instead of the export's, as CTranslate2's ``β``."""
-    from ..deploy.ct2_engine import CT2Translator, ctranslate2_length_penalty
-    from ..paths import attnkit_home
-
-    if not model:
-        raise CLIError(
-            "--engine ctranslate2 needs --model FOLDER, written by `attnkit export MODEL OUT --format ctranslate2`"
-        )
-    path = Path(model)
-    if not path.is_dir():
-        from ..pretrained import PRETRAINED_DIR
-
-        for folder in (attnkit_home() / "models" / model, PRETRAINED_DIR / model):
-            if "/" not in model and folder.is_dir():
-                path = folder
-                break
-    tr = CT2Translator.load(path, device=device)
-    tr.normalize_spelling = not keep_spelling
-    if length_penalty is not None:
-        tr.length_penalty = ctranslate2_length_penalty(length_penalty)
-    return tr
-
-
-def _model_path(model: str | None, default: str) -> Path:
-    """The folder a ``--model`` argument means (a folder, a shipped or a local model name; a training
-    run's folder means its latest complete checkpoint, see :func:`_run_checkpoint`); an unknown one is a
-    CLIError that lists the known names."""
-    from ..pretrained import UnknownModelError, resolve_model
-
-    try:
-        return _run_checkpoint(resolve_model(model or default))
-    except UnknownModelError as exc:
-        raise CLIError(str(exc)) from None
-
-
-def _run_checkpoint(path: Path) -> Path:
-    """``path`` itself when it is a model folder; for the folder of a training run (``--out-dir``: no
-    ``config.json`` of its own, ``step-*`` checkpoints inside), its newest complete checkpoint, so a model
-    still training can be opened (say, in the explorer, to watch its attention form) and is named on
-    stderr; a run with no complete checkpoint yet is a CLIError."""
-    import sys
-
-    from ..training.checkpoint import is_training_run, list_checkpoints
-
-    if not is_training_run(path):
-        return path
-    steps = list_checkpoints(path)
-    if not steps:
-        raise CLIError(
-            f"--model {path}: a training run with no complete checkpoint yet (one is written every "
-            "--save-every-steps steps and at the end of every epoch)"
-        )
-    print(f"attnkit: {path} is a training run: using its newest checkpoint, {steps[-1].name}", file=sys.stderr)
-    return steps[-1]
-
-
-def _load_translator(args, path: Path | None = None):
-    """The ``--model`` translator (``path``: the folder it was already resolved to)."""
-    from ..tasks.translation import Translator
-
-    path = path or _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
-    tr = Translator.load(path, device=args.device, dtype=args.precision)
-    tr.normalize_spelling = not getattr(args, "keep_spelling", False)
-    return tr
-
-
 def _load_shortlist(path: str | None):
     """The ``--shortlist`` file (None without one); a missing or corrupt one is a ShortlistError."""
     if path is None:
@@ -141,14 +72,6 @@ def _load_shortlist(path: str | None):
     from ..tasks.translation import LexicalShortlist
 
     return LexicalShortlist.load(path)
-
-
-def _load_captioner(args, path: Path | None = None):
-    """The ``--model`` captioner (``path``: the folder it was already resolved to)."""
-    from ..tasks.captioning import Captioner
-
-    path = path or _model_path(args.model, DEFAULT_CAPTION_MODEL)
-    return Captioner.load(path, device=args.device, dtype=args.precision)
 
 
 def _checkpoint_errors_as_cli(run, *args, **kwargs):
@@ -159,3 +82,47 @@ def _checkpoint_errors_as_cli(run, *args, **kwargs):
         return run(*args, **kwargs)
     except CheckpointError as exc:
         raise CLIError(f"cannot load model: {exc}") from None
+
+
+_FLAG = object()  # _open_model's ref when the model is the command's --model
+
+
+def _open_model(args, default: str | None, *, ref=_FLAG, kind=None):
+    """:func:`attnkit.service.open_model` of ``--model`` (``ref``: another model argument, e.g. the reverse
+    model of ``align``; else ``default``) with the command's engine flags (``--engine``, ``--device``,
+    ``--precision``, ``--keep-spelling``, ``--length-penalty`` where it has them); an unknown name is a
+    :class:`CLIError` that lists the known ones."""
+    from ..pretrained import UnknownModelError
+    from ..service import open_model
+
+    try:
+        return open_model(
+            args.model if ref is _FLAG else ref,
+            default=default,
+            engine=getattr(args, "engine", "pytorch"),
+            device=args.device,
+            precision=getattr(args, "precision", None),
+            keep_spelling=getattr(args, "keep_spelling", False),
+            length_penalty=getattr(args, "length_penalty", None),
+            kind=kind,
+        )
+    except UnknownModelError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _model_folder(ref: str | None, default: str):
+    """:func:`attnkit.service.model_folder` of a model argument (for commands that read its files, not load
+    it); an unknown name is a :class:`CLIError` that lists the known ones."""
+    from ..pretrained import UnknownModelError
+    from ..service import model_folder
+
+    try:
+        return model_folder(ref, default=default)
+    except UnknownModelError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _shown_name(model) -> str:
+    """The name a command's output gives a :class:`attnkit.service.Model`: its folder's (a training run's
+    checkpoint, ``step-…``), or its label when it has no folder (a Hugging Face hub name)."""
+    return model.path.name if model.path is not None else model.label

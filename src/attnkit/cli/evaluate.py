@@ -13,9 +13,9 @@ from .common import (
     CLIError,
     _check_engine_flags,
     _checkpoint_errors_as_cli,
-    _load_ct2,
     _load_shortlist,
-    _model_path,
+    _model_folder,
+    _open_model,
     _output,
 )
 from .explain import add_evaluate_explanations_parser
@@ -60,7 +60,7 @@ def cmd_evaluate_translation(args) -> None:
         from ..deploy.ct2_engine import evaluate_ct2
 
         for name in args.model or [None]:
-            tr = _load_ct2(name, args.device, keep_spelling=args.keep_spelling, length_penalty=args.length_penalty)
+            tr = _open_model(args, None, ref=name).impl
             reports.append(
                 evaluate_ct2(
                     tr,
@@ -73,7 +73,7 @@ def cmd_evaluate_translation(args) -> None:
                 )
             )
     for name in [] if args.engine == "ctranslate2" else args.model or [DEFAULT_TRANSLATION_MODEL]:
-        m = _model_path(name, DEFAULT_TRANSLATION_MODEL)
+        m = _model_folder(name, DEFAULT_TRANSLATION_MODEL)
         reports.append(
             _checkpoint_errors_as_cli(
                 evaluate_translation,
@@ -121,7 +121,7 @@ def cmd_evaluate_translation(args) -> None:
 def cmd_evaluate_captioning(args) -> None:
     from ..tasks.captioning import evaluate_captioning
 
-    m = _model_path(args.model, DEFAULT_CAPTION_MODEL)
+    m = _model_folder(args.model, DEFAULT_CAPTION_MODEL)
     _output(args.output, "--output")
     r = _checkpoint_errors_as_cli(
         evaluate_captioning,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..checks import arg_type, between
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
-from .common import CLIError, _load_captioner, _load_translator, _model_path, _output
+from .common import CLIError, _model_folder, _open_model, _output, _shown_name
 from .flags import (
     _add_beam_flag,
     _add_device_flags,
@@ -33,27 +33,26 @@ def cmd_explain(args) -> None:
 
     method = canonical_method(args.method)
     _output(args.plot, "--plot")
-    path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
+    from ..service import ModelKind
+
+    model = _open_model(args, DEFAULT_TRANSLATION_MODEL)
     progress = _progress_printer(method)
     options = dict(method=method, steps=args.steps, batch=args.batch, progress=progress)
-    from ..pretrained import model_task
-
-    task = model_task(path)
-    if task == "self-attention":  # a Hugging Face encoder-only or decoder-only model
+    if model.kind is ModelKind.SELF_ATTENTION:  # a Hugging Face encoder-only or decoder-only model
         from .explain_hf import explain_self_attention_model
 
-        return explain_self_attention_model(args, path, method, progress)
+        return explain_self_attention_model(args, model.impl, method, progress)
     if args.self_attention:
         raise CLIError("--self-attention is for Hugging Face encoder-only and decoder-only models")
-    if task == "translation":
-        tr = _load_translator(args, path)
+    if model.kind is ModelKind.TRANSLATOR:
+        tr = model.impl
         att = explain(tr, args.input, target=args.target, beam=args.beam, layer=args.layer, head=args.head, **options)
     else:
         from ..tasks.captioning import load_image_file
 
         if args.layer is not None or args.head is not None:
             raise CLIError("--layer and --head are for Transformer translators; a captioner has one attention")
-        cm = _load_captioner(args, path)
+        cm = model.impl
         try:
             image = load_image_file(args.input, cm.canvas)
         except (FileNotFoundError, ValueError) as exc:
@@ -62,7 +61,7 @@ def cmd_explain(args) -> None:
     if progress is not None:
         print("\r", end="", file=sys.stderr)
     if args.json:
-        print(json.dumps({"model": path.name, **att.to_dict()}, ensure_ascii=False))
+        print(json.dumps({"model": _shown_name(model), **att.to_dict()}, ensure_ascii=False))
     else:
         print(format_attribution(att, k=args.top, pieces=args.pieces))
     if args.plot is not None:
@@ -99,8 +98,9 @@ def _read_resume(output: str | None) -> dict | None:
 
 def cmd_evaluate_explanations(args) -> None:
     from ..attribution.explanation_quality import evaluate_caption_explanations, evaluate_explanations, format_report
+    from ..service import ModelKind, model_kind
 
-    path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
+    path = _model_folder(args.model, DEFAULT_TRANSLATION_MODEL)
     resume = _read_resume(args.output) if args.resume else None
     output = Path(args.output) if args.output else None
 
@@ -119,9 +119,7 @@ def cmd_evaluate_explanations(args) -> None:
         on_method=save if output else None,
         resume=resume,
     )
-    from ..pretrained import model_task
-
-    if model_task(path) == "translation":  # attnkit's translators and Hugging Face encoder-decoders
+    if model_kind(path) is ModelKind.TRANSLATOR:  # attnkit's translators and Hugging Face encoder-decoders
         report = evaluate_explanations(path, dtype=args.precision, **options)
     else:
         options["limit"] = args.limit or 100

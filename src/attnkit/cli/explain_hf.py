@@ -38,12 +38,10 @@ def _check_plot(path: str | None) -> str | None:
     return suffix
 
 
-def explain_self_attention_model(args, path, method: str, progress) -> None:
-    """``attnkit explain`` on ``path``, a Hugging Face encoder-only or decoder-only model (module docstring)."""
-    from ..hf import load_self_attention
-
+def explain_self_attention_model(args, sa, method: str, progress) -> None:
+    """``attnkit explain`` on ``sa``, a Hugging Face encoder-only or decoder-only model opened by
+    :func:`attnkit.service.open_model` (module docstring)."""
     suffix = _check_plot(args.plot)
-    sa = load_self_attention(str(path), device=args.device)
     text = args.input
     if not text.strip():
         raise CLIError("the text is empty: give the text to read")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..checks import arg_type, between
 from ..pretrained import DEFAULT_EXPORT_MODEL
-from .common import CLIError, _load_shortlist, _model_path, _output
+from .common import CLIError, _load_shortlist, _model_folder, _output
 from .flags import _add_length_penalty_flag
 
 
@@ -25,7 +25,7 @@ def cmd_export_ctranslate2(args) -> None:
         raise CLIError(reason)
     _output(args.out, "out", folder=True)
     out = export_ctranslate2(
-        _model_path(args.checkpoint, DEFAULT_EXPORT_MODEL),
+        _model_folder(args.checkpoint, DEFAULT_EXPORT_MODEL),
         args.out,
         quantization=args.quantization,
         shortlist=_load_shortlist(args.shortlist),
@@ -55,7 +55,7 @@ def cmd_export_huggingface(args) -> None:
     if given:
         raise CLIError(f"{', '.join(given)}: not for --format huggingface (it writes the float32 network as it is)")
     _output(args.out, "out", folder=True)
-    out = export_huggingface(_model_path(args.checkpoint, DEFAULT_EXPORT_MODEL), args.out, force=args.force)
+    out = export_huggingface(_model_folder(args.checkpoint, DEFAULT_EXPORT_MODEL), args.out, force=args.force)
     arch = json.loads((Path(out) / "config.json").read_text(encoding="utf-8"))["architectures"][0]
     print(
         f"wrote {out} (Hugging Face {arch}, float32, with tokenizer.json); load it with: "

@@ -9,7 +9,7 @@ from ..checks import VOCABULARY, arg_type, between
 from ..data.parallel import decode_lines, read_lines
 from ..data.text import TextError, check_unicode
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
-from .common import CLIError, _check_engine_flags, _load_ct2, _load_shortlist, _load_translator, _model_path, _output
+from .common import CLIError, _check_engine_flags, _load_shortlist, _open_model, _output, _shown_name
 from .flags import (
     _add_beam_flag,
     _add_device_flags,
@@ -27,11 +27,14 @@ from .flags import (
 
 def cmd_shortlist(args) -> None:
     from ..data.corpus import UnknownCorpusError, open_corpus
+    from ..service import ModelKind
     from ..tasks.translation.lexical_shortlist import FILENAME
 
-    path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
-    tr = _load_translator(args, path)
-    out = _output(args.output, "--output") or path / FILENAME
+    model = _open_model(args, DEFAULT_TRANSLATION_MODEL, kind=ModelKind.TRANSLATOR)
+    tr = model.impl
+    if args.output is None and model.path is None:
+        raise CLIError(f"--output: {model.label} is a Hugging Face hub model, with no folder of its own to write to")
+    out = _output(args.output, "--output") or model.path / FILENAME
     try:
         corpus = open_corpus(tr.corpus, args.home)
     except UnknownCorpusError as exc:
@@ -138,7 +141,7 @@ def cmd_translate(args) -> int:
             raise CLIError(
                 "--html needs the PyTorch engine (the explorer's views replay the model); use `attnkit serve --engine ctranslate2`"
             )
-        tr = _load_ct2(args.model, args.device, keep_spelling=args.keep_spelling, length_penalty=args.length_penalty)
+        tr = _open_model(args, None).impl  # no default: an export is named with --model
         sentences = _sentences(tr, inputs)
         loaded = time.perf_counter()
         results = tr.translate(
@@ -149,8 +152,10 @@ def cmd_translate(args) -> int:
             use_vocabulary_map=args.vmap,
         )
     else:
-        model_dir = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
-        tr = _load_translator(args, model_dir)
+        from ..service import ModelKind
+
+        model = _open_model(args, DEFAULT_TRANSLATION_MODEL, kind=ModelKind.TRANSLATOR)
+        tr = model.impl
         sentences = _sentences(tr, inputs)
         src_lang, tgt_lang = tr.src_lang, tr.tgt_lang
         for s in sentences:
@@ -182,7 +187,7 @@ def cmd_translate(args) -> int:
     if args.html is not None:
         from ..explorer import translation_payload, write_explorer_html
 
-        name = model_dir.name
+        name = _shown_name(model)
         payloads = [
             translation_payload(tr, s, beam=args.beam, heads=True, model=name, result=r)
             for s, r in zip(sentences, results)

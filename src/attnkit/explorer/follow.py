@@ -6,7 +6,7 @@ from the run's newest complete checkpoint, and *followed*: when a request for it
 (:func:`attnkit.training.checkpoint.list_checkpoints`, which returns only folders with their ``COMPLETE``
 marker, so a checkpoint still being written is never read) and, when there is a newer one, loads it in a
 thread (off the event loop and off the fast lane, so other models' requests go on meanwhile) and swaps it in:
-the model, its :class:`~attnkit.explorer.loading.ModelSpec` (which the heavy jobs carry to the workers, so they
+the model, its :class:`~attnkit.service.ModelSpec` (which the heavy jobs carry to the workers, so they
 load the same checkpoint) and its ``/api/models`` entry change together, under :attr:`Follower.lock`. A
 request already running keeps the model it started with. A newer checkpoint that fails to load (corrupt,
 or not a model of this kind) is reported once in the server's log and skipped; the old model goes on serving.
@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .loading import LoadedModels, describe, load_one
+from ..service import ModelKind, open_model
+from .loading import LoadedModels, describe, explorer_model
 
 __all__ = ["Follower"]
 
@@ -63,8 +64,9 @@ class Follower:
             for path in reversed(newer):  # the newest first; an older one only when a newer one does not load
                 new = dataclasses.replace(spec, checkpoint=str(path))
                 try:
-                    _, task, model = load_one(new)
-                    info = describe(label, task, model, new, self.models.info[label].get("scores", {}))
+                    opened = open_model(new)
+                    model = explorer_model(opened)
+                    info = describe(opened, self.models.info[label].get("scores", {}))
                 except Exception as exc:  # whatever broke it, the model served so far goes on serving
                     self.failed.add(str(path))
                     log.warning(
@@ -75,8 +77,9 @@ class Follower:
                         exc,
                     )
                     continue
+                group = self.models.translators if opened.kind is ModelKind.TRANSLATOR else self.models.captioners
                 with self.lock:
-                    (self.models.translators if task == "translation" else self.models.captioners)[label] = model
+                    group[label] = model
                     self.models.specs[label] = new
                     self.models.info[label] = info
                 log.info("attnkit serve: %s now serves %s", label, path.name)

@@ -149,7 +149,7 @@ class JobQueue:
         spec=None,
     ) -> dict:
         """Run ``worker.run(kind, label, slot, kwargs, spec)`` in a worker once admitted; see the module
-        docstring. ``spec``: the :class:`~attnkit.explorer.loading.ModelSpec` of the model the request picked
+        docstring. ``spec``: the :class:`~attnkit.service.ModelSpec` of the model the request picked
         (a followed training run's names its checkpoint, so the worker loads the one the server shows; default:
         ``specs[label]``)."""
         key = (client, job) if client and job else None

@@ -1,5 +1,6 @@
-"""The models a server (or an export) uses, loaded once by name: :func:`load_models` for the server and
-:func:`load_one` for a worker process, which loads only the model its job asks for."""
+"""The models a server (or an export) uses, opened once by name with :func:`attnkit.service.open_model`:
+:func:`load_models` for the server, :func:`open_spec` for a worker process (which opens only the model its
+job asks for) and a followed training run's newer checkpoint."""
 
 from __future__ import annotations
 
@@ -8,43 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LoadedModels", "ModelSpec", "checkpoint_fields", "describe", "load_models", "load_one", "run_spec"]
+from ..service import Model, ModelSpec, open_model
 
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """How to load one model again in another process: the name or folder given, and the engine settings.
-    For a training run's folder (``name``), ``checkpoint`` is the checkpoint folder loaded (its newest
-    complete one when it was loaded; :mod:`.follow` moves it on as the run writes newer ones)."""
-
-    name: str
-    device: str = "cpu"
-    dtype: str | None = None
-    engine: str = "pytorch"
-    keep_spelling: bool = False  # translators read the input as typed, not in their training spelling
-    checkpoint: str | None = None
-
-    @property
-    def label(self) -> str | None:
-        """A training run's name (its folder's), which stays while its checkpoints change; None for others."""
-        return Path(self.name).name if self.checkpoint else None
-
-
-def run_spec(name: str, **engine) -> ModelSpec:
-    """The spec of ``name``: for a training run's folder, with its newest complete checkpoint (a model still
-    training, as it is now); a run with none yet is a :class:`CheckpointError`."""
-    from ..training.checkpoint import CheckpointError, is_training_run, latest_checkpoint
-
-    path = Path(name).expanduser()
-    if engine.get("engine", "pytorch") != "pytorch" or not is_training_run(path):
-        return ModelSpec(name, **engine)
-    newest = latest_checkpoint(path)
-    if newest is None:
-        raise CheckpointError(
-            f"--model {path}: a training run with no complete checkpoint yet (one is written every "
-            "--save-every-steps steps and at the end of every epoch)"
-        )
-    return ModelSpec(str(path), checkpoint=str(newest), **engine)
+__all__ = ["LoadedModels", "ModelSpec", "checkpoint_fields", "describe", "explorer_model", "load_models", "open_spec"]
 
 
 def checkpoint_fields(spec: ModelSpec | None) -> dict:
@@ -68,37 +35,20 @@ class LoadedModels:
     specs: dict[str, ModelSpec] = field(default_factory=dict)
 
 
-def load_one(spec: ModelSpec):
-    """``(label, task, model)`` for one model (a ``Translator``, ``Captioner``, CTranslate2 translator, or a
-    Hugging Face encoder-only or decoder-only model: :class:`attnkit.hf.self_attention.SelfAttentionModel`)."""
-    if spec.engine == "ctranslate2":
-        from ..deploy.ct2_engine import CT2Translator
+def explorer_model(model: Model):
+    """What the explorer's payloads read of ``model``: its wrapper, with a CTranslate2 export given the
+    PyTorch translator's interface (:class:`attnkit.deploy.ct2_explorer.CT2ExplorerTranslator`)."""
+    if model.spec.engine == "ctranslate2":
         from ..deploy.ct2_explorer import CT2ExplorerTranslator
 
-        return (
-            Path(spec.name).name,
-            "translation",
-            CT2ExplorerTranslator(CT2Translator.load(spec.name, device=spec.device)),
-        )
-    from ..pretrained import known_models, model_task, resolve_model
-    from ..tasks.captioning import Captioner
-    from ..tasks.translation import Translator
+        return CT2ExplorerTranslator(model.impl)
+    return model.impl
 
-    if spec.checkpoint is not None:  # a training run's checkpoint, named for its run
-        path, label = Path(spec.checkpoint), spec.label
-    else:
-        path = resolve_model(spec.name)
-        label = spec.name if spec.name in {m.name for m in known_models()} else path.name
-    task = model_task(path)
-    if task == "self-attention":  # a Hugging Face encoder-only or decoder-only model
-        from ..hf import load_self_attention
 
-        return label, task, load_self_attention(str(path), device=spec.device)
-    if task == "translation":
-        tr = Translator.load(path, device=spec.device, dtype=spec.dtype)
-        tr.normalize_spelling = not spec.keep_spelling
-        return label, "translation", tr
-    return label, "captioning", Captioner.load(path, device=spec.device, dtype=spec.dtype)
+def open_spec(spec: ModelSpec):
+    """The explorer's view (:func:`explorer_model`) of the model ``spec`` opens (a worker's job, a followed
+    training run's newer checkpoint), with :func:`attnkit.service.open_model`."""
+    return explorer_model(open_model(spec))
 
 
 def load_models(
@@ -128,8 +78,8 @@ def load_models(
     chosen = names or [m.name for m in shipped_models()]
     loaded = LoadedModels()
     for name in chosen:
-        spec = run_spec(name, device=device, dtype=dtype, engine=engine, keep_spelling=keep_spelling)
-        label, task, model = load_one(spec)
+        opened = open_model(name, device=device, precision=dtype, engine=engine, keep_spelling=keep_spelling)
+        label, task, model, spec = opened.label, str(opened.kind), explorer_model(opened), opened.spec
         loaded.specs[label] = spec
         if engine == "ctranslate2":
             loaded.translators[label] = model
@@ -164,18 +114,17 @@ def load_models(
             continue
         (loaded.translators if task == "translation" else loaded.captioners)[label] = model
         info = infos.get(name)
-        loaded.info[label] = describe(label, task, model, spec, dict(info.scores) if info else {})
+        loaded.info[label] = describe(opened, dict(info.scores) if info else {})
     return loaded
 
 
-def describe(label: str, task: str, model, spec: ModelSpec, scores: dict) -> dict:
-    """``/api/models``' entry of a translator or captioner loaded by ``spec``."""
+def describe(opened: Model, scores: dict) -> dict:
+    """``/api/models``' entry of ``opened``, an opened translator or captioner (PyTorch engine)."""
     from ..attribution import methods_for
-    from ..pretrained import resolve_model
     from ..training.checkpoint import CONFIG_NAME
     from .payload import method_info
 
-    path = Path(spec.checkpoint) if spec.checkpoint else resolve_model(spec.name)
+    label, task, spec, path, model = opened.label, str(opened.kind), opened.spec, opened.path, opened.impl
     if task == "translation":
         probe = model.attention("Hola.", "Hello.").maps.alignment is not None
         config = getattr(model.model.config, "to_dict", dict)()
@@ -186,7 +135,11 @@ def describe(label: str, task: str, model, spec: ModelSpec, scores: dict) -> dic
         "methods": [method_info(m) for m in methods_for(model)],
         "name": label,
         "task": task,
-        "kind": json.loads((path / CONFIG_NAME).read_text()).get("model_type", "?"),
+        "kind": (
+            json.loads((path / CONFIG_NAME).read_text()).get("model_type", "?")
+            if path is not None
+            else str(getattr(getattr(model.model, "config", None), "model_type", "?"))  # a Hugging Face hub name
+        ),
         "scores": scores,
         "has_attention": probe,
         "config": config,

@@ -13,11 +13,12 @@ from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
+from ..service import ModelSpec
 from .api_errors import ApiError
 from .follow import Follower
 from .jobs import JobQueue
 from .lane import FastLane
-from .loading import LoadedModels, ModelSpec
+from .loading import LoadedModels
 from .options import ServeOptions
 
 __all__ = [

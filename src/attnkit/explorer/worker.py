@@ -36,7 +36,7 @@ _PROGRESS = None
 
 
 def init(specs: dict, progress, threads: int, nice: int = 10) -> None:
-    """The worker's start: how to load each model (:class:`attnkit.explorer.loading.ModelSpec` by label),
+    """The worker's start: how to load each model (:class:`attnkit.service.ModelSpec` by label),
     the shared progress array, the torch threads it may use and its niceness."""
     global _PROGRESS
     import os
@@ -59,13 +59,10 @@ def init(specs: dict, progress, threads: int, nice: int = 10) -> None:
 
 
 def _newest(spec):
-    """``spec`` moved on to its training run's newest complete checkpoint (itself when the run has none)."""
-    import dataclasses
+    """``spec`` moved on to its training run's newest complete checkpoint (:func:`attnkit.service.newest_spec`)."""
+    from ..service import newest_spec
 
-    from ..training.checkpoint import latest_checkpoint
-
-    newest = latest_checkpoint(spec.name)
-    return spec if newest is None else dataclasses.replace(spec, checkpoint=str(newest))
+    return newest_spec(spec)
 
 
 def _model(label: str, spec):
@@ -73,10 +70,10 @@ def _model(label: str, spec):
     shows), cached by label and spec: a job for a newer checkpoint replaces the cached one."""
     cached = _MODELS.get(label)
     if cached is None or cached[0] != spec:
-        from .loading import load_one
+        from .loading import open_spec
 
         _MODELS.pop(label, None)  # the old checkpoint's memory goes before the new one is read
-        _MODELS[label] = (spec, load_one(spec)[2])
+        _MODELS[label] = (spec, open_spec(spec))
     return _MODELS[label][1]
 
 

@@ -1,6 +1,8 @@
 """One way in: every front end (the CLI, the server and its workers, the notebook, the Python API) opens a
 model with :func:`open_model` and analyses an input with :func:`analyse`, passing typed records.
 
+- :func:`open_model`: the one place a model is loaded (any kind, any engine), returning a :class:`Model`;
+  :func:`model_folder`: only the folder a model argument means, for commands that read its files.
 - :class:`Model`: a loaded model of a known :class:`ModelKind`, with the :class:`ModelSpec` that loads it
   again (in a worker process, or at a training run's newer checkpoint).
 - ``Request`` records say what to analyse and which views to compute; an ``Analysis`` holds what was
@@ -9,5 +11,6 @@ model with :func:`open_model` and analyses an input with :func:`analyse`, passin
 """
 
 from .model import Model, ModelKind, ModelSpec
+from .open import model_folder, model_kind, newest_spec, open_model
 
-__all__ = ["Model", "ModelKind", "ModelSpec"]
+__all__ = ["Model", "ModelKind", "ModelSpec", "model_folder", "model_kind", "newest_spec", "open_model"]

@@ -35,6 +35,7 @@ class ModelSpec:
     engine: str = "pytorch"
     keep_spelling: bool = False  # translators read the input as typed, not in their training spelling
     checkpoint: str | None = None
+    length_penalty: float | None = None  # translators: a GNMT α for beam search instead of the model's own
 
     @property
     def label(self) -> str | None:

@@ -29,6 +29,19 @@ class InferenceWrapper:
     def read_companion(cls, path: Path) -> Any:
         raise NotImplementedError
 
+    @staticmethod
+    def resolve_folder(model_dir: str | Path) -> Path:
+        """The folder ``model_dir`` means: a ``Path`` already resolved (an existing folder, or ``hf:NAME``) as it
+        is, so a model opened by :func:`attnkit.service.open_model` is not looked up twice; a name or a text path
+        through :func:`attnkit.pretrained.resolve_model`."""
+        from ..pretrained import HF_PREFIX, resolve_model
+
+        if isinstance(model_dir, Path) and (
+            model_dir.is_dir() or (str(model_dir).startswith(HF_PREFIX) and str(model_dir)[len(HF_PREFIX) :].strip())
+        ):
+            return model_dir
+        return resolve_model(model_dir)
+
     @classmethod
     def load(
         cls, model_dir: str | Path, *, device: str | torch.device | None = "cpu", dtype: str | torch.dtype | None = None
@@ -38,9 +51,8 @@ class InferenceWrapper:
         (``"auto"``: cuda, then mps, then cpu) with weights in ``dtype`` (``torch.bfloat16`` or ``"bf16"``,
         ``"fp16"``, ``"auto"``; default float32)."""
         from ..device import place
-        from ..pretrained import resolve_model
 
-        model_dir = resolve_model(model_dir)
+        model_dir = cls.resolve_folder(model_dir)
         model, _, _ = load_model(model_dir, model_type=cls.model_type)
         path = model_dir / cls.companion_file
         if not path.is_file():

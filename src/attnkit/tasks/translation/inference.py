@@ -110,16 +110,16 @@ class Translator(InferenceWrapper, TranslationEngine):
         a Hugging Face encoder-decoder (``hf:NAME`` or its folder, :func:`attnkit.pretrained.hf_source`)
         through :mod:`attnkit.hf`."""
         from ...data.corpus import SOURCE_TOKENIZER_FILE
-        from ...pretrained import hf_source, resolve_model
+        from ...pretrained import hf_source
 
-        source = hf_source(resolve_model(model_dir))
+        folder = cls.resolve_folder(model_dir)  # resolved once: the base class's load takes the folder as it is
+        source = hf_source(folder)
         if source is not None:  # a Hugging Face encoder-decoder: the adapter and the model's own tokenizer
             from ...hf import load_seq2seq
 
             model, src_tok, tgt_tok = load_seq2seq(source, device=device, dtype=dtype)
             return cls(model, tgt_tok, src_tokenizer=src_tok)
-        tr = super().load(model_dir, device=device, dtype=dtype)
-        folder = resolve_model(model_dir)
+        tr = super().load(folder, device=device, dtype=dtype)
         if (folder / SOURCE_TOKENIZER_FILE).is_file():
             tr.src_tokenizer = Tokenizer.load(folder / SOURCE_TOKENIZER_FILE)
         if (folder / GENERATION_FILE).is_file():
