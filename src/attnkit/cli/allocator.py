@@ -1,14 +1,13 @@
 """The C allocator of an ``attnkit`` process: freed memory kept for the next step (glibc ``mallopt``).
 
-glibc's ``malloc`` serves each block above its mmap threshold (128 KiB at first, raised to the largest
-block freed so far, at most 32 MiB) from pages of its own, unmapped again when the block is freed, and
-hands the top of the heap back to the system once more than its trim threshold is free there. A decoder
-step or a training step allocates and frees tensors of changing sizes in the MiB range (a batch's
-logits, R × 8,000 floats; a layer's activations), so their pages keep leaving the process and coming back
-as page faults the kernel must zero: about 115,000 faults and 4–5 % of an RNN's beam search on 300 verses,
-and ~2 % of a Transformer training step (``benchmarks/RESULTS.md``). With the mmap threshold at glibc's
-maximum and trimming off, a freed block stays in the heap for the next step. The price is a resident
-size that stays at its peak (0.5 GB more for the recipe's Transformer in training).
+glibc's ``malloc`` serves each block above its mmap threshold (at first small, raised to the largest block
+freed so far, up to a cap) from pages of its own, unmapped again when the block is freed, and hands the top of
+the heap back to the system once more than its trim threshold is free there. A decoder step or a training
+step allocates and frees tensors of changing sizes in the MiB range (a batch's logits, rows × vocabulary
+floats; a layer's activations), so their pages keep leaving the process and coming back as page faults the
+kernel must zero: a measurable share of a beam search and of a training step (``benchmarks/RESULTS.md``,
+"Freed memory kept in the process"). With the mmap threshold at glibc's maximum and trimming off, a freed
+block stays in the heap for the next step. The price is a resident size that stays at its peak.
 
 This is the command's choice, made once in :func:`attnkit.cli.main`; importing attnkit as a library
 changes nothing. ``ATTNKIT_MALLOC=default`` leaves glibc as it is; other C libraries (musl, macOS) are

@@ -60,6 +60,13 @@ SHORT_RUN_EPOCHS = 3
 SKIP_STEPS = 3
 #: Steps timed before a time budget is first turned into a step count.
 PROBE_STEPS = 8
+#: A time budget's speed estimate reads the steps of its last HORIZON_SHARE of the budget, clamped to
+#: [HORIZON_MIN_S, HORIZON_MAX_S] seconds, so a second job that starts or stops moves it soon; without a
+#: budget, HORIZON_DEFAULT_S.
+HORIZON_SHARE = 0.05
+HORIZON_MIN_S = 10.0
+HORIZON_MAX_S = 60.0
+HORIZON_DEFAULT_S = 30.0
 MODES = ("auto", "always")
 
 
@@ -256,8 +263,11 @@ class StepClock:
 
     @classmethod
     def for_budget(cls, max_time_s: float | None, skip: int = SKIP_STEPS) -> StepClock:
-        """A clock whose window is 5 % of the budget, between 10 and 60 seconds."""
-        horizon = 30.0 if max_time_s is None else min(max(0.05 * max_time_s, 10.0), 60.0)
+        """A clock whose window is :data:`HORIZON_SHARE` of the budget, clamped to
+        [:data:`HORIZON_MIN_S`, :data:`HORIZON_MAX_S`]."""
+        if max_time_s is None:
+            return cls(skip=skip, horizon_s=HORIZON_DEFAULT_S)
+        horizon = min(max(HORIZON_SHARE * max_time_s, HORIZON_MIN_S), HORIZON_MAX_S)
         return cls(skip=skip, horizon_s=horizon)
 
     def add(self, seconds: float) -> None:

@@ -2,8 +2,8 @@
 
 ``valid_fn(model) -> {metric: value}`` runs on rank 0, on the unwrapped model in eval mode under
 ``torch.no_grad`` and the run's precision (the autocast its training steps run under, as PyTorch
-Lightning's mixed-precision plugin validates: a bf16 run on a CPU with bf16 units validates ~1.3× faster,
-to the same loss within 1e-3); the metrics are broadcast so every rank takes the same decision. ``metric_for_best``
+Lightning's mixed-precision plugin validates: a bf16 run on a CPU with bf16 units validates faster, to the
+same loss; benchmarks/RESULTS.md, "Figures formerly in docstrings"); the metrics are broadcast so every rank takes the same decision. ``metric_for_best``
 improves when it is larger (``greater_is_better``) or smaller than the best seen; ``patience``
 validations in a row without improvement stop the run. A run with a budget also validates its last step,
 where a fitted schedule ends at learning rate 0.
