@@ -27,6 +27,7 @@ __all__ = [
     "pick",
     "run_light",
     "run_translation",
+    "served",
     "served_model",
     "session_cookie",
 ]
@@ -90,6 +91,17 @@ async def served_model(
     with ex.follower.lock:
         label, model = pick(models, label, task)
         return label, model, ex.models.specs.get(label)
+
+
+def served(label: str, kind, model, spec: ModelSpec | None):
+    """``model`` as a :class:`attnkit.service.Model` (itself when it is one), named ``label``, with the spec
+    the server loaded it by (a training run's names the checkpoint shown)."""
+    from ..service import Model
+    from ..service import ModelSpec as ServiceSpec
+
+    if isinstance(model, Model):
+        return model
+    return Model(label, kind, model, spec if spec is not None else ServiceSpec(label))
 
 
 async def run_light(request: Request, fn, /, *args, **kwargs):

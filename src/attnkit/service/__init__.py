@@ -8,6 +8,23 @@ model with :func:`open_model` and analyses an input with :func:`analyse`, passin
   are pure functions of an ``Analysis``.
 """
 
+from .analyse import analyse, check_method
+from .analysis import Analysis, CaptionAnalysis, GuidedLinks, TranslationAnalysis
 from .model import Model, ModelKind, ModelSpec
+from .requests import CaptionRequest, GenerationRequest, Request, TranslationRequest
 
-__all__ = ["Model", "ModelKind", "ModelSpec"]
+__all__ = [
+    "Analysis",
+    "CaptionAnalysis",
+    "CaptionRequest",
+    "GenerationRequest",
+    "GuidedLinks",
+    "Model",
+    "ModelKind",
+    "ModelSpec",
+    "Request",
+    "TranslationAnalysis",
+    "TranslationRequest",
+    "analyse",
+    "check_method",
+]
