@@ -132,7 +132,8 @@ def test_a_job_that_would_wait_past_its_time_limit_is_refused_at_once_with_retry
 
         queue._execute = execute
         running = [
-            asyncio.ensure_future(queue.run(None, None, "j", TranslationRequest("s", beam=i + 1), _connected)) for i in range(3)
+            asyncio.ensure_future(queue.run(None, None, "j", TranslationRequest("s", beam=i + 1), _connected))
+            for i in range(3)
         ]
         for _ in range(10):
             await asyncio.sleep(0)

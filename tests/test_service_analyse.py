@@ -24,6 +24,7 @@ from attnkit.explorer.routes.translate import TranslateRequest
 from attnkit.service import (
     CaptionAnalysis,
     CaptionRequest,
+    MethodOptions,
     Model,
     ModelKind,
     ModelSpec,
@@ -83,7 +84,11 @@ def test_a_translation_request_is_checked_when_made(field, kwargs):
 
 
 def test_a_caption_request_is_checked_when_made():
-    CaptionRequest(torch.zeros(1, 8, 8))
+    CaptionRequest(torch.zeros(1, 8, 8), options=MethodOptions(steps=4))
+    with pytest.raises(ValueError, match="layer and head are for Transformer translators"):
+        CaptionRequest(torch.zeros(1, 8, 8), options=MethodOptions(head=1))
+    with pytest.raises(ValueError, match="steps"):
+        MethodOptions(steps=0)
     for field, kwargs in [
         ("image", {"image": torch.zeros(8, 8)}),
         ("image", {"image": torch.zeros(1, 8, 9)}),
@@ -122,6 +127,10 @@ def test_analyse_gives_the_numbers_of_the_earlier_path(golden, transformer):
     c = analyse(Model("c", ModelKind.CAPTIONER, cm, ModelSpec("c")), CaptionRequest(image, method="attention"))
     assert isinstance(c, CaptionAnalysis) and c.attention.shape == (len(c.words), c.grid[0] * c.grid[1])
     _same(caption_answer(c), golden["caption"])
+    # its own (greedy) caption forced: the same words, and the same α at every step
+    again = analyse(Model("c", ModelKind.CAPTIONER, cm, ModelSpec("c")), CaptionRequest(image, target=c.caption))
+    assert again.words == c.words and again.caption == c.caption
+    torch.testing.assert_close(again.attention, c.attention, atol=1e-5, rtol=0)
 
 
 def test_layers_count_from_one_in_requests_and_answers(transformer):

@@ -28,14 +28,15 @@ def _progress_printer(label: str):
 
 
 def cmd_explain(args) -> None:
-    from ..attribution import canonical_method, explain, explain_caption
+    from ..attribution import canonical_method
     from ..attribution.report import format_attribution, plot_attribution
+    from ..errors import InputError
+    from ..service import CaptionRequest, MethodOptions, Model, ModelKind, ModelSpec, TranslationRequest, analyse
 
     method = canonical_method(args.method)
     _output(args.plot, "--plot")
     path = _model_path(args.model, DEFAULT_TRANSLATION_MODEL)
     progress = _progress_printer(method)
-    options = dict(method=method, steps=args.steps, batch=args.batch, progress=progress)
     from ..pretrained import model_task
 
     task = model_task(path)
@@ -47,7 +48,9 @@ def cmd_explain(args) -> None:
         raise CLIError("--self-attention is for Hugging Face encoder-only and decoder-only models")
     if task == "translation":
         tr = _load_translator(args, path)
-        att = explain(tr, args.input, target=args.target, beam=args.beam, layer=args.layer, head=args.head, **options)
+        options = MethodOptions(layer=args.layer, head=args.head, steps=args.steps, batch=args.batch)
+        request = TranslationRequest(args.input, beam=args.beam, target=args.target, method=method, options=options)
+        model = Model(path.name, ModelKind.TRANSLATOR, tr, ModelSpec(str(path)), path)
     else:
         from ..tasks.captioning import load_image_file
 
@@ -58,7 +61,12 @@ def cmd_explain(args) -> None:
             image = load_image_file(args.input, cm.canvas)
         except (FileNotFoundError, ValueError) as exc:
             raise CLIError(f"{exc} (a captioner explains an image file)") from None
-        att = explain_caption(cm, image, caption=args.target, beam=args.beam, **options)
+        options = MethodOptions(steps=args.steps, batch=args.batch)
+        request = CaptionRequest(image, beam=args.beam, target=args.target, method=method, options=options)
+        model = Model(path.name, ModelKind.CAPTIONER, cm, ModelSpec(str(path)), path)
+    att = analyse(model, request, progress).attribution
+    if att is None:  # an empty output: no piece to attribute
+        raise InputError("the target has no tokens: there is no output piece to explain")
     if progress is not None:
         print("\r", end="", file=sys.stderr)
     if args.json:

@@ -11,7 +11,7 @@ model with :func:`open_model` and analyses an input with :func:`analyse`, passin
 from .analyse import analyse, check_method
 from .analysis import Analysis, CaptionAnalysis, GuidedLinks, TranslationAnalysis
 from .model import Model, ModelKind, ModelSpec
-from .requests import CaptionRequest, GenerationRequest, Request, TranslationRequest
+from .requests import CaptionRequest, GenerationRequest, MethodOptions, Request, TranslationRequest
 
 __all__ = [
     "Analysis",
@@ -19,6 +19,7 @@ __all__ = [
     "CaptionRequest",
     "GenerationRequest",
     "GuidedLinks",
+    "MethodOptions",
     "Model",
     "ModelKind",
     "ModelSpec",

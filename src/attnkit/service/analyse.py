@@ -11,13 +11,15 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from .analysis import CaptionAnalysis, GuidedLinks, TranslationAnalysis
 from .model import Model
 from .requests import CaptionRequest, TranslationRequest
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 __all__ = ["analyse", "check_method", "gold_for", "guided_links"]
 
@@ -32,9 +34,25 @@ def check_method(model, method: str, who: str) -> str:
 
     impl = model.impl if isinstance(model, Model) else model
     method = canonical_method(method)
-    if method not in methods_for(impl):
-        raise UnknownMethodError(f"{who} has no {method}; it has: {', '.join(methods_for(impl))}")
+    have = methods_for(impl)
+    if method not in have:
+        reason = _refusal(impl, method)
+        why = f" ({method} is {reason})" if reason else ""
+        raise UnknownMethodError(f"{who} has no {method}{why}; it has: {', '.join(have)}")
     return method
+
+
+def _refusal(impl, method: str) -> str | None:
+    """The model's own line on why a decomposition method is not defined for it (a Hugging Face family that
+    says so), or None."""
+    from ..attribution import METHODS
+    from ..attribution.trace import decomposition_refusal
+
+    m = getattr(impl, "model", impl)
+    meth = METHODS[method]
+    if meth.translation is None or meth.applies(m):
+        return None
+    return decomposition_refusal(m)
 
 
 def analyse(
@@ -98,7 +116,10 @@ def _translation(model: Model, req: TranslationRequest, progress, search, forced
             from ..attribution import explain, forced_translation
 
             pair = forced_translation(tr, req.source, tokens)
-            out.attribution = explain(tr, req.source, method=req.method, pair=pair, progress=progress)
+            out.attribution = explain(
+                tr, req.source, method=req.method, pair=pair, progress=progress, **req.options.given()
+            )
+            out.attribution.extra["forced"] = req.target is not None
         if ta.maps.alignment is not None:
             out.guided = guided_links(tr, ta)
     out.seconds = time.perf_counter() - t0
@@ -110,9 +131,17 @@ def _caption(model: Model, req: CaptionRequest, progress) -> CaptionAnalysis:
 
     t0 = time.perf_counter()
     cm = model.impl
+    from ..attribution import explain_caption, forced_caption
+
     if req.method is not None:
         req = dataclasses.replace(req, method=check_method(cm, req.method, "a captioner"))
-    r = cm.caption(req.image.unsqueeze(0), beam_size=req.beam)[0]
+    pair = None
+    if req.target is not None:  # forced: α_t of each word of the given caption, read under teacher forcing
+        pair = forced_caption(cm, req.image, req.target.strip())
+        alpha = explain_caption(cm, req.image, method="attention", pair=pair).scores  # (T, h·w)
+        r = {"caption": " ".join(pair.words), "words": pair.words, "tokens": pair.tokens.tolist(), "attention": alpha}
+    else:
+        r = cm.caption(req.image.unsqueeze(0), beam_size=req.beam)[0]
     h, w = cm.model.grid_shape
     out = CaptionAnalysis(
         model=model.label,
@@ -130,10 +159,10 @@ def _caption(model: Model, req: CaptionRequest, progress) -> CaptionAnalysis:
     )
     measured: Tensor = out.attention
     if req.method is not None and out.words:
-        from ..attribution import explain_caption, forced_caption
-
-        pair = forced_caption(cm, req.image, r["tokens"])
-        out.attribution = explain_caption(cm, req.image, method=req.method, pair=pair, progress=progress)
+        pair = pair or forced_caption(cm, req.image, r["tokens"])
+        out.attribution = explain_caption(
+            cm, req.image, method=req.method, pair=pair, progress=progress, **req.options.given()
+        )
         measured = out.attribution.scores  # (T, h·w)
     scene = req.scene
     if scene is not None:

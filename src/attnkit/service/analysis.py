@@ -9,9 +9,11 @@ output and the notebook's views are functions of an analysis. Attributions are
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
+if TYPE_CHECKING:
+    from torch import Tensor
+
 
 __all__ = ["Analysis", "CaptionAnalysis", "GuidedLinks", "TranslationAnalysis"]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import InputError
 
-__all__ = ["CaptionRequest", "GenerationRequest", "Request", "TranslationRequest"]
+__all__ = ["CaptionRequest", "GenerationRequest", "MethodOptions", "Request", "TranslationRequest"]
 
 
 def _positive_int(name: str, value, *, optional: bool = False) -> None:
@@ -30,6 +30,26 @@ def _text(name: str, value, *, optional: bool = False) -> None:
 
 
 @dataclass(frozen=True)
+class MethodOptions:
+    """An attribution method's options (:func:`attnkit.attribution.explain`): the cross-attention ``layer`` and
+    ``head`` it reads (1-based; default: the last layer, the mean of the heads), integrated gradients'
+    ``steps``, and a gradient method's ``batch`` (rows per forward+backward pass: memory, not values)."""
+
+    layer: int | None = None
+    head: int | None = None
+    steps: int | None = None
+    batch: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("layer", "head", "steps", "batch"):
+            _positive_int(name, getattr(self, name), optional=True)
+
+    def given(self) -> dict:
+        """The options set, by name."""
+        return {k: v for k, v in vars(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
 class TranslationRequest:
     """Translate (or force) ``source`` and show every attention the model has.
 
@@ -37,7 +57,7 @@ class TranslationRequest:
     (teacher forcing; a gold verse then comes with its gold links); ``method``: an attribution method
     (:mod:`attnkit.attribution`, any spelling :func:`~attnkit.attribution.canonical_method` accepts);
     ``heads``: also every layer's and head's maps, or only layer ``layer`` (1-based); ``max_numbers``: the
-    most numbers the per-head maps of one answer may hold (None: no limit)."""
+    most numbers the per-head maps of one answer may hold (None: no limit); ``options``: the method's."""
 
     source: str
     beam: int = 5
@@ -46,6 +66,7 @@ class TranslationRequest:
     heads: bool = False
     layer: int | None = None
     max_numbers: int | None = None
+    options: MethodOptions = MethodOptions()
 
     def __post_init__(self) -> None:
         _text("source", self.source)
@@ -57,6 +78,8 @@ class TranslationRequest:
             raise InputError(f"heads must be true or false, got {self.heads!r}")
         _positive_int("layer", self.layer, optional=True)
         _positive_int("max_numbers", self.max_numbers, optional=True)
+        if not isinstance(self.options, MethodOptions):
+            raise InputError(f"options must be MethodOptions, got {type(self.options).__name__}")
 
 
 @dataclass(frozen=True)
@@ -65,12 +88,16 @@ class CaptionRequest:
 
     ``beam``: the search's beam; ``scene``: a test scene (:class:`attnkit.data.scenes.ScenesDataset` item) whose
     boxes measure the attention correctness of each word naming an item; ``method``: an attribution method
-    whose maps fill the attribution (correctness then measures them)."""
+    whose maps fill the attribution (correctness then measures them); ``target``: a caption to force instead
+    of searching (words of the captioner's vocabulary); ``options``: the method's (``steps``, ``batch``: a
+    captioner has one attention, so no layer or head)."""
 
     image: Any
     beam: int = 1
     scene: dict | None = None
     method: str | None = None
+    target: str | None = None
+    options: MethodOptions = MethodOptions()
 
     def __post_init__(self) -> None:
         import torch
@@ -85,6 +112,11 @@ class CaptionRequest:
             raise InputError(f"scene must be a test scene (a dict), got {type(self.scene).__name__}")
         if self.method is not None and not isinstance(self.method, str):
             raise InputError(f"method must be a name, got {type(self.method).__name__}")
+        _text("target", self.target, optional=True)
+        if not isinstance(self.options, MethodOptions):
+            raise InputError(f"options must be MethodOptions, got {type(self.options).__name__}")
+        if self.options.layer is not None or self.options.head is not None:
+            raise InputError("options: layer and head are for Transformer translators; a captioner has one attention")
 
 
 @dataclass(frozen=True)
