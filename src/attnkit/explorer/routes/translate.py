@@ -56,10 +56,10 @@ def translation_reply(analysis: TranslationAnalysis) -> dict:
     return {**translation_answer(analysis), **checkpoint_fields(analysis.spec)}
 
 
-def _light(translator, source: str, *, beam: int, model: Model, request: TranslationRequest, **made) -> dict:
-    """The fast lane's call: ``request`` analysed (``made``: the batch's search and forced decoding of
-    ``source``, when it joined one) and its answer built, in the lane's thread."""
-    return translation_reply(analyse(model, request, search=made.get("result"), forced=made.get("forced")))
+def _light(translator, source: str, *, beam: int, model: Model, ask: TranslationRequest, **made) -> dict:
+    """The fast lane's call: ``ask`` analysed (``made``: the batch's search and forced decoding of ``source``,
+    when it joined one) and its answer built, in the lane's thread."""
+    return translation_reply(analyse(model, ask, search=made.get("result"), forced=made.get("forced")))
 
 
 def check_beam(beam: int, limit: int) -> None:
@@ -124,5 +124,5 @@ async def translate(req: TranslateRequest, request: Request):
         return await run_in_threadpool(translation_reply, analysis)  # the maps' lists are built off the event loop
     model = served(name, ModelKind.TRANSLATOR, tr, spec)
     if target is not None:  # forced: no search to batch
-        return await run_light(request, _light, tr, text, beam=req.beam, model=model, request=ask)
-    return await run_translation(request, _light, tr, text, req.beam, model=model, request=ask)
+        return await run_light(request, _light, tr, text, beam=req.beam, model=model, ask=ask)
+    return await run_translation(request, _light, tr, text, req.beam, model=model, ask=ask)
