@@ -18,6 +18,25 @@ if TYPE_CHECKING:
 __all__ = ["Analysis", "CaptionAnalysis", "GuidedLinks", "TranslationAnalysis"]
 
 
+def _restore(cls, data: bytes):
+    import pickle
+
+    obj = cls.__new__(cls)
+    obj.__dict__.update(pickle.loads(data))
+    return obj
+
+
+class _Portable:
+    """Pickled whole, tensors inline (plain :mod:`pickle`), so an analysis sent from a worker process through
+    a multiprocessing pipe carries its numbers: torch would otherwise send each tensor as a shared-memory
+    handle, which dies with a worker that ends after its job (``--worker-tasks 1``)."""
+
+    def __reduce__(self):
+        import pickle
+
+        return (_restore, (type(self), pickle.dumps(dict(vars(self)))))
+
+
 @dataclass(frozen=True)
 class GuidedLinks:
     """The links of a guided-alignment model's guided head (Garg et al. 2019), read as ``attnkit align``
@@ -31,7 +50,7 @@ class GuidedLinks:
 
 
 @dataclass
-class TranslationAnalysis:
+class TranslationAnalysis(_Portable):
     """One translation (or forced target) and every view of it that was asked for.
 
     ``model``: the model's label; ``kind``: its type (from its config); ``request``: what was asked
@@ -67,7 +86,7 @@ class TranslationAnalysis:
 
 
 @dataclass
-class CaptionAnalysis:
+class CaptionAnalysis(_Portable):
     """One caption and each word's attention over the grid.
 
     ``attention``: ``(T, h·w)`` α_t of each word; ``grid``: ``(h, w)``; ``canvas``: the image's side;
