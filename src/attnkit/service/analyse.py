@@ -37,22 +37,26 @@ def check_method(model, method: str, who: str) -> str:
     have = methods_for(impl)
     if method not in have:
         reason = _refusal(impl, method)
-        why = f" ({method} is {reason})" if reason else ""
+        why = f" ({method} {reason})" if reason else ""
         raise UnknownMethodError(f"{who} has no {method}{why}; it has: {', '.join(have)}")
     return method
 
 
 def _refusal(impl, method: str) -> str | None:
-    """The model's own line on why a decomposition method is not defined for it (a Hugging Face family that
-    says so), or None."""
+    """Why a translator lacks ``method``, as the method registry says it: the model family's own line on a
+    decomposition (``is not defined for t5 models ...``), or what the method needs; None otherwise."""
     from ..attribution import METHODS
     from ..attribution.trace import decomposition_refusal
+    from ..models.captioner import ShowAttendTell
 
     m = getattr(impl, "model", impl)
     meth = METHODS[method]
-    if meth.translation is None or meth.applies(m):
+    if isinstance(m, ShowAttendTell) or meth.translation is None or meth.applies(m):
         return None
-    return decomposition_refusal(m)
+    reason = decomposition_refusal(m)
+    if reason:
+        return f"is {reason}"
+    return f"needs {meth.requirement}" if meth.requirement else None
 
 
 def analyse(
