@@ -192,14 +192,14 @@ def test_per_head_maps_come_in_pieces_under_the_answer_limit(servers):
         assert full.status_code == 200
         heads = full.json()["heads"]
         one = c.post(
-            "api/translate", json={"text": SOURCE, "model": "transformer-es-en", "beam": 1, "heads": True, "layer": 2}
+            "api/translate", json={"text": SOURCE, "model": "transformer-es-en", "beam": 1, "heads": True, "layer": 3}
         ).json()["heads"]
-        assert one["layer"] == 2 and one["cross"] == heads["cross"][2:3] and one["enc_self"] == heads["enc_self"][2:3]
+        assert one["layer"] == 3 and one["cross"] == heads["cross"][2:3] and one["enc_self"] == heads["enc_self"][2:3]
         assert one["rollout"] is None
         _refused(
-            c.post("api/translate", json={"text": SOURCE, "model": "transformer-es-en", "heads": True, "layer": 3}),
+            c.post("api/translate", json={"text": SOURCE, "model": "transformer-es-en", "heads": True, "layer": 4}),
             400,
-            "layer must be in 0..2",
+            "layer must be in 1..3",
         )
 
 

@@ -19,6 +19,8 @@ from attnkit.explorer.app import ServeOptions, create_app, load_models
 from attnkit.explorer.follow import Follower
 from attnkit.explorer.payload import caption_payload, translation_payload
 from attnkit.explorer.routes.caption import decode_image
+from attnkit.explorer.routes.translate import translation_reply
+from attnkit.service import TranslationRequest
 from attnkit.tasks.captioning import Captioner
 from attnkit.tasks.translation import Translator
 from attnkit.training.checkpoint import COMPLETE_NAME, WEIGHTS_NAME, save_checkpoint
@@ -168,12 +170,12 @@ def test_a_worker_keys_its_model_by_checkpoint_and_moves_on_when_one_is_removed(
     monkeypatch.setattr(worker, "_MODELS", {})
     monkeypatch.setattr(worker, "_SPECS", {"run": spec})
     monkeypatch.setattr(worker, "_PROGRESS", [0.0])
-    kwargs = dict(source=TEXT, beam=1, heads=True)
-    _assert_made_with(worker.run("translation", "run", 0, kwargs, old), run / "step-00000002")
-    _assert_made_with(worker.run("translation", "run", 0, kwargs, spec), run / "step-00000004")
+    ask = TranslationRequest(TEXT, beam=1, heads=True)
+    _assert_made_with(translation_reply(worker.run("run", 0, ask, old)), run / "step-00000002")
+    _assert_made_with(translation_reply(worker.run("run", 0, ask, spec)), run / "step-00000004")
     assert worker._MODELS["run"][0] == spec and len(worker._MODELS) == 1  # one model per run, the newest asked
     shutil.rmtree(run / "step-00000002")
-    _assert_made_with(worker.run("translation", "run", 0, kwargs, old), run / "step-00000004")
+    _assert_made_with(translation_reply(worker.run("run", 0, ask, old)), run / "step-00000004")
 
 
 def test_the_page_shows_the_step_beside_the_model_name_and_moves_on_with_the_run(tmp_path):

@@ -15,6 +15,7 @@ from attnkit.explorer.jobs import JobQueue
 from attnkit.explorer.lane import FastLane
 from attnkit.explorer.options import ServeOptions
 from attnkit.explorer.payload import translation_payload
+from attnkit.service import TranslationRequest
 
 # different lengths, so a batch is padded
 SOURCES = [
@@ -124,20 +125,21 @@ def test_a_job_that_would_wait_past_its_time_limit_is_refused_at_once_with_retry
     async def main():
         release = asyncio.Event()
 
-        async def execute(slot, kind, label, kwargs, disconnected, spec=None):  # a job that ends when told
+        async def execute(slot, label, request, disconnected, spec=None):  # a job that ends when told
             await release.wait()
-            finished.append(kwargs["n"])
-            return {"n": kwargs["n"]}
+            finished.append(request.beam - 1)
+            return {"n": request.beam - 1}
 
         queue._execute = execute
         running = [
-            asyncio.ensure_future(queue.run(None, None, "translation", "j", {"n": i}, _connected)) for i in range(3)
+            asyncio.ensure_future(queue.run(None, None, "j", TranslationRequest("s", beam=i + 1), _connected))
+            for i in range(3)
         ]
         for _ in range(10):
             await asyncio.sleep(0)
         assert queue.expected_wait(2) == pytest.approx(12.0, abs=0.1)  # ~4 s left of the running, two of 4 s
         with pytest.raises(ApiError) as refused:
-            await queue.run(None, None, "translation", "j", {"n": 3}, _connected)
+            await queue.run(None, None, "j", TranslationRequest("s", beam=4), _connected)
         assert not release.is_set()  # refused while the others still wait: no waiting of its own
         release.set()
         return [await t for t in running], refused.value
@@ -162,18 +164,18 @@ def test_each_kind_of_job_has_its_own_expected_time_and_an_untimed_kind_counts_h
     async def main():
         release = asyncio.Event()
 
-        async def execute(slot, kind, label, kwargs, disconnected, spec=None):
+        async def execute(slot, label, request, disconnected, spec=None):
             await release.wait()
             return {}
 
         queue._execute = execute
-        ig = {"method": "integrated_gradients"}
-        admitted = [asyncio.ensure_future(queue.run(None, None, "translation", "m", ig, _connected)) for _ in range(3)]
+        ig = TranslationRequest("s", method="integrated_gradients")
+        admitted = [asyncio.ensure_future(queue.run(None, None, "m", ig, _connected)) for _ in range(3)]
         for _ in range(10):
             await asyncio.sleep(0)
         # one runs (~50 s left), two wait: a fourth would wait ~150 s > 100 s
         with pytest.raises(ApiError) as refused:
-            await queue.run(None, None, "translation", "m", ig, _connected)
+            await queue.run(None, None, "m", ig, _connected)
         release.set()
         for t in admitted:
             await t
@@ -193,16 +195,16 @@ def test_an_admitted_job_that_cannot_start_within_its_time_limit_leaves_the_queu
     async def main():
         release = asyncio.Event()
 
-        async def execute(slot, kind, label, kwargs, disconnected, spec=None):
+        async def execute(slot, label, request, disconnected, spec=None):
             await release.wait()
             return {}
 
         queue._execute = execute
-        running = asyncio.ensure_future(queue.run(None, None, "translation", "w", {}, _connected))
+        running = asyncio.ensure_future(queue.run(None, None, "w", TranslationRequest("s"), _connected))
         for _ in range(10):
             await asyncio.sleep(0)
         with pytest.raises(ApiError) as refused:
-            await queue.run(None, None, "translation", "w", {}, _connected)
+            await queue.run(None, None, "w", TranslationRequest("s"), _connected)
         waiting = len(queue._waiting)
         release.set()
         await running

@@ -102,25 +102,28 @@ def _explorer_page(home, folder: WrittenFolder, sources: list[str], device="cpu"
     """The explorer's offline page for the demo verses (every shipped translator) and scenes (every
     shipped captioner), and the command that serves the live one."""
     from .data.datasets.scenes import load_scenes
-    from .explorer import caption_payload, translation_payload, write_explorer_html
+    from .explorer import write_explorer_html
     from .explorer.app import load_models
+    from .explorer.payload import caption_answer, translation_answer
+    from .explorer.state import served
+    from .service import CaptionRequest, ModelKind, TranslationRequest, analyse
     from .tasks.captioning.demo import demo_picks
 
     _rule("The attention explorer")
     models = load_models(device=device, dtype=dtype)
+    translators = [served(n, ModelKind.TRANSLATOR, tr, models.specs.get(n)) for n, tr in models.translators.items()]
+    captioners = [served(n, ModelKind.CAPTIONER, cm, models.specs.get(n)) for n, cm in models.captioners.items()]
     translations = [
-        translation_payload(tr, src, beam=5, heads=True, model=name)
+        translation_answer(analyse(model, TranslationRequest(src, beam=5, heads=True)))
         for src in sources
-        for name, tr in models.translators.items()
+        for model in translators
     ]
     captions = []
-    if models.captioners:
-        data = load_scenes("test", home, canvas=next(iter(models.captioners.values())).canvas)
+    if captioners:
+        data = load_scenes("test", home, canvas=captioners[0].impl.canvas)
         for i in demo_picks(data)[:2]:
-            captions += [
-                caption_payload(cm, data[i]["image"], model=name, scene=data[i])
-                for name, cm in models.captioners.items()
-            ]
+            request = CaptionRequest(data[i]["image"], scene=data[i])
+            captions += [caption_answer(analyse(model, request)) for model in captioners]
     path = write_explorer_html(
         folder.claim("explorer.html")[0],
         translations=translations,

@@ -28,16 +28,15 @@ def _progress_printer(label: str):
 
 
 def cmd_explain(args) -> None:
-    from ..attribution import canonical_method, explain, explain_caption
+    from ..attribution import canonical_method
     from ..attribution.report import format_attribution, plot_attribution
+    from ..errors import InputError
+    from ..service import CaptionRequest, MethodOptions, ModelKind, TranslationRequest, analyse
 
     method = canonical_method(args.method)
     _output(args.plot, "--plot")
-    from ..service import ModelKind
-
     model = _open_model(args, DEFAULT_TRANSLATION_MODEL)
     progress = _progress_printer(method)
-    options = dict(method=method, steps=args.steps, batch=args.batch, progress=progress)
     if model.kind is ModelKind.SELF_ATTENTION:  # a Hugging Face encoder-only or decoder-only model
         from .explain_hf import explain_self_attention_model
 
@@ -45,19 +44,22 @@ def cmd_explain(args) -> None:
     if args.self_attention:
         raise CLIError("--self-attention is for Hugging Face encoder-only and decoder-only models")
     if model.kind is ModelKind.TRANSLATOR:
-        tr = model.impl
-        att = explain(tr, args.input, target=args.target, beam=args.beam, layer=args.layer, head=args.head, **options)
+        options = MethodOptions(layer=args.layer, head=args.head, steps=args.steps, batch=args.batch)
+        request = TranslationRequest(args.input, beam=args.beam, target=args.target, method=method, options=options)
     else:
         from ..tasks.captioning import load_image_file
 
         if args.layer is not None or args.head is not None:
             raise CLIError("--layer and --head are for Transformer translators; a captioner has one attention")
-        cm = model.impl
         try:
-            image = load_image_file(args.input, cm.canvas)
+            image = load_image_file(args.input, model.impl.canvas)
         except (FileNotFoundError, ValueError) as exc:
             raise CLIError(f"{exc} (a captioner explains an image file)") from None
-        att = explain_caption(cm, image, caption=args.target, beam=args.beam, **options)
+        options = MethodOptions(steps=args.steps, batch=args.batch)
+        request = CaptionRequest(image, beam=args.beam, target=args.target, method=method, options=options)
+    att = analyse(model, request, progress).attribution
+    if att is None:  # an empty output: no piece to attribute
+        raise InputError("the target has no tokens: there is no output piece to explain")
     if progress is not None:
         print("\r", end="", file=sys.stderr)
     if args.json:

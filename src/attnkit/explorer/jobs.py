@@ -37,10 +37,22 @@ from .api_errors import ApiError
 from .options import ServeOptions
 from .pebble_internals import worker_pids
 
-__all__ = ["JobQueue"]
+__all__ = ["JobQueue", "job_kind"]
 
 POLL_S = 0.2  # how often a waiting request checks whether its client has gone
 RECENT_WEIGHT = 0.3  # the weight of the newest job's run time in the moving average
+
+
+def job_kind(label: str, request) -> str:
+    """A job's kind for its expected run time: ``"task model method"`` (``beam`` for a search without a
+    method), the task from the request's type: ``translation``, ``captioning`` or ``generation``."""
+    from ..service import CaptionRequest, GenerationRequest, TranslationRequest
+
+    tasks = {TranslationRequest: "translation", CaptionRequest: "captioning", GenerationRequest: "generation"}
+    task = tasks.get(type(request))
+    if task is None:
+        raise TypeError(f"a job runs a service request, got {type(request).__name__}")
+    return " ".join([task, label, str(request.method or "beam")])
 
 
 @dataclass
@@ -142,18 +154,19 @@ class JobQueue:
         self,
         client: str | None,
         job: str | None,
-        kind: str,
         label: str,
-        kwargs: dict,
+        request,
         disconnected: Callable[[], Awaitable[bool]],
         spec=None,
-    ) -> dict:
-        """Run ``worker.run(kind, label, slot, kwargs, spec)`` in a worker once admitted; see the module
-        docstring. ``spec``: the :class:`~attnkit.service.ModelSpec` of the model the request picked
-        (a followed training run's names its checkpoint, so the worker loads the one the server shows; default:
-        ``specs[label]``)."""
+    ):
+        """Run ``worker.run(label, slot, request, spec)`` in a worker once admitted and return what it returns
+        (an :class:`~attnkit.service.Analysis` for a translation or caption request); see the module
+        docstring. ``request``: a typed record of :mod:`attnkit.service.requests`, whose type and method name
+        the job's kind (:func:`job_kind`). ``spec``: the :class:`~attnkit.service.ModelSpec` of the
+        model the request picked (a followed training run's names its checkpoint, so the worker loads the one
+        the server shows; default: ``specs[label]``)."""
         key = (client, job) if client and job else None
-        rec = _Job("queued", kind=" ".join([kind, label, str(kwargs.get("method") or "beam")]))
+        rec = _Job("queued", kind=job_kind(label, request))
         if key is not None:
             self._jobs[key] = rec
         try:
@@ -162,7 +175,7 @@ class JobQueue:
             self._running[rec.slot] = rec
             try:
                 spec = spec if spec is not None else self.specs.get(label)
-                answer = await self._execute(rec.slot, kind, label, kwargs, disconnected, spec=spec)
+                answer = await self._execute(rec.slot, label, request, disconnected, spec=spec)
             except ApiError as err:
                 if err.status == 504:  # stopped at its limit: counts the limit
                     self._record(rec.kind, self.options.job_timeout)
@@ -240,13 +253,13 @@ class JobQueue:
                 return
         self._free.append(slot)
 
-    async def _execute(self, slot: int, kind: str, label: str, kwargs: dict, disconnected, spec=None) -> dict:
+    async def _execute(self, slot: int, label: str, request, disconnected, spec=None):
         from pebble import ProcessExpired
 
         from . import worker
 
         self._progress[slot] = 0.0
-        args = (kind, label, slot, kwargs, spec)
+        args = (label, slot, request, spec)
         try:
             future = self.start().schedule(worker.run, args=args, timeout=self.options.job_timeout)
         except RuntimeError:  # the pool broke just now: a fresh one

@@ -15,8 +15,8 @@ beam search over B sources. The search is most of a plain translation's time, an
 small sources costs far less than 8 searches (per-operation overhead dominates small models). The forced
 decoding that draws the maps is one padded pass over the batch's translations too
 (``Translator.attention_batch``). Each answer is then built alone from its own search result and forced
-decoding (``translation_payload(result=..., forced=...)``: maps and links), so it is the answer the request
-would have had alone. The oldest waiting request always goes
+decoding (``analyse(model, request, search=..., forced=...)``, then the answer: maps and links), so it is the
+answer the request would have had alone. The oldest waiting request always goes
 first; waiting translations of its model and beam join its batch (at most ``--fast-batch``).
 
 The lane's queue is bounded in time: :meth:`FastLane.expected_wait` is the requests waiting times their recent
@@ -75,9 +75,10 @@ class FastLane:
         return self._put(_Item(fn, args, kwargs, None))
 
     def submit_translation(self, fn: Callable, translator, source: str, beam: int, **kwargs) -> Future:
-        """``fn(translator, source, beam=beam, result=..., **kwargs)`` (a payload builder such as
-        :func:`attnkit.explorer.payload.translation_payload`), its ``result`` the search's output for
-        ``source``, searched in one batch with the waiting translations of the same model and beam."""
+        """``fn(translator, source, beam=beam, result=..., forced=..., **kwargs)`` (an answer's maker, such as
+        :func:`attnkit.explorer.payload.translation_payload`), its ``result`` the search's output for ``source``
+        and ``forced`` its forced decoding, made in one batch with the waiting translations of the same model
+        and beam (neither is passed when it ran alone)."""
         return self._put(_Item(fn, (translator, source), {"beam": beam, **kwargs}, (translator, beam, source)))
 
     def _put(self, item: _Item) -> Future:

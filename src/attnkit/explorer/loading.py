@@ -45,10 +45,13 @@ def explorer_model(model: Model):
     return model.impl
 
 
-def open_spec(spec: ModelSpec):
-    """The explorer's view (:func:`explorer_model`) of the model ``spec`` opens (a worker's job, a followed
-    training run's newer checkpoint), with :func:`attnkit.service.open_model`."""
-    return explorer_model(open_model(spec))
+def open_spec(spec: ModelSpec) -> Model:
+    """The model ``spec`` opens (a worker's job), with :func:`attnkit.service.open_model`, its ``impl`` the
+    explorer's view of it (:func:`explorer_model`)."""
+    import dataclasses
+
+    opened = open_model(spec)
+    return dataclasses.replace(opened, impl=explorer_model(opened))
 
 
 def load_models(

@@ -83,19 +83,23 @@ class ExplorerView:
 
 
 def _translation_view(att) -> ExplorerView:
-    from .payload import attribution_fields, empty_translation
+    from ..service import TranslationAnalysis
+    from .payload import translation_answer
 
-    p = empty_translation(
+    continuation = att.extra.get("kind") == "continuation"  # a decoder-only model's continuation of its context
+    a = TranslationAnalysis(
         model=att.extra.get("model", ""),
         kind=att.extra.get("kind", "translation"),
+        request=None,
         source=att.extra.get("source", ""),
         translation=att.extra.get("translation", ""),
         source_pieces=att.source,
         target_pieces=att.target,
         forced=bool(att.extra.get("forced", True)),
+        attribution=att,
     )
-    p["attribution"] = attribution_fields(att)
-    if att.extra.get("kind") == "continuation":  # a decoder-only model's own continuation of its context
+    p = translation_answer(a)
+    if continuation:
         p.update(src_lang="context", tgt_lang="continuation")
     return ExplorerView(translations=[p])
 
@@ -129,18 +133,21 @@ def attribution_html(att) -> str:
 
 
 def _translation_attention_view(ta) -> ExplorerView:
-    from .payload import add_attention_fields, empty_translation
+    from ..service import TranslationAnalysis
+    from .payload import translation_answer
 
     text = "".join(ta.target_pieces).replace("\u2581", " ").strip()
-    p = empty_translation(
+    a = TranslationAnalysis(
         model="",
         kind="translation",
+        request=None,
         source="",
         translation=text,
         source_pieces=ta.source_pieces,
         target_pieces=ta.target_pieces,
+        attention=ta,
     )
-    return ExplorerView(translations=[add_attention_fields(p, ta, heads=True)])
+    return ExplorerView(translations=[translation_answer(a, heads=True)])
 
 
 def translation_attention_html(ta) -> str:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 
 from ..alignment import attention_rollout, words_from_pieces
-from .payload import AnswerTooLarge, _rows, attribution_fields, empty_translation, word_links
+from ..service import TranslationAnalysis
+from .payload import AnswerTooLarge, _rows, attribution_fields, translation_answer, word_links
 
 __all__ = ["generation_payload", "self_attention_numbers", "self_attention_payload"]
 
@@ -116,15 +117,18 @@ def generation_payload(
     ids, prompt_len = sa.generate(text, max_new_tokens=max_new_tokens)
     continuation = (ids, prompt_len)
     att = explain_generation(sa, text, method="attention", max_new_tokens=max_new_tokens, continuation=continuation)
-    out = empty_translation(
-        model=model,
-        kind=str(getattr(sa.model.config, "model_type", "?")),
-        source=text,
-        translation=att.extra["translation"],
-        source_pieces=att.source,
-        target_pieces=att.target,
-        beam=1,
-        forced=False,
+    out = translation_answer(
+        TranslationAnalysis(
+            model=model,
+            kind=str(getattr(sa.model.config, "model_type", "?")),
+            request=None,
+            source=text,
+            translation=att.extra["translation"],
+            source_pieces=att.source,
+            target_pieces=att.target,
+            beam=1,
+            forced=False,
+        )
     )
     out.update(src_lang="context", tgt_lang="continuation", has_attention=True, attention=_rows(att.scores))
     words = att.word_scores()[2]  # (Tw, Sw)

@@ -28,6 +28,7 @@ __all__ = [
     "pick",
     "run_light",
     "run_translation",
+    "served",
     "served_model",
     "session_cookie",
 ]
@@ -91,6 +92,16 @@ async def served_model(
     with ex.follower.lock:
         label, model = pick(models, label, task)
         return label, model, ex.models.specs.get(label)
+
+
+def served(label: str, kind, model, spec: ModelSpec | None):
+    """``model`` as a :class:`attnkit.service.Model` (itself when it is one), named ``label``, with the spec
+    the server loaded it by (a training run's names the checkpoint shown)."""
+    from ..service import Model
+
+    if isinstance(model, Model):
+        return model
+    return Model(label, kind, model, spec if spec is not None else ModelSpec(label))
 
 
 async def run_light(request: Request, fn, /, *args, **kwargs):

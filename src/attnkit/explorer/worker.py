@@ -23,6 +23,7 @@ __all__ = ["PRELOAD", "init", "run"]
 PRELOAD = [
     "torch",
     "attnkit.explorer.payload",
+    "attnkit.service",
     "attnkit.explorer.loading",
     "attnkit.tasks.translation",
     "attnkit.tasks.captioning",
@@ -77,27 +78,33 @@ def _model(label: str, spec):
     return _MODELS[label][1]
 
 
-def run(kind: str, label: str, slot: int, kwargs: dict, spec=None) -> dict:
-    """One job: a translation payload (``kind="translation"``), a caption payload (``"captioning"``) or a
-    decoder-only model's attributed continuation (``"generation"``), with progress in ``slot``. ``spec``: the
-    model to use (default: the one the worker started with); for a training run's checkpoint the answer
-    names it (``checkpoint``, ``step``), and a checkpoint removed meanwhile by the run's ``--keep-last`` gives
-    way to the run's newest (the answer names the one it was made with)."""
+def run(label: str, slot: int, request, spec=None):
+    """One job: ``request`` (a typed record of :mod:`attnkit.service.requests`) on model ``label``, with
+    progress in ``slot``. A translation or caption request returns its :class:`~attnkit.service.Analysis`
+    (the server builds the answer from it); a decoder-only model's attributed continuation
+    (:class:`~attnkit.service.GenerationRequest`) returns its answer. ``spec``: the model to use (default: the
+    one the worker started with); a checkpoint removed meanwhile by a training run's ``--keep-last`` gives way
+    to the run's newest, and the analysis's ``spec`` names the one it was made with."""
+    import dataclasses
     from pathlib import Path
 
-    from .loading import checkpoint_fields
-    from .payload import caption_payload, translation_payload
+    from ..service import CaptionRequest, GenerationRequest, TranslationRequest, analyse
 
     def progress(fraction: float) -> None:
         _PROGRESS[slot] = float(fraction)
 
+    if not isinstance(request, (TranslationRequest, CaptionRequest, GenerationRequest)):
+        raise TypeError(f"a worker runs a service request, got {type(request).__name__}")
     _PROGRESS[slot] = 0.0
     spec = spec if spec is not None else _SPECS[label]
     if spec.checkpoint is not None and not Path(spec.checkpoint).is_dir():
         spec = _newest(spec)
-    if kind == "generation":
-        from .self_attention import generation_payload as build
-    else:
-        build = translation_payload if kind == "translation" else caption_payload
-    answer = build(_model(label, spec), model=label, progress=progress, **kwargs)
-    return {**answer, **checkpoint_fields(spec)}
+    model = dataclasses.replace(_model(label, spec), label=label, spec=spec)  # named as the server names it
+    if isinstance(request, GenerationRequest):
+        from .loading import checkpoint_fields
+        from .self_attention import generation_payload
+
+        fields = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+        answer = generation_payload(model.impl, model=label, progress=progress, **fields)
+        return {**answer, **checkpoint_fields(spec)}
+    return analyse(model, request, progress)

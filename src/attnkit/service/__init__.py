@@ -10,7 +10,29 @@ model with :func:`open_model` and analyses an input with :func:`analyse`, passin
   are pure functions of an ``Analysis``.
 """
 
+from .analyse import analyse, check_method
+from .analysis import Analysis, CaptionAnalysis, GuidedLinks, TranslationAnalysis
 from .model import Model, ModelKind, ModelSpec
 from .open import model_folder, model_kind, newest_spec, open_model
+from .requests import CaptionRequest, GenerationRequest, MethodOptions, Request, TranslationRequest
 
-__all__ = ["Model", "ModelKind", "ModelSpec", "model_folder", "model_kind", "newest_spec", "open_model"]
+__all__ = [
+    "Analysis",
+    "CaptionAnalysis",
+    "CaptionRequest",
+    "GenerationRequest",
+    "GuidedLinks",
+    "MethodOptions",
+    "Model",
+    "ModelKind",
+    "ModelSpec",
+    "Request",
+    "TranslationAnalysis",
+    "TranslationRequest",
+    "analyse",
+    "check_method",
+    "model_folder",
+    "model_kind",
+    "newest_spec",
+    "open_model",
+]

@@ -21,16 +21,18 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from ...service import CaptionAnalysis, ModelKind, analyse, check_method
+from ...service import CaptionRequest as CaptionJob
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..loading import checkpoint_fields
 from ..memory import give_back
-from ..payload import caption_payload, check_method
-from ..state import client_of, explorer, run_light, served_model
+from ..payload import caption_answer
+from ..state import client_of, explorer, run_light, served, served_model
 from .catalog import scenes_of
 from .translate import JOB_NAME, check_beam
 
-__all__ = ["CaptionRequest", "decode_image", "router"]
+__all__ = ["CaptionRequest", "caption_reply", "decode_image", "router"]
 
 router = APIRouter()
 
@@ -166,7 +168,7 @@ async def caption(req: CaptionRequest, request: Request):
     name, cm, spec = await served_model(request, ex.models.captioners, req.model, "captioning")
     method = check_method(cm, req.method, "a captioner") if req.method is not None else None
     if req.image is not None:
-        kwargs = {"image": await _decoded(ex, req, cm.canvas)}
+        ask = CaptionJob(await _decoded(ex, req, cm.canvas), beam=req.beam, method=method)
     else:
         scenes = await run_in_threadpool(scenes_of, ex)
         if not 0 <= req.scene < len(scenes):
@@ -174,9 +176,16 @@ async def caption(req: CaptionRequest, request: Request):
                 404, f"scene {req.scene} does not exist; there are {len(scenes)} test scenes (0..{len(scenes) - 1})"
             )
         item = scenes[req.scene]
-        kwargs = {"image": item["image"], "scene": item}
-    kwargs.update(beam=req.beam, method=method)
+        ask = CaptionJob(item["image"], beam=req.beam, scene=item, method=method)
     if method is not None or req.beam > o.heavy_beam:
         client = client_of(request)
-        return await ex.jobs.run(client, req.job, "captioning", name, kwargs, request.is_disconnected, spec=spec)
-    return {**await run_light(request, caption_payload, cm, model=name, **kwargs), **checkpoint_fields(spec)}
+        analysis = await ex.jobs.run(client, req.job, name, ask, request.is_disconnected, spec=spec)
+        return await run_in_threadpool(caption_reply, analysis)
+    model = served(name, ModelKind.CAPTIONER, cm, spec)
+    return await run_light(request, lambda: caption_reply(analyse(model, ask)))
+
+
+def caption_reply(analysis: CaptionAnalysis) -> dict:
+    """The answer to ``/api/caption``: the analysis's JSON, with a training run's checkpoint (``checkpoint``,
+    ``step``) of the model it was made with."""
+    return {**caption_answer(analysis), **checkpoint_fields(analysis.spec)}

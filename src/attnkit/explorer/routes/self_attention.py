@@ -120,5 +120,8 @@ async def generate(req: GenerateRequest, request: Request):
     # integrated gradients at a fixed number of points: the work is bounded up front
     kwargs = dict(text=req.text.strip(), max_new_tokens=new, method=method, steps=DEFAULT_STEPS)
     if method in GRADIENT_METHODS:  # a backward pass per written token: a heavy job, in a worker process
-        return await ex.jobs.run(client_of(request), req.job, "generation", name, kwargs, request.is_disconnected)
+        from ...service import GenerationRequest
+
+        job = GenerationRequest(**kwargs)
+        return await ex.jobs.run(client_of(request), req.job, name, job, request.is_disconnected)
     return await run_light(request, generation_payload, sa, model=name, **kwargs)

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from ...data.text import no_readable_word
+from ...service import Model, ModelKind, TranslationAnalysis, TranslationRequest, analyse, check_method
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..loading import checkpoint_fields
-from ..payload import check_method, translation_payload
-from ..state import client_of, explorer, run_light, run_translation, served_model
+from ..payload import translation_answer
+from ..state import client_of, explorer, run_light, run_translation, served, served_model
 
-__all__ = ["JOB_NAME", "TranslateRequest", "router"]
+__all__ = ["JOB_NAME", "TranslateRequest", "router", "translation_reply"]
 
 router = APIRouter()
 JOB_NAME = r"^[A-Za-z0-9_-]{1,64}$"
@@ -31,7 +33,7 @@ class TranslateRequest(BaseModel):
     beam: int = Field(5, ge=1, description="beam size (1 = greedy), at most --max-beam")
     heads: bool = Field(False, description="also return every layer's and head's maps, and the rollout")
     layer: int | None = Field(
-        None, ge=0, description="with heads: only this layer's maps (0-based), for a sentence over the answer limit"
+        None, ge=1, description="with heads: only this layer's maps (1-based), for a sentence over the answer limit"
     )
     target: schema.Text | None = Field(
         None,
@@ -46,6 +48,18 @@ class TranslateRequest(BaseModel):
         pattern=JOB_NAME,
         description="a name of the caller's choice (a random one) to follow the work at /api/progress/{job}",
     )
+
+
+def translation_reply(analysis: TranslationAnalysis) -> dict:
+    """The answer to ``/api/translate``: the analysis's JSON, with a training run's checkpoint (``checkpoint``,
+    ``step``) of the model it was made with."""
+    return {**translation_answer(analysis), **checkpoint_fields(analysis.spec)}
+
+
+def _light(translator, source: str, *, beam: int, model: Model, ask: TranslationRequest, **made) -> dict:
+    """The fast lane's call: ``ask`` analysed (``made``: the batch's search and forced decoding of ``source``,
+    when it joined one) and its answer built, in the lane's thread."""
+    return translation_reply(analyse(model, ask, search=made.get("result"), forced=made.get("forced")))
 
 
 def check_beam(beam: int, limit: int) -> None:
@@ -95,15 +109,20 @@ async def translate(req: TranslateRequest, request: Request):
                 f"({name} writes at most {model_max}; --max-tokens {o.max_tokens})",
             )
     method = check_method(tr, req.method, name) if req.method is not None else None
-    views = dict(heads=req.heads, layer=req.layer, max_numbers=o.max_answer_numbers)
+    ask = TranslationRequest(
+        text,
+        beam=req.beam,
+        target=target,
+        method=method,
+        heads=req.heads,
+        layer=req.layer,
+        max_numbers=o.max_answer_numbers,
+    )
     if method is not None or req.beam > o.heavy_beam:
-        kwargs = dict(source=text, beam=req.beam, target=target, method=method, **views)
         client = client_of(request)
-        return await ex.jobs.run(client, req.job, "translation", name, kwargs, request.is_disconnected, spec=spec)
+        analysis = await ex.jobs.run(client, req.job, name, ask, request.is_disconnected, spec=spec)
+        return await run_in_threadpool(translation_reply, analysis)  # the maps' lists are built off the event loop
+    model = served(name, ModelKind.TRANSLATOR, tr, spec)
     if target is not None:  # forced: no search to batch
-        answer = await run_light(
-            request, translation_payload, tr, text, beam=req.beam, target=target, model=name, **views
-        )
-    else:
-        answer = await run_translation(request, translation_payload, tr, text, req.beam, model=name, **views)
-    return {**answer, **checkpoint_fields(spec)}  # a training run's checkpoint, as the worker's answers say it
+        return await run_light(request, _light, tr, text, beam=req.beam, model=model, ask=ask)
+    return await run_translation(request, _light, tr, text, req.beam, model=model, ask=ask)

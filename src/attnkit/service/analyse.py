@@ -1,0 +1,236 @@
+"""``analyse(model, request) -> Analysis``: the one function every front end calls to look inside a
+translator or a captioner (the CLI, the server's fast lane and its worker processes, the notebook).
+
+The request's method name is canonicalised and checked here, once (:func:`check_method`); what is computed
+is a typed record (:mod:`.analysis`) of tensors and plain values, which the server's JSON
+(:mod:`attnkit.explorer.payload`) and the CLI's output are built from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..errors import InputError
+from .analysis import CaptionAnalysis, GuidedLinks, TranslationAnalysis
+from .model import Model
+from .requests import CaptionRequest, TranslationRequest
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+__all__ = ["analyse", "check_method", "gold_for", "guided_links"]
+
+Progress = Callable[[float], None]
+
+
+def check_method(model, method: str, who: str) -> str:
+    """``method``'s registry name if ``model`` (a :class:`Model` or the wrapper it holds) has it, else
+    :class:`attnkit.attribution.UnknownMethodError` (an unknown name, or one ``who`` lacks), so a server can
+    refuse it before queueing any work."""
+    from ..attribution import UnknownMethodError, canonical_method, methods_for
+
+    impl = model.impl if isinstance(model, Model) else model
+    method = canonical_method(method)
+    have = methods_for(impl)
+    if method not in have:
+        reason = _refusal(impl, method)
+        why = f" ({method} {reason})" if reason else ""
+        raise UnknownMethodError(f"{who} has no {method}{why}; it has: {', '.join(have)}")
+    return method
+
+
+def _refusal(impl, method: str) -> str | None:
+    """Why a translator lacks ``method``, as the method registry says it: the model family's own line on a
+    decomposition (``is not defined for t5 models ...``), or what the method needs; None otherwise."""
+    from ..attribution import METHODS
+    from ..attribution.trace import decomposition_refusal
+    from ..models.captioner import ShowAttendTell
+
+    m = getattr(impl, "model", impl)
+    meth = METHODS[method]
+    if isinstance(m, ShowAttendTell) or meth.translation is None or meth.applies(m):
+        return None
+    reason = decomposition_refusal(m)
+    if reason:
+        return f"is {reason}"
+    return f"needs {meth.requirement}" if meth.requirement else None
+
+
+def analyse(
+    model: Model,
+    request: TranslationRequest | CaptionRequest,
+    progress: Progress | None = None,
+    *,
+    search: dict | None = None,
+    forced=None,
+) -> TranslationAnalysis | CaptionAnalysis:
+    """Run ``request`` on ``model`` (a :class:`Model` holding a translator or a captioner) and return what was
+    computed. ``progress(fraction)`` is passed to a gradient method (it calls it as it goes, and may raise to
+    stop). Translations only: ``search`` is a search's output for the source already made
+    (``Translator.translate``'s item, e.g. in a batch with others) and ``forced`` its forced decoding
+    (``Translator.attention_batch``'s item)."""
+    if not isinstance(model, Model):
+        raise TypeError(f"model must be an attnkit.service.Model (open_model's), got {type(model).__name__}")
+    if isinstance(request, TranslationRequest):
+        return _translation(model, request, progress, search, forced)
+    if isinstance(request, CaptionRequest):
+        return _caption(model, request, progress)
+    raise TypeError(f"request must be a TranslationRequest or CaptionRequest, got {type(request).__name__}")
+
+
+def _translation(model: Model, req: TranslationRequest, progress, search, forced) -> TranslationAnalysis:
+    t0 = time.perf_counter()
+    tr = model.impl
+    if req.method is not None:
+        req = dataclasses.replace(req, method=check_method(tr, req.method, model.label or "this model"))
+    if req.target is not None:
+        target = req.target.strip()
+        search = {"tokens": tr.tokenizer.encode(target), "translation": target}
+    elif search is None:
+        search = tr.translate([req.source], beam_size=req.beam)[0]
+    tokens = search["tokens"]
+    src_tok = getattr(tr, "src_tokenizer", tr.tokenizer)
+    out = TranslationAnalysis(
+        model=model.label,
+        kind=getattr(tr.model, "model_type", "?"),
+        request=req,
+        source=req.source,
+        translation=search["translation"],
+        source_pieces=[src_tok.id_to_piece(t) for t in tr.encode_sources([req.source])[0]],
+        target_pieces=[tr.tokenizer.id_to_piece(t) for t in tokens],
+        beam=req.beam,
+        forced=req.target is not None,
+        src_lang=getattr(tr, "src_lang", "es"),
+        tgt_lang=getattr(tr, "tgt_lang", "en"),
+        gold=gold_for(req.source, req.target) if req.target is not None else None,
+        note=getattr(tr, "note", None) or None,  # an engine without some views (CTranslate2: no per-head maps)
+        spec=model.spec,
+    )
+    if tokens:  # an empty translation has nothing to align
+        ta = forced if forced is not None else tr.attention(req.source, tokens)  # forced decoding of the output
+        cross = ta.maps.cross
+        if req.heads and req.layer is not None and cross is not None and req.layer > cross.shape[0]:
+            layers = cross.shape[0]
+            raise InputError(f"layer must be in 1..{layers} (this model has {layers} layers), got {req.layer}")
+        out.attention = ta
+        if req.method is not None:
+            from ..attribution import explain, forced_translation
+
+            pair = forced_translation(tr, req.source, tokens)
+            out.attribution = explain(
+                tr, req.source, method=req.method, pair=pair, progress=progress, **req.options.given()
+            )
+            out.attribution.extra["forced"] = req.target is not None
+        if ta.maps.alignment is not None:
+            out.guided = guided_links(tr, ta)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _caption(model: Model, req: CaptionRequest, progress) -> CaptionAnalysis:
+    from ..tasks.captioning import attention_mass_in_box, words_to_items
+
+    t0 = time.perf_counter()
+    cm = model.impl
+    from ..attribution import explain_caption, forced_caption
+
+    if req.method is not None:
+        req = dataclasses.replace(req, method=check_method(cm, req.method, "a captioner"))
+    pair = None
+    if req.target is not None:  # forced: α_t of each word of the given caption, read under teacher forcing
+        pair = forced_caption(cm, req.image, req.target.strip())
+        alpha = explain_caption(cm, req.image, method="attention", pair=pair).scores  # (T, h·w)
+        r = {"caption": " ".join(pair.words), "words": pair.words, "tokens": pair.tokens.tolist(), "attention": alpha}
+    else:
+        r = cm.caption(req.image.unsqueeze(0), beam_size=req.beam)[0]
+    h, w = cm.model.grid_shape
+    out = CaptionAnalysis(
+        model=model.label,
+        kind=getattr(cm.model, "model_type", "?"),
+        request=req,
+        caption=r["caption"],
+        words=list(r["words"]),
+        tokens=r["tokens"],
+        attention=r["attention"].float(),  # (T, h·w)
+        grid=(h, w),
+        canvas=cm.canvas,
+        image=req.image,
+        attention_type=cm.config.attention,
+        spec=model.spec,
+    )
+    measured: Tensor = out.attention
+    if req.method is not None and out.words:
+        pair = pair or forced_caption(cm, req.image, r["tokens"])
+        out.attribution = explain_caption(
+            cm, req.image, method=req.method, pair=pair, progress=progress, **req.options.given()
+        )
+        measured = out.attribution.scores  # (T, h·w)
+    scene = req.scene
+    if scene is not None:
+        items = words_to_items(out.words, scene["classes"].tolist(), scene["places"].tolist())
+        boxes = scene["boxes"].numpy()
+        correct: list[float | None] = [None] * len(items)
+        named = [t for t, k in enumerate(items) if k >= 0]
+        if named:
+            mass = attention_mass_in_box(measured[named].numpy(), (h, w), cm.canvas, boxes[[items[t] for t in named]])
+            for t, v in zip(named, mass):
+                correct[t] = round(float(v), 4)
+        out.boxes, out.word_items, out.correctness = boxes.tolist(), items, correct
+        out.scene = {"index": scene["index"], "reference": scene["caption"]}
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def gold_for(source: str, target: str) -> dict | None:
+    """The hand-made gold links of this verse pair, if it is one of the gold verses (word indices); a pair
+    read the other way (English → Spanish) gets the verse's links turned around."""
+    from ..alignment.gold import load_gold
+
+    key = (" ".join(source.split()), " ".join(target.split()))
+    for v in _gold_verses(load_gold):
+        pair = (" ".join(v.source), " ".join(v.target))
+        if pair == key:
+            return v.to_dict()
+        if pair[::-1] == key:
+            return v.turned_around().to_dict()
+    return None
+
+
+_GOLD_CACHE: list = []
+
+
+def _gold_verses(loader):
+    if not _GOLD_CACHE:
+        _GOLD_CACHE.extend(loader())
+    return _GOLD_CACHE
+
+
+def guided_links(translator, ta) -> GuidedLinks | None:
+    """For a model trained with guided alignment (Garg et al. 2019): the links of its guided head, the
+    reading that learnt to align, read from that head's word matrix ``(Tw, Sw)`` as ``attnkit align`` reads
+    it (both ways, by intersection: :mod:`attnkit.tasks.translation.alignment`). None for any other model.
+
+    ``ta``: the pair's forced decoding; its ``guided`` rows (:meth:`Translator.attention_batch` fills them in
+    the same pass as the maps) are used when it has them, else ``attnkit align``'s aligner reads the head in a
+    pass of its own (an engine whose forced decoding does not fill them)."""
+    from ..alignment import word_attention, words_from_pieces
+    from ..tasks.translation.alignment import AttentionReading, ModelAligner, has_guided_head
+
+    if not hasattr(translator, "model") or not has_guided_head(translator):
+        return None
+    aligner = ModelAligner(translator, AttentionReading("guided"))
+    r = aligner.reading
+    if ta.guided is not None:
+        wa = word_attention(ta.guided, ta.source_pieces, ta.target_pieces)  # (Tw, Sw)
+    else:
+        words = (words_from_pieces(ta.source_pieces), words_from_pieces(ta.target_pieces))
+        wa = aligner.word_attention_batch([words])[0]  # (Tw, Sw), None: source too long
+        if wa is None:
+            return None
+    links = sorted([i, j] for i, j in r.links(wa))
+    return GuidedLinks(
+        links, wa, f"the guided head (layer {r.layer}, head {r.head})", f"argmax both ways, {r.both_ways}"
+    )

@@ -1,0 +1,119 @@
+"""What an analysis computed, as typed records: :class:`TranslationAnalysis` and :class:`CaptionAnalysis`.
+
+They hold tensors and plain values only (no model), so a worker process can return one (they pickle) and
+every front end shows the same numbers: the server's JSON (:mod:`attnkit.explorer.payload`), the CLI's
+output and the notebook's views are functions of an analysis. Attributions are
+:class:`attnkit.attribution.Attribution` records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+
+__all__ = ["Analysis", "CaptionAnalysis", "GuidedLinks", "TranslationAnalysis"]
+
+
+def _restore(cls, data: bytes):
+    import pickle
+
+    obj = cls.__new__(cls)
+    obj.__dict__.update(pickle.loads(data))
+    return obj
+
+
+class _Portable:
+    """Pickled whole, tensors inline (plain :mod:`pickle`), so an analysis sent from a worker process through
+    a multiprocessing pipe carries its numbers: torch would otherwise send each tensor as a shared-memory
+    handle, which dies with a worker that ends after its job (``--worker-tasks 1``)."""
+
+    def __reduce__(self):
+        import pickle
+
+        return (_restore, (type(self), pickle.dumps(dict(vars(self)))))
+
+
+@dataclass(frozen=True)
+class GuidedLinks:
+    """The links of a guided-alignment model's guided head (Garg et al. 2019), read as ``attnkit align``
+    reads them: ``links`` as ``[source word, target word]``, the word matrix ``(Tw, Sw)`` they were read from,
+    which head it is (``name``, layers and heads numbered from 1) and how they were read (``rule``)."""
+
+    links: list[list[int]]
+    matrix: Tensor
+    name: str
+    rule: str
+
+
+@dataclass
+class TranslationAnalysis(_Portable):
+    """One translation (or forced target) and every view of it that was asked for.
+
+    ``model``: the model's label; ``kind``: its type (from its config); ``request``: what was asked
+    (:class:`~attnkit.service.requests.TranslationRequest`, its method canonical; None for a view made from
+    another record); ``beam``: the search's beam (0: none); ``forced``: the target was given (teacher
+    forcing), not searched; ``src_lang``/``tgt_lang``: the languages (None: not known); ``source_pieces`` and
+    ``target_pieces``: the encoder's input and the output's subword pieces (S and T); ``attention``: the
+    forced decoding of the output (:class:`attnkit.tasks.translation.TranslationAttention`, whose ``maps``
+    hold every attention the model has), None for an empty translation or when none was made;
+    ``attribution``: the method's :class:`~attnkit.attribution.Attribution`; ``guided``: a guided head's
+    links; ``gold``: a gold verse's hand-made links (word indices, ``GoldVerse.to_dict()``); ``note``: what
+    the engine cannot show; ``spec``: the model's spec (a training run's names the checkpoint used);
+    ``seconds``: the analysis's wall-clock time."""
+
+    model: str
+    kind: str
+    request: Any
+    source: str
+    translation: str
+    source_pieces: list[str]
+    target_pieces: list[str]
+    beam: int = 0
+    forced: bool = True
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    attention: Any = None
+    attribution: Any = None
+    guided: GuidedLinks | None = None
+    gold: dict | None = None
+    note: str | None = None
+    spec: Any = None
+    seconds: float = 0.0
+
+
+@dataclass
+class CaptionAnalysis(_Portable):
+    """One caption and each word's attention over the grid.
+
+    ``attention``: ``(T, h·w)`` α_t of each word; ``grid``: ``(h, w)``; ``canvas``: the image's side;
+    ``image``: ``(1, C, C)``; ``attention_type``: soft or hard; ``attribution``: the method's
+    :class:`~attnkit.attribution.Attribution`; with a test scene, ``boxes`` (its items' boxes),
+    ``word_items`` (the item each word names, -1 for none) and ``correctness`` (the attention's mass inside
+    the named item's box, per word; None for words naming none: the attribution's maps when a method was
+    asked for); ``scene``: the scene's ``{"index", "reference"}``."""
+
+    model: str
+    kind: str
+    request: Any
+    caption: str
+    words: list[str]
+    tokens: list[int]
+    attention: Tensor
+    grid: tuple[int, int]
+    canvas: int
+    image: Tensor
+    attention_type: str = "soft"
+    attribution: Any = None
+    scene: dict | None = None
+    boxes: list | None = None
+    word_items: list[int] | None = None
+    correctness: list[float | None] | None = None
+    spec: Any = None
+    seconds: float = 0.0
+
+
+Analysis = TranslationAnalysis | CaptionAnalysis

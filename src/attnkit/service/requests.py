@@ -1,0 +1,138 @@
+"""What to analyse, as typed records: one ``Request`` per kind of analysis, checked when it is made (a
+:class:`ValueError` naming the field), so a request that crosses a process boundary (the server's worker
+processes) or a front end (CLI, server, notebook) is the same thing everywhere. Layers count from 1, as
+every layer a user sees does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InputError
+
+__all__ = ["CaptionRequest", "GenerationRequest", "MethodOptions", "Request", "TranslationRequest"]
+
+
+def _positive_int(name: str, value, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be a whole number ≥ 1, got {value!r}")
+
+
+def _text(name: str, value, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise InputError(f"{name} must be text, got {type(value).__name__}")
+    if not value.strip():
+        raise InputError(f"{name} is empty: give the text to analyse")
+
+
+@dataclass(frozen=True)
+class MethodOptions:
+    """An attribution method's options (:func:`attnkit.attribution.explain`): the cross-attention ``layer`` and
+    ``head`` it reads (1-based; default: the last layer, the mean of the heads), integrated gradients'
+    ``steps``, and a gradient method's ``batch`` (rows per forward+backward pass: memory, not values)."""
+
+    layer: int | None = None
+    head: int | None = None
+    steps: int | None = None
+    batch: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("layer", "head", "steps", "batch"):
+            _positive_int(name, getattr(self, name), optional=True)
+
+    def given(self) -> dict:
+        """The options set, by name."""
+        return {k: v for k, v in vars(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class TranslationRequest:
+    """Translate (or force) ``source`` and show every attention the model has.
+
+    ``beam``: the search's beam (1 = greedy); ``target``: target-language text to force instead of searching
+    (teacher forcing; a gold verse then comes with its gold links); ``method``: an attribution method
+    (:mod:`attnkit.attribution`, any spelling :func:`~attnkit.attribution.canonical_method` accepts);
+    ``heads``: also every layer's and head's maps, or only layer ``layer`` (1-based); ``max_numbers``: the
+    most numbers the per-head maps of one answer may hold (None: no limit); ``options``: the method's."""
+
+    source: str
+    beam: int = 5
+    target: str | None = None
+    method: str | None = None
+    heads: bool = False
+    layer: int | None = None
+    max_numbers: int | None = None
+    options: MethodOptions = MethodOptions()
+
+    def __post_init__(self) -> None:
+        _text("source", self.source)
+        _positive_int("beam", self.beam)
+        _text("target", self.target, optional=True)
+        if self.method is not None and not isinstance(self.method, str):
+            raise InputError(f"method must be a name, got {type(self.method).__name__}")
+        if not isinstance(self.heads, bool):
+            raise InputError(f"heads must be true or false, got {self.heads!r}")
+        _positive_int("layer", self.layer, optional=True)
+        _positive_int("max_numbers", self.max_numbers, optional=True)
+        if not isinstance(self.options, MethodOptions):
+            raise InputError(f"options must be MethodOptions, got {type(self.options).__name__}")
+
+
+@dataclass(frozen=True)
+class CaptionRequest:
+    """Caption ``image``, a ``(1, C, C)`` tensor in [0, 1], and give each word's attention over the grid.
+
+    ``beam``: the search's beam; ``scene``: a test scene (:class:`attnkit.data.scenes.ScenesDataset` item) whose
+    boxes measure the attention correctness of each word naming an item; ``method``: an attribution method
+    whose maps fill the attribution (correctness then measures them); ``target``: a caption to force instead
+    of searching (words of the captioner's vocabulary); ``options``: the method's (``steps``, ``batch``: a
+    captioner has one attention, so no layer or head)."""
+
+    image: Any
+    beam: int = 1
+    scene: dict | None = None
+    method: str | None = None
+    target: str | None = None
+    options: MethodOptions = MethodOptions()
+
+    def __post_init__(self) -> None:
+        import torch
+
+        if not isinstance(self.image, torch.Tensor):
+            raise InputError(f"image must be a (1, C, C) tensor, got {type(self.image).__name__}")
+        shape = tuple(self.image.shape)
+        if len(shape) != 3 or shape[0] != 1 or shape[1] != shape[2] or shape[1] < 1:
+            raise InputError(f"image must be a (1, C, C) tensor (one square grayscale canvas), got shape {shape}")
+        _positive_int("beam", self.beam)
+        if self.scene is not None and not isinstance(self.scene, dict):
+            raise InputError(f"scene must be a test scene (a dict), got {type(self.scene).__name__}")
+        if self.method is not None and not isinstance(self.method, str):
+            raise InputError(f"method must be a name, got {type(self.method).__name__}")
+        _text("target", self.target, optional=True)
+        if not isinstance(self.options, MethodOptions):
+            raise InputError(f"options must be MethodOptions, got {type(self.options).__name__}")
+        if self.options.layer is not None or self.options.head is not None:
+            raise InputError("options: layer and head are for Transformer translators; a captioner has one attention")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A decoder-only model's greedy continuation of ``text`` (at most ``max_new_tokens``), each written
+    token attributed to the tokens before it by ``method``; ``steps``: integrated gradients' points."""
+
+    text: str
+    max_new_tokens: int = 20
+    method: str | None = None
+    steps: int | None = None
+
+    def __post_init__(self) -> None:
+        _text("text", self.text)
+        _positive_int("max_new_tokens", self.max_new_tokens)
+        _positive_int("steps", self.steps, optional=True)
+
+
+Request = TranslationRequest | CaptionRequest | GenerationRequest
