@@ -136,6 +136,7 @@ def _self_attention_views(args, sa, method, suffix) -> None:
         out = plot_alignment(matrix, pieces, pieces, args.plot, title=f"{sa.source}: attention rollout")
         print(f"wrote {out}", file=_where(args))
     elif suffix == ".png":
-        grid = maps.attention if args.layer is None else maps.attention[li : li + 1]
+        # the rows are labelled with the model's layer numbers (1-based): one asked layer keeps its own
+        grid = maps.attention if args.layer is None else {f"layer {args.layer}": maps.attention[li]}
         out = plot_heads(grid, args.plot, query_tokens=pieces, key_tokens=pieces, title=f"{sa.source}: self-attention")
         print(f"wrote {out}", file=_where(args))
