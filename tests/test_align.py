@@ -183,7 +183,9 @@ def test_reading_defaults_and_errors(transformer):
             ModelAligner(transformer, AttentionReading("guided"))
     finally:
         transformer.model.config = cfg
-    with pytest.raises(ValueError, match="head 9: this TransformerTranslator has 4 heads"):
+    with pytest.raises(
+        ValueError, match=r"head must be in 1\.\.4 \(this TransformerTranslator has 4 heads per layer\), got 9"
+    ):
         ModelAligner(transformer, AttentionReading("attention", 1, 9))
     with pytest.raises(ValueError, match="method must be one of"):
         AttentionReading("hard")

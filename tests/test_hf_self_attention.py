@@ -43,16 +43,30 @@ def test_stream_hands_over_each_asked_layer_once():
     model, tok = build_tiny("llama")
     sa = SelfAttentionModel(model, tok, source="llama")
     seen = []
-    sa.stream(TEXT, lambda layer, w: seen.append((layer, tuple(w.shape))), layers=[1], heads=[0, 3])
+    sa.stream(TEXT, lambda layer, w: seen.append((layer, tuple(w.shape))), layers=[2], heads=[1, 4])
     n = len(tok(TEXT)["input_ids"])
-    assert seen == [(1, (2, n, n))]
+    assert seen == [(2, (2, n, n))]  # the layer's number (1-based), its heads 1 and 4
     full = sa.self_attention(TEXT)
-    part = sa.self_attention(TEXT, layers=[1], heads=[0, 3])
-    torch.testing.assert_close(part.attention[0], full.attention[1, [0, 3]])
+    part = sa.self_attention(TEXT, layers=[2], heads=[1, 4])
+    torch.testing.assert_close(part.attention[0], full.attention[1, [0, 3]])  # tensor indices: from 0
+    assert part.layers == [2] and part.heads == [1, 4]
     with pytest.raises(ValueError, match="rollout"):
         part.rollout()
-    with pytest.raises(ValueError, match="layers"):
-        sa.self_attention(TEXT, layers=[5])
+    with pytest.raises(ValueError, match=r"layers must lie in 1\.\.2 \(this model has 2 layers\), got 3"):
+        sa.self_attention(TEXT, layers=[3])
+    with pytest.raises(ValueError, match=r"layers must lie in 1\.\.2 .*got 0"):
+        sa.self_attention(TEXT, layers=[0])
+    with pytest.raises(ValueError, match=r"heads must lie in 1\.\.4 \(this model has 4 heads\), got 0"):
+        sa.stream(TEXT, lambda layer, w: None, heads=[0])
+    with pytest.raises(TypeError, match="layers"):
+        sa.self_attention(TEXT, layers=2)
+
+
+def test_maps_number_layers_and_heads_from_one():
+    model, tok = build_tiny("bert")
+    sa = SelfAttentionModel(model, tok, source="bert")
+    maps = sa.self_attention(TEXT)
+    assert maps.layers == list(range(1, sa.num_layers + 1)) and maps.heads == list(range(1, sa.num_heads + 1))
 
 
 def test_load_from_a_folder_and_by_hf_name():

@@ -100,17 +100,22 @@ def test_api_self_attention_gives_eager_maps_layer_by_layer(client):
         assert p["layers"] == [] and p["causal"] == (family == "gpt2")
         torch.testing.assert_close(torch.tensor(p["head_mean"]), eager.mean(1), atol=1e-4, rtol=0)
         torch.testing.assert_close(torch.tensor(p["rollout"]), attention_rollout(eager), atol=1e-4, rtol=0)
-        one = client.post("/api/self-attention", json={"text": text, "model": f"tiny-{family}", "layer": 1}).json()
-        assert one["head_mean"] is None and [x["layer"] for x in one["layers"]] == [1]
-        torch.testing.assert_close(torch.tensor(one["layers"][0]["heads"]), eager[1], atol=1e-4, rtol=0)
+        for layer in (1, 2):  # layer numbers count from 1: "layer": 2 is the second layer, eager[1]
+            one = client.post("/api/self-attention", json={"text": text, "model": f"tiny-{family}", "layer": layer})
+            one = one.json()
+            assert one["head_mean"] is None and [x["layer"] for x in one["layers"]] == [layer]
+            torch.testing.assert_close(torch.tensor(one["layers"][0]["heads"]), eager[layer - 1], atol=1e-4, rtol=0)
 
 
 def test_api_bounds_and_errors(client):
     long = " ".join(["Dios"] * 40)  # (L + 1) · N² numbers over the answer limit of 3000
     r = client.post("/api/self-attention", json={"text": long, "model": "tiny-bert"})
     assert r.status_code == 413 and "--max-answer-numbers" in r.json()["error"]
-    r = client.post("/api/self-attention", json={"text": "x", "model": "tiny-bert", "layer": 2})
-    assert r.status_code == 422 and "layer" in r.json()["error"]
+    for layer in (0, 3, -1):  # tiny-bert has layers 1 and 2
+        r = client.post("/api/self-attention", json={"text": "x", "model": "tiny-bert", "layer": layer})
+        assert (
+            r.status_code == 422 and f"layer must be in 1..2 (tiny-bert has 2 layers), got {layer}" in r.json()["error"]
+        )
     r = client.post("/api/self-attention", json={"text": "  ", "model": "tiny-bert"})
     assert r.status_code == 400
     r = client.post("/api/generate", json={"text": "Jesús lloró.", "model": "tiny-bert"})

@@ -191,3 +191,41 @@ def test_plot_transformer_heads(tmp_path):
     png_size(plot_transformer_heads(None, None, cross, toks(S), toks(T), tmp_path / "tf2.png", alignment_layer=None))
     with pytest.raises(ValueError, match=r"cross has per-layer shape \(2, 7, 5\)"):
         plot_transformer_heads(enc, dec, cross.transpose(-1, -2), toks(S), toks(T), tmp_path / "x.png")
+
+
+def _labels(monkeypatch):
+    """Patch the heads grid's PNG writer to keep the figure's words: axes titles, row labels, figure texts."""
+    import attnkit.viz.heads as heads_mod
+
+    seen: dict[str, list[str]] = {}
+    write = heads_mod.save_png
+
+    def keep(fig, path, dpi):
+        seen["titles"] = [ax.get_title() for ax in fig.axes if ax.get_title()]
+        seen["rows"] = [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()]
+        seen["texts"] = [t.get_text() for t in fig.texts]
+        return write(fig, path, dpi)
+
+    monkeypatch.setattr(heads_mod, "save_png", keep)
+    return seen
+
+
+def test_head_grids_number_layers_and_heads_from_one(tmp_path, monkeypatch):
+    seen = _labels(monkeypatch)
+    L, H, T = 3, 2, 4
+    a = torch.softmax(torch.randn(L, H, T, T), -1)
+    for form in (a, list(a.numpy())):
+        plot_heads(form, tmp_path / "h.png")
+        assert seen["titles"] == ["head 1", "head 2"]
+        assert seen["rows"] == ["layer 1", "layer 2", "layer 3"]
+    plot_heads({"enc": a, "layer 7": a[0]}, tmp_path / "h.png")  # a dict's stack: name 1..L; one layer: its key
+    assert seen["rows"] == ["enc 1", "enc 2", "enc 3", "layer 7"]
+    S = 5
+    cross = torch.softmax(torch.randn(L, H, T, S), -1)
+    for asked, label in ((2, "layer 2"), (1, "layer 1"), (3, "layer 3"), (-1, "layer 3"), (-3, "layer 1")):
+        plot_transformer_heads(None, None, cross, toks(S), toks(T), tmp_path / "tf.png", alignment_layer=asked)
+        assert f"cross-attention, {label}, mean over {H} heads" in seen["texts"], asked
+        assert seen["titles"] == ["head 1", "head 2"] and seen["rows"] == ["layer 1", "layer 2", "layer 3"]
+    for bad in (0, 4, -4, True, 1.0):
+        with pytest.raises(ValueError, match=r"alignment_layer must be a layer number in 1\.\.3"):
+            plot_transformer_heads(None, None, cross, toks(S), toks(T), tmp_path / "x.png", alignment_layer=bad)

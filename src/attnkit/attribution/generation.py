@@ -67,8 +67,7 @@ def _attention_rows(sa, ids: list[int], prompt_len: int, method: str, layer, hea
             )
         if head is not None and (isinstance(head, bool) or not isinstance(head, int) or not 1 <= head <= sa.num_heads):
             raise InputError(f"head must be a head number in 1..{sa.num_heads} (or none for the mean), got {head!r}")
-        li = (layer or sa.num_layers) - 1
-        maps = sa.self_attention(ids[:-1], layers=[li])
+        maps = sa.self_attention(ids[:-1], layers=[layer or sa.num_layers])  # 1-based, as the caller's
         a = maps.attention[0]  # (H, n-1, n-1)
         mat = a.mean(0) if head is None else a[head - 1]
     return mat[_positions(prompt_len, n_gen, mat.device)].float()

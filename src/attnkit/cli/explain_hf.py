@@ -95,9 +95,11 @@ def _self_attention_views(args, sa, method, suffix) -> None:
     if args.steps is not None or args.batch is not None:
         raise CLIError("--steps and --batch are for the gradient methods; the self-attention views take none")
     if args.layer is not None and not 1 <= args.layer <= sa.num_layers:
-        raise CLIError(f"--layer must be in 1..{sa.num_layers} ({sa.source} has {sa.num_layers} layers)")
+        raise CLIError(
+            f"--layer must be in 1..{sa.num_layers} ({sa.source} has {sa.num_layers} layers), got {args.layer}"
+        )
     if args.head is not None and not 1 <= args.head <= sa.num_heads:
-        raise CLIError(f"--head must be in 1..{sa.num_heads} ({sa.source} has {sa.num_heads} heads)")
+        raise CLIError(f"--head must be in 1..{sa.num_heads} ({sa.source} has {sa.num_heads} heads), got {args.head}")
     if method == "rollout" and (args.layer is not None or args.head is not None):
         raise CLIError("rollout composes every layer and head: --layer and --head do not apply")
     maps = sa.self_attention(args.input)
@@ -134,6 +136,7 @@ def _self_attention_views(args, sa, method, suffix) -> None:
         out = plot_alignment(matrix, pieces, pieces, args.plot, title=f"{sa.source}: attention rollout")
         print(f"wrote {out}", file=_where(args))
     elif suffix == ".png":
-        grid = maps.attention if args.layer is None else maps.attention[li : li + 1]
+        # the rows are labelled with the model's layer numbers (1-based): one asked layer keeps its own
+        grid = maps.attention if args.layer is None else {f"layer {args.layer}": maps.attention[li]}
         out = plot_heads(grid, args.plot, query_tokens=pieces, key_tokens=pieces, title=f"{sa.source}: self-attention")
         print(f"wrote {out}", file=_where(args))

@@ -157,13 +157,14 @@ def translation_attention_html(ta) -> str:
 
 def self_attention_view(maps, *, model: str = "") -> ExplorerView:
     """A :class:`attnkit.hf.self_attention.SelfAttentionMaps` (every layer and head of one text) as an
-    inline view: the heads grid, the head means and the rollout, as the server's page shows them."""
+    inline view: the heads grid, the head means and the rollout, as the server's page shows them.
+    Every ``"layer"`` in the view's data is the map's layer number (1-based, as ``maps.layers``)."""
     from ..alignment import attention_rollout, words_from_pieces
     from .payload import _rows
     from .self_attention import ROLLOUT_RULE
 
     mean = maps.head_mean  # (L, N, N)
-    consecutive = maps.layers == list(range(len(maps.layers)))
+    consecutive = maps.layers == list(range(1, len(maps.layers) + 1))  # layer numbers count from 1
     p = {
         "model": model,
         "kind": "self-attention",

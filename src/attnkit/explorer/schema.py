@@ -211,8 +211,8 @@ class Translation(_Strict):
 class SelfAttentionLayer(_Strict):
     """One layer's per-head self-attention maps."""
 
-    layer: int = Field(description="the layer (0-based)")
-    heads: list[Matrix] = Field(description="H × N × N: row i is what piece i attends to")
+    layer: int = Field(ge=1, description="the layer's number (1-based: 1..num_layers)")
+    heads: list[Matrix] = Field(description="H × N × N: row i is what piece i attends to; heads[h] is head h + 1")
 
 
 class SelfAttention(_Strict):

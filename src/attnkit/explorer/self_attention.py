@@ -3,7 +3,7 @@ bertviz's head view and model view show, and a decoder-only model's continuation
 
 - :func:`self_attention_payload` (``/api/self-attention``): a text's pieces, every layer's head mean
   ``(L, N, N)`` and the attention rollout ``(N, N)``; the per-head maps of one layer at a time
-  (``layer``), so a long text's ``L · H · N²`` numbers are never sent, nor held, at once (the model runs
+  (``layer``, 1-based like every layer and head number in the payload), so a long text's ``L · H · N²`` numbers are never sent, nor held, at once (the model runs
   once per asked layer and keeps only that layer's maps, :meth:`attnkit.hf.self_attention.SelfAttentionModel.stream`).
   ``all_layers`` (the notebook view and the exported page, no server) puts every layer in one payload.
 - :func:`generation_payload` (``/api/generate``): a greedy continuation of the prompt, as a translation
@@ -45,7 +45,7 @@ def self_attention_payload(
     ids: list[int] | None = None,
 ) -> dict:
     """The :class:`~attnkit.explorer.schema.SelfAttention` payload of ``text`` (see the module docstring).
-    ``layer`` (0-based): only that layer's per-head maps (``head_mean`` and ``rollout`` null);
+    ``layer`` (1-based, ``1..L``): only that layer's per-head maps (``head_mean`` and ``rollout`` null);
     ``max_numbers``: refuse (:class:`~attnkit.explorer.payload.AnswerTooLarge`) before any map is built
     when the answer would hold more numbers; ``ids``: the token ids to read instead of ``text``'s."""
     if ids is None:
@@ -53,14 +53,14 @@ def self_attention_payload(
     else:
         pieces = sa.pieces_of(ids)
     n, L, H = len(ids), sa.num_layers, sa.num_heads
-    if layer is not None and not 0 <= layer < L:
-        raise ValueError(f"layer must be in 0..{L - 1} (this model has {L} layers), got {layer}")
+    if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= L):
+        raise ValueError(f"layer must be in 1..{L} (this model has {L} layers), got {layer!r}")
     count = self_attention_numbers(L, H, n, layer, all_layers)
     if max_numbers is not None and count > max_numbers:
         raise AnswerTooLarge(
             f"this text's maps hold {count} numbers ({n} tokens); the limit of one answer is {max_numbers} "
             "(--max-answer-numbers): shorten the text"
-            + (f' or ask for one layer ("layer": 0..{L - 1})' if layer is None else "")
+            + (f' or ask for one layer ("layer": 1..{L})' if layer is None else "")
         )
     out = {
         "model": model,
@@ -84,17 +84,17 @@ def self_attention_payload(
     means: dict[int, torch.Tensor] = {}
     heads: dict[int, torch.Tensor] = {}
 
-    def keep(i: int, w: torch.Tensor) -> None:  # w: (H, n, n); only its mean is kept unless all_layers
+    def keep(i: int, w: torch.Tensor) -> None:  # i: 1-based; w: (H, n, n); only its mean is kept unless all_layers
         means[i] = w.mean(0).cpu()
         if all_layers:
             heads[i] = w.cpu()
 
     sa.stream(ids, keep)
-    mean = torch.stack([means[i] for i in range(L)])  # (L, n, n)
+    mean = torch.stack([means[i] for i in range(1, L + 1)])  # (L, n, n)
     out["head_mean"] = _rows(mean, 4)
     out["rollout"] = _rows(attention_rollout(mean))
     if all_layers:
-        out["layers"] = [{"layer": i, "heads": _rows(heads[i], 4)} for i in range(L)]
+        out["layers"] = [{"layer": i, "heads": _rows(heads[i], 4)} for i in range(1, L + 1)]
     return out
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 
 import torch
 from torch import Tensor
@@ -40,7 +41,8 @@ MAX_NEW_TOKENS = 512
 class SelfAttentionMaps:
     """One text's self-attention: ``attention (L, H, N, N)`` over ``pieces`` (row ``i`` is what piece
     ``i`` attends to; a decoder-only model's rows are zero right of the diagonal). ``layers``: the
-    model's layer number (0-based) of each of the ``L`` maps; ``heads`` likewise."""
+    model's layer number (1-based, as every number a user sees: ``docs/api/index.md``) of each of the
+    ``L`` maps; ``heads`` likewise (1-based)."""
 
     pieces: list[str]
     attention: Tensor
@@ -56,8 +58,8 @@ class SelfAttentionMaps:
     def rollout(self) -> Tensor:
         """``(N, N)``: attention rollout (Abnar & Zuidema 2020) through the layers held, which must be
         consecutive from the first (:func:`attnkit.alignment.attention_rollout`)."""
-        if self.layers != list(range(len(self.layers))):
-            raise ValueError(f"rollout composes layers 0..L-1 in order; these maps hold layers {self.layers}")
+        if self.layers != list(range(1, len(self.layers) + 1)):
+            raise ValueError(f"rollout composes layers 1..L in order; these maps hold layers {self.layers}")
         return attention_rollout(self.attention)
 
     def _repr_html_(self) -> str | None:  # Jupyter, VS Code, Colab
@@ -120,13 +122,24 @@ class SelfAttentionModel:
         found = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
         return int(found) if found else None
 
+    def _numbers(self, values: Sequence[int], name: str, top: int, what: str) -> list[int]:
+        """``values`` (1-based layer or head numbers) as 0-based indices, each checked to lie in ``1..top``."""
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise TypeError(f"{name} must be a list of {what} numbers (1-based), got {type(values).__name__}")
+        out = []
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, Integral):
+                raise TypeError(f"{name} must hold int {what} numbers (1-based), got {v!r}")
+            if not 1 <= v <= top:
+                raise ValueError(f"{name} must lie in 1..{top} (this model has {top} {what}s), got {v}")
+            out.append(int(v) - 1)
+        return out
+
     def _chosen(self, layers: Sequence[int] | None) -> list[AttentionSite]:
+        """The attention sites of the asked layers (1-based numbers; None: every layer)."""
         if layers is None:
             return list(self.sites)
-        bad = [layer for layer in layers if not 0 <= int(layer) < self.num_layers]
-        if bad:
-            raise ValueError(f"layers must lie in 0..{self.num_layers - 1} (0-based), got {bad[0]}")
-        wanted = {int(layer) for layer in layers}
+        wanted = set(self._numbers(layers, "layers", self.num_layers, "layer"))
         return [s for s in self.sites if s.layer in wanted]
 
     @torch.no_grad()
@@ -139,7 +152,9 @@ class SelfAttentionModel:
         heads: Sequence[int] | None = None,
     ) -> list[str]:
         """Run the model on ``text`` (or on token ``ids``, given instead) once and call ``on_layer(layer,
-        weights (len(heads), N, N))`` as each asked layer runs; nothing is kept. Returns the pieces."""
+        weights (len(heads), N, N))`` as each asked layer runs; nothing is kept. Returns the pieces.
+        ``layers``/``heads`` and the ``layer`` handed to ``on_layer`` are 1-based numbers (default:
+        every layer, every head)."""
         if isinstance(text, str):
             ids, pieces = self.encode(text)
         else:
@@ -150,21 +165,18 @@ class SelfAttentionModel:
         limit = self.max_length()
         if limit is not None and len(ids) > limit:
             raise InputError(f"the text has {len(ids)} tokens; {self.source} reads at most {limit} positions")
-        if heads is not None:
-            bad = [h for h in heads if not 0 <= int(h) < self.num_heads]
-            if bad:
-                raise ValueError(f"heads must lie in 0..{self.num_heads - 1} (0-based), got {bad[0]}")
-        with capture_attention(
-            self.model, lambda s, w: on_layer(s.layer, w[0]), sites=self._chosen(layers), heads=heads
-        ):
+        sites = self._chosen(layers)
+        head_index = None if heads is None else self._numbers(heads, "heads", self.num_heads, "head")
+        # the capture counts sites and heads from 0 (tensor indices); the caller sees numbers from 1
+        with capture_attention(self.model, lambda s, w: on_layer(s.layer + 1, w[0]), sites=sites, heads=head_index):
             self.model(input_ids=torch.tensor([ids], device=self.device))
         return pieces
 
     def self_attention(
         self, text: str | Sequence[int], *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None
     ) -> SelfAttentionMaps:
-        """Every asked layer's and head's self-attention over ``text`` (or token ``ids``; default: every
-        layer and head), at once."""
+        """Every asked layer's and head's self-attention over ``text`` (or token ``ids``; ``layers``/``heads``:
+        1-based numbers, default every layer and head), at once."""
         got: dict[int, Tensor] = {}
         pieces = self.stream(text, lambda layer, w: got.__setitem__(layer, w.cpu()), layers=layers, heads=heads)
         order = sorted(got)
@@ -172,7 +184,7 @@ class SelfAttentionModel:
             pieces=pieces,
             attention=torch.stack([got[i] for i in order]),  # (L, H, N, N)
             layers=order,
-            heads=list(range(self.num_heads)) if heads is None else [int(h) for h in heads],
+            heads=list(range(1, self.num_heads + 1)) if heads is None else [int(h) for h in heads],
             causal=self.causal,
         )
 

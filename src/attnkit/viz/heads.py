@@ -1,10 +1,11 @@
 """Per-layer, per-head attention maps for multi-head models (Vaswani et al. 2017).
 
 A grid with one row per layer and one column per head shows how heads specialise (previous
-token, diagonal, a few "anchor" tokens...).  ``plot_transformer_heads`` stacks the three
-kinds a Transformer has (encoder self-attention, decoder self-attention, cross-attention)
-in one PNG and ends with the head-averaged cross-attention as an alignment, the
-Transformer's counterpart of Bahdanau's Figure 3.
+token, diagonal, a few "anchor" tokens...).  Rows and columns are labelled with layer and
+head numbers counting from 1 (``layer 1``, ``head 1``), as everywhere a user sees them.
+``plot_transformer_heads`` stacks the three kinds a Transformer has (encoder self-attention,
+decoder self-attention, cross-attention) in one PNG and ends with the head-averaged
+cross-attention as an alignment, the Transformer's counterpart of Bahdanau's Figure 3.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def _layers(attn: Any, name: str) -> list[tuple[str, np.ndarray]]:
 
     Accepted: an (L, H, Tq, Tk) or (H, Tq, Tk) tensor/array; a list/tuple with one
     (H, Tq, Tk) per layer; a dict mapping a name to (H, Tq, Tk) (one row) or (L, H, Tq, Tk)
-    (one row per layer, labelled ``name i``).  A leading batch of size 1 is dropped.
+    (one row per layer, labelled ``name i``, ``i`` from 1).  Rows of a tensor or list are labelled
+    ``layer 1`` … ``layer L``.  A leading batch of size 1 is dropped.
     """
 
     def arr(x: Any, label: str) -> np.ndarray:
@@ -62,7 +64,7 @@ def _layers(attn: Any, name: str) -> list[tuple[str, np.ndarray]]:
             if a.ndim == 3:
                 rows.append((str(key), a))
             elif a.ndim == 4:
-                rows += [(f"{key} {i}", a[i]) for i in range(a.shape[0])]
+                rows += [(f"{key} {i + 1}", a[i]) for i in range(a.shape[0])]
             else:
                 raise expected(a, label)
     elif isinstance(attn, (list, tuple)):
@@ -72,14 +74,14 @@ def _layers(attn: Any, name: str) -> list[tuple[str, np.ndarray]]:
             a = arr(val, f"{name}[{i}]")
             if a.ndim != 3:
                 raise expected(a, f"{name}[{i}]")
-            rows.append((f"layer {i}", a))
+            rows.append((f"layer {i + 1}", a))
     else:
         a = squeeze_leading(to_numpy(attn, name), 4)
         if a.ndim == 3:
             a = a[None]
         if a.ndim != 4:
             raise expected(a, name)
-        rows = [(f"layer {i}", a[i]) for i in range(a.shape[0])]
+        rows = [(f"layer {i + 1}", a[i]) for i in range(a.shape[0])]
     tq, tk = rows[0][1].shape[1:]
     for label, a in rows:
         if a.shape[1:] != (tq, tk):
@@ -195,7 +197,7 @@ def _draw_block(lay: InchLayout, x_grid: float, y: float, b: _Block, cmap: str) 
             if h == 0:
                 ax.set_ylabel(tex_safe(label), fontsize=b.fs + 1)
             if r == 0:
-                ax.set_title(f"head {h}", fontsize=b.fs + 1, pad=3)
+                ax.set_title(f"head {h + 1}", fontsize=b.fs + 1, pad=3)
             for s in ax.spines.values():
                 s.set_linewidth(0.5)
     grid_h = len(b.rows) * b.ph + (len(b.rows) - 1) * _GAP
@@ -277,8 +279,10 @@ def plot_transformer_heads(
     ``enc_self`` is (L, H, S, S), ``dec_self`` (L, H, T, T), ``cross`` (L, H, T, S) (or any
     form :func:`plot_heads` accepts), with S = len(src_tokens) and T = len(tgt_tokens); any of
     them may be None to leave that block out.  The last panel is the cross-attention of layer
-    ``alignment_layer`` averaged over heads (``None``: averaged over all layers too), drawn as
-    an alignment heatmap with source words on top and target words down the side.
+    ``alignment_layer`` averaged over heads, drawn as an alignment heatmap with source words on
+    top and target words down the side: a layer number ``1..L`` (1-based, as the picture's
+    labels), or a negative one counting from the last (``-1``, the default: the last layer);
+    ``None``: averaged over all layers too.
 
     Returns ``path``; raises ValueError naming the offending argument on shape mismatch.
     """
@@ -319,16 +323,19 @@ def plot_transformer_heads(
             w = np.mean([a.mean(axis=0) for _, a in cross_rows], axis=0)
             a_title = f"cross-attention, mean over {len(cross_rows)} layers and heads"
         else:
+            n = len(cross_rows)
             if (
                 not isinstance(alignment_layer, (int, np.integer))
                 or isinstance(alignment_layer, bool)
-                or not -len(cross_rows) <= alignment_layer < len(cross_rows)
+                or alignment_layer == 0
+                or not -n <= alignment_layer <= n
             ):
                 raise ValueError(
-                    f"alignment_layer must be an int in [-{len(cross_rows)}, "
-                    f"{len(cross_rows)}) or None, got {alignment_layer!r}"
+                    f"alignment_layer must be a layer number in 1..{n} (cross has {n} layers), "
+                    f"a negative one from the last (-1..-{n}), or None; got {alignment_layer!r}"
                 )
-            label, a = cross_rows[alignment_layer]
+            # a layer number counts from 1; a negative one is already a Python index from the end
+            label, a = cross_rows[alignment_layer - 1 if alignment_layer > 0 else alignment_layer]
             w = a.mean(axis=0)
             a_title = f"cross-attention, {label}, mean over {a.shape[0]} heads"
         alignment = (w, src, tgt, a_title)

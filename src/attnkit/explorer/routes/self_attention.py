@@ -2,7 +2,7 @@
 models (BERT, GPT-2, Llama and kin), JSON in and out like every route.
 
 ``/api/self-attention`` answers a text's pieces, every layer's head mean and the rollout; the page then
-asks for each layer's per-head maps (``"layer": l``), one answer per layer, so the answer size stays under
+asks for each layer's per-head maps (``"layer": l``, 1-based: ``1..L``), one answer per layer, so the answer size stays under
 ``--max-answer-numbers`` and the server holds one layer's maps at a time.
 ``/api/generate`` writes a greedy continuation (at most ``--max-new-tokens``) and attributes each written
 token to the tokens before it (:mod:`attnkit.attribution.generation`).
@@ -37,7 +37,7 @@ class SelfAttentionRequest(BaseModel):
     text: schema.Text = Field(description="the text to read")
     model: schema.Text | None = Field(None, description="a loaded self-attention model's name (default: the first)")
     layer: int | None = Field(
-        None, ge=0, description="only this layer's per-head maps (0-based); without it: the head means and rollout"
+        None, description="only this layer's per-head maps (1-based: 1..L); without it: the head means and rollout"
     )
 
 
@@ -84,8 +84,8 @@ async def self_attention(req: SelfAttentionRequest, request: Request):
     ex = explorer(request)
     name, sa = pick(ex.models.self_attention, req.model, "self-attention")
     ids = _checked_ids(ex, name, sa, req.text)
-    if req.layer is not None and req.layer >= sa.num_layers:
-        raise ApiError(422, f"layer must be in 0..{sa.num_layers - 1} ({name} has {sa.num_layers} layers)")
+    if req.layer is not None and not 1 <= req.layer <= sa.num_layers:
+        raise ApiError(422, f"layer must be in 1..{sa.num_layers} ({name} has {sa.num_layers} layers), got {req.layer}")
     count = self_attention_numbers(sa.num_layers, sa.num_heads, len(ids), req.layer, False)
     if count > ex.options.max_answer_numbers:
         raise ApiError(

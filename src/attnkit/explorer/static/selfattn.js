@@ -7,6 +7,7 @@
 const SA = { models: [], run: 0 };
 
 function saHeadsGrid(p, pieces) { // L rows × (H heads + the mean); a layer's heads fill in when they arrive
+  // a payload's "layer" is a layer number (1-based); data-layer and data-head are the grid's 0-based positions
   const L = p.num_layers, H = p.num_heads;
   const grid = el("div", { class: "heads-grid sa-grid", "data-layers": L, "data-heads": H,
     style: `grid-template-columns: 60px repeat(${H + 1}, max-content)` });
@@ -21,8 +22,8 @@ function saHeadsGrid(p, pieces) { // L rows × (H heads + the mean); a layer's h
     if (mean) grid.append(saCanvas(mean, pieces, `layer ${l + 1}, mean of the heads`, l, "mean"));
     else grid.append(el("span", {}, ""));
   }
-  const fill = (layer) => layer.heads.forEach((mat, h) => slots[layer.layer][h].replaceWith(
-    saCanvas(mat, pieces, `layer ${layer.layer + 1}, head ${h + 1}`, layer.layer, h)));
+  const fill = (layer) => layer.heads.forEach((mat, h) => slots[layer.layer - 1][h].replaceWith(
+    saCanvas(mat, pieces, `layer ${layer.layer}, head ${h + 1}`, layer.layer - 1, h)));
   (p.layers || []).forEach(fill);
   return { grid, fill };
 }
@@ -95,7 +96,7 @@ async function selfAttentionAll() {
     } catch (e) { err.textContent = e.message; }
   }
   results.replaceChildren(...cards.map((c) => c.card));
-  for (const c of cards) for (let l = 0; l < c.p.num_layers; l++) { // one layer's heads per answer, in order
+  for (const c of cards) for (let l = 1; l <= c.p.num_layers; l++) { // one layer's heads per answer, in order (1-based)
     try {
       const r = await api("api/self-attention", { method: "POST", headers: { "Content-Type": "application/json" },
         body: JSON.stringify({ text, model: c.info.name, layer: l }) });

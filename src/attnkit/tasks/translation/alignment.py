@@ -174,9 +174,9 @@ class ModelAligner:
         if layers is not None and layer is not None:
             heads = getattr(cfg, "nhead", None)
             if layer > layers:
-                raise InputError(f"layer {layer}: this {name} has {layers} decoder layers")
+                raise InputError(f"layer must be in 1..{layers} (this {name} has {layers} decoder layers), got {layer}")
             if head is not None and heads is not None and head > heads:
-                raise InputError(f"head {head}: this {name} has {heads} heads per layer")
+                raise InputError(f"head must be in 1..{heads} (this {name} has {heads} heads per layer), got {head}")
         input_step, both_ways = reading.input_step, reading.both_ways
         if reading.method == "guided":
             if input_step is None:  # the rows the head was trained on
