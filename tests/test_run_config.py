@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from attnkit.cli import build_parser
-from attnkit.config import add_config_arguments, config_from_json
+from attnkit.cli.options import add_config_arguments, task_config_from_args, translation_config_from_args
+from attnkit.config import config_from_json
 from attnkit.errors import ConfigError
 from attnkit.tasks.captioning import CaptioningConfig
 from attnkit.tasks.classification import ClassifierTaskConfig
@@ -24,9 +25,10 @@ RUN_FLAGS = [f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("cl
 @pytest.mark.parametrize("task", ["translation", "captioning", "classifier"])
 def test_every_task_takes_every_run_option(task):
     args = build_parser().parse_args(["train", task, "--keep-last", "5", "--patience", "2", "--seed", "7"])
-    cfg = {"translation": TranslationConfig, "captioning": CaptioningConfig, "classifier": ClassifierTaskConfig}[
-        task
-    ].from_args(args)
+    if task == "translation":
+        cfg = translation_config_from_args(args)
+    else:
+        cfg = task_config_from_args({"captioning": CaptioningConfig, "classifier": ClassifierTaskConfig}[task], args)
     assert (cfg.run.keep_last, cfg.run.patience, cfg.run.seed) == (5, 2, 7)
     assert all(hasattr(cfg.run, name) for name in RUN_FLAGS)
 
@@ -43,7 +45,7 @@ def test_each_task_keeps_its_own_defaults_in_the_config_and_the_help():
     epochs_help = parser.format_help().split("\n  --epochs EPOCHS", 1)[1].split("\n  --", 1)[0]
     assert "(default: 30)" in " ".join(epochs_help.split())
     args = build_parser().parse_args(["train", "captioning", "--max-steps", "3"])
-    cfg = CaptioningConfig.from_args(args)
+    cfg = task_config_from_args(CaptioningConfig, args)
     assert (cfg.run.epochs, cfg.run.max_steps, cfg.run.save_every_steps) == (30, 3, 200)
 
 

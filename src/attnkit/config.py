@@ -1,14 +1,16 @@
-"""Configs are dataclasses; this module turns their fields into command-line flags and back.
+"""Configs are dataclasses; this module describes their fields as options and builds configs back from values.
 
 One option is one dataclass field: its default, its type and its help text live on the field, and
-the ``attnkit`` command line is generated from them, so adding a field adds a flag (with its help
-and default shown in ``--help``). Nested config dataclasses (a task config holding its model's
-config) are flattened: every leaf field becomes ``--field-name``.
+the ``attnkit`` command line is generated from them (:func:`attnkit.cli.options.add_config_arguments`),
+so adding a field adds a flag (with its help and default shown in ``--help``). Nested config
+dataclasses (a task config holding its model's config) are flattened: every leaf field becomes
+``--field-name``, and :func:`config_from_dict` builds the nested config back from the flat values.
 
 We write this small helper instead of adopting ``tyro`` or ``jsonargparse`` because the command
 keeps its hand-written argparse subcommands (``attnkit train translation``, ``attnkit caption``…),
-which both libraries would want to own; what we need from them is only "fields → flags → fields",
-which is the ~100 lines below.
+which both libraries would want to own; what we need from them is only "fields → flags → fields".
+The flags and the parsed namespace stay in :mod:`attnkit.cli`: this module, as everything below the
+command line, takes plain values and typed records.
 
 Usage::
 
@@ -18,25 +20,20 @@ Usage::
         name: str = option("x", "a name", choices=("x", "y"))
         internal: int = option(0, "set by the program", cli=False)
 
-    add_config_arguments(parser, MyConfig)
-    cfg = config_from_args(MyConfig, parser.parse_args())
+    cfg = config_from_dict(MyConfig, {"lr": 3e-4})  # the command line: config_from_dict(MyConfig, vars(args))
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import types
 import typing
 from collections.abc import Iterator
 from typing import Any
 
-from .checks import Range, arg_type
+from .checks import Range
 
 __all__ = [
     "ConfigRecord",
-    "add_config_arguments",
-    "config_from_args",
     "config_from_dict",
     "config_from_json",
     "iter_options",
@@ -77,16 +74,6 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
-    """``X | None`` -> ``(X, True)``; anything else -> ``(tp, False)``."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return tp, False
-
-
 def iter_options(
     cls: type, prefix: tuple[str, ...] = (), overrides: dict[str, Any] | None = None
 ) -> Iterator[tuple[tuple[str, ...], dataclasses.Field, Any, Any]]:
@@ -110,58 +97,8 @@ def _default_of(f: dataclasses.Field) -> Any:
     return None
 
 
-def add_config_arguments(parser: argparse.ArgumentParser | Any, *classes: type, skip: tuple[str, ...] = ()) -> None:
-    """Add ``--field-name`` for every option of each config class (see :func:`iter_options`).
-
-    Flags default to ``None`` ("not given"), so :func:`config_from_args` keeps the dataclass
-    default; the help text shows that default. A field name that appears in several classes (or in
-    two nested configs) becomes one flag; its help lists each class's default where they differ.
-    """
-    found: dict[str, list[tuple[type, dataclasses.Field, Any, Any]]] = {}
-    for cls in classes:
-        for path, f, tp, default in iter_options(cls):
-            if path[-1] not in skip:
-                found.setdefault(path[-1], []).append((cls, f, tp, default))
-    for name, entries in found.items():
-        _, f, tp, default = entries[0]
-        base, _ = _unwrap_optional(tp)
-        help_text = f.metadata.get("help", "")
-        by_cls = {getattr(c, "flag_label", c.__name__): d for c, _, _, d in entries}
-        if len(set(map(repr, by_cls.values()))) > 1:
-            shown = ", ".join(f"{k} {_show(v, base)}" for k, v in by_cls.items())
-        else:
-            shown = _show(default, base)
-        if "(default:" not in help_text:  # a help text may say its default in its own words
-            help_text = f"{help_text} (default: {shown})"
-        kwargs: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
-        if base is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
-        else:
-            if base not in (int, float, str):
-                raise TypeError(
-                    f"add_config_arguments: {entries[0][0].__name__}.{name} has type {tp!r}; "
-                    "options must be int, float, str or bool (or None-able)"
-                )
-            kwargs["type"] = (
-                base if f.metadata.get("check") is None else arg_type(f.metadata["check"], name, integer=base is int)
-            )
-            if f.metadata.get("choices"):
-                kwargs["choices"] = f.metadata["choices"]
-            if f.metadata.get("metavar"):
-                kwargs["metavar"] = f.metadata["metavar"]
-        parser.add_argument("--" + name.replace("_", "-"), **kwargs)
-
-
-def _show(value: Any, base: Any) -> str:
-    if value is None:
-        return "none"
-    if base is bool:
-        return "on" if value else "off"
-    return str(value)
-
-
 def option_names(cls: type) -> set[str]:
-    """The flag names (field names) that :func:`add_config_arguments` makes for ``cls``."""
+    """The option names (field names) of ``cls``, nested configs flattened: the flags the command line makes."""
     return {path[-1] for path, _, _, _ in iter_options(cls)}
 
 
@@ -226,10 +163,3 @@ def _from_json(cls: type, data: dict[str, Any], overrides: dict[str, Any]) -> An
         elif f.name in data:
             kwargs[f.name] = data[f.name]
     return cls(**kwargs)
-
-
-def config_from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
-    """The config ``cls`` with every flag the user gave (see :func:`add_config_arguments`)."""
-    values = dict(vars(args))
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return config_from_dict(cls, values)

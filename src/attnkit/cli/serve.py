@@ -7,9 +7,10 @@ import os
 import secrets
 import sys
 
-from ..config import add_config_arguments, config_from_args
+from ..config import config_from_dict
 from .common import CLIError, _check_engine_flags
 from .flags import _add_device_flags, _add_engine_flag, _add_spelling_flag
+from .options import add_config_arguments
 
 TOKEN_ENV = "ATTNKIT_TOKEN"
 
@@ -38,7 +39,7 @@ def cmd_serve(args) -> None:
     if args.vmap:
         raise CLIError("--vmap is for translate and evaluate; the explorer decodes over the whole vocabulary")
     try:
-        options = config_from_args(ServeOptions, args)
+        options = config_from_dict(ServeOptions, vars(args))
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     token, generated = server_token(options)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .common import CLIError, _output, _print_json
 from .flags import _add_progress_flag
+from .options import add_config_arguments, task_config_from_args, translation_choices, translation_config
 
 
 def _check_out_dir(cfg) -> None:
@@ -23,21 +24,16 @@ def cmd_train_translation(args) -> None:
     import sys
 
     from ..data.corpus import open_corpus
-    from ..tasks.translation import TranslationConfig, train_translation
-    from ..tasks.translation.budget_defaults import apply_pick, device_type, pick_for
+    from ..tasks.translation import train_translation
+    from ..tasks.translation.budget_defaults import apply_budget_rule
 
-    asked = args.model
     # no --model, or a short budget on a CPU: the written rules set what is unset
-    pick = pick_for(asked, args.max_time_s, device_type(args))
-    if pick is not None:
-        if asked is None:
-            open_corpus(args.data, home=args.home)  # an unknown corpus is the error, before any pick is announced
-        flags = apply_pick(args, pick)
-        if os.environ.get("RANK", "0") == "0" and (asked is None or flags):
-            sized = f" ({' '.join(flags)})" if flags else ""
-            said = "no --model given: training" if asked is None else f"a {args.max_time_s:g}-s budget: training"
-            print(f"attnkit: {said} {args.model}{sized}: {pick.why}", file=sys.stderr)
-    cfg = TranslationConfig.from_args(args)
+    choices, said = apply_budget_rule(translation_choices(args))
+    if args.model is None:
+        open_corpus(args.data, home=args.home)  # an unknown corpus is the error, before any pick is announced
+    if said is not None and os.environ.get("RANK", "0") == "0":
+        print(said, file=sys.stderr)
+    cfg = translation_config(choices, progress=not args.no_progress)
     _check_out_dir(cfg)
     summary = train_translation(cfg, resume=args.resume, home=args.home)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary
@@ -47,7 +43,7 @@ def cmd_train_translation(args) -> None:
 def cmd_train_captioning(args) -> None:
     from ..tasks.captioning import CaptioningConfig, train_captioning
 
-    cfg = CaptioningConfig.from_args(args)
+    cfg = task_config_from_args(CaptioningConfig, args)
     for opt in ("encoder_from", "init_from"):
         if getattr(cfg, opt) and not Path(getattr(cfg, opt)).exists():
             raise CLIError(f"--{opt.replace('_', '-')}: folder {getattr(cfg, opt)} does not exist")
@@ -59,7 +55,7 @@ def cmd_train_captioning(args) -> None:
 def cmd_train_classifier(args) -> None:
     from ..tasks.classification import ClassifierTaskConfig, train_classifier
 
-    cfg = ClassifierTaskConfig.from_args(args)
+    cfg = task_config_from_args(ClassifierTaskConfig, args)
     _check_out_dir(cfg)
     _print_json(train_classifier(cfg, resume=args.resume))
 
@@ -82,7 +78,6 @@ def add_parser(sub) -> None:
         description="Train a translation model on --data (bible, or a corpus prepared with `attnkit data "
         "prepare parallel`). Model options apply to the model named by --model.",
     )
-    from ..config import add_config_arguments
     from ..tasks.translation import TRANSLATION_MODELS, TranslationConfig, model_config_class
 
     add_config_arguments(tt, TranslationConfig, *dict.fromkeys(model_config_class(m) for m in TRANSLATION_MODELS))

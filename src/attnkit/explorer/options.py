@@ -1,5 +1,5 @@
 """The options of ``attnkit serve``: one dataclass field each (its default, range and help), which become
-the command's flags (:func:`attnkit.config.add_config_arguments`) and the limits the API page lists.
+the command's flags (:func:`attnkit.cli.options.add_config_arguments`) and the limits the API page lists.
 
 Serving is a security boundary, so every request's work is bounded before a tensor is built: the
 characters and subword tokens of a source and a forced target, the beam, the images and pixels of an

@@ -3,20 +3,19 @@
 Each task config (translation, captioning, classification) nests one ``RunConfig`` as its ``run``
 field, with the task's own defaults (:func:`run_options`), and :class:`attnkit.training.Trainer`
 takes it. A new run option is one field here: every task's command line (``--name``, through
-:func:`attnkit.config.add_config_arguments`, which flattens nested configs), its saved
+:func:`attnkit.cli.options.add_config_arguments`, which flattens nested configs), its saved
 ``train_config.json`` and the trainer get it.
 """
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..checks import FRACTION, LAYERS, LOSS_WEIGHT, POSITIVE, SECONDS, SEED, STEPS, THREADS, between, check_fields
-from ..config import config_from_args, option
+from ..config import option
 
 __all__ = ["RunConfig", "TaskConfig", "run_options"]
 
@@ -93,14 +92,7 @@ def run_options(help: str = "the training run's options", **defaults: Any) -> An
 
 
 class TaskConfig:
-    """Base of the task configs (dataclasses with a ``run`` field made by :func:`run_options`)."""
+    """Base of the task configs (dataclasses with a ``run`` field made by :func:`run_options`); the command
+    line builds one from its flags (:func:`attnkit.cli.options.task_config_from_args`)."""
 
     run: RunConfig
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> Any:
-        """The config the parsed flags describe (flags made by :func:`attnkit.config.add_config_arguments`;
-        ``--no-progress`` turns the progress bar off)."""
-        cfg = config_from_args(cls, args)
-        cfg.run.progress = not getattr(args, "no_progress", False)
-        return cfg

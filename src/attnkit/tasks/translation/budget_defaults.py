@@ -40,15 +40,29 @@ measurements behind them
 - The budget-fitted schedule (:mod:`attnkit.training.budget`) applies to whichever model runs.
 
 Only options the user did not give are set: ``--hidden-dim 128`` or ``--rnn-attention bahdanau`` on
-the command line still win. A new measurement that changes the rule changes :data:`RULE` and this
+the command line still win. :func:`apply_budget_rule` applies the rules to the user's choices
+(:class:`TranslationChoices`, which the command line builds from its flags) and returns new ones, with
+the line the command prints; it changes nothing it is given. A new measurement that changes the rule changes :data:`RULE` and this
 docstring, nothing else.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
-__all__ = ["RULE", "SIZE_RULES", "Pick", "apply_pick", "device_type", "pick_for", "pick_model"]
+__all__ = [
+    "RULE",
+    "SIZE_RULES",
+    "Pick",
+    "TranslationChoices",
+    "apply_budget_rule",
+    "device_type",
+    "pick_for",
+    "pick_model",
+]
 
 
 class Pick(NamedTuple):
@@ -135,20 +149,46 @@ def pick_for(model: str | None, max_time_s: float | None, device: str = "cpu") -
     return _first(SIZE_RULES.get(model, {}).get(device, ()), max_time_s)
 
 
-def device_type(args) -> str:
-    """The device type ``args.device`` (None or ``"auto"``: what this machine has) trains on, for :func:`pick_for`."""
+def device_type(device: str | None) -> str:
+    """The device type ``device`` (a ``--device`` value; None or ``"auto"``: what this machine has) trains on,
+    for :func:`pick_for` and :class:`TranslationChoices`."""
     from ...device import resolve_device
 
-    return resolve_device(getattr(args, "device", None)).type
+    return resolve_device(device).type
 
 
-def apply_pick(args, pick: Pick) -> list[str]:
-    """Set ``args.model`` and each of the pick's options the user left unset (None) on ``args``;
-    return the flags set, as ``--name value`` strings, to say what was picked."""
-    args.model = pick.model
-    chosen = []
-    for name, value in pick.options.items():
-        if getattr(args, name, None) is None:
-            setattr(args, name, value)
-            chosen.append(f"--{name.replace('_', '-')} {value}")
-    return chosen
+@dataclass(frozen=True)
+class TranslationChoices:
+    """What the user chose for ``attnkit train translation``, as the rules read it.
+
+    ``model``: the model asked for (None: not given, :func:`pick_model` decides); ``max_time_s``: the time
+    budget (None: none); ``device``: the device type training runs on (``"cpu"``, ``"cuda"``, ``"mps"``; see
+    :func:`device_type`); ``given``: every option the user gave, by its field name (``{"encoder_dim": 8}``),
+    task, run and model options alike; an option left out is not given.
+    """
+
+    model: str | None = None
+    max_time_s: float | None = None
+    device: str = "cpu"
+    given: Mapping[str, Any] = field(default_factory=dict)
+
+
+def apply_budget_rule(choices: TranslationChoices) -> tuple[TranslationChoices, str | None]:
+    """The rules applied to ``choices``: ``(new choices, what to say)``, ``choices`` itself left as it is.
+
+    Where :func:`pick_for` picks, the new choices have the pick's model and each of its options the user did
+    not give (a given one wins); the message (for stderr) names the model, the options set (as flags) and
+    why, and is None where a model was asked for and the rule set nothing. Where it does not pick, the
+    choices come back as they are, with no message.
+    """
+    pick = pick_for(choices.model, choices.max_time_s, choices.device)
+    if pick is None:
+        return choices, None
+    chosen = {name: value for name, value in pick.options.items() if choices.given.get(name) is None}
+    new = dataclasses.replace(choices, model=pick.model, given={**choices.given, **chosen})
+    if choices.model is not None and not chosen:
+        return new, None
+    flags = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in chosen.items())
+    sized = f" ({flags})" if flags else ""
+    said = "no --model given: training" if choices.model is None else f"a {choices.max_time_s:g}-s budget: training"
+    return new, f"attnkit: {said} {pick.model}{sized}: {pick.why}"

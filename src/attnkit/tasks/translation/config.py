@@ -185,30 +185,6 @@ class TranslationConfig(TaskConfig):
         task = {k: v for k, v in options.items() if k in task_names and k not in run_names}
         return cls(model=model, model_config=model_config, run=run, **task)
 
-    @classmethod
-    def from_args(cls, args) -> TranslationConfig:
-        """The config the parsed flags describe (``args.model`` picks the model; None:
-        :func:`~.budget_defaults.pick_model`'s rule; the options a short budget's rule sets and the flags left
-        unset, :func:`~.budget_defaults.pick_for`); a flag of another model's config is a :class:`ConfigError`."""
-        from .budget_defaults import apply_pick, device_type, pick_for
-
-        pick = pick_for(getattr(args, "model", None), getattr(args, "max_time_s", None), device_type(args))
-        if pick is not None:
-            apply_pick(args, pick)
-        given = {k for k, v in vars(args).items() if v is not None}
-        mine = option_names(model_config_class(args.model))
-        others = set().union(*(option_names(model_config_class(m)) for m in TRANSLATION_MODELS)) - mine
-        foreign = sorted((given & others) - option_names(cls))
-        if foreign:
-            flags = ", ".join("--" + f.replace("_", "-") for f in foreign)
-            raise ConfigError(
-                f"{flags}: not an option of the {args.model} model (see `attnkit train translation --help`)"
-            )
-        options = {
-            k: getattr(args, k) for k in (option_names(cls) | mine) - {"model"} if getattr(args, k, None) is not None
-        }
-        return cls.from_options(args.model, progress=not getattr(args, "no_progress", False), **options)
-
     def sized_model_config(self, vocab_size: int, *, src_vocab_size: int | None = None, corpus=None):
         """The model config for a tokenizer of ``vocab_size`` (see the class docstring); with a
         :class:`attnkit.data.corpus.Corpus`, its languages and name too, and ``src_vocab_size`` for
