@@ -1,42 +1,24 @@
 """What ``attnkit train translation`` trains when no ``--model`` is given, and at what size a Transformer asked
 for with a short budget trains: written rules, from measurements.
 
-The rules (:data:`RULE`, applied by :func:`pick_model`; :data:`SIZE_RULES`, by :func:`pick_for`), and the
-measurements behind them
-(benchmarks/RESULTS.md, "The model for a budget"; docs/howto/first-model-in-ten-minutes.md):
+The rules (:data:`RULE`, applied by :func:`pick_model`; :data:`SIZE_RULES`, by :func:`pick_for`), and why
+(the measurements: benchmarks/RESULTS.md, "The model for a budget: what learns most in ten minutes", "Figures
+formerly in docstrings" under this module's name, and docs/howto/first-model-in-ten-minutes.md):
 
-- **Budgets up to an hour: RNNsearch with attention after the GRU step, a 128-unit-per-direction
-  encoder and dropout 0.1** (``--rnn-attention luong --encoder-dim 128 --dropout 0.1``; OpenNMT-py's
-  ``brnn`` 256 sizes). On a
-  2-core CPU it trains 1.59× the target tokens per second of the Bahdanau-style RNNsearch and learns
-  more per token (one epoch of the English→Spanish Bible: valid BLEU 17.35 against 14.47, same
-  budget-fitted schedule), and far more than any Transformer size measured (the default Transformer's
-  valid BLEU after one epoch is about 3; a d_model-128 one trains 2.6× faster and is still behind).
-  In 600 s on a quiet 2-core AMD EPYC (AVX2) it ran 1,488 and 1,444 steps in two runs and scored 26.29
-  and 28.08 test BLEU (beam 5;
-  25.80 with the recipe's dropout 0.2, 1,393 steps: in about 2.5 epochs the model underfits, and less
-  dropout learns faster), where the Bahdanau-order RNNsearch on its constant-rate recipe had scored
-  23.88 and the Transformer 4.36 (budget-fitted; 2.24 on its recipe). On a second corpus (King James → World English Bible) the
-  same model (with dropout 0.2) scores 60.54 against the Transformer's 27.20 at the step budgets 600 s
-  gives (copying the source: 42.93).
-- **Longer or open-ended runs: RNNsearch as shipped** (Bahdanau's order, the context entering the
-  GRU): the shipped recipe, 33.18 test BLEU after 100 minutes (35.92 after fine-tuning).
-- **``--model transformer`` with a budget up to 15 minutes: a quarter of the recipe's size** (d_model 128, 2+2
-  layers, feed-forward 512, peak learning rate 4e-3; :data:`SIZE_RULES`). On the 2-core CPU the recipe's size
-  (d_model 256, 3+3 layers, feed-forward 1,024) runs about one epoch of the Bible in 600 s (485 steps of 64
-  verses) and learns too little in it (4.36 test BLEU; 10.52 with guided alignment); the small one runs about
-  2.5 times the steps and learns as much per epoch: at equal step budgets, guided, its valid BLEU after one
-  epoch was 8.47 against the recipe size's 8.04 after its whole budget, and 16.51 after the ~1,200 steps 600 s
-  gives it (3+3 layers of d_model 128: 15.40 after the ~1,030 it gets). In 600 s on the quiet machine
-  (``--max-time-s 600 --threads 2``) it scored 15.71, 14.69 and 14.35 test BLEU (beam 5) in three runs at peak 4e-3
-  (1,321, 1,196 and 1,130 steps; 5e-3: 13.72), 14.05 at 3e-3 (1,188 steps) and 12.52 at 2e-3 (1,098 steps); with guided alignment at 2e-3, 15.49 (1,133 steps;
-  the links made beforehand). With dropout's mask drawn as 16-bit integers (1.12× a step at this size), in a later
-  session on a faster machine: 16.38, 17.01, 17.10 and 17.89 (1,502, 1,597, 1,509 and 1,521 steps; the code before, between
-  them: 16.00 after 1,391). Measured at 600 s only; past 15 minutes the recipe's size stands (at 100 minutes it
-  scores 32.82). **On a CPU only**: on a GPU (one H200, 300 s, three runs side by side) both sizes ran 4,530
-  steps, since a step there costs its kernel launches, and the recipe's size scored 29.37 test BLEU against the
-  quarter size's 26.64, so on ``cuda`` and ``mps`` the recipe stands. The no-``--model`` rule held there too
-  (the RNN: 30.12).
+- **Budgets up to :data:`RULE`'s first bound: RNNsearch with attention after the GRU step, a
+  128-unit-per-direction encoder and dropout 0.1** (``--rnn-attention luong --encoder-dim 128 --dropout 0.1``;
+  OpenNMT-py's ``brnn`` sizes). On a 2-core CPU it trains more target tokens per second than the
+  Bahdanau-style RNNsearch and learns more per token, and far more than any Transformer size measured; at a
+  ten-minute budget it scored highest of every model tried, on the Spanish–English Bible and on a second
+  corpus (King James → World English Bible).
+- **Longer or open-ended runs: RNNsearch as shipped** (Bahdanau's order, the context entering the GRU): the
+  shipped recipe.
+- **``--model transformer`` with a budget up to :data:`SIZE_RULES`' bound: a quarter of the recipe's size**
+  (d_model 128, 2+2 layers, feed-forward 512, peak learning rate 4e-3). On the 2-core CPU the recipe's size
+  runs about one epoch of the Bible in ten minutes and learns too little in it; the small one runs about 2.5
+  times the steps and learns as much per epoch. Past the bound the recipe's size stands. **On a CPU only**: on
+  a GPU a step costs its kernel launches, both sizes run the same steps, and the recipe's size scores higher,
+  so on ``cuda`` and ``mps`` the recipe stands (the no-``--model`` rule held there too).
 - The budget-fitted schedule (:mod:`attnkit.training.budget`) applies to whichever model runs.
 
 Only options the user did not give are set: ``--hidden-dim 128`` or ``--rnn-attention bahdanau`` on
