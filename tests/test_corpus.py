@@ -5,6 +5,7 @@ import gzip
 import json
 import random
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -162,6 +163,13 @@ def test_prepare_tsv_gz_and_the_token_cache_equals_the_tokenizer(tmp_path):
         assert len(src) == len(tgt) == len(ps) == c.split_size(split)
         for i, p in enumerate(ps):
             assert src[i].tolist() == src_tok.encode(p.src) and tgt[i].tolist() == tgt_tok.encode(p.tgt)
+    # the cache is a cache: removed (not copied with the corpus), it is rebuilt the same, byte for byte
+    before = {f.name: f.read_bytes() for f in (c.path / "cache").iterdir()}
+    shutil.rmtree(c.path / "cache")
+    again = open_corpus(c.name, home=home)
+    for split in ("train", "valid", "test"):
+        again.token_cache(split)
+    assert {f.name: f.read_bytes() for f in (c.path / "cache").iterdir()} == before
 
 
 def test_token_cache_is_the_same_whatever_the_number_of_workers(tmp_path):

@@ -218,10 +218,47 @@ class Corpus:
             return None
         from .token_cache import TokenArray
 
+        self._ensure_token_cache(split)
         dtype = self.meta["token_dtype"]
         return TokenArray(self.path / "cache" / f"{split}.src", dtype), TokenArray(
             self.path / "cache" / f"{split}.tgt", dtype
         )
+
+    def _ensure_token_cache(self, split: str) -> None:
+        """Rebuild ``split``'s token cache from ``SPLIT.tsv`` and the corpus's own tokenizers when a file of it
+        is missing (a cache folder removed to save space, or not copied with the corpus): it is a cache, so its
+        loss costs the time to tokenise again, not the corpus. Written beside the cache and moved in file by
+        file (``os.replace``), so a rank of a distributed run that rebuilds it at the same time reads whole files."""
+        import sys
+
+        from .token_cache import build_token_cache
+
+        cache = self.path / "cache"
+        names = [f"{split}.{side}.{ext}" for side in ("src", "tgt") for ext in ("bin", "idx")]
+        if all((cache / n).is_file() for n in names):
+            return
+        print(
+            f"attnkit: corpus {self.name!r}: the token cache of its {split} split is missing; rebuilding it "
+            f"from {split}.tsv",
+            file=sys.stderr,
+        )
+        tgt_proto = (self.path / TOKENIZER_FILE).read_bytes()
+        src_proto = (self.path / SOURCE_TOKENIZER_FILE).read_bytes() if self.separate_vocab else tgt_proto
+        tmp = cache / f".{split}.tmp-{os.getpid()}"
+        tmp.mkdir(parents=True, exist_ok=True)
+        try:
+
+            def pairs():
+                with open(self.path / f"{split}.tsv", encoding="utf-8", newline="\n") as f:
+                    for line in f:
+                        src, tgt, _ = line.split("\t")
+                        yield src, tgt
+
+            build_token_cache(pairs(), tmp / split, src_proto, tgt_proto, Tokenizer(tgt_proto).vocab_size)
+            for n in names:
+                os.replace(tmp / n, cache / n)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def open_corpus(name: str, home: str | os.PathLike | None = None) -> Corpus:
