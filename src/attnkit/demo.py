@@ -34,7 +34,8 @@ def _rule(title: str) -> None:
 
 def run_demo(*, home=None, out_dir: Path = Path("out/demo"), device: str = "cpu", dtype=None) -> dict:
     from .data.datasets.bible import load_pairs, prepare_bible
-    from .tasks.translation import Translator, corpus_scores
+    from .service import ModelKind, open_model
+    from .tasks.translation import corpus_scores
     from .viz import plot_alignments
 
     out_dir = Path(out_dir)
@@ -48,7 +49,7 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo"), device: str = "cpu"
     model_dir = PRETRAINED_DIR / "rnnsearch-es-en"
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"the shipped model {model_dir} is missing; train one with `attnkit train translation`")
-    tr = Translator.load(model_dir, device=device, dtype=dtype)
+    tr = open_model(model_dir, device=device, precision=dtype, kind=ModelKind.TRANSLATOR).impl
     _rule(f"Translating {DEMO_VERSES} held-out verses with RNNsearch (beam 5)")
     # a spread of lengths: short to long, where attention matters most
     by_len = sorted(test[:400], key=lambda p: len(p.src.split()))
@@ -73,7 +74,11 @@ def run_demo(*, home=None, out_dir: Path = Path("out/demo"), device: str = "cpu"
         d = PRETRAINED_DIR / name
         if not (d / "config.json").is_file():
             continue
-        m = tr if name == "rnnsearch-es-en" else Translator.load(d, device=device, dtype=dtype)
+        m = (
+            tr
+            if name == "rnnsearch-es-en"
+            else open_model(d, device=device, precision=dtype, kind=ModelKind.TRANSLATOR).impl
+        )
         t1 = time.perf_counter()
         hyps = [h.translation for h in m.translate([p.src for p in slice_], beam_size=1)]
         sc = corpus_scores(hyps, [p.tgt for p in slice_])
