@@ -183,3 +183,31 @@ def test_the_worker_receives_and_returns_typed_records(monkeypatch, transformer)
     assert set(queue.recent) == {"translation t attention"}
     with pytest.raises(TypeError, match="service request"):
         worker.run("t", 0, {"source": SOURCE}, spec)  # an untyped dict is refused
+
+
+def test_a_generation_job_is_typed_both_ways_and_answers_as_before(monkeypatch):
+    """A decoder-only model's attributed continuation crosses the worker boundary as a GenerationRequest and
+    comes back as a GenerationAnalysis; its answer equals the light lane's (generation_payload), over the
+    model's own continuation; an unknown method is refused by name."""
+    from attnkit.explorer.self_attention import generation_answer, generation_payload
+    from attnkit.service import GenerationAnalysis, GenerationRequest, open_model
+    from hf_tiny import saved_tiny
+
+    model = open_model(str(saved_tiny("gpt2")))
+    spec = model.spec
+    monkeypatch.setattr(worker, "_MODELS", {"g": (spec, model)})
+    monkeypatch.setattr(worker, "_SPECS", {"g": spec})
+    monkeypatch.setattr(worker, "_PROGRESS", [0.0])
+    request = GenerationRequest("Jesús lloró.", max_new_tokens=3, method="attention")
+    analysis = pickle.loads(pickle.dumps(worker.run("g", 0, request, spec)))
+    assert isinstance(analysis, GenerationAnalysis) and analysis.request == request and analysis.model == "g"
+    assert analysis.attribution is analysis.attention or analysis.attribution.method == "attention"
+    light = generation_payload(model.impl, "Jesús lloró.", model="g", max_new_tokens=3, method="attention")
+    answer = generation_answer(analysis)
+    for a in (answer, light):  # the one field that differs between two runs: the method's own seconds
+        a["attribution"].pop("seconds")
+    assert answer == light
+    ids, prompt_len = model.impl.generate("Jesús lloró.", max_new_tokens=3)
+    assert light["translation"] == analysis.continuation and len(light["target_pieces"]) == len(ids) - prompt_len
+    with pytest.raises(Exception, match="unknown attribution method .nope."):
+        worker.run("g", 0, GenerationRequest("Jesús lloró.", max_new_tokens=1, method="nope"), spec)

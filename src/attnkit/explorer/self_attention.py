@@ -18,10 +18,10 @@ from __future__ import annotations
 import torch
 
 from ..alignment import attention_rollout, words_from_pieces
-from ..service import TranslationAnalysis
+from ..service import GenerationAnalysis, TranslationAnalysis
 from .payload import AnswerTooLarge, _rows, attribution_fields, translation_answer, word_links
 
-__all__ = ["generation_payload", "self_attention_numbers", "self_attention_payload"]
+__all__ = ["generation_answer", "generation_payload", "self_attention_numbers", "self_attention_payload"]
 
 ROLLOUT_RULE = "R = Â_L ⋯ Â_1 with Â_l = rownorm(A_l + I) (A_l = layer l's head mean, I for the residual)"
 
@@ -98,32 +98,19 @@ def self_attention_payload(
     return out
 
 
-def generation_payload(
-    sa,
-    text: str,
-    *,
-    model: str = "",
-    max_new_tokens: int = 20,
-    method: str | None = None,
-    progress=None,
-    steps: int | None = None,
-) -> dict:
-    """A decoder-only model's greedy continuation of ``text`` as a
-    :class:`~attnkit.explorer.schema.Translation` (see the module docstring); ``method``: an attribution
-    method of :data:`attnkit.attribution.GENERATION_METHODS` whose view fills ``attribution``; ``steps``:
-    integrated gradients' quadrature points (default: refined until complete within 1 %)."""
-    from ..attribution import explain_generation
-
-    ids, prompt_len = sa.generate(text, max_new_tokens=max_new_tokens)
-    continuation = (ids, prompt_len)
-    att = explain_generation(sa, text, method="attention", max_new_tokens=max_new_tokens, continuation=continuation)
+def generation_answer(analysis: GenerationAnalysis) -> dict:
+    """A decoder-only model's continuation (:class:`~attnkit.service.GenerationAnalysis`) as a
+    :class:`~attnkit.explorer.schema.Translation` (see the module docstring): the context as the source, the
+    continuation as the target, the last layer's head-mean attention as the matrix, the method's view in
+    ``attribution``."""
+    att = analysis.attention
     out = translation_answer(
         TranslationAnalysis(
-            model=model,
-            kind=str(getattr(sa.model.config, "model_type", "?")),
+            model=analysis.model,
+            kind=analysis.kind,
             request=None,
-            source=text,
-            translation=att.extra["translation"],
+            source=analysis.text,
+            translation=analysis.continuation,
             source_pieces=att.source,
             target_pieces=att.target,
             beam=1,
@@ -134,17 +121,25 @@ def generation_payload(
     words = att.word_scores()[2]  # (Tw, Sw)
     out["words"]["attention"] = _rows(words)
     out["words"]["links"] = word_links(words)
-    if method is not None and method != "attention":
-        chosen = explain_generation(
-            sa,
-            text,
-            method=method,
-            max_new_tokens=max_new_tokens,
-            continuation=continuation,
-            progress=progress,
-            steps=steps if method == "integrated_gradients" else None,
-        )
-        out["attribution"] = attribution_fields(chosen)
-    elif method == "attention":
-        out["attribution"] = attribution_fields(att)
+    if analysis.attribution is not None:
+        out["attribution"] = attribution_fields(analysis.attribution)
     return out
+
+
+def generation_payload(
+    sa,
+    text: str,
+    *,
+    model: str = "",
+    max_new_tokens: int = 20,
+    method: str | None = None,
+    progress=None,
+    steps: int | None = None,
+) -> dict:
+    """:func:`attnkit.service.analyse` of a :class:`~attnkit.service.GenerationRequest` on the decoder-only
+    model ``sa``, as :func:`generation_answer` builds it (what the light lane and ``--html`` exports call)."""
+    from ..service import GenerationRequest, Model, ModelKind, ModelSpec, analyse
+
+    m = sa if isinstance(sa, Model) else Model(model, ModelKind.SELF_ATTENTION, sa, ModelSpec(model or "model"))
+    request = GenerationRequest(text, max_new_tokens=max_new_tokens, method=method, steps=steps)
+    return generation_answer(analyse(m, request, progress))

@@ -79,12 +79,11 @@ def _model(label: str, spec):
 
 
 def run(label: str, slot: int, request, spec=None):
-    """One job: ``request`` (a typed record of :mod:`attnkit.service.requests`) on model ``label``, with
-    progress in ``slot``. A translation or caption request returns its :class:`~attnkit.service.Analysis`
-    (the server builds the answer from it); a decoder-only model's attributed continuation
-    (:class:`~attnkit.service.GenerationRequest`) returns its answer. ``spec``: the model to use (default: the
-    one the worker started with); a checkpoint removed meanwhile by a training run's ``--keep-last`` gives way
-    to the run's newest, and the analysis's ``spec`` names the one it was made with."""
+    """One job: ``request`` (a typed record of :mod:`attnkit.service.requests`: a translation, a caption or a
+    decoder-only model's attributed continuation) on model ``label``, with progress in ``slot``; returns its
+    :class:`~attnkit.service.Analysis` (the server builds the answer from it). ``spec``: the model to use
+    (default: the one the worker started with); a checkpoint removed meanwhile by a training run's
+    ``--keep-last`` gives way to the run's newest, and the analysis's ``spec`` names the one it was made with."""
     import dataclasses
     from pathlib import Path
 
@@ -100,11 +99,4 @@ def run(label: str, slot: int, request, spec=None):
     if spec.checkpoint is not None and not Path(spec.checkpoint).is_dir():
         spec = _newest(spec)
     model = dataclasses.replace(_model(label, spec), label=label, spec=spec)  # named as the server names it
-    if isinstance(request, GenerationRequest):
-        from .loading import checkpoint_fields
-        from .self_attention import generation_payload
-
-        fields = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
-        answer = generation_payload(model.impl, model=label, progress=progress, **fields)
-        return {**answer, **checkpoint_fields(spec)}
     return analyse(model, request, progress)

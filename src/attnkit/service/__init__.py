@@ -11,7 +11,7 @@ model with :func:`open_model` and analyses an input with :func:`analyse`, passin
 """
 
 from .analyse import analyse, check_method
-from .analysis import Analysis, CaptionAnalysis, GuidedLinks, TranslationAnalysis
+from .analysis import Analysis, CaptionAnalysis, GenerationAnalysis, GuidedLinks, TranslationAnalysis
 from .model import Model, ModelKind, ModelSpec
 from .open import model_folder, model_kind, newest_spec, open_model
 from .requests import CaptionRequest, GenerationRequest, MethodOptions, Request, TranslationRequest
@@ -20,6 +20,7 @@ __all__ = [
     "Analysis",
     "CaptionAnalysis",
     "CaptionRequest",
+    "GenerationAnalysis",
     "GenerationRequest",
     "GuidedLinks",
     "MethodOptions",

@@ -1,5 +1,6 @@
 """``analyse(model, request) -> Analysis``: the one function every front end calls to look inside a
-translator or a captioner (the CLI, the server's fast lane and its worker processes, the notebook).
+translator, a captioner or a decoder-only model's continuation (the CLI, the server's fast lane and its
+worker processes, the notebook).
 
 The request's method name is canonicalised and checked here, once (:func:`check_method`); what is computed
 is a typed record (:mod:`.analysis`) of tensors and plain values, which the server's JSON
@@ -14,9 +15,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
-from .analysis import CaptionAnalysis, GuidedLinks, TranslationAnalysis
+from .analysis import CaptionAnalysis, GenerationAnalysis, GuidedLinks, TranslationAnalysis
 from .model import Model
-from .requests import CaptionRequest, TranslationRequest
+from .requests import CaptionRequest, GenerationRequest, TranslationRequest
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -61,14 +62,14 @@ def _refusal(impl, method: str) -> str | None:
 
 def analyse(
     model: Model,
-    request: TranslationRequest | CaptionRequest,
+    request: TranslationRequest | CaptionRequest | GenerationRequest,
     progress: Progress | None = None,
     *,
     search: dict | None = None,
     forced=None,
-) -> TranslationAnalysis | CaptionAnalysis:
-    """Run ``request`` on ``model`` (a :class:`Model` holding a translator or a captioner) and return what was
-    computed. ``progress(fraction)`` is passed to a gradient method (it calls it as it goes, and may raise to
+) -> TranslationAnalysis | CaptionAnalysis | GenerationAnalysis:
+    """Run ``request`` on ``model`` (a :class:`Model` holding a translator, a captioner, or a decoder-only
+    model for a :class:`GenerationRequest`) and return what was computed. ``progress(fraction)`` is passed to a gradient method (it calls it as it goes, and may raise to
     stop). Translations only: ``search`` is a search's output for the source already made
     (``Translator.translate``'s item, e.g. in a batch with others) and ``forced`` its forced decoding
     (``Translator.attention_batch``'s item)."""
@@ -78,7 +79,44 @@ def analyse(
         return _translation(model, request, progress, search, forced)
     if isinstance(request, CaptionRequest):
         return _caption(model, request, progress)
-    raise TypeError(f"request must be a TranslationRequest or CaptionRequest, got {type(request).__name__}")
+    if isinstance(request, GenerationRequest):
+        return _generation(model, request, progress)
+    raise TypeError(
+        f"request must be a TranslationRequest, CaptionRequest or GenerationRequest, got {type(request).__name__}"
+    )
+
+
+def _generation(model: Model, req: GenerationRequest, progress) -> GenerationAnalysis:
+    """The greedy continuation of ``req.text`` (at most ``req.max_new_tokens``), its last layer's head-mean
+    attention, and the method's attribution over the same continuation (one generation for both)."""
+    from ..attribution import UnknownMethodError, canonical_method, explain_generation
+    from ..attribution.generation import generation_methods
+
+    sa = model.impl
+    if not getattr(sa, "can_generate", False):
+        raise InputError(f"{model.label} does not write text (an encoder-only model): ask for its self-attention")
+    method = None if req.method is None else canonical_method(req.method)
+    if method is not None and method not in generation_methods():
+        raise UnknownMethodError(f"{model.label} has no {method}; it has: {', '.join(generation_methods())}")
+    t0 = time.perf_counter()
+    continuation = sa.generate(req.text, max_new_tokens=req.max_new_tokens)  # (ids, prompt length)
+    common = dict(max_new_tokens=req.max_new_tokens, continuation=continuation)
+    att = explain_generation(sa, req.text, method="attention", **common)
+    chosen = att if method == "attention" else None
+    if method not in (None, "attention"):
+        steps = req.steps if method == "integrated_gradients" else None
+        chosen = explain_generation(sa, req.text, method=method, progress=progress, steps=steps, **common)
+    return GenerationAnalysis(
+        model=model.label,
+        kind=str(getattr(sa.model.config, "model_type", "?")),
+        request=req,
+        text=req.text,
+        continuation=att.extra["translation"],
+        attention=att,
+        attribution=chosen,
+        spec=model.spec,
+        seconds=time.perf_counter() - t0,
+    )
 
 
 def _translation(model: Model, req: TranslationRequest, progress, search, forced) -> TranslationAnalysis:

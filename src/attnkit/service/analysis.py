@@ -1,4 +1,5 @@
-"""What an analysis computed, as typed records: :class:`TranslationAnalysis` and :class:`CaptionAnalysis`.
+"""What an analysis computed, as typed records: :class:`TranslationAnalysis`, :class:`CaptionAnalysis` and
+:class:`GenerationAnalysis`.
 
 They hold tensors and plain values only (no model), so a worker process can return one (they pickle) and
 every front end shows the same numbers: the server's JSON (:mod:`attnkit.explorer.payload`), the CLI's
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 
-__all__ = ["Analysis", "CaptionAnalysis", "GuidedLinks", "TranslationAnalysis"]
+__all__ = ["Analysis", "CaptionAnalysis", "GenerationAnalysis", "GuidedLinks", "TranslationAnalysis"]
 
 
 def _restore(cls, data: bytes):
@@ -116,4 +117,23 @@ class CaptionAnalysis(_Portable):
     seconds: float = 0.0
 
 
-Analysis = TranslationAnalysis | CaptionAnalysis
+@dataclass
+class GenerationAnalysis(_Portable):
+    """A decoder-only model's greedy continuation of a text, each written token attributed to the tokens
+    before it: ``attention`` is the last layer's head-mean attention (an
+    :class:`~attnkit.attribution.Attribution`, always made: the page's matrix), ``attribution`` the method
+    asked for (the same record for ``"attention"``; None without a method); ``continuation`` the text
+    written; ``spec`` the model's spec; ``seconds`` the analysis's wall-clock time."""
+
+    model: str
+    kind: str
+    request: Any
+    text: str
+    continuation: str
+    attention: Any
+    attribution: Any = None
+    spec: Any = None
+    seconds: float = 0.0
+
+
+Analysis = TranslationAnalysis | CaptionAnalysis | GenerationAnalysis

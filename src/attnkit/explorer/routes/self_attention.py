@@ -24,7 +24,8 @@ from ...attribution.gradients import DEFAULT_STEPS, GRADIENT_METHODS
 from ...data.text import no_readable_word
 from .. import schema
 from ..api_errors import ERRORS, ApiError
-from ..self_attention import generation_payload, self_attention_numbers, self_attention_payload
+from ..loading import checkpoint_fields
+from ..self_attention import generation_answer, generation_payload, self_attention_numbers, self_attention_payload
 from ..state import client_of, explorer, pick, run_light
 from .translate import JOB_NAME
 
@@ -123,5 +124,6 @@ async def generate(req: GenerateRequest, request: Request):
         from ...service import GenerationRequest
 
         job = GenerationRequest(**kwargs)
-        return await ex.jobs.run(client_of(request), req.job, name, job, request.is_disconnected)
+        analysis = await ex.jobs.run(client_of(request), req.job, name, job, request.is_disconnected)
+        return {**generation_answer(analysis), **checkpoint_fields(analysis.spec)}
     return await run_light(request, generation_payload, sa, model=name, **kwargs)
