@@ -51,7 +51,7 @@ def test_a_text_of_only_invisible_characters_is_one_clear_error(translator, text
         translator.translate(["Hola \ud800"])
 
 
-@FUZZ
+@settings(FUZZ, max_examples=80)  # benchmarks/fuzz.py runs 2,000
 @given(text=texts())
 def test_the_python_api_translates_any_text_or_says_why_not(translator, text):
     for call in (lambda: translator.translate([text], beam_size=1), lambda: translator.attention(text, "Hello")):
@@ -97,7 +97,7 @@ def test_align_gives_a_word_of_only_invisible_characters_no_link(model, tmp_path
     assert all(not link.startswith("1-") for link in out.splitlines()[0].split())  # the invisible word: no link
 
 
-@settings(FUZZ, max_examples=60)  # each example loads the model twice, as the command does
+@settings(FUZZ, max_examples=30)  # each example loads the model twice, as the command does (benchmarks/fuzz.py: 2,000)
 @given(words=texts(16), more=texts(16))
 def test_any_command_line_text_is_a_translation_or_one_error_line(model, tmp_path_factory, capsys, words, more):
     # arguments as Python holds them (lone surrogates included, as a command line that is not UTF-8 brings)
