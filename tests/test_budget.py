@@ -192,16 +192,17 @@ def loss_fn(model, batch):
     return F.cross_entropy(model(x), y, reduction="sum"), y.numel(), {}
 
 
-def make_trainer(out, *, mode="always", base=CONST, schedule=None, **kw):
+def make_trainer(out, *, mode="always", base=CONST, schedule=None, batches=5, **kw):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
     opt = torch.optim.SGD(model.parameters(), lr=0.1 if base is CONST else 1.0)
     sched = schedule(opt) if schedule else budget_schedule(opt, 0.1 if base is INV_SQRT else 1.0, base, mode=mode)
     valid_x, valid_y = toy_batches(1, 8, seed=9)[0]
     kw["epochs"] = kw.pop("max_epochs", 100)
-    run = RunConfig(out_dir=str(out), save_every_steps=4, log_every=1, seed=0, progress=False, device=None, **kw)
+    kw.setdefault("save_every_steps", 4)
+    run = RunConfig(out_dir=str(out), log_every=1, seed=0, progress=False, device=None, **kw)
     return Trainer(
-        model, opt, run, loss_fn=loss_fn, train_batches=ListBatches(toy_batches(5), shuffle_seed=3),
+        model, opt, run, loss_fn=loss_fn, train_batches=ListBatches(toy_batches(batches), shuffle_seed=3),
         valid_fn=lambda m: {"valid_loss": F.cross_entropy(m(valid_x), valid_y).item()}, scheduler=sched,
     )  # fmt: skip
 
@@ -281,16 +282,19 @@ class FakeClock:
         self.now += self.sps
 
 
-def timed_trainer(out, clock, monkeypatch, max_time_s):
+def timed_trainer(out, clock, monkeypatch, max_time_s, *, batches=40, save_every_steps=40):
     """A trainer on the 1/√step recipe with a time budget, its clock advanced only by ``clock``: each step
-    takes ``clock.sps`` seconds; no validation."""
+    takes ``clock.sps`` seconds; no validation; epochs of ``batches`` steps and a checkpoint every
+    ``save_every_steps`` (by default 40: a few hundred simulated steps without a checkpoint written every few)."""
     monkeypatch.setattr("attnkit.training.trainer.time.perf_counter", clock)
 
     def timed_loss(model, batch):
         clock.step()
         return loss_fn(model, batch)
 
-    t = make_trainer(out, base=INV_SQRT, max_time_s=max_time_s, max_epochs=1000)
+    t = make_trainer(
+        out, base=INV_SQRT, max_time_s=max_time_s, max_epochs=1000, batches=batches, save_every_steps=save_every_steps
+    )
     t.valid_fn = None
     t.loss_fn = timed_loss
     return t
@@ -321,7 +325,7 @@ def test_checkpoint_stalls_count_against_a_time_budget(tmp_path, monkeypatch):
         return save(self, *args, **kwargs)
 
     monkeypatch.setattr(Trainer, "save", slow_save)
-    s = timed_trainer(tmp_path / "t", clock, monkeypatch, 60.0).fit()
+    s = timed_trainer(tmp_path / "t", clock, monkeypatch, 60.0, batches=5, save_every_steps=4).fit()
     got, _ = lrs(tmp_path / "t")
     # 0.5-s steps, a 2-s checkpoint every 4 steps and at each epoch's end (5 steps): about 44 steps fit in
     # 60 s, not the 120 that the steps alone would take
