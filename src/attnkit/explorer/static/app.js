@@ -453,7 +453,7 @@ async function init() {
     document.getElementById("translate-heading").textContent = `Translate ${pairName(state.pair)}`;
     versesP = versesOf(first);
     // the built-in example is a Spanish verse: for another corpus, its own first one, if it is here
-    if (first.corpus !== "bible") showExample(first, await versesP);
+    if (first.corpus !== "bible") showExample(first, await versesP, true);
     pairSel.addEventListener("change", async () => {  // another pair: its heading, its verses, its first verse
       state.pair = pairSel.value;
       const m = state.models.find((x) => x.task === "translation" && pairOf(x) === state.pair);
@@ -495,9 +495,11 @@ function versesOf(model) {
   return api(`api/verses?model=${encodeURIComponent(model.name)}`).then((r) => r.verses).catch(() => []);
 }
 // the first held-out sentence as the text to translate, and a placeholder in the model's source language
-function showExample(model, verses) {
+// (at start, a text the user typed while the verses were fetched is kept: only the built-in example is replaced)
+function showExample(model, verses, keepTyped = false) {
   const textBox = document.getElementById("text");
-  textBox.value = verses.length ? verses[0].source : "";
+  const typed = textBox.value.trim() && textBox.value !== textBox.defaultValue;
+  if (!(keepTyped && typed)) textBox.value = verses.length ? verses[0].source : "";
   textBox.placeholder = `Type a sentence in ${langName(model.src_lang)}…`;
 }
 function fillVerses(verses) {
