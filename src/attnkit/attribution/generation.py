@@ -1,23 +1,42 @@
-"""Attributions of a decoder-only model's own continuation (GPT-2, Llama and kin): which earlier tokens
-each generated token drew on.
+"""Attributions of a decoder-only model (GPT-2, Llama and kin) over its own continuation of a prompt, or
+over a text the user gives: which earlier tokens each next token drew on.
 
-The model writes a greedy continuation of the prompt (:meth:`attnkit.hf.self_attention.SelfAttentionModel.generate`);
-then generated token ``t`` (the token at position ``P + t``, ``P`` the prompt's length) is attributed
-to every token before it, the prompt's and the earlier generated ones: the columns are the model's
+Two ways to get the token ids ``ids`` (``n`` of them) and the first attributed position ``P``:
+
+- a **continuation** (``forced=False``): the model continues the prompt (greedy,
+  :meth:`attnkit.hf.self_attention.SelfAttentionModel.generate`, or sampled with a seed,
+  :func:`attnkit.hf.sampling.sample_continuation`, handed in as ``continuation``); ``P`` is the prompt's
+  length, and the written tokens are explained;
+- a **forced text** (``forced=True``, teacher forcing): ``ids`` is the text's own tokens and ``P = 1``, so
+  every next token of the text is explained: row ``t`` explains ``log p(x_{t+1} | x_≤t)``. The text is
+  bounded by the model's context and by :data:`MAX_FORCED_TOKENS`.
+
+Token ``t`` (at position ``P + t``) is attributed to every token before it: the columns are the model's
 inputs ``ids[:-1]`` (``n − 1`` of them), and row ``t`` is zero right of position ``P + t − 1`` (a causal
 model cannot read ahead). The function explained is ``f_t(x) = log p(ids[P + t] | x_{≤ P+t−1})``, as a
 function of the input embeddings ``x (n − 1, E)`` (the embedding layer's output; positions are added
 inside the model and kept):
 
 - ``attention``: layer ``layer``'s (1-based, default the last) self-attention row of the position that
-  predicts the token, one head or the head mean;
-- ``rollout``: that row of the attention rollout through every layer (Abnar & Zuidema 2020);
+  predicts the token, one head or the head mean (only that layer's maps are kept);
+- ``rollout``: that row of the attention rollout through every layer (Abnar & Zuidema 2020), composed
+  layer by layer as the model runs (one ``(n − 1, n − 1)`` product held, never every layer's maps);
 - ``saliency``, ``input_x_gradient``, ``integrated_gradients``: the math of
   :mod:`attnkit.attribution.gradients` (batched over tokens and interpolation points, Captum), with the
   zero embedding as integrated gradients' baseline.
 
+**Contrastive attribution** (``contrast``, gradient methods only; Yin & Neubig 2022, "Interpreting Language
+Models with Contrastive Explanations", as inseq's ``contrast_prob_diff``): the function explained is
+``f_t(x) = log p(ids[P + t] | x) − log p(c | x)`` for a foil token ``c`` of the vocabulary: which inputs
+made the model predict its token *rather than* ``c``.
+
+**Step scores** (inseq's ``probability`` and ``entropy``), for every attributed token, in
+``extra["step_scores"]``: ``probability`` ``p(ids[P + t] | x_{≤ P+t−1})``, ``entropy``
+``H_t = −Σ_v p_v log p_v`` of the next-token distribution at that position (nats), and with a contrast
+``contrast_probability`` ``p(c | x_{≤ P+t−1})``.
+
 The result is the one :class:`~attnkit.attribution.Attribution` type: ``source`` the input pieces,
-``target`` the generated pieces, so the table, the heatmap, the JSON and the notebook view of
+``target`` the attributed pieces, so the table, the heatmap, the JSON and the notebook view of
 ``attnkit explain`` show it as they show a translation's.
 """
 
@@ -34,10 +53,23 @@ from . import gradients
 from .methods import UnknownMethodError, _have_captum, canonical_method
 from .result import Attribution, normalise_rows
 
-__all__ = ["GENERATION_METHODS", "explain_generation", "generation_methods"]
+__all__ = [
+    "GENERATION_METHODS",
+    "MAX_FORCED_TOKENS",
+    "contrast_token",
+    "explain_generation",
+    "forced_ids",
+    "generation_methods",
+    "step_scores",
+]
 
 #: the methods a decoder-only model's continuation has, in registry order
 GENERATION_METHODS = ("attention", "rollout", "saliency", "input_x_gradient", "integrated_gradients")
+#: the most tokens of a forced text explained at once: a gradient method runs one backward pass per token,
+#: each over the text up to that token, so the work grows with the square of the length
+MAX_FORCED_TOKENS = 1024
+#: positions whose next-token distribution is normalised at once for the step scores: ``(rows, V)`` floats
+STEP_ROWS = 256
 
 
 def generation_methods(model=None) -> list[str]:
@@ -45,43 +77,121 @@ def generation_methods(model=None) -> list[str]:
     return [m for m in GENERATION_METHODS if m not in gradients.GRADIENT_METHODS or _have_captum()]
 
 
+def forced_ids(sa, text: str) -> tuple[list[int], int]:
+    """``(ids, 1)``: ``text``'s tokens (with the tokenizer's special tokens) to explain every next token of,
+    as a continuation whose prompt is the first token; at least two tokens, at most the model's context and
+    :data:`MAX_FORCED_TOKENS`."""
+    ids, _ = sa.encode(text)
+    if len(ids) < 2:
+        raise InputError("the text is one token: a forced text needs at least two (each explains the next)")
+    limit = sa.max_length()
+    if limit is not None and len(ids) > limit:
+        raise InputError(f"the text has {len(ids)} tokens; {sa.source} reads at most {limit} positions")
+    if len(ids) > MAX_FORCED_TOKENS:
+        raise InputError(
+            f"the text has {len(ids)} tokens; a forced text is explained for at most {MAX_FORCED_TOKENS} tokens "
+            "(MAX_FORCED_TOKENS): shorten it, or explain it in parts"
+        )
+    return ids, 1
+
+
+def contrast_token(sa, token: str | int) -> int:
+    """The vocabulary id of the contrastive foil ``token``: a text that the tokenizer makes one token of
+    (without special tokens), a piece of the vocabulary spelt as the vocabulary spells it (``Ġworld``), or
+    an id; anything else is an :class:`~attnkit.errors.InputError` saying how it tokenises."""
+    size = sa.model.get_output_embeddings().weight.shape[0]
+    if isinstance(token, int) and not isinstance(token, bool):
+        if not 0 <= token < size:
+            raise InputError(f"contrast must be a token id in 0..{size - 1}, got {token}")
+        return token
+    if not isinstance(token, str) or not token:
+        raise InputError(f"contrast must be one token of the model's vocabulary, got {token!r}")
+    ids = [int(i) for i in sa.hf_tokenizer(token, add_special_tokens=False)["input_ids"]]
+    if len(ids) == 1:
+        return ids[0]
+    vocab = sa.hf_tokenizer.get_vocab()
+    if token in vocab and 0 <= int(vocab[token]) < size:
+        return int(vocab[token])
+    pieces = " ".join(repr(p) for p in sa.pieces_of(ids)) or "nothing"
+    raise InputError(
+        f"contrast {token!r} is not one token of {sa.source}'s vocabulary: it tokenises into {len(ids)} "
+        f"({pieces}); give one token (a word after a space is often its own token: try a leading space)"
+    )
+
+
 def _positions(prompt_len: int, n_generated: int, device) -> Tensor:
     """``(G,)``: the input position whose output predicts each generated token (``P − 1 + t``)."""
     return torch.arange(n_generated, device=device) + prompt_len - 1
 
 
+def _check_layer_head(sa, layer, head) -> None:
+    if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= sa.num_layers):
+        raise InputError(f"layer must be a layer number in 1..{sa.num_layers} (or none for the last), got {layer!r}")
+    if head is not None and (isinstance(head, bool) or not isinstance(head, int) or not 1 <= head <= sa.num_heads):
+        raise InputError(f"head must be a head number in 1..{sa.num_heads} (or none for the mean), got {head!r}")
+
+
 def _attention_rows(sa, ids: list[int], prompt_len: int, method: str, layer, head) -> Tensor:
-    """``(G, n − 1)``: the predicting positions' rows of one layer's attention (or of the rollout)."""
+    """``(G, n − 1)``: the predicting positions' rows of one layer's attention (or of the rollout), the
+    model run once; one layer's maps held at a time."""
     n_gen = len(ids) - prompt_len
+    held: dict[str, Tensor] = {}
     if method == "rollout":
         if layer is not None or head is not None:
             raise InputError("rollout composes every layer and head: --layer and --head do not apply")
-        maps = sa.self_attention(ids[:-1])
-        mat = maps.rollout()  # (n-1, n-1)
+
+        def compose(_layer: int, w: Tensor) -> None:  # w (H, n-1, n-1), layers in order: R_l = Â_l R_{l-1}
+            a = w.float().mean(0)  # (n-1, n-1)
+            eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
+            hat = a + eye
+            held["r"] = (hat / hat.sum(-1, keepdim=True)) @ held.get("r", eye)
+
+        sa.stream(ids[:-1], compose)
     else:
-        if layer is not None and (
-            isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= sa.num_layers
-        ):
-            raise InputError(
-                f"layer must be a layer number in 1..{sa.num_layers} (or none for the last), got {layer!r}"
-            )
-        if head is not None and (isinstance(head, bool) or not isinstance(head, int) or not 1 <= head <= sa.num_heads):
-            raise InputError(f"head must be a head number in 1..{sa.num_heads} (or none for the mean), got {head!r}")
-        maps = sa.self_attention(ids[:-1], layers=[layer or sa.num_layers])  # 1-based, as the caller's
-        a = maps.attention[0]  # (H, n-1, n-1)
-        mat = a.mean(0) if head is None else a[head - 1]
-    return mat[_positions(prompt_len, n_gen, mat.device)].float()
+        _check_layer_head(sa, layer, head)
+        heads = None if head is None else [head]
+
+        def keep(_layer: int, w: Tensor) -> None:  # w (H or 1, n-1, n-1)
+            held["r"] = w.float().mean(0)
+
+        sa.stream(ids[:-1], keep, layers=[layer or sa.num_layers], heads=heads)  # 1-based, as the caller's
+    mat = held["r"]  # (n-1, n-1)
+    return mat[_positions(prompt_len, n_gen, mat.device)].cpu()
 
 
-def _gradient_rows(sa, ids: list[int], prompt_len: int, method: str, steps, batch, progress) -> dict:
-    """Gradient attributions ``(G, n − 1, E)`` of every generated token reduced to pieces: the L2 norm over
-    each input embedding for ``scores``, the signed sum for ``raw``."""
+@torch.no_grad()
+def step_scores(sa, ids: list[int], prompt_len: int, contrast_id: int | None = None) -> dict[str, list[float]]:
+    """inseq's step scores of every attributed token ``ids[P + t]`` (module docstring): ``probability``,
+    ``entropy`` (nats) of the next-token distribution at its predicting position, and with ``contrast_id``
+    ``contrast_probability``; one forward pass, normalised :data:`STEP_ROWS` positions at a time."""
+    device = sa.device
+    positions = _positions(prompt_len, len(ids) - prompt_len, device)  # (G,)
+    wanted = torch.tensor(ids[prompt_len:], device=device)  # (G,)
+    logits = sa.model(input_ids=torch.tensor([ids[:-1]], device=device), use_cache=False).logits[0]  # (n-1, V)
+    out: dict[str, list[float]] = {"probability": [], "entropy": []}
+    if contrast_id is not None:
+        out["contrast_probability"] = []
+    for i in range(0, len(positions), STEP_ROWS):
+        rows = positions[i : i + STEP_ROWS]
+        lp = torch.log_softmax(logits[rows].double(), dim=-1)  # (r, V)
+        p = lp.exp()
+        out["probability"] += p[torch.arange(len(rows), device=device), wanted[i : i + STEP_ROWS]].tolist()
+        out["entropy"] += (-(p * lp).nansum(-1)).tolist()  # 0 · log 0 = 0
+        if contrast_id is not None:
+            out["contrast_probability"] += p[:, contrast_id].tolist()
+    return {k: [round(float(v), 6) for v in vals] for k, vals in out.items()}
+
+
+def _gradient_rows(sa, ids: list[int], prompt_len: int, method: str, steps, batch, progress, contrast_id) -> dict:
+    """Gradient attributions ``(G, n − 1, E)`` of every attributed token reduced to pieces: the L2 norm over
+    each input embedding for ``scores``, the signed sum for ``raw``. With ``contrast_id`` the function is
+    the log-probability difference to that token (module docstring)."""
     device = sa.device
     seq = torch.tensor(ids, device=device)
     inputs = seq[:-1]
     n_gen = len(ids) - prompt_len
     positions = _positions(prompt_len, n_gen, device)  # (G,)
-    wanted = seq[prompt_len:]  # (G,): the generated tokens
+    wanted = seq[prompt_len:]  # (G,): the attributed tokens
     model = sa.model
     was_training = model.training
     model.eval()
@@ -91,15 +201,19 @@ def _gradient_rows(sa, ids: list[int], prompt_len: int, method: str, steps, batc
         x = x.to(torch.promote_types(x.dtype, torch.float32))  # (n-1, E)
         dtype = next(model.parameters()).dtype
 
+        def explained(lp: Tensor, index, pos: Tensor, tokens: Tensor) -> Tensor:  # lp (N, len, V) -> (N, ...)
+            value = lp[index, pos, tokens]
+            return value if contrast_id is None else value - lp[index, pos, contrast_id]
+
         def forward(rows: Tensor) -> Tensor:  # (N, n-1, E) -> (N, G)
             lp = sa.log_probs(rows.to(dtype))  # (N, n-1, V)
-            return lp[:, positions, wanted]
+            return explained(lp, slice(None), positions, wanted)
 
         def forward_at(rows: Tensor, cols: Tensor) -> Tensor:  # row i's token cols[i] only: (N,)
             length = int(positions[cols].max()) + 1  # a causal model: later positions change nothing
             lp = sa.log_probs(rows[:, :length].to(dtype))  # (N, length, V)
             index = torch.arange(rows.shape[0], device=rows.device)
-            return lp[index, positions[cols], wanted[cols]]
+            return explained(lp, index, positions[cols], wanted[cols])
 
         attr, delta, used = gradients.attribute(
             method, forward, x, n_gen, steps=steps, batch=batch, progress=progress, forward_at=forward_at
@@ -124,13 +238,17 @@ def explain_generation(
     batch: int | None = None,
     progress: Callable[[float], None] | None = None,
     continuation: tuple[list[int], int] | None = None,
+    forced: bool = False,
+    contrast: str | int | None = None,
 ) -> Attribution:
-    """Generate a greedy continuation of ``text`` (at most ``max_new_tokens``) with decoder-only model ``sa``
-    (:class:`attnkit.hf.self_attention.SelfAttentionModel`) and attribute every generated token to the
-    tokens before it by ``method`` (see the module docstring). ``layer``/``head`` (1-based): attention's
-    layer and head; ``steps``, ``batch``, ``progress``: as in :func:`attnkit.attribution.explain`.
-    ``continuation``: ``(ids, prompt length)`` of :meth:`~attnkit.hf.self_attention.SelfAttentionModel.generate`
-    to reuse instead of generating."""
+    """Attribute, with decoder-only model ``sa`` (:class:`attnkit.hf.self_attention.SelfAttentionModel`), every
+    token of its greedy continuation of ``text`` (at most ``max_new_tokens``), or with ``forced`` every next
+    token of ``text`` itself, to the tokens before it by ``method`` (see the module docstring).
+    ``layer``/``head`` (1-based): attention's layer and head; ``steps``, ``batch``, ``progress``: as in
+    :func:`attnkit.attribution.explain`. ``continuation``: ``(ids, prompt length)`` of
+    :meth:`~attnkit.hf.self_attention.SelfAttentionModel.generate` (or of a sampled continuation,
+    :func:`attnkit.hf.sampling.sample_continuation`) to explain instead of generating. ``contrast``: a foil
+    token (:func:`contrast_token`) for the gradient methods' contrastive attribution."""
     name = canonical_method(method)
     if name not in GENERATION_METHODS:
         raise UnknownMethodError(
@@ -140,18 +258,36 @@ def explain_generation(
         raise InputError(f"{name} takes no layer or head (they are for attention)")
     if name not in gradients.GRADIENT_METHODS and (steps is not None or batch is not None):
         raise InputError(f"{name} takes no steps or batch (they are for the gradient methods)")
-    ids, prompt_len = continuation if continuation is not None else sa.generate(text, max_new_tokens=max_new_tokens)
+    if contrast is not None and name not in gradients.GRADIENT_METHODS:
+        raise InputError(
+            f"{name} has no contrastive form: contrast is for the gradient methods "
+            f"({', '.join(gradients.GRADIENT_METHODS)})"
+        )
+    if not isinstance(forced, bool):
+        raise InputError(f"forced must be true or false, got {forced!r}")
+    if forced and continuation is not None:
+        raise InputError("a forced text is the text's own tokens: give forced or continuation, not both")
+    contrast_id = None if contrast is None else contrast_token(sa, contrast)
+    if forced:
+        ids, prompt_len = forced_ids(sa, text)
+    elif continuation is not None:
+        ids, prompt_len = continuation
+    else:
+        ids, prompt_len = sa.generate(text, max_new_tokens=max_new_tokens)
     ids = [int(i) for i in ids]
     if not 1 <= prompt_len < len(ids):
         raise InputError("the continuation has no generated token to explain")
     t0 = time.perf_counter()
     if name in gradients.GRADIENT_METHODS:
-        out = _gradient_rows(sa, ids, prompt_len, name, steps, batch, progress)
+        out = _gradient_rows(sa, ids, prompt_len, name, steps, batch, progress, contrast_id)
     else:
         out = {"scores": _attention_rows(sa, ids, prompt_len, name, layer, head)}
     seconds = time.perf_counter() - t0
     params = {k: v for k, v in {"layer": layer, "head": head, "steps": steps}.items() if v is not None}
-    params["max_new_tokens"] = max_new_tokens
+    if not forced:
+        params["max_new_tokens"] = max_new_tokens
+    if contrast_id is not None:
+        params["contrast"] = sa.pieces_of([contrast_id])[0]
     if name == "integrated_gradients":
         params.setdefault("steps", f"{gradients.DEFAULT_STEPS}, refined to 1 % (up to {gradients.MAX_STEPS})")
     extra = dict(out.get("extra", {}))
@@ -160,10 +296,13 @@ def explain_generation(
         source=text,
         prompt_length=prompt_len,
         translation=sa.tokenizer.decode(generated),  # what the page and the table call the output
-        forced=False,
-        kind="continuation",
+        forced=forced,
+        kind="forced text" if forced else "continuation",
         model=sa.source,
+        step_scores=step_scores(sa, ids, prompt_len, contrast_id),
     )
+    if contrast_id is not None:
+        extra["contrast"] = {"token": params["contrast"], "id": contrast_id}
     scores = out["scores"].detach().float().cpu()
     return Attribution(
         method=name,
