@@ -87,8 +87,11 @@ def analyse(
 
 
 def _generation(model: Model, req: GenerationRequest, progress) -> GenerationAnalysis:
-    """The greedy continuation of ``req.text`` (at most ``req.max_new_tokens``), its last layer's head-mean
-    attention, and the method's attribution over the same continuation (one generation for both)."""
+    """The tokens ``req`` asks for (a greedy or sampled continuation of ``req.text``, or the text itself,
+    forced), the last layer's head-mean attention over them, and the method's attribution of the same
+    tokens (one generation for both)."""
+    import secrets
+
     from ..attribution import UnknownMethodError, canonical_method, explain_generation
     from ..attribution.generation import generation_methods
 
@@ -99,13 +102,49 @@ def _generation(model: Model, req: GenerationRequest, progress) -> GenerationAna
     if method is not None and method not in generation_methods():
         raise UnknownMethodError(f"{model.label} has no {method}; it has: {', '.join(generation_methods())}")
     t0 = time.perf_counter()
-    continuation = sa.generate(req.text, max_new_tokens=req.max_new_tokens)  # (ids, prompt length)
-    common = dict(max_new_tokens=req.max_new_tokens, continuation=continuation)
+    seed = None
+    if req.mode == "forced":
+        common: dict = dict(forced=True)
+    else:
+        if req.mode == "sample":
+            from ..hf.sampling import sample_continuation
+
+            seed = req.seed if req.seed is not None else secrets.randbelow(2**31)  # reported, so it can be redone
+            continuation = sample_continuation(
+                sa, req.text, max_new_tokens=req.max_new_tokens, temperature=req.temperature, top_k=req.top_k, seed=seed
+            )
+        else:
+            continuation = sa.generate(req.text, max_new_tokens=req.max_new_tokens)  # (ids, prompt length)
+        common = dict(max_new_tokens=req.max_new_tokens, continuation=continuation)
+    decoding = {"mode": req.mode}
+    if req.mode == "sample":
+        decoding.update(temperature=req.temperature, top_k=req.top_k, seed=seed)
     att = explain_generation(sa, req.text, method="attention", **common)
-    chosen = att if method == "attention" else None
-    if method not in (None, "attention"):
+    chosen = None
+    if method == "attention" and req.layer is None and req.head is None:
+        chosen = att
+    elif method in ("attention", "rollout"):
+        chosen = explain_generation(
+            sa, req.text, method=method, layer=req.layer, head=req.head, batch=req.batch, **common
+        )
+    elif method is not None:
         steps = req.steps if method == "integrated_gradients" else None
-        chosen = explain_generation(sa, req.text, method=method, progress=progress, steps=steps, **common)
+        chosen = explain_generation(
+            sa,
+            req.text,
+            method=method,
+            progress=progress,
+            steps=steps,
+            batch=req.batch,
+            contrast=req.contrast,
+            layer=req.layer,
+            head=req.head,
+            **common,
+        )
+    for a in {id(att): att, id(chosen): chosen}.values():
+        if a is not None:
+            a.extra["decoding"] = decoding
+    scores = (chosen or att).extra["step_scores"]
     return GenerationAnalysis(
         model=model.label,
         kind=str(getattr(sa.model.config, "model_type", "?")),
@@ -116,6 +155,9 @@ def _generation(model: Model, req: GenerationRequest, progress) -> GenerationAna
         attribution=chosen,
         spec=model.spec,
         seconds=time.perf_counter() - t0,
+        mode=req.mode,
+        seed=seed,
+        step_scores=scores,
     )
 
 

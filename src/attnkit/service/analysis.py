@@ -119,11 +119,15 @@ class CaptionAnalysis(_Portable):
 
 @dataclass
 class GenerationAnalysis(_Portable):
-    """A decoder-only model's greedy continuation of a text, each written token attributed to the tokens
-    before it: ``attention`` is the last layer's head-mean attention (an
-    :class:`~attnkit.attribution.Attribution`, always made: the page's matrix), ``attribution`` the method
-    asked for (the same record for ``"attention"``; None without a method); ``continuation`` the text
-    written; ``spec`` the model's spec; ``seconds`` the analysis's wall-clock time."""
+    """A decoder-only model's continuation of a text (greedy or sampled), or the text itself (forced), each
+    attributed token explained by the tokens before it: ``attention`` is the last layer's head-mean attention
+    (an :class:`~attnkit.attribution.Attribution`, always made: the page's matrix), ``attribution`` the method
+    asked for (None without a method); ``continuation`` the attributed tokens' text (the text after its first
+    token, when forced); ``mode``: greedy, sample or forced; ``seed``: the seed a sampled continuation was
+    drawn with (redo it with this seed); ``step_scores``: each attributed token's probability, the entropy of
+    its next-token distribution (nats) and, with a contrast, the foil's probability
+    (:func:`attnkit.attribution.generation.step_scores`); ``spec`` the model's spec; ``seconds`` the
+    analysis's wall-clock time."""
 
     model: str
     kind: str
@@ -134,6 +138,9 @@ class GenerationAnalysis(_Portable):
     attribution: Any = None
     spec: Any = None
     seconds: float = 0.0
+    mode: str = "greedy"
+    seed: int | None = None
+    step_scores: dict | None = None
 
 
 Analysis = TranslationAnalysis | CaptionAnalysis | GenerationAnalysis

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import InputError
 
-__all__ = ["CaptionRequest", "GenerationRequest", "MethodOptions", "Request", "TranslationRequest"]
+__all__ = ["GENERATION_MODES", "CaptionRequest", "GenerationRequest", "MethodOptions", "Request", "TranslationRequest"]
 
 
 def _positive_int(name: str, value, *, optional: bool = False) -> None:
@@ -119,20 +119,62 @@ class CaptionRequest:
             raise InputError("options: layer and head are for Transformer translators; a captioner has one attention")
 
 
+#: how a :class:`GenerationRequest` gets the tokens it explains
+GENERATION_MODES = ("greedy", "sample", "forced")
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
-    """A decoder-only model's greedy continuation of ``text`` (at most ``max_new_tokens``), each written
-    token attributed to the tokens before it by ``method``; ``steps``: integrated gradients' points."""
+    """A decoder-only model's tokens, each attributed to the tokens before it by ``method``
+    (:mod:`attnkit.attribution.generation`).
+
+    ``mode``: ``"greedy"`` (the model's greedy continuation of ``text``, at most ``max_new_tokens``),
+    ``"sample"`` (a sampled continuation: ``temperature``, ``top_k``, and ``seed``, which makes it
+    reproducible; None draws one, reported in the analysis) or ``"forced"`` (every next token of ``text``
+    itself, teacher-forced; ``max_new_tokens`` unused). ``steps``: integrated gradients' points; ``layer``,
+    ``head`` (1-based): attention's; ``batch``: a gradient method's rows per pass (memory, not values);
+    ``contrast``: a foil token (one token of the model's vocabulary) for the gradient methods' contrastive
+    attribution, ``log p(token) − log p(contrast)`` (Yin & Neubig 2022)."""
 
     text: str
     max_new_tokens: int = 20
     method: str | None = None
     steps: int | None = None
+    mode: str = "greedy"
+    temperature: float = 1.0
+    top_k: int | None = None
+    seed: int | None = None
+    contrast: str | None = None
+    layer: int | None = None
+    head: int | None = None
+    batch: int | None = None
 
     def __post_init__(self) -> None:
+        from ..attribution.gradients import GRADIENT_METHODS
+        from ..attribution.methods import canonical_method
+        from ..hf.sampling import check_sampling
+
         _text("text", self.text)
         _positive_int("max_new_tokens", self.max_new_tokens)
-        _positive_int("steps", self.steps, optional=True)
+        if self.method is not None and not isinstance(self.method, str):
+            raise InputError(f"method must be a name, got {type(self.method).__name__}")
+        for name in ("steps", "layer", "head", "batch"):
+            _positive_int(name, getattr(self, name), optional=True)
+        if self.mode not in GENERATION_MODES:
+            raise InputError(f"mode must be one of {', '.join(GENERATION_MODES)}, got {self.mode!r}")
+        if self.mode == "sample":
+            check_sampling(self.temperature, self.top_k, 0 if self.seed is None else self.seed)
+        elif self.temperature != 1.0 or self.top_k is not None or self.seed is not None:
+            raise InputError(f"temperature, top_k and seed are for mode sample, not {self.mode}")
+        if self.contrast is not None:
+            if not isinstance(self.contrast, str) or not self.contrast:
+                raise InputError(f"contrast must be one token of the model's vocabulary, got {self.contrast!r}")
+            method = None if self.method is None else canonical_method(self.method)
+            if method not in GRADIENT_METHODS:
+                raise InputError(
+                    f"contrast is for the gradient methods ({', '.join(GRADIENT_METHODS)}); "
+                    f"{method or 'no method'} has no contrastive form"
+                )
 
 
 Request = TranslationRequest | CaptionRequest | GenerationRequest
