@@ -27,6 +27,17 @@ def _progress_printer(label: str):
     return lambda f: print(f"\r{label}: {100 * f:3.0f} %", end="", file=sys.stderr, flush=True)
 
 
+#: the flags of a decoder-only model's attributions only, and their argparse names
+_GENERATION_FLAGS = (
+    ("--text", "text"),
+    ("--sample", "sample"),
+    ("--seed", "seed"),
+    ("--temperature", "temperature"),
+    ("--top-k", "top_k"),
+    ("--contrast", "contrast"),
+)
+
+
 def cmd_explain(args) -> None:
     from ..attribution import canonical_method
     from ..attribution.report import format_attribution, plot_attribution
@@ -40,9 +51,16 @@ def cmd_explain(args) -> None:
     if model.kind is ModelKind.SELF_ATTENTION:  # a Hugging Face encoder-only or decoder-only model
         from .explain_hf import explain_self_attention_model
 
-        return explain_self_attention_model(args, model.impl, method, progress)
+        return explain_self_attention_model(args, model, method, progress)
     if args.self_attention:
         raise CLIError("--self-attention is for Hugging Face encoder-only and decoder-only models")
+    for flag, value in _GENERATION_FLAGS:
+        if getattr(args, value) not in (None, False):
+            raise CLIError(
+                f"{flag} is for Hugging Face decoder-only models (GPT-2, Llama): give the input as the argument"
+            )
+    if args.input is None:
+        raise CLIError("give the input to explain: the source text (translators) or an image file (captioners)")
     if model.kind is ModelKind.TRANSLATOR:
         options = MethodOptions(layer=args.layer, head=args.head, steps=args.steps, batch=args.batch)
         request = TranslationRequest(args.input, beam=args.beam, target=args.target, method=method, options=options)
@@ -57,7 +75,8 @@ def cmd_explain(args) -> None:
             raise CLIError(f"{exc} (a captioner explains an image file)") from None
         options = MethodOptions(steps=args.steps, batch=args.batch)
         request = CaptionRequest(image, beam=args.beam, target=args.target, method=method, options=options)
-    att = analyse(model, request, progress).attribution
+    analysis = analyse(model, request, progress)
+    att = analysis.attribution
     if att is None:  # an empty output: no piece to attribute
         raise InputError("the target has no tokens: there is no output piece to explain")
     if progress is not None:
@@ -67,10 +86,18 @@ def cmd_explain(args) -> None:
     else:
         print(format_attribution(att, k=args.top, pieces=args.pieces))
     if args.plot is not None:
-        print(
-            f"wrote {plot_attribution(att, args.plot, pieces=args.pieces)}",
-            file=sys.stderr if args.json else sys.stdout,
-        )
+        if Path(args.plot).suffix.lower() == ".html":  # the explorer's view of this analysis, one self-contained page
+            from ..explorer.notebook import ExplorerView
+            from ..explorer.payload import caption_answer, translation_answer
+
+            if model.kind is ModelKind.TRANSLATOR:
+                view = ExplorerView(translations=[translation_answer(analysis)])
+            else:
+                view = ExplorerView(captions=[caption_answer(analysis)])
+            wrote = view.save(args.plot)
+        else:
+            wrote = plot_attribution(att, args.plot, pieces=args.pieces)
+        print(f"wrote {wrote}", file=sys.stderr if args.json else sys.stdout)
 
 
 def _evaluation_progress(method: str, stage: str, done: int | None = None, total: int | None = None) -> None:
@@ -143,8 +170,16 @@ def add_parser(sub) -> None:
     )
     xp.add_argument(
         "input",
+        nargs="?",
+        default=None,
         help="Spanish text (translation models), an image file (captioners), or the text to read or continue "
         "(Hugging Face encoder-only and decoder-only models)",
+    )
+    xp.add_argument(
+        "--text",
+        default=None,
+        help="decoder-only Hugging Face models: explain every next token of this text as written (teacher "
+        "forcing), instead of a continuation of the argument (default: none)",
     )
     _add_model_flag(xp, DEFAULT_TRANSLATION_MODEL)
     xp.add_argument("--method", default="attention", help="the attribution method (default: attention)")
@@ -184,6 +219,37 @@ def add_parser(sub) -> None:
         help="decoder-only Hugging Face models: the most tokens of the greedy continuation explained (default: 20)",
     )
     xp.add_argument(
+        "--sample",
+        action="store_true",
+        help="decoder-only Hugging Face models: sample the continuation instead of the greedy one "
+        "(--seed, --temperature, --top-k) (default: off)",
+    )
+    xp.add_argument(
+        "--seed",
+        type=arg_type(between(0, 2**31 - 1, integer=True), "seed"),
+        default=None,
+        help="with --sample: the random seed; the same seed gives the same continuation (default: a new one, printed)",
+    )
+    xp.add_argument(
+        "--temperature",
+        type=arg_type(between(1e-3, 100.0), "temperature"),
+        default=None,
+        help="with --sample: divide the logits by this (< 1 sharper, > 1 flatter) (default: 1)",
+    )
+    xp.add_argument(
+        "--top-k",
+        type=arg_type(between(1, 1_000_000, integer=True), "top_k"),
+        default=None,
+        help="with --sample: draw from the K most likely tokens only (default: every token)",
+    )
+    xp.add_argument(
+        "--contrast",
+        default=None,
+        metavar="TOKEN",
+        help="decoder-only Hugging Face models, gradient methods: explain log p(token) − log p(TOKEN), why the "
+        "model wrote its token rather than TOKEN (one token of its vocabulary) (default: none)",
+    )
+    xp.add_argument(
         "--self-attention",
         action="store_true",
         help="decoder-only Hugging Face models: the self-attention views (--method attention or rollout) instead "
@@ -193,8 +259,8 @@ def add_parser(sub) -> None:
     xp.add_argument(
         "--plot",
         default=None,
-        help="write a heatmap (or caption overlays) to this PNG; for a Hugging Face encoder-only or decoder-only "
-        "model also .html: the explorer's view as one self-contained page (default: none)",
+        help="write a heatmap (or caption overlays) to this PNG, or with .html the explorer's view as one "
+        "self-contained page (default: none)",
     )
     _add_device_flags(xp)
     xp.set_defaults(func=cmd_explain)

@@ -1,9 +1,12 @@
 """``attnkit explain`` on a Hugging Face encoder-only or decoder-only model (BERT, GPT-2, Llama and kin).
 
-- A decoder-only model (one that writes: a language-model head) continues the text greedily (at most
-  ``--max-new-tokens``) and every written token is attributed to the tokens before it by ``--method``
-  (attention, rollout, saliency, input_x_gradient, integrated_gradients): the table of ``explain``,
-  ``--json``, and ``--plot`` as a heatmap (``.png``) or a self-contained page (``.html``).
+- A decoder-only model (one that writes: a language-model head) continues the text, greedily or with
+  ``--sample`` (``--seed``, ``--temperature``, ``--top-k``; at most ``--max-new-tokens``), or with ``--text``
+  reads the given text (teacher forcing), and every written (or read) token is attributed to the tokens
+  before it by ``--method`` (attention, rollout, saliency, input_x_gradient, integrated_gradients;
+  ``--contrast TOKEN``: the gradient methods explain ``log p(token) − log p(TOKEN)``), through
+  :func:`attnkit.service.analyse`: the table of ``explain`` and each token's step scores (probability,
+  entropy), ``--json``, and ``--plot`` as a heatmap (``.png``) or a self-contained page (``.html``).
 - An encoder-only model, or any of them with ``--self-attention``: the self-attention views (what
   bertviz shows). ``--method attention`` prints each piece's most-attended pieces in a layer (``--layer``,
   default the last; ``--head``, default the mean) and ``--plot`` draws every layer and head (``.png``, the
@@ -38,43 +41,74 @@ def _check_plot(path: str | None) -> str | None:
     return suffix
 
 
-def explain_self_attention_model(args, sa, method: str, progress) -> None:
-    """``attnkit explain`` on ``sa``, a Hugging Face encoder-only or decoder-only model opened by
+def explain_self_attention_model(args, model, method: str, progress) -> None:
+    """``attnkit explain`` on ``model``, a Hugging Face encoder-only or decoder-only model opened by
     :func:`attnkit.service.open_model` (module docstring)."""
+    sa = model.impl
     suffix = _check_plot(args.plot)
-    text = args.input
-    if not text.strip():
-        raise CLIError("the text is empty: give the text to read")
     if sa.can_generate and not args.self_attention:
-        _explain_continuation(args, sa, method, progress, suffix)
-    else:
-        _self_attention_views(args, sa, method, suffix)
+        return _explain_continuation(args, model, method, progress, suffix)
+    for flag, value in (("--text", args.text), ("--sample", args.sample or None), ("--contrast", args.contrast)):
+        if value is not None:
+            what = "an encoder-only model" if not sa.can_generate else "the self-attention views"
+            raise CLIError(f"{flag} is for a decoder-only model's attributions; {what} takes none")
+    if not (args.input or "").strip():
+        raise CLIError("the text is empty: give the text to read")
+    _self_attention_views(args, sa, method, suffix)
 
 
-def _explain_continuation(args, sa, method, progress, suffix) -> None:
-    from ..attribution import explain_generation
+def _step_table(att) -> str:
+    """Each attributed token's step scores (inseq's): its probability, the entropy of the next-token
+    distribution it was drawn from (nats), and with a contrast the foil's probability."""
+    scores = att.extra["step_scores"]
+    foil = att.extra.get("contrast", {}).get("token")
+    width = max([len("token"), *(len(t) for t in att.target)])
+    head = f"{'token':<{width}} | p(token)  entropy" + (f"  p({foil})" if foil else "")
+    lines = ["step scores:", head, "-" * (width + 1) + "+" + "-" * (len(head) - width - 1)]
+    for i, tok in enumerate(att.target):
+        row = f"{tok:<{width}} | {scores['probability'][i]:8.4f}  {scores['entropy'][i]:7.3f}"
+        if foil:
+            row += f"  {scores['contrast_probability'][i]:.4f}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def _explain_continuation(args, model, method, progress, suffix) -> None:
     from ..attribution.report import format_attribution, plot_attribution
+    from ..service import analyse
+    from .options import generation_request
 
+    sa = model.impl
     if args.target is not None:
-        raise CLIError("--target is for translators; a decoder-only model explains its own continuation")
-    att = explain_generation(
-        sa,
-        args.input,
-        method=method,
-        max_new_tokens=args.max_new_tokens,
-        layer=args.layer,
-        head=args.head,
-        steps=args.steps,
-        batch=args.batch,
-        progress=progress,
-    )
+        raise CLIError(
+            "--target is for translators; a decoder-only model explains its own continuation, or --text as given"
+        )
+    if args.text is not None and args.input is not None:
+        raise CLIError("give the text to continue as the argument, or --text to explain as written: not both")
+    if args.text is None and args.input is None:
+        raise CLIError("give the text to continue (the argument), or --text to explain every next token of a text")
+    analysis = analyse(model, generation_request(args, method), progress)
+    att = analysis.attribution
     if progress is not None:
         print("\r", end="", file=sys.stderr)
     if args.json:
         print(json.dumps({"model": sa.source, **att.to_dict()}, ensure_ascii=False))
     else:
-        print(f"continuation of the text by {sa.source} (greedy, at most {args.max_new_tokens} tokens):")
+        if analysis.mode == "forced":
+            print(f"every next token of the text, read by {sa.source} (teacher forcing):")
+        elif analysis.mode == "sample":
+            r = analysis.request
+            top_k = "every token" if r.top_k is None else f"top-k {r.top_k}"
+            print(
+                f"continuation of the text by {sa.source} (sampled: seed {analysis.seed}, temperature "
+                f"{r.temperature:g}, {top_k}; at most {args.max_new_tokens} tokens):"
+            )
+        else:
+            print(f"continuation of the text by {sa.source} (greedy, at most {args.max_new_tokens} tokens):")
+        if "contrast" in att.extra:
+            print(f"contrastive: log p(token) − log p({att.extra['contrast']['token']}) (Yin & Neubig 2022)")
         print(format_attribution(att, k=args.top, pieces=args.pieces))
+        print(_step_table(att))
     if suffix == ".png":
         print(f"wrote {plot_attribution(att, args.plot, pieces=args.pieces)}", file=_where(args))
     elif suffix == ".html":

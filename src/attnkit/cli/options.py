@@ -21,11 +21,13 @@ from ..config import config_from_dict, iter_options, option_names
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
+    from ..service import GenerationRequest
     from ..tasks.translation import TranslationConfig
     from ..tasks.translation.budget_defaults import TranslationChoices
 
 __all__ = [
     "add_config_arguments",
+    "generation_request",
     "task_config_from_args",
     "translation_choices",
     "translation_config",
@@ -144,3 +146,48 @@ def translation_config_from_args(args: argparse.Namespace) -> TranslationConfig:
 
     choices, _ = apply_budget_rule(translation_choices(args))
     return translation_config(choices, progress=not getattr(args, "no_progress", False))
+
+
+def generation_request(args: argparse.Namespace, method: str) -> GenerationRequest:
+    """``attnkit explain``'s flags on a decoder-only model as a :class:`~attnkit.service.GenerationRequest`:
+    ``--text`` forces the text (every next token explained), else the argument is continued, greedily or
+    with ``--sample`` (``--seed``, ``--temperature``, ``--top-k``); ``--contrast``, ``--layer``, ``--head``,
+    ``--steps``, ``--batch`` and ``--max-new-tokens`` as given. A flag that does not go with the others is a
+    :class:`ConfigError` naming the flags."""
+    from ..attribution.gradients import GRADIENT_METHODS
+    from ..service import GenerationRequest
+
+    forced = args.text is not None
+    sampling = [
+        f
+        for f, v in (("--seed", args.seed), ("--temperature", args.temperature), ("--top-k", args.top_k))
+        if v is not None
+    ]
+    if forced and args.sample:
+        raise ConfigError("--sample is for a continuation of the argument; --text is explained as it is written")
+    if sampling and not args.sample:
+        raise ConfigError(f"{', '.join(sampling)}: only with --sample (the continuation is greedy without it)")
+    if args.contrast is not None and method not in GRADIENT_METHODS:
+        raise ConfigError(
+            f"--contrast is for the gradient methods ({', '.join(GRADIENT_METHODS)}); {method} has no contrastive form"
+        )
+    if (args.steps is not None or args.batch is not None) and method not in GRADIENT_METHODS:
+        raise ConfigError(f"--steps and --batch are for the gradient methods; {method} takes neither")
+    mode = "forced" if forced else ("sample" if args.sample else "greedy")
+    extra = {}
+    if mode == "sample":
+        extra = {"seed": args.seed, "top_k": args.top_k}
+        if args.temperature is not None:
+            extra["temperature"] = args.temperature
+    return GenerationRequest(
+        args.text if forced else args.input,
+        max_new_tokens=args.max_new_tokens,
+        method=method,
+        steps=args.steps,
+        mode=mode,
+        contrast=args.contrast,
+        layer=args.layer,
+        head=args.head,
+        batch=args.batch,
+        **extra,
+    )
