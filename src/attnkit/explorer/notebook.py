@@ -86,7 +86,8 @@ def _translation_view(att) -> ExplorerView:
     from ..service import TranslationAnalysis
     from .payload import translation_answer
 
-    continuation = att.extra.get("kind") == "continuation"  # a decoder-only model's continuation of its context
+    # a decoder-only model's continuation of its context, or a text it read with teacher forcing
+    continuation = att.extra.get("kind") in ("continuation", "forced text")
     a = TranslationAnalysis(
         model=att.extra.get("model", ""),
         kind=att.extra.get("kind", "translation"),
@@ -190,7 +191,8 @@ def self_attention_html(maps) -> str:
 def show(obj, data=None, *, method: str | None = None, target: str | None = None, beam: int = 5) -> ExplorerView:
     """An inline explorer view of ``obj``: a ``Translator`` with Spanish text ``data`` (``target`` forces
     the English), a ``Captioner`` with an image tensor ``(1, C, C)`` ``data``, an
-    :class:`~attnkit.attribution.Attribution`, a ``TranslationAttention``, or an explorer payload dict
+    :class:`~attnkit.attribution.Attribution`, a ``TranslationAttention``, a decoder-only model's
+    :class:`~attnkit.service.GenerationAnalysis` (:func:`attnkit.service.analyse`), or an explorer payload dict
     (:func:`attnkit.explorer.translation_payload` / ``caption_payload``). ``method``: an attribution method."""
     from ..errors import InputError
     from ..tasks.captioning import Captioner
@@ -214,6 +216,12 @@ def show(obj, data=None, *, method: str | None = None, target: str | None = None
         return _caption_view(obj) if obj.is_image else _translation_view(obj)
     if isinstance(obj, TranslationAttention):
         return _translation_attention_view(obj)
+    from ..service import GenerationAnalysis
+
+    if isinstance(obj, GenerationAnalysis):  # a decoder-only model's tokens: the attention and the method's view
+        from .self_attention import generation_answer
+
+        return ExplorerView(translations=[generation_answer(obj)])
     if isinstance(obj, SelfAttentionMaps):
         return self_attention_view(obj)
     if isinstance(obj, dict) and "target_pieces" in obj:

@@ -23,6 +23,7 @@ __all__ = [
     "Attribution",
     "Caption",
     "CaptionAttribution",
+    "Decoding",
     "Diagnostics",
     "ExplorerData",
     "GoldLinks",
@@ -36,6 +37,7 @@ __all__ = [
     "SceneThumb",
     "SelfAttention",
     "SelfAttentionLayer",
+    "StepScores",
     "Steps",
     "Text",
     "Translation",
@@ -175,6 +177,23 @@ class GoldLinks(_Strict):
     possible: list[tuple[int, int]] = Field(description="possible links (every sure link is also possible)")
 
 
+class StepScores(_Strict):
+    """A decoder-only model's step scores (inseq's), per attributed token t."""
+
+    probability: list[float] = Field(description="p(token t | the tokens before it)")
+    entropy: list[float] = Field(description="H_t = −Σ_v p_v log p_v of the next-token distribution, in nats")
+    contrast_probability: list[float] | None = Field(
+        None, description="with a contrast: p(contrast token | the tokens before token t)"
+    )
+
+
+class Decoding(_Strict):
+    """How a decoder-only model's attributed tokens were made."""
+
+    mode: str = Field(description="greedy, sample (a sampled continuation) or forced (the text as given)")
+    seed: int | None = Field(None, description="sample: the seed it was drawn with (the same seed redraws it)")
+
+
 class Translation(_Strict):
     """One model's translation of one source, with every attention it has."""
 
@@ -206,6 +225,10 @@ class Translation(_Strict):
         None, description="a model still training (a training run's folder): the checkpoint it was made with"
     )
     step: int | None = Field(None, description="a model still training: the optimizer step of that checkpoint")
+    decoding: Decoding | None = Field(None, description="a decoder-only model's tokens: how they were made")
+    step_scores: StepScores | None = Field(
+        None, description="a decoder-only model's tokens: each one's probability and next-token entropy"
+    )
 
 
 class SelfAttentionLayer(_Strict):

@@ -6,11 +6,12 @@ bertviz's head view and model view show, and a decoder-only model's continuation
   (``layer``, 1-based like every layer and head number in the payload), so a long text's ``L · H · N²`` numbers are never sent, nor held, at once (the model runs
   once per asked layer and keeps only that layer's maps, :meth:`attnkit.hf.self_attention.SelfAttentionModel.stream`).
   ``all_layers`` (the notebook view and the exported page, no server) puts every layer in one payload.
-- :func:`generation_payload` (``/api/generate``): a greedy continuation of the prompt, as a translation
-  payload (:class:`~attnkit.explorer.schema.Translation`: source = the model's inputs, target = the
-  generated pieces) whose matrix is the last layer's head-mean attention of the positions that
-  predicted each token, and whose ``attribution`` is the asked method's
-  (:func:`attnkit.attribution.explain_generation`).
+- :func:`generation_payload` (``/api/generate``): a greedy or sampled continuation of the prompt, or the
+  text itself read with teacher forcing (``mode``), as a translation payload
+  (:class:`~attnkit.explorer.schema.Translation`: source = the model's inputs, target = the attributed
+  pieces) whose matrix is the last layer's head-mean attention of the positions that predicted each
+  token, whose ``attribution`` is the asked method's (:func:`attnkit.attribution.explain_generation`,
+  contrastive with ``contrast``), with each token's ``step_scores`` (probability, entropy).
 """
 
 from __future__ import annotations
@@ -114,10 +115,12 @@ def generation_answer(analysis: GenerationAnalysis) -> dict:
             source_pieces=att.source,
             target_pieces=att.target,
             beam=1,
-            forced=False,
+            forced=analysis.mode == "forced",
         )
     )
     out.update(src_lang="context", tgt_lang="continuation", has_attention=True, attention=_rows(att.scores))
+    out["decoding"] = {"mode": analysis.mode, "seed": analysis.seed}
+    out["step_scores"] = analysis.step_scores
     words = att.word_scores()[2]  # (Tw, Sw)
     out["words"]["attention"] = _rows(words)
     out["words"]["links"] = word_links(words)
@@ -135,11 +138,13 @@ def generation_payload(
     method: str | None = None,
     progress=None,
     steps: int | None = None,
+    **fields,
 ) -> dict:
     """:func:`attnkit.service.analyse` of a :class:`~attnkit.service.GenerationRequest` on the decoder-only
-    model ``sa``, as :func:`generation_answer` builds it (what the light lane and ``--html`` exports call)."""
+    model ``sa``, as :func:`generation_answer` builds it (what the light lane and ``--html`` exports call);
+    ``fields``: the request's other fields (``mode``, ``temperature``, ``top_k``, ``seed``, ``contrast``)."""
     from ..service import GenerationRequest, Model, ModelKind, ModelSpec, analyse
 
     m = sa if isinstance(sa, Model) else Model(model, ModelKind.SELF_ATTENTION, sa, ModelSpec(model or "model"))
-    request = GenerationRequest(text, max_new_tokens=max_new_tokens, method=method, steps=steps)
+    request = GenerationRequest(text, max_new_tokens=max_new_tokens, method=method, steps=steps, **fields)
     return generation_answer(analyse(m, request, progress))

@@ -4,8 +4,10 @@ models (BERT, GPT-2, Llama and kin), JSON in and out like every route.
 ``/api/self-attention`` answers a text's pieces, every layer's head mean and the rollout; the page then
 asks for each layer's per-head maps (``"layer": l``, 1-based: ``1..L``), one answer per layer, so the answer size stays under
 ``--max-answer-numbers`` and the server holds one layer's maps at a time.
-``/api/generate`` writes a greedy continuation (at most ``--max-new-tokens``) and attributes each written
-token to the tokens before it (:mod:`attnkit.attribution.generation`).
+``/api/generate`` writes a greedy or sampled continuation (at most ``--max-new-tokens``; ``"mode":
+"sample"`` with ``temperature``, ``top_k``, ``seed``), or reads the text as given (``"mode": "forced"``,
+teacher forcing), and attributes each token to the tokens before it
+(:mod:`attnkit.attribution.generation`; ``"contrast"``: contrastive, for the gradient methods).
 
 Every bound is checked before a tensor is built: the text's characters (``--max-text-chars``), then its
 tokens (``--max-tokens`` and the model's own maximum), the layer, the number of new tokens and the method.
@@ -17,11 +19,14 @@ method is a heavy job (:mod:`attnkit.explorer.jobs`: a worker process, the queue
 
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from ...attribution.gradients import DEFAULT_STEPS, GRADIENT_METHODS
 from ...data.text import no_readable_word
+from ...errors import InputError
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..loading import checkpoint_fields
@@ -50,6 +55,18 @@ class GenerateRequest(BaseModel):
     )
     method: schema.Text | None = Field(
         None, description="an attribution method (see /api/models) whose view fills 'attribution'"
+    )
+    mode: Literal["greedy", "sample", "forced"] = Field(
+        "greedy",
+        description="greedy or sample: attribute a continuation of the text; forced: every next token of the text",
+    )
+    temperature: float | None = Field(None, gt=0, le=100, description="sample: divide the logits by this (default 1)")
+    top_k: int | None = Field(None, ge=1, description="sample: draw from the k most likely tokens only")
+    seed: int | None = Field(
+        None, ge=0, lt=2**31, description="sample: the seed (the same seed redraws the same tokens; default: new)"
+    )
+    contrast: schema.Text | None = Field(
+        None, description="a gradient method: explain log p(token) − log p(contrast), one token of the vocabulary"
     )
     job: str | None = Field(None, pattern=JOB_NAME, description="follow the work at /api/progress/{job}")
 
@@ -99,31 +116,52 @@ async def self_attention(req: SelfAttentionRequest, request: Request):
 
 @router.post("/api/generate", response_model=schema.Translation, responses=ERRORS)
 async def generate(req: GenerateRequest, request: Request):
-    """A decoder-only model's greedy continuation of a prompt, each written token attributed to the tokens
-    before it (the last layer's head-mean attention, or ``"method"``)."""
+    """A decoder-only model's greedy or sampled continuation of a prompt, or the text itself read with
+    teacher forcing (``"mode"``), each token attributed to the tokens before it (the last layer's head-mean
+    attention, or ``"method"``, contrastive with ``"contrast"``), with its step scores."""
     from ...attribution import UnknownMethodError, canonical_method
-    from ...attribution.generation import generation_methods
+    from ...attribution.generation import MAX_FORCED_TOKENS, contrast_token, generation_methods
+    from ...service import GenerationRequest
 
     ex = explorer(request)
     o = ex.options
     name, sa = pick(ex.models.self_attention, req.model, "self-attention")
     if not sa.can_generate:
         raise ApiError(422, f"{name} does not write text (an encoder-only model): ask /api/self-attention")
+    forced = req.mode == "forced"
     new = min(10, o.max_new_tokens) if req.max_new_tokens is None else req.max_new_tokens
-    if new > o.max_new_tokens:
+    if new > o.max_new_tokens and not forced:
         raise ApiError(413, f"max_new_tokens {new} is over the limit of {o.max_new_tokens} (--max-new-tokens)")
-    _checked_ids(ex, name, sa, req.text, extra=new)
+    ids = _checked_ids(ex, name, sa, req.text, extra=0 if forced else new)
+    if forced and len(ids) > MAX_FORCED_TOKENS:
+        raise ApiError(
+            413, f"the text has {len(ids)} tokens; a forced text is explained for at most {MAX_FORCED_TOKENS}"
+        )
     method = None
     if req.method is not None:
         method = canonical_method(req.method)
         if method not in generation_methods():
             raise UnknownMethodError(f"{name} has no {method}; it has: {', '.join(generation_methods())}")
+    sampling = {
+        k: v for k, v in (("temperature", req.temperature), ("top_k", req.top_k), ("seed", req.seed)) if v is not None
+    }
     # integrated gradients at a fixed number of points: the work is bounded up front
-    kwargs = dict(text=req.text.strip(), max_new_tokens=new, method=method, steps=DEFAULT_STEPS)
-    if method in GRADIENT_METHODS:  # a backward pass per written token: a heavy job, in a worker process
-        from ...service import GenerationRequest
-
-        job = GenerationRequest(**kwargs)
+    kwargs = dict(
+        text=req.text.strip(),
+        max_new_tokens=new if not forced else 20,
+        method=method,
+        steps=DEFAULT_STEPS,
+        mode=req.mode,
+        contrast=req.contrast,
+        **sampling,
+    )
+    try:
+        job = GenerationRequest(**kwargs)  # every field checked before any work: 422 naming the field
+        if req.contrast is not None:
+            contrast_token(sa, req.contrast)
+    except InputError as exc:
+        raise ApiError(422, str(exc)) from None
+    if method in GRADIENT_METHODS:  # a backward pass per token: a heavy job, in a worker process
         analysis = await ex.jobs.run(client_of(request), req.job, name, job, request.is_disconnected)
         return {**generation_answer(analysis), **checkpoint_fields(analysis.spec)}
     return await run_light(request, generation_payload, sa, model=name, **kwargs)
