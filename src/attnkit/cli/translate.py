@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -176,14 +177,18 @@ def cmd_translate(args) -> int:
         )
     if args.report_time:
         _report_time(results, loaded - started, time.perf_counter() - loaded)
-    for r in results:
+    where = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON lines only
+    for s, r in zip(sentences, results):
+        if args.json:
+            print(json.dumps(_json_line(s, r, attention=args.show_attention), ensure_ascii=False))
+            continue
         print(r.translation)
         if args.show_attention and r.attention is not None:
             from ..viz import format_top_alignments
 
             print(format_top_alignments(r.attention, r.source_pieces, r.target_pieces, k=3))
     if args.plot is not None:
-        _plot_translation(tr, results, sentences, args.plot)
+        _plot_translation(tr, results, sentences, args.plot, where)
     if args.html is not None:
         from ..explorer import translation_payload, write_explorer_html
 
@@ -192,8 +197,21 @@ def cmd_translate(args) -> int:
             translation_payload(tr, s, beam=args.beam, heads=True, model=name, result=r)
             for s, r in zip(sentences, results)
         ]
-        print(f"wrote {write_explorer_html(args.html, translations=payloads)}")
+        print(f"wrote {write_explorer_html(args.html, translations=payloads)}", file=where)
     return 1 if len(sentences) < len(inputs) else 0
+
+
+def _json_line(source: str, r, *, attention: bool) -> dict:
+    """``--json``: one translated sentence as one JSON object: the source, the translation, its token ids and
+    the search's score (log-probability, length-penalised under beam search); with ``--show-attention`` the
+    pieces and the attention ``(T, S)`` that the table's top alignments are read from."""
+    out = {"source": source, "translation": r.translation, "tokens": [int(t) for t in r.tokens]}
+    out["score"] = round(float(r.score), 6)
+    if attention and r.attention is not None:
+        out["source_pieces"] = list(r.source_pieces)
+        out["target_pieces"] = list(r.target_pieces)
+        out["attention"] = [[round(float(v), 5) for v in row] for row in r.attention.tolist()]
+    return out
 
 
 def _sentences(tr, inputs: list[tuple[str, str]]) -> list[str]:
@@ -217,7 +235,7 @@ def _report_time(results, load_s: float, translate_s: float) -> None:
     )
 
 
-def _plot_translation(tr, results, sentences, path) -> None:
+def _plot_translation(tr, results, sentences, path, where) -> None:
     from ..viz import plot_alignment, plot_alignments
 
     per_head = hasattr(tr, "attention") and results[0].tokens  # the CTranslate2 engine has the alignment only
@@ -227,7 +245,7 @@ def _plot_translation(tr, results, sentences, path) -> None:
 
         m = first.maps
         out = plot_transformer_heads(m.enc_self, m.dec_self, m.cross, first.source_pieces, first.target_pieces, path)
-        print(f"wrote {out}")
+        print(f"wrote {out}", file=where)
         return
     with_attn = [r for r in results if r.attention is not None]
     if not with_attn:
@@ -239,7 +257,7 @@ def _plot_translation(tr, results, sentences, path) -> None:
         out = plot_alignments(
             [(r.attention, r.source_pieces, r.target_pieces, r.translation[:60]) for r in with_attn], path
         )
-    print(f"wrote {out}")
+    print(f"wrote {out}", file=where)
 
 
 def add_parser(sub) -> None:
@@ -252,6 +270,12 @@ def add_parser(sub) -> None:
     _add_length_penalty_flag(tr, "the model's own, chosen on its validation data, else 0.6")
     tr.add_argument(
         "--show-attention", action="store_true", help="print the top source pieces of each output piece (default: off)"
+    )
+    tr.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per translated sentence, a line each: source, translation, tokens, score "
+        "(and with --show-attention the pieces and the attention) (default: off)",
     )
     _add_plot_flag(tr, "write the alignment heatmap (or head grid)")
     _add_html_flag(tr, "these translations")
