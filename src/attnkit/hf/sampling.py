@@ -22,16 +22,21 @@ import torch
 
 from ..errors import InputError
 
-__all__ = ["check_sampling", "sample_continuation"]
+__all__ = ["TEMPERATURES", "check_sampling", "sample_continuation"]
+
+#: the temperatures a sample takes: below, ``z / T`` is as good as greedy and can overflow to ``inf``
+#: (a distribution of NaNs); above, every token is about as likely as any other
+TEMPERATURES = (1e-3, 100.0)
 
 
 def check_sampling(temperature, top_k, seed) -> None:
-    """An :class:`~attnkit.errors.InputError` naming the argument unless ``temperature`` is a finite number
-    > 0, ``top_k`` None or a whole number ≥ 1, and ``seed`` a whole number in ``0..2**63 − 1``."""
+    """An :class:`~attnkit.errors.InputError` naming the argument unless ``temperature`` lies in
+    :data:`TEMPERATURES`, ``top_k`` None or a whole number ≥ 1, and ``seed`` a whole number in ``0..2**63 − 1``."""
+    low, high = TEMPERATURES
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise InputError(f"temperature must be a number > 0, got {temperature!r}")
-    if not math.isfinite(temperature) or temperature <= 0:
-        raise InputError(f"temperature must be a finite number > 0, got {temperature!r}")
+        raise InputError(f"temperature must be a number in {low:g}..{high:g}, got {temperature!r}")
+    if not math.isfinite(temperature) or not low <= temperature <= high:
+        raise InputError(f"temperature must be a number in {low:g}..{high:g}, got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise InputError(f"top_k must be a whole number ≥ 1 (or none for every token), got {top_k!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:

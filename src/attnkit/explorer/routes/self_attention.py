@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from ...attribution.gradients import DEFAULT_STEPS, GRADIENT_METHODS
 from ...data.text import no_readable_word
 from ...errors import InputError
+from ...hf.sampling import TEMPERATURES
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..loading import checkpoint_fields
@@ -60,7 +61,9 @@ class GenerateRequest(BaseModel):
         "greedy",
         description="greedy or sample: attribute a continuation of the text; forced: every next token of the text",
     )
-    temperature: float | None = Field(None, gt=0, le=100, description="sample: divide the logits by this (default 1)")
+    temperature: float | None = Field(
+        None, ge=TEMPERATURES[0], le=TEMPERATURES[1], description="sample: divide the logits by this (default 1)"
+    )
     top_k: int | None = Field(None, ge=1, description="sample: draw from the k most likely tokens only")
     seed: int | None = Field(
         None, ge=0, lt=2**31, description="sample: the seed (the same seed redraws the same tokens; default: new)"
