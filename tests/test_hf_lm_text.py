@@ -119,9 +119,10 @@ def test_step_scores_equal_a_float64_softmax(gpt2):
         p = torch.softmax(model(input_ids=torch.tensor([ids[:-1]])).logits[0], -1)  # (n-1, V)
     s = att.extra["step_scores"]
     rows = torch.arange(len(ids) - 1)
-    torch.testing.assert_close(torch.tensor(s["probability"]), p[rows, ids[1:]], atol=2e-6, rtol=0)
-    torch.testing.assert_close(torch.tensor(s["entropy"]), -(p * p.log()).sum(-1), atol=2e-6, rtol=0)
-    torch.testing.assert_close(torch.tensor(s["contrast_probability"]), p[:, foil], atol=2e-6, rtol=0)
+    got = {k: torch.tensor(v, dtype=torch.float64) for k, v in s.items()}
+    torch.testing.assert_close(got["probability"], p[rows, ids[1:]], atol=2e-6, rtol=0)
+    torch.testing.assert_close(got["entropy"], -(p * p.log()).sum(-1), atol=2e-6, rtol=0)
+    torch.testing.assert_close(got["contrast_probability"], p[:, foil], atol=2e-6, rtol=0)
 
 
 def test_a_seeded_sample_is_transformers_sampling(gpt2):
@@ -182,9 +183,11 @@ def test_cli_explains_a_text_with_contrast_and_step_scores(capsys, tmp_path):
     expected = explain_generation(load_self_attention(str(folder)), TEXT, method="saliency", forced=True, contrast=FOIL)
     torch.testing.assert_close(torch.tensor(data["scores"]), expected.scores, atol=1e-5, rtol=0)
     assert data["extra"]["step_scores"] == expected.extra["step_scores"] and data["params"]["contrast"] == "▁Dios"
-    code, out, err = _cli(capsys, "explain", "x", "--model", folder, "--sample", "--seed", 5, "--max-new-tokens", 3)
+    sample = ("explain", "x", "--model", folder, "--sample", "--seed", 5, "--max-new-tokens", 3)
+    code, out, err = _cli(capsys, *sample)
     assert code == 0 and "seed 5" in out and "step scores:" in out and "entropy" in out
-    assert _cli(capsys, "explain", "x", "--model", folder, "--sample", "--seed", 5, "--max-new-tokens", 3)[1] == out
+    first, again = (json.loads(_cli(capsys, *sample, "--json")[1]) for _ in range(2))
+    assert first["target"] == again["target"] and first["extra"]["decoding"]["seed"] == 5
     page = tmp_path / "text.html"
     code, _, err = _cli(capsys, "explain", "--model", folder, "--text", TEXT, "--plot", page)
     shown = _page_data(page)["translations"][0]
@@ -261,6 +264,6 @@ def test_translate_json_gives_one_object_per_line(capsys, tmp_path):
         assert d["tokens"] == list(r.tokens) and d["score"] == pytest.approx(r.score, abs=1e-5)
     code, out, _ = _cli(capsys, "translate", "--model", folder, "--beam", 1, "--json", "--show-attention", sentences[0])
     d = json.loads(out)
-    att = torch.tensor(d["attention"])
-    assert att.shape == (len(d["target_pieces"]), len(d["source_pieces"]))
-    torch.testing.assert_close(att.sum(-1), torch.ones(att.shape[0]), atol=1e-3, rtol=0)
+    r = Translator.load(folder).translate(sentences[:1], beam_size=1, return_attention=True)[0]
+    assert d["target_pieces"] == r.target_pieces and d["source_pieces"] == r.source_pieces
+    torch.testing.assert_close(torch.tensor(d["attention"]), r.attention.float(), atol=1e-5, rtol=0)
