@@ -165,7 +165,9 @@ def add_parser(sub) -> None:
         description="Attribute every output word of a translation (or caption) to the source words (or image "
         "grid cells) under forced decoding: raw attention, rollout, attention_norm, value_zeroing, alti_plus, "
         "saliency, input_x_gradient, integrated_gradients (see attnkit.attribution). A Hugging Face decoder-only "
-        "model (GPT-2, Llama) continues the text and each written token is attributed to the tokens before it; "
+        "model (GPT-2, Llama) continues the text (greedy, or --sample) and each written token is attributed to the "
+        "tokens before it, or with --text every next token of a given text (--contrast: why this token and not "
+        "another); "
         "an encoder-only model (BERT) shows its self-attention (attention, rollout).",
     )
     xp.add_argument(
