@@ -101,6 +101,10 @@ def _generation(model: Model, req: GenerationRequest, progress) -> GenerationAna
     method = None if req.method is None else canonical_method(req.method)
     if method is not None and method not in generation_methods():
         raise UnknownMethodError(f"{model.label} has no {method}; it has: {', '.join(generation_methods())}")
+    if req.contrast is not None:  # a foil that is not one token is refused before any work
+        from ..attribution.generation import contrast_token
+
+        contrast_token(sa, req.contrast)
     t0 = time.perf_counter()
     seed = None
     if req.mode == "forced":
