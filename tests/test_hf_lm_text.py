@@ -171,6 +171,11 @@ def test_the_request_refuses_what_does_not_go_together(gpt2):
     a = analyse(model, GenerationRequest(TEXT, max_new_tokens=3, mode="sample", method="attention"))
     b = analyse(model, GenerationRequest(TEXT, max_new_tokens=3, mode="sample", method="attention", seed=a.seed))
     assert a.seed is not None and a.continuation == b.continuation  # a drawn seed is reported and redoes it
+    from attnkit import show
+
+    shown = show(b).data["translations"][0]  # the notebook's view of the analysis
+    scores = {k: v for k, v in shown["step_scores"].items() if v is not None}  # the schema's empty fields
+    assert shown["decoding"] == {"mode": "sample", "seed": a.seed} and scores == b.step_scores
 
 
 def test_cli_explains_a_text_with_contrast_and_step_scores(capsys, tmp_path):
