@@ -146,6 +146,7 @@ def family_row(family: str, root: Path) -> dict:
             "heads": sa.num_heads,
             "kv_heads": sa.num_kv_heads,
         }
+        row["pieces"] = len(sa.encode(TEXT)[0])
         try:
             row["max_abs_diff"] = max_eager_difference(folder, sa)
         except UntraceableModelError as exc:
@@ -231,9 +232,8 @@ def main() -> int:
             row = family_row(family, Path(tmp))
             rows.append(row)
             print(f"{family:40s} {row['max_abs_diff']}  {row['methods']}", flush=True)
-    from hf_tiny import _hf_tokenizer
-
-    n = len(_hf_tokenizer("llama")(TEXT)["input_ids"])
+    sizes = sorted({r["pieces"] for r in rows})
+    n = f"{sizes[0]}–{sizes[-1]}" if len(sizes) > 1 else str(sizes[0])
     machine = f"{platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} torch thread(s)"
     header = PAGE.format(when=time.strftime("%Y-%m-%d"), machine=machine, new=NEW_TOKENS, n=n)
     args.docs.parent.mkdir(parents=True, exist_ok=True)
