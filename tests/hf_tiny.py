@@ -23,6 +23,24 @@ from attnkit.alignment.gold import GOLD_DIR  # noqa: E402
 ENC_DEC = ("marian", "bart", "m2m_100", "t5")
 SELF_ATTENTION = ("bert", "gpt2", "llama")
 FAMILIES = ENC_DEC + SELF_ATTENTION
+#: encoder-only families (bidirectional self-attention, no language-model head)
+ENCODER_ONLY = ("bert", "distilbert", "roberta", "xlm-roberta")
+#: every encoder-only and decoder-only family attnkit reads (the families people use: issue 56); each
+#: tiny model exercises what sets its attention apart (see :func:`_config`)
+LM_FAMILIES = (
+    *ENCODER_ONLY,
+    "gpt2",
+    "llama",
+    "qwen2",
+    "qwen3",
+    "mistral",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "gpt_neox",
+    "olmo2",
+)
 
 SPECIALS = ["<pad>", "</s>", "<unk>", "<s>", "__es__", "__en__"]
 PAD, EOS, UNK, BOS, ES, EN = range(len(SPECIALS))
@@ -76,10 +94,9 @@ def _hf_tokenizer(family: str):
         "t5": "$A </s>",
         "bart": "<s> $A </s>",
         "m2m_100": "__es__ $A </s>",
-        "bert": "<s> $A </s>",
         "gpt2": "$A",
-        "llama": "<s> $A",
-    }[family]
+        "gpt_neox": "$A",
+    }.get(family, "<s> $A </s>" if family in ENCODER_ONLY else "<s> $A")
     ids = {t: i for i, t in enumerate(SPECIALS)}
     tok.post_processor = processors.TemplateProcessing(
         single=template, special_tokens=[(t, ids[t]) for t in SPECIALS if t in template.split()]
@@ -161,6 +178,89 @@ def _config(family: str, vocab: int):
             max_position_embeddings=256,
             initializer_range=0.3,
         )
+    if family in ("distilbert",):
+        return transformers.DistilBertConfig(
+            **common,
+            dim=32,
+            n_layers=2,
+            n_heads=4,
+            hidden_dim=64,
+            max_position_embeddings=256,
+            dropout=0.0,
+            attention_dropout=0.0,
+            initializer_range=0.3,
+        )
+    if family in ("roberta", "xlm-roberta"):
+        cls = transformers.RobertaConfig if family == "roberta" else transformers.XLMRobertaConfig
+        return cls(  # positions start after the padding id, as the hub's RoBERTa and XLM-R
+            **common,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=256,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            initializer_range=0.3,
+        )
+    if family == "gpt_neox":  # Pythia: rotary on a quarter of each head, attention and MLP in parallel
+        return transformers.GPTNeoXConfig(
+            **common,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=256,
+            rotary_pct=0.25,
+            use_parallel_residual=True,
+            hidden_dropout=0.0,
+            attention_dropout=0.0,
+            initializer_range=0.3,
+        )
+    # the Llama-like decoders: RMSNorm, rotary positions, grouped-query attention (4 query heads, 2 or 1
+    # key/value heads), and what each family adds
+    rotary = dict(
+        **common,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        initializer_range=0.3,
+    )
+    if family == "llama":  # Llama 3: grouped-query attention (2 query heads per key/value head)
+        return transformers.LlamaConfig(**rotary)
+    if family == "qwen2":  # biases on the query, key and value projections
+        return transformers.Qwen2Config(**rotary, use_sliding_window=False)
+    if family == "qwen3":  # RMSNorm on every query and key head (q_norm, k_norm)
+        return transformers.Qwen3Config(**rotary, head_dim=8, use_sliding_window=False)
+    if family == "olmo2":  # RMSNorm on the whole query and key projections; norms after each block
+        return transformers.Olmo2Config(**rotary)
+    if family == "mistral":  # a sliding window of 4 keys: shorter than the test texts, so it bites
+        return transformers.MistralConfig(**rotary, head_dim=8, sliding_window=4)
+    if family == "phi3":  # one fused query/key/value projection
+        return transformers.Phi3Config(
+            **rotary, original_max_position_embeddings=256, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0
+        )
+    gemma = dict(rotary, num_key_value_heads=1, head_dim=8)  # multi-query attention, as gemma-2b
+    if family == "gemma":
+        return transformers.GemmaConfig(**gemma)
+    if family == "gemma2":  # soft-capped scores (cap 2: it bites at this scale), local and global layers
+        return transformers.Gemma2Config(
+            **gemma,
+            sliding_window=4,
+            attn_logit_softcapping=2.0,
+            query_pre_attn_scalar=8,
+            layer_types=["sliding_attention", "full_attention"],
+        )
+    if family == "gemma3_text":  # query/key norms, local (window 4) and global layers, two rotary bases
+        return transformers.Gemma3TextConfig(
+            **gemma,
+            sliding_window=4,
+            query_pre_attn_scalar=8,
+            layer_types=["sliding_attention", "full_attention"],
+        )
     raise ValueError(f"unknown family {family!r}")
 
 
@@ -172,6 +272,18 @@ _MODEL_CLASSES = {
     "bert": "BertModel",
     "gpt2": "GPT2LMHeadModel",
     "llama": "LlamaForCausalLM",
+    "distilbert": "DistilBertModel",
+    "roberta": "RobertaModel",
+    "xlm-roberta": "XLMRobertaModel",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "gemma": "GemmaForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
 }
 
 
@@ -221,3 +333,33 @@ def saved_tiny(family: str) -> Path:
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+def bypass_attention_forward(self, hidden_states, position_embeddings=None, attention_mask=None, **kwargs):
+    """``LlamaAttention.forward`` with its attention run by torch's own ``scaled_dot_product_attention``
+    instead of through ``transformers``' attention interface, as a remote-code model or a module swapped
+    in by another library does: the same output, and nothing for attnkit to watch. Returns no weights."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    shape = (*hidden_states.shape[:-1], -1, self.head_dim)
+    q = self.q_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, N, D)
+    k = self.k_proj(hidden_states).view(shape).transpose(1, 2)  # (B, Hkv, N, D)
+    v = self.v_proj(hidden_states).view(shape).transpose(1, 2)
+    q, k = apply_rotary_pos_emb(q, k, *position_embeddings)
+    cache = kwargs.get("past_key_values")
+    if cache is not None:
+        k, v = cache.update(k, v, self.layer_idx)
+    mask = None if attention_mask is None else attention_mask[..., : k.shape[-2]]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=mask is None and q.shape[2] > 1, scale=self.scaling, enable_gqa=True
+    )  # (B, H, N, D)
+    return self.o_proj(out.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)), None
+
+
+def bypass_interface(model):
+    """Make every attention module of a tiny Llama bypass the attention interface (:func:`bypass_attention_forward`)."""
+    import types
+
+    for layer in model.model.layers:
+        layer.self_attn.forward = types.MethodType(bypass_attention_forward, layer.self_attn)
+    return model

@@ -227,8 +227,13 @@ def test_llama_heads_grid(mixed_server, browser):
     _, pieces = load_self_attention(str(saved_tiny("llama"))).encode(TEXT)
     assert page.locator(f"{card} .sa-pieces .tok").count() == len(pieces)
     assert page.locator(f"{card} .sa-grid canvas:not([data-head='mean'])").count() == 2 * 4  # 2 layers × 4 heads
+    # grouped-query attention: 4 query heads over 2 key/value heads, each head labelled with its group
+    labels = page.locator(f"{card} .sa-grid > .label").all_inner_texts()
+    assert labels[:5] == ["head 1 · kv 1", "head 2 · kv 1", "head 3 · kv 2", "head 4 · kv 2", "mean"]
+    expect(page.locator(f"{card} h3")).to_contain_text("4 heads in 2 key/value groups")
     page.locator(f"{card} .sa-grid canvas[data-layer='0'][data-head='3']").click()
     page.wait_for_selector("#enlarged:not([hidden]) svg.matrix")
+    expect(page.locator("#enlarged h3")).to_contain_text("layer 1, head 4, key/value group 2")
     n = len(pieces)
     shown = torch.tensor(_cells(page.locator("#enlarged .cell"))).reshape(n, n)
     ids, _ = load_self_attention(str(saved_tiny("llama"))).encode(TEXT)

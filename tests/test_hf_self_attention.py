@@ -1,29 +1,35 @@
 """Encoder-only and decoder-only Hugging Face models: self-attention of every layer and head equals the
-eager implementation's, the head mean and rollout are the plain formulas on it, and streaming keeps
-one layer at a time."""
+eager implementation's for every family attnkit reads, the head mean and rollout are the plain formulas
+on it, streaming keeps one layer at a time, grouped-query heads name the key/value head they read, and
+a model whose attention bypasses ``transformers``' attention interface is refused in one line."""
 
 import pytest
 import torch
 
 from attnkit.alignment import attention_rollout
+from attnkit.hf.capture import UntraceableModelError
 from attnkit.hf.self_attention import SelfAttentionModel
-from hf_tiny import SELF_ATTENTION, build_tiny, eager_copy
+from hf_tiny import ENCODER_ONLY, LM_FAMILIES, build_tiny, bypass_interface, eager_copy
 
 TEXT = "En el principio creó Dios los cielos y la tierra."
 
 
-@pytest.mark.parametrize("family", SELF_ATTENTION)
+@pytest.mark.parametrize("family", LM_FAMILIES)
 def test_self_attention_equals_eager(family):
+    """Every family, each with what sets its attention apart (hf_tiny._config): query/key norms (Qwen3,
+    OLMo 2, Gemma 3), sliding windows shorter than the text (Mistral, Gemma 2 and 3), soft-capped scores
+    (Gemma 2, which runs eager by default), grouped and multi-query attention, partial rotary (GPT-NeoX)."""
     model, tok = build_tiny(family)
     sa = SelfAttentionModel(model, tok, source=family)
     maps = sa.self_attention(TEXT)
     ids = torch.tensor([tok(TEXT)["input_ids"]])
+    assert ids.shape[1] > 8  # longer than the sliding windows (4 keys): the window shapes the maps
     eager, _ = eager_copy(family)
     with torch.no_grad():
         expected = torch.stack(eager(input_ids=ids, output_attentions=True).attentions)[:, 0]  # (L, H, N, N)
     torch.testing.assert_close(maps.attention, expected.float(), atol=1e-5, rtol=0)
     assert len(maps.pieces) == ids.shape[1]
-    assert maps.causal == (family != "bert")
+    assert maps.causal == (family not in ENCODER_ONLY)
     if maps.causal:  # nothing to the right of the diagonal
         assert float(maps.attention.triu(1).abs().max()) == 0.0
     torch.testing.assert_close(maps.head_mean, expected.float().mean(1))
@@ -77,3 +83,51 @@ def test_load_from_a_folder_and_by_hf_name():
     assert sa.causal and sa.num_layers == 2 and sa.self_attention("Jesús lloró.").attention.shape[:2] == (2, 4)
     with pytest.raises(HFModelError, match="encoder-decoder"):
         load_self_attention(str(saved_tiny("marian")))
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma"])
+def test_kv_groups_name_the_key_value_head_each_query_head_reads(family):
+    """Scaling one key/value head's keys in the first layer of the eager model changes exactly the maps of
+    the query heads that ``kv_groups`` puts in its group (Llama: 2 per group; Gemma: one group for all)."""
+    model, tok = build_tiny(family)
+    sa = SelfAttentionModel(model, tok, source=family)
+    maps = sa.self_attention(TEXT)
+    cfg = model.config
+    assert sa.num_kv_heads == cfg.num_key_value_heads < sa.num_heads
+    ids = torch.tensor([tok(TEXT)["input_ids"]])
+    size = cfg.head_dim if getattr(cfg, "head_dim", None) else cfg.hidden_size // cfg.num_attention_heads
+    for j in range(cfg.num_key_value_heads):
+        eager, _ = eager_copy(family)
+        with torch.no_grad():
+            eager.model.layers[0].self_attn.k_proj.weight[j * size : (j + 1) * size] *= 3.0
+            changed = eager(input_ids=ids, output_attentions=True).attentions[0][0]  # (H, N, N)
+        moved = [h + 1 for h in range(sa.num_heads) if float((changed[h] - maps.attention[0, h]).abs().max()) > 1e-4]
+        assert moved == [h for h, g in zip(maps.heads, maps.kv_groups) if g == j + 1] and moved
+    part = sa.self_attention(TEXT, layers=[1], heads=[2, 3])
+    assert part.kv_groups == ([1, 2] if family == "llama" else [1, 1])
+    bert = SelfAttentionModel(*build_tiny("bert"), source="bert")
+    assert bert.self_attention(TEXT).kv_groups is None  # every head has its own keys and values
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+def test_attention_that_bypasses_the_interface_is_refused_in_one_line(implementation):
+    """A Llama whose attention modules run torch's attention themselves: the model still computes what it
+    did, but attnkit sees no weights, and says so instead of handing on a missing or stale map."""
+    model, tok = build_tiny("llama", attn_implementation=implementation)
+    ids = torch.tensor([tok(TEXT)["input_ids"]])
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        bypass_interface(model)
+        torch.testing.assert_close(model(input_ids=ids).logits, before, atol=1e-5, rtol=0)  # a faithful bypass
+    sa = SelfAttentionModel(model, tok, source="llama")
+    seen = []
+    with pytest.raises(UntraceableModelError) as err:
+        sa.stream(TEXT, lambda layer, w: seen.append(layer))
+    lacks = "do not call transformers' attention interface" if implementation == "sdpa" else "return no attention"
+    assert str(err.value).startswith(
+        "attnkit cannot read attention from llama: its attention modules (LlamaAttention) "
+    )
+    assert lacks in str(err.value) and len(str(err.value).splitlines()) == 1
+    assert seen == []  # refused as the first layer returned: no map was handed on
+    with pytest.raises(ValueError, match="cannot read attention from llama"):  # a ValueError, as user errors are
+        sa.self_attention(TEXT)

@@ -142,3 +142,58 @@ def test_api_generate_attributes_the_continuation(client):
     torch.testing.assert_close(torch.tensor(p["attention"]), last.scores, atol=1e-4, rtol=0)
     # a gradient method is a heavy job: it ran in a worker process, whose time the queue now knows
     assert client.app.state.explorer.jobs.recent  # the job was timed under its kind
+
+
+def test_grouped_query_heads_are_named_by_their_key_value_group(capsys, tmp_path, monkeypatch):
+    """Llama's 4 query heads read 2 key/value heads (heads 1-2 group 1, heads 3-4 group 2: checked against
+    the model in test_hf_self_attention): the JSON, the explorer's payload, the notebook view and the
+    picture's column titles say so; BERT's heads say nothing of groups."""
+    import attnkit.viz.heads as heads_mod
+    from attnkit.explorer.notebook import self_attention_view
+    from attnkit.explorer.schema import SelfAttention
+    from attnkit.explorer.self_attention import self_attention_payload
+
+    llama = saved_tiny("llama")
+    code, out, err = _cli(capsys, "explain", TEXT, "--model", llama, "--self-attention", "--json")
+    assert code == 0, err
+    assert json.loads(out)["kv_groups"] == [1, 1, 2, 2]
+    code, out, err = _cli(capsys, "explain", TEXT, "--model", llama, "--max-new-tokens", 2, "--json")
+    assert code == 0 and json.loads(out)["kv_groups"] == [1, 1, 2, 2]
+    code, out, _ = _cli(capsys, "explain", TEXT, "--model", saved_tiny("bert"), "--json")
+    assert code == 0 and json.loads(out)["kv_groups"] is None
+    sa = load_self_attention(str(llama))
+    payload = self_attention_payload(sa, TEXT, layer=1)
+    assert SelfAttention(**payload).kv_groups == [1, 1, 2, 2]
+    (view,) = self_attention_view(sa.self_attention(TEXT, heads=[2, 3])).data["self_attention"]
+    assert view["kv_groups"] == [1, 2]
+    seen = {}
+    write = heads_mod.save_png
+
+    def keep(fig, path, dpi):
+        seen["titles"] = [ax.get_title() for ax in fig.axes if ax.get_title()]
+        return write(fig, path, dpi)
+
+    monkeypatch.setattr(heads_mod, "save_png", keep)
+    code, _, err = _cli(capsys, "explain", TEXT, "--model", llama, "--self-attention", "--plot", tmp_path / "h.png")
+    assert code == 0, err
+    assert seen["titles"] == ["head 1 · kv 1", "head 2 · kv 1", "head 3 · kv 2", "head 4 · kv 2"]
+    with pytest.raises(ValueError, match="kv_groups must hold one int group number per head"):
+        heads_mod.plot_heads(torch.rand(1, 4, 3, 3), tmp_path / "x.png", kv_groups=[1, 2])
+
+
+def test_a_model_attnkit_cannot_trace_is_one_line_in_the_cli(capsys, monkeypatch):
+    """Every Llama attention module bypasses the attention interface (as a remote-code model would): the
+    self-attention views and the attention methods end in one line naming what the model lacks."""
+    from transformers.models.llama import modeling_llama
+
+    from hf_tiny import bypass_attention_forward
+
+    monkeypatch.setattr(modeling_llama.LlamaAttention, "forward", bypass_attention_forward)
+    folder = saved_tiny("llama")
+    for extra in (["--self-attention"], ["--method", "rollout", "--max-new-tokens", "2"]):
+        code, out, err = _cli(capsys, "explain", TEXT, "--model", folder, *extra, "--json")
+        assert code == 2 and out == ""
+        assert err.strip().splitlines() == [
+            "attnkit: error: attnkit cannot read attention from llama: its attention modules (LlamaAttention) "
+            "do not call transformers' attention interface"
+        ], err

@@ -92,7 +92,7 @@ def _explain_continuation(args, model, method, progress, suffix) -> None:
     if progress is not None:
         print("\r", end="", file=sys.stderr)
     if args.json:
-        print(json.dumps({"model": sa.source, **att.to_dict()}, ensure_ascii=False))
+        print(json.dumps({"model": sa.source, **att.to_dict(), "kv_groups": sa.kv_groups()}, ensure_ascii=False))
     else:
         if analysis.mode == "forced":
             print(f"every next token of the text, read by {sa.source} (teacher forcing):")
@@ -153,6 +153,7 @@ def _self_attention_views(args, sa, method, suffix) -> None:
             "causal": maps.causal,
             "layer": None if method == "rollout" else li + 1,
             "head": args.head,
+            "kv_groups": maps.kv_groups,
             "scores": [[round(float(v), 5) for v in row] for row in matrix],
         }
         print(json.dumps(out, ensure_ascii=False))
@@ -172,5 +173,12 @@ def _self_attention_views(args, sa, method, suffix) -> None:
     elif suffix == ".png":
         # the rows are labelled with the model's layer numbers (1-based): one asked layer keeps its own
         grid = maps.attention if args.layer is None else {f"layer {args.layer}": maps.attention[li]}
-        out = plot_heads(grid, args.plot, query_tokens=pieces, key_tokens=pieces, title=f"{sa.source}: self-attention")
+        out = plot_heads(
+            grid,
+            args.plot,
+            query_tokens=pieces,
+            key_tokens=pieces,
+            title=f"{sa.source}: self-attention",
+            kv_groups=maps.kv_groups,
+        )
         print(f"wrote {out}", file=_where(args))

@@ -175,6 +175,7 @@ def self_attention_view(maps, *, model: str = "") -> ExplorerView:
         "words": words_from_pieces(maps.pieces),
         "num_layers": len(maps.layers),
         "num_heads": len(maps.heads),
+        "kv_groups": maps.kv_groups,
         "head_mean": _rows(mean, 4),
         "rollout": _rows(attention_rollout(mean)) if consecutive else None,
         "rollout_rule": ROLLOUT_RULE,

@@ -251,6 +251,11 @@ class SelfAttention(_Strict):
     words: list[str] = Field(description="the pieces grouped into words")
     num_layers: int
     num_heads: int
+    kv_groups: list[int] | None = Field(
+        None,
+        description="grouped-query attention: the key/value group (1-based) of each head, heads[h] in group "
+        "kv_groups[h]; null when every head has its own keys and values",
+    )
     head_mean: list[Matrix] | None = Field(description="L × N × N: every layer's head mean; null for one layer")
     rollout: Matrix | None = Field(description="N × N attention rollout (Abnar & Zuidema 2020); null for one layer")
     rollout_rule: str = Field(description="the rollout's formula, in words")

@@ -72,6 +72,7 @@ def self_attention_payload(
         "words": words_from_pieces(pieces),
         "num_layers": L,
         "num_heads": H,
+        "kv_groups": sa.kv_groups(),
         "head_mean": None,
         "rollout": None,
         "rollout_rule": ROLLOUT_RULE,

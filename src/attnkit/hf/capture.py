@@ -21,6 +21,13 @@ The weights are handed to a callback as each layer runs, for the asked heads onl
 never holds more than one layer's maps at once (:func:`capture_attention`). :func:`attention_sites`
 names every attention module of a model: ``enc_self``, ``dec_self`` and ``cross`` for an
 encoder-decoder, ``self`` for an encoder-only or decoder-only model, with its layer (0-based).
+
+**What a model must do to be read.** Its attention modules must call ``transformers``' attention
+interface (every family of ``transformers`` 5 does: Llama, Qwen, Mistral, Gemma, Phi-3, OLMo, GPT-NeoX,
+BERT...), or, under ``eager``, return their weights. A module that runs its attention itself (a
+remote-code model, a module swapped in by a library) is caught as it runs, before any map of it is
+handed on: :class:`UntraceableModelError`, one line naming the model type and what it lacks
+(:func:`untraceable`), never a map that is silently missing or wrong.
 """
 
 from __future__ import annotations
@@ -34,9 +41,17 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from .loading import HFModelError
 from .transformers_internals import attention_function, attention_implementation, register_attention_function
 
-__all__ = ["AttentionSite", "attention_sites", "attention_weights", "capture_attention"]
+__all__ = [
+    "AttentionSite",
+    "UntraceableModelError",
+    "attention_sites",
+    "attention_weights",
+    "capture_attention",
+    "untraceable",
+]
 
 KINDS = ("enc_self", "dec_self", "cross", "self")
 _CROSS_NAMES = ("encoder_attn", "encdecattention", "crossattention", "cross_attn")
@@ -51,6 +66,17 @@ class AttentionSite:
     layer: int
     name: str
     module: nn.Module
+
+
+class UntraceableModelError(HFModelError):
+    """A model whose attention attnkit cannot read (see the module docstring): one line naming what it lacks."""
+
+
+def untraceable(model: nn.Module, lacks: str) -> UntraceableModelError:
+    """The one refusal for a model attnkit cannot trace: ``attnkit cannot read attention from <model_type>:
+    <lacks>``, ``model_type`` from its config (the class name where it has none)."""
+    kind = getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__
+    return UntraceableModelError(f"attnkit cannot read attention from {kind}: {lacks}")
 
 
 def attention_sites(model: nn.Module) -> list[AttentionSite]:
@@ -161,6 +187,31 @@ def _install() -> None:
         register_attention_function(impl, watched)
 
 
+def _expect_call(me: int, waiting: set[int]) -> Callable:
+    """A forward pre-hook: the module, run by the capturing thread, now owes a call to the interface."""
+
+    def enter(module, args):
+        if threading.get_ident() == me:
+            waiting.add(id(module))
+
+    return enter
+
+
+def _check_called(me: int, waiting: set[int], model: nn.Module) -> Callable:
+    """A forward hook: the module ran without calling the attention interface (its weights were never
+    seen) → :func:`untraceable`, before the next layer runs and before any caller uses a partial map."""
+
+    def leave(module, args, output):
+        if threading.get_ident() == me and id(module) in waiting:
+            waiting.discard(id(module))
+            raise untraceable(
+                model,
+                f"its attention modules ({type(module).__name__}) do not call transformers' attention interface",
+            )
+
+    return leave
+
+
 @contextmanager
 def capture_attention(
     model: nn.Module,
@@ -175,7 +226,9 @@ def capture_attention(
     callback keeps is all that is kept. Yields the sites watched.
 
     The model's attention implementation must be ``sdpa`` (the default) or ``eager``. A capture sees the
-    passes its own thread runs: threads running the same model at once each get their own weights."""
+    passes its own thread runs: threads running the same model at once each get their own weights.
+    A watched module that runs without calling ``transformers``' attention interface (under ``eager``:
+    returns no weights) raises :class:`UntraceableModelError` as it returns."""
     if not callable(on_weights):
         raise TypeError(f"on_weights must be callable, got {type(on_weights).__name__}")
     chosen = list(attention_sites(model) if sites is None else sites)
@@ -190,9 +243,11 @@ def capture_attention(
     try:
         if impl == "sdpa":
             _install()
+            waiting: set[int] = set()  # the watched modules running now that have not called the interface yet
             for site in chosen:
 
                 def record(module, query, key, attention_mask, kwargs, site=site):
+                    waiting.discard(id(module))
                     causal = kwargs.get("is_causal")
                     causal = getattr(module, "is_causal", True) if causal is None else causal
                     weights = attention_weights(
@@ -207,6 +262,8 @@ def capture_attention(
                     on_weights(site, weights)
 
                 _ACTIVE[(me, id(site.module))] = record
+                hooks.append(site.module.register_forward_pre_hook(_expect_call(me, waiting)))
+                hooks.append(site.module.register_forward_hook(_check_called(me, waiting, model)))
         else:
             for site in chosen:
 
@@ -215,7 +272,11 @@ def capture_attention(
                         return
                     weights = output[-1] if isinstance(output, tuple) else None
                     if not isinstance(weights, Tensor):
-                        raise RuntimeError(f"{site.name} returned no attention weights under eager attention")
+                        raise untraceable(
+                            model,
+                            f"its attention modules ({type(module).__name__}) return no attention weights "
+                            "under eager attention",
+                        )
                     w = weights.detach().float()
                     on_weights(site, w if heads is None else w[:, list(heads)])
 

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from ..alignment.rollout import attention_rollout
 from ..errors import InputError
-from .capture import AttentionSite, attention_sites, capture_attention
+from .capture import AttentionSite, attention_sites, capture_attention, untraceable
 from .loading import HFModelError, load_pretrained
 from .tokenizer import HFTokenizer
 
@@ -42,13 +42,21 @@ class SelfAttentionMaps:
     """One text's self-attention: ``attention (L, H, N, N)`` over ``pieces`` (row ``i`` is what piece
     ``i`` attends to; a decoder-only model's rows are zero right of the diagonal). ``layers``: the
     model's layer number (1-based, as every number a user sees: ``docs/api/index.md``) of each of the
-    ``L`` maps; ``heads`` likewise (1-based)."""
+    ``L`` maps; ``heads`` likewise (1-based).
+
+    ``kv_groups``: for a model with grouped-query attention (Ainslie et al. 2023, "GQA"; Llama 3, Qwen,
+    Mistral: fewer key/value heads than query heads; multi-query attention, Shazeer 2019, when there
+    is one), the key/value group (1-based) of each of ``heads``: query head ``h`` reads key/value head
+    ``⌊(h − 1) / (H / H_kv)⌋ + 1``, as ``transformers`` repeats them (``repeat_kv``). Heads of one group
+    share their keys, so their maps differ by their queries only. None where every query head has
+    its own keys and values."""
 
     pieces: list[str]
     attention: Tensor
     layers: list[int]
     heads: list[int]
     causal: bool
+    kv_groups: list[int] | None = None
 
     @property
     def head_mean(self) -> Tensor:
@@ -80,7 +88,9 @@ class SelfAttentionModel:
         self.source = source
         self.sites: list[AttentionSite] = sorted(attention_sites(model), key=lambda s: s.layer)
         if not self.sites:
-            raise HFModelError(f"{source}: no attention modules found in {type(model).__name__}")
+            raise untraceable(
+                model, "its layers have no attention module (a module whose class name ends with Attention)"
+            )
         self.causal = bool(getattr(self.sites[0].module, "is_causal", False))
         pad = getattr(tokenizer, "pad_token_id", None)
         eos = getattr(tokenizer, "eos_token_id", None)
@@ -95,6 +105,21 @@ class SelfAttentionModel:
         )
         self.num_layers = len(self.sites)
         self.num_heads = int(getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", None))
+        kv = getattr(cfg, "num_key_value_heads", None)
+        self.num_kv_heads = int(kv) if kv else self.num_heads
+        if self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads:
+            raise untraceable(
+                model, f"its {self.num_heads} query heads do not split into {self.num_kv_heads} key/value groups"
+            )
+
+    def kv_groups(self, heads: Sequence[int] | None = None) -> list[int] | None:
+        """The key/value group (1-based) of each of ``heads`` (1-based numbers; default every head) under
+        grouped-query attention; None when every query head has its own (see :class:`SelfAttentionMaps`)."""
+        if self.num_kv_heads == self.num_heads:
+            return None
+        size = self.num_heads // self.num_kv_heads  # query heads per key/value head
+        wanted = range(1, self.num_heads + 1) if heads is None else heads
+        return [(int(h) - 1) // size + 1 for h in wanted]
 
     def encode(self, text: str) -> tuple[list[int], list[str]]:
         """``(ids, pieces)`` of ``text`` with the tokenizer's special tokens, pieces in the ``▁`` convention."""
@@ -186,6 +211,7 @@ class SelfAttentionModel:
             layers=order,
             heads=list(range(1, self.num_heads + 1)) if heads is None else [int(h) for h in heads],
             causal=self.causal,
+            kv_groups=self.kv_groups(heads),
         )
 
     # ------------------------------------------------------------------ writing (decoder-only)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -118,6 +119,7 @@ class _Block:
     head_h: float
     bottom: float
     left: float
+    head_titles: list[str] | None = None  # the column titles; default "head 1", "head 2"...
 
     @property
     def ncols(self) -> int:
@@ -197,7 +199,7 @@ def _draw_block(lay: InchLayout, x_grid: float, y: float, b: _Block, cmap: str) 
             if h == 0:
                 ax.set_ylabel(tex_safe(label), fontsize=b.fs + 1)
             if r == 0:
-                ax.set_title(f"head {h + 1}", fontsize=b.fs + 1, pad=3)
+                ax.set_title(b.head_titles[h] if b.head_titles else f"head {h + 1}", fontsize=b.fs + 1, pad=3)
             for s in ax.spines.values():
                 s.set_linewidth(0.5)
     grid_h = len(b.rows) * b.ph + (len(b.rows) - 1) * _GAP
@@ -242,6 +244,7 @@ def plot_heads(
     title: str | None = None,
     cmap: str = "viridis",
     dpi: float = DEFAULT_DPI,
+    kv_groups: Sequence[int] | None = None,
 ):
     """Draw a grid of attention maps, one row per layer and one column per head, as a PNG.
 
@@ -251,6 +254,8 @@ def plot_heads(
     column's rows and the last row's columns when both are given and the maps have at most
     ``MAX_LABELLED_TOKENS`` (40) tokens; beyond that labels are dropped (they would overlap).
     All maps share one colour scale, from 0 to the largest weight, so heads compare.
+    ``kv_groups``: each head's key/value group (1-based) under grouped-query attention; the column
+    titles then read ``head 3 · kv 2``.
 
     Returns ``path``; raises ValueError naming ``attn`` or the token list on shape mismatch.
     """
@@ -258,7 +263,13 @@ def plot_heads(
     h, tq, tk = rows[0][1].shape
     q = _check_len(query_tokens, tq, "query_tokens", "attn", "Tq", (h, tq, tk))
     k = _check_len(key_tokens, tk, "key_tokens", "attn", "Tk", (h, tq, tk))
-    return _render([_block(rows, q, k, None)], path, cmap, dpi, title)
+    block = _block(rows, q, k, None)
+    if kv_groups is not None:
+        groups = list(kv_groups)
+        if len(groups) != block.ncols or any(isinstance(g, bool) or not isinstance(g, Integral) for g in groups):
+            raise ValueError(f"kv_groups must hold one int group number per head ({block.ncols}), got {groups!r}")
+        block.head_titles = [f"head {i + 1} · kv {g}" for i, g in enumerate(groups)]
+    return _render([block], path, cmap, dpi, title)
 
 
 def plot_transformer_heads(

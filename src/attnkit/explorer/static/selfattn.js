@@ -11,7 +11,7 @@ function saHeadsGrid(p, pieces) { // L rows × (H heads + the mean); a layer's h
   const L = p.num_layers, H = p.num_heads;
   const grid = el("div", { class: "heads-grid sa-grid", "data-layers": L, "data-heads": H,
     style: `grid-template-columns: 60px repeat(${H + 1}, max-content)` });
-  grid.append(el("span", {}, ""), ...Array.from({ length: H }, (_, h) => el("span", { class: "label" }, `head ${h + 1}`)),
+  grid.append(el("span", {}, ""), ...Array.from({ length: H }, (_, h) => el("span", { class: "label" }, saHeadName(p, h))),
     el("span", { class: "label" }, "mean"));
   const slots = [];
   for (let l = 0; l < L; l++) {
@@ -23,9 +23,17 @@ function saHeadsGrid(p, pieces) { // L rows × (H heads + the mean); a layer's h
     else grid.append(el("span", {}, ""));
   }
   const fill = (layer) => layer.heads.forEach((mat, h) => slots[layer.layer - 1][h].replaceWith(
-    saCanvas(mat, pieces, `layer ${layer.layer}, head ${h + 1}`, layer.layer - 1, h)));
+    saCanvas(mat, pieces, `layer ${layer.layer}, ${saHeadName(p, h, true)}`, layer.layer - 1, h)));
   (p.layers || []).forEach(fill);
   return { grid, fill };
+}
+
+// a head's label (1-based); under grouped-query attention with its key/value group: "head 3 · kv 2"
+// ("head 3, key/value group 2" in a title)
+function saHeadName(p, h, long) {
+  const g = p.kv_groups ? p.kv_groups[h] : null;
+  if (g == null) return `head ${h + 1}`;
+  return long ? `head ${h + 1}, key/value group ${g}` : `head ${h + 1} · kv ${g}`;
 }
 
 function saCanvas(mat, pieces, title, layer, head) {
@@ -40,7 +48,7 @@ function renderSelfAttention(p, info) {
   const pieces = p.pieces.map(clean);
   const card = el("div", { class: "card sa-card", "data-model": p.model });
   card.append(el("h3", {}, `${p.model} `, el("span", { class: "score" },
-    `${p.kind} · ${p.num_layers} layers × ${p.num_heads} heads · ${p.causal ? "decoder-only (causal)" : "encoder-only (bidirectional)"}`)));
+    `${p.kind} · ${p.num_layers} layers × ${p.num_heads} heads${p.kv_groups ? ` in ${new Set(p.kv_groups).size} key/value groups` : ""} · ${p.causal ? "decoder-only (causal)" : "encoder-only (bidirectional)"}`)));
   const status = el("div", { class: "status" }, "hover a piece to see where it attends in the last layer (head mean)");
   const row = el("div", { class: "tokens sa-pieces" }, pieces.map((t, i) => el("span", { class: "tok", "data-i": i }, t)));
   const last = p.head_mean ? p.head_mean[p.head_mean.length - 1] : null;
