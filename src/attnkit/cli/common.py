@@ -126,3 +126,28 @@ def _shown_name(model) -> str:
     """The name a command's output gives a :class:`attnkit.service.Model`: its folder's (a training run's
     checkpoint, ``step-…``), or its label when it has no folder (a Hugging Face hub name)."""
     return model.path.name if model.path is not None else model.label
+
+
+def _check_explanations_model(path, kind) -> None:
+    """Refuse, in one line that says what the folder is, a model ``attnkit evaluate explanations`` cannot
+    score: the command scores source-target attributions against gold word alignments (translators) or
+    gold boxes (captioners), so a Hugging Face encoder-only or decoder-only model, which has no source and
+    target, and a folder holding no model are named as such (not as an incomplete checkpoint)."""
+    from ..service import ModelKind
+
+    which = (
+        "`attnkit evaluate explanations` scores translators (attnkit's, and Hugging Face encoder-decoders "
+        "such as Marian) and attnkit's captioners"
+    )
+    if kind is ModelKind.SELF_ATTENTION:
+        try:
+            model_type = json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            model_type = None
+        what = f"a Hugging Face {model_type} model" if model_type else "a Hugging Face model"
+        raise CLIError(
+            f"{path} is {what}, encoder-only or decoder-only: it has no source-target explanations to score "
+            f"against gold; {which}"
+        )
+    if kind is None and Path(path).is_dir() and not any(Path(path).iterdir()):
+        raise CLIError(f"{path} holds no model (an empty folder); {which}")

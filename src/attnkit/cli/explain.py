@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..checks import arg_type, between
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
-from .common import CLIError, _model_folder, _open_model, _output, _shown_name
+from .common import CLIError, _check_explanations_model, _model_folder, _open_model, _output, _shown_name
 from .flags import (
     _add_beam_flag,
     _add_device_flags,
@@ -148,7 +148,9 @@ def cmd_evaluate_explanations(args) -> None:
         on_method=save if output else None,
         resume=resume,
     )
-    if model_kind(path) is ModelKind.TRANSLATOR:  # attnkit's translators and Hugging Face encoder-decoders
+    kind = model_kind(path)
+    _check_explanations_model(path, kind)
+    if kind is ModelKind.TRANSLATOR:  # attnkit's translators and Hugging Face encoder-decoders
         report = evaluate_explanations(path, dtype=args.precision, **options)
     else:
         options["limit"] = args.limit or 100

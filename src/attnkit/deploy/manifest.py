@@ -68,6 +68,14 @@ def read_manifest(folder: str | os.PathLike, *, engine: str) -> dict:
     folder = Path(folder)
     path = folder / FILENAME
     if not path.is_file():
+        from ..pretrained import hf_source
+
+        if hf_source(folder) is not None:  # a Hugging Face model: no attnkit export can be made of it
+            raise DeployError(
+                f"{folder} is a Hugging Face model; the {engine} engine serves attnkit translators exported with "
+                f"`attnkit export MODEL OUT --format {engine}`, and a Hugging Face model is served with the "
+                "default engine (leave out --engine)"
+            )
         hint = (
             "it is an attnkit PyTorch model: use --engine pytorch, or export it with "
             f"`attnkit export {folder} OUT --format {engine}`"
