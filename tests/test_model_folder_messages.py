@@ -38,3 +38,17 @@ def test_ctranslate2_engine_on_a_hugging_face_folder_says_how_to_serve_it():
     message = str(info.value)
     assert "is a Hugging Face model" in message and "attnkit export MODEL OUT --format ctranslate2" in message
     assert "default engine" in message and "it is an attnkit PyTorch model" not in message
+
+
+def test_serve_loads_both_models_whose_folders_share_a_name(tmp_path):
+    """``serve --model a/bert b/bert``: both are served, under the shortest ends of their paths that differ."""
+    import shutil
+
+    from attnkit.explorer.app import load_models
+
+    a, b = tmp_path / "a" / "bert", tmp_path / "b" / "bert"
+    shutil.copytree(saved_tiny("bert"), a)
+    shutil.copytree(saved_tiny("bert"), b)
+    models = load_models([str(a), str(b)])
+    assert sorted(models.self_attention) == ["a/bert", "b/bert"]
+    assert sorted(models.info) == ["a/bert", "b/bert"] and models.info["a/bert"]["name"] == "a/bert"

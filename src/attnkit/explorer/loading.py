@@ -5,13 +5,23 @@ job asks for) and a followed training run's newer checkpoint."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..service import Model, ModelSpec, open_model
 
-__all__ = ["LoadedModels", "ModelSpec", "checkpoint_fields", "describe", "explorer_model", "load_models", "open_spec"]
+__all__ = [
+    "LoadedModels",
+    "ModelSpec",
+    "checkpoint_fields",
+    "describe",
+    "distinct_labels",
+    "explorer_model",
+    "load_models",
+    "open_spec",
+]
 
 
 def checkpoint_fields(spec: ModelSpec | None) -> dict:
@@ -80,8 +90,10 @@ def load_models(
     infos = {m.name: m for m in known_models()}
     chosen = names or [m.name for m in shipped_models()]
     loaded = LoadedModels()
-    for name in chosen:
-        opened = open_model(name, device=device, precision=dtype, engine=engine, keep_spelling=keep_spelling)
+    every = [
+        open_model(name, device=device, precision=dtype, engine=engine, keep_spelling=keep_spelling) for name in chosen
+    ]
+    for name, opened in zip(chosen, distinct_labels(every)):
         label, task, model, spec = opened.label, str(opened.kind), explorer_model(opened), opened.spec
         loaded.specs[label] = spec
         if engine == "ctranslate2":
@@ -119,6 +131,30 @@ def load_models(
         info = infos.get(name)
         loaded.info[label] = describe(opened, dict(info.scores) if info else {})
     return loaded
+
+
+def distinct_labels(models: list[Model]) -> list[Model]:
+    """``models`` with labels that differ: two models whose folders share a name (``a/bert``, ``b/bert``)
+    are both served, each named by the shortest end of its path that no other of them shares
+    (``a/bert``, ``b/bert``); a model without a folder (a hub name) keeps its label, or its name."""
+    import dataclasses
+
+    def where(m: Model) -> tuple[str, ...]:  # a training run's folder, else the model's own
+        path = Path(m.spec.name) if m.spec.checkpoint else m.path
+        return Path(os.path.abspath(path.expanduser())).parts if path is not None else (m.label,)
+
+    out = list(models)
+    for i, m in enumerate(models):
+        twins = [where(o) for j, o in enumerate(models) if j != i and o.label == m.label]
+        if not twins:
+            continue
+        parts = where(m)
+        n = next(
+            (k for k in range(2, len(parts) + 1) if all(t[-k:] != parts[-k:] for t in twins)),
+            len(parts),
+        )
+        out[i] = dataclasses.replace(m, label="/".join(parts[-n:]).lstrip("/") or m.label)
+    return out
 
 
 def describe(opened: Model, scores: dict) -> dict:
