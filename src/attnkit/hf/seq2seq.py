@@ -25,7 +25,6 @@ one minus the weight the model gave to them (often much of it: the ``</s>`` colu
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +35,7 @@ from torch import Tensor, nn
 from ..decoding.search import PER_SOURCE
 from ..models.base import AttentionMaps
 from .capture import attention_sites, capture_attention
+from .languages import translator_languages
 from .loading import HFModelError, load_pretrained
 from .tokenizer import HFTokenizer
 from .transformers_internals import fork_encoder_decoder_cache
@@ -153,7 +153,16 @@ class HFSeq2Seq(nn.Module):
         # corpus, source spelling and longest source, so that attnkit reads the folder as it reads the model
         ours = getattr(cfg, "attnkit", None)
         ours = ours if isinstance(ours, dict) else {}
-        langs = (ours["src_lang"], ours["tgt_lang"]) if "src_lang" in ours else _languages(tokenizer, source)
+        langs = (
+            (ours["src_lang"], ours["tgt_lang"])
+            if "src_lang" in ours
+            else translator_languages(
+                tokenizer,
+                source,
+                source_tokens=tokenizer.convert_ids_to_tokens(self.src_prefix + self.src_suffix),
+                target_tokens=tokenizer.convert_ids_to_tokens(self.decoder_prefix[1:]),
+            )
+        )
         max_src = int(max_pos) - len(self.src_prefix) - len(self.src_suffix)
         self.config = HFSeq2SeqConfig(
             model_type=str(cfg.model_type),
@@ -395,17 +404,6 @@ def _language_token(tok, lang: str | None) -> int | None:
         if isinstance(found, int) and found != unk:
             return found
     return None
-
-
-def _languages(tok, source: str) -> tuple[str, str]:
-    """``(source language, target language)`` from the tokenizer (Marian's ``source_lang``/``target_lang``,
-    M2M100's ``src_lang``/``tgt_lang``) or an ``-xx-yy`` ending of the name (``opus-mt-es-en``); ``?`` if unknown."""
-    src = getattr(tok, "source_lang", None) or getattr(tok, "src_lang", None)
-    tgt = getattr(tok, "target_lang", None) or getattr(tok, "tgt_lang", None)
-    if src and tgt:
-        return str(src).strip("_"), str(tgt).strip("_")
-    m = re.search(r"-([a-z]{2,3})-([a-z]{2,3})/?$", str(source))
-    return (m.group(1), m.group(2)) if m else ("?", "?")
 
 
 def load_seq2seq(source: str, *, device="cpu", dtype=None) -> tuple[HFSeq2Seq, HFTokenizer, HFTokenizer]:

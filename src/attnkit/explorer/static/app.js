@@ -8,7 +8,9 @@ const state = { models: DATA ? DATA.models || [] : [], translations: [], caption
   captionMethod: "", pair: "", verses: [] };
 // a translation model's language pair, the key of the pair picker ("es>en")
 const pairOf = (m) => `${m.src_lang}>${m.tgt_lang}`;
-const pairName = (key) => key.split(">").map(langName).join(" → ");
+// "Spanish → English"; "" when a side is unknown ("?": a Hugging Face translator that names no language)
+const pairName = (key) => (key.split(">").some((c) => !c || c === "?" || c === "undefined") ? "" : key.split(">").map(langName).join(" → "));
+const translateHeading = (name) => (name ? `Translate ${name}` : "Translate");
 
 function el(tag, attrs = {}, ...kids) {
   const e = document.createElement(tag);
@@ -432,8 +434,8 @@ async function init() {
     redrawTranslations(); redrawCaptions();
     if (!state.captions.length) document.getElementById("caption-panel").hidden = true;
     if (!state.translations.length) document.getElementById("translate-panel").hidden = true;
-    const pairs = [...new Set(state.translations.map((p) => `${langName(p.src_lang)} → ${langName(p.tgt_lang)}`))];
-    if (pairs.length) document.getElementById("translate-heading").textContent = `Translate ${pairs.join(", ")}`;
+    const pairs = [...new Set(state.translations.map((p) => pairName(pairOf(p))))];
+    if (pairs.length) document.getElementById("translate-heading").textContent = translateHeading(pairs.filter(Boolean).join(", "));
     return;
   }
   state.models = (await api("api/models")).models;
@@ -448,16 +450,16 @@ async function init() {
   let versesP = Promise.resolve([]);
   if (first) {
     state.pair = pairOf(first);
-    pairs.forEach((k) => pairSel.append(el("option", { value: k }, pairName(k))));
+    pairs.forEach((k) => pairSel.append(el("option", { value: k }, pairName(k) || "languages not named")));
     document.getElementById("pair-picker").hidden = pairs.length < 2;
-    document.getElementById("translate-heading").textContent = `Translate ${pairName(state.pair)}`;
+    document.getElementById("translate-heading").textContent = translateHeading(pairName(state.pair));
     versesP = versesOf(first);
     // the built-in example is a Spanish verse: for another corpus, its own first one, if it is here
     if (first.corpus !== "bible") showExample(first, await versesP, true);
     pairSel.addEventListener("change", async () => {  // another pair: its heading, its verses, its first verse
       state.pair = pairSel.value;
       const m = state.models.find((x) => x.task === "translation" && pairOf(x) === state.pair);
-      document.getElementById("translate-heading").textContent = `Translate ${pairName(state.pair)}`;
+      document.getElementById("translate-heading").textContent = translateHeading(pairName(state.pair));
       const vs = await versesOf(m);
       fillVerses(vs);
       showExample(m, vs);
