@@ -103,6 +103,40 @@ def test_gpt2_continues_the_text_with_an_attribution(server, browser, tmp_path):
     assert offline.locator(".sa-grid .pending").count() == 0 and offline.locator(".sa-rollout").count() == 1
 
 
+def test_a_wide_heads_grid_scrolls_inside_its_card(server, browser):
+    """Two cards side by side, each narrower than its grid (a long text draws every head larger): the grid
+    scrolls inside its card, so the last column of the left card is not under the right card and can be
+    clicked (MiniLM's 12 heads beside another model ran under the next card)."""
+    page = browser.new_page(viewport={"width": 1000, "height": 900})
+    page.goto(server)
+    page.fill("#sa-text", "En el principio creó Dios los cielos y la tierra, y la tierra estaba desordenada.")
+    page.click("#sa-read")
+    for family in ("bert", "gpt2"):
+        page.wait_for_function(
+            f"(() => {{ const c = document.querySelector(\".sa-card[data-model='tiny-{family}']\"); "
+            "return c && c.querySelector('.sa-grid') && !c.querySelector('.sa-grid .pending'); })()",
+            timeout=60_000,
+        )
+    cards = page.locator(".sa-card")
+    boxes = [cards.nth(i).bounding_box() for i in range(cards.count())]
+    left = min(range(len(boxes)), key=lambda i: boxes[i]["x"])
+    assert any(abs(b["y"] - boxes[left]["y"]) < 2 and b["x"] > boxes[left]["x"] for b in boxes), boxes  # side by side
+    grid = cards.nth(left).locator(".sa-grid")
+    assert grid.evaluate("g => g.scrollWidth > g.clientWidth")  # wider than its card: the case in question
+    for head in ("3", "mean"):  # the last head (head 4) and the last column (the mean)
+        cell = grid.locator(f"canvas[data-layer='1'][data-head='{head}']")
+        cell.scroll_into_view_if_needed()
+        inside, hit = cell.evaluate(
+            "c => { const r = c.getBoundingClientRect(), card = c.closest('.sa-card').getBoundingClientRect(); "
+            "return [r.right <= card.right && r.left >= card.left, "
+            "document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2) === c]; }"
+        )
+        assert inside, f"the cell of column {head} runs out of its card (under the next one)"
+        assert hit, f"the cell of column {head} is covered"
+    grid.locator("canvas[data-layer='1'][data-head='3']").click(timeout=5_000)
+    expect(page.locator("#enlarged h3")).to_contain_text("layer 2, head 4")
+
+
 # ---------------------------------------------------------------- encoder-decoders and Llama
 # One more server for three tiny folders at once: Marian and T5 on the translation page (Marian has the
 # decompositions, T5's RMSNorm blocks refuse them), Llama in the self-attention panel.
