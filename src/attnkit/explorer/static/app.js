@@ -11,6 +11,7 @@ const pairOf = (m) => `${m.src_lang}>${m.tgt_lang}`;
 // "Spanish → English"; "" when a side is unknown ("?": a Hugging Face translator that names no language)
 const pairName = (key) => (key.split(">").some((c) => !c || c === "?" || c === "undefined") ? "" : key.split(">").map(langName).join(" → "));
 const translateHeading = (name) => (name ? `Translate ${name}` : "Translate");
+const named = (m) => Boolean(pairName(pairOf(m)));  // the model says both of its languages
 
 function el(tag, attrs = {}, ...kids) {
   const e = document.createElement(tag);
@@ -368,8 +369,10 @@ async function translateAll() {
   const reference = document.getElementById("reference").dataset.text;
   const target = document.getElementById("force").checked && reference ? reference : null;
   const err = document.getElementById("error"); err.textContent = "";
-  // the models of the chosen language pair: a Spanish sentence is not given to an English → Spanish model
-  const names = state.models.filter((m) => m.task === "translation" && pairOf(m) === state.pair).map((m) => m.name);
+  // the models of the chosen language pair: a Spanish sentence is not given to an English → Spanish model;
+  // a model that names no languages (a Hugging Face folder that says none) is given every pair's sentences
+  const names = state.models.filter((m) => m.task === "translation" && (pairOf(m) === state.pair || !named(m)))
+    .map((m) => m.name);
   if (translateAbort) translateAbort.abort();
   const controller = translateAbort = new AbortController(), jobs = names.map(() => newJob());
   const box = progressBox(document.getElementById("results"), state.method ? `translating and computing ${state.method}` :
@@ -444,8 +447,10 @@ async function init() {
   picker.addEventListener("change", () => { state.method = picker.value; translateAll(); });
   capPicker.addEventListener("change", () => { state.captionMethod = capPicker.value; captionAll(null); });
   // the heading, the example and the sentence picker come from the chosen pair's first model and its corpus
-  const first = state.models.find((m) => m.task === "translation");
-  const pairs = [...new Set(state.models.filter((m) => m.task === "translation").map(pairOf))];
+  const translators = state.models.filter((m) => m.task === "translation");
+  const first = translators.find(named) || translators[0];  // a model that names its languages, if any does
+  const pairs = first ? [...new Set(translators.filter(named).map(pairOf))] : [];
+  if (first && !pairs.length) pairs.push(pairOf(first));
   const textBox = document.getElementById("text"), pairSel = document.getElementById("pair");
   let versesP = Promise.resolve([]);
   if (first) {
