@@ -1,11 +1,11 @@
 """A Hugging Face decoder-only model's blocks, traced layer by layer for context mixing, the logit
 lens and direct logit attribution.
 
-Every pre-norm block of GPT-2 and of the Llama family is read as a sum over its keys (Kobayashi
-et al. 2020, "Attention is not only a weight")::
+Every pre-norm block of GPT-2, GPT-NeoX/Pythia and the Llama family is read as a sum over its keys
+(Kobayashi et al. 2020, "Attention is not only a weight")::
 
     mid_i = r_i + Σ_h Σ_j α^h_ij f^h(u_j) + b_O,        f^h(u) = (W_V^h u + b_V^h) W_O^h
-    out_i = mid_i + MLP(N₂(mid_i))
+    out_i = mid_i + MLP(N₂(mid_i))        (parallel blocks, GPT-NeoX: out_i = mid_i + MLP(N₂(r_i)))
 
 with ``r`` the layer's input (the residual stream), ``u = N₁(r)`` the normalised input the values
 are read from, ``N₁``/``N₂`` the block's own norms (LayerNorm for GPT-2, RMSNorm for Llama, Qwen 2/3,
@@ -19,7 +19,7 @@ carries them.
 parts are replayed from its real input with the module's own weights, checked against the layer's
 real output (tolerance scaled to the dtype), handed to a callback and dropped: a long prompt never
 holds more than one layer's ``(H, N, N)`` weights. A family whose blocks attnkit does not trace
-(post-norm encoders, parallel GPT-NeoX/Phi blocks, Gemma 2/3's and OLMo 2's extra norms) is refused
+(post-norm encoders, Phi-3's fused projection, Gemma 2/3's and OLMo 2's extra norms) is refused
 in one line (:class:`HFModelError`) before anything runs, and a replay that does not reproduce the
 layer's output is refused in one line as well, never decomposed by guess.
 """
@@ -47,9 +47,8 @@ __all__ = [
 ]
 
 LLAMA_LIKE = ("llama", "qwen2", "qwen3", "mistral", "gemma")
-TRACED = ("gpt2", *LLAMA_LIKE)
+TRACED = ("gpt2", "gpt_neox", *LLAMA_LIKE)
 _NOT_YET = {
-    "gpt_neox": "its attention and MLP run in parallel from one input (not yet traced)",
     "phi3": "its fused query/key/value projection is not yet traced",
     "gemma2": "its extra norms after the attention and the MLP are not yet traced",
     "gemma3_text": "its extra norms after the attention and the MLP are not yet traced",
@@ -126,9 +125,11 @@ def _layers(model: nn.Module) -> nn.ModuleList:
 
 
 def final_norm(model: nn.Module) -> nn.Module:
-    """The model's final norm module (``norm``, or GPT-2's ``ln_f``)."""
+    """The model's final norm module (``norm``; GPT-NeoX's ``final_layer_norm``; GPT-2's ``ln_f``)."""
     base = model.base_model
     norm = getattr(base, "norm", None)
+    if norm is None:
+        norm = getattr(base, "final_layer_norm", None)  # GPT-NeoX's
     return norm if norm is not None else base.ln_f
 
 
@@ -159,6 +160,11 @@ def _values(model_type: str, attn: nn.Module, u: Tensor) -> tuple[Tensor, Tensor
         v = attn.c_attn(u)[:, 2 * d :].view(n, nh, dh).transpose(0, 1)  # (H, N, Dh)
         w_o = attn.c_proj.weight.view(nh, dh, -1)  # Conv1D: out = ctx W + b, W (H·Dh, D)
         return v @ w_o, attn.c_proj.bias  # (H, N, D)
+    if model_type == "gpt_neox":  # one fused projection, laid out per head as [q | k | v]
+        nh, dh = int(attn.config.num_attention_heads), int(attn.head_size)
+        v = attn.query_key_value(u).view(n, nh, 3 * dh)[..., 2 * dh :].transpose(0, 1)  # (H, N, Dh)
+        w_o = attn.dense.weight  # (D, H·Dh)
+        return v @ w_o.view(w_o.shape[0], nh, dh).permute(1, 2, 0), attn.dense.bias  # (H, N, D)
     cfg = attn.config
     nh, dh = int(cfg.num_attention_heads), int(attn.head_dim)
     v = attn.v_proj(u).view(n, -1, dh).transpose(0, 1)  # (Hkv, N, Dh)
@@ -168,8 +174,11 @@ def _values(model_type: str, attn: nn.Module, u: Tensor) -> tuple[Tensor, Tensor
 
 
 def _block_parts(model_type: str, layer: nn.Module, i: int, x: Tensor, weights: Tensor) -> LMLayerParts:
+    parallel = model_type == "gpt_neox" and bool(layer.use_parallel_residual)
     if model_type == "gpt2":
         attn, n1, n2, mlp = layer.attn, layer.ln_1, layer.ln_2, layer.mlp
+    elif model_type == "gpt_neox":
+        attn, n1, n2, mlp = layer.attention, layer.input_layernorm, layer.post_attention_layernorm, layer.mlp
     else:
         attn, n1, n2, mlp = layer.self_attn, layer.input_layernorm, layer.post_attention_layernorm, layer.mlp
     values, bias = _values(model_type, attn, n1(x))
@@ -177,8 +186,15 @@ def _block_parts(model_type: str, layer: nn.Module, i: int, x: Tensor, weights: 
     if bias is not None:
         mid = mid + bias
 
-    def rest(m: Tensor) -> Tensor:
-        return m + mlp(n2(m))
+    if parallel:  # GPT-NeoX/Pythia: the MLP reads the layer's input, not the attention's output
+        mlp_out = mlp(n2(x))
+
+        def rest(m: Tensor) -> Tensor:
+            return m + mlp_out
+    else:
+
+        def rest(m: Tensor) -> Tensor:
+            return m + mlp(n2(m))
 
     return LMLayerParts(i, weights.to(values.dtype), values, bias, x, mid, rest, rest(mid))
 
