@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from attnkit.attribution.lm_mixing import (
     alti,
+    alti_logit,
     attention_norm,
     direct_logit_attribution,
     logit_lens,
@@ -150,6 +151,19 @@ def test_attention_norm_is_the_norm_of_the_models_terms(family):
         torch.testing.assert_close(attention_norm(p), expected.double(), atol=REF, rtol=0)
 
 
+def _alti_loop(terms, resid):
+    """ALTI's ``(N, N)`` contributions of one layer by a per-token loop."""
+    n = terms.shape[0]
+    c = torch.zeros(n, n, dtype=torch.float64)
+    for a in range(n):
+        t = [terms[a, b] + (resid[a] if a == b else 0) for b in range(n)]
+        total = sum(t)
+        for b in range(n):
+            c[a, b] = max(0.0, float(total.abs().sum() - (total - t[b]).abs().sum()))
+        c[a] /= c[a].sum()
+    return c
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_alti_equals_a_loop_over_the_models_blocks(family):
     model, ids = _model(family)
@@ -157,14 +171,7 @@ def test_alti_equals_a_loop_over_the_models_blocks(family):
     n = ids.shape[0]
     rolled = torch.eye(n, dtype=torch.float64)
     for _, terms, resid, _, _ in ref:
-        c = torch.zeros(n, n, dtype=torch.float64)
-        for a in range(n):
-            t = [terms[a, b] + (resid[a] if a == b else 0) for b in range(n)]
-            total = sum(t)
-            for b in range(n):
-                c[a, b] = max(0.0, float(total.abs().sum() - (total - t[b]).abs().sum()))
-            c[a] /= c[a].sum()
-        rolled = c @ rolled
+        rolled = _alti_loop(terms, resid) @ rolled
     got = alti(model, ids)
     torch.testing.assert_close(got, rolled, atol=REF, rtol=0)
     torch.testing.assert_close(got.sum(-1), torch.ones(n, dtype=torch.float64))
@@ -289,3 +296,44 @@ def test_bad_arguments_name_themselves():
         direct_logit_attribution(model, ids, token=10**9)
     with pytest.raises(ValueError, match="k must"):
         logit_lens(model, ids, k=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_alti_logit_sums_to_the_logit(family):
+    model, ids = _model(family)
+    with torch.no_grad():
+        logits = model(ids[None], use_cache=False).logits[0]
+    a = alti_logit(model, ids, position=3)
+    assert a.logit == pytest.approx(float(logits[3, a.token]), abs=TIGHT)
+    tol = 1e-9 if family in ("gpt2", "gpt_neox") else 1e-6  # RMSNorm modules normalise in float32
+    assert float(a.tokens.sum()) + a.biases == pytest.approx(a.logit, abs=tol)
+    assert torch.all(a.tokens[4:] == 0)  # causal: later tokens give nothing
+
+
+def test_alti_logit_equals_a_loop_over_the_models_blocks():
+    """GPT-2, by hand: the embedding, each layer's terms sent through the rollout below, each MLP's update."""
+    model, ids = _model("gpt2")
+    ref, _ = _reference("gpt2")
+    n = ids.shape[0]
+    pos = n - 1
+    got = alti_logit(model, ids, position=pos)
+    x_final = ref[-1][4][pos]
+    ln = model.transformer.ln_f
+    sigma = (x_final.var(unbiased=False) + ln.eps).sqrt()
+    w_u = model.lm_head.weight[got.token]
+
+    def logit(t):
+        return float(((t - t.mean()) * ln.weight / sigma) @ w_u)
+
+    expected = [0.0] * n
+    expected[pos] += logit(ref[0][2][pos])
+    rolled = torch.eye(n, dtype=torch.float64)
+    for _, terms, resid, attn_out, y in ref:
+        for src in range(n):
+            for j in range(n):
+                expected[j] += float(rolled[src, j]) * logit(terms[pos, src])
+        rolled = _alti_loop(terms, resid) @ rolled
+        m = y[pos] - (resid[pos] + attn_out[pos])
+        for j in range(n):
+            expected[j] += float(rolled[pos, j]) * logit(m)
+    torch.testing.assert_close(got.tokens, torch.tensor(expected, dtype=torch.float64), atol=REF, rtol=0)

@@ -13,6 +13,9 @@ the blocks :func:`attnkit.hf.lm_decomposition.trace_lm` traces (one forward pass
   term's contribution is its closeness to the sum, ``c_ij = max(0, ‖x̃_i‖₁ − ‖x̃_i − T̃_ij‖₁)``,
   normalised over j; the MLP acts on each position alone and passes contributions through; the
   layers roll out, ``R = C_L ⋯ C_1``.
+- **ALTI-Logit** (Ferrando et al. 2023): each input token's share of the predicted token's logit,
+  each block's update read as a logit and sent to the input tokens by ALTI's rollout of the layers
+  below (:func:`alti_logit`).
 - **direct logit attribution** (as in the circuits literature, e.g. Elhage et al. 2021; Ferrando &
   Voita 2024): the final residual at a position is a sum of the embedding, every head's output,
   every attention bias and every MLP block's output; the final norm is *linearised at the real
@@ -36,10 +39,12 @@ from torch import Tensor, nn
 from ..hf.lm_decomposition import LMLayerParts, final_norm, final_norm_linear, trace_lm
 
 __all__ = [
+    "AltiLogit",
     "DirectLogitAttribution",
     "LensRow",
     "alti",
     "alti_block",
+    "alti_logit",
     "attention_norm",
     "direct_logit_attribution",
     "logit_lens",
@@ -224,3 +229,59 @@ def logit_lens(model: nn.Module, input_ids: Tensor, *, position: int = -1, k: in
         rank = 1 + int((logits > logits[predicted]).sum())
         out.append(LensRow(layer, top.indices.tolist(), top.values.tolist(), rank))
     return out
+
+
+@dataclass
+class AltiLogit:
+    """ALTI-Logit of ``token`` at ``position``: ``tokens (N,)`` each input token's contribution to the
+    logit, ``biases`` (the attention biases' and the final norm's, which belong to no token); they sum
+    to ``logit``, the model's own."""
+
+    position: int
+    token: int
+    tokens: Tensor
+    biases: float
+    logit: float
+
+
+@torch.no_grad()
+def alti_logit(model: nn.Module, input_ids: Tensor, *, position: int = -1, token: int | None = None) -> AltiLogit:
+    """ALTI-Logit (Ferrando et al. 2023, "Explaining how Transformers use context to build predictions"):
+    every block's update of the residual at ``position`` is split by the token it comes from and
+    read as a logit through the final norm linearised at the real final residual (as
+    :func:`direct_logit_attribution`). Layer l's attention term from source j', ``Σ_h α^h_{pj'}
+    f^h(u_j')``, goes to input token j in proportion to ALTI's rollout of the layers below,
+    ``R^{l−1}[j', j]``; the MLP's update at the position goes by ``R^l[p, j]``; the embedding at the
+    position is its own token's. The rollout rows sum to 1, so the tokens' contributions and the
+    biases add up to the logit. One ``(N, N)`` rollout and one ``(N, D)`` sum are held across layers."""
+    head = _unembedding(model)
+    pos = _position(int(input_ids.shape[-1]) if isinstance(input_ids, Tensor) else 0, position)
+    state: dict[str, Tensor] = {}
+
+    def on_layer(p: LMLayerParts) -> None:
+        n = p.residual.shape[0]
+        if "r" not in state:
+            state["r"] = torch.eye(n, dtype=p.mid.dtype, device=p.mid.device)
+            state["a"] = p.residual.new_zeros(p.residual.shape)  # (N, D): what each input token adds at pos
+            state["a"][pos] += p.residual[pos]  # the embedding
+            state["b"] = p.residual.new_zeros(p.residual.shape[-1])
+        below = state["r"]
+        from_sources = torch.einsum("hj,hjd->jd", p.weights[:, pos], p.values)  # (N, D): by source j'
+        state["a"] += below.T @ from_sources
+        if p.out_bias is not None:
+            state["b"] += p.out_bias
+        state["r"] = alti_block(p) @ below  # (N, N)
+        state["a"] += torch.outer(state["r"][pos], p.out[pos] - p.mid[pos])  # the MLP's update
+
+    trace = trace_lm(model, input_ids, on_layer)
+    tok = int(trace.logits[pos].argmax()) if token is None else token
+    if not isinstance(tok, int) or not 0 <= tok < head.weight.shape[0]:
+        raise ValueError(f"token must be a token id in 0..{head.weight.shape[0] - 1}, got {token!r}")
+    lin = final_norm_linear(model, trace.final[pos])
+    w_u = head.weight[tok]
+    biases = float(lin(state["b"]) @ w_u)
+    if lin.bias is not None:
+        biases += float(lin.bias @ w_u)
+    if getattr(head, "bias", None) is not None:
+        biases += float(head.bias[tok])
+    return AltiLogit(pos, tok, lin(state["a"]) @ w_u, biases, float(trace.logits[pos, tok]))
