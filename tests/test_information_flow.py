@@ -44,6 +44,7 @@ def test_tau_zero_keeps_every_edge_and_each_nodes_importances_sum_to_one(family)
     assert min(e["head"] for e in out["edges"] if e["head"] is not None) == 1
 
 
+@torch.no_grad()
 def test_edge_weights_equal_a_float64_loop_over_the_terms():
     model, ids = _model("gpt2")
     n = ids.shape[0]
