@@ -77,6 +77,7 @@ def _out_proj(family, layer):
 
 
 @functools.cache
+@torch.no_grad()
 def _reference(family: str):
     """Per layer, from the eager model itself: ``(α (H, N, N), terms (N, N, D) by a per-head loop,
     residual (N, D), attention output (N, D), layer output (N, D))``; and the logits."""
