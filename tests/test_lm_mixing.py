@@ -227,6 +227,7 @@ def test_direct_logit_attribution_sums_to_the_models_logit(family):
         assert [row["layer"] for row in out["layers"]] == [1, 2] and out["position"] == d.position + 1
 
 
+@torch.no_grad()
 def test_direct_logit_attribution_of_a_head_is_its_terms_through_the_linearised_norm():
     """GPT-2: LayerNorm linearised at the real final residual, by hand from the reference's terms."""
     model, ids = _model("gpt2")
@@ -311,6 +312,7 @@ def test_alti_logit_sums_to_the_logit(family):
     assert torch.all(a.tokens[4:] == 0)  # causal: later tokens give nothing
 
 
+@torch.no_grad()
 def test_alti_logit_equals_a_loop_over_the_models_blocks():
     """GPT-2, by hand: the embedding, each layer's terms sent through the rollout below, each MLP's update."""
     model, ids = _model("gpt2")
