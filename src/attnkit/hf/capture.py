@@ -118,7 +118,8 @@ def attention_weights(
     position_bias: Tensor | None = None,
     heads: Sequence[int] | None = None,
 ) -> Tensor:
-    """``softmax(Q Kᵀ · scaling + B + M)`` in float32 (see the module docstring).
+    """``softmax(Q Kᵀ · scaling + B + M)`` in float32 (float64 for a float64 model, so that its
+    decompositions can be checked to float64 rounding; see the module docstring).
 
     ``query (B, H, Tq, D)``, ``key (B, Hkv, Tk, D)`` (``H`` a multiple of ``Hkv``: grouped-query
     attention), ``attention_mask`` boolean (``True`` = may attend) or additive, broadcastable to
@@ -133,8 +134,9 @@ def attention_weights(
     idx = list(range(n_heads)) if heads is None else [int(h) for h in heads]
     group = n_heads // n_kv
     every = heads is None  # all heads in order: no gather (a copy of the whole key cache at every decoding step)
-    q = query.float() if every else query[:, idx].float()  # (B, h, Tq, D)
-    k = key.float() if every and group == 1 else key[:, [h // group for h in idx]].float()  # (B, h, Tk, D)
+    wide = torch.promote_types(query.dtype, torch.float32)  # float32, or float64 for a float64 model
+    q = (query if every else query[:, idx]).to(wide)  # (B, h, Tq, D)
+    k = (key if every and group == 1 else key[:, [h // group for h in idx]]).to(wide)  # (B, h, Tk, D)
     scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, h, Tq, Tk)
     t_q, t_k = scores.shape[-2:]
@@ -146,10 +148,10 @@ def attention_weights(
         mask = mask[..., :t_q, :t_k]
         if mask.dim() == 4 and mask.shape[1] > 1 and not every:
             mask = mask[:, idx]
-        mask = mask if mask.dtype == torch.bool else mask.float()
+        mask = mask if mask.dtype == torch.bool else mask.to(wide)
     if position_bias is not None:
         bias = position_bias[..., :t_q, :t_k]
-        bias = (bias[:, idx] if bias.shape[1] > 1 and not every else bias).float()
+        bias = (bias[:, idx] if bias.shape[1] > 1 and not every else bias).to(wide)
         if mask is None:
             mask = bias
         elif mask.dtype == torch.bool:
@@ -222,7 +224,7 @@ def capture_attention(
 ) -> Iterator[list[AttentionSite]]:
     """Within the block, every forward pass of ``model`` calls ``on_weights(site, weights)`` for each
     of ``sites`` (default: all of :func:`attention_sites`) as its layer runs, with ``weights
-    (B, len(heads), Tq, Tk)`` in float32 (``heads`` default: all). Nothing is stored: what the
+    (B, len(heads), Tq, Tk)`` in float32 (float64 for a float64 model; ``heads`` default: all). Nothing is stored: what the
     callback keeps is all that is kept. Yields the sites watched.
 
     The model's attention implementation must be ``sdpa`` (the default) or ``eager``. A capture sees the
@@ -277,7 +279,7 @@ def capture_attention(
                             f"its attention modules ({type(module).__name__}) return no attention weights "
                             "under eager attention",
                         )
-                    w = weights.detach().float()
+                    w = weights.detach().to(torch.promote_types(weights.dtype, torch.float32))
                     on_weights(site, w if heads is None else w[:, list(heads)])
 
                 hooks.append(site.module.register_forward_hook(hook))
