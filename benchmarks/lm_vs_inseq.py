@@ -114,7 +114,7 @@ def run_inseq(folder: str, ids: list[int], prompt_len: int, method: str, steps: 
     inseq.register_step_function(logprob, "logprob", overwrite=True)
     model = inseq.load_model(folder, method)
     tok = model.tokenizer
-    kw = {"n_steps": steps, "method": "gausslegendre"} if method == "integrated_gradients" else {}
+    kw = {"n_steps": steps} if method == "integrated_gradients" else {}  # Captum's default points: Gauss-Legendre
     extra = {} if method == "attention" else {"attributed_fn": "logprob"}
 
     def attribute(seq: list[int], p: int):
