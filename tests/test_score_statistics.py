@@ -6,7 +6,7 @@ import sacrebleu
 
 from attnkit.alignment.aer import aer_counts
 from attnkit.tasks.translation.metrics import corpus_scores
-from attnkit.tasks.translation.score_statistics import add_statistics, scores_from_statistics, translation_statistics
+from attnkit.tasks.translation.sacrebleu_internals import add_statistics, scores_from_statistics, translation_statistics
 
 HYP = ["the cat sat on the mat", "a dog ran", "in the beginning god created", "and it was so", "he said unto them"]
 REF = [
@@ -48,3 +48,13 @@ def test_aer_counts_of_parts_add_to_the_whole():
     alls = {(i, *link) for i, (_, s, _) in enumerate(pairs) for link in s}
     allq = {(i, *link) for i, (_, _, q) in enumerate(pairs) for link in q}
     assert (counts[0] + counts[1]).aer == aer_counts(allp, alls, allq).aer
+
+
+def test_a_missing_sacrebleu_internal_is_named(monkeypatch):
+    import pytest
+
+    from attnkit.tasks.translation.sacrebleu_internals import SacrebleuInternalsError
+
+    monkeypatch.setattr(sacrebleu, "BLEU", lambda: object())  # a sacrebleu whose BLEU lacks the internals
+    with pytest.raises(SacrebleuInternalsError, match="_extract_corpus_statistics"):
+        translation_statistics(HYP, REF)

@@ -1,4 +1,4 @@
-"""BLEU and chrF as sums of sufficient statistics, so scores of a corpus split across ranks combine exactly.
+"""The one place attnkit touches ``sacrebleu``'s private internals: BLEU and chrF as sums of sufficient statistics, so scores of a corpus split across ranks combine exactly.
 
 Corpus BLEU (Papineni et al., 2002) is not the mean of per-part BLEUs: it is computed from the
 corpus totals of matched and candidate n-gram counts (n = 1..4) and the hypothesis and reference
@@ -9,23 +9,57 @@ single-process :func:`attnkit.tasks.translation.metrics.corpus_scores` to the la
 
 sacrebleu (2.x) computes these statistics in ``_extract_corpus_statistics`` and scores them in
 ``_compute_score_from_stats``; it has no public name for them, so both are reached here only,
-behind a check that names the sacrebleu version if they are missing.
+failing with a :class:`SacrebleuInternalsError` naming the internal and the installed version when
+one is missing.
+
+**Version check.** At import the installed ``sacrebleu`` is compared with :data:`SUPPORTED` (the range
+this module was written for; the project pins 2.6.0); outside it a :class:`UserWarning` is issued, not
+an error: only combining split scores needs these internals.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
-__all__ = ["add_statistics", "scores_from_statistics", "translation_statistics"]
+from attnkit.errors import AttnkitError
+from attnkit.version import installed_version, outside_range
+
+__all__ = [
+    "SUPPORTED",
+    "SacrebleuInternalsError",
+    "add_statistics",
+    "check_version",
+    "scores_from_statistics",
+    "translation_statistics",
+]
+
+#: ``(minimum, below)``: the ``sacrebleu`` releases this module was written for (``>=2.0,<3``).
+SUPPORTED = ("2.0", "3")
+
+
+class SacrebleuInternalsError(AttnkitError, RuntimeError):
+    """An internal of ``sacrebleu`` that attnkit relies on is missing (another version than :data:`SUPPORTED`)."""
+
+
+def check_version() -> str | None:
+    """Warn (one line) when the installed ``sacrebleu`` lies outside :data:`SUPPORTED`; return the message or None."""
+    message = outside_range("sacrebleu", installed_version("sacrebleu"), *SUPPORTED)
+    if message is not None:
+        warnings.warn(f"{message}; combining split BLEU/chrF scores may fail", UserWarning, stacklevel=2)
+    return message
+
+
+check_version()
 
 
 def _metrics():
     import sacrebleu
 
     bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
-    for m in (bleu, chrf):
-        if not (hasattr(m, "_extract_corpus_statistics") and hasattr(m, "_compute_score_from_stats")):
-            raise RuntimeError(f"sacrebleu {sacrebleu.__version__} lacks the statistics API attnkit combines")
+    for name in ("_extract_corpus_statistics", "_compute_score_from_stats"):
+        if not (hasattr(bleu, name) and hasattr(chrf, name)):
+            raise SacrebleuInternalsError(f"sacrebleu {sacrebleu.__version__} has no {name}, which attnkit needs")
     return bleu, chrf
 
 
