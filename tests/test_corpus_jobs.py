@@ -114,3 +114,33 @@ def test_resume_with_other_options_is_refused(tmp_path):
     _job(tmp_path)
     with pytest.raises(ValueError, match="different job"):
         _job(tmp_path, key={"cmd": "lower"})
+
+
+def test_run_job_in_one_process_and_in_a_one_rank_gloo_group(tmp_path):
+    import torch.distributed as dist
+
+    from attnkit.corpus_jobs import run_job
+
+    p = tmp_path / "c.txt"
+    p.write_text("".join(f"w{i}\n" for i in range(11)), encoding="utf-8")
+    reference = _work(p.read_text(encoding="utf-8").splitlines())
+    assert run_job(p, tmp_path / "a.out", tmp_path / "ja", {"cmd": "upper"}, _work, part_lines=3) == [0, 1, 2, 3]
+    assert (tmp_path / "a.out").read_bytes() == reference
+    assert run_job(p, tmp_path / "a.out", tmp_path / "ja", {"cmd": "upper"}, _work, part_lines=3) == []  # resumed
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        seen = []
+        run_job(p, tmp_path / "b.out", tmp_path / "jb", {"cmd": "upper"}, _work, 4, lambda part, n: seen.append(n))
+        assert seen == [4, 4, 3]
+        assert (tmp_path / "b.out").read_bytes() == reference
+
+        def bad(lines):
+            raise ValueError("no")
+
+        with pytest.raises(PartFailed, match=r"rank 0: part 1 \(lines 1-4\) failed: no"):
+            run_job(p, tmp_path / "c.out", tmp_path / "jc", {"cmd": "bad"}, bad, 4)
+        assert not (tmp_path / "c.out").exists()
+    finally:
+        dist.destroy_process_group()
