@@ -9,14 +9,16 @@ modification time; a changed input gets a new index.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from attnkit.paths import atomic_write_bytes, atomic_write_text
+from attnkit.paths import atomic_write_text, fsync_dir
 
 __all__ = ["LineIndex", "input_identity", "open_line_index"]
 
@@ -59,24 +61,30 @@ class LineIndex:
         return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
 
 
-def _scan_offsets(path: Path) -> np.ndarray:
-    """Offsets of every line start (a final line without ``\\n`` counts), then the file size."""
-    starts = [np.zeros(1, dtype=np.uint64)]
-    pos = 0
-    last = b""
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            arr = np.frombuffer(chunk, dtype=np.uint8)
-            nl = np.flatnonzero(arr == 10).astype(np.uint64) + np.uint64(pos + 1)
-            starts.append(nl)
-            pos += len(chunk)
-            last = chunk[-1:]
-    offsets = np.concatenate(starts)
-    if pos == 0:
-        return np.zeros(1, dtype=np.uint64)  # empty file: no lines
-    if last == b"\n":
-        return offsets  # the last start equals the size already
-    return np.concatenate([offsets, np.array([pos], dtype=np.uint64)])
+def _write_offsets(path: Path, data_file: Path) -> None:
+    """Stream the offsets of every line start (a final line without ``\\n`` counts), then the file size,
+    to ``data_file`` atomically, a chunk at a time: memory stays bounded whatever the input's size."""
+    data_file.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{data_file.name}.", suffix=".tmp", dir=data_file.parent)
+    try:
+        with os.fdopen(fd, "wb") as out, open(path, "rb") as f:
+            pos, last = 0, b""
+            out.write(np.zeros(1, dtype=np.uint64).tobytes())  # line 1 starts at 0
+            while chunk := f.read(_CHUNK):
+                arr = np.frombuffer(chunk, dtype=np.uint8)
+                out.write((np.flatnonzero(arr == 10).astype(np.uint64) + np.uint64(pos + 1)).tobytes())
+                pos += len(chunk)
+                last = chunk[-1:]
+            if pos and last != b"\n":
+                out.write(np.array([pos], dtype=np.uint64).tobytes())  # the unterminated last line ends at EOF
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, data_file)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(data_file.parent)
 
 
 def open_line_index(path: str | os.PathLike, index_dir: str | os.PathLike) -> LineIndex:
@@ -100,8 +108,7 @@ def open_line_index(path: str | os.PathLike, index_dir: str | os.PathLike) -> Li
         except (OSError, ValueError):
             fresh = False
     if not fresh:
-        offsets = _scan_offsets(path)
-        atomic_write_bytes(data_file, offsets.tobytes())
+        _write_offsets(path, data_file)
         atomic_write_text(key_file, json.dumps(ident, sort_keys=True))
     mm = np.memmap(data_file, dtype=np.uint64, mode="r")
     return LineIndex(path=path, offsets=mm)
