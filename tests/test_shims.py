@@ -21,6 +21,7 @@ from attnkit import version
 from attnkit.errors import AttnkitError
 from attnkit.explorer import pebble_internals, uvicorn_internals
 from attnkit.hf import transformers_internals as ti
+from attnkit.tasks.translation import sacrebleu_internals
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attnkit"
@@ -38,6 +39,7 @@ PRIVATE = {
     ],
     "explorer/pebble_internals.py": [r"\b_pool_manager\b", r"\bworker_manager\b"],
     "explorer/uvicorn_internals.py": [r"\bh11_impl\b", r"\bconn\.their_state\b"],
+    "tasks/translation/sacrebleu_internals.py": [r"\b_extract_corpus_statistics\b", r"\b_compute_score_from_stats\b"],
 }
 
 
@@ -78,7 +80,13 @@ def test_each_shim_names_what_it_guards():
 
 
 @pytest.mark.parametrize(
-    ("shim", "dist"), [(ti, "transformers"), (pebble_internals, "pebble"), (uvicorn_internals, "uvicorn")]
+    ("shim", "dist"),
+    [
+        (ti, "transformers"),
+        (pebble_internals, "pebble"),
+        (uvicorn_internals, "uvicorn"),
+        (sacrebleu_internals, "sacrebleu"),
+    ],
 )
 def test_the_pinned_versions_are_inside_the_supported_ranges(shim, dist):
     pinned = _pins()[dist]
