@@ -1,5 +1,5 @@
 """The language-model task (issue 57): data for ``attnkit train language-model``.
 
-So far only :mod:`.data` (one language's text as contiguous blocks of tokens) is here; the
-command, its config and sampling come next.
+So far :mod:`.data` (one language's text as contiguous blocks of tokens) and :mod:`.config` (the
+options, one field each) are here; the command, its loss, the trainer wiring and sampling come next.
 """
