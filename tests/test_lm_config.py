@@ -36,3 +36,27 @@ def test_model_config_carries_every_model_option():
 def test_bad_options_are_one_config_error_naming_the_option(options, match):
     with pytest.raises(ConfigError, match=match):
         LanguageModelTaskConfig(**options)
+
+
+def test_next_token_loss_matches_a_float64_loop():
+    import math
+
+    import torch
+
+    from attnkit.tasks.language_model.loss import next_token_loss, perplexity
+
+    torch.manual_seed(0)
+    model = LanguageModel(LanguageModelTaskConfig(layers=1, heads=2, d_model=16, context=8).model_config(40))
+    ids = torch.randint(0, 40, (2, 9))
+    batch = {"ids": ids[:, :-1], "targets": ids[:, 1:]}
+    loss = next_token_loss(model, batch)
+    logits = model(batch["ids"]).logits.double()  # (2, 8, 40)
+    total = 0.0
+    for b in range(2):
+        for t in range(8):
+            total -= torch.log_softmax(logits[b, t], -1)[batch["targets"][b, t]].item()
+    assert loss.item() == pytest.approx(total / 16, rel=1e-5)
+    assert perplexity(loss.item()) == pytest.approx(math.exp(total / 16), rel=1e-5)
+    assert perplexity(1e6) == math.inf
+    with pytest.raises(ValueError, match="one shape"):
+        next_token_loss(model, {"ids": ids, "targets": ids[:, 1:]})
