@@ -1,6 +1,8 @@
 """The attention core: score functions, ``attend``, masks, layers, positions, Transformer blocks."""
 
 from . import scores
+from .causal_self_attention import CausalSelfAttention, repeat_kv
+from .feedforward import GeluMLP, SwiGLU, swiglu_width
 from .functional import AttentionOutput, HardAttention, attend, attend_hard, masked_softmax
 from .kv_cache import KVCache
 from .layers import Attention, PreparedMemory, SelfAttention
@@ -15,7 +17,13 @@ from .masks import (
 )
 from .multihead import MultiHeadAttention
 from .pooling import AttentionPooling
-from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_encoding
+from .positional import (
+    LearnedPositionalEncoding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    rotate_half,
+    sinusoidal_encoding,
+)
 from .self_attentive import SelfAttentiveEncoder, SpatialSelfAttention
 from .transformer import (
     DecoderLayerCache,
@@ -31,18 +39,22 @@ __all__ = [
     "Attention",
     "AttentionOutput",
     "AttentionPooling",
+    "CausalSelfAttention",
     "DecoderLayerCache",
     "DecoderOutput",
     "EncoderOutput",
+    "GeluMLP",
     "HardAttention",
     "KVCache",
     "LearnedPositionalEncoding",
     "MultiHeadAttention",
     "PreparedMemory",
+    "RotaryEmbedding",
     "SelfAttention",
     "SelfAttentiveEncoder",
     "SinusoidalPositionalEncoding",
     "SpatialSelfAttention",
+    "SwiGLU",
     "TransformerDecoder",
     "TransformerDecoderLayer",
     "TransformerEncoder",
@@ -56,7 +68,10 @@ __all__ = [
     "key_mask",
     "masked_softmax",
     "padding_mask",
+    "repeat_kv",
+    "rotate_half",
     "scores",
     "sinusoidal_encoding",
+    "swiglu_width",
     "to_torch_mha_mask",
 ]

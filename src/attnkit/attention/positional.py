@@ -3,8 +3,10 @@
 - :class:`SinusoidalPositionalEncoding` (Vaswani et al.): ``PE(p, 2i) = sin(p / 10000^{2i/d})``,
   ``PE(p, 2i+1) = cos(p / 10000^{2i/d})``; no parameters, any length.
 - :class:`LearnedPositionalEncoding`: one learned vector per position up to ``max_len``.
+- :class:`RotaryEmbedding` (Su et al. 2021, RoFormer; the positions of Llama): rotates each query and
+  key instead of adding to the input, so that ``q_m·k_n`` depends on ``m - n`` only.
 
-Both add the encoding to ``x (B, N, D)`` and take an ``offset`` (the position of ``x[:, 0]``),
+The first two add the encoding to ``x (B, N, D)`` and take an ``offset`` (the position of ``x[:, 0]``),
 which incremental decoding uses to encode one new token at position ``offset``.
 """
 
@@ -17,7 +19,13 @@ from torch import Tensor, nn
 
 from .dropout import Dropout
 
-__all__ = ["LearnedPositionalEncoding", "SinusoidalPositionalEncoding", "sinusoidal_encoding"]
+__all__ = [
+    "LearnedPositionalEncoding",
+    "RotaryEmbedding",
+    "SinusoidalPositionalEncoding",
+    "rotate_half",
+    "sinusoidal_encoding",
+]
 
 
 def sinusoidal_encoding(positions: Tensor, dim: int) -> Tensor:
@@ -87,3 +95,45 @@ class LearnedPositionalEncoding(nn.Module):
             )
         pos = torch.arange(offset, offset + n, device=x.device)
         return self.dropout(x + self.table(pos).to(x.dtype))
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """``[x1, x2] -> [-x2, x1]`` over the last dimension's two halves (the rotary pairing of Llama and
+    Hugging Face: dimension ``i`` is paired with ``i + D/2``)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (RoPE; Su et al. 2021, "RoFormer"), as Llama applies it.
+
+    Dimensions ``i`` and ``i + D/2`` of a head vector at position ``p`` are rotated by the angle
+    ``p · θ^(-2i/D)``: ``x' = x·cos + rotate_half(x)·sin``. The dot product of a rotated query at ``m``
+    and a rotated key at ``n`` then depends only on ``m - n``. No parameters, no table: angles are
+    computed for the positions asked for (``offset .. offset + N - 1``, the offset being the cached
+    length in incremental decoding), in float64 before rounding to the input's dtype.
+    """
+
+    def __init__(self, head_dim: int, *, theta: float = 10000.0):
+        super().__init__()
+        if head_dim % 2 != 0:
+            raise ValueError(f"head_dim must be even for rotary positions, got {head_dim}")
+        if theta <= 0:
+            raise ValueError(f"theta must be > 0, got {theta}")
+        self.head_dim, self.theta = head_dim, float(theta)
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (D/2,), float32 as in transformers
+
+    def cos_sin(self, n: int, offset: int = 0, *, device=None, dtype=torch.float32) -> tuple[Tensor, Tensor]:
+        """``(N, D)`` cosines and sines of positions ``offset .. offset + n - 1``."""
+        pos = torch.arange(offset, offset + n, device=self.inv_freq.device, dtype=torch.float32)
+        freqs = torch.outer(pos, self.inv_freq)  # (N, D/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (N, D)
+        return emb.cos().to(device=device, dtype=dtype), emb.sin().to(device=device, dtype=dtype)
+
+    def forward(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
+        """Rotate ``q (B, H, N, D)`` and ``k (B, Hkv, N, D)`` for positions ``offset ..``."""
+        if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
+            raise ValueError(f"q and k must end in head_dim={self.head_dim}, got {tuple(q.shape)}, {tuple(k.shape)}")
+        cos, sin = self.cos_sin(q.shape[-2], offset, device=q.device, dtype=q.dtype)  # (N, D)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
