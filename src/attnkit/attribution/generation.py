@@ -60,6 +60,7 @@ __all__ = [
     "explain_generation",
     "forced_ids",
     "generation_methods",
+    "row_batch",
     "step_scores",
 ]
 
@@ -70,6 +71,24 @@ GENERATION_METHODS = ("attention", "rollout", "saliency", "input_x_gradient", "i
 MAX_FORCED_TOKENS = 1024
 #: positions whose next-token distribution is normalised at once for the step scores: ``(rows, V)`` floats
 STEP_ROWS = 256
+#: the activations the gradient methods' rows may hold at once, in bytes: the default ``batch`` is what fits
+ROW_MEMORY = 1 << 30
+
+
+def row_batch(config, length: int) -> int:
+    """The default number of rows (one token at one interpolation point each) that one forward and backward
+    pass of the gradient methods serves, for a model of Hugging Face ``config`` over ``length`` input tokens:
+    :data:`ROW_MEMORY` over an estimate of one row's activations, ``4 · L · n · (16 · d + 2 · H · n)`` bytes
+    (each layer's residual-stream intermediates and its attention map, float32), at most
+    :data:`~attnkit.attribution.gradients.DEFAULT_BATCH`. A fixed batch of rows would hold ``batch`` copies
+    of every activation: hundreds of rows over a long text run out of memory."""
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ValueError(f"length must be a positive int, got {length!r}")
+    layers = int(getattr(config, "num_hidden_layers", None) or 1)
+    width = int(getattr(config, "hidden_size", None) or 1)
+    heads = int(getattr(config, "num_attention_heads", None) or 1)
+    per_row = 4 * layers * length * (16 * width + 2 * heads * length)  # bytes
+    return max(1, min(gradients.DEFAULT_BATCH, ROW_MEMORY // per_row))
 
 
 def generation_methods(model=None) -> list[str]:
@@ -193,6 +212,8 @@ def _gradient_rows(sa, ids: list[int], prompt_len: int, method: str, steps, batc
     positions = _positions(prompt_len, n_gen, device)  # (G,)
     wanted = seq[prompt_len:]  # (G,): the attributed tokens
     model = sa.model
+    if batch is None:
+        batch = row_batch(model.config, len(inputs))
     was_training = model.training
     model.eval()
     try:
