@@ -21,12 +21,14 @@ default.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from ..attention import CausalSelfAttention, GeluMLP, KVCache, RotaryEmbedding, SwiGLU, swiglu_width
+from ..config import ConfigRecord
+from .registry import ConfiguredModel
 
 __all__ = ["SHAPES", "LanguageModel", "LanguageModelConfig", "LanguageModelOutput"]
 
@@ -39,7 +41,7 @@ def _positive_int(name: str, value) -> None:
 
 
 @dataclass
-class LanguageModelConfig:
+class LanguageModelConfig(ConfigRecord):
     """The configuration of a :class:`LanguageModel`; validated on creation (``ValueError`` naming the field)."""
 
     vocab_size: int
@@ -96,13 +98,6 @@ class LanguageModelConfig:
             return self.d_ff
         return 4 * self.d_model if self.shape == "gpt2" else swiglu_width(self.d_model)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> LanguageModelConfig:
-        return cls(**d)
-
 
 @dataclass
 class LanguageModelOutput:
@@ -139,13 +134,17 @@ class DecoderBlock(nn.Module):
         return h, weights
 
 
-class LanguageModel(nn.Module):
-    """A decoder-only Transformer language model (see the module docstring).
+class LanguageModel(ConfiguredModel, nn.Module):
+    """A decoder-only Transformer language model (see the module docstring); ``model_type``
+    ``"language_model"`` in a checkpoint's ``config.json`` (:mod:`attnkit.models.registry`).
 
     ``forward(ids (B, T) int64, *, need_weights=False) -> LanguageModelOutput``, causal: the logits at
     ``t`` predict token ``t + 1`` from tokens ``0..t``. :meth:`generate` continues a batch of prompts
     with a key/value cache (greedy at ``temperature=0``).
     """
+
+    config_class = LanguageModelConfig
+    model_type = "language_model"
 
     def __init__(self, config: LanguageModelConfig):
         super().__init__()

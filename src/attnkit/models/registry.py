@@ -23,6 +23,7 @@ BUILTIN: dict[str, str] = {
     "transformer": "transformer:TransformerTranslator",
     "captioner": "captioner:ShowAttendTell",
     "fashion_classifier": "classifier:FashionClassifier",
+    "language_model": "language_model:LanguageModel",
 }
 
 _REGISTRY: dict[str, type] = {}
