@@ -17,8 +17,10 @@ from .loading import require_transformers
 
 __all__ = [
     "ARCHITECTURES",
+    "CAUSAL_ARCHITECTURES",
     "fast_tokenizer",
     "generation_config",
+    "new_causal_lm",
     "new_seq2seq_model",
     "save",
     "transformers_version",
@@ -27,6 +29,8 @@ __all__ = [
 #: The stock architectures the export writes: ``"marian"`` (post-norm) and ``"pegasus"`` (pre-norm), with
 #: the class each one's model is.
 ARCHITECTURES = {"marian": "MarianMTModel", "pegasus": "PegasusForConditionalGeneration"}
+#: The stock decoder-only architectures a language model exports to, each with its config class and model class.
+CAUSAL_ARCHITECTURES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "gpt2": ("GPT2Config", "GPT2LMHeadModel")}
 
 
 def transformers_version() -> str:
@@ -46,6 +50,16 @@ def new_seq2seq_model(arch: str, config: dict[str, Any], marian: dict[str, Any] 
     else:
         cfg = transformers.MarianConfig(**config, **(marian or {}))
     return getattr(transformers, ARCHITECTURES[arch])(cfg).eval()
+
+
+def new_causal_lm(arch: str, config: dict[str, Any]):
+    """A freshly initialised ``LlamaForCausalLM`` or ``GPT2LMHeadModel`` (eval mode, float32) with the config
+    ``config`` (that architecture's config keyword arguments)."""
+    if arch not in CAUSAL_ARCHITECTURES:
+        raise ValueError(f"arch must be one of {sorted(CAUSAL_ARCHITECTURES)}, got {arch!r}")
+    transformers = require_transformers()
+    config_class, model_class = CAUSAL_ARCHITECTURES[arch]
+    return getattr(transformers, model_class)(getattr(transformers, config_class)(**config)).float().eval()
 
 
 def generation_config(**settings):
