@@ -10,6 +10,10 @@ from ..pretrained import DEFAULT_EXPORT_MODEL
 from .common import CLIError, _load_shortlist, _model_folder, _output
 from .flags import _add_length_penalty_flag
 
+#: The architectures a language model exports to (what ``AutoModelForCausalLM`` loads).
+CAUSAL_LM_CLASSES = ("LlamaForCausalLM", "GPT2LMHeadModel")
+_PRECISION_NAMES = {"fp32": "float32", "fp16": "float16"}
+
 
 def cmd_export_ctranslate2(args) -> None:
     from ..deploy.ct2_engine import ct2_available
@@ -53,13 +57,21 @@ def cmd_export_huggingface(args) -> None:
     ]
     given += ["--shortlist"] if args.shortlist else []
     if given:
-        raise CLIError(f"{', '.join(given)}: not for --format huggingface (it writes the float32 network as it is)")
+        raise CLIError(
+            f"{', '.join(given)}: not for --format huggingface (it writes the network as it is, in float32 or, "
+            "for a language model, --precision fp16)"
+        )
     _output(args.out, "out", folder=True)
-    out = export_huggingface(_model_folder(args.checkpoint, DEFAULT_EXPORT_MODEL), args.out, force=args.force)
-    arch = json.loads((Path(out) / "config.json").read_text(encoding="utf-8"))["architectures"][0]
+    precision = args.precision or "fp32"
+    out = export_huggingface(
+        _model_folder(args.checkpoint, DEFAULT_EXPORT_MODEL), args.out, force=args.force, precision=precision
+    )
+    config = json.loads((Path(out) / "config.json").read_text(encoding="utf-8"))
+    arch = config["architectures"][0]
+    auto = "AutoModelForCausalLM" if arch in CAUSAL_LM_CLASSES else "AutoModelForSeq2SeqLM"
     print(
-        f"wrote {out} (Hugging Face {arch}, float32, with tokenizer.json); load it with: "
-        f"AutoModelForSeq2SeqLM.from_pretrained({str(out)!r}) and AutoTokenizer.from_pretrained({str(out)!r})"
+        f"wrote {out} (Hugging Face {arch}, {_PRECISION_NAMES[precision]}, with tokenizer.json); load it with: "
+        f"{auto}.from_pretrained({str(out)!r}) and AutoTokenizer.from_pretrained({str(out)!r})"
     )
 
 
@@ -83,6 +95,11 @@ def _generation_file(args) -> dict[str, bytes]:
 
 
 def cmd_export(args) -> None:
+    if args.precision is not None and args.format != "huggingface":
+        raise CLIError(
+            f"--precision: for --format huggingface (a language model's weights); --format {args.format} "
+            + ("keeps fp16 weights unless --fp32" if args.format == "attnkit" else "takes --quantization")
+        )
     if args.format == "ctranslate2":
         return cmd_export_ctranslate2(args)
     if args.format == "huggingface":
@@ -140,7 +157,15 @@ def add_parser(sub) -> None:
         help="attnkit: a checkpoint folder; ctranslate2: a CTranslate2 model of a Transformer translator, with its "
         "tokenizer and attnkit.json, for --engine ctranslate2 (pip install 'attnkit[deploy]'); huggingface: a "
         "Transformer translator as a stock transformers model folder (Marian if post-norm, Pegasus if pre-norm) "
-        "with tokenizer.json, for AutoModelForSeq2SeqLM (pip install 'attnkit[hf]') (default: attnkit)",
+        "with tokenizer.json, for AutoModelForSeq2SeqLM, or a language model as a stock LlamaForCausalLM or "
+        "GPT2LMHeadModel (its shape's), for AutoModelForCausalLM (pip install 'attnkit[hf]') (default: attnkit)",
+    )
+    ex.add_argument(
+        "--precision",
+        default=None,
+        choices=["fp32", "fp16"],
+        help="huggingface, a language model: the weights' type in model.safetensors (fp16: half the size, the "
+        "weights rounded to float16; a translator exports in fp32 only) (default: fp32)",
     )
     ex.add_argument(
         "--quantization",

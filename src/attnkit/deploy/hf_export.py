@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -67,6 +66,10 @@ from ..data.tokenizer import MODEL_FILENAME, Tokenizer
 from ..output_folder import check_output_folder, replace_output_folder
 from ..version import __version__
 from .ct2_export import MAX_DECODE, NETWORK_FIELDS, check_model_type
+from .hf_folder import CHECK_SENTENCES
+from .hf_folder import hf_objects as _hf_export
+from .hf_folder import make_readable as _readable
+from .hf_folder import portable_tokenizer_config as _portable_tokenizer_config
 from .hf_tokenizer import build_tokenizer, tokenizer_mismatches
 from .manifest import DeployError, tokenizer_sha256, write_manifest
 
@@ -80,15 +83,6 @@ __all__ = [
 
 #: The largest |Δ logit| the export accepts between the HF model and attnkit's on its own check.
 SELF_CHECK_TOLERANCE = 1e-3
-HF_EXTRA_HINT = "pip install 'attnkit[hf]'"
-#: Sentences the export checks its tokenizer and its logits on (both languages of the shipped model).
-CHECK_SENTENCES = (
-    "En el principio creó Dios los cielos y la tierra.",
-    "Y dijo Dios: Sea la luz; y fue la luz.",
-    "Jesús lloró.",
-    "In the beginning, God created the heavens and the earth.",
-    "«¿Quién es éste?» — preguntó él,   señalando al niño.",
-)
 #: TransformerConfig fields this export maps, or that do not change the network at inference.
 _KNOWN_FIELDS = NETWORK_FIELDS | {
     "src_lang",
@@ -97,19 +91,6 @@ _KNOWN_FIELDS = NETWORK_FIELDS | {
     "src_vocab_size",  # checked below: only None (one joint vocabulary) exports
 }
 _LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which Marian and Pegasus use
-
-
-def _hf_export():
-    """:mod:`attnkit.hf.export` (what builds the ``transformers`` objects), or a one-line DeployError naming
-    the extra to install when ``transformers`` is missing."""
-    from ..hf import export
-    from ..hf.loading import HFModelError
-
-    try:
-        export.transformers_version()
-    except HFModelError:
-        raise DeployError(f"the huggingface export needs transformers: {HF_EXTRA_HINT}") from None
-    return export
 
 
 def _check_model_type(model_type: str) -> None:
@@ -353,31 +334,25 @@ def self_check(model, hf, tokenizer: Tokenizer, fast) -> float:
     return diff
 
 
-def _portable_tokenizer_config(path: Path) -> None:
-    """Name the generic fast tokenizer class, which every ``transformers`` since 4.x knows (5.x
-    writes its new name, ``TokenizersBackend``, an alias of the same class)."""
-    cfg = json.loads(path.read_text(encoding="utf-8"))
-    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-    path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-def _readable(folder: Path) -> None:
-    """Give the written files the permissions the umask allows (a temporary folder's files may be private)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for f in folder.iterdir():
-        f.chmod(0o666 & ~umask)
-
-
-def export_huggingface(model_dir: str | Path, out: str | Path, *, force: bool = False) -> Path:
+def export_huggingface(model_dir: str | Path, out: str | Path, *, force: bool = False, precision: str = "fp32") -> Path:
     """Write the translator in ``model_dir`` as a Hugging Face model folder in ``out``
     (``config.json``, ``generation_config.json``, ``model.safetensors``, ``tokenizer.json``,
-    ``tokenizer_config.json``, and ``attnkit.json``); see the module docstring."""
+    ``tokenizer_config.json``, and ``attnkit.json``); see the module docstring. A language model's
+    folder is :func:`attnkit.deploy.hf_lm_export.export_language_model_folder`'s (``precision``
+    ``"fp32"`` or ``"fp16"``); a translator is written in float32 only."""
     from ..training.checkpoint import load_model
 
     model_dir, out = Path(model_dir), Path(out)
     config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    if config.get("model_type") == "language_model":
+        from .hf_lm_export import export_language_model_folder
+
+        return export_language_model_folder(model_dir, out, precision=precision, force=force)
     _check_model_type(str(config.get("model_type", "?")))
+    if precision != "fp32":
+        raise DeployError(
+            f"precision {precision!r}: a translator exports to huggingface in float32 only (fp16 is for language models)"
+        )
     if not (model_dir / MODEL_FILENAME).is_file():
         raise DeployError(f"{model_dir} has no {MODEL_FILENAME}: it is not a translation model")
     check_output_folder(out, force=force, sources=[model_dir])

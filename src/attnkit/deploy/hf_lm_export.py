@@ -48,7 +48,8 @@ of range. Before anything is written the export runs the HF model beside attnkit
 and refuses if the logits differ by more than :data:`SELF_CHECK_TOLERANCE` or the tokenizer cuts one
 of them differently.
 
-As in :mod:`attnkit.deploy.hf_export`, ``transformers`` itself is imported only by :mod:`attnkit.hf.export`.
+As in :mod:`attnkit.deploy.hf_export`, ``transformers`` itself is imported only by :mod:`attnkit.hf.export`
+(through :func:`attnkit.deploy.hf_folder.hf_objects`, which names the extra to install when it is missing).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ import torch
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
 from ..output_folder import check_output_folder, replace_output_folder
 from ..version import __version__
-from .hf_export import CHECK_SENTENCES, _hf_export, _portable_tokenizer_config, _readable
+from .hf_folder import CHECK_SENTENCES, hf_objects, make_readable, portable_tokenizer_config
 from .hf_tokenizer import build_tokenizer, tokenizer_mismatches
 from .manifest import DeployError, tokenizer_sha256, write_manifest
 
@@ -223,7 +224,7 @@ def _gpt2_weights(sd: dict[str, torch.Tensor], c) -> dict[str, torch.Tensor]:
 def hf_language_model(model, tokenizer: Tokenizer):
     """The ``transformers`` model (eval mode, float32) that computes what ``model`` computes; a
     :class:`DeployError` when no stock architecture can (see :func:`lm_architecture`)."""
-    export = _hf_export()
+    export = hf_objects()
     arch = lm_architecture(model, tokenizer)
     hf = export.new_causal_lm(arch, _hf_config(model, arch))
     cls = type(hf).__name__
@@ -253,7 +254,7 @@ def lm_fast_tokenizer(tokenizer: Tokenizer, max_len: int):
     pipeline.post_processor = processors.TemplateProcessing(
         single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tokenizer.bos_id)]
     )
-    return _hf_export().fast_tokenizer(
+    return hf_objects().fast_tokenizer(
         pipeline,
         pad_token=tokenizer.id_to_piece(tokenizer.pad_id),
         bos_token=bos,
@@ -266,7 +267,7 @@ def lm_fast_tokenizer(tokenizer: Tokenizer, max_len: int):
 
 
 def _generation_config(c):
-    return _hf_export().generation_config(
+    return hf_objects().generation_config(
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=0,
@@ -299,15 +300,19 @@ def self_check(model, hf, tokenizer: Tokenizer, fast) -> float:
 
 
 def _rounded(model, precision: str):
-    """``model`` (float32) with its weights as ``precision`` holds them: itself for fp32, a copy rounded to
-    float16 and back for fp16 (a DeployError naming a weight float16 cannot hold)."""
+    """``model`` (float32) with its weights as ``precision`` holds them: itself for fp32, a copy whose
+    parameters are rounded to float16 and back for fp16 (a DeployError naming a weight float16 cannot hold)."""
     if precision == "fp32":
         return model
     limit = torch.finfo(torch.float16).max
     for name, p in model.named_parameters():
-        if not bool(torch.isfinite(p).all()) or float(p.abs().max()) > limit:
+        if not bool(torch.isfinite(p.detach()).all()) or float(p.detach().abs().max()) > limit:
             raise DeployError(f"--precision fp16: {name} holds values float16 cannot (|w| > {limit:g}); use fp32")
-    return copy.deepcopy(model).half().float()
+    rounded = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in rounded.parameters():  # parameters only: the rotary frequencies (a buffer) stay float32, as HF's
+            p.copy_(p.half().float())
+    return rounded
 
 
 def export_language_model(
@@ -331,7 +336,7 @@ def export_language_model(
     sources = [] if source is None else [Path(source)]
     lm_architecture(model, tokenizer)  # refuse before touching the output folder
     check_output_folder(out, force=force, sources=sources)
-    export = _hf_export()
+    export = hf_objects()
     model = _rounded(copy.deepcopy(model).float().cpu().eval(), precision)
     hf = hf_language_model(model, tokenizer)
     fast = lm_fast_tokenizer(tokenizer, model.config.max_len)
@@ -343,7 +348,7 @@ def export_language_model(
     with tempfile.TemporaryDirectory() as tmp:
         staging = Path(tmp) / "model"
         export.save(hf, fast, staging)
-        _portable_tokenizer_config(staging / "tokenizer_config.json")
+        portable_tokenizer_config(staging / "tokenizer_config.json")
         write_manifest(
             staging,
             {
@@ -364,7 +369,7 @@ def export_language_model(
                 "self_check_max_logit_diff": diff,
             },
         )
-        _readable(staging)
+        make_readable(staging)
         return replace_output_folder(staging, out, force=force, sources=sources)
 
 
