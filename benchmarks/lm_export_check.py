@@ -17,12 +17,17 @@ texts only, :mod:`attnkit.tasks.language_model.data`).
   ``model.generate(do_sample=False)``, ``--new-tokens`` at most, each cut after its first ``</s>``:
   how many are token-identical.
 
+With ``--precision fp16`` attnkit's side is the model with its weights rounded to float16 (what the
+export is), and ``fp16_vs_float32_weights`` says what the rounding changed: the same two numbers
+against the model's own float32 weights.
+
 Writes a JSON report (``--out``, default ``benchmarks/results/lm_export_check.json``).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import sys
@@ -82,7 +87,9 @@ def main() -> None:
     folder = model_folder(args.model)
     ours, _, _ = load_model(folder)
     ours = ours.float().eval()
+    unrounded = None
     if args.precision == "fp16":  # the export is the model with its weights rounded: compare with that
+        unrounded = copy.deepcopy(ours)
         for p in ours.parameters():
             p.copy_(p.half().float())
     tok = Tokenizer.load(folder)
@@ -96,8 +103,8 @@ def main() -> None:
         hf_tok = AutoTokenizer.from_pretrained(out)
     eos = tok.eos_id
     max_new = min(args.new_tokens, ours.config.max_len)
-    same_ids = same_greedy = 0
-    max_diff = 0.0
+    same_ids = same_greedy = same_as_unrounded = 0
+    max_diff = unrounded_diff = 0.0
     differing, example = [], {}
     for i, text in enumerate(texts):
         ids = [tok.bos_id, *tok.encode(text)][: ours.config.max_len - max_new]
@@ -117,7 +124,13 @@ def main() -> None:
             k = next((j for j in range(min(len(got), len(want))) if got[j] != want[j]), min(len(got), len(want)))
             differing.append({"prompt": i, "text": text, "first_different_token": k})
         seq = torch.tensor([ids + want])  # (1, T + n): both sides read the same tokens
-        max_diff = max(max_diff, float((ours(seq).logits - hf(input_ids=seq).logits).abs().max()))
+        theirs = hf(input_ids=seq).logits
+        max_diff = max(max_diff, float((ours(seq).logits - theirs).abs().max()))
+        if unrounded is not None:  # what rounding to fp16 changed: the export against the float32 weights
+            same_as_unrounded += got == cut(
+                unrounded.generate(prompt, max_new, eos_id=eos)[0, len(ids) :].tolist(), eos
+            )
+            unrounded_diff = max(unrounded_diff, float((unrounded(seq).logits - theirs).abs().max()))
     report = {
         "command": f"PYTHONPATH=src python benchmarks/lm_export_check.py {args.model} --prompts {args.prompts}"
         + (f" --precision {args.precision}" if args.precision != "fp32" else ""),
@@ -137,6 +150,16 @@ def main() -> None:
         "greedy_new_tokens": max_new,
         "greedy_identical": same_greedy,
         "greedy_first_differences": differing,
+        **(
+            {}
+            if unrounded is None
+            else {
+                "fp16_vs_float32_weights": {
+                    "max_abs_logit_diff": unrounded_diff,
+                    "greedy_identical": same_as_unrounded,
+                }
+            }
+        ),
         "example": example,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import tempfile
 from pathlib import Path
@@ -299,20 +300,19 @@ def self_check(model, hf, tokenizer: Tokenizer, fast) -> float:
     return diff
 
 
-def _rounded(model, precision: str):
-    """``model`` (float32) with its weights as ``precision`` holds them: itself for fp32, a copy whose
-    parameters are rounded to float16 and back for fp16 (a DeployError naming a weight float16 cannot hold)."""
+def _round_weights(model, precision: str) -> None:
+    """Round ``model``'s parameters (float32, in place) to what ``precision`` holds: nothing for fp32,
+    float16 and back for fp16 (a DeployError naming a weight float16 cannot hold, before any is rounded).
+    Parameters only: the rotary frequencies (a buffer) stay float32, as Llama's own."""
     if precision == "fp32":
-        return model
+        return
     limit = torch.finfo(torch.float16).max
     for name, p in model.named_parameters():
         if not bool(torch.isfinite(p.detach()).all()) or float(p.detach().abs().max()) > limit:
             raise DeployError(f"--precision fp16: {name} holds values float16 cannot (|w| > {limit:g}); use fp32")
-    rounded = copy.deepcopy(model)
     with torch.no_grad():
-        for p in rounded.parameters():  # parameters only: the rotary frequencies (a buffer) stay float32, as HF's
+        for p in model.parameters():
             p.copy_(p.half().float())
-    return rounded
 
 
 def export_language_model(
@@ -337,7 +337,8 @@ def export_language_model(
     lm_architecture(model, tokenizer)  # refuse before touching the output folder
     check_output_folder(out, force=force, sources=sources)
     export = hf_objects()
-    model = _rounded(copy.deepcopy(model).float().cpu().eval(), precision)
+    model = copy.deepcopy(model).float().cpu().eval()  # the caller's model is left as it is
+    _round_weights(model, precision)
     hf = hf_language_model(model, tokenizer)
     fast = lm_fast_tokenizer(tokenizer, model.config.max_len)
     diff = self_check(model, hf, tokenizer, fast)
@@ -363,7 +364,7 @@ def export_language_model(
                 "precision": precision,
                 "tokenizer": "tokenizer.json",
                 "tokenizer_sha256": tokenizer_sha256(staging / "tokenizer.json"),
-                "sentencepiece_sha256": _sha256_bytes(tokenizer.to_bytes()),
+                "sentencepiece_sha256": hashlib.sha256(tokenizer.to_bytes()).hexdigest(),
                 "max_len": c.max_len,
                 "text_convention": "<s> before each text, </s> after it; the tokenizer adds the <s>",
                 "self_check_max_logit_diff": diff,
@@ -371,12 +372,6 @@ def export_language_model(
         )
         make_readable(staging)
         return replace_output_folder(staging, out, force=force, sources=sources)
-
-
-def _sha256_bytes(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
 
 
 def export_language_model_folder(
@@ -392,6 +387,7 @@ def export_language_model_folder(
         raise DeployError(f"{model_dir} holds a {config.get('model_type', '?')} model, not a language model")
     if not (model_dir / MODEL_FILENAME).is_file():
         raise DeployError(f"{model_dir} has no {MODEL_FILENAME}: the language model's tokenizer is missing")
+    check_output_folder(out, force=force, sources=[model_dir])  # before loading: a refusal costs nothing
     model, _, _ = load_model(model_dir)
     return export_language_model(
         model, Tokenizer.load(model_dir), out, precision=precision, force=force, source=model_dir
