@@ -95,3 +95,26 @@ def test_refusals(gpt2):
     bert = load_self_attention(str(saved_tiny("bert")))
     with pytest.raises(InputError, match="not a decoder-only"):
         evaluate_lm_explanations(bert, [TEXT])
+
+
+def test_cli_scores_a_decoder_only_model_on_given_texts(capsys, tmp_path):
+    import json
+
+    from attnkit.cli import main
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text(TEXT + "\n\nDios dijo.\n", encoding="utf-8")
+    out = tmp_path / "report.json"
+    args = ["evaluate", "explanations", "--model", str(saved_tiny("gpt2")), "--texts", str(texts)]
+    capsys.readouterr()
+    code = main([*args, "--method", "attention", "--json", "--output", str(out)])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["texts"] == 2 and list(report["methods"]) == ["attention"]
+    assert json.loads(out.read_text(encoding="utf-8")) == report
+    gpt2 = load_self_attention(str(saved_tiny("gpt2")))
+    direct = evaluate_lm_explanations(gpt2, [TEXT, "Dios dijo."], ["attention"], sanity_texts=3)
+    assert report["methods"]["attention"]["deletion_area"] == direct["methods"]["attention"]["deletion_area"]
+    code = main([*args, "--resume", "--output", str(out)])
+    assert code == 2 and "--resume is for translators" in capsys.readouterr().err
+    code = main(["evaluate", "explanations", "--model", str(saved_tiny("gpt2")), "--texts", str(tmp_path / "none")])
+    assert code == 2 and "--texts: no file" in capsys.readouterr().err

@@ -174,6 +174,7 @@ def evaluate_lm_explanations(
     seed: int = 0,
     random_orders: int = RANDOM_ORDERS,
     sanity: bool = True,
+    sanity_texts: int | None = None,
     progress: Callable[[str, str], None] | None = None,
     **options,
 ) -> dict:
@@ -181,7 +182,8 @@ def evaluate_lm_explanations(
     model ``sa`` (:class:`attnkit.hf.self_attention.SelfAttentionModel`) on ``texts`` (see the module
     docstring). ``options`` go to :func:`explain_generation` (``steps``, ``batch``). Returns a JSON-ready
     report: per method ``deletion_area``, ``insertion_area``, ``sanity_spearman`` (None without ``sanity``),
-    ``sanity_flagged`` and ``seconds`` (the attributions' own time); and ``random_deletion_area`` /
+    ``sanity_flagged`` and ``seconds``; the sanity check runs on the first ``sanity_texts`` texts
+    (default: all) (the attributions' own time); and ``random_deletion_area`` /
     ``random_insertion_area``, the floors."""
     if not getattr(sa, "can_generate", False):
         raise InputError(
@@ -202,7 +204,9 @@ def evaluate_lm_explanations(
     seconds = dict.fromkeys(names, 0.0)
     random_del: list[float] = []
     random_ins: list[float] = []
-    for text in texts:
+    if sanity_texts is not None and (not isinstance(sanity_texts, int) or sanity_texts < 1):
+        raise InputError(f"sanity_texts must be an int >= 1, got {sanity_texts!r}")
+    for number, text in enumerate(texts):
         ids, _ = forced_ids(sa, text)
         rows = {t: _candidates(sa, ids, t) for t in range(len(ids) - 1)}
         rows = {t: c for t, c in rows.items() if c}  # a row of only special tokens has nothing to remove
@@ -229,7 +233,7 @@ def evaluate_lm_explanations(
             rand = areas[t][len(names) :]
             random_del.append(float(np.mean([a for a, _ in rand])))
             random_ins.append(float(np.mean([b for _, b in rand])))
-        if sanity:
+        if sanity and (sanity_texts is None or number < sanity_texts):
             with _randomised(sa, seed):
                 for m in names:
                     if progress:
