@@ -67,7 +67,7 @@ class LanguageModelTaskConfig(TaskConfig):
     layers: int = option(4, "transformer blocks", check=LAYERS)
     heads: int = option(4, "attention heads per block", check=LAYERS)
     kv_heads: int | None = option(
-        None, "llama: key/value heads (grouped-query attention; must divide --heads; default: --heads)", check=LAYERS
+        None, "llama: key/value heads (grouped-query attention; must divide --heads) (default: --heads)", check=LAYERS
     )
     d_model: int = option(256, "the width of the residual stream", check=WIDTH)
     d_ff: int | None = option(
