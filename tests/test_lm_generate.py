@@ -112,3 +112,16 @@ def test_a_translator_is_refused_in_one_line(capsys):
     assert cli_main(["generate", "transformer-es-en", "--prompt", "hola"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is a translation model" in err and "train language-model" in err
+
+
+def test_models_lists_a_local_language_model_by_its_kind(lm, tmp_path, capsys):
+    import shutil
+
+    _, run = lm
+    shutil.copytree(run / "step-00000003", tmp_path / "models" / "tiny-lm")
+    assert cli_main(["--home", str(tmp_path), "models", "--json"]) == 0
+    mine = [m for m in json.loads(capsys.readouterr().out) if m["name"] == "tiny-lm"]
+    assert len(mine) == 1 and mine[0]["task"] == "language-model" and mine[0]["model_type"] == "language_model"
+    assert cli_main(["--home", str(tmp_path), "models"]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tiny-lm")]
+    assert row and row[0].split()[:4] == ["tiny-lm", "local", "language-model", "language_model"]
