@@ -164,3 +164,35 @@ def test_resuming_with_another_vocabulary_is_refused(run, bible_home, tmp_path, 
     code = cli_main(["--home", str(bible_home), *TINY[:2], "--vocab-size", "500", "--out-dir", str(copy), "--resume"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "--vocab-size 500" in err and "1000 pieces" in err
+
+
+def test_a_prepared_corpus_trains_on_the_side_asked_with_that_side_s_tokenizer(tmp_path, capsys):
+    import random
+
+    from attnkit.data.corpus import prepare_parallel
+
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghilmnoprstu") for _ in range(rng.randint(3, 7))) for _ in range(300)]
+    lines = []
+    for _ in range(400):
+        src = " ".join(rng.choice(words) for _ in range(rng.randint(4, 9)))
+        lines.append(f"{src}\t{' '.join(w[::-1].upper() for w in src.split())}\n")
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("".join(lines), encoding="utf-8")
+    home = tmp_path / "home"
+    corpus = prepare_parallel(
+        "toy", src_lang="xx", tgt_lang="yy", train=(tsv,), vocab_size=300, separate_vocab=True, home=home, workers=1
+    )
+    src_tok, tgt_tok = corpus.tokenizers()
+    out = tmp_path / "run"
+    argv = ["--home", str(home), *TINY[:2], "--data", "toy", "--side", "xx", "--context", "16", "--batch-size", "4"]
+    small = ["--d-model", "16", "--layers", "1", "--heads", "2", "--max-steps", "2", "--valid-blocks", "2"]
+    assert cli_main([*argv, *small, "--out-dir", str(out), "--no-progress", "--threads", "1"]) == 0
+    step = list_checkpoints(out)[-1]
+    assert (step / "tokenizer.model").read_bytes() == src_tok.to_bytes() != tgt_tok.to_bytes()
+    model, _, _ = load_model(step)
+    assert model.config.vocab_size == src_tok.vocab_size
+    capsys.readouterr()
+    assert cli_main([*argv, "--vocab-size", "500", "--out-dir", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "prepared with a vocabulary of 300" in err
