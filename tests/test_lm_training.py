@@ -14,7 +14,7 @@ from attnkit.data.datasets.bible import get_tokenizer
 from attnkit.models.induction import induction_scores
 from attnkit.models.language_model import LanguageModel, LanguageModelConfig
 from attnkit.tasks.language_model.data import side_texts, token_stream
-from attnkit.tasks.language_model.train import ICL_BLOCKS, valid_blocks
+from attnkit.tasks.language_model.train import COPYING_TOKENS, ICL_BLOCKS, valid_blocks
 from attnkit.training import Trainer
 from attnkit.training.checkpoint import list_checkpoints, load_model
 
@@ -83,7 +83,7 @@ def test_logged_validation_is_the_saved_model_measured_again(run, bible_home):
     nll = -logits.log_softmax(-1).gather(-1, blocks[:, 1:, None]).mean().item()
     assert last["valid_loss"] == pytest.approx(nll, rel=1e-5)
     assert last["valid_ppl"] == pytest.approx(torch.tensor(nll).exp().item(), rel=1e-5)
-    s = induction_scores(model, text_ids=blocks[:ICL_BLOCKS, :-1])
+    s = induction_scores(model, text_ids=blocks[:ICL_BLOCKS, :-1], copying_tokens=COPYING_TOKENS)
     for layer in (1, 2):
         row = s.prefix_matching[layer - 1]
         head = max(range(len(row)), key=row.__getitem__)

@@ -17,9 +17,10 @@ the thread governor) is :class:`~attnkit.training.Trainer`'s, used as the transl
 - **Validation**: the mean next-token loss and its perplexity over the first ``valid_blocks`` blocks of the
   valid split, and the induction measurements of :mod:`attnkit.models.induction` (Olsson et al. 2022), so
   the phase change in which induction heads form is a curve in the run's log: per layer the best head's
-  prefix-matching score (and that head's number and copying score) and the best previous-token score, on
-  repeated random token sequences; and the in-context-learning score on the first 8 valid blocks. The best
-  checkpoint is the one of lowest valid loss.
+  prefix-matching score (and that head's number and copying score, over a sample of :data:`COPYING_TOKENS`
+  tokens) and the best previous-token score, on repeated random token sequences; and the
+  in-context-learning score on the first 8 valid blocks. The best checkpoint is the one of lowest valid
+  loss.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .data import block_count, lm_batches, resolve_side, side_texts, token_strea
 from .loss import next_token_loss_sum, perplexity
 
 __all__ = [
+    "COPYING_TOKENS",
     "ICL_BLOCKS",
     "build_optimizer",
     "induction_metrics",
@@ -49,6 +51,9 @@ __all__ = [
 
 #: How many valid blocks the in-context-learning score reads (the first ones).
 ICL_BLOCKS = 8
+#: How many tokens' copying scores a validation averages (a seeded sample; each ranked against the whole
+#: vocabulary): all of an 8,000-piece vocabulary would cost ``V² · d_model`` per head, most of a validation.
+COPYING_TOKENS = 512
 #: The warm-up of the schedule a time budget follows while it measures the first steps' speed, before the
 #: trainer fits the budget's own (inverse square root, peaking at ``lr`` after this many steps).
 PROBE_WARMUP_STEPS = 100
@@ -116,7 +121,7 @@ def _valid_fn(blocks: torch.Tensor, batch_size: int):
             total += float(s)
             n += k
         loss = total / max(n, 1)
-        scores = induction_scores(model, text_ids=blocks[:ICL_BLOCKS, :-1].to(device))
+        scores = induction_scores(model, text_ids=blocks[:ICL_BLOCKS, :-1].to(device), copying_tokens=COPYING_TOKENS)
         return {"valid_loss": loss, "valid_ppl": perplexity(loss), **induction_metrics(scores)}
 
     return valid_fn
