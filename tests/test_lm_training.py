@@ -105,7 +105,7 @@ def test_resuming_is_bit_for_bit(bible_home, tmp_path, monkeypatch):
         return cfg
 
     monkeypatch.setattr(cli_train, "task_config_from_args", every_step_logged)
-    flags = ["--max-steps", "8", "--valid-every-steps", "2", "--dropout", "0.1", "--layers", "1"]
+    flags = ["--max-steps", "8", "--valid-every-steps", "4", "--dropout", "0.1", "--layers", "1"]
     assert _train(bible_home, tmp_path / "a", *flags) == 0
 
     step = Trainer.train_step
@@ -156,14 +156,23 @@ def test_bad_options_are_one_line(bible_home, tmp_path, capsys, flags, match):
     assert not out.exists()  # refused before anything was written
 
 
-def test_resuming_with_another_vocabulary_is_refused(run, bible_home, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("flags", "match"),
+    [
+        (["--vocab-size", "500"], ["--vocab-size 500", "1000 pieces"]),
+        # four heads of width 8 instead of two of 16: no weight changes shape, so only the config can tell
+        ([*TINY[2:], "--shape", "gpt2", "--heads", "4"], ["--heads (n_heads=2 there, 4 here)"]),
+    ],
+)
+def test_resuming_with_other_model_options_is_refused(run, bible_home, tmp_path, capsys, flags, match):
     import shutil
 
     copy = tmp_path / "copy"
     shutil.copytree(run, copy)
-    code = cli_main(["--home", str(bible_home), *TINY[:2], "--vocab-size", "500", "--out-dir", str(copy), "--resume"])
+    code = cli_main(["--home", str(bible_home), *TINY[:2], *flags, "--out-dir", str(copy), "--resume"])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "--vocab-size 500" in err and "1000 pieces" in err
+    assert code == 2 and err.count("\n") == 1 and all(m in err for m in match)
+    assert sorted(p.name for p in copy.iterdir()) == sorted(p.name for p in run.iterdir())  # nothing written
 
 
 def test_a_prepared_corpus_trains_on_the_side_asked_with_that_side_s_tokenizer(tmp_path, capsys):

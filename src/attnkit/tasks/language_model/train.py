@@ -25,6 +25,7 @@ the thread governor) is :class:`~attnkit.training.Trainer`'s, used as the transl
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -59,14 +60,50 @@ COPYING_TOKENS = 512
 PROBE_WARMUP_STEPS = 100
 
 
+#: The model options a resumed run must share with its checkpoint, with their flags (dropout may change).
+_RESUMED_FIELDS = {
+    "vocab_size": "--vocab-size",
+    "d_model": "--d-model",
+    "n_layers": "--layers",
+    "n_heads": "--heads",
+    "n_kv_heads": "--kv-heads",
+    "d_ff": "--d-ff",
+    "max_len": "--context",
+    "shape": "--shape",
+    "attention_only": "--attention-only",
+}
+
+
+def _resumed_checkpoint(cfg: LanguageModelTaskConfig) -> Path | None:
+    """The checkpoint ``--resume`` will continue (the trainer's choice: the newest that loads), or None."""
+    from ...training.resume import Resumer
+
+    return Resumer.find_checkpoint(Path(cfg.run.out_dir), is_main=False)
+
+
+def _check_resumed_model(found: Path, wanted: dict, out_dir: str) -> None:
+    """A :class:`ConfigError` naming each model option that differs from the checkpoint's ``config.json``:
+    heads and their width can change without any weight changing shape, so the weights would load and mean
+    something else."""
+    saved = json.loads((found / "config.json").read_text(encoding="utf-8"))
+    diff = [
+        f"{flag} ({name}={saved.get(name)!r} there, {wanted[name]!r} here)"
+        for name, flag in _RESUMED_FIELDS.items()
+        if saved.get(name) != wanted[name]
+    ]
+    if diff:
+        raise ConfigError(
+            f"--resume: the run in {out_dir} was trained with other model options: {', '.join(diff)}; give the "
+            "options it was trained with (its train_config.json)"
+        )
+
+
 def lm_tokenizer(cfg: LanguageModelTaskConfig, corpus, *, resume: bool = False) -> Tokenizer:
     """The tokenizer of ``cfg.side`` of ``corpus`` (see the module docstring); resuming, the one saved in the
     checkpoint the run resumes from (a ``--vocab-size`` that differs from it is a :class:`ConfigError`)."""
     side = resolve_side(corpus, cfg.side)
     if resume:
-        from ...training.resume import Resumer
-
-        found = Resumer.find_checkpoint(Path(cfg.run.out_dir), is_main=False)
+        found = _resumed_checkpoint(cfg)
         if found is not None and (found / MODEL_FILENAME).is_file():
             tok = Tokenizer.load(found / MODEL_FILENAME)
             if cfg.vocab_size is not None and cfg.vocab_size != tok.vocab_size:
@@ -172,8 +209,12 @@ def train_language_model(cfg: LanguageModelTaskConfig, *, resume: bool = False, 
             "--context, or prepare the corpus again with more valid text (--valid SRC TGT)"
         )
     train_batches = lm_batches(train_stream, context=cfg.context, batch_size=cfg.batch_size, seed=cfg.run.seed)
+    model_config = cfg.model_config(tokenizer.vocab_size)
+    found = _resumed_checkpoint(cfg) if resume else None
+    if found is not None:
+        _check_resumed_model(found, model_config.to_dict(), cfg.run.out_dir)
     cfg.run.start()
-    model = LanguageModel(cfg.model_config(tokenizer.vocab_size))
+    model = LanguageModel(model_config)
     optimizer, scheduler = build_optimizer(cfg, model)
     trainer = Trainer(
         model,
