@@ -22,7 +22,10 @@ post-norm blocks); the terms then add up to the norm's real output (less β).
 :func:`trace_lm` runs the model once with forward hooks on its layers; as each layer returns, its
 parts are replayed from its real input with the module's own weights, checked against the layer's
 real output (tolerance scaled to the dtype), handed to a callback and dropped: a long prompt never
-holds more than one layer's ``(H, N, N)`` weights. A family whose blocks attnkit does not trace is refused in one line (:class:`HFModelError`) before
+holds more than one layer's ``(H, N, N)`` weights. :func:`record_lm` and :func:`replay_layer` split
+the same work in two (one plain pass that keeps each layer's input, then any layer replayed on demand,
+in any order): what a top-down walk over the layers needs (:mod:`attnkit.attribution.information_flow`).
+A family whose blocks attnkit does not trace is refused in one line (:class:`HFModelError`) before
 anything runs, and a replay that does not reproduce the layer's output is refused in one line as
 well, never decomposed by guess.
 """
@@ -44,6 +47,7 @@ __all__ = [
     "ENCODER_ONLY",
     "LLAMA_LIKE",
     "LMLayerParts",
+    "LMRecording",
     "LMTrace",
     "NormLinear",
     "final_norm",
@@ -51,6 +55,8 @@ __all__ = [
     "linearise_norm",
     "lm_logits",
     "lm_refusal",
+    "record_lm",
+    "replay_layer",
     "require_decoder",
     "trace_lm",
 ]
@@ -328,3 +334,93 @@ def trace_lm(model: nn.Module, input_ids: Tensor, on_layer: Callable[[LMLayerPar
             h.remove()
     logits = getattr(out, "logits", None)
     return LMTrace(seen["embedding"], seen["final"], None if logits is None else logits[0], model_type)
+
+
+@dataclass
+class LMRecording:
+    """One plain pass of a model, kept for :func:`replay_layer`: each layer's input ``inputs[l] (N, D)``
+    (``inputs[0]`` the embeddings) and output ``outputs[l]``, the arguments its attention module was
+    called with (by reference: the rotary tables and the mask are shared by the layers), and the
+    pass's :class:`LMTrace`."""
+
+    model: nn.Module
+    model_type: str
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    calls: list[tuple[tuple, dict]]
+    trace: LMTrace
+
+    @property
+    def n_layers(self) -> int:
+        """How many layers the model has."""
+        return len(self.inputs)
+
+
+@torch.no_grad()
+def record_lm(model: nn.Module, input_ids: Tensor) -> LMRecording:
+    """Run ``model`` once on ``input_ids (N,)`` as it runs without attnkit (no attention captured),
+    keeping each layer's input and output and its attention module's arguments: ``L`` residual streams
+    of ``(N, D)``, what a top-down walk needs to replay any layer later (:func:`replay_layer`)."""
+    model_type = _check_call(model, input_ids, None, "")
+    layers = layer_stack(model)
+    inputs: dict[int, Tensor] = {}
+    outputs: dict[int, Tensor] = {}
+    calls: dict[int, tuple[tuple, dict]] = {}
+
+    def watch(i):
+        def hook(module, args, kwargs, output):
+            inputs[i] = (args[0] if args else kwargs["hidden_states"])[0]
+            outputs[i] = (output[0] if isinstance(output, tuple) else output)[0]
+
+        return hook
+
+    def watch_attention(i):
+        def pre(module, args, kwargs):
+            rest = dict(kwargs)
+            rest.pop("hidden_states", None)
+            calls[i] = (tuple(args[1:]), rest)
+
+        return pre
+
+    handles = []
+    for i, layer in enumerate(layers):
+        handles.append(layer.register_forward_hook(watch(i), with_kwargs=True))
+        attn = block_layout(model_type, layer).attn
+        handles.append(attn.register_forward_pre_hook(watch_attention(i), with_kwargs=True))
+    try:
+        out = _run(model, model_type, input_ids)
+    finally:
+        for h in handles:
+            h.remove()
+    n = len(layers)
+    logits = getattr(out, "logits", None)
+    trace = LMTrace(inputs[0], outputs[n - 1], None if logits is None else logits[0], model_type)
+    return LMRecording(
+        model,
+        model_type,
+        [inputs[i] for i in range(n)],
+        [outputs[i] for i in range(n)],
+        [calls[i] for i in range(n)],
+        trace,
+    )
+
+
+@torch.no_grad()
+def replay_layer(rec: LMRecording, i: int) -> LMLayerParts:
+    """Layer ``i`` (0-based) of a recorded pass, replayed as :func:`trace_lm` replays it: its attention
+    module rerun on the recorded input with the recorded arguments (its weights captured, one layer's
+    ``(H, N, N)``), the block rebuilt from its parts and checked against the recorded output."""
+    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < rec.n_layers:
+        raise ValueError(f"i must be a layer index in 0..{rec.n_layers - 1}, got {i!r}")
+    layer = layer_stack(rec.model)[i]
+    lay = block_layout(rec.model_type, layer)
+    x = rec.inputs[i]
+    u = x if lay.pre_norm is None else lay.pre_norm(x)
+    got: dict[str, Tensor] = {}
+    site = next(s for s in attention_sites(rec.model) if s.module is lay.attn)
+    args, kwargs = rec.calls[i]
+    with capture_attention(rec.model, lambda s, w: got.__setitem__("w", w[0]), sites=[site]):
+        lay.attn(u[None], *args, **kwargs)
+    parts = _block_parts(rec.model_type, layer, i, x, got["w"])
+    _check(parts.out, rec.outputs[i], f"layer {i + 1}", rec.model_type)
+    return parts
