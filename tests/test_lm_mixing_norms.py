@@ -270,8 +270,8 @@ def test_decoder_methods_refuse_an_encoder_only_model_in_one_line():
         (direct_logit_attribution, "direct logit attribution"),
         (alti_logit, "ALTI-Logit"),
         (logit_lens, "the logit lens"),
-        (information_flow_routes, "information-flow routes"),
+        (information_flow_routes, "information-flow routing"),
     ):
-        with pytest.raises(HFModelError, match=f"{name} explains a decoder.*bert is an encoder-only model") as err:
+        with pytest.raises(HFModelError, match=f"bert is an encoder-only model.*: {name} is for decoder-only") as err:
             call(model, ids)
         assert "\n" not in str(err.value)

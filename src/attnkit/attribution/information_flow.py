@@ -171,7 +171,7 @@ def information_flow_routes(
     """The information-flow graph of ``position``'s prediction (default the last position) with
     importance threshold ``threshold`` (τ, in [0, 1]; see the module docstring), the logit lens there
     (top ``k`` tokens), and the ``pieces`` (one per token, optional) carried into the result."""
-    require_decoder(model, "information-flow routes")
+    require_decoder(model, "information-flow routing")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be a number in [0, 1], got {threshold!r}")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:

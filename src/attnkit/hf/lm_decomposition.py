@@ -81,8 +81,8 @@ def require_decoder(model: nn.Module, what: str) -> None:
     model_type = _model_type(model)
     if model_type in ENCODER_ONLY:
         raise HFModelError(
-            f"{what} explains a decoder's next-token prediction and {model_type} is an encoder-only model; "
-            "attention-norm, value zeroing and ALTI read its token representations"
+            f"{model_type} is an encoder-only model, which predicts no next token: {what} is for decoder-only "
+            "models (attention-norm, value zeroing and ALTI read its token representations)"
         )
 
 
@@ -162,6 +162,7 @@ class LMLayerParts:
         return t
 
     def _rows(self, t: Tensor) -> Tensor:
+        """``t (N, N, D)`` with row i through the norm's linear part at position i."""
         if self.center:
             t = t - t.mean(-1, keepdim=True)
         return t * self.scale[:, None, :]  # (N, N, D): row i scaled by position i's statistics
