@@ -12,10 +12,14 @@ in a fresh process:
 - ``plain``: one forward pass, nothing read (the baseline);
 - ``one layer``: attnkit's capture of one layer's attention (every head), its map kept;
 - ``routes``: :func:`attnkit.attribution.information_flow.information_flow_routes` for the last
-  position (τ = 0.04): one pass traced layer by layer.
+  position (τ = 0.04): one plain pass keeping each layer's input, then the layers replayed top-down,
+  importances only for the positions the graph reaches;
+- ``routes tau 0``: the same at τ = 0, where every earlier position is reached below the last layer
+  (the dense worst case: every target's importances in every layer but the last).
 
-Memory is the process's peak resident set (``VmHWM``), reset after the model is built; the ratios are
-against ``plain`` in the same run. Writes benchmarks/results/lm_memory.json.
+Memory is the process's peak resident set (``VmHWM``), reset after the model is built; time is wall
+clock and the process's CPU time (the steadier of the two on a shared machine: with one thread it is
+the work done, whatever else runs); the ratios are against ``plain`` in the same run. Writes benchmarks/results/lm_memory.json.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-MODES = ("plain", "one layer", "routes")
+MODES = ("plain", "one layer", "routes", "routes tau 0")
 
 
 def _status(field: str) -> int:
@@ -63,7 +67,7 @@ def run_mode(mode: str, tokens: int, layers: int, threads: int) -> dict:
     kept = {}
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM: the peak from here on
     before = _status("VmRSS")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with torch.no_grad():
         if mode == "plain":
             model(input_ids=ids[None], use_cache=False)
@@ -72,10 +76,18 @@ def run_mode(mode: str, tokens: int, layers: int, threads: int) -> dict:
             with capture_attention(model, lambda s, w: kept.__setitem__(s.layer, w), sites=sites):
                 model(input_ids=ids[None], use_cache=False)
         else:
-            graph = information_flow_routes(model, ids, threshold=0.04)
+            graph = information_flow_routes(model, ids, threshold=0.0 if mode == "routes tau 0" else 0.04)
             kept["edges"] = len(graph.edges)
-    seconds = time.perf_counter() - t0
-    return {"mode": mode, "peak_bytes": _status("VmHWM"), "before_bytes": before, "seconds": seconds}
+            kept["positions"] = len({e.source for e in graph.edges})  # reached at the first layer's input
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {
+        "mode": mode,
+        "peak_bytes": _status("VmHWM"),
+        "before_bytes": before,
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        **{k: v for k, v in kept.items() if k in ("edges", "positions")},
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -98,12 +110,13 @@ def main(argv: list[str] | None = None) -> None:
     for r in rows:
         r["peak_ratio"] = r["peak_bytes"] / plain["peak_bytes"]
         r["time_ratio"] = r["seconds"] / plain["seconds"]
+        r["cpu_ratio"] = r["cpu_seconds"] / plain["cpu_seconds"]
     out = Path(__file__).parent / "results" / "lm_memory.json"
     out.write_text(json.dumps({"tokens": args.tokens, "layers": args.layers, "rows": rows}, indent=2) + "\n")
     for r in rows:
         print(
             f"{r['mode']:>10}: peak {r['peak_bytes'] / 2**30:.2f} GiB ({r['peak_ratio']:.2f}×), "
-            f"{r['seconds']:.1f} s ({r['time_ratio']:.2f}×)"
+            f"{r['seconds']:.1f} s ({r['time_ratio']:.2f}×), CPU {r['cpu_seconds']:.1f} s ({r['cpu_ratio']:.2f}×)"
         )
 
 

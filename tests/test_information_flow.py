@@ -123,3 +123,98 @@ def test_bad_arguments_name_themselves():
         information_flow_routes(model, ids, position=50)
     with pytest.raises(ValueError, match="pieces"):
         information_flow_routes(model, ids, pieces=["a"])
+
+
+def _edges(g):
+    return {(e.layer, e.head, e.source, e.target): e.weight for e in g.edges}
+
+
+@pytest.mark.parametrize("family", ["gpt2", "olmo2"])
+def test_the_top_down_graph_is_the_dense_graph_walked_from_the_chosen_position(family):
+    """The reference walks the τ = 0 graph (every position, every edge; checked against a float64 loop
+    above) from the top with a plain loop, keeping edges ≥ τ; the routes must be exactly that."""
+    model, ids = _model(family)
+    dense = information_flow_routes(model, ids, threshold=0.0)
+    tau = 0.08
+    g = information_flow_routes(model, ids, threshold=tau)
+    weights = _edges(dense)
+    mlp = {(m.layer, m.position): m.weight for m in dense.mlp_nodes}
+    expected_edges, expected_nodes, active = {}, {}, {ids.shape[0] - 1}
+    for layer in range(dense.n_layers - 1, -1, -1):
+        below = set(active)
+        for (lay, h, j, i), w in weights.items():
+            if lay == layer and i in active and (h is None or w >= tau):
+                expected_edges[(lay, h, j, i)] = w
+                below.add(j)
+        expected_nodes.update({(layer, i): mlp[(layer, i)] for i in active if mlp[(layer, i)] >= tau})
+        active = below
+    got = _edges(g)
+    assert got.keys() == expected_edges.keys()
+    assert all(got[key] == pytest.approx(w, abs=1e-12) for key, w in expected_edges.items())
+    assert {(m.layer, m.position): m.weight for m in g.mlp_nodes} == pytest.approx(expected_nodes, abs=1e-12)
+    assert len(got) < len(weights)  # τ prunes
+
+
+def test_chunked_importances_equal_the_unchunked(monkeypatch):
+    import attnkit.attribution.information_flow as flow
+
+    model, ids = _model("gemma2")  # RMSNorm after the attention: each term goes through its linear part
+    whole = _edges(information_flow_routes(model, ids, threshold=0.0))
+    monkeypatch.setattr(flow, "_CHUNK", 3 * 32)  # a few keys of one target at a time
+    chunked = _edges(information_flow_routes(model, ids, threshold=0.0))
+    assert chunked.keys() == whole.keys()
+    assert all(chunked[k] == pytest.approx(w, abs=1e-12) for k, w in whole.items())
+
+
+@torch.no_grad()
+def test_edge_weights_through_a_norm_after_the_attention_equal_a_loop():
+    """OLMo 2 (m = r + P(a)): each head's term reaches the residual through P's linear part, g ⊙ t / rms(a_i)."""
+    model, ids = _model("olmo2")
+    n = ids.shape[0]
+    g = information_flow_routes(model, ids, threshold=0.0)
+    block = model.model.layers[1]
+    seen = {}
+    hooks = [
+        block.self_attn.v_proj.register_forward_hook(lambda m, a, o: seen.__setitem__("v", o[0])),
+        block.post_attention_layernorm.register_forward_hook(lambda m, a, o: seen.__setitem__("a", (a[0][0], o[0]))),
+    ]
+    eager, _ = build_tiny("olmo2", attn_implementation="eager")
+    eager = eager.double()
+    out = model(ids[None], output_hidden_states=True, use_cache=False)
+    for h in hooks:
+        h.remove()
+    alpha = eager(ids[None], output_attentions=True, use_cache=False).attentions[1][0]  # (H, N, N), same weights
+    r = out.hidden_states[1][0]
+    a, normed = seen["a"]
+    i = n - 1
+    rms = (a[i].pow(2).mean() + block.post_attention_layernorm.variance_epsilon).sqrt()
+    gain = block.post_attention_layernorm.weight
+    w_o = block.self_attn.o_proj.weight  # (D, H·Dh)
+    dh = w_o.shape[1] // alpha.shape[0]
+    v = seen["v"].view(n, -1, dh)  # (N, Hkv, Dh)
+    group = alpha.shape[0] // v.shape[1]
+    mid = r[i] + normed[i]
+    terms = {
+        (h, j): gain * (alpha[h, i, j] * (w_o[:, h * dh : (h + 1) * dh] @ v[j, h // group])) / rms
+        for h in range(alpha.shape[0])
+        for j in range(i + 1)
+    }
+
+    def prox(t):
+        return max(0.0, float(mid.abs().sum() - (mid - t).abs().sum()))
+
+    z = sum(prox(t) for t in terms.values()) + prox(r[i])
+    got = {(e.head, e.source): e.weight for e in g.edges if e.layer == 1 and e.target == i}
+    for key, t in terms.items():
+        assert got[key] == pytest.approx(prox(t) / z, abs=1e-5)  # eager α is softmaxed in float32
+    assert got[(None, i)] == pytest.approx(prox(r[i]) / z, abs=1e-5)
+
+
+def test_a_block_the_replay_does_not_reproduce_is_refused():
+    from attnkit.hf.loading import HFModelError
+
+    model, ids = _model("llama")
+    model.model.layers[0].register_forward_hook(lambda m, a, o: o + 0.5)  # something the replay does not know
+    with pytest.raises(HFModelError, match=r"replaying layer 1 .* does not give its output") as err:
+        information_flow_routes(model, ids)
+    assert "\n" not in str(err.value)

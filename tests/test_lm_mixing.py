@@ -271,10 +271,9 @@ def test_trace_hands_over_one_layer_at_a_time():
     assert seen == [(0, (4, ids.shape[0], ids.shape[0])), (1, (4, ids.shape[0], ids.shape[0]))]
 
 
-@pytest.mark.parametrize("family", ["gemma2", "phi3", "olmo2"])
-def test_families_not_traced_are_refused_in_one_line(family):
-    model, tok = build_tiny(family)
-    with pytest.raises(HFModelError, match=f"not defined for {family} models") as err:
+def test_families_not_traced_are_refused_in_one_line():
+    model, tok = build_tiny("bart")  # an encoder-decoder: not a block stack trace_lm reads
+    with pytest.raises(HFModelError, match="not defined for bart models") as err:
         alti(model, torch.tensor(tok(TEXT)["input_ids"]))
     assert "\n" not in str(err.value)
 

@@ -1,6 +1,6 @@
 """Information-flow routes (Ferrando & Voita 2024, "Information flow routes: automatically interpreting
 language models at scale"; the graph of the LM Transparency Tool) for a decoder-only model, from one
-forward pass traced layer by layer (:func:`attnkit.hf.lm_decomposition.trace_lm`).
+forward pass and a top-down replay of its layers (:mod:`attnkit.hf.lm_decomposition`).
 
 Every block writes to the residual stream as a sum, and each summand's importance for the sum is its
 proximity to it (as in ALTI, Ferrando et al. 2022)::
@@ -12,13 +12,21 @@ proximity to it (as in ALTI, Ferrando et al. 2022)::
   (the bias is in ``s`` but no edge);
 - the MLP sub-block: ``out_i = mid_i + m_i``; the MLP node ``t = m_i`` and the residual ``t = mid_i``.
 
-The graph is built top-down from the chosen position at the last layer: a position is on the graph at
-a layer's output if it is the chosen one or a kept edge leaves it higher up; its MLP node is kept if
-its importance is at least τ; its attention edges whose importance is at least τ are kept, and their
-sources are on the graph at the layer's input, as is the position itself (its residual). Each layer's
-edge importances (every target, every head) are computed as the layer runs and only those at least τ
-are kept (a few per target for a usual τ), so no layer's ``(H, N, N)`` maps outlive it. ``τ = 0``
-keeps every edge with a non-zero attention weight.
+The graph is built top-down from the chosen position at the last layer, as the paper does: a position
+is on the graph at a layer's output if it is the chosen one or a kept edge leaves it higher up; its
+MLP node is kept if its importance is at least τ; its attention edges whose importance is at least τ
+are kept, and their sources are on the graph at the layer's input, as is the position itself (its
+residual). The model runs once as it runs without attnkit, keeping each layer's input
+(:func:`~attnkit.hf.lm_decomposition.record_lm`); then, from the last layer down, each layer is
+replayed (its attention module rerun for its weights, checked against the recorded output:
+:func:`~attnkit.hf.lm_decomposition.replay_layer`) and importances are computed **only for the
+positions the graph has reached there**, so one position's routes cost about two forward passes
+rather than ``O(H·N²·D)`` per layer, and no layer's ``(H, N, N)`` maps outlive it. ``τ = 0`` keeps
+every edge with a non-zero attention weight, and then every earlier position is reached.
+
+Where a norm follows the attention (Gemma 2/3, OLMo 2: ``mid_i = r_i + P(a_i)``) each head's term is
+carried through its linear part at ``a_i``'s real RMS, so the terms still add up to ``mid_i``. The
+routes read a decoder's prediction: an encoder-only model is refused in one line.
 """
 
 from __future__ import annotations
@@ -28,8 +36,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from ..hf.lm_decomposition import LMLayerParts, final_norm, trace_lm
-from .lm_mixing import LensRow
+from ..hf.lm_decomposition import LMLayerParts, record_lm, replay_layer, require_decoder
+from .lm_mixing import LensRow, lens_rows
 
 __all__ = ["FlowEdge", "FlowNode", "InformationFlowGraph", "information_flow_routes"]
 
@@ -105,30 +113,49 @@ def _prox(total: Tensor, parts: Tensor) -> Tensor:
     return (total.abs().sum(-1, keepdim=True) - (total.unsqueeze(-2) - parts).abs().sum(-1)).clamp_min(0.0)
 
 
-def _layer_importances(p: LMLayerParts, tau: float) -> dict:
-    """One layer's kept attention edges (importance ≥ τ, α > 0) and every position's residual and MLP shares."""
-    n, d = p.residual.shape
+def _layer_importances(p: LMLayerParts, targets: list[int], tau: float) -> dict:
+    """One layer's importances at ``targets`` only (the positions the graph has reached): the kept
+    attention edges (importance ≥ τ, α > 0) into them, and their residual and MLP shares.
+
+    Head by head, each head's ``f^h (N, D)`` is formed once and its terms ``α^h_ij f^h(u_j)`` (through
+    the norm after the attention where the block has one) are compared with ``mid_i`` for the targets in
+    chunks of at most ``_CHUNK`` elements; keys after a target (α = 0 in a decoder) are skipped."""
+    d = p.residual.shape[1]
     heads = p.weights.shape[0]
-    rows = max(1, _CHUNK // max(1, n * d))
-    kept: list[tuple[int, int, int, float]] = []
-    res_share = torch.empty(n, dtype=p.mid.dtype)
-    for lo in range(0, n, rows):
-        hi = min(n, lo + rows)
-        mid, r = p.mid[lo:hi], p.residual[lo:hi]  # (c, D)
-        prox_h = torch.stack(
-            [_prox(mid, p.weights[h, lo:hi, :, None] * p.values[h][None]) for h in range(heads)], dim=1
-        )  # (c, H, N)
-        prox_r = _prox(mid, r.unsqueeze(-2))[:, 0]  # (c,)
-        z = (prox_h.sum((1, 2)) + prox_r).clamp_min(torch.finfo(mid.dtype).tiny)  # (c,)
-        imp = prox_h / z[:, None, None]  # (c, H, N)
-        res_share[lo:hi] = prox_r / z
-        alive = (imp >= tau) & (p.weights[:, lo:hi].transpose(0, 1) > 0)
-        for i, h, j in alive.nonzero().tolist():
-            kept.append((lo + i, h, j, float(imp[i, h, j])))
-    m = p.out - p.mid  # (N, D): the MLP's output
-    prox_m = _prox(p.out, torch.stack([p.mid, m], dim=-2))  # (N, 2): residual, MLP
-    share = prox_m / prox_m.sum(-1, keepdim=True).clamp_min(torch.finfo(m.dtype).tiny)
-    return {"edges": kept, "residual": res_share, "mlp": share[:, 1], "heads": heads}
+    t_idx = torch.tensor(targets, dtype=torch.long, device=p.mid.device)
+    k = len(targets)
+    mid = p.mid[t_idx]  # (k, D)
+    keys = int(t_idx.max()) + 1  # causal: no key after the last target carries weight
+    prox_h = mid.new_zeros(k, heads, keys)  # (k, H, keys)
+    rows = max(1, _CHUNK // max(1, keys * d))
+    cols = max(1, _CHUNK // max(1, rows * d))
+    scale = None if p.scale is None else p.scale[t_idx]  # (k, D)
+    for h in range(heads):
+        f = p.head_values[h, :keys] @ p.w_o[h]  # (keys, D): f^h(u_j)
+        for lo in range(0, k, rows):
+            hi = min(k, lo + rows)
+            for c0 in range(0, keys, cols):
+                c1 = min(keys, c0 + cols)
+                t = p.weights[h, t_idx[lo:hi], c0:c1, None] * f[None, c0:c1]  # (c, s, D)
+                if scale is not None:
+                    if p.center:
+                        t = t - t.mean(-1, keepdim=True)
+                    t = t * scale[lo:hi, None, :]
+                prox_h[lo:hi, h, c0:c1] = _prox(mid[lo:hi], t)
+    prox_r = _prox(mid, p.residual[t_idx].unsqueeze(-2))[:, 0]  # (k,)
+    z = (prox_h.sum((1, 2)) + prox_r).clamp_min(torch.finfo(mid.dtype).tiny)  # (k,)
+    imp = prox_h / z[:, None, None]  # (k, H, keys)
+    alive = (imp >= tau) & (p.weights[:, t_idx, :keys].transpose(0, 1) > 0)
+    kept = [(targets[a], h, j, float(imp[a, h, j])) for a, h, j in alive.nonzero().tolist()]
+    out = p.out[t_idx]
+    prox_m = _prox(out, torch.stack([mid, out - mid], dim=-2))  # (k, 2): residual, MLP
+    share = prox_m / prox_m.sum(-1, keepdim=True).clamp_min(torch.finfo(mid.dtype).tiny)
+    return {
+        "edges": kept,
+        "residual": dict(zip(targets, (prox_r / z).tolist())),
+        "mlp": dict(zip(targets, share[:, 1].tolist())),
+        "heads": heads,
+    }
 
 
 @torch.no_grad()
@@ -144,6 +171,7 @@ def information_flow_routes(
     """The information-flow graph of ``position``'s prediction (default the last position) with
     importance threshold ``threshold`` (τ, in [0, 1]; see the module docstring), the logit lens there
     (top ``k`` tokens), and the ``pieces`` (one per token, optional) carried into the result."""
+    require_decoder(model, "information-flow routing")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be a number in [0, 1], got {threshold!r}")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -157,52 +185,31 @@ def information_flow_routes(
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is None:
         raise ValueError("model must have a language-model head (a ...ForCausalLM model)")
-    per_layer: list[dict] = []
-    outs: list[Tensor] = []
-
-    def on_layer(p: LMLayerParts) -> None:
-        per_layer.append(_layer_importances(p, float(threshold)))
-        outs.append(p.out[pos])
-
-    trace = trace_lm(model, input_ids, on_layer)
-    predicted = int(trace.logits[pos].argmax())
-    norm = final_norm(model)
-    lens = []
-    for layer, x in enumerate([trace.embedding[pos], *outs]):
-        logits = head(norm(x[None]))[0]  # (V,)
-        top = logits.topk(min(k, logits.shape[0]))
-        lens.append(
-            LensRow(layer, top.indices.tolist(), top.values.tolist(), 1 + int((logits > logits[predicted]).sum()))
-        )
+    rec = record_lm(model, input_ids)
+    predicted = int(rec.trace.logits[pos].argmax())
+    lens = lens_rows(model, [rec.inputs[0][pos], *(o[pos] for o in rec.outputs)], predicted, k)
 
     active = {pos}
     edges: list[FlowEdge] = []
     nodes: list[FlowNode] = []
     shares: dict[tuple[int, int], float] = {}
-    for layer in range(len(per_layer) - 1, -1, -1):
-        info = per_layer[layer]
-        for i in sorted(active):
-            w = float(info["mlp"][i])
+    heads = 0
+    for layer in range(rec.n_layers - 1, -1, -1):
+        targets = sorted(active)
+        info = _layer_importances(replay_layer(rec, layer), targets, float(threshold))  # one layer's maps at a time
+        heads = info["heads"]
+        for i in targets:
+            w = info["mlp"][i]
             if w >= threshold:
                 nodes.append(FlowNode(layer, i, w))
         sources = set(active)  # each position's residual carries it down
         for i, h, j, w in info["edges"]:
-            if i in active:
-                edges.append(FlowEdge(layer, h, j, i, w))
-                sources.add(j)
-        for i in sorted(active):
-            shares[(layer, i)] = float(info["residual"][i])
+            edges.append(FlowEdge(layer, h, j, i, w))
+            sources.add(j)
+        for i in targets:
+            shares[(layer, i)] = info["residual"][i]
             edges.append(FlowEdge(layer, None, i, i, shares[(layer, i)]))
         active = sources
     return InformationFlowGraph(
-        pos,
-        predicted,
-        float(threshold),
-        edges,
-        nodes,
-        lens,
-        pieces,
-        len(per_layer),
-        per_layer[0]["heads"] if per_layer else 0,
-        shares,
+        pos, predicted, float(threshold), edges, nodes, lens, pieces, rec.n_layers, heads, shares
     )

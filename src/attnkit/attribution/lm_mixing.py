@@ -1,16 +1,22 @@
-"""Context mixing, direct logit attribution and the logit lens for decoder-only language models, from
-the blocks :func:`attnkit.hf.lm_decomposition.trace_lm` traces (one forward pass, layer by layer).
+"""Context mixing, direct logit attribution and the logit lens for decoder-only and encoder-only
+language models, from the blocks :func:`attnkit.hf.lm_decomposition.trace_lm` traces (one forward
+pass, layer by layer). Attention-norm, value zeroing and ALTI read every layer's token
+representations of both kinds; ALTI-Logit, direct logit attribution and the logit lens read a
+decoder's next-token prediction and refuse an encoder-only model in one line.
 
 - **attention-norm** (Kobayashi et al. 2020, "Attention is not only a weight"): ``‖T_ij‖₂`` with
-  ``T_ij = Σ_h α^h_ij f^h(u_j)``, what token j adds to position i's residual stream in one layer.
+  ``T_ij = Σ_h α^h_ij f^h(u_j)``, what token j adds to the attention's output at position i in one
+  layer (before any norm after the attention, as Kobayashi et al. define it).
 - **value zeroing** (Mohebbi et al. 2023, "Quantifying context mixing in Transformers"): zero token
-  j's value vectors in one layer (every head), run the rest of that layer, and take
-  ``C_ij = 1 − cos(y_i, y_i^{¬j})``. The replay is exact: the zeroed layer output equals rerunning the
-  model with that value zeroed.
+  j's value vectors in one layer (every head), run the rest of that layer (its norms recomputed), and
+  take ``C_ij = 1 − cos(y_i, y_i^{¬j})``. The replay is exact: the zeroed layer output equals
+  rerunning the model with that value zeroed.
 - **ALTI** (Ferrando et al. 2022, "Measuring the mixing of contextual information in the
   Transformer"): each layer's output ``mid_i = Σ_j T_ij + r_i (+ b_O)`` is split into one term per
   input (the residual added to the diagonal term, the bias left out: it belongs to no token); a
-  term's contribution is its closeness to the sum, ``c_ij = max(0, ‖x̃_i‖₁ − ‖x̃_i − T̃_ij‖₁)``,
+  norm after the attention (BERT's post-norm LayerNorm, Gemma 2's and OLMo 2's RMSNorm) is applied to
+  each term with its input's real statistics (σ or RMS), the way the paper decomposes BERT; a term's
+  contribution is its closeness to the sum, ``c_ij = max(0, ‖x̃_i‖₁ − ‖x̃_i − T̃_ij‖₁)``,
   normalised over j; the MLP acts on each position alone and passes contributions through; the
   layers roll out, ``R = C_L ⋯ C_1``.
 - **ALTI-Logit** (Ferrando et al. 2023): each input token's share of the predicted token's logit,
@@ -21,7 +27,8 @@ the blocks :func:`attnkit.hf.lm_decomposition.trace_lm` traces (one forward pass
   every attention bias and every MLP block's output; the final norm is *linearised at the real
   final residual* (its σ or RMS held fixed, :class:`~attnkit.hf.lm_decomposition.NormLinear`), so
   each term's logit is ``W_U[token] · N_lin(term)`` and the terms plus the norm's bias term add up to
-  the model's own logit exactly. A term's direct effect ignores what later layers do with it.
+  the model's own logit exactly (before the final soft cap, for a model that caps its logits:
+  Gemma 2). A term's direct effect ignores what later layers do with it.
 - **the logit lens** (nostalgebraist 2020): each block's residual read through the final norm and
   the unembedding: the top-k tokens and the rank of the model's own prediction per layer.
 
@@ -36,7 +43,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..hf.lm_decomposition import LMLayerParts, final_norm, final_norm_linear, trace_lm
+from ..hf.lm_decomposition import (
+    LMLayerParts,
+    final_norm,
+    final_norm_linear,
+    lm_logits,
+    require_decoder,
+    trace_lm,
+)
 
 __all__ = [
     "AltiLogit",
@@ -47,6 +61,7 @@ __all__ = [
     "alti_logit",
     "attention_norm",
     "direct_logit_attribution",
+    "lens_rows",
     "logit_lens",
     "value_zeroed_output",
     "value_zeroing",
@@ -62,8 +77,7 @@ def value_zeroed_output(parts: LMLayerParts, j: int) -> Tensor:
     """``(N, D)``: the layer's output with token ``j``'s values zeroed in every head."""
     if not isinstance(j, int) or not 0 <= j < parts.residual.shape[0]:
         raise ValueError(f"j must be a position in 0..{parts.residual.shape[0] - 1}, got {j!r}")
-    term_j = torch.einsum("hi,hd->id", parts.weights[:, :, j], parts.values[:, j])  # (N, D)
-    return parts.mlp(parts.mid - term_j)
+    return parts.mlp(parts.mid_without(j))
 
 
 def value_zeroing(parts: LMLayerParts) -> Tensor:
@@ -75,9 +89,7 @@ def value_zeroing(parts: LMLayerParts) -> Tensor:
 
 def alti_block(parts: LMLayerParts) -> Tensor:
     """``(N, N)``: ALTI's contributions of one layer, rows summing to 1 (see the module docstring)."""
-    terms = parts.terms()  # (N, N, D)
-    idx = torch.arange(terms.shape[0], device=terms.device)
-    terms[idx, idx] += parts.residual
+    terms = parts.mixing_terms()  # (N, N, D)
     total = terms.sum(1, keepdim=True)  # (N, 1, D): x̃_i, the output less the bias
     c = (total.abs().sum(-1) - (total - terms).abs().sum(-1)).clamp_min(0.0)  # (N, N)
     return c / c.sum(-1, keepdim=True).clamp_min(torch.finfo(c.dtype).tiny)
@@ -102,7 +114,7 @@ class DirectLogitAttribution:
     """The direct logit attribution of ``token`` at ``position`` (0-based): ``heads (L, H)``,
     ``out_biases (L,)`` (each attention's ``b_O``; zeros where it has none), ``mlps (L,)``,
     ``embedding`` (token and position embeddings), ``norm_bias`` (the final LayerNorm's β; 0 for
-    RMSNorm); they sum to ``logit``, the model's own."""
+    RMSNorm); they sum to ``logit``, the model's own (before the final soft cap where it has one)."""
 
     position: int
     token: int
@@ -156,14 +168,14 @@ def direct_logit_attribution(
 ) -> DirectLogitAttribution:
     """Each head's and MLP block's direct contribution to ``token``'s logit at ``position`` (default:
     the last position and the model's own prediction there), see the module docstring."""
+    require_decoder(model, "direct logit attribution")
     head = _unembedding(model)
     pos = _position(int(input_ids.shape[-1]) if isinstance(input_ids, Tensor) else 0, position)
     heads, biases, mlps = [], [], []
 
     def on_layer(parts: LMLayerParts) -> None:
         heads.append(parts.head_terms(pos))  # (H, D)
-        b = parts.out_bias
-        biases.append(b if b is not None else parts.residual.new_zeros(parts.residual.shape[-1]))
+        biases.append(parts.bias_at(pos))  # (D,)
         mlps.append(parts.out[pos] - parts.mid[pos])  # (D,)
 
     trace = trace_lm(model, input_ids, on_layer)
@@ -186,8 +198,16 @@ def direct_logit_attribution(
         torch.stack([logit(m) for m in mlps]),  # (L,)
         float(logit(trace.embedding[pos])),
         nb + float(hb),
-        float(trace.logits[pos, tok]),
+        _uncapped_logit(model, trace.logits, trace.final, pos, tok),
     )
+
+
+def _uncapped_logit(model: nn.Module, logits: Tensor, final: Tensor, pos: int, tok: int) -> float:
+    """The model's own logit of ``tok`` at ``pos``; before the final soft cap where the model caps its
+    logits (the terms are linear and add up to that one)."""
+    if not getattr(model.config, "final_logit_softcapping", None):
+        return float(logits[pos, tok])
+    return float(_unembedding(model)(final_norm(model)(final[pos][None]))[0, tok])
 
 
 @dataclass
@@ -212,8 +232,8 @@ def logit_lens(model: nn.Module, input_ids: Tensor, *, position: int = -1, k: in
     one per block. The last block's row is the model's own output."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive number of tokens, got {k!r}")
-    head = _unembedding(model)
-    norm = final_norm(model)
+    require_decoder(model, "the logit lens")
+    _unembedding(model)
     pos = _position(int(input_ids.shape[-1]) if isinstance(input_ids, Tensor) else 0, position)
     rows: list[Tensor] = []
 
@@ -221,10 +241,15 @@ def logit_lens(model: nn.Module, input_ids: Tensor, *, position: int = -1, k: in
         rows.append(parts.out[pos])
 
     trace = trace_lm(model, input_ids, on_layer)
-    predicted = int(trace.logits[pos].argmax())
+    return lens_rows(model, [trace.embedding[pos], *rows], int(trace.logits[pos].argmax()), k)
+
+
+def lens_rows(model: nn.Module, residuals: list[Tensor], predicted: int, k: int) -> list[LensRow]:
+    """One :class:`LensRow` per residual ``(D,)`` (the embeddings first), read as the model reads its
+    last one (:func:`~attnkit.hf.lm_decomposition.lm_logits`), with the rank of ``predicted``."""
     out = []
-    for layer, x in enumerate([trace.embedding[pos], *rows]):
-        logits = head(norm(x[None]))[0]  # (V,)
+    for layer, x in enumerate(residuals):
+        logits = lm_logits(model, x[None])[0]  # (V,)
         top = logits.topk(min(k, logits.shape[0]))
         rank = 1 + int((logits > logits[predicted]).sum())
         out.append(LensRow(layer, top.indices.tolist(), top.values.tolist(), rank))
@@ -235,7 +260,7 @@ def logit_lens(model: nn.Module, input_ids: Tensor, *, position: int = -1, k: in
 class AltiLogit:
     """ALTI-Logit of ``token`` at ``position``: ``tokens (N,)`` each input token's contribution to the
     logit, ``biases`` (the attention biases' and the final norm's, which belong to no token); they sum
-    to ``logit``, the model's own."""
+    to ``logit``, the model's own (before the final soft cap where it has one)."""
 
     position: int
     token: int
@@ -254,6 +279,7 @@ def alti_logit(model: nn.Module, input_ids: Tensor, *, position: int = -1, token
     ``R^{l−1}[j', j]``; the MLP's update at the position goes by ``R^l[p, j]``; the embedding at the
     position is its own token's. The rollout rows sum to 1, so the tokens' contributions and the
     biases add up to the logit. One ``(N, N)`` rollout and one ``(N, D)`` sum are held across layers."""
+    require_decoder(model, "ALTI-Logit")
     head = _unembedding(model)
     pos = _position(int(input_ids.shape[-1]) if isinstance(input_ids, Tensor) else 0, position)
     state: dict[str, Tensor] = {}
@@ -266,10 +292,9 @@ def alti_logit(model: nn.Module, input_ids: Tensor, *, position: int = -1, token
             state["a"][pos] += p.residual[pos]  # the embedding
             state["b"] = p.residual.new_zeros(p.residual.shape[-1])
         below = state["r"]
-        from_sources = torch.einsum("hj,hjd->jd", p.weights[:, pos], p.values)  # (N, D): by source j'
+        from_sources = p.source_terms(pos)  # (N, D): by source j'
         state["a"] += below.T @ from_sources
-        if p.out_bias is not None:
-            state["b"] += p.out_bias
+        state["b"] += p.bias_at(pos)
         state["r"] = alti_block(p) @ below  # (N, N)
         state["a"] += torch.outer(state["r"][pos], p.out[pos] - p.mid[pos])  # the MLP's update
 
@@ -284,4 +309,5 @@ def alti_logit(model: nn.Module, input_ids: Tensor, *, position: int = -1, token
         biases += float(lin.bias @ w_u)
     if getattr(head, "bias", None) is not None:
         biases += float(head.bias[tok])
-    return AltiLogit(pos, tok, lin(state["a"]) @ w_u, biases, float(trace.logits[pos, tok]))
+    logit = _uncapped_logit(model, trace.logits, trace.final, pos, tok)
+    return AltiLogit(pos, tok, lin(state["a"]) @ w_u, biases, logit)

@@ -1,4 +1,4 @@
-"""The ``attnkit`` command: data, train, translate, align, caption, evaluate, export, models, serve, demo.
+"""The ``attnkit`` command: data, train, translate, align, caption, generate, evaluate, export, models, serve, demo.
 
 Every subcommand reports bad input as one clear line on stderr (exit status 2), never a traceback.
 """
@@ -11,7 +11,7 @@ import sys
 
 from ..errors import AttnkitError
 from ..version import __version__
-from . import align, caption, data, evaluate, explain, export, models, serve, train, translate
+from . import align, caption, data, evaluate, explain, export, generate, models, serve, train, translate
 from .allocator import keep_freed_memory
 from .common import CLIError, _Parser
 from .flags import _add_home_flag
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     align.add_align_parser(sub)
     translate.add_shortlist_parser(sub)
     caption.add_parser(sub)
+    generate.add_parser(sub)
     explain.add_parser(sub)
     evaluate.add_parser(sub)
     export.add_parser(sub)

@@ -130,24 +130,31 @@ def _shown_name(model) -> str:
 
 def _check_explanations_model(path, kind) -> None:
     """Refuse, in one line that says what the folder is, a model ``attnkit evaluate explanations`` cannot
-    score: the command scores source-target attributions against gold word alignments (translators) or
-    gold boxes (captioners), so a Hugging Face encoder-only or decoder-only model, which has no source and
-    target, and a folder holding no model are named as such (not as an incomplete checkpoint)."""
+    score: the command scores source-target attributions against gold word alignments (translators), gold
+    boxes (captioners), or a decoder-only model's next tokens by deletion and insertion; so a Hugging Face
+    encoder-only model, which predicts no next token, and a folder holding no model are named as such
+    (not as an incomplete checkpoint). A decoder-only model passes."""
     from ..service import ModelKind
 
     which = (
         "`attnkit evaluate explanations` scores translators (attnkit's, and Hugging Face encoder-decoders "
-        "such as Marian) and attnkit's captioners"
+        "such as Marian), attnkit's captioners and decoder-only language models"
     )
     if kind is ModelKind.SELF_ATTENTION:
         try:
-            model_type = json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("model_type")
-        except (OSError, ValueError, AttributeError):
-            model_type = None
+            config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            config = {}
+        config = config if isinstance(config, dict) else {}
+        from ..hf.loading import CAUSAL_LM_SUFFIXES
+
+        if any(str(a).endswith(CAUSAL_LM_SUFFIXES) for a in config.get("architectures") or []):
+            return
+        model_type = config.get("model_type")
         what = f"a Hugging Face {model_type} model" if model_type else "a Hugging Face model"
         raise CLIError(
-            f"{path} is {what}, encoder-only or decoder-only: it has no source-target explanations to score "
-            f"against gold; {which}"
+            f"{path} is {what}, encoder-only: it has no source-target explanations to score against gold and "
+            f"predicts no next token; {which}"
         )
     if kind is None and Path(path).is_dir() and not any(Path(path).iterdir()):
         raise CLIError(f"{path} holds no model (an empty folder); {which}")

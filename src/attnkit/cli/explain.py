@@ -150,6 +150,16 @@ def cmd_evaluate_explanations(args) -> None:
     )
     kind = model_kind(path)
     _check_explanations_model(path, kind)
+    if kind is ModelKind.SELF_ATTENTION:  # a decoder-only language model (encoder-only ones are refused above)
+        from .evaluate_lm import evaluate_language_model
+
+        report, text = evaluate_language_model(path, args)
+        if output:
+            save(report)
+        print(json.dumps(report, ensure_ascii=False) if args.json else text)
+        return
+    if args.texts is not None:
+        raise CLIError("--texts is for a decoder-only language model; a translator or captioner is scored on gold")
     if kind is ModelKind.TRANSLATOR:  # attnkit's translators and Hugging Face encoder-decoders
         report = evaluate_explanations(path, dtype=args.precision, **options)
     else:
@@ -273,7 +283,8 @@ def add_parser(sub) -> None:
 def add_evaluate_explanations_parser(e) -> None:
     ee = e.add_parser(
         "explanations",
-        help="every attribution method of a translator: AER, deletion area, sanity (randomised model), ms per verse",
+        help="every attribution method of a translator: AER, deletion area, sanity (randomised model), ms per verse; "
+        "of a decoder-only language model: deletion and insertion areas per next token, sanity",
     )
     _add_model_flag(ee, DEFAULT_TRANSLATION_MODEL)
     ee.add_argument(
@@ -287,6 +298,13 @@ def add_evaluate_explanations_parser(e) -> None:
         type=arg_type(between(1, 1000, integer=True), "sanity_verses"),
         default=3,
         help="verses for the randomisation check, the first of those scored (default: 3)",
+    )
+    ee.add_argument(
+        "--texts",
+        default=None,
+        metavar="FILE",
+        help="a decoder-only language model: score its next tokens on these texts, one a line (default: the first "
+        "--limit verses, 20 unless given, of the English Bible's validation split)",
     )
     _add_json_flag(ee)
     _add_output_flag(ee, "also write the JSON report here, after every method as well as at the end (default: none)")

@@ -13,7 +13,10 @@ def cmd_models(args) -> None:
     if args.json:
         _print_json([m.to_dict() for m in infos])
         return
-    print(f"{'name':<22} {'source':<8} {'task':<12} {'kind':<12} {'pair':<14} {'size':>8}  test score")
+    # the task and kind columns widen for a longer entry (a language model's "language-model", "language_model")
+    tw = max([12, *(len(m.task) for m in infos)])
+    kw = max([12, *(len(m.model_type) for m in infos)])
+    print(f"{'name':<22} {'source':<8} {'task':<{tw}} {'kind':<{kw}} {'pair':<14} {'size':>8}  test score")
     for m in infos:
         sc = m.scores
         beam5 = f", {sc['test_beam5_bleu']:.2f} beam 5" if "test_beam5_bleu" in sc else ""
@@ -28,7 +31,8 @@ def cmd_models(args) -> None:
         )
         pair = f"{m.src_lang}→{m.tgt_lang} {m.corpus}" if m.task == "translation" else "-"
         print(
-            f"{m.name:<22} {m.source:<8} {m.task:<12} {m.model_type:<12} {pair:<14} {m.size_bytes / 1e6:>6.1f}MB  {score}"
+            f"{m.name:<22} {m.source:<8} {m.task:<{tw}} {m.model_type:<{kw}} {pair:<14} {m.size_bytes / 1e6:>6.1f}MB  "
+            f"{score}"
         )
 
 

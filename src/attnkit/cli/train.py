@@ -1,4 +1,4 @@
-"""``attnkit train translation|captioning|classifier``."""
+"""``attnkit train translation|captioning|classifier|language-model``."""
 
 from __future__ import annotations
 
@@ -60,6 +60,20 @@ def cmd_train_classifier(args) -> None:
     _print_json(train_classifier(cfg, resume=args.resume))
 
 
+def cmd_train_language_model(args) -> None:
+    import os
+
+    from ..data.corpus import open_corpus
+    from ..tasks.language_model import LanguageModelTaskConfig, train_language_model
+
+    cfg = task_config_from_args(LanguageModelTaskConfig, args)
+    open_corpus(cfg.data, home=args.home)  # an unknown corpus is the error, before anything is written
+    _check_out_dir(cfg)
+    summary = train_language_model(cfg, resume=args.resume, home=args.home)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary
+        _print_json(summary)
+
+
 def _add_train_flags(parser: argparse.ArgumentParser, func) -> None:
     """``--resume`` and ``--no-progress``, which every ``attnkit train`` task takes, and the task's command."""
     parser.add_argument(
@@ -92,6 +106,18 @@ def add_parser(sub) -> None:
 
     add_config_arguments(tc, CaptioningConfig)
     _add_train_flags(tc, cmd_train_captioning)
+
+    tl = t.add_parser(
+        "language-model",
+        help="a decoder-only language model (GPT-2 or Llama shape) on one side of the Bible or of your corpus",
+        description="Train a decoder-only language model on one language of --data (bible: --side en or es; or "
+        "a corpus prepared with `attnkit data prepare parallel`). Validation logs the loss, the perplexity and "
+        "the induction-head scores (Olsson et al. 2022) to train_log.jsonl.",
+    )
+    from ..tasks.language_model import LanguageModelTaskConfig
+
+    add_config_arguments(tl, LanguageModelTaskConfig)
+    _add_train_flags(tl, cmd_train_language_model)
 
     tk = t.add_parser("classifier", help="Fashion-MNIST classifier (its conv encoder can start a captioner)")
     add_config_arguments(tk, ClassifierTaskConfig)

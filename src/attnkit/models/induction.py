@@ -15,7 +15,10 @@ when the vocabulary allows, so every token of the second half has exactly one ea
   layer's input norm, the head's value and output projections), then the final norm and the
   unembedding, gives logits; the score is the mean over ``t`` of the fraction of the other
   non-special tokens whose logit is below ``t``'s. A head that copies what it attends to scores
-  near 1; a random head near 0.5 (chance).
+  near 1; a random head near 0.5 (chance). Its cost is ``N × V × d_model`` per head for ``N`` tokens
+  scored, which a large vocabulary makes slow; ``copying_tokens=n`` scores a seeded sample of ``n`` of
+  the tokens instead (each still ranked against every non-special token), an unbiased estimate of
+  the same mean.
 
 And for the model, the **in-context-learning score** (Olsson et al.'s): the loss at a late token
 minus the loss at an early token of real text, ``L(late) − L(early)``, mean over the batch; negative
@@ -111,18 +114,20 @@ def repeated_random_tokens(
     return torch.cat([r, r], dim=1)  # (B, 2L)
 
 
-def _head_ov_copying(model: LanguageModel, layer: int, tokens: Tensor) -> list[float]:
-    """Copying score of every head of ``layer`` (see the module docstring)."""
+def _head_ov_copying(model: LanguageModel, layer: int, tokens: Tensor, scored: Tensor | None = None) -> list[float]:
+    """Copying score of every head of ``layer`` (see the module docstring): the mean over the tokens
+    ``tokens[scored]`` (default: all of ``tokens``), each ranked against all of ``tokens``."""
+    scored = torch.arange(len(tokens), device=tokens.device) if scored is None else scored
     block = model.layers[layer]
     attn = block.self_attn
-    x = block.input_layernorm(model.embed_tokens(tokens))  # (N, D)
-    v = attn.v_proj(x).view(len(tokens), attn.n_kv_heads, attn.head_dim)  # (N, Hkv, Dh)
+    x = block.input_layernorm(model.embed_tokens(tokens[scored]))  # (n, D)
+    v = attn.v_proj(x).view(len(scored), attn.n_kv_heads, attn.head_dim)  # (n, Hkv, Dh)
     w_o = attn.o_proj.weight.view(attn.d_model, attn.n_heads, attn.head_dim)  # (D, H, Dh)
     scores = []
     for h in range(attn.n_heads):
-        out = v[:, h // attn.groups] @ w_o[:, h].T  # (N, D): the head's output for each token alone
-        logits = model.lm_head(model.norm(out))[:, tokens]  # (N, N) over the non-special tokens
-        own = logits.diagonal().unsqueeze(1)  # (N, 1)
+        out = v[:, h // attn.groups] @ w_o[:, h].T  # (n, D): the head's output for each token alone
+        logits = model.lm_head(model.norm(out))[:, tokens]  # (n, N) over the non-special tokens
+        own = logits.gather(1, scored.unsqueeze(1))  # (n, 1): each scored token's own logit
         below = (logits < own).float().sum(1) / (len(tokens) - 1)
         scores.append(float(below.mean()))
     return scores
@@ -162,16 +167,23 @@ def induction_scores(
     seed: int = 0,
     special_ids: tuple[int, ...] = (0, 1, 2, 3),
     text_ids: Tensor | None = None,
+    copying_tokens: int | None = None,
 ) -> InductionScores:
     """Prefix-matching, previous-token and copying scores of every head on repeated random tokens
     (``length`` each half; default ``min(max_len // 2, 64)``), and the in-context-learning score when
-    ``text_ids (B, T)`` is given. The model is put in eval mode for the measurement and restored."""
+    ``text_ids (B, T)`` is given. ``copying_tokens``: score the copying of a sample of that many
+    non-special tokens (drawn with ``seed``; default all of them). The model is put in eval mode for the
+    measurement and restored."""
     if not isinstance(model, LanguageModel):
         raise TypeError(f"model must be a LanguageModel, got {type(model).__name__}")
     cfg = model.config
     length = min(cfg.max_len // 2, 64) if length is None else length
     if not isinstance(length, int) or length < 2 or 2 * length > cfg.max_len:
         raise ValueError(f"length must be an int in 2..max_len/2={cfg.max_len // 2}, got {length!r}")
+    if copying_tokens is not None and (
+        isinstance(copying_tokens, bool) or not isinstance(copying_tokens, int) or copying_tokens < 1
+    ):
+        raise ValueError(f"copying_tokens must be an int >= 1 or None, got {copying_tokens!r}")
     was_training = model.training
     model.eval()
     try:
@@ -187,7 +199,10 @@ def induction_scores(
             pos = torch.arange(1, 2 * length, device=device)
             previous.append(w[:, :, pos, pos - 1].mean(dim=(0, 2)).tolist())
         tokens = torch.tensor([t for t in range(cfg.vocab_size) if t not in set(special_ids)], device=device)
-        copying = [_head_ov_copying(model, li, tokens) for li in range(cfg.n_layers)]
+        scored = None
+        if copying_tokens is not None and copying_tokens < len(tokens):  # drawn after the sequences: they stay
+            scored = torch.randperm(len(tokens), generator=gen)[:copying_tokens].sort().values.to(device)
+        copying = [_head_ov_copying(model, li, tokens, scored) for li in range(cfg.n_layers)]
         icl, where = None, None
         if text_ids is not None:
             icl, where = in_context_learning_score(model, text_ids.to(device))

@@ -139,20 +139,31 @@ def _hf_task(source: str) -> str:
 
 
 def model_task(path: str | os.PathLike) -> str:
-    """What the model in folder ``path`` does, from the files beside its weights: ``"translation"`` (a
-    sentencepiece tokenizer, or a Hugging Face encoder-decoder), ``"captioning"`` (a caption vocabulary),
-    ``"self-attention"`` (a Hugging Face encoder-only or decoder-only model) or ``"?"``."""
+    """What the model in folder ``path`` does, from the files beside its weights: ``"language-model"``
+    (attnkit's decoder-only model: ``model_type`` ``language_model`` in its ``config.json``),
+    ``"translation"`` (a sentencepiece tokenizer, or a Hugging Face encoder-decoder), ``"captioning"`` (a
+    caption vocabulary), ``"self-attention"`` (a Hugging Face encoder-only or decoder-only model) or ``"?"``."""
     from ..data.tokenizer import MODEL_FILENAME
 
     source = hf_source(path)
     if source is not None:
         return _hf_task(source)
     path = Path(path)
+    if _model_type(path) == "language_model":  # it has a tokenizer.model too: asked first
+        return "language-model"
     if (path / MODEL_FILENAME).is_file():
         return "translation"
     from ..data.vocab import VOCAB_FILENAME
 
     return "captioning" if (path / VOCAB_FILENAME).is_file() else "?"
+
+
+def _model_type(path: Path) -> str | None:
+    """The ``model_type`` of ``path/config.json``, or None when there is none to read."""
+    try:
+        return json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _info(name: str, path: Path, source: str) -> ModelInfo:

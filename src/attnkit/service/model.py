@@ -46,9 +46,10 @@ class ModelSpec:
 @dataclass
 class Model:
     """A loaded model: ``impl`` is the task's wrapper (a ``Translator``, ``Captioner``, CTranslate2 translator,
-    or :class:`attnkit.hf.self_attention.SelfAttentionModel`), ``label`` the name it is shown by, ``path`` the
-    folder its weights came from (None for an ``hf:`` hub name read from the cache), ``spec`` how to open it
-    again."""
+    :class:`attnkit.hf.self_attention.SelfAttentionModel`, or, for attnkit's own language model, a
+    :class:`attnkit.tasks.language_model.inference.LanguageModelGenerator`), ``label`` the name it is shown
+    by, ``path`` the folder its weights came from (None for an ``hf:`` hub name read from the cache), ``spec``
+    how to open it again."""
 
     label: str
     kind: ModelKind

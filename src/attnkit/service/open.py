@@ -123,8 +123,10 @@ def _load(kind: ModelKind | None, path: Path, spec: ModelSpec):
         from ..hf import load_self_attention
 
         return load_self_attention(str(path), device=spec.device)
-    if kind is ModelKind.LANGUAGE_MODEL:
-        raise ValueError(f"kind: {path} cannot be opened as a {kind} yet")
+    if kind is ModelKind.LANGUAGE_MODEL:  # attnkit's own decoder-only model and its tokenizer
+        from ..tasks.language_model.inference import LanguageModelGenerator
+
+        return LanguageModelGenerator.load(path, device=spec.device, dtype=spec.dtype)
     from ..tasks.captioning import Captioner
 
     return Captioner.load(path, device=spec.device, dtype=spec.dtype)

@@ -1,6 +1,11 @@
-"""The language-model task (issue 57): data for ``attnkit train language-model``.
+"""The language-model task (issue 57): ``attnkit train language-model`` and sampling from its models.
 
-So far :mod:`.data` (one language's text as contiguous blocks of tokens), :mod:`.config` (the
-options, one field each) and :mod:`.loss` (next-token cross-entropy, perplexity) are here; the
-command, the trainer wiring and sampling come next.
+:mod:`.data` (one language's text as contiguous blocks of tokens), :mod:`.config` (the options, one field
+each), :mod:`.loss` (next-token cross-entropy, perplexity), :mod:`.train` (the run, with the shared trainer;
+validation logs the induction scores).
 """
+
+from .config import LanguageModelTaskConfig
+from .train import train_language_model
+
+__all__ = ["LanguageModelTaskConfig", "train_language_model"]

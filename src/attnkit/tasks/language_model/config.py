@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...checks import COUNT, LAYERS, LEARNING_RATE, MAX_LENGTH, PROBABILITY, VOCABULARY, WIDTH, check_fields
+from ...checks import (
+    COUNT,
+    LAYERS,
+    LEARNING_RATE,
+    LOSS_WEIGHT,
+    MAX_LENGTH,
+    PROBABILITY,
+    VOCABULARY,
+    WIDTH,
+    check_fields,
+)
 from ...config import option
 from ...errors import ConfigError
 from ...models.language_model import LanguageModelConfig
@@ -42,11 +52,22 @@ class LanguageModelTaskConfig(TaskConfig):
     batch_size: int = option(32, "blocks per batch", check=COUNT)
     lr: float = option(3e-4, "AdamW's peak learning rate (reached at the end of warm-up)", check=LEARNING_RATE)
     warmup_fraction: float = option(0.05, "the share of the budget's steps spent warming up", check=PROBABILITY)
+    weight_decay: float = option(
+        0.1,
+        "AdamW's decoupled weight decay, on the matrices and embeddings (not on norms and biases)",
+        check=LOSS_WEIGHT,
+    )
+    valid_blocks: int = option(
+        64,
+        "validate on the first N blocks of the valid split (loss and perplexity; the first 8 also give the "
+        "in-context-learning score)",
+        check=COUNT,
+    )
     shape: str = option("llama", "the model's shape", choices=SHAPES)
     layers: int = option(4, "transformer blocks", check=LAYERS)
     heads: int = option(4, "attention heads per block", check=LAYERS)
     kv_heads: int | None = option(
-        None, "llama: key/value heads (grouped-query attention; must divide --heads; default: --heads)", check=LAYERS
+        None, "llama: key/value heads (grouped-query attention; must divide --heads) (default: --heads)", check=LAYERS
     )
     d_model: int = option(256, "the width of the residual stream", check=WIDTH)
     d_ff: int | None = option(

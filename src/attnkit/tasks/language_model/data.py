@@ -20,24 +20,32 @@ import numpy as np
 import torch
 
 from ...data.tokenizer import BOS_ID, EOS_ID
+from ...errors import ConfigError
 from ...training.data import Batches, shuffled
 
-__all__ = ["SIDES", "block_count", "lm_batches", "side_texts", "token_stream"]
+__all__ = ["SIDES", "block_count", "lm_batches", "resolve_side", "side_texts", "token_stream"]
 
 #: Which side of a parallel corpus is the language model's text: ``src``/``tgt``, or a language
 #: code the corpus names (the Bible: ``es`` is its source side, ``en`` its target side).
 SIDES = ("src", "tgt")
 
 
-def side_texts(corpus, split: str, side: str, limit: int | None = None) -> list[str]:
-    """The texts of one side (``"src"``, ``"tgt"``, or one of the corpus's two language codes) of
-    ``corpus``'s ``split``, in corpus order; the first ``limit`` pairs only when given."""
+def resolve_side(corpus, side: str) -> str:
+    """``"src"`` or ``"tgt"``: the side ``side`` (one of those, or one of the corpus's two language codes)
+    names; anything else is a :class:`~attnkit.errors.ConfigError` (a ``ValueError``) naming ``side``."""
     if side in (corpus.src_lang, corpus.tgt_lang) and corpus.src_lang != corpus.tgt_lang:
         side = "src" if side == corpus.src_lang else "tgt"
     if side not in SIDES:
-        raise ValueError(
+        raise ConfigError(
             f"side must be src, tgt, {corpus.src_lang} or {corpus.tgt_lang} for corpus {corpus.name!r}, got {side!r}"
         )
+    return side
+
+
+def side_texts(corpus, split: str, side: str, limit: int | None = None) -> list[str]:
+    """The texts of one side (``"src"``, ``"tgt"``, or one of the corpus's two language codes) of
+    ``corpus``'s ``split``, in corpus order; the first ``limit`` pairs only when given."""
+    side = resolve_side(corpus, side)
     return [getattr(pair, side) for pair in corpus.iter_pairs(split, limit)]
 
 

@@ -12,7 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["next_token_loss", "perplexity"]
+__all__ = ["next_token_loss", "next_token_loss_sum", "perplexity"]
 
 
 def next_token_loss(model, batch: dict) -> torch.Tensor:
@@ -22,6 +22,17 @@ def next_token_loss(model, batch: dict) -> torch.Tensor:
         raise ValueError(f"batch ids {tuple(ids.shape)} and targets {tuple(targets.shape)} must have one shape")
     logits = model(ids).logits  # (B, T, V)
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())  # (B·T, V) -> ()
+
+
+def next_token_loss_sum(model, batch: dict) -> tuple[torch.Tensor, int, dict]:
+    """The same loss in the form :class:`~attnkit.training.Trainer` takes: ``(Σ cross-entropy, B·T, {})``;
+    the trainer divides the sum by the batch's count (over every rank under torchrun)."""
+    ids, targets = batch["ids"], batch["targets"]
+    if ids.shape != targets.shape:
+        raise ValueError(f"batch ids {tuple(ids.shape)} and targets {tuple(targets.shape)} must have one shape")
+    logits = model(ids).logits  # (B, T, V)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum")  # (B·T, V) -> ()
+    return loss, targets.numel(), {}
 
 
 def perplexity(mean_loss: float) -> float:
