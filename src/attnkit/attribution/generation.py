@@ -72,7 +72,14 @@ __all__ = [
 
 #: the methods a decoder-only model's tokens have as rows, in registry order (then the views of one
 #: prediction, :data:`~attnkit.attribution.lm_methods.LM_VIEWS`: see :func:`generation_methods`)
-GENERATION_METHODS = ("attention", "rollout", *LM_MIXING_METHODS, "saliency", "input_x_gradient", "integrated_gradients")
+GENERATION_METHODS = (
+    "attention",
+    "rollout",
+    *LM_MIXING_METHODS,
+    "saliency",
+    "input_x_gradient",
+    "integrated_gradients",
+)
 #: the most tokens of a forced text explained at once: a gradient method runs one backward pass per token,
 #: each over the text up to that token, so the work grows with the square of the length
 MAX_FORCED_TOKENS = 1024

@@ -151,7 +151,8 @@ class LMViewAnalysis(_Portable):
     every block), ``dla`` the direct logit attribution
     (:class:`~attnkit.attribution.lm_mixing.DirectLogitAttribution`), ``graph`` the information-flow routes
     (:class:`~attnkit.attribution.information_flow.InformationFlowGraph`) and ``node_lens`` the logit lens at
-    every position on the graph; ``vocab`` the text of every token id shown. :meth:`to_dict` is the JSON
+    every position on the graph, ``attention_rows`` every head's attention row at each target of a kept
+    head edge (``{(layer, target): (H, N)}``, 0-based); ``vocab`` the text of every token id shown. :meth:`to_dict` is the JSON
     of the CLI, the server and the page (layers, heads and positions numbered from 1)."""
 
     model: str
@@ -169,6 +170,7 @@ class LMViewAnalysis(_Portable):
     graph: Any = None
     node_lens: dict | None = None
     vocab: dict | None = None
+    attention_rows: dict | None = None
     spec: Any = None
     seconds: float = 0.0
 
@@ -208,6 +210,10 @@ class LMViewAnalysis(_Portable):
             graph.pop("pieces", None)
             out["graph"] = graph
             out["node_lens"] = {str(p + 1): self._lens_rows(rows) for p, rows in (self.node_lens or {}).items()}
+            out["attention_rows"] = [
+                {"layer": layer + 1, "target": t + 1, "heads": heads}
+                for (layer, t), heads in sorted((self.attention_rows or {}).items())
+            ]
         return out
 
     def _repr_html_(self) -> str:  # Jupyter, VS Code, Colab: the same view as the page's

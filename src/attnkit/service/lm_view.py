@@ -20,6 +20,25 @@ from .requests import LMViewRequest
 __all__ = ["analyse_lm_view"]
 
 
+def _edge_rows(sa, ids: list[int], graph) -> dict[tuple[int, int], list[list[float]]]:
+    """``{(layer, target): (H, N) rows}`` (0-based): every head's attention row at each target of a kept
+    head edge, what the graph view shows when an edge is clicked; one pass, only those rows kept."""
+    wanted: dict[int, set[int]] = {}
+    for e in graph.edges:
+        if e.head is not None:
+            wanted.setdefault(e.layer, set()).add(e.target)
+    rows: dict[tuple[int, int], list[list[float]]] = {}
+    if not wanted:
+        return rows
+
+    def keep(layer: int, w) -> None:  # w (H, N, N), layer 1-based
+        for t in sorted(wanted[layer - 1]):
+            rows[(layer - 1, t)] = [[round(float(v), 5) for v in r] for r in w[:, t].float().cpu()]
+
+    sa.stream(ids, keep, layers=[layer + 1 for layer in sorted(wanted)])
+    return rows
+
+
 def analyse_lm_view(model: Model, req: LMViewRequest) -> LMViewAnalysis:
     """Compute ``req``'s view on ``model`` (a decoder-only model opened by :func:`~attnkit.service.open_model`)."""
     import torch
@@ -44,7 +63,7 @@ def analyse_lm_view(model: Model, req: LMViewRequest) -> LMViewAnalysis:
     x = torch.tensor(ids, device=sa.device)
     pieces = sa.pieces_of(ids)
     t0 = time.perf_counter()
-    lens = dla = graph = node_lens = None
+    lens = dla = graph = node_lens = rows = None
     if req.view == "logit_lens":
         lens = logit_lens(sa.model, x, position=pos, k=req.top)
         token = lens[-1].top[0]
@@ -56,9 +75,10 @@ def analyse_lm_view(model: Model, req: LMViewRequest) -> LMViewAnalysis:
         token = graph.token
         on_graph = sorted({e.source for e in graph.edges} | {e.target for e in graph.edges} | {pos})
         node_lens = lens_at(sa.model, ids, on_graph, k=req.top)
+        rows = _edge_rows(sa, ids, graph)
     shown = {token}
-    for rows in [lens or [], *(node_lens or {}).values()]:
-        for r in rows:
+    for lens_rows in [lens or [], *(node_lens or {}).values()]:
+        for r in lens_rows:
             shown.update(r.top)
     shown = sorted(shown)
     vocab = dict(zip(shown, sa.pieces_of(shown)))
@@ -79,6 +99,7 @@ def analyse_lm_view(model: Model, req: LMViewRequest) -> LMViewAnalysis:
         graph=graph,
         node_lens=node_lens,
         vocab=vocab,
+        attention_rows=rows,
         spec=model.spec,
         seconds=time.perf_counter() - t0,
     )
