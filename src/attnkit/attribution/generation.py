@@ -129,7 +129,7 @@ def canonical_generation_method(name) -> str:
         return canonical_method(name)
     except UnknownMethodError:
         raise UnknownMethodError(
-            f"unknown method {name!r} for a language model; known: {', '.join(generation_methods())}"
+            f"unknown attribution method {name!r}; a language model's methods: {', '.join(generation_methods())}"
         ) from None
 
 
