@@ -53,6 +53,7 @@ class FlowView:
 
     @property
     def html(self) -> str:
+        """The page (:func:`flow_html`)."""
         return flow_html(self.data)
 
     def save(self, path: str | Path) -> Path:
