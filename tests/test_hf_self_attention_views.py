@@ -144,17 +144,10 @@ def test_api_generate_attributes_the_continuation(client):
     assert client.app.state.explorer.jobs.recent  # the job was timed under its kind
 
 
-def test_api_flow_gives_the_services_routes_and_lens_and_refuses_bad_fields(client):
-    from attnkit.service import LMViewRequest, analyse, open_model
-
+def test_api_flow_gives_the_logit_lens_and_refuses_bad_fields(client):
     text = "Jesús lloró."
-    r = client.post("/api/flow", json={"text": text, "model": "tiny-gpt2", "threshold": 0.05})
-    assert r.status_code == 200, r.text
-    p = r.json()
-    want = analyse(open_model(str(saved_tiny("gpt2"))), LMViewRequest(text, threshold=0.05)).to_dict()
-    assert p["graph"] == want["graph"] and p["node_lens"] == want["node_lens"] and p["pieces"] == want["pieces"]
-    assert p["node_lens"][str(p["position"])][-1]["top"][0]["id"] == p["token"]["id"]
-    # the logit lens runs in the fast lane (the routes, a heavy job, in a worker process)
+    # the logit lens runs in the fast lane (the routes, a heavy job in a worker process, are drawn and checked
+    # against the service in tests/test_hf_browser.py)
     r = client.post("/api/flow", json={"text": text, "model": "tiny-gpt2", "view": "logit_lens", "position": 2})
     assert r.status_code == 200, r.text
     sa = load_self_attention(str(saved_tiny("gpt2")))
@@ -163,6 +156,13 @@ def test_api_flow_gives_the_services_routes_and_lens_and_refuses_bad_fields(clie
         predicted = int(sa.model(input_ids=torch.tensor([ids])).logits[0, 1].argmax())  # the model run again
     lens = r.json()
     assert lens["position"] == 2 and lens["token"]["id"] == predicted and lens["lens"][-1]["top"][0]["id"] == predicted
+    r = client.post("/api/flow", json={"text": text, "model": "tiny-gpt2", "view": "direct_logit"})
+    assert r.status_code == 200, r.text
+    d = r.json()["direct_logit"]
+    with torch.no_grad():
+        logit = float(sa.model(input_ids=torch.tensor([ids])).logits[0, -1, d["token"]])
+    total = d["embedding"] + d["norm_bias"] + sum(sum(x["heads"]) + x["out_bias"] + x["mlp"] for x in d["layers"])
+    assert d["position"] == len(ids) and total == pytest.approx(logit, abs=1e-4)
     for body, status, said in (
         ({"threshold": 0.001}, 422, "threshold"),
         ({"position": 99}, 422, "position must be a token of the text"),
