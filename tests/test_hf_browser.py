@@ -134,6 +134,7 @@ def test_gpt2s_information_flow_graph_draws_and_a_block_shows_its_logit_lens(ser
     # a click on an edge shows its head's attention row; the slider hides the weaker edges
     edges.first.dispatch_event("click")
     expect(page.locator(f"{card} .flow-row .flow-attention li").first).to_be_visible()
+    expect(page.locator(f"{card} .flow-row .flow-promotes")).to_contain_text("promotes")
     page.locator(f"{card} .flow-threshold").evaluate("s => { s.value = s.max; s.dispatchEvent(new Event('input')); }")
     assert page.locator(f"{card} .flow-edge:visible").count() < len(heads) or len(heads) == 1
 

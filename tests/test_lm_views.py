@@ -141,6 +141,16 @@ def test_routes_through_the_cli_json_png_and_page(gpt2, capsys, tmp_path):
     rows = {(r["layer"], r["target"]): r["heads"] for r in data["attention_rows"]}
     assert all(rows[(e["layer"], e["target"])][e["head"] - 1][e["source"] - 1] > 0 for e in heads)
     assert str(data["position"]) in data["node_lens"]
+    # what an edge's head promotes at its target: the top token's logit is that head's direct logit attribution
+    from attnkit.attribution.lm_mixing import direct_logit_attribution
+
+    e = heads[0]
+    row = next(r for r in data["attention_rows"] if (r["layer"], r["target"]) == (e["layer"], e["target"]))
+    top = row["promotes"][e["head"] - 1][0]
+    ids = torch.tensor(gpt2.impl.encode(TEXT)[0])
+    dla = direct_logit_attribution(gpt2.impl.model, ids, position=e["target"] - 1, token=top["id"])
+    assert top["logit"] == pytest.approx(float(dla.heads[e["layer"] - 1, e["head"] - 1]), abs=1e-4)
+    assert row["suppresses"][e["head"] - 1][0]["logit"] <= top["logit"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     code, out, err = _cli(capsys, "explain", TEXT, "--model", folder, "--method", "routes", "--plot", page)
     assert code == 0, err

@@ -30,6 +30,7 @@ __all__ = [
     "LM_MIXING_METHODS",
     "LM_VIEWS",
     "canonical_lm_method",
+    "head_details",
     "layer_maps",
     "lens_at",
     "mixing_rows",
@@ -196,4 +197,42 @@ def lens_at(model, ids: list[int], positions: list[int], *, k: int = 5) -> dict[
         ranks = 1 + (logits > own).sum(-1)  # (P,)
         for i, p in enumerate(pos):
             out[p].append(LensRow(layer, top.indices[i].tolist(), top.values[i].tolist(), int(ranks[i])))
+    return out
+
+
+@torch.no_grad()
+def head_details(model, ids: list[int], targets: dict[int, set[int]], *, k: int = 5) -> dict[tuple[int, int], dict]:
+    """What each head does at some positions, from one traced pass: for every ``(layer, target)`` (0-based)
+    in ``targets`` (``{layer: {target, …}}``), ``rows`` every head's attention row there ``(H, N)`` and what
+    each head's output at the target promotes and suppresses when read as logits (as direct logit
+    attribution reads it: through the final norm linearised at the target's real final residual, then the
+    unembedding): ``promotes``/``suppresses`` ``(H, k)`` token ids and their logits ``(H, k)``. Only the
+    asked positions' ``(H, N)`` rows and ``(H, D)`` outputs are kept."""
+    from ..hf.lm_decomposition import final_norm_linear
+
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive number of tokens, got {k!r}")
+    device = next(model.parameters()).device
+    held: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
+
+    def on_layer(parts: LMLayerParts) -> None:
+        for t in sorted(targets.get(parts.layer, ())):
+            held[(parts.layer, t)] = (parts.weights[:, t].clone(), parts.head_terms(t))  # (H, N), (H, D)
+
+    trace = trace_lm(model, torch.tensor(ids, device=device), on_layer)
+    w_u = model.get_output_embeddings().weight  # (V, D)
+    out: dict[tuple[int, int], dict] = {}
+    for (layer, t), (rows, terms) in held.items():
+        logits = final_norm_linear(model, trace.final[t])(terms) @ w_u.T  # (H, V)
+        up, down = (
+            logits.topk(min(k, logits.shape[-1]), dim=-1),
+            logits.topk(min(k, logits.shape[-1]), dim=-1, largest=False),
+        )
+        out[(layer, t)] = {
+            "rows": rows.float().cpu(),
+            "promotes": up.indices.cpu(),
+            "promote_logits": up.values.float().cpu(),
+            "suppresses": down.indices.cpu(),
+            "suppress_logits": down.values.float().cpu(),
+        }
     return out

@@ -306,6 +306,8 @@ class AttentionRow(_Strict):
     layer: int = Field(ge=1)
     target: int = Field(ge=1)
     heads: list[list[float]] = Field(description="H × N: every head's attention row at the target")
+    promotes: list[list[LensToken]] = Field(description="per head: the tokens its output at the target raises most")
+    suppresses: list[list[LensToken]] = Field(description="per head: the tokens its output at the target lowers most")
 
 
 class LMView(_Strict):

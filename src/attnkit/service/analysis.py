@@ -152,7 +152,8 @@ class LMViewAnalysis(_Portable):
     (:class:`~attnkit.attribution.lm_mixing.DirectLogitAttribution`), ``graph`` the information-flow routes
     (:class:`~attnkit.attribution.information_flow.InformationFlowGraph`) and ``node_lens`` the logit lens at
     every position on the graph, ``attention_rows`` every head's attention row at each target of a kept
-    head edge (``{(layer, target): (H, N)}``, 0-based); ``vocab`` the text of every token id shown. :meth:`to_dict` is the JSON
+    head edge and the tokens each head's output there promotes and suppresses (by ``(layer, target)``, 0-based:
+    :func:`~attnkit.attribution.lm_methods.head_details`); ``vocab`` the text of every token id shown. :meth:`to_dict` is the JSON
     of the CLI, the server and the page (layers, heads and positions numbered from 1)."""
 
     model: str
@@ -173,6 +174,14 @@ class LMViewAnalysis(_Portable):
     attention_rows: dict | None = None
     spec: Any = None
     seconds: float = 0.0
+
+    def _tokens(self, ids, logits) -> list[list[dict]]:
+        """``(H, k)`` token ids and logits as ``[head][rank] {"id", "piece", "logit"}``."""
+        vocab = self.vocab or {}
+        return [
+            [{"id": int(i), "piece": vocab.get(int(i), "?"), "logit": round(float(v), 5)} for i, v in zip(ri, rv)]
+            for ri, rv in zip(ids.tolist(), logits.tolist())
+        ]
 
     def _lens_rows(self, rows) -> list[dict]:
         vocab = self.vocab or {}
@@ -211,8 +220,14 @@ class LMViewAnalysis(_Portable):
             out["graph"] = graph
             out["node_lens"] = {str(p + 1): self._lens_rows(rows) for p, rows in (self.node_lens or {}).items()}
             out["attention_rows"] = [
-                {"layer": layer + 1, "target": t + 1, "heads": heads}
-                for (layer, t), heads in sorted((self.attention_rows or {}).items())
+                {
+                    "layer": layer + 1,
+                    "target": t + 1,
+                    "heads": [[round(float(v), 5) for v in row] for row in d["rows"]],
+                    "promotes": self._tokens(d["promotes"], d["promote_logits"]),
+                    "suppresses": self._tokens(d["suppresses"], d["suppress_logits"]),
+                }
+                for (layer, t), d in sorted((self.attention_rows or {}).items())
             ]
         return out
 

@@ -20,23 +20,17 @@ from .requests import LMViewRequest
 __all__ = ["analyse_lm_view"]
 
 
-def _edge_rows(sa, ids: list[int], graph) -> dict[tuple[int, int], list[list[float]]]:
-    """``{(layer, target): (H, N) rows}`` (0-based): every head's attention row at each target of a kept
-    head edge, what the graph view shows when an edge is clicked; one pass, only those rows kept."""
+def _edge_details(sa, ids: list[int], graph, k: int) -> dict[tuple[int, int], dict]:
+    """``{(layer, target): details}`` (0-based) at each target of a kept head edge: every head's attention
+    row and what it promotes and suppresses (:func:`attnkit.attribution.lm_methods.head_details`), what the
+    graph view shows when an edge is clicked; one traced pass, only those positions kept."""
+    from ..attribution.lm_methods import head_details
+
     wanted: dict[int, set[int]] = {}
     for e in graph.edges:
         if e.head is not None:
             wanted.setdefault(e.layer, set()).add(e.target)
-    rows: dict[tuple[int, int], list[list[float]]] = {}
-    if not wanted:
-        return rows
-
-    def keep(layer: int, w) -> None:  # w (H, N, N), layer 1-based
-        for t in sorted(wanted[layer - 1]):
-            rows[(layer - 1, t)] = [[round(float(v), 5) for v in r] for r in w[:, t].float().cpu()]
-
-    sa.stream(ids, keep, layers=[layer + 1 for layer in sorted(wanted)])
-    return rows
+    return head_details(sa.model, ids, wanted, k=k) if wanted else {}
 
 
 def analyse_lm_view(model: Model, req: LMViewRequest) -> LMViewAnalysis:
@@ -75,11 +69,13 @@ def analyse_lm_view(model: Model, req: LMViewRequest) -> LMViewAnalysis:
         token = graph.token
         on_graph = sorted({e.source for e in graph.edges} | {e.target for e in graph.edges} | {pos})
         node_lens = lens_at(sa.model, ids, on_graph, k=req.top)
-        rows = _edge_rows(sa, ids, graph)
+        rows = _edge_details(sa, ids, graph, req.top)
     shown = {token}
     for lens_rows in [lens or [], *(node_lens or {}).values()]:
         for r in lens_rows:
             shown.update(r.top)
+    for detail in (rows or {}).values():
+        shown.update(detail["promotes"].flatten().tolist() + detail["suppresses"].flatten().tolist())
     shown = sorted(shown)
     vocab = dict(zip(shown, sa.pieces_of(shown)))
     cfg = sa.model.config

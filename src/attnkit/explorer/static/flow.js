@@ -77,6 +77,11 @@
       list.appendChild(li);
     });
     box.appendChild(list);
+    const tokens = (xs) => (xs || []).map((t) => `${shown(t.piece)} (${t.logit >= 0 ? "+" : ""}${t.logit.toFixed(2)})`).join(", ");
+    const up = found.promotes ? found.promotes[edge.head - 1] : null;
+    const down = found.suppresses ? found.suppresses[edge.head - 1] : null;
+    if (up) box.appendChild(html("p", "flow-promotes", `its output here promotes: ${tokens(up)}`));
+    if (down) box.appendChild(html("p", "flow-suppresses", `and suppresses: ${tokens(down)}`));
     return box;
   }
 
