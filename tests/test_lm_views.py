@@ -97,6 +97,16 @@ def test_the_registry_lists_the_new_methods_for_the_benchmark():
     for m in ("attention_norm", "value_zeroing", "alti", "alti_logit", "logit_lens", "direct_logit", "routes"):
         assert m in methods
     assert {"attention_norm", "value_zeroing", "alti"} <= set(VIEW_METHODS)
+    # the rows a model has (lm_faithfulness's default): no context mixing for a family that is not traced
+    from types import SimpleNamespace
+
+    from attnkit.attribution.generation import row_methods
+
+    def like(model_type):
+        return SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(model_type=model_type)))
+
+    assert "alti_logit" in row_methods(like("gpt2")) and "routes" not in row_methods()
+    assert "alti" not in row_methods(like("phi3")) and "rollout" in row_methods(like("phi3"))
 
 
 @torch.no_grad()

@@ -105,9 +105,18 @@ def row_batch(config, length: int) -> int:
     return max(1, min(gradients.DEFAULT_BATCH, ROW_MEMORY // per_row))
 
 
-def row_methods() -> list[str]:
-    """The methods of :func:`explain_generation` (rows); the gradient ones only where Captum is installed."""
-    return [m for m in GENERATION_METHODS if m not in gradients.GRADIENT_METHODS or _have_captum()]
+def row_methods(model=None) -> list[str]:
+    """The methods of :func:`explain_generation` (rows); the gradient ones only where Captum is installed, and
+    for a ``model`` (a :class:`~attnkit.hf.self_attention.SelfAttentionModel` or a ``transformers`` model)
+    whose blocks attnkit does not trace (:func:`~attnkit.hf.lm_decomposition.lm_refusal`), none of the
+    context-mixing ones (:func:`generation_methods` lists them all, so a command refuses them in one line)."""
+    from ..hf.lm_decomposition import lm_refusal
+
+    names = [m for m in GENERATION_METHODS if m not in gradients.GRADIENT_METHODS or _have_captum()]
+    config = getattr(getattr(model, "model", model), "config", None)
+    if config is not None and lm_refusal(str(getattr(config, "model_type", ""))) is not None:
+        names = [m for m in names if m not in LM_MIXING_METHODS]
+    return names
 
 
 def generation_methods(model=None) -> list[str]:
