@@ -226,7 +226,7 @@ def add_parser(sub) -> None:
         "--top",
         type=arg_type(between(1, 1000, integer=True), "top"),
         default=3,
-        help="sources shown per target word (default: 3)",
+        help="sources shown per target word; the logit lens's tokens per layer (default: 3)",
     )
     xp.add_argument("--pieces", action="store_true", help="subword pieces instead of whole words (default: off)")
     xp.add_argument(

@@ -15,7 +15,7 @@ import time
 from ..errors import InputError
 from .analysis import LMViewAnalysis
 from .model import Model
-from .requests import LMViewRequest
+from .requests import DEFAULT_THRESHOLD, LMViewRequest
 
 __all__ = ["analyse_lm_view"]
 
@@ -65,7 +65,8 @@ def analyse_lm_view(model: Model, req: LMViewRequest) -> LMViewAnalysis:
         dla = direct_logit_attribution(sa.model, x, position=pos, token=token_id)
         token = dla.token
     else:
-        graph = information_flow_routes(sa.model, x, position=pos, threshold=float(req.threshold), k=req.top)
+        tau = DEFAULT_THRESHOLD if req.threshold is None else float(req.threshold)
+        graph = information_flow_routes(sa.model, x, position=pos, threshold=tau, k=req.top)
         token = graph.token
         on_graph = sorted({e.source for e in graph.edges} | {e.target for e in graph.edges} | {pos})
         node_lens = lens_at(sa.model, ids, on_graph, k=req.top)

@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import InputError
 
 __all__ = [
+    "DEFAULT_THRESHOLD",
     "GENERATION_MODES",
     "LM_VIEW_KINDS",
     "CaptionRequest",
@@ -186,6 +187,8 @@ class GenerationRequest:
                 )
 
 
+#: the routes' importance threshold τ when none is given (the LM Transparency Tool's default)
+DEFAULT_THRESHOLD = 0.04
 #: the views of one prediction an :class:`LMViewRequest` asks for
 LM_VIEW_KINDS = ("logit_lens", "direct_logit", "routes")
 
@@ -199,14 +202,14 @@ class LMViewRequest:
     the ``top`` tokens and the rank of the model's own prediction, nostalgebraist 2020), ``"direct_logit"``
     (each head's and MLP block's direct contribution to the predicted token's logit, which add up to it) or
     ``"routes"`` (the information-flow graph of Ferrando & Voita 2024, edges whose importance is at least
-    ``threshold``, with the logit lens of the position; :mod:`attnkit.attribution.information_flow`);
+    ``threshold``, default :data:`DEFAULT_THRESHOLD`, with the logit lens of the position; :mod:`attnkit.attribution.information_flow`);
     ``token``: the token whose logit direct logit attribution splits (one token of the vocabulary; None: the
     model's own prediction)."""
 
     text: str
     view: str = "routes"
     position: int | None = None
-    threshold: float = 0.04
+    threshold: float | None = None
     top: int = 5
     token: str | None = None
 
@@ -216,10 +219,11 @@ class LMViewRequest:
             raise InputError(f"view must be one of {', '.join(LM_VIEW_KINDS)}, got {self.view!r}")
         _positive_int("position", self.position, optional=True)
         t = self.threshold
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0:
-            raise InputError(f"threshold must be a number in [0, 1], got {t!r}")
-        if t != 0.04 and self.view != "routes":
-            raise InputError(f"threshold is for the routes view, not {self.view}")
+        if t is not None:
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0:
+                raise InputError(f"threshold must be a number in [0, 1], got {t!r}")
+            if self.view != "routes":
+                raise InputError(f"threshold is for the routes view, not {self.view}")
         _positive_int("top", self.top)
         if self.top > 100:
             raise InputError(f"top must be at most 100 tokens, got {self.top}")
