@@ -229,3 +229,17 @@ def test_the_notebook_shows_the_routes_graph_and_the_tables(gpt2):
     assert "<table" in lens._repr_html_() and "embeddings" in lens._repr_html_()
     with pytest.raises(InputError, match="is a table"):
         attnkit.show(lens)
+
+
+def test_the_logit_lens_at_several_positions_equals_lm_mixings_one_position_at_a_time(gpt2, monkeypatch):
+    from attnkit.attribution import lm_methods
+    from attnkit.attribution.lm_mixing import logit_lens
+
+    sa = gpt2.impl
+    ids, _ = sa.encode(TEXT)
+    vocab = sa.model.get_output_embeddings().weight.shape[0]
+    monkeypatch.setattr(lm_methods, "LENS_LOGITS", 2 * vocab)  # two positions' logits at a time
+    got = lm_methods.lens_at(sa.model, ids, [0, 4, 5, len(ids) - 1], k=3)
+    for p, rows in got.items():
+        want = logit_lens(sa.model, torch.tensor(ids), position=p, k=3)
+        assert [(r.layer, r.top, r.rank) for r in rows] == [(r.layer, r.top, r.rank) for r in want]

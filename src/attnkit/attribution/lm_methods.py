@@ -43,6 +43,8 @@ LM_VIEWS = ("logit_lens", "direct_logit", "routes")
 #: the mixing methods with one map per layer (the self-attention views of every layer; ``--layer`` picks one)
 LAYER_METHODS = ("attention_norm", "value_zeroing", "alti")
 
+#: the most logits the logit lens at several positions holds at once (positions × vocabulary)
+LENS_LOGITS = 1 << 24
 #: ``name: (title, reference, needs gradients)``, as the explorer lists a method
 LM_METHOD_INFO = {
     "attention_norm": ("attention-norm ‖Σ_h α f(x)‖", "Kobayashi et al. 2020, Attention is not only a weight", False),
@@ -173,7 +175,7 @@ def lens_at(model, ids: list[int], positions: list[int], *, k: int = 5) -> dict[
     """The logit lens (:func:`attnkit.attribution.lm_mixing.logit_lens`) at several ``positions`` (0-based)
     from one traced pass: ``{position: [LensRow for the embeddings, then each block]}``, the rank that of the
     model's own prediction at that position. Only the asked positions' residuals are kept, ``(L + 1, P, D)``,
-    and read through the unembedding one layer at a time."""
+    and read through the unembedding one layer and at most :data:`LENS_LOGITS` logits at a time."""
     from ..hf.lm_decomposition import final_norm
     from .lm_mixing import LensRow
 
@@ -190,13 +192,15 @@ def lens_at(model, ids: list[int], positions: list[int], *, k: int = 5) -> dict[
     head, norm = model.get_output_embeddings(), final_norm(model)
     predicted = trace.logits[index].argmax(-1)  # (P,)
     out: dict[int, list] = {p: [] for p in pos}
+    chunk = max(1, LENS_LOGITS // max(1, int(head.weight.shape[0])))  # positions whose (c, V) logits fit at once
     for layer, res in enumerate([trace.embedding[index], *rows]):  # res (P, D)
-        logits = head(norm(res))  # (P, V)
-        top = logits.topk(min(k, logits.shape[-1]), dim=-1)
-        own = logits.gather(-1, predicted[:, None])  # (P, 1)
-        ranks = 1 + (logits > own).sum(-1)  # (P,)
-        for i, p in enumerate(pos):
-            out[p].append(LensRow(layer, top.indices[i].tolist(), top.values[i].tolist(), int(ranks[i])))
+        for lo in range(0, len(pos), chunk):
+            logits = head(norm(res[lo : lo + chunk]))  # (c, V)
+            top = logits.topk(min(k, logits.shape[-1]), dim=-1)
+            own = logits.gather(-1, predicted[lo : lo + chunk, None])  # (c, 1)
+            ranks = 1 + (logits > own).sum(-1)  # (c,)
+            for i, p in enumerate(pos[lo : lo + chunk]):
+                out[p].append(LensRow(layer, top.indices[i].tolist(), top.values[i].tolist(), int(ranks[i])))
     return out
 
 
