@@ -115,7 +115,7 @@ def load_models(
             if not model.can_generate:  # an encoder-only model has no worker job: the workers need not load it
                 del loaded.specs[label]
             loaded.info[label] = {
-                "methods": [method_info(m) for m in row_methods()] if model.can_generate else [],
+                "methods": [method_info(m) for m in row_methods(model)] if model.can_generate else [],
                 "name": label,
                 "task": task,
                 "kind": str(getattr(model.model.config, "model_type", "?")),
