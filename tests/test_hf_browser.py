@@ -103,6 +103,42 @@ def test_gpt2_continues_the_text_with_an_attribution(server, browser, tmp_path):
     assert offline.locator(".sa-grid .pending").count() == 0 and offline.locator(".sa-rollout").count() == 1
 
 
+def test_gpt2s_information_flow_graph_draws_and_a_block_shows_its_logit_lens(server, browser):
+    from attnkit.service import LMViewRequest, analyse, open_model
+
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server)
+    card = ".sa-card[data-model='tiny-gpt2']"
+    page.wait_for_selector(f"{card} .sa-flow-go", timeout=120_000)
+    text = page.input_value("#sa-text").strip()
+    page.fill(f"{card} .sa-flow-threshold", "0.05")
+    page.click(f"{card} .sa-flow-go")
+    page.wait_for_selector(f"{card} svg.flow-graph .flow-edge", timeout=120_000)
+    # the same model, analysed here: the page draws every head edge the service keeps
+    want = analyse(open_model(str(saved_tiny("gpt2"))), LMViewRequest(text, threshold=0.05)).to_dict()
+    heads = [e for e in want["graph"]["edges"] if e["head"] is not None]
+    edges = page.locator(f"{card} .flow-edge")
+    assert edges.count() == len(heads)
+    shown = sorted(float(w) for w in edges.evaluate_all("es => es.map((e) => e.dataset.weight)"))
+    assert shown == pytest.approx(sorted(e["weight"] for e in heads), abs=1e-6)
+    # a click on the predicting block (last position, after the last layer) shows its logit lens
+    last, layers = want["position"], want["layers"]
+    page.click(f"{card} .flow-node[data-layer='{layers}'][data-position='{last}']")
+    lens = page.locator(f"{card} .flow-lens[data-position='{last}'] .flow-lens-table tr")
+    expect(lens).to_have_count(layers + 2)  # the header, the embeddings, every layer
+    rows = want["node_lens"][str(last)]
+    for i, r in enumerate(rows):
+        cells = lens.nth(i + 1).locator("td").all_inner_texts()
+        assert int(cells[1]) == r["rank"]
+    assert lens.nth(layers + 1).locator("td").nth(1).inner_text() == "1"  # the last block predicts the token
+    # a click on an edge shows its head's attention row; the slider hides the weaker edges
+    edges.first.dispatch_event("click")
+    expect(page.locator(f"{card} .flow-row .flow-attention li").first).to_be_visible()
+    expect(page.locator(f"{card} .flow-row .flow-promotes")).to_contain_text("promotes")
+    page.locator(f"{card} .flow-threshold").evaluate("s => { s.value = s.max; s.dispatchEvent(new Event('input')); }")
+    assert page.locator(f"{card} .flow-edge:visible").count() < len(heads) or len(heads) == 1
+
+
 def test_a_wide_heads_grid_scrolls_inside_its_card(server, browser):
     """Two cards side by side, each narrower than its grid (a long text draws every head larger): the grid
     scrolls inside its card, so the last column of the left card is not under the right card and can be

@@ -61,12 +61,12 @@ def test_self_attention_maps_show_every_layer_and_head(family):
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_a_continuations_attributions_show_themselves(family):
     from attnkit.attribution import explain_generation
-    from attnkit.attribution.generation import generation_methods
+    from attnkit.attribution.generation import row_methods
     from attnkit.hf import load_self_attention
 
     sa = load_self_attention(str(saved_tiny(family)))
     continuation = sa.generate(SOURCE, max_new_tokens=3)
-    for method in generation_methods():
+    for method in row_methods():  # the views of one prediction are not rows (tests/test_lm_views.py)
         att = explain_generation(sa, SOURCE, method=method, continuation=continuation)
         (p,) = _data(att._repr_html_())["translations"]
         assert (p["src_lang"], p["tgt_lang"]) == ("context", "continuation")

@@ -122,8 +122,8 @@ def test_api_bounds_and_errors(client):
     assert r.status_code == 422 and "does not write" in r.json()["error"]
     r = client.post("/api/generate", json={"text": "Jesús lloró.", "model": "tiny-gpt2", "max_new_tokens": 6})
     assert r.status_code == 413 and "--max-new-tokens" in r.json()["error"]
-    r = client.post("/api/generate", json={"text": "Jesús lloró.", "model": "tiny-gpt2", "method": "alti_plus"})
-    assert r.status_code == 400 and "alti_plus" in r.json()["error"]
+    r = client.post("/api/generate", json={"text": "Jesús lloró.", "model": "tiny-gpt2", "method": "shap"})
+    assert r.status_code == 400 and "shap" in r.json()["error"]  # alti_plus is a language model's ALTI now
     r = client.post("/api/self-attention", content="text=x", headers={"Content-Type": "text/plain"})
     assert r.status_code == 415  # JSON only, as every route
 
@@ -142,6 +142,36 @@ def test_api_generate_attributes_the_continuation(client):
     torch.testing.assert_close(torch.tensor(p["attention"]), last.scores, atol=1e-4, rtol=0)
     # a gradient method is a heavy job: it ran in a worker process, whose time the queue now knows
     assert client.app.state.explorer.jobs.recent  # the job was timed under its kind
+
+
+def test_api_flow_gives_the_logit_lens_and_refuses_bad_fields(client):
+    text = "Jesús lloró."
+    # the logit lens runs in the fast lane (the routes, a heavy job in a worker process, are drawn and checked
+    # against the service in tests/test_hf_browser.py)
+    r = client.post("/api/flow", json={"text": text, "model": "tiny-gpt2", "view": "logit_lens", "position": 2})
+    assert r.status_code == 200, r.text
+    sa = load_self_attention(str(saved_tiny("gpt2")))
+    ids, _ = sa.encode(text)
+    with torch.no_grad():
+        predicted = int(sa.model(input_ids=torch.tensor([ids])).logits[0, 1].argmax())  # the model run again
+    lens = r.json()
+    assert lens["position"] == 2 and lens["token"]["id"] == predicted and lens["lens"][-1]["top"][0]["id"] == predicted
+    r = client.post("/api/flow", json={"text": text, "model": "tiny-gpt2", "view": "direct_logit"})
+    assert r.status_code == 200, r.text
+    d = r.json()["direct_logit"]
+    with torch.no_grad():
+        logit = float(sa.model(input_ids=torch.tensor([ids])).logits[0, -1, d["token"]])
+    total = d["embedding"] + d["norm_bias"] + sum(sum(x["heads"]) + x["out_bias"] + x["mlp"] for x in d["layers"])
+    assert d["position"] == len(ids) and total == pytest.approx(logit, abs=1e-4)
+    for body, status, said in (
+        ({"threshold": 0.001}, 422, "threshold"),
+        ({"position": 99}, 422, "position must be a token of the text"),
+        ({"view": "graph"}, 422, "view"),
+        ({"model": "tiny-bert"}, 422, "no language-model head"),
+        ({"text": " ".join(["Dios"] * 40)}, 413, "--max-answer-numbers"),
+    ):
+        r = client.post("/api/flow", json={"text": text, "model": "tiny-gpt2", **body})
+        assert r.status_code == status and said in r.json()["error"], r.text
 
 
 def test_grouped_query_heads_are_named_by_their_key_value_group(capsys, tmp_path, monkeypatch):

@@ -21,6 +21,9 @@ inside the model and kept):
   predicts the token, one head or the head mean (only that layer's maps are kept);
 - ``rollout``: that row of the attention rollout through every layer (Abnar & Zuidema 2020), composed
   layer by layer as the model runs (one ``(n − 1, n − 1)`` product held, never every layer's maps);
+- ``attention_norm``, ``value_zeroing`` (a layer's map, default the last), ``alti`` (rolled out) and
+  ``alti_logit`` (each input token's share of the token's logit): the context-mixing methods of
+  :mod:`.lm_methods` (a traced forward pass; a family whose blocks are not traced is refused in one line);
 - ``saliency``, ``input_x_gradient``, ``integrated_gradients``: the math of
   :mod:`attnkit.attribution.gradients` (batched over tokens and interpolation points, Captum), with the
   zero embedding as integrated gradients' baseline.
@@ -50,22 +53,33 @@ from torch import Tensor
 
 from ..errors import InputError
 from . import gradients
+from .lm_methods import LM_MIXING_METHODS, LM_VIEWS, canonical_lm_method, mixing_rows
 from .methods import UnknownMethodError, _have_captum, canonical_method
 from .result import Attribution, normalise_rows
 
 __all__ = [
     "GENERATION_METHODS",
     "MAX_FORCED_TOKENS",
+    "canonical_generation_method",
     "contrast_token",
     "explain_generation",
     "forced_ids",
     "generation_methods",
     "row_batch",
+    "row_methods",
     "step_scores",
 ]
 
-#: the methods a decoder-only model's continuation has, in registry order
-GENERATION_METHODS = ("attention", "rollout", "saliency", "input_x_gradient", "integrated_gradients")
+#: the methods a decoder-only model's tokens have as rows, in registry order (then the views of one
+#: prediction, :data:`~attnkit.attribution.lm_methods.LM_VIEWS`: see :func:`generation_methods`)
+GENERATION_METHODS = (
+    "attention",
+    "rollout",
+    *LM_MIXING_METHODS,
+    "saliency",
+    "input_x_gradient",
+    "integrated_gradients",
+)
 #: the most tokens of a forced text explained at once: a gradient method runs one backward pass per token,
 #: each over the text up to that token, so the work grows with the square of the length
 MAX_FORCED_TOKENS = 1024
@@ -91,9 +105,41 @@ def row_batch(config, length: int) -> int:
     return max(1, min(gradients.DEFAULT_BATCH, ROW_MEMORY // per_row))
 
 
+def row_methods(model=None) -> list[str]:
+    """The methods of :func:`explain_generation` (rows); the gradient ones only where Captum is installed, and
+    for a ``model`` (a :class:`~attnkit.hf.self_attention.SelfAttentionModel` or a ``transformers`` model)
+    whose blocks attnkit does not trace (:func:`~attnkit.hf.lm_decomposition.lm_refusal`), none of the
+    context-mixing ones (:func:`generation_methods` lists them all, so a command refuses them in one line)."""
+    from ..hf.lm_decomposition import lm_refusal
+
+    names = [m for m in GENERATION_METHODS if m not in gradients.GRADIENT_METHODS or _have_captum()]
+    config = getattr(getattr(model, "model", model), "config", None)
+    if config is not None and lm_refusal(str(getattr(config, "model_type", ""))) is not None:
+        names = [m for m in names if m not in LM_MIXING_METHODS]
+    return names
+
+
 def generation_methods(model=None) -> list[str]:
-    """The methods of :func:`explain_generation`; the gradient ones only where Captum is installed."""
-    return [m for m in GENERATION_METHODS if m not in gradients.GRADIENT_METHODS or _have_captum()]
+    """Every method ``attnkit explain`` has for a decoder-only model: the rows of :func:`explain_generation`
+    (:func:`row_methods`), then the views of one prediction (the logit lens, direct logit attribution, the
+    information-flow routes: :class:`attnkit.service.LMViewRequest`)."""
+    return [*row_methods(), *LM_VIEWS]
+
+
+def canonical_generation_method(name) -> str:
+    """``name`` as the decoder-only registry spells it: a language-model method
+    (:func:`~attnkit.attribution.lm_methods.canonical_lm_method`: ``alti`` is a language model's ALTI), else
+    the attribution registry's (:func:`~attnkit.attribution.canonical_method`); an unknown name is an
+    :class:`~attnkit.attribution.UnknownMethodError` listing the decoder-only methods."""
+    lm = canonical_lm_method(name)
+    if lm is not None:
+        return lm
+    try:
+        return canonical_method(name)
+    except UnknownMethodError:
+        raise UnknownMethodError(
+            f"unknown attribution method {name!r}; a language model's methods: {', '.join(generation_methods())}"
+        ) from None
 
 
 def forced_ids(sa, text: str) -> tuple[list[int], int]:
@@ -270,10 +316,14 @@ def explain_generation(
     :meth:`~attnkit.hf.self_attention.SelfAttentionModel.generate` (or of a sampled continuation,
     :func:`attnkit.hf.sampling.sample_continuation`) to explain instead of generating. ``contrast``: a foil
     token (:func:`contrast_token`) for the gradient methods' contrastive attribution."""
-    name = canonical_method(method)
+    name = canonical_generation_method(method)
+    if name in LM_VIEWS:
+        raise InputError(
+            f"{name} is a view of one prediction, not a row per token: ask for it with attnkit.service.LMViewRequest"
+        )
     if name not in GENERATION_METHODS:
         raise UnknownMethodError(
-            f"{name} is not defined for a decoder-only model's continuation; it has: {', '.join(generation_methods())}"
+            f"{name} is not defined for a decoder-only model's continuation; it has: {', '.join(row_methods())}"
         )
     if name in gradients.GRADIENT_METHODS and (layer is not None or head is not None):
         raise InputError(f"{name} takes no layer or head (they are for attention)")
@@ -301,6 +351,15 @@ def explain_generation(
     t0 = time.perf_counter()
     if name in gradients.GRADIENT_METHODS:
         out = _gradient_rows(sa, ids, prompt_len, name, steps, batch, progress, contrast_id)
+    elif name in LM_MIXING_METHODS:
+        if head is not None:
+            raise InputError(f"{name} sums every head: head does not apply")
+        if layer is not None and name in ("alti", "alti_logit"):
+            raise InputError(f"{name} composes every layer: layer does not apply")
+        if layer is not None:
+            _check_layer_head(sa, layer, None)
+        scores, raw = mixing_rows(sa.model, ids, prompt_len, name, layer)
+        out = {"scores": scores, "raw": raw}
     else:
         out = {"scores": _attention_rows(sa, ids, prompt_len, name, layer, head)}
     seconds = time.perf_counter() - t0

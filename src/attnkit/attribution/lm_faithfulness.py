@@ -35,7 +35,7 @@ import torch
 
 from ..errors import InputError
 from .explanation_quality import RANDOM_ORDERS, SANITY_THRESHOLD, spearman
-from .generation import explain_generation, forced_ids, generation_methods
+from .generation import explain_generation, forced_ids, row_methods
 from .gradients import GRADIENT_METHODS
 
 __all__ = ["DELETION_POINTS", "evaluate_lm_explanations", "format_lm_report"]
@@ -178,12 +178,13 @@ def evaluate_lm_explanations(
     progress: Callable[[str, str], None] | None = None,
     **options,
 ) -> dict:
-    """Score ``methods`` (default: every method the model has, :func:`generation_methods`) of decoder-only
-    model ``sa`` (:class:`attnkit.hf.self_attention.SelfAttentionModel`) on ``texts`` (see the module
-    docstring). ``options`` go to :func:`explain_generation` (``steps``, ``batch``). Returns a JSON-ready
-    report: per method ``deletion_area``, ``insertion_area``, ``sanity_spearman`` (None without ``sanity``),
-    ``sanity_flagged`` and ``seconds``; the sanity check runs on the first ``sanity_texts`` texts
-    (default: all) (the attributions' own time); and ``random_deletion_area`` /
+    """Score ``methods`` (default: every row method the model has,
+    :func:`~attnkit.attribution.generation.row_methods`) of decoder-only model ``sa``
+    (:class:`attnkit.hf.self_attention.SelfAttentionModel`) on ``texts`` (see the module docstring).
+    ``options`` go to :func:`explain_generation` (``steps``, ``batch``). Returns a JSON-ready report: per
+    method ``deletion_area``, ``insertion_area``, ``sanity_spearman`` (None without ``sanity``),
+    ``sanity_flagged`` and ``seconds`` (the attributions' own time), the sanity check on the first
+    ``sanity_texts`` texts (default: all); and ``random_deletion_area`` /
     ``random_insertion_area``, the floors."""
     if not getattr(sa, "can_generate", False):
         raise InputError(
@@ -194,7 +195,7 @@ def evaluate_lm_explanations(
     texts = list(texts)
     if not texts or not all(isinstance(t, str) and t.strip() for t in texts):
         raise InputError("texts must be one or more non-empty texts")
-    names = list(generation_methods(sa) if methods is None else methods)
+    names = list(row_methods(sa) if methods is None else methods)
     if not names:
         raise InputError("methods must name at least one method")
     if not isinstance(random_orders, int) or random_orders < 1:

@@ -40,18 +40,30 @@ _GENERATION_FLAGS = (
 
 def cmd_explain(args) -> None:
     from ..attribution import canonical_method
+    from ..attribution.generation import canonical_generation_method
+    from ..attribution.lm_methods import LAYER_METHODS, canonical_lm_method
     from ..attribution.report import format_attribution, plot_attribution
     from ..errors import InputError
     from ..service import CaptionRequest, MethodOptions, ModelKind, TranslationRequest, analyse
 
-    method = canonical_method(args.method)
+    lm_only = canonical_lm_method(args.method)  # a language model's method no translator has
+    lm_only = None if lm_only in LAYER_METHODS else lm_only
+    method = lm_only or canonical_method(args.method)
     _output(args.plot, "--plot")
     model = _open_model(args, DEFAULT_TRANSLATION_MODEL)
     progress = _progress_printer(method)
     if model.kind is ModelKind.SELF_ATTENTION:  # a Hugging Face encoder-only or decoder-only model
         from .explain_hf import explain_self_attention_model
 
+        method = canonical_generation_method(args.method)  # alti: a language model's ALTI
         return explain_self_attention_model(args, model, method, progress)
+    if lm_only is not None:
+        raise CLIError(
+            f"{lm_only} is for Hugging Face language models (GPT-2, Llama and kin), not {_shown_name(model)}"
+        )
+    for flag in ("--position", "--threshold"):
+        if getattr(args, flag[2:]) is not None:
+            raise CLIError(f"{flag} is for a language model's views (logit_lens, direct_logit, routes)")
     if args.self_attention:
         raise CLIError("--self-attention is for Hugging Face encoder-only and decoder-only models")
     for flag, value in _GENERATION_FLAGS:
@@ -179,7 +191,8 @@ def add_parser(sub) -> None:
         "saliency, input_x_gradient, integrated_gradients (see attnkit.attribution). A Hugging Face decoder-only "
         "model (GPT-2, Llama) continues the text (greedy, or --sample) and each written token is attributed to the "
         "tokens before it, or with --text every next token of a given text (--contrast: why this token and not "
-        "another); "
+        "another); attention_norm, value_zeroing, alti and alti_logit mix its context; logit_lens, direct_logit and "
+        "routes (--position, --threshold) view one prediction; "
         "an encoder-only model (BERT) shows its self-attention (attention, rollout).",
     )
     xp.add_argument(
@@ -223,7 +236,7 @@ def add_parser(sub) -> None:
         "--top",
         type=arg_type(between(1, 1000, integer=True), "top"),
         default=3,
-        help="sources shown per target word (default: 3)",
+        help="sources shown per target word; the logit lens's tokens per layer (default: 3)",
     )
     xp.add_argument("--pieces", action="store_true", help="subword pieces instead of whole words (default: off)")
     xp.add_argument(
@@ -262,6 +275,20 @@ def add_parser(sub) -> None:
         metavar="TOKEN",
         help="decoder-only Hugging Face models, gradient methods: explain log p(token) − log p(TOKEN), why the "
         "model wrote its token rather than TOKEN (one token of its vocabulary) (default: none)",
+    )
+    xp.add_argument(
+        "--position",
+        type=arg_type(between(1, 1_000_000, integer=True), "position"),
+        default=None,
+        help="decoder-only Hugging Face models, --method logit_lens, direct_logit or routes: the position (1-based) "
+        "of the text whose prediction is viewed (default: the last, the token after the text)",
+    )
+    xp.add_argument(
+        "--threshold",
+        type=arg_type(between(0.0, 1.0), "threshold"),
+        default=None,
+        help="--method routes: keep the edges whose importance is at least this (Ferrando & Voita 2024) "
+        "(default: 0.04)",
     )
     xp.add_argument(
         "--self-attention",

@@ -12,7 +12,10 @@
   default the last; ``--head``, default the mean) and ``--plot`` draws every layer and head (``.png``, the
   per-head grid of :func:`attnkit.viz.plot_heads`; only ``--layer`` with it) or writes the explorer's view
   with every layer, head, head mean and the rollout (``.html``); ``--method rollout``: the same for the
-  attention rollout (``.png``: its heatmap).
+  attention rollout (``.png``: its heatmap); ``--method attention_norm|value_zeroing|alti``: every layer's
+  context-mixing map (:mod:`attnkit.cli.explain_lm`).
+- A decoder-only model's views of one prediction, ``--method logit_lens|direct_logit|routes``
+  (``--position``, ``--threshold``): :mod:`attnkit.cli.explain_lm`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from .common import CLIError
 
 __all__ = ["explain_self_attention_model"]
 
-VIEW_METHODS = ("attention", "rollout")
+#: the self-attention views' methods (encoder-only models, and ``--self-attention``): every layer's maps
+VIEW_METHODS = ("attention", "rollout", "attention_norm", "value_zeroing", "alti")
 
 
 def _where(args):
@@ -44,9 +48,19 @@ def _check_plot(path: str | None) -> str | None:
 def explain_self_attention_model(args, model, method: str, progress) -> None:
     """``attnkit explain`` on ``model``, a Hugging Face encoder-only or decoder-only model opened by
     :func:`attnkit.service.open_model` (module docstring)."""
+    from ..attribution.lm_methods import LM_VIEWS
+
     sa = model.impl
     suffix = _check_plot(args.plot)
+    if args.position is not None and method not in LM_VIEWS:
+        raise CLIError(f"--position is for the views of one prediction ({', '.join(LM_VIEWS)}), not {method}")
+    if args.threshold is not None and method != "routes":
+        raise CLIError(f"--threshold is for --method routes, not {method}")
     if sa.can_generate and not args.self_attention:
+        if method in LM_VIEWS:
+            from .explain_lm import explain_lm_view
+
+            return explain_lm_view(args, model, method, suffix)
         return _explain_continuation(args, model, method, progress, suffix)
     for flag, value in (("--text", args.text), ("--sample", args.sample or None), ("--contrast", args.contrast)):
         if value is not None:
@@ -124,7 +138,7 @@ def _self_attention_views(args, sa, method, suffix) -> None:
         what = "an encoder-only model" if not sa.can_generate else "the self-attention views"
         raise CLIError(
             f"{method} is not defined for {what}: its methods are {', '.join(VIEW_METHODS)} "
-            "(attributions are for a decoder-only model's continuation)"
+            "(attributions and the views of a prediction are for a decoder-only model's tokens)"
         )
     if args.steps is not None or args.batch is not None:
         raise CLIError("--steps and --batch are for the gradient methods; the self-attention views take none")
@@ -132,6 +146,10 @@ def _self_attention_views(args, sa, method, suffix) -> None:
         raise CLIError(
             f"--layer must be in 1..{sa.num_layers} ({sa.source} has {sa.num_layers} layers), got {args.layer}"
         )
+    if method not in ("attention", "rollout"):
+        from .explain_lm import mixing_views
+
+        return mixing_views(args, sa, method, suffix)
     if args.head is not None and not 1 <= args.head <= sa.num_heads:
         raise CLIError(f"--head must be in 1..{sa.num_heads} ({sa.source} has {sa.num_heads} heads), got {args.head}")
     if method == "rollout" and (args.layer is not None or args.head is not None):

@@ -45,9 +45,12 @@ RECENT_WEIGHT = 0.3  # the weight of the newest job's run time in the moving ave
 
 def job_kind(label: str, request) -> str:
     """A job's kind for its expected run time: ``"task model method"`` (``beam`` for a search without a
-    method), the task from the request's type: ``translation``, ``captioning`` or ``generation``."""
-    from ..service import CaptionRequest, GenerationRequest, TranslationRequest
+    method), the task from the request's type: ``translation``, ``captioning`` or ``generation``; ``"lm-view model
+    view"`` for a view of one prediction."""
+    from ..service import CaptionRequest, GenerationRequest, LMViewRequest, TranslationRequest
 
+    if isinstance(request, LMViewRequest):  # a view of one prediction: its kind is its view
+        return " ".join(["lm-view", label, request.view])
     tasks = {TranslationRequest: "translation", CaptionRequest: "captioning", GenerationRequest: "generation"}
     task = tasks.get(type(request))
     if task is None:

@@ -109,13 +109,13 @@ def load_models(
             }
             continue
         if task == "self-attention":
-            from ..attribution.generation import generation_methods
+            from ..attribution.generation import row_methods
 
             loaded.self_attention[label] = model
             if not model.can_generate:  # an encoder-only model has no worker job: the workers need not load it
                 del loaded.specs[label]
             loaded.info[label] = {
-                "methods": [method_info(m) for m in generation_methods()] if model.can_generate else [],
+                "methods": [method_info(m) for m in row_methods(model)] if model.can_generate else [],
                 "name": label,
                 "task": task,
                 "kind": str(getattr(model.model.config, "model_type", "?")),

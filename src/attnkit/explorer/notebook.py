@@ -193,7 +193,8 @@ def show(obj, data=None, *, method: str | None = None, target: str | None = None
     """An inline explorer view of ``obj``: a ``Translator`` with Spanish text ``data`` (``target`` forces
     the English), a ``Captioner`` with an image tensor ``(1, C, C)`` ``data``, an
     :class:`~attnkit.attribution.Attribution`, a ``TranslationAttention``, a decoder-only model's
-    :class:`~attnkit.service.GenerationAnalysis` (:func:`attnkit.service.analyse`), or an explorer payload dict
+    :class:`~attnkit.service.GenerationAnalysis` (:func:`attnkit.service.analyse`), the routes view of an
+    :class:`~attnkit.service.LMViewAnalysis` (the information-flow graph), or an explorer payload dict
     (:func:`attnkit.explorer.translation_payload` / ``caption_payload``). ``method``: an attribution method."""
     from ..errors import InputError
     from ..tasks.captioning import Captioner
@@ -217,8 +218,15 @@ def show(obj, data=None, *, method: str | None = None, target: str | None = None
         return _caption_view(obj) if obj.is_image else _translation_view(obj)
     if isinstance(obj, TranslationAttention):
         return _translation_attention_view(obj)
-    from ..service import GenerationAnalysis
+    from ..service import GenerationAnalysis, LMViewAnalysis
 
+    if isinstance(obj, LMViewAnalysis):  # the routes graph (the logit lens, the direct logit attribution: tables)
+        from .flow_view import flow_view
+
+        data = obj.to_dict()
+        if "graph" not in data:
+            raise InputError(f"show() draws the routes view; {data['view']} is a table: display the analysis itself")
+        return flow_view(data)
     if isinstance(obj, GenerationAnalysis):  # a decoder-only model's tokens: the attention and the method's view
         from .self_attention import generation_answer
 
@@ -238,3 +246,18 @@ def show(obj, data=None, *, method: str | None = None, target: str | None = None
 register_html(Attribution, attribution_html)
 register_html(TranslationAttention, translation_attention_html)
 register_html(SelfAttentionMaps, self_attention_html)
+
+
+def _lm_view_html(analysis) -> str:
+    from .flow_view import lm_view_html
+
+    return lm_view_html(analysis)
+
+
+def _register_lm_view() -> None:
+    from ..service import LMViewAnalysis
+
+    register_html(LMViewAnalysis, _lm_view_html)
+
+
+_register_lm_view()

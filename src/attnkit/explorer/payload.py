@@ -91,9 +91,14 @@ def _rows(t: Tensor | None, digits: int = 5):
 
 
 def method_info(name: str) -> dict:
-    """A registered attribution method as :class:`~attnkit.explorer.schema.MethodInfo`."""
+    """A registered attribution method as :class:`~attnkit.explorer.schema.MethodInfo` (a language model's own
+    methods, :data:`attnkit.attribution.lm_methods.LM_METHOD_INFO`, where the registry has none of that name)."""
     from ..attribution import METHODS
+    from ..attribution.lm_methods import LM_METHOD_INFO
 
+    if name not in METHODS:
+        title, reference, gradients = LM_METHOD_INFO[name]
+        return {"name": name, "title": title, "reference": reference, "needs_gradients": gradients}
     m = METHODS[name]
     return {"name": m.name, "title": m.title, "reference": m.reference, "needs_gradients": m.needs_gradients}
 

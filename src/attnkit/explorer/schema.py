@@ -262,6 +262,78 @@ class SelfAttention(_Strict):
     layers: list[SelfAttentionLayer] = Field(description="the per-head maps of the layers asked for")
 
 
+class LensToken(_Strict):
+    id: int
+    piece: str
+    logit: float
+
+
+class LensRow(_Strict):
+    """One block's residual at a position read through the final norm and the unembedding."""
+
+    layer: int = Field(ge=0, description="0 = the embeddings, then each block's output (1-based)")
+    top: list[LensToken] = Field(description="the top tokens, most likely first")
+    rank: int = Field(ge=1, description="the rank of the model's own prediction (1 = top)")
+
+
+class FlowEdge(_Strict):
+    layer: int = Field(ge=1)
+    head: int | None = Field(description="the head (1-based); null = the residual")
+    source: int = Field(ge=1, description="the position read (1-based)")
+    target: int = Field(ge=1, description="the position written (1-based)")
+    weight: float = Field(description="the edge's importance at its target (Ferrando & Voita 2024)")
+
+
+class FlowNode(_Strict):
+    layer: int = Field(ge=1)
+    position: int = Field(ge=1)
+    weight: float
+
+
+class FlowGraph(_Strict):
+    """The information-flow routes of one prediction (Ferrando & Voita 2024)."""
+
+    position: int
+    token: int
+    threshold: float
+    layers: int
+    heads: int
+    edges: list[FlowEdge]
+    mlp_nodes: list[FlowNode]
+
+
+class AttentionRow(_Strict):
+    layer: int = Field(ge=1)
+    target: int = Field(ge=1)
+    heads: list[list[float]] = Field(description="H × N: every head's attention row at the target")
+    promotes: list[list[LensToken]] = Field(description="per head: the tokens its output at the target raises most")
+    suppresses: list[list[LensToken]] = Field(description="per head: the tokens its output at the target lowers most")
+
+
+class LMView(_Strict):
+    """A view of one prediction of a decoder-only model (``attnkit.service.LMViewAnalysis.to_dict()``): the
+    logit lens, the direct logit attribution, or the information-flow routes with each graph position's logit
+    lens and each head edge's attention rows. Layers, heads and positions count from 1."""
+
+    model: str
+    kind: str
+    view: str = Field(description="logit_lens, direct_logit or routes")
+    text: str
+    pieces: list[str]
+    position: int = Field(ge=1, description="the position whose prediction is viewed")
+    token: dict[str, int | str] = Field(description="the predicted token: its id and piece")
+    layers: int
+    heads: int
+    seconds: float
+    lens: list[LensRow] | None = None
+    direct_logit: dict[str, Any] | None = Field(
+        None, description="every head's and MLP's direct logit, the embedding's and the final norm's bias's"
+    )
+    graph: FlowGraph | None = None
+    node_lens: dict[str, list[LensRow]] | None = Field(None, description="the logit lens at each graph position")
+    attention_rows: list[AttentionRow] | None = None
+
+
 class SceneRef(_Strict):
     index: int = Field(description="the held-out test scene's index")
     reference: str = Field(description="its ground-truth caption")

@@ -87,12 +87,12 @@ def run(label: str, slot: int, request, spec=None):
     import dataclasses
     from pathlib import Path
 
-    from ..service import CaptionRequest, GenerationRequest, TranslationRequest, analyse
+    from ..service import CaptionRequest, GenerationRequest, LMViewRequest, TranslationRequest, analyse
 
     def progress(fraction: float) -> None:
         _PROGRESS[slot] = float(fraction)
 
-    if not isinstance(request, (TranslationRequest, CaptionRequest, GenerationRequest)):
+    if not isinstance(request, (TranslationRequest, CaptionRequest, GenerationRequest, LMViewRequest)):
         raise TypeError(f"a worker runs a service request, got {type(request).__name__}")
     _PROGRESS[slot] = 0.0
     spec = spec if spec is not None else _SPECS[label]

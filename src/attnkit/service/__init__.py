@@ -11,10 +11,17 @@ model with :func:`open_model` and analyses an input with :func:`analyse`, passin
 """
 
 from .analyse import analyse, check_method
-from .analysis import Analysis, CaptionAnalysis, GenerationAnalysis, GuidedLinks, TranslationAnalysis
+from .analysis import (
+    Analysis,
+    CaptionAnalysis,
+    GenerationAnalysis,
+    GuidedLinks,
+    LMViewAnalysis,
+    TranslationAnalysis,
+)
 from .model import Model, ModelKind, ModelSpec
 from .open import model_folder, model_kind, newest_spec, open_model
-from .requests import CaptionRequest, GenerationRequest, MethodOptions, Request, TranslationRequest
+from .requests import CaptionRequest, GenerationRequest, LMViewRequest, MethodOptions, Request, TranslationRequest
 
 __all__ = [
     "Analysis",
@@ -23,6 +30,8 @@ __all__ = [
     "GenerationAnalysis",
     "GenerationRequest",
     "GuidedLinks",
+    "LMViewAnalysis",
+    "LMViewRequest",
     "MethodOptions",
     "Model",
     "ModelKind",

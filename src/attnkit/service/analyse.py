@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
-from .analysis import CaptionAnalysis, GenerationAnalysis, GuidedLinks, TranslationAnalysis
+from .analysis import CaptionAnalysis, GenerationAnalysis, GuidedLinks, LMViewAnalysis, TranslationAnalysis
 from .model import Model
-from .requests import CaptionRequest, GenerationRequest, TranslationRequest
+from .requests import CaptionRequest, GenerationRequest, LMViewRequest, TranslationRequest
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -62,12 +62,12 @@ def _refusal(impl, method: str) -> str | None:
 
 def analyse(
     model: Model,
-    request: TranslationRequest | CaptionRequest | GenerationRequest,
+    request: TranslationRequest | CaptionRequest | GenerationRequest | LMViewRequest,
     progress: Progress | None = None,
     *,
     search: dict | None = None,
     forced=None,
-) -> TranslationAnalysis | CaptionAnalysis | GenerationAnalysis:
+) -> TranslationAnalysis | CaptionAnalysis | GenerationAnalysis | LMViewAnalysis:
     """Run ``request`` on ``model`` (a :class:`Model` holding a translator, a captioner, or a decoder-only
     model for a :class:`GenerationRequest`) and return what was computed. ``progress(fraction)`` is passed to a gradient method (it calls it as it goes, and may raise to
     stop). Translations only: ``search`` is a search's output for the source already made
@@ -81,8 +81,13 @@ def analyse(
         return _caption(model, request, progress)
     if isinstance(request, GenerationRequest):
         return _generation(model, request, progress)
+    if isinstance(request, LMViewRequest):
+        from .lm_view import analyse_lm_view
+
+        return analyse_lm_view(model, request)
     raise TypeError(
-        f"request must be a TranslationRequest, CaptionRequest or GenerationRequest, got {type(request).__name__}"
+        "request must be a TranslationRequest, CaptionRequest, GenerationRequest or LMViewRequest, "
+        f"got {type(request).__name__}"
     )
 
 
@@ -92,15 +97,17 @@ def _generation(model: Model, req: GenerationRequest, progress) -> GenerationAna
     tokens (one generation for both)."""
     import secrets
 
-    from ..attribution import UnknownMethodError, canonical_method, explain_generation
-    from ..attribution.generation import generation_methods
+    from ..attribution import UnknownMethodError, explain_generation
+    from ..attribution.generation import LM_VIEWS, canonical_generation_method, row_methods
 
     sa = model.impl
     if not getattr(sa, "can_generate", False):
         raise InputError(f"{model.label} does not write text (an encoder-only model): ask for its self-attention")
-    method = None if req.method is None else canonical_method(req.method)
-    if method is not None and method not in generation_methods():
-        raise UnknownMethodError(f"{model.label} has no {method}; it has: {', '.join(generation_methods())}")
+    method = None if req.method is None else canonical_generation_method(req.method)
+    if method in LM_VIEWS:
+        raise InputError(f"{method} is a view of one prediction: ask for it with an LMViewRequest")
+    if method is not None and method not in row_methods():
+        raise UnknownMethodError(f"{model.label} has no {method}; it has: {', '.join(row_methods())}")
     if req.contrast is not None:  # a foil that is not one token is refused before any work
         from ..attribution.generation import contrast_token
 

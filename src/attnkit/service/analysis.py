@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 
-__all__ = ["Analysis", "CaptionAnalysis", "GenerationAnalysis", "GuidedLinks", "TranslationAnalysis"]
+__all__ = ["Analysis", "CaptionAnalysis", "GenerationAnalysis", "GuidedLinks", "LMViewAnalysis", "TranslationAnalysis"]
 
 
 def _restore(cls, data: bytes):
@@ -143,4 +143,98 @@ class GenerationAnalysis(_Portable):
     step_scores: dict | None = None
 
 
-Analysis = TranslationAnalysis | CaptionAnalysis | GenerationAnalysis
+@dataclass
+class LMViewAnalysis(_Portable):
+    """A view of one prediction of a decoder-only model reading ``text`` (:class:`LMViewRequest`): ``pieces``
+    the text's tokens, ``position`` (0-based inside code) the position whose prediction ``token`` (an id;
+    ``token_piece`` its text) is viewed; ``lens`` the logit lens there (``LensRow`` list: the embeddings, then
+    every block), ``dla`` the direct logit attribution
+    (:class:`~attnkit.attribution.lm_mixing.DirectLogitAttribution`), ``graph`` the information-flow routes
+    (:class:`~attnkit.attribution.information_flow.InformationFlowGraph`) and ``node_lens`` the logit lens at
+    every position on the graph, ``attention_rows`` every head's attention row at each target of a kept
+    head edge and the tokens each head's output there promotes and suppresses (by ``(layer, target)``, 0-based:
+    :func:`~attnkit.attribution.lm_methods.head_details`); ``vocab`` the text of every token id shown. :meth:`to_dict` is the JSON
+    of the CLI, the server and the page (layers, heads and positions numbered from 1)."""
+
+    model: str
+    kind: str
+    request: Any
+    text: str
+    pieces: list[str]
+    position: int
+    token: int
+    token_piece: str
+    layers: int
+    heads: int
+    lens: list | None = None
+    dla: Any = None
+    graph: Any = None
+    node_lens: dict | None = None
+    vocab: dict | None = None
+    attention_rows: dict | None = None
+    spec: Any = None
+    seconds: float = 0.0
+
+    def _tokens(self, ids, logits) -> list[list[dict]]:
+        """``(H, k)`` token ids and logits as ``[head][rank] {"id", "piece", "logit"}``."""
+        vocab = self.vocab or {}
+        return [
+            [{"id": int(i), "piece": vocab.get(int(i), "?"), "logit": round(float(v), 5)} for i, v in zip(ri, rv)]
+            for ri, rv in zip(ids.tolist(), logits.tolist())
+        ]
+
+    def _lens_rows(self, rows) -> list[dict]:
+        vocab = self.vocab or {}
+        return [
+            {
+                "layer": r.layer,
+                "top": [{"id": i, "piece": vocab.get(i, "?"), "logit": round(v, 5)} for i, v in zip(r.top, r.logits)],
+                "rank": r.rank,
+            }
+            for r in rows
+        ]
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the view asked for, and what it is of."""
+        view = getattr(self.request, "view", "routes")
+        out: dict = {
+            "model": self.model,
+            "kind": self.kind,
+            "view": view,
+            "text": self.text,
+            "pieces": self.pieces,
+            "position": self.position + 1,
+            "token": {"id": self.token, "piece": self.token_piece},
+            "layers": self.layers,
+            "heads": self.heads,
+            "seconds": round(self.seconds, 3),
+        }
+        if self.lens is not None:
+            out["lens"] = self._lens_rows(self.lens)
+        if self.dla is not None:
+            out["direct_logit"] = self.dla.to_dict()
+        if self.graph is not None:
+            graph = self.graph.to_dict()
+            graph.pop("lens", None)
+            graph.pop("pieces", None)
+            out["graph"] = graph
+            out["node_lens"] = {str(p + 1): self._lens_rows(rows) for p, rows in (self.node_lens or {}).items()}
+            out["attention_rows"] = [
+                {
+                    "layer": layer + 1,
+                    "target": t + 1,
+                    "heads": [[round(float(v), 5) for v in row] for row in d["rows"]],
+                    "promotes": self._tokens(d["promotes"], d["promote_logits"]),
+                    "suppresses": self._tokens(d["suppresses"], d["suppress_logits"]),
+                }
+                for (layer, t), d in sorted((self.attention_rows or {}).items())
+            ]
+        return out
+
+    def _repr_html_(self) -> str:  # Jupyter, VS Code, Colab: the same view as the page's
+        from ..display import html_for
+
+        return html_for(self) or f"<pre>{self.to_dict()}</pre>"
+
+
+Analysis = TranslationAnalysis | CaptionAnalysis | GenerationAnalysis | LMViewAnalysis

@@ -10,7 +10,17 @@ from typing import Any
 
 from ..errors import InputError
 
-__all__ = ["GENERATION_MODES", "CaptionRequest", "GenerationRequest", "MethodOptions", "Request", "TranslationRequest"]
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "GENERATION_MODES",
+    "LM_VIEW_KINDS",
+    "CaptionRequest",
+    "GenerationRequest",
+    "LMViewRequest",
+    "MethodOptions",
+    "Request",
+    "TranslationRequest",
+]
 
 
 def _positive_int(name: str, value, *, optional: bool = False) -> None:
@@ -150,8 +160,8 @@ class GenerationRequest:
     batch: int | None = None
 
     def __post_init__(self) -> None:
+        from ..attribution.generation import canonical_generation_method as canonical_method
         from ..attribution.gradients import GRADIENT_METHODS
-        from ..attribution.methods import canonical_method
         from ..hf.sampling import check_sampling
 
         _text("text", self.text)
@@ -177,4 +187,51 @@ class GenerationRequest:
                 )
 
 
-Request = TranslationRequest | CaptionRequest | GenerationRequest
+#: the routes' importance threshold τ when none is given (the LM Transparency Tool's default)
+DEFAULT_THRESHOLD = 0.04
+#: the views of one prediction an :class:`LMViewRequest` asks for
+LM_VIEW_KINDS = ("logit_lens", "direct_logit", "routes")
+
+
+@dataclass(frozen=True)
+class LMViewRequest:
+    """A view of one prediction of a decoder-only model reading ``text`` as given (no generation): the
+    prediction at ``position`` (1-based, a token of the text; None: the last, i.e. the token after the text).
+
+    ``view``: ``"logit_lens"`` (each block's residual read through the final norm and the unembedding:
+    the ``top`` tokens and the rank of the model's own prediction, nostalgebraist 2020), ``"direct_logit"``
+    (each head's and MLP block's direct contribution to the predicted token's logit, which add up to it) or
+    ``"routes"`` (the information-flow graph of Ferrando & Voita 2024, edges whose importance is at least
+    ``threshold``, default :data:`DEFAULT_THRESHOLD`, with the logit lens of the position; :mod:`attnkit.attribution.information_flow`);
+    ``token``: the token whose logit direct logit attribution splits (one token of the vocabulary; None: the
+    model's own prediction)."""
+
+    text: str
+    view: str = "routes"
+    position: int | None = None
+    threshold: float | None = None
+    top: int = 5
+    token: str | None = None
+
+    def __post_init__(self) -> None:
+        _text("text", self.text)
+        if self.view not in LM_VIEW_KINDS:
+            raise InputError(f"view must be one of {', '.join(LM_VIEW_KINDS)}, got {self.view!r}")
+        _positive_int("position", self.position, optional=True)
+        t = self.threshold
+        if t is not None:
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0:
+                raise InputError(f"threshold must be a number in [0, 1], got {t!r}")
+            if self.view != "routes":
+                raise InputError(f"threshold is for the routes view, not {self.view}")
+        _positive_int("top", self.top)
+        if self.top > 100:
+            raise InputError(f"top must be at most 100 tokens, got {self.top}")
+        if self.token is not None:
+            if not isinstance(self.token, str) or not self.token:
+                raise InputError(f"token must be one token of the model's vocabulary, got {self.token!r}")
+            if self.view != "direct_logit":
+                raise InputError(f"token is for the direct_logit view, not {self.view}")
+
+
+Request = TranslationRequest | CaptionRequest | GenerationRequest | LMViewRequest

@@ -1,9 +1,18 @@
 """The explorer's routes, one module per concern: the page and its docs (:mod:`.pages`), what is loaded and
 what to pick from (:mod:`.catalog`), translation (:mod:`.translate`), captioning (:mod:`.caption`),
-Hugging Face encoder-only and decoder-only models (:mod:`.self_attention`) and a job's progress (:mod:`.progress`)."""
+Hugging Face encoder-only and decoder-only models (:mod:`.self_attention`), a decoder-only model's views of one
+prediction (:mod:`.flow`) and a job's progress (:mod:`.progress`)."""
 
-from . import caption, catalog, pages, progress, self_attention, translate
+from . import caption, catalog, flow, pages, progress, self_attention, translate
 
-ROUTERS = [pages.router, catalog.router, translate.router, caption.router, self_attention.router, progress.router]
+ROUTERS = [
+    pages.router,
+    catalog.router,
+    translate.router,
+    caption.router,
+    self_attention.router,
+    flow.router,
+    progress.router,
+]
 
 __all__ = ["ROUTERS"]

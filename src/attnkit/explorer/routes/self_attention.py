@@ -38,6 +38,9 @@ from .translate import JOB_NAME
 __all__ = ["GenerateRequest", "SelfAttentionRequest", "router"]
 
 router = APIRouter()
+#: the methods of /api/generate run as heavy jobs: a backward pass per token, value zeroing's replay of a layer
+#: per key, ALTI-Logit's traced pass per token
+HEAVY_METHODS = (*GRADIENT_METHODS, "value_zeroing", "alti_logit")
 
 
 class SelfAttentionRequest(BaseModel):
@@ -122,8 +125,8 @@ async def generate(req: GenerateRequest, request: Request):
     """A decoder-only model's greedy or sampled continuation of a prompt, or the text itself read with
     teacher forcing (``"mode"``), each token attributed to the tokens before it (the last layer's head-mean
     attention, or ``"method"``, contrastive with ``"contrast"``), with its step scores."""
-    from ...attribution import UnknownMethodError, canonical_method
-    from ...attribution.generation import MAX_FORCED_TOKENS, contrast_token, generation_methods
+    from ...attribution import UnknownMethodError
+    from ...attribution.generation import MAX_FORCED_TOKENS, canonical_generation_method, contrast_token, row_methods
     from ...service import GenerationRequest
 
     ex = explorer(request)
@@ -142,9 +145,9 @@ async def generate(req: GenerateRequest, request: Request):
         )
     method = None
     if req.method is not None:
-        method = canonical_method(req.method)
-        if method not in generation_methods():
-            raise UnknownMethodError(f"{name} has no {method}; it has: {', '.join(generation_methods())}")
+        method = canonical_generation_method(req.method)
+        if method not in row_methods():  # the views of one prediction are /api/flow's
+            raise UnknownMethodError(f"{name} has no {method} here; it has: {', '.join(row_methods())} (and /api/flow)")
     sampling = {
         k: v for k, v in (("temperature", req.temperature), ("top_k", req.top_k), ("seed", req.seed)) if v is not None
     }
@@ -164,7 +167,7 @@ async def generate(req: GenerateRequest, request: Request):
             contrast_token(sa, req.contrast)
     except InputError as exc:
         raise ApiError(422, str(exc)) from None
-    if method in GRADIENT_METHODS:  # a backward pass per token: a heavy job, in a worker process
+    if method in HEAVY_METHODS:  # a backward pass (or a traced pass) per token: a heavy job, in a worker process
         analysis = await ex.jobs.run(client_of(request), req.job, name, job, request.is_disconnected)
         return {**generation_answer(analysis), **checkpoint_fields(analysis.spec)}
     return await run_light(request, generation_payload, sa, model=name, **kwargs)

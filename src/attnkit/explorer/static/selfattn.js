@@ -1,7 +1,9 @@
 // attnkit explorer: encoder-only and decoder-only models (BERT, GPT-2, Llama): every layer's and head's
 // self-attention (bertviz's model view), the head means and the rollout, from /api/self-attention (the
 // head means first, then one layer's heads per request), and a decoder-only model's continuation with
-// its attributions from /api/generate (drawn as a translation card: context → continuation).
+// its attributions from /api/generate (drawn as a translation card: context → continuation), and the
+// information-flow graph of the text's next token from /api/flow (drawn by static/flow.js: layers × positions,
+// a threshold slider, an edge's click shows its head's attention row, a block's click its logit lens).
 "use strict";
 
 const SA = { models: [], run: 0 };
@@ -65,7 +67,7 @@ function renderSelfAttention(p, info) {
     c.addEventListener("click", () => enlarge("attention rollout (Abnar & Zuidema 2020)", p.rollout, pieces, pieces));
     card.append(el("div", { class: "label" }, `attention rollout: ${p.rollout_rule}`), c);
   }
-  if (info && info.generates) card.append(saGenerateBox(p, info));
+  if (info && info.generates) card.append(saGenerateBox(p, info), saFlowBox(p));
   return { card, fill };
 }
 
@@ -86,6 +88,23 @@ function saGenerateBox(p, info) { // a decoder-only model writes on; each writte
   };
   box.append(el("div", { class: "controls" }, el("label", {}, "New tokens ", tokens), el("label", {}, "Method ", method),
     el("button", { class: "sa-continue", onclick: go }, "Continue the text")), err, out);
+  return box;
+}
+
+function saFlowBox(p) { // the information-flow routes of the text's last prediction (Ferrando & Voita 2024), static/flow.js
+  const box = el("div", { class: "sa-flow" });
+  const threshold = el("input", { type: "number", class: "sa-flow-threshold", min: 0.01, max: 1, step: 0.01, value: 0.04 });
+  const out = el("div", { class: "sa-flow-graph" }), err = el("div", { class: "error", role: "alert" });
+  const go = async () => {
+    err.textContent = ""; out.replaceChildren(el("span", { class: "status" }, "tracing…"));
+    try {
+      const r = await api("api/flow", { method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ text: p.text, model: p.model, view: "routes", threshold: +threshold.value }) });
+      window.AttnkitFlow.render(out, r);
+    } catch (e) { out.replaceChildren(); err.textContent = e.message; }
+  };
+  box.append(el("div", { class: "controls" }, el("label", {}, "Threshold ", threshold),
+    el("button", { class: "sa-flow-go", onclick: go }, "Information-flow graph of the next token")), err, out);
   return box;
 }
 

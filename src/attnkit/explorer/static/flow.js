@@ -1,0 +1,179 @@
+// The information-flow graph of a decoder-only model's prediction (Ferrando & Voita 2024), drawn as SVG:
+// layers × positions, each head edge's width its importance, a threshold slider, a click on an edge shows
+// that head's attention row, a click on a block (a position between layers) shows its logit lens.
+// Input: the routes view's JSON (attnkit.service.LMViewAnalysis.to_dict(): graph, pieces, node_lens,
+// attention_rows), layers, heads and positions numbered from 1 as everywhere a user sees them.
+// Used by the explorer page (its graph view), by the self-contained page of `attnkit explain --method routes
+// --plot graph.html` and by the notebook view (attnkit.show).
+(function () {
+  "use strict";
+  const SVG = "http://www.w3.org/2000/svg";
+
+  function el(name, attrs, text) {
+    const e = document.createElementNS(SVG, name);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  function html(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  function shown(piece) {
+    return String(piece).replace(/\u2581|\u0120/g, " ").trim() || piece;
+  }
+
+  function lensTable(data, position, layer) {
+    const rows = (data.node_lens || {})[String(position)] || [];
+    const box = html("div", "flow-lens");
+    box.dataset.position = String(position);
+    box.appendChild(
+      html("p", "flow-title", `logit lens at position ${position} (${shown(data.pieces[position - 1])}): each block's residual read as a prediction`)
+    );
+    const table = html("table", "flow-lens-table");
+    const head = html("tr");
+    for (const t of ["layer", "rank of the prediction", "top tokens (logit)"]) head.appendChild(html("th", "", t));
+    table.appendChild(head);
+    for (const r of rows) {
+      const tr = html("tr", r.layer === layer ? "flow-current" : "");
+      tr.appendChild(html("td", "", r.layer === 0 ? "embeddings" : String(r.layer)));
+      tr.appendChild(html("td", "", String(r.rank)));
+      tr.appendChild(html("td", "", r.top.map((t) => `${shown(t.piece)} (${t.logit.toFixed(2)})`).join(", ")));
+      table.appendChild(tr);
+    }
+    box.appendChild(table);
+    return box;
+  }
+
+  function attentionRow(data, edge) {
+    const box = html("div", "flow-row");
+    const found = (data.attention_rows || []).find((r) => r.layer === edge.layer && r.target === edge.target);
+    box.appendChild(
+      html(
+        "p",
+        "flow-title",
+        `layer ${edge.layer}, head ${edge.head}: position ${edge.target} (${shown(data.pieces[edge.target - 1])}) reads ` +
+          `position ${edge.source} (${shown(data.pieces[edge.source - 1])}), importance ${edge.weight.toFixed(4)}; its attention row:`
+      )
+    );
+    if (!found) return box;
+    const row = found.heads[edge.head - 1];
+    const list = html("ol", "flow-attention");
+    row.forEach((w, j) => {
+      if (j >= edge.target) return; // a causal model reads no later position
+      const li = html("li", j + 1 === edge.source ? "flow-current" : "");
+      li.appendChild(html("span", "flow-piece", shown(data.pieces[j])));
+      const bar = html("span", "flow-bar");
+      bar.style.display = "inline-block";
+      bar.style.height = "0.7em";
+      bar.style.background = "#1f77b4";
+      bar.style.width = `${Math.round(120 * w)}px`;
+      li.appendChild(bar);
+      li.appendChild(html("span", "flow-weight", ` ${w.toFixed(3)}`));
+      list.appendChild(li);
+    });
+    box.appendChild(list);
+    const tokens = (xs) => (xs || []).map((t) => `${shown(t.piece)} (${t.logit >= 0 ? "+" : ""}${t.logit.toFixed(2)})`).join(", ");
+    const up = found.promotes ? found.promotes[edge.head - 1] : null;
+    const down = found.suppresses ? found.suppresses[edge.head - 1] : null;
+    if (up) box.appendChild(html("p", "flow-promotes", `its output here promotes: ${tokens(up)}`));
+    if (down) box.appendChild(html("p", "flow-suppresses", `and suppresses: ${tokens(down)}`));
+    return box;
+  }
+
+  function render(container, data) {
+    container.textContent = "";
+    const g = data.graph;
+    const n = data.pieces.length;
+    const L = g.layers;
+    const dx = 64, dy = 56, left = 90, top = 20;
+    const width = left + dx * n + 20, height = top + dy * L + 90;
+    const controls = html("div", "flow-controls");
+    const label = html("label", "", "threshold ");
+    const slider = html("input", "flow-threshold");
+    const maxWeight = Math.max(g.threshold, ...g.edges.filter((e) => e.head !== null).map((e) => e.weight), 0.01);
+    Object.assign(slider, { type: "range", min: String(g.threshold), max: String(maxWeight), step: "0.001", value: String(g.threshold) });
+    const value = html("span", "flow-threshold-value", g.threshold.toFixed(3));
+    label.appendChild(slider);
+    label.appendChild(value);
+    controls.appendChild(html("span", "flow-title", `routes to ${shown(data.token.piece)} at position ${data.position} `));
+    controls.appendChild(label);
+    container.appendChild(controls);
+    const svg = el("svg", { class: "flow-graph", width, height, viewBox: `0 0 ${width} ${height}` });
+    const X = (p) => left + dx * (p - 1) + dx / 2;
+    const Y = (level) => top + dy * (L - level);
+    for (let level = 0; level <= L; level++) {
+      svg.appendChild(el("text", { x: 4, y: Y(level) + 4, "font-size": 11 }, level === 0 ? "embeddings" : `layer ${level}`));
+    }
+    data.pieces.forEach((p, i) => {
+      const t = el("text", { x: X(i + 1), y: Y(0) + 30, "font-size": 11, "text-anchor": "end", transform: `rotate(-45 ${X(i + 1)} ${Y(0) + 30})` }, shown(p));
+      svg.appendChild(t);
+    });
+    const info = html("div", "flow-info");
+    const edges = [];
+    for (const e of g.edges) {
+      const head = e.head !== null;
+      const line = el("line", {
+        class: head ? "flow-edge" : "flow-residual",
+        x1: X(e.source), y1: Y(e.layer - 1), x2: X(e.target), y2: Y(e.layer),
+        stroke: head ? "#1f77b4" : "#bbb",
+        "stroke-width": Math.max(0.6, 8 * e.weight),
+        "stroke-opacity": head ? 0.8 : 1,
+        "stroke-linecap": "round",
+      });
+      line.dataset.layer = String(e.layer);
+      line.dataset.weight = String(e.weight);
+      if (head) {
+        line.dataset.head = String(e.head);
+        line.style.cursor = "pointer";
+        line.appendChild(el("title", {}, `layer ${e.layer} head ${e.head}: ${e.source} → ${e.target} (${e.weight.toFixed(3)})`));
+        line.addEventListener("click", () => {
+          info.textContent = "";
+          info.appendChild(attentionRow(data, e));
+        });
+        edges.push(line);
+      }
+      svg.appendChild(line);
+    }
+    const mlps = [];
+    for (const m of g.mlp_nodes) {
+      const s = 6 + 10 * m.weight;
+      const r = el("rect", { class: "flow-mlp", x: X(m.position) + 6, y: Y(m.layer) - s / 2, width: s, height: s, fill: "#ff7f0e" });
+      r.dataset.weight = String(m.weight);
+      r.appendChild(el("title", {}, `MLP of layer ${m.layer} at position ${m.position} (${m.weight.toFixed(3)})`));
+      mlps.push(r);
+      svg.appendChild(r);
+    }
+    const onGraph = new Set();
+    for (const e of g.edges) {
+      onGraph.add(`${e.layer - 1}:${e.source}`);
+      onGraph.add(`${e.layer}:${e.target}`);
+    }
+    for (const key of onGraph) {
+      const [level, position] = key.split(":").map(Number);
+      const c = el("circle", { class: "flow-node", cx: X(position), cy: Y(level), r: 6, fill: position === data.position && level === L ? "#d62728" : "#444" });
+      c.dataset.layer = String(level);
+      c.dataset.position = String(position);
+      c.style.cursor = "pointer";
+      c.appendChild(el("title", {}, `position ${position}, ${level === 0 ? "embeddings" : "after layer " + level}: its logit lens`));
+      c.addEventListener("click", () => {
+        info.textContent = "";
+        info.appendChild(lensTable(data, position, level));
+      });
+      svg.appendChild(c);
+    }
+    slider.addEventListener("input", () => {
+      const t = Number(slider.value);
+      value.textContent = t.toFixed(3);
+      for (const x of [...edges, ...mlps]) x.style.display = Number(x.dataset.weight) >= t ? "" : "none";
+    });
+    container.appendChild(svg);
+    container.appendChild(info);
+  }
+
+  window.AttnkitFlow = { render };
+})();
