@@ -106,7 +106,8 @@ def test_the_registry_lists_the_new_methods_for_the_benchmark():
         return SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(model_type=model_type)))
 
     assert "alti_logit" in row_methods(like("gpt2")) and "routes" not in row_methods()
-    assert "alti" not in row_methods(like("phi3")) and "rollout" in row_methods(like("phi3"))
+    assert "alti" in row_methods(like("phi3"))  # traced (its fused projection read by slicing)
+    assert "alti" not in row_methods(like("falcon")) and "rollout" in row_methods(like("falcon"))
 
 
 @torch.no_grad()
@@ -188,8 +189,7 @@ def test_every_layers_mixing_map_as_the_self_attention_views(capsys):
 @pytest.mark.parametrize(
     ("family", "args", "says"),
     [
-        ("bert", ["--method", "alti"], "not defined for bert models"),
-        ("phi3", ["--method", "routes"], "not defined for phi3 models"),
+        ("bert", ["--method", "alti_logit"], "alti_logit is not defined for an encoder-only model"),
         ("gpt2", ["--method", "routes", "--layer", "1"], "--layer: not for routes"),
         ("gpt2", ["--method", "logit_lens", "--threshold", "0.1"], "--threshold is for --method routes"),
         ("gpt2", ["--method", "alti", "--position", "2"], "--position is for the views"),
