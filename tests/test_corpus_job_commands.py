@@ -4,11 +4,17 @@ the one-process output of the same command; the flags a split job refuses, one l
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import io
+
 import pytest
 
 from attnkit.alignment.gold import load_gold
 from attnkit.cli import main as cli_main
 from attnkit.cli.corpus_job import without_processes
+from attnkit.cli.translate_job import BATCH
+from attnkit.tasks.translation import Translator
 from attnkit.tasks.translation.alignment import ModelAligner
 
 
@@ -79,24 +85,54 @@ def test_align_resumes_after_a_failed_part(pairs, align_reference, tmp_path, mon
     assert not job.exists()
 
 
-def test_translate_file_on_two_processes_prints_the_one_process_bytes(tmp_path, capfd):
-    # 70 short lines (greedy decoding of long verses is most of a test's time): one process translates
-    # them in length-sorted batches of 64, so the job has 2 parts of whole batches, one a rank; a blank
-    # line and one no model can read (skipped, named on stderr, exit status 1) among them
+@pytest.fixture(scope="module")
+def translate_case(tmp_path_factory):
+    """70 short lines (greedy decoding of long verses is most of a test's time), a blank one and one no
+    model can read (skipped, named on stderr, exit status 1) among them, and one process's output: it
+    translates the 68 sentences in length-sorted batches of 64, so a job has parts of 64 and 4."""
     lines = [" ".join(v.source[:4]) for v in load_gold()[:70]]
     lines[3], lines[20] = "", "\u200b\u200b"
-    src = tmp_path / "in.es"
+    src = tmp_path_factory.mktemp("translate") / "in.es"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
     argv = ["translate", "--file", str(src), "--beam", "1", "--json"]
-    assert cli_main(argv) == 1
-    one = capfd.readouterr()
-    assert one.out.count("\n") == 68 and f"{src} line 21" in one.err
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli_main(argv) == 1
+    assert out.getvalue().count("\n") == 68
+    return argv, out.getvalue()
+
+
+def test_translate_file_on_two_processes_prints_the_one_process_bytes(translate_case, tmp_path, capfd):
+    argv, reference = translate_case
     assert cli_main([*argv, "--processes", "2", "--part-lines", "10", "--job-dir", str(tmp_path / "j")]) == 1
     two = capfd.readouterr()
-    assert two.out == one.out  # the scores too, to the last digit printed
+    assert two.out == reference  # the scores too, to the last digit printed
     assert "parts of 64 sentences over 2 processes" in two.err
-    assert f"{src} line 21" in two.err and "68/68" in two.err
+    assert f"{argv[2]} line 21" in two.err and "68/68" in two.err
     assert not (tmp_path / "j").exists()
+
+
+def test_translate_file_resumes_after_a_failed_part(translate_case, tmp_path, monkeypatch, capsys):
+    argv, reference = translate_case
+    argv = [*argv, "--job-dir", str(tmp_path / "j"), "--part-lines", "64", "--no-progress"]
+    real = Translator.translate
+    assert inspect.signature(real).parameters["batch_size"].default == BATCH  # the parts hold whole batches
+    calls = []
+
+    def failing(self, sentences, **kw):
+        calls.append(len(sentences))
+        if len(calls) == 2:
+            raise RuntimeError("injected")
+        return real(self, sentences, **kw)
+
+    monkeypatch.setattr(Translator, "translate", failing)
+    assert cli_main(argv) == 2
+    assert "part 2 (lines 65-68) failed: injected" in capsys.readouterr().err
+    calls.clear()
+    monkeypatch.setattr(Translator, "translate", lambda self, s, **kw: (calls.append(len(s)), real(self, s, **kw))[1])
+    assert cli_main(argv) == 1
+    assert capsys.readouterr().out == reference
+    assert calls == [4]  # the finished part of 64 was kept; the pass's sorted file was not rewritten
 
 
 def test_without_processes_drops_the_flag_in_each_spelling():

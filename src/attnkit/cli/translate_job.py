@@ -20,7 +20,6 @@ lines); the rest is read through memory-mapped files.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import mmap
 import sys
@@ -34,8 +33,9 @@ from .common import CLIError, _load_shortlist, _open_model
 from .corpus_job import is_rank0, job_options, numbered_reader, run_corpus_job, torchrun_world
 from .translate_lines import _readable, _result_text, _warn_if_english
 
-__all__ = ["translate_corpus_job"]
+__all__ = ["BATCH", "translate_corpus_job"]
 
+BATCH = 64  # the batch of Translator.translate, which the one-process `translate` leaves at its default
 _CHUNK = 4096  # lines read, checked and tokenised at a time by rank 0's pass
 _OWN = ("sorted.txt", "order.u64", "prepared.json")
 
@@ -150,8 +150,7 @@ def translate_corpus_job(args) -> int:
     model = _open_model(args, DEFAULT_TRANSLATION_MODEL, kind=ModelKind.TRANSLATOR)
     tr = model.impl
     shortlist = _load_shortlist(args.shortlist)
-    batch = inspect.signature(tr.translate).parameters["batch_size"].default  # the one-process run's
-    part_lines = -(-args.part_lines // batch) * batch
+    part_lines = -(-args.part_lines // BATCH) * BATCH
     if is_rank0():
         ranks = torchrun_world()
         print(
