@@ -135,6 +135,10 @@ def _deliver(job_dir: Path, assembled: Path) -> None:
         for name in _OWN:
             with contextlib.suppress(FileNotFoundError):
                 (job_dir / name).unlink()
+        for pattern in (".assembled-*.out", *(f".{name}.*.tmp" for name in _OWN)):  # left by a killed run
+            for leftover in job_dir.glob(pattern):
+                with contextlib.suppress(FileNotFoundError):
+                    leftover.unlink()
         for d in (job_dir / "assembled-index", job_dir / "input"):
             with contextlib.suppress(OSError):
                 d.rmdir()

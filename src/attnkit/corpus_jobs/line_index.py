@@ -119,3 +119,6 @@ def remove_line_index(index_dir: str | os.PathLike) -> None:
     for name in ("line_index.json", "line_index.u64"):
         with contextlib.suppress(FileNotFoundError):
             (Path(index_dir) / name).unlink()
+        for leftover in Path(index_dir).glob(f".{name}.*.tmp"):  # a write of ours cut short by a kill
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()

@@ -155,6 +155,9 @@ class PartStore:
                     path.unlink()
         with contextlib.suppress(FileNotFoundError):
             (self.folder / MANIFEST).unlink()
+        for leftover in self.folder.glob(".part-*.tmp"):  # a write of ours cut short by a kill
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
 
     def missing(self) -> list[int]:
         return [p for p in range(self.plan.n_parts) if not self.is_done(p)]
