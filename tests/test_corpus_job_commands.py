@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+from pathlib import Path
 
 import pytest
 
@@ -155,8 +156,38 @@ def test_flags_a_split_job_refuses_are_one_line(pairs, tmp_path, capsys):
         (["translate", "--file", f, "--job-dir", str(tmp_path), "--report-time"], "--report-time needs every"),
         (["translate", "--file", f, "--processes", "1"], "processes must be an int in [2, 4096]"),
         (["align", "--src", f, "--tgt", f, "--method", "eflomal", "--processes", "2"], "cannot be split"),
+        (["evaluate", "translation", "--engine", "ctranslate2", "--processes", "2"], "with the PyTorch engine"),
     ]
     for argv, message in cases:
         assert cli_main(argv) == 2, argv
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1 and "Traceback" not in err, (argv, err)
+
+
+def test_translations_on_two_ranks_are_the_one_process_translations(translate_case):
+    """``evaluate translation`` under torchrun: each rank decodes every other batch of the one-process
+    run; the gathered list equals one ``translate`` call's (run here as rank 1 then rank 0, the gather
+    played by hand), so the scores computed from it are the one-process scores."""
+    from attnkit.tasks.translation.split_translation import one_process_batches, translations_on_ranks
+
+    tr = Translator.load("transformer-es-en")
+    sources = [line for line in Path(translate_case[0][2]).read_text(encoding="utf-8").splitlines() if line.strip()]
+    sources = [s for s in sources if s != "\u200b\u200b"]  # 68 sentences: batches of 64 and 4
+    reference = [r.translation for r in tr.translate(sources, beam_size=1, truncate=True)]
+    assert [len(b) for b in one_process_batches(tr, sources, truncate=True)] == [64, 4]
+    sent = {}
+
+    class Sent(Exception):
+        pass
+
+    def gather_of_rank1(mine):
+        sent[1] = mine
+        raise Sent  # rank 1's own list is incomplete without rank 0's: only what it sends is checked
+
+    with pytest.raises(Sent):
+        translations_on_ranks(tr, sources, rank=1, world=2, gather=gather_of_rank1, beam_size=1, truncate=True)
+    assert len(sent[1]) == 4  # rank 1 decoded the second batch only
+    got = translations_on_ranks(
+        tr, sources, rank=0, world=2, gather=lambda mine: [mine, sent[1]], beam_size=1, truncate=True
+    )
+    assert got == reference

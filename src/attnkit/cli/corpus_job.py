@@ -39,12 +39,14 @@ from .common import CLIError
 __all__ = [
     "JobError",
     "add_corpus_job_flags",
+    "add_processes_flag",
     "corpus_job_wanted",
     "is_rank0",
     "job_options",
     "launch",
     "numbered_reader",
     "run_corpus_job",
+    "start_group",
     "torchrun_world",
     "without_processes",
 ]
@@ -61,15 +63,20 @@ class JobError(CLIError):
         self.quiet = quiet
 
 
-def add_corpus_job_flags(parser: argparse.ArgumentParser, unit: str) -> None:
-    """``--processes``, ``--part-lines`` and ``--job-dir`` (``unit``: what a line is, for the help)."""
+def add_processes_flag(parser: argparse.ArgumentParser, unit: str, same: str = "the output is byte for byte") -> None:
+    """``--processes N``: the command relaunched on N ranks (``unit``: what is split, for the help)."""
     parser.add_argument(
         "--processes",
         type=arg_type(between(2, 4096, integer=True), "processes"),
         default=None,
         help=f"split the {unit} over N processes on this machine (torchrun --standalone, each at threads/N "
-        "threads); the output is byte for byte the one-process output (default: one process)",
+        f"threads); {same} the one-process output (default: one process)",
     )
+
+
+def add_corpus_job_flags(parser: argparse.ArgumentParser, unit: str) -> None:
+    """``--processes``, ``--part-lines`` and ``--job-dir`` (``unit``: what a line is, for the help)."""
+    add_processes_flag(parser, unit)
     parser.add_argument(
         "--part-lines",
         type=arg_type(between(1, 10_000_000, integer=True), "part lines"),
@@ -160,7 +167,7 @@ def launch(argv: list[str], processes: int) -> int:
     return 0
 
 
-def _start_group() -> None:
+def start_group() -> None:
     """Join torchrun's process group (gloo: the job exchanges only small objects), each rank on its own
     GPU when there are GPUs."""
     import torch
@@ -302,7 +309,7 @@ def run_corpus_job(
             raise ParallelDataError(f"{path}: the file is empty")
     world = torchrun_world()
     if world > 1:
-        _start_group()
+        start_group()
     rank0 = is_rank0()
     job_dir = _job_dir(args, command, options, inputs)
     totals: dict = {}
