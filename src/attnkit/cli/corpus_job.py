@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -144,7 +145,12 @@ def launch(argv: list[str], processes: int) -> int:
     for k in _TORCHRUN:
         os.environ.pop(k, None)
     os.environ["OMP_NUM_THREADS"] = str(max(1, threads // processes))
-    logging.getLogger("torch.distributed").setLevel(logging.CRITICAL)  # its own report of a failed rank
+    quiet = logging.getLogger("torch.distributed")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # its own report of a failed rank
+    # torchrun's agent sets its own handlers of these (to stop the ranks); a caller of main() gets its back
+    signals = [getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, n)]
+    handlers = {sig: signal.getsignal(sig) for sig in signals}
     config = ["--standalone", "--nproc-per-node", str(processes), "-m", "attnkit", *without_processes(argv)]
     try:
         run(get_args_parser().parse_args(config))
@@ -164,6 +170,11 @@ def launch(argv: list[str], processes: int) -> int:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        quiet.setLevel(level)
+        for sig, handler in handlers.items():
+            if handler is not None:
+                with contextlib.suppress(ValueError):  # not the main thread: the agent could not set them either
+                    signal.signal(sig, handler)
     return 0
 
 
