@@ -191,3 +191,40 @@ def test_translations_on_two_ranks_are_the_one_process_translations(translate_ca
         tr, sources, rank=0, world=2, gather=lambda mine: [mine, sent[1]], beam_size=1, truncate=True
     )
     assert got == reference
+
+
+def test_evaluate_alignment_on_two_ranks_is_the_one_process_table(tmp_path):
+    """``evaluate alignment`` under torchrun: each rank reads every other run of 8 × batch_size pairs,
+    the per-pair AER counts are gathered, and rank 0's table (AER, intervals, paired differences) is the
+    one-process table (run here as rank 1 then rank 0, the gather played by hand)."""
+    from attnkit.tasks.translation.alignment_evaluate import evaluate_alignment
+
+    verses = load_gold()[:24]
+    files = [tmp_path / name for name in ("g.es", "g.en", "g.links")]
+    files[0].write_text("".join(" ".join(v.source) + "\n" for v in verses), encoding="utf-8")
+    files[1].write_text("".join(" ".join(v.target) + "\n" for v in verses), encoding="utf-8")
+    files[2].write_text(
+        "".join(
+            " ".join([f"{i}-{j}" for i, j in sorted(v.sure)] + [f"{i}p{j}" for i, j in sorted(v.possible - v.sure)])
+            + "\n"
+            for v in verses
+        ),
+        encoding="utf-8",
+    )
+    kw = dict(gold=tuple(files), methods=("guided", "attention"), samples=50, references=False, batch_size=1)
+    reference = evaluate_alignment("transformer-es-en", **kw)  # units of 8 pairs: 3, dealt 0 and 2 / 1
+    sent = {}
+
+    class Sent(Exception):
+        pass
+
+    def gather_of_rank1(mine):
+        sent[1] = mine
+        raise Sent
+
+    with pytest.raises(Sent):
+        evaluate_alignment("transformer-es-en", split=(1, 2, gather_of_rank1), **kw)
+    assert [start for start, _ in sent[1]] == [8]
+    table = evaluate_alignment("transformer-es-en", split=(0, 2, lambda mine: [mine, sent[1]]), **kw)
+    assert table == reference
+    assert reference["scored_verses"] == 24 and reference["rows"][1]["vs_first"]

@@ -12,11 +12,13 @@ from ..errors import InputError
 from .common import _open_model, _output
 from .corpus_job import (
     add_corpus_job_flags,
+    add_processes_flag,
     corpus_job_wanted,
     is_rank0,
     job_options,
     launch,
     run_corpus_job,
+    start_group,
     torchrun_world,
 )
 from .flags import (
@@ -317,7 +319,21 @@ def add_data_links_parser(d) -> None:
 
 
 # ---------------------------------------------------------------- evaluate alignment
-def cmd_evaluate_alignment(args) -> None:
+def cmd_evaluate_alignment(args) -> int | None:
+    if args.processes is not None:
+        return launch(args.argv, args.processes)
+    if torchrun_world() == 1:
+        return _evaluate_alignment(args, None)
+    from ..training import distributed
+
+    start_group()
+    try:
+        return _evaluate_alignment(args, (distributed.rank(), distributed.world_size(), distributed.all_gather_object))
+    finally:
+        distributed.cleanup()
+
+
+def _evaluate_alignment(args, split) -> None:
     from ..pretrained import DEFAULT_ALIGNMENT_MODEL
     from ..tasks.translation.alignment_evaluate import evaluate_alignment
 
@@ -343,9 +359,12 @@ def cmd_evaluate_alignment(args) -> None:
             home=args.home,
             device=args.device,
             dtype=args.precision,
+            split=split,
         )
     except ValueError as exc:  # a model without attention, a layer it does not have, a malformed gold file
         raise InputError(str(exc)) from None
+    if r is None:  # under torchrun, rank 0 reports
+        return
     if args.json:
         print(json.dumps(r, ensure_ascii=False))
         return
@@ -443,4 +462,5 @@ def add_evaluate_alignment_parser(e) -> None:
     )
     _add_json_flag(ea)
     _add_device_flags(ea)
+    add_processes_flag(ea, "pairs", same="the table is")
     ea.set_defaults(func=cmd_evaluate_alignment)
