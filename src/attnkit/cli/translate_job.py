@@ -22,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import json
 import mmap
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -78,15 +80,21 @@ def _prepare(tr, args, options: dict, job_dir: Path) -> tuple[list[str], dict]:
     with contextlib.suppress(FileNotFoundError):
         stamp.unlink()  # the old files are not this job's any more
     atomic_write_bytes(job_dir / "order.u64", place.tobytes())
-    with open(args.file, "rb") as f:  # the kept sentences in sorted order, each read by its byte range
-        text = []
-        for k in by_length:
-            line = int(line_of_all[k])
-            lo, hi = int(index.offsets[line]), int(index.offsets[line + 1])
-            f.seek(lo)
-            raw = f.read(hi - lo)
-            text.append(read_one(raw, line))
-    atomic_write_text(sorted_txt, "".join(t + "\n" for t in text))
+    fd, tmp = tempfile.mkstemp(prefix=".sorted.txt.", suffix=".tmp", dir=job_dir)
+    try:  # the kept sentences in sorted order, each read by its byte range, streamed to the file
+        with open(args.file, "rb") as f, os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
+            for k in by_length:
+                line = int(line_of_all[k])
+                lo, hi = int(index.offsets[line]), int(index.offsets[line + 1])
+                f.seek(lo)
+                out.write(read_one(f.read(hi - lo), line) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, sorted_txt)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
     atomic_write_text(stamp, json.dumps(key, sort_keys=True))
     return [str(sorted_txt)], counts
 
@@ -103,7 +111,8 @@ def _deliver(job_dir: Path, assembled: Path) -> None:
     """Print each sentence's record in input order (module docstring, step 3), then delete the pass's files."""
     from ..corpus_jobs.line_index import open_line_index, remove_line_index
 
-    place = np.fromfile(job_dir / "order.u64", dtype=np.uint64)
+    path = job_dir / "order.u64"
+    place = np.memmap(path, dtype=np.uint64, mode="r") if path.stat().st_size else np.zeros(0, np.uint64)
     index = open_line_index(assembled, job_dir / "assembled-index")
     sys.stdout.flush()
     binary = getattr(sys.stdout, "buffer", None)
@@ -125,11 +134,9 @@ def _deliver(job_dir: Path, assembled: Path) -> None:
                 data.close()
         (binary or sys.stdout).flush()
     except BrokenPipeError:  # the reader stopped early (`| head`): not an error
-        import os
-
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     finally:
-        del index
+        del index, place
         remove_line_index(job_dir / "assembled-index")
         remove_line_index(job_dir / "input")
         for name in _OWN:
