@@ -108,6 +108,7 @@ def corpus_job_wanted(args) -> bool:
 
 
 def is_rank0() -> bool:
+    """Whether this process is rank 0 of a torchrun launch (or a plain process): the one that reports."""
     return os.environ.get("RANK", "0") == "0"
 
 
@@ -134,6 +135,7 @@ def launch(argv: list[str], processes: int) -> int:
     first failed rank's (its error is already on stderr), else 0."""
     import logging
 
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
@@ -145,32 +147,35 @@ def launch(argv: list[str], processes: int) -> int:
     for k in _TORCHRUN:
         os.environ.pop(k, None)
     os.environ["OMP_NUM_THREADS"] = str(max(1, threads // processes))
-    quiet = logging.getLogger("torch.distributed")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)  # its own report of a failed rank
+    # torchrun's own reports (a failed rank, a signal), each logger with a level of its own: said here in one line
+    names = ["torch.distributed", *(n for n in logging.root.manager.loggerDict if n.startswith("torch.distributed."))]
+    levels = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.CRITICAL)
     # torchrun's agent sets its own handlers of these (to stop the ranks); a caller of main() gets its back
     signals = [getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, n)]
     handlers = {sig: signal.getsignal(sig) for sig in signals}
     config = ["--standalone", "--nproc-per-node", str(processes), "-m", "attnkit", *without_processes(argv)]
+    resume = "run the same command again to resume from the parts already written"
     try:
         run(get_args_parser().parse_args(config))
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
         if failure.exitcode < 0:
-            print(
-                f"attnkit: error: rank {rank} was stopped ({failure.signal_name()}); run the same command "
-                "again to resume from the parts already written",
-                file=sys.stderr,
-            )
-            return 1
+            print(f"attnkit: error: rank {rank} was stopped ({failure.signal_name()}); {resume}", file=sys.stderr)
+            return 2
         return failure.exitcode
+    except SignalException as exc:  # Ctrl-C or a kill of this launch: torchrun's agent stopped the ranks
+        print(f"attnkit: interrupted ({exc.sigval.name}); {resume}", file=sys.stderr)
+        return 130
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        quiet.setLevel(level)
+        for n, level in levels.items():
+            logging.getLogger(n).setLevel(level)
         for sig, handler in handlers.items():
             if handler is not None:
                 with contextlib.suppress(ValueError):  # not the main thread: the agent could not set them either
