@@ -1,28 +1,39 @@
-"""Corpus jobs split across processes (issue 58): what this first version can measure.
+"""Corpus jobs split across processes (issue 58): ``attnkit align`` and ``attnkit translate --file`` on N lines.
 
-Two checks on the mechanism in ``attnkit.corpus_jobs`` (the commands do not use it yet, so the
-job here is a stand-in: each line reversed):
+Three checks, each in fresh processes (``python -m attnkit``, as a user runs it):
 
+- ``speed``: each command on N lines in one process at 1 thread (``OMP_NUM_THREADS=1``, the plain
+  one-process path) against ``--processes 2`` at 1 thread a rank (``OMP_NUM_THREADS=2``, split in
+  two); the two outputs must be byte-identical. Speed-up = one process's wall time / two processes'.
+  The target is >= 1.8x for 20,000 lines, on an otherwise idle machine with at least 2 cores.
+- ``kill``: each command ``--processes 2 --job-dir J`` is SIGKILLed (the launch and both ranks) once
+  half of its parts are written; the same command run again must write the one-process bytes, and
+  the parts missing at the kill (the ones the rerun redoes) must be at most one a rank.
 - ``memory``: peak RSS of one rank that builds the line index of an input and reads 200 parts of
-  1,000 lines through it, for 30,000 and 3,000,000 lines (each size in a fresh process).
-- ``resume``: a two-process ``torchrun`` job whose rank 1 fails on its second part; the rerun of
-  the same command must redo only the unfinished parts and write the bytes a plain loop writes.
+  1,000 lines through it, for 30,000 and 3,000,000 lines (the mechanism alone, each in a fresh process).
 
-Usage: ``python benchmarks/corpus_jobs.py [--out results/corpus_jobs.json]``
+The lines are the prepared Bible's verses (``ATTNKIT_HOME/bible/pairs.tsv``: Spanish and English),
+else the built-in gold set's 150 verses, repeated to N lines.
+
+Usage: ``python benchmarks/corpus_jobs.py [--lines 20000] [--only speed,kill,memory] [--beam 5]
+[--out results/corpus_jobs.json]``
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LINE = "verse {} in the beginning god created the heaven and the earth\n"
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 MEMORY = r"""
 import resource, sys
@@ -33,39 +44,136 @@ n = sum(len(idx.read_lines(*plan.part_range(p))) for p in plan.parts_of_rank(1)[
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, n)
 """
 
-JOB = r"""
-import sys, torch.distributed as dist
-from attnkit.corpus_jobs import run_job
-dist.init_process_group("gloo")
-fail = sys.argv[1] == "fail"
-def work(lines):
-    if fail and dist.get_rank() == 1 and "line 130" in lines:
-        raise ValueError("injected")
-    return "".join(x[::-1] + "\n" for x in lines).encode()
-try:
-    print("DONE", dist.get_rank(), run_job("in.txt", "out.txt", "job", {"cmd": "rev"}, work, 40), flush=True)
-except Exception as e:
-    print("ERROR", dist.get_rank(), e, flush=True)
-finally:
-    dist.destroy_process_group()
-"""
+
+def _env(threads: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}
+    return {**env, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": str(threads)}
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+def write_inputs(tmp: Path, n: int) -> tuple[Path, Path, str]:
+    """``n`` line-parallel Spanish and English verses, and where they came from."""
+    from attnkit.paths import attnkit_home
+
+    tsv = attnkit_home() / "bible" / "pairs.tsv"
+    if tsv.is_file():
+        rows = [line.rstrip("\n").split("\t") for line in tsv.read_text(encoding="utf-8").splitlines()[1:]]
+        pairs, source = [(r[4], r[5]) for r in rows if len(r) == 6], f"{tsv} (Bible verses)"
+    else:
+        from attnkit.alignment.gold import load_gold
+
+        pairs = [(" ".join(v.source), " ".join(v.target)) for v in load_gold()]
+        source = "the built-in gold set's 150 verses, repeated"
+    es, en = tmp / "in.es", tmp / "in.en"
+    es.write_text("".join(pairs[i % len(pairs)][0] + "\n" for i in range(n)), encoding="utf-8")
+    en.write_text("".join(pairs[i % len(pairs)][1] + "\n" for i in range(n)), encoding="utf-8")
+    return es, en, source
+
+
+def commands(es: Path, en: Path, out: Path, beam: int) -> dict[str, list[str]]:
+    """Each command's arguments (without ``--processes``); ``translate`` prints to stdout (captured into ``out``)."""
+    return {
+        "align": ["align", "--src", str(es), "--tgt", str(en), "--output", str(out), "--no-progress"],
+        "translate": ["translate", "--file", str(es), "--beam", str(beam), "--no-progress"],
+    }
+
+
+def run(argv: list[str], threads: int, out: Path, cwd: Path) -> tuple[float, int]:
+    """Run ``python -m attnkit argv``; its stdout goes to ``out`` when the command prints its output."""
+    start = time.perf_counter()
+    with open(out if argv[0] == "translate" else os.devnull, "wb") as stdout:
+        rc = subprocess.run(
+            [sys.executable, "-m", "attnkit", *argv], stdout=stdout, stderr=subprocess.PIPE, env=_env(threads), cwd=cwd
+        )
+    if rc.returncode not in (0, 1):
+        raise RuntimeError(f"{argv[0]} failed ({rc.returncode}): {rc.stderr.decode()[-2000:]}")
+    return time.perf_counter() - start, rc.returncode
+
+
+def _out(tmp: Path, name: str) -> Path:
+    return tmp / f"{name}.out"
+
+
+def speed(tmp: Path, es: Path, en: Path, n: int, beam: int) -> dict:
+    result = {}
+    for name in ("align", "translate"):
+        one, two = _out(tmp, f"{name}-1"), _out(tmp, f"{name}-2")
+        t1, _ = run(commands(es, en, one, beam)[name], 1, one, tmp)
+        t2, _ = run([*commands(es, en, two, beam)[name], "--processes", "2"], 2, two, tmp)
+        result[name] = {
+            "one_process_s": round(t1, 2),
+            "two_processes_s": round(t2, 2),
+            "lines_per_s_one": round(n / t1, 1),
+            "lines_per_s_two": round(n / t2, 1),
+            "speedup": round(t1 / t2, 3),
+            "identical_bytes": one.read_bytes() == two.read_bytes(),
+        }
+        print(name, result[name], flush=True)
+    return result
+
+
+def _parts_written(job: Path) -> tuple[int, int, list[int]]:
+    """``(parts written, parts of the job, missing parts)`` from the job folder (0, 0, [] before its manifest)."""
+    try:
+        manifest = json.loads((job / "job.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0, 0, []
+    n_parts = -(-manifest["n_lines"] // manifest["part_lines"])
+    done = {int(p.name[5:11]) for p in job.glob("part-*.out")}
+    return len(done), n_parts, [p for p in range(n_parts) if p not in done]
+
+
+def kill(tmp: Path, es: Path, en: Path, n: int, beam: int) -> dict:
+    """SIGKILL each command's 2-process launch at half its parts, rerun it, compare with one process."""
+    import psutil
+
+    result = {}
+    for name in ("align", "translate"):
+        reference = _out(tmp, f"{name}-1")
+        if not reference.exists():
+            run(commands(es, en, reference, beam)[name], 1, reference, tmp)
+        out, job = _out(tmp, f"{name}-killed"), tmp / f"job-{name}"
+        argv = [*commands(es, en, out, beam)[name], "--processes", "2", "--job-dir", str(job), "--part-lines", "256"]
+        with open(out if name == "translate" else os.devnull, "wb") as stdout:
+            launch = subprocess.Popen(
+                [sys.executable, "-m", "attnkit", *argv], stdout=stdout, stderr=subprocess.DEVNULL, env=_env(2)
+            )
+            while launch.poll() is None:
+                written, n_parts, _ = _parts_written(job)
+                if n_parts and written >= n_parts / 2:
+                    break
+                time.sleep(0.05)
+            tree = [launch.pid, *(p.pid for p in psutil.Process(launch.pid).children(recursive=True))]
+            for pid in tree:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+            launch.wait()
+        written, n_parts, missing = _parts_written(job)
+        by_rank = [sum(1 for p in missing if p % 2 == r) for r in range(2)]
+        t, _ = run(argv, 2, out, tmp)
+        result[name] = {
+            "parts": n_parts,
+            "written_at_kill": written,
+            "redone_by_rank": by_rank,
+            "at_most_one_part_per_rank": max(by_rank, default=0) <= 1,
+            "rerun_s": round(t, 2),
+            "identical_bytes": out.read_bytes() == reference.read_bytes(),
+            "job_folder_removed": not job.exists(),
+        }
+        print(name, "kill", result[name], flush=True)
+    return result
 
 
 def memory(tmp: Path) -> dict:
     out = {}
     for n in (30_000, 3_000_000):
-        path = tmp / f"in_{n}.txt"
+        path = tmp / f"mem_{n}.txt"
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(LINE.format(i) for i in range(n))
         res = subprocess.run(
             [sys.executable, "-c", MEMORY, str(path), str(tmp / f"job_{n}")],
             capture_output=True,
             text=True,
-            env=_env(),
+            env=_env(1),
             check=True,
         )
         rss, lines = res.stdout.split()
@@ -74,26 +182,25 @@ def memory(tmp: Path) -> dict:
     return out
 
 
-def resume(tmp: Path) -> dict:
-    (tmp / "in.txt").write_text("".join(f"line {i}\n" for i in range(300)), encoding="utf-8")
-    (tmp / "job.py").write_text(JOB, encoding="utf-8")
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "job.py"]
-    first = subprocess.run([*torchrun, "fail"], cwd=tmp, capture_output=True, text=True, env=_env())
-    second = subprocess.run([*torchrun, "ok"], cwd=tmp, capture_output=True, text=True, env=_env())
-    ref = "".join(x[::-1] + "\n" for x in (tmp / "in.txt").read_text(encoding="utf-8").splitlines()).encode()
-    return {
-        "first_run": [ln for ln in first.stdout.splitlines() if ln.startswith(("DONE", "ERROR"))],
-        "rerun": [ln for ln in second.stdout.splitlines() if ln.startswith(("DONE", "ERROR"))],
-        "identical_bytes": (tmp / "out.txt").read_bytes() == ref,
-    }
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=int, default=20_000, help="lines of each input (default: 20000)")
+    ap.add_argument("--beam", type=int, default=5, help="translate's beam (default: 5, the command's)")
+    ap.add_argument("--only", default="speed,kill,memory", help="which checks, comma-separated (default: all)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        result = {"memory": memory(Path(tmp)), "resume": resume(Path(tmp))}
+    sys.path.insert(0, str(ROOT / "src"))
+    only = set(args.only.split(","))
+    result: dict = {"lines": args.lines, "beam": args.beam, "cpus": os.cpu_count()}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        es, en, result["input"] = write_inputs(tmp, args.lines)
+        if "speed" in only:
+            result["speed"] = speed(tmp, es, en, args.lines, args.beam)
+        if "kill" in only:
+            result["kill"] = kill(tmp, es, en, args.lines, args.beam)
+        if "memory" in only:
+            result["memory"] = memory(tmp)
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

@@ -144,3 +144,33 @@ def test_run_job_in_one_process_and_in_a_one_rank_gloo_group(tmp_path):
         assert not (tmp_path / "c.out").exists()
     finally:
         dist.destroy_process_group()
+
+
+def test_run_job_over_line_parallel_inputs_with_counts_and_cleanup(tmp_path):
+    from attnkit.corpus_jobs import run_job
+    from attnkit.corpus_jobs.parts import lines_done
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("".join(f"a{i}\n" for i in range(7)), encoding="utf-8")
+    b.write_text("".join(f"b{i}\n" for i in range(7)), encoding="utf-8")
+    seen = {}
+
+    def pair_work(lines):
+        return "".join(f"{x}-{y}\n" for x, y in lines).encode(), {"pairs": len(lines), "odd": len(lines) % 2}
+
+    def assembled(store):
+        seen["totals"] = store.totals()
+        seen["progress"] = lines_done(store.folder)
+
+    job = tmp_path / "job"
+    user_file = job / "notes.txt"  # a file of the user's in the job folder is left alone
+    user_file.parent.mkdir()
+    user_file.write_text("mine", encoding="utf-8")
+    run_job([a, b], tmp_path / "out.txt", job, {"cmd": "pair"}, pair_work, 3, on_assembled=assembled, clean=True)
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8") == "".join(f"a{i}-b{i}\n" for i in range(7))
+    assert seen == {"totals": {"pairs": 7, "odd": 3}, "progress": (7, 7)}  # parts of 3, 3, 1 lines
+    assert sorted(p.name for p in job.iterdir()) == ["notes.txt"]
+
+    b.write_text("b0\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"has 7 lines but .* has 1 lines"):
+        run_job([a, b], tmp_path / "o2.txt", tmp_path / "j2", {"cmd": "pair"}, pair_work, 3)

@@ -87,9 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = _ct2_translate_parser() if _is_ct2_translate(argv) else build_parser()
     try:
         args = parser.parse_args(argv)
+        args.argv = argv  # a command given --processes N relaunches itself on N ranks with it
         status = args.func(args)
     except (AttnkitError, FileNotFoundError) as exc:
-        print(f"attnkit: error: {exc}", file=sys.stderr)
+        if not getattr(exc, "quiet", False):  # a split job's error is printed by its rank 0 only
+            print(f"attnkit: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a file-system error on a path the checks above could not foresee (a full disk)
         where = f"{exc.filename}: " if exc.filename else ""

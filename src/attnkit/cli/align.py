@@ -10,6 +10,17 @@ import sys
 from ..checks import COUNT, arg_type, between
 from ..errors import InputError
 from .common import _open_model, _output
+from .corpus_job import (
+    add_corpus_job_flags,
+    add_processes_flag,
+    corpus_job_wanted,
+    is_rank0,
+    job_options,
+    launch,
+    run_corpus_job,
+    start_group,
+    torchrun_world,
+)
 from .flags import (
     _add_device_flags,
     _add_json_flag,
@@ -36,14 +47,23 @@ _THRESHOLD = between(0, 1, open_low=True)  # an attention weight
 
 
 # ---------------------------------------------------------------- align
-def cmd_align(args) -> None:
+def cmd_align(args) -> int | None:
     from ..alignment.gold import format_links
 
     _output(args.output, "--output")
     if args.method == "eflomal":
         if args.model or args.reverse_model or args.layer or args.head:
             raise InputError("--method eflomal aligns the files with eflomal itself: give no --model/--layer/--head")
+        if args.processes is not None or corpus_job_wanted(args):
+            raise InputError(
+                "--method eflomal learns its alignments from the whole corpus at once: it cannot be split into "
+                "parts (no --processes, --job-dir or torchrun)"
+            )
         links = _eflomal_file_links(args)
+    elif args.processes is not None:
+        return launch(args.argv, args.processes)
+    elif corpus_job_wanted(args):
+        return _align_corpus_job(args)
     else:
         links = _model_file_links(args)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
@@ -86,19 +106,12 @@ def _eflomal_file_links(args):
     return eflomal_links([s for s, _ in pairs], [t for _, t in pairs], method=args.symmetrize or "grow-diag-final-and")
 
 
-def _model_file_links(args):
-    import dataclasses
-
+def _forward_aligner(args, *, say: bool = True):
+    """``(model, aligner, reverse model's name or None, reading)`` of the flags: the model loaded, the
+    reverse model named (the shipped one of the other direction under ``--symmetrize``; said on stderr)."""
     from ..pretrained import DEFAULT_ALIGNMENT_MODEL, reverse_model
     from ..service import ModelKind
-    from ..tasks.translation.alignment import (
-        AttentionReading,
-        ModelAligner,
-        default_method,
-        progress_bar,
-        read_parallel,
-        symmetrized,
-    )
+    from ..tasks.translation.alignment import AttentionReading, ModelAligner, default_method
 
     reverse_name = args.reverse_model
     if args.symmetrize == "none" and reverse_name not in (None, "none"):
@@ -106,7 +119,7 @@ def _model_file_links(args):
     model = _open_model(args, DEFAULT_ALIGNMENT_MODEL, kind=ModelKind.TRANSLATOR)
     if args.symmetrize not in (None, "none") and reverse_name is None:  # the shipped model of the other direction
         reverse_name = reverse_model(model.path) if model.path is not None else None
-        if reverse_name is not None:
+        if reverse_name is not None and say:
             print(f"attnkit align: --symmetrize reads the other direction with {reverse_name}", file=sys.stderr)
     if reverse_name == "none":
         reverse_name = None
@@ -115,7 +128,27 @@ def _model_file_links(args):
     translator = model.impl
     method = args.method or default_method(translator)  # a guided head when the model has one
     reading = AttentionReading(method, args.layer, args.head, args.threshold, both_ways)
-    aligner = ModelAligner(translator, reading)
+    return model, ModelAligner(translator, reading), reverse_name, reading
+
+
+def _back_aligner(args, reverse_name: str, reading):
+    """``(model, aligner)`` of the reverse model, read as the forward one (its own default method
+    unless ``--method`` was given)."""
+    import dataclasses
+
+    from ..service import ModelKind
+    from ..tasks.translation.alignment import ModelAligner, default_method
+
+    back_model = _open_model(args, None, ref=reverse_name, kind=ModelKind.TRANSLATOR)
+    back_translator = back_model.impl
+    back_reading = reading if args.method else dataclasses.replace(reading, method=default_method(back_translator))
+    return back_model, ModelAligner(back_translator, back_reading)
+
+
+def _model_file_links(args):
+    from ..tasks.translation.alignment import progress_bar, read_parallel, symmetrized
+
+    _, aligner, reverse_name, reading = _forward_aligner(args)
     total, pairs = read_parallel(args.src, args.tgt)
     print(f"attnkit align: {total} pairs, {aligner.describe()}", file=sys.stderr)
     bar = progress_bar(total, not args.no_progress)
@@ -129,12 +162,63 @@ def _model_file_links(args):
     forward = aligner.align(pairs, batch_size=args.batch_size)
     if not reverse_name:
         return counted(forward)
-    back_translator = _open_model(args, None, ref=reverse_name, kind=ModelKind.TRANSLATOR).impl
-    back_reading = reading if args.method else dataclasses.replace(reading, method=default_method(back_translator))
-    back = ModelAligner(back_translator, back_reading)
+    _, back = _back_aligner(args, reverse_name, reading)
     _, pairs_again = read_parallel(args.src, args.tgt)
     reverse = back.align(pairs_again, batch_size=args.batch_size, reverse=True)
     return counted(symmetrized(forward, reverse, args.symmetrize or "grow-diag-final-and"))
+
+
+def _align_corpus_job(args) -> int:
+    """``align`` as a corpus job (under torchrun, or resumable with ``--job-dir``): the pairs in parts
+    of whole buckets of the single-process run (a multiple of 8 × ``--batch-size``, which it sorts by
+    length and batches within), so every batch, and so every link, is the one-process run's."""
+    from ..alignment.gold import format_links
+    from ..tasks.translation.alignment import symmetrized
+
+    rank0 = is_rank0()
+    model, aligner, reverse_name, reading = _forward_aligner(args, say=rank0)
+    back_model, back = _back_aligner(args, reverse_name, reading) if reverse_name else (None, None)
+    bucket = 8 * args.batch_size
+    part_lines = -(-args.part_lines // bucket) * bucket
+    rule = args.symmetrize or "grow-diag-final-and"
+    if rank0:
+        ranks = torchrun_world()
+        print(
+            f"attnkit align: {aligner.describe()}; parts of {part_lines} pairs"
+            + (f" over {ranks} processes" if ranks > 1 else ""),
+            file=sys.stderr,
+        )
+
+    def work(lines: list) -> tuple[bytes, dict]:
+        pairs = [(s.split(), t.split()) for (_, s), (_, t) in lines]
+        links = aligner.align(pairs, batch_size=args.batch_size)
+        if back is not None:
+            links = symmetrized(links, back.align(pairs, batch_size=args.batch_size, reverse=True), rule)
+        text, skipped = [], 0
+        for a in links:
+            skipped += a is None
+            text.append(("" if a is None else format_links(a)) + "\n")
+        return "".join(text).encode("utf-8"), {"skipped": skipped}
+
+    models = {"model_used": str(model.path or model.label)}
+    if back_model is not None:
+        models["reverse_model_used"] = str(back_model.path or back_model.label)
+    totals = run_corpus_job(
+        args,
+        command="align",
+        inputs=[args.src, args.tgt],
+        output=args.output,
+        options=job_options(args, **models),
+        work=work,
+        part_lines=part_lines,
+        unit="pair",
+    )
+    if totals and totals.get("skipped"):
+        print(
+            f"attnkit: {totals['skipped']} pairs had a source longer than the model accepts: their lines are empty",
+            file=sys.stderr,
+        )
+    return 0
 
 
 def add_align_parser(sub) -> None:
@@ -191,6 +275,7 @@ def add_align_parser(sub) -> None:
     _add_output_flag(al, "write the links here instead of stdout (default: stdout)")
     _add_progress_flag(al)
     _add_device_flags(al)
+    add_corpus_job_flags(al, "pairs")
     al.set_defaults(func=cmd_align)
 
 
@@ -234,7 +319,21 @@ def add_data_links_parser(d) -> None:
 
 
 # ---------------------------------------------------------------- evaluate alignment
-def cmd_evaluate_alignment(args) -> None:
+def cmd_evaluate_alignment(args) -> int | None:
+    if args.processes is not None:
+        return launch(args.argv, args.processes)
+    if torchrun_world() == 1:
+        return _evaluate_alignment(args, None)
+    from ..training import distributed
+
+    start_group()
+    try:
+        return _evaluate_alignment(args, (distributed.rank(), distributed.world_size(), distributed.all_gather_object))
+    finally:
+        distributed.cleanup()
+
+
+def _evaluate_alignment(args, split) -> None:
     from ..pretrained import DEFAULT_ALIGNMENT_MODEL
     from ..tasks.translation.alignment_evaluate import evaluate_alignment
 
@@ -260,9 +359,12 @@ def cmd_evaluate_alignment(args) -> None:
             home=args.home,
             device=args.device,
             dtype=args.precision,
+            split=split,
         )
     except ValueError as exc:  # a model without attention, a layer it does not have, a malformed gold file
         raise InputError(str(exc)) from None
+    if r is None:  # under torchrun, rank 0 reports
+        return
     if args.json:
         print(json.dumps(r, ensure_ascii=False))
         return
@@ -360,4 +462,5 @@ def add_evaluate_alignment_parser(e) -> None:
     )
     _add_json_flag(ea)
     _add_device_flags(ea)
+    add_processes_flag(ea, "pairs", same="the table is")
     ea.set_defaults(func=cmd_evaluate_alignment)

@@ -18,6 +18,7 @@ from .common import (
     _open_model,
     _output,
 )
+from .corpus_job import add_processes_flag, is_rank0, launch, start_group, torchrun_world
 from .explain import add_evaluate_explanations_parser
 from .flags import (
     _add_beam_flag,
@@ -44,7 +45,39 @@ def _add_evaluate_flags(parser: argparse.ArgumentParser, unit: str) -> None:
     _add_output_flag(parser, "also write the JSON report here (default: none)")
 
 
-def cmd_evaluate_translation(args) -> None:
+def _translate_on_ranks():
+    """Under torchrun: join the group; ``translate_sources`` for :func:`evaluate_translation` that splits
+    the one-process batches over the ranks and gathers the translations on every rank."""
+    from functools import partial
+
+    from ..tasks.translation.split_translation import translations_on_ranks
+    from ..training import distributed
+
+    start_group()
+    return partial(
+        translations_on_ranks,
+        rank=distributed.rank(),
+        world=distributed.world_size(),
+        gather=distributed.all_gather_object,
+    )
+
+
+def cmd_evaluate_translation(args) -> int | None:
+    if args.processes is not None or torchrun_world() > 1:
+        if args.engine == "ctranslate2":
+            raise CLIError("--processes and torchrun evaluate with the PyTorch engine: give no --engine ctranslate2")
+        if args.processes is not None:
+            return launch(args.argv, args.processes)
+        try:
+            return _evaluate_translation(args, _translate_on_ranks(), rank0=is_rank0())
+        finally:
+            from ..training.distributed import cleanup
+
+            cleanup()
+    return _evaluate_translation(args, None, rank0=True)
+
+
+def _evaluate_translation(args, translate_sources, *, rank0: bool) -> None:
     from ..tasks.translation import evaluate_translation
     from ..tasks.translation.translation_quality import read_test_files
 
@@ -89,8 +122,11 @@ def cmd_evaluate_translation(args) -> None:
                 normalize_spelling=not args.keep_spelling,
                 modernize=args.modernize,
                 length_penalty=args.length_penalty,
+                translate_sources=translate_sources,
             )
         )
+    if not rank0:  # under torchrun, rank 0 reports
+        return
     if args.output:
         Path(args.output).write_text(json.dumps(reports, indent=2, ensure_ascii=False))
     if args.plot:
@@ -192,6 +228,7 @@ def add_parser(sub) -> None:
         help="score a copy of the sources rewritten in today's spelling (attnkit.data.spelling.modernize: "
         "fué → fue, á → a, crió → creó), to see how the model reads what people type (default: off)",
     )
+    add_processes_flag(et, "sentences' batches", same="the scores are")
     et.set_defaults(func=cmd_evaluate_translation)
 
     ec = e.add_parser("captioning", help="BLEU-1..4, exact match and attention correctness on the test scenes")

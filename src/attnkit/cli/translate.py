@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
 from ..checks import VOCABULARY, arg_type, between
 from ..data.parallel import decode_lines, read_lines
-from ..data.text import TextError, check_unicode
+from ..data.text import check_unicode
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import CLIError, _check_engine_flags, _load_shortlist, _open_model, _output, _shown_name
+from .corpus_job import (
+    add_corpus_job_flags,
+    corpus_job_wanted,
+    launch,
+)
 from .flags import (
     _add_beam_flag,
     _add_device_flags,
@@ -24,6 +28,7 @@ from .flags import (
     _add_spelling_flag,
     _add_split_flag,
 )
+from .translate_lines import _readable, _result_text, _warn_if_english
 
 
 def cmd_shortlist(args) -> None:
@@ -51,42 +56,6 @@ def cmd_shortlist(args) -> None:
     print(f"wrote {out} ({len(shortlist.frequent)} frequent pieces, up to {shortlist.table.shape[1]} per source piece)")
 
 
-def _looks_english(text: str) -> bool:
-    """A cheap guard: share of very common English function words among the words."""
-    words = [w.strip(".,;:!?\"'()").lower() for w in text.split()]
-    if len(words) < 4:
-        return False
-    common = {
-        "the",
-        "and",
-        "of",
-        "to",
-        "he",
-        "his",
-        "they",
-        "that",
-        "was",
-        "is",
-        "with",
-        "for",
-        "you",
-        "i",
-        "it",
-        "will",
-        "which",
-        "who",
-        "him",
-        "them",
-        "have",
-        "be",
-        "not",
-        "this",
-        "are",
-        "shall",
-    }
-    return sum(w in common for w in words) / len(words) > 0.3
-
-
 def _read_lines(lines, name: str) -> list[tuple[str, str]]:
     """``(where, line)`` of the non-empty lines of :func:`attnkit.data.parallel.read_lines` or ``decode_lines``,
     stripped, ``where`` naming the line (``FILE line 3``); a line that is not UTF-8 or holds a NUL byte is an
@@ -106,28 +75,17 @@ def _arguments(texts: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def _readable(tr, inputs: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The inputs ``tr`` can read. One it cannot (only zero-width, direction-mark, byte-order-mark or control
-    characters: :class:`attnkit.data.text.TextError`) is named on stderr (``FILE line 3: ...; skipped``) and
-    left out, and the others are translated; :func:`cmd_translate` then exits with status 1. Inputs over the
-    model's length are left to ``translate`` (an error, or cut with ``--truncate``)."""
-    kept = []
-    for where, text in inputs:
-        try:
-            tr.encode_sources([text], truncate=True)
-        except TextError as exc:
-            if len(inputs) == 1:
-                raise CLIError(f"{where}: {exc}") from None
-            print(f"attnkit: warning: {where}: {exc}; skipped", file=sys.stderr)
-            continue
-        kept.append((where, text))
-    return kept
-
-
 def cmd_translate(args) -> int:
     _check_engine_flags(args)
     _output(args.plot, "--plot")
     _output(args.html, "--html")
+    if args.processes is not None or corpus_job_wanted(args):
+        _check_corpus_job(args)
+        if args.processes is not None:
+            return launch(args.argv, args.processes)
+        from .translate_job import translate_corpus_job
+
+        return translate_corpus_job(args)
     inputs = _arguments(args.text)
     if args.file:
         inputs += _read_lines(read_lines(args.file), args.file)
@@ -158,14 +116,7 @@ def cmd_translate(args) -> int:
         model = _open_model(args, DEFAULT_TRANSLATION_MODEL, kind=ModelKind.TRANSLATOR)
         tr = model.impl
         sentences = _sentences(tr, inputs)
-        src_lang, tgt_lang = tr.src_lang, tr.tgt_lang
-        for s in sentences:
-            if src_lang != "en" and tgt_lang == "en" and _looks_english(s):
-                print(
-                    f"attnkit: warning: this looks like English, but the model translates {tr.language_pair}: "
-                    f"{s[:60]!r}",
-                    file=sys.stderr,
-                )
+        _warn_if_english(tr, sentences)
         loaded = time.perf_counter()
         results = tr.translate(
             sentences,
@@ -179,14 +130,7 @@ def cmd_translate(args) -> int:
         _report_time(results, loaded - started, time.perf_counter() - loaded)
     where = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON lines only
     for s, r in zip(sentences, results):
-        if args.json:
-            print(json.dumps(_json_line(s, r, attention=args.show_attention), ensure_ascii=False))
-            continue
-        print(r.translation)
-        if args.show_attention and r.attention is not None:
-            from ..viz import format_top_alignments
-
-            print(format_top_alignments(r.attention, r.source_pieces, r.target_pieces, k=3))
+        print(_result_text(s, r, args), end="")
     if args.plot is not None:
         _plot_translation(tr, results, sentences, args.plot, where)
     if args.html is not None:
@@ -201,17 +145,16 @@ def cmd_translate(args) -> int:
     return 1 if len(sentences) < len(inputs) else 0
 
 
-def _json_line(source: str, r, *, attention: bool) -> dict:
-    """``--json``: one translated sentence as one JSON object: the source, the translation, its token ids and
-    the search's score (log-probability, length-penalised under beam search); with ``--show-attention`` the
-    pieces and the attention ``(T, S)`` that the table's top alignments are read from."""
-    out = {"source": source, "translation": r.translation, "tokens": [int(t) for t in r.tokens]}
-    out["score"] = round(float(r.score), 6)
-    if attention and r.attention is not None:
-        out["source_pieces"] = list(r.source_pieces)
-        out["target_pieces"] = list(r.target_pieces)
-        out["attention"] = [[round(float(v), 5) for v in row] for row in r.attention.tolist()]
-    return out
+def _check_corpus_job(args) -> None:
+    """The flags a split ``translate`` (``--processes``, ``--job-dir``, torchrun) cannot take: it reads
+    ``--file`` only and writes the translations (or JSON lines) to stdout, with the PyTorch engine."""
+    if args.text or not args.file:
+        raise CLIError("--processes, --job-dir and torchrun translate a --file only (no text arguments or stdin)")
+    for flag, given in (("--plot", args.plot), ("--html", args.html), ("--report-time", args.report_time)):
+        if given:
+            raise CLIError(f"{flag} needs every sentence in one process: give no --processes, --job-dir or torchrun")
+    if args.engine == "ctranslate2":
+        raise CLIError("--processes, --job-dir and torchrun run the PyTorch engine: give no --engine ctranslate2")
 
 
 def _sentences(tr, inputs: list[tuple[str, str]]) -> list[str]:
@@ -292,6 +235,12 @@ def add_parser(sub) -> None:
         "--report-time",
         action="store_true",
         help="print the seconds of loading the model and of translating, and sentences/s, on stderr (default: off)",
+    )
+    add_corpus_job_flags(tr, "lines of --file")
+    tr.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar on stderr with --processes, --job-dir or torchrun (default: off)",
     )
     tr.set_defaults(func=cmd_translate)
 

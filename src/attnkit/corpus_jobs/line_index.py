@@ -20,7 +20,7 @@ import numpy as np
 
 from attnkit.paths import atomic_write_text, fsync_dir
 
-__all__ = ["LineIndex", "input_identity", "open_line_index"]
+__all__ = ["LineIndex", "input_identity", "open_line_index", "remove_line_index"]
 
 _CHUNK = 1 << 20  # bytes read at a time while indexing
 
@@ -112,3 +112,13 @@ def open_line_index(path: str | os.PathLike, index_dir: str | os.PathLike) -> Li
         atomic_write_text(key_file, json.dumps(ident, sort_keys=True))
     mm = np.memmap(data_file, dtype=np.uint64, mode="r")
     return LineIndex(path=path, offsets=mm)
+
+
+def remove_line_index(index_dir: str | os.PathLike) -> None:
+    """Delete the index files :func:`open_line_index` wrote in ``index_dir`` (those two names only)."""
+    for name in ("line_index.json", "line_index.u64"):
+        with contextlib.suppress(FileNotFoundError):
+            (Path(index_dir) / name).unlink()
+        for leftover in Path(index_dir).glob(f".{name}.*.tmp"):  # a write of ours cut short by a kill
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()

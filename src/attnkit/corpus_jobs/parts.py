@@ -3,8 +3,10 @@
 The input's lines are cut into parts of ``part_lines`` lines; part ``p`` belongs to rank
 ``p % world_size`` (round robin, so ranks finish together). Each part's output is written
 atomically (temp file + ``os.replace``, :mod:`attnkit.paths`) as ``part-NNNNNN.out``: a part file
-that exists is complete. The job folder's ``job.json`` (the manifest) records the job's key (the
-command's options and the input's identity) and the plan; a rerun with the same key reuses the
+that exists is complete. A part may also carry a few counts (``part-NNNNNN.json``, written before
+its ``.out``: lines skipped, say), which :meth:`PartStore.totals` sums over the finished parts, so a
+resumed job reports the whole job's counts and not only this run's. The job folder's ``job.json``
+(the manifest) records the job's key (the command's options and the input's identity) and the plan; a rerun with the same key reuses the
 finished parts and redoes only the missing ones, a rerun with a different key is refused rather
 than mixing outputs. Rank 0 assembles the output by concatenating the parts in input order, so
 the result is byte-identical to one process writing the same lines.
@@ -22,7 +24,9 @@ from pathlib import Path
 
 from attnkit.paths import atomic_write_bytes, atomic_write_text, fsync_dir
 
-__all__ = ["PartFailed", "PartPlan", "PartStore"]
+__all__ = ["PartFailed", "PartPlan", "PartStore", "lines_done"]
+
+MANIFEST = "job.json"
 
 
 class PartFailed(RuntimeError):
@@ -80,7 +84,7 @@ class PartStore:
 
         Raises ``ValueError`` if the folder holds parts of a different job (other options or input).
         """
-        path = self.folder / "job.json"
+        path = self.folder / MANIFEST
         want = self._manifest()
         if path.is_file():
             have = json.loads(path.read_text(encoding="utf-8"))
@@ -95,6 +99,9 @@ class PartStore:
     def part_path(self, part: int) -> Path:
         return self.folder / f"part-{part:06d}.out"
 
+    def counts_path(self, part: int) -> Path:
+        return self.folder / f"part-{part:06d}.json"
+
     def is_done(self, part: int) -> bool:
         return self.part_path(part).is_file()
 
@@ -102,12 +109,13 @@ class PartStore:
         self,
         rank: int,
         read: Callable[[int, int], list],
-        work: Callable[[list], bytes],
+        work: Callable[[list], bytes | tuple[bytes, dict]],
         on_part: Callable[[int, int], None] | None = None,
     ) -> list[int]:
         """Do rank ``rank``'s unfinished parts; return the parts it did (finished ones are skipped).
 
-        ``read(start, stop)`` gives a part's lines, ``work(lines)`` its output bytes;
+        ``read(start, stop)`` gives a part's lines, ``work(lines)`` its output bytes, or
+        ``(bytes, counts)`` with ``counts`` a dict of ints kept beside the part (:meth:`totals`);
         ``on_part(part, n_lines)`` is called after each part is written (progress).
         """
         done = []
@@ -116,14 +124,40 @@ class PartStore:
                 continue
             start, stop = self.plan.part_range(part)
             try:
-                data = work(read(start, stop))
+                result = work(read(start, stop))
             except Exception as e:
                 raise PartFailed(f"part {part + 1} (lines {start + 1}-{stop}) failed: {e}") from e
+            data, counts = result if isinstance(result, tuple) else (result, None)
+            if counts is not None:  # before the .out: a finished part always has its counts
+                atomic_write_text(self.counts_path(part), json.dumps(counts, sort_keys=True))
             atomic_write_bytes(self.part_path(part), data)
             done.append(part)
             if on_part is not None:
                 on_part(part, stop - start)
         return done
+
+    def totals(self) -> dict[str, int]:
+        """The counts of every finished part that has them, summed key by key."""
+        out: dict[str, int] = {}
+        for part in range(self.plan.n_parts):
+            path = self.counts_path(part)
+            if self.is_done(part) and path.is_file():
+                for k, v in json.loads(path.read_text(encoding="utf-8")).items():
+                    out[k] = out.get(k, 0) + int(v)
+        return out
+
+    def remove(self) -> None:
+        """Delete this job's part files, their counts and the manifest (only those: the folder is
+        removed only if nothing else is left in it), once the output is assembled."""
+        for part in range(self.plan.n_parts):
+            for path in (self.part_path(part), self.counts_path(part)):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            (self.folder / MANIFEST).unlink()
+        for leftover in self.folder.glob(".part-*.tmp"):  # a write of ours cut short by a kill
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
 
     def missing(self) -> list[int]:
         return [p for p in range(self.plan.n_parts) if not self.is_done(p)]
@@ -150,3 +184,24 @@ class PartStore:
             raise
         fsync_dir(output.parent)
         return output
+
+
+def lines_done(folder: str | os.PathLike) -> tuple[int, int] | None:
+    """``(lines in finished parts, lines of the job)`` of the job in ``folder``, read from its manifest
+    and the part files there (any rank's, on any node sharing the folder); None before the manifest
+    is written. What rank 0's progress bar polls."""
+    folder = Path(folder)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        names = [e.name for e in os.scandir(folder)]
+    except (OSError, ValueError):
+        return None
+    plan = PartPlan(int(manifest["n_lines"]), int(manifest["part_lines"]))
+    done = 0
+    for name in names:
+        if name.startswith("part-") and name.endswith(".out") and name[5:-4].isdigit():
+            part = int(name[5:-4])
+            if part < plan.n_parts:
+                start, stop = plan.part_range(part)
+                done += stop - start
+    return done, plan.n_lines

@@ -56,16 +56,24 @@ def _open_binary(path: Path):
 
 
 def decode_lines(
-    raw_lines: Iterable[bytes], name: str | os.PathLike, *, allow_nul: bool = False, offset_note: str = ""
+    raw_lines: Iterable[bytes],
+    name: str | os.PathLike,
+    *,
+    allow_nul: bool = False,
+    offset_note: str = "",
+    first_line: int = 1,
+    first_offset: int = 0,
 ) -> Iterator[tuple[int, str]]:
     """``(line number from 1, text)`` of each line of a byte stream (a file opened in binary mode,
     ``sys.stdin.buffer``), decoded as UTF-8, without the line ending and a leading byte-order mark.
 
     A byte sequence that is not UTF-8, or a NUL byte unless ``allow_nul``, is a :class:`ParallelDataError`
     naming ``name``, the line, and the byte offset from the start of the stream (``offset_note`` says
-    what that offset counts, e.g. "of the uncompressed text" for a ``.gz`` file)."""
-    offset = 0  # bytes of the stream before this line
-    for n, raw in enumerate(raw_lines, start=1):
+    what that offset counts, e.g. "of the uncompressed text" for a ``.gz`` file). A stretch of a file read
+    by byte range (a part of a corpus job) gives its first line's number and byte offset, so both are the
+    file's own (and only the file's line 1 loses a byte-order mark)."""
+    offset = first_offset  # bytes of the stream before this line
+    for n, raw in enumerate(raw_lines, start=first_line):
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

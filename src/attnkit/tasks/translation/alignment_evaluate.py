@@ -22,6 +22,7 @@ directions symmetrised with grow-diag-final-and (:mod:`attnkit.alignment.eflomal
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 from ...alignment import AERCounts, aer_counts, diagonal_links
@@ -128,7 +129,8 @@ def evaluate_alignment(
     home=None,
     device: str = "cpu",
     dtype=None,
-) -> dict:
+    split: tuple[int, int, Callable[[object], list]] | None = None,
+) -> dict | None:
     """The AER table of a model (see the module docstring). ``methods``: one row per attention
     reading (``attention``, ``shift``, ``guided``; default :data:`DEFAULT_METHODS`); ``layer``/``head`` (1-based) pick a
     cross-attention layer or head for them; Shift-Att without ``layer`` uses the layer with the best
@@ -136,7 +138,10 @@ def evaluate_alignment(
     set (else the built-in Spanish–English one), whose first ``dev`` pairs are for choosing.
     ``both_ways``: links are the symmetrisation of each matrix's row and column argmaxes, or, with
     ``reverse_model`` (a model of the other direction, read with its default method), of this model's
-    links and that model's (``both_ways`` names the method; default grow-diag-final-and)."""
+    links and that model's (``both_ways`` names the method; default grow-diag-final-and).
+    ``split``: ``(rank, world, gather)`` under torchrun: this rank reads every ``world``-th run of
+    8 × ``batch_size`` pairs, ``gather`` (``all_gather_object``) brings every rank's per-pair counts (AER's
+    sufficient statistics) to all, and rank 0 returns the one-process table; the other ranks None."""
     from ...pretrained import resolve_model
 
     builtin = gold is None
@@ -162,25 +167,41 @@ def evaluate_alignment(
         for name, r in _candidates(aligner, base, all_heads and k == 0).items():
             readings[f"{method}{' ' + name if name else ''}"] = r
     names = list(readings)
-    attention: dict[str, list] = {n: [] for n in names}
-    for start in range(0, len(pairs), batch_size):
-        for n, wa in zip(names, aligner.word_attentions(pairs[start : start + batch_size], list(readings.values()))):
-            attention[n].extend(wa)
-    links = {n: [set() if wa is None else readings[n].links(wa) for wa in attention[n]] for n in names}
-    back_rule = ""
+    back, back_rule = None, ""
     if reverse_model is not None:  # the other direction's links, turned to this model's orientation
         back_translator = Translator.load(resolve_model(reverse_model), device=device, dtype=dtype)
         back = ModelAligner(back_translator, AttentionReading(default_method(back_translator)))
-        back_links = list(back.align(pairs, batch_size=batch_size, reverse=True))
-        method_name = both_ways or "grow-diag-final-and"
-        links = {
-            n: [symmetrize(f, b or set(), method_name) for f, b in zip(per_pair, back_links)]
-            for n, per_pair in links.items()
-        }
-        back_rule = f"; {method_name} of those and the links of {Path(str(reverse_model)).name} ({describe_reading(back.reading)})"
-    if reverse:
-        links = {n: [invert(x) for x in per_pair] for n, per_pair in links.items()}
-    counts = {n: per_verse_counts(links[n], verses) for n in names}
+        back_rule = f"; {both_ways or 'grow-diag-final-and'} of those and the links of {Path(str(reverse_model)).name} ({describe_reading(back.reading)})"
+
+    def unit_counts(start: int) -> dict[str, list[AERCounts]]:
+        """The per-pair counts of each reading on pairs ``start`` to ``start + 8 × batch_size``: whole
+        batches of the forward pass and a whole bucket of the reverse model's (:meth:`ModelAligner.align`),
+        so the same numbers as the whole list at once."""
+        sub = pairs[start : start + 8 * batch_size]
+        attention: dict[str, list] = {n: [] for n in names}
+        for b in range(0, len(sub), batch_size):
+            for n, wa in zip(names, aligner.word_attentions(sub[b : b + batch_size], list(readings.values()))):
+                attention[n].extend(wa)
+        links = {n: [set() if wa is None else readings[n].links(wa) for wa in attention[n]] for n in names}
+        if back is not None:
+            back_links = list(back.align(sub, batch_size=batch_size, reverse=True))
+            rule = both_ways or "grow-diag-final-and"
+            links = {n: [symmetrize(f, b or set(), rule) for f, b in zip(per, back_links)] for n, per in links.items()}
+        if reverse:
+            links = {n: [invert(x) for x in per_pair] for n, per_pair in links.items()}
+        return {n: per_verse_counts(links[n], verses[start : start + len(sub)]) for n in names}
+
+    rank, world, gather = split or (0, 1, None)
+    starts = list(range(0, len(pairs), 8 * batch_size))
+    done = [(start, unit_counts(start)) for start in starts[rank::world]]
+    if gather is not None:  # every rank's units, each rank's counts of its pairs
+        done = [unit for part in gather(done) for unit in part]
+        if rank != 0:
+            return None
+    counts: dict[str, list[AERCounts]] = {n: [] for n in names}
+    for _, unit in sorted(done, key=lambda u: u[0]):
+        for n in names:
+            counts[n].extend(unit[n])
 
     def dev_aer(n):
         return round(_total(counts[n][:n_dev]).aer, 4) if n_dev else None

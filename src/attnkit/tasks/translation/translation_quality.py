@@ -4,6 +4,7 @@ own source and reference files, and BLEU by length."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -33,13 +34,15 @@ def evaluate_translation(
     normalize_spelling: bool = True,
     modernize: bool = False,
     length_penalty: float | None = None,
+    translate_sources: Callable[..., list[str]] | None = None,
 ) -> dict:
     """BLEU/chrF of a model on a split of the corpus it was trained on (optionally its first
     ``limit`` pairs), or on ``pairs`` (e.g. :func:`read_test_files`), and BLEU by length; with
     ``shortlist``, searching each batch's lexical shortlist instead of the whole vocabulary.
     ``normalize_spelling``: rewrite the sources in the model's training spelling first (see
     :class:`Translator`); ``modernize``: score a copy of the sources in today's spelling;
-    ``length_penalty``: beam search's GNMT ``α`` instead of the model's own (:mod:`.generation`)."""
+    ``length_penalty``: beam search's GNMT ``α`` instead of the model's own (:mod:`.generation`);
+    ``translate_sources``: see :func:`evaluate_translator`."""
     tr = Translator.load(model_dir, device=device, dtype=dtype)
     tr.normalize_spelling = normalize_spelling
     if length_penalty is not None:
@@ -54,6 +57,7 @@ def evaluate_translation(
         options={"shortlist": shortlist},
         pairs=pairs,
         modernize=modernize,
+        translate_sources=translate_sources,
     )
     return {"model": str(model_dir), "model_type": getattr(tr.model, "model_type", "?"), **report}
 
@@ -69,10 +73,13 @@ def evaluate_translator(
     options: dict | None = None,
     pairs: list[Pair] | None = None,
     modernize: bool = False,
+    translate_sources: Callable[..., list[str]] | None = None,
 ) -> dict:
     """The report of :func:`evaluate_translation` (less ``model``/``model_type``) for a loaded
     translator of either engine: anything with ``translate(sources, beam_size=, truncate=, **options)``
-    returning dicts with ``translation``. ``shortlist`` says whether ``options`` restrict the vocabulary."""
+    returning dicts with ``translation``. ``shortlist`` says whether ``options`` restrict the vocabulary.
+    ``translate_sources(tr, sources, **kwargs)``, when given, returns the translations' texts in place of
+    ``tr.translate`` (the same ones: e.g. :func:`.split_translation.translations_on_ranks` under torchrun)."""
     corpus_name = getattr(tr, "corpus", "bible")
     if pairs is None:
         try:
@@ -95,9 +102,13 @@ def evaluate_translator(
     if modernize:  # the same pairs, their sources in today's spelling
         pairs = [p._replace(src=modern_spelling(p.src)) for p in pairs]
     t0 = time.perf_counter()
-    hyps = tr.translate([p.src for p in pairs], beam_size=beam_size, truncate=True, **(options or {}))
+    sources = [p.src for p in pairs]
+    if translate_sources is None:
+        hyps = tr.translate(sources, beam_size=beam_size, truncate=True, **(options or {}))
+        out_text = [h.translation for h in hyps]
+    else:
+        out_text = translate_sources(tr, sources, beam_size=beam_size, truncate=True, **(options or {}))
     elapsed = time.perf_counter() - t0
-    out_text = [h.translation for h in hyps]
     scores = corpus_scores(out_text, [p.tgt for p in pairs])
     return {
         "split": split,
