@@ -131,3 +131,26 @@ def test_attention_that_bypasses_the_interface_is_refused_in_one_line(implementa
     assert seen == []  # refused as the first layer returned: no map was handed on
     with pytest.raises(ValueError, match="cannot read attention from llama"):  # a ValueError, as user errors are
         sa.self_attention(TEXT)
+
+
+def test_gradient_methods_run_on_a_model_whose_attention_cannot_be_read():
+    """The gradient methods need no attention: on a Llama that bypasses the interface, the service gives the
+    method's rows (equal to the same method on the untouched model) and no attention, and the page's
+    answer says it has none; attention itself is still refused in one line."""
+    from attnkit.explorer.self_attention import generation_answer
+    from attnkit.service import GenerationRequest, Model, ModelKind, ModelSpec, analyse
+
+    model, tok = build_tiny("llama")
+    plain = Model("llama", ModelKind.SELF_ATTENTION, SelfAttentionModel(model, tok, source="llama"), ModelSpec("x"))
+    request = GenerationRequest(TEXT, mode="forced", method="input_x_gradient")
+    reference = analyse(plain, request).attribution.scores
+    bypassed, tok2 = build_tiny("llama")
+    bypass_interface(bypassed)
+    m = Model("llama", ModelKind.SELF_ATTENTION, SelfAttentionModel(bypassed, tok2, source="llama"), ModelSpec("x"))
+    got = analyse(m, request)
+    assert got.attention is None
+    torch.testing.assert_close(got.attribution.scores, reference, atol=1e-5, rtol=0)
+    answer = generation_answer(got)
+    assert answer["has_attention"] is False and answer["attribution"]["method"] == "input_x_gradient"
+    with pytest.raises(UntraceableModelError):
+        analyse(m, GenerationRequest(TEXT, mode="forced", method="attention"))

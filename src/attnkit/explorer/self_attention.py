@@ -105,7 +105,7 @@ def generation_answer(analysis: GenerationAnalysis) -> dict:
     :class:`~attnkit.explorer.schema.Translation` (see the module docstring): the context as the source, the
     continuation as the target, the last layer's head-mean attention as the matrix, the method's view in
     ``attribution``."""
-    att = analysis.attention
+    att = analysis.attention or analysis.attribution  # no attention: a model attnkit cannot read it from
     out = translation_answer(
         TranslationAnalysis(
             model=analysis.model,
@@ -119,7 +119,8 @@ def generation_answer(analysis: GenerationAnalysis) -> dict:
             forced=analysis.mode == "forced",
         )
     )
-    out.update(src_lang="context", tgt_lang="continuation", has_attention=True, attention=_rows(att.scores))
+    has = analysis.attention is not None
+    out.update(src_lang="context", tgt_lang="continuation", has_attention=has, attention=_rows(att.scores))
     out["decoding"] = {"mode": analysis.mode, "seed": analysis.seed}
     out["step_scores"] = analysis.step_scores
     words = att.word_scores()[2]  # (Tw, Sw)

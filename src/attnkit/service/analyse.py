@@ -130,7 +130,15 @@ def _generation(model: Model, req: GenerationRequest, progress) -> GenerationAna
     decoding = {"mode": req.mode}
     if req.mode == "sample":
         decoding.update(temperature=req.temperature, top_k=req.top_k, seed=seed)
-    att = explain_generation(sa, req.text, method="attention", **common)
+    from ..attribution import gradients
+    from ..hf.capture import UntraceableModelError
+
+    try:
+        att = explain_generation(sa, req.text, method="attention", **common)
+    except UntraceableModelError:
+        if method not in gradients.GRADIENT_METHODS:
+            raise
+        att = None  # attention it cannot read; the gradient methods need none
     chosen = None
     if method == "attention" and req.layer is None and req.head is None:
         chosen = att
@@ -161,7 +169,7 @@ def _generation(model: Model, req: GenerationRequest, progress) -> GenerationAna
         kind=str(getattr(sa.model.config, "model_type", "?")),
         request=req,
         text=req.text,
-        continuation=att.extra["translation"],
+        continuation=(att or chosen).extra["translation"],
         attention=att,
         attribution=chosen,
         spec=model.spec,

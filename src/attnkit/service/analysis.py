@@ -121,7 +121,8 @@ class CaptionAnalysis(_Portable):
 class GenerationAnalysis(_Portable):
     """A decoder-only model's continuation of a text (greedy or sampled), or the text itself (forced), each
     attributed token explained by the tokens before it: ``attention`` is the last layer's head-mean attention
-    (an :class:`~attnkit.attribution.Attribution`, always made: the page's matrix), ``attribution`` the method
+    (an :class:`~attnkit.attribution.Attribution`, the page's matrix; None only for a model whose attention
+    attnkit cannot read, asked for a gradient method), ``attribution`` the method
     asked for (None without a method); ``continuation`` the attributed tokens' text (the text after its first
     token, when forced); ``mode``: greedy, sample or forced; ``seed``: the seed a sampled continuation was
     drawn with (redo it with this seed); ``step_scores``: each attributed token's probability, the entropy of
