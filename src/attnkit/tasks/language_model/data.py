@@ -77,27 +77,16 @@ def lm_batches(
     seed: int = 0,
     shuffle: bool = True,
     drop_last: bool = False,
-    repeat_fraction: float = 0.0,
 ) -> Batches:
     """Resumable batches of blocks of ``stream``: each batch is ``{"ids": (B, T), "targets": (B, T)}``
     (int64), ``targets`` the ids one step on. ``shuffle``: each epoch visits the blocks in a
     permutation that is a pure function of ``(seed, epoch)`` (so a resumed run sees the same order);
-    ``shuffle=False``: in stream order, for validation. ``drop_last``: skip a last smaller batch.
-
-    ``repeat_fraction``: that share of the blocks (chosen by a pure function of ``(seed, epoch, block)``) is
-    a **repeated passage** instead: the block's first ``⌈(T + 1) / 2⌉`` ids followed by the same ids again,
-    cut to ``T + 1``. Repeated text is where an induction head pays (Olsson et al. 2022 measure induction
-    heads on it), so a share of such blocks lets a small model form one within minutes of CPU training,
-    where plain text takes billions of tokens; the second half's tokens are all predictable by copying."""
+    ``shuffle=False``: in stream order, for validation. ``drop_last``: skip a last smaller batch."""
     for name, value in (("context", context), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
-    if isinstance(repeat_fraction, bool) or not isinstance(repeat_fraction, (int, float)):
-        raise TypeError(f"repeat_fraction must be a number, got {type(repeat_fraction).__name__}")
-    if not 0.0 <= repeat_fraction <= 1.0:
-        raise ValueError(f"repeat_fraction must be in [0, 1], got {repeat_fraction}")
     stream = np.asarray(stream)
     n = block_count(len(stream), context)
     if n == 0:
@@ -108,22 +97,13 @@ def lm_batches(
         stop = n - n % batch_size if drop_last and n >= batch_size else n
         return [order[i : i + batch_size] for i in range(0, stop, batch_size)]
 
-    half = (context + 2) // 2  # ⌈(T + 1) / 2⌉
-
-    def block(j: int, epoch: int) -> np.ndarray:
-        ids = stream[j * context : j * context + context + 1]  # (T + 1,)
-        if repeat_fraction and np.random.default_rng([seed, epoch, j]).random() < repeat_fraction:
-            ids = np.concatenate([ids[:half], ids[:half]])[: context + 1]  # a passage, then itself again
-        return ids
-
     def make(idx, epoch, i) -> dict:
-        blocks = np.stack([block(j, epoch) for j in idx])  # (B, T + 1)
+        blocks = np.stack([stream[j * context : j * context + context + 1] for j in idx])  # (B, T + 1)
         blocks = torch.from_numpy(blocks.astype(np.int64))
         return {"ids": blocks[:, :-1], "targets": blocks[:, 1:]}  # (B, T) each
 
     return Batches(
         plan,
         make,
-        fingerprint={"context": context, "batch_size": batch_size, "seed": seed, "num_blocks": n}
-        | ({"repeat_fraction": repeat_fraction} if repeat_fraction else {}),
+        fingerprint={"context": context, "batch_size": batch_size, "seed": seed, "num_blocks": n},
     )
