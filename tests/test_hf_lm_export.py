@@ -290,3 +290,27 @@ def test_cli_exports_a_run_folders_newest_checkpoint_and_keeps_the_folder_rules(
     one_line_error(ckpt, tmp_path / "y", "--format", "huggingface", "--fp32", expect="--fp32: not for --format")
     one_line_error(ckpt, ckpt / "hf", "--format", "huggingface", expect="lies inside")
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_serve_reads_an_attnkit_language_model_as_its_stock_twin(tmp_path):
+    """`attnkit serve --model LM_CHECKPOINT`: the explorer lists the model with the decoder-only models and its
+    logit lens (/api/flow) predicts what attnkit's own model predicts, read through the in-memory export."""
+    from fastapi.testclient import TestClient
+
+    from attnkit.explorer.app import create_app, load_models
+    from attnkit.explorer.options import ServeOptions
+
+    model = tiny_lm(3, shape="llama", n_kv_heads=2)
+    folder = save_lm(tmp_path / "lm", model)
+    app = create_app(load_models([str(folder)]), verses=[], options=ServeOptions(max_new_tokens=3))
+    text = "En el principio"
+    with TestClient(app, base_url="http://127.0.0.1:8000") as c:
+        info = c.get("/api/models").json()["models"][0]
+        assert info["task"] == "self-attention" and info["generates"] and "attnkit language model" in info["kind"]
+        r = c.post("/api/flow", json={"text": text, "model": info["name"], "view": "logit_lens"})
+    assert r.status_code == 200, r.text
+    ids = [1, *es_en_tokenizer().encode(text)]  # <s> first, as the model was trained
+    with torch.no_grad():
+        predicted = int(model(torch.tensor([ids])).logits[0, -1].argmax())
+    lens = r.json()
+    assert lens["token"]["id"] == predicted and lens["lens"][-1]["top"][0]["id"] == predicted

@@ -47,7 +47,19 @@ class LoadedModels:
 
 def explorer_model(model: Model):
     """What the explorer's payloads read of ``model``: its wrapper, with a CTranslate2 export given the
-    PyTorch translator's interface (:class:`attnkit.deploy.ct2_explorer.CT2ExplorerTranslator`)."""
+    PyTorch translator's interface (:class:`attnkit.deploy.ct2_explorer.CT2ExplorerTranslator`), and an
+    attnkit language model as its stock ``transformers`` twin (:func:`attnkit.deploy.hf_lm_export.hf_language_model`,
+    the model ``attnkit export --format huggingface`` writes, built in memory: the same logits), so the page
+    reads it as it reads any decoder-only model, with every language-model view."""
+    from ..service import ModelKind
+
+    if model.kind is ModelKind.LANGUAGE_MODEL:
+        from ..deploy.hf_lm_export import hf_language_model, lm_fast_tokenizer
+        from ..hf.self_attention import SelfAttentionModel
+
+        gen = model.impl
+        hf = hf_language_model(gen.model, gen.tokenizer)
+        return SelfAttentionModel(hf, lm_fast_tokenizer(gen.tokenizer, gen.model.config.max_len), source=model.label)
     if model.spec.engine == "ctranslate2":
         from ..deploy.ct2_explorer import CT2ExplorerTranslator
 
@@ -108,7 +120,7 @@ def load_models(
                 "engine": "ctranslate2",
             }
             continue
-        if task == "self-attention":
+        if task in ("self-attention", "language-model"):  # a language model is served as its stock twin
             from ..attribution.generation import row_methods
 
             loaded.self_attention[label] = model
@@ -117,8 +129,9 @@ def load_models(
             loaded.info[label] = {
                 "methods": [method_info(m) for m in row_methods(model)] if model.can_generate else [],
                 "name": label,
-                "task": task,
-                "kind": str(getattr(model.model.config, "model_type", "?")),
+                "task": "self-attention",
+                "kind": str(getattr(model.model.config, "model_type", "?"))
+                + (" (attnkit language model)" if task == "language-model" else ""),
                 "scores": {},
                 "has_attention": True,
                 "config": model.model.config.to_diff_dict(),
