@@ -2,7 +2,7 @@
 
 One process sorts all the sentences of the file by their number of source pieces and translates
 them in batches of 64 in that order, and a batch's translations depend on its members (the padded
-length, and the length cap of ``2 × the longest source + 10`` pieces). To print byte for byte what
+length, and the length cap of twice the longest source plus 10 pieces). To print byte for byte what
 that run prints, a split job translates the same batches:
 
 1. rank 0 reads the file once (the checks and warnings of the one-process run: empty lines left
@@ -13,8 +13,7 @@ that run prints, a split job translates the same batches:
    every rank; each part holds one JSON string per sentence (what is printed for it);
 3. rank 0 prints the sentences' texts in input order, reading each one's record by its place.
 
-Memory: rank 0's pass holds one 4-byte length per sentence while sorting (40 MB for ten million
-lines); the rest is read through memory-mapped files.
+Memory: rank 0's pass holds one 4-byte length per sentence while sorting; the rest is read through memory-mapped files.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :meth:`Translator.translate` sorts its sentences by number of source pieces (a stable sort) and
 decodes them in batches of ``batch_size``; a batch's translations depend on its members (the padded
-length, and the length cap of ``2 × the longest source + 10`` pieces). :func:`translations_on_ranks`
+length, and the length cap of twice the longest source plus 10 pieces). :func:`translations_on_ranks`
 makes those same batches, deals them round robin to the ranks, and gathers every rank's translations,
 so each rank ends with the one-process list, and a score computed from it (BLEU, chrF, by length) is
 the one-process score to the last digit. Used by ``attnkit evaluate translation`` under torchrun.
