@@ -230,3 +230,36 @@ def test_evaluate_alignment_on_two_ranks_is_the_one_process_table(tmp_path):
     table = evaluate_alignment("transformer-es-en", split=(0, 2, lambda mine: [mine, sent[1]]), **kw)
     assert table == reference
     assert reference["scored_verses"] == 16 and reference["rows"][1]["vs_first"]
+
+
+def test_explain_file_in_parts_is_the_one_process_bytes_and_each_line_its_own_explain(pairs, tmp_path, capsys):
+    """``explain --file``: one JSON object a line; run in parts (``--job-dir``, as each rank of a split job
+    runs them) it writes the one-process bytes; a line equals ``explain --json`` of that line alone (less
+    its timing), forced to the target file's line; an empty line is an error line and the job goes on."""
+    import json
+
+    src, tgt = (tmp_path / "s.es", tmp_path / "t.en")
+    src.write_text("\n".join(pairs[0].read_text(encoding="utf-8").splitlines()[5:11]) + "\n", encoding="utf-8")
+    tgt.write_text("\n".join(pairs[1].read_text(encoding="utf-8").splitlines()[5:11]) + "\n", encoding="utf-8")
+    one, split = tmp_path / "one.jsonl", tmp_path / "split.jsonl"
+    argv = ["explain", "--file", str(src), "--target-file", str(tgt), "--method", "attention"]
+    assert cli_main([*argv, "--output", str(one)]) == 0
+    assert cli_main([*argv, "--output", str(split), "--job-dir", str(tmp_path / "job"), "--part-lines", "2"]) == 0
+    assert split.read_bytes() == one.read_bytes()
+    own = tmp_path / "own.jsonl"  # no target file: the model's own translations, in parts as well
+    argv_own = ["explain", "--file", str(src), "--method", "attention", "--output", str(own)]
+    assert cli_main([*argv_own, "--job-dir", str(tmp_path / "job2"), "--part-lines", "4"]) == 0
+    assert cli_main([*argv_own[:-1], str(tmp_path / "own1.jsonl")]) == 0
+    assert own.read_bytes() == (tmp_path / "own1.jsonl").read_bytes()
+    rows = [json.loads(line) for line in one.read_text(encoding="utf-8").splitlines()]
+    assert [r["line"] for r in rows] == [1, 2, 3, 4, 5, 6] and rows[2] == {"line": 3, "error": "the line is empty"}
+    source, target = src.read_text(encoding="utf-8").splitlines()[0], tgt.read_text(encoding="utf-8").splitlines()[0]
+    capsys.readouterr()
+    assert cli_main(["explain", source, "--target", target, "--method", "attention", "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    alone.pop("seconds"), alone.pop("model")
+    assert rows[0] == {"line": 1, **alone}
+    assert cli_main(["explain", "--file", str(src), "--target", "x"]) == 2
+    assert "--file explains the file's lines" in capsys.readouterr().err
+    assert cli_main(["explain", "Hola.", "--output", str(tmp_path / "o")]) == 2
+    assert "--output goes with --file" in capsys.readouterr().err

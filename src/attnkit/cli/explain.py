@@ -51,6 +51,16 @@ def cmd_explain(args) -> None:
     method = lm_only or canonical_method(args.method)
     _output(args.plot, "--plot")
     model = _open_model(args, DEFAULT_TRANSLATION_MODEL)
+    if args.file is not None:  # every line of a file, in one process or split across processes
+        from .explain_file import explain_file
+
+        _output(args.output, "--output")
+        if lm_only is not None and model.kind is ModelKind.TRANSLATOR:
+            raise CLIError(f"{lm_only} is for Hugging Face language models, not {_shown_name(model)}")
+        return explain_file(args, model, method)
+    for flag in ("target_file", "output", "job_dir", "processes"):
+        if getattr(args, flag) is not None:
+            raise CLIError(f"--{flag.replace('_', '-')} goes with --file (every line of a file)")
     progress = _progress_printer(method)
     if model.kind is ModelKind.SELF_ATTENTION:  # a Hugging Face encoder-only or decoder-only model
         from .explain_hf import explain_self_attention_model
@@ -239,6 +249,9 @@ def add_parser(sub) -> None:
         help="sources shown per target word; the logit lens's tokens per layer (default: 3)",
     )
     xp.add_argument("--pieces", action="store_true", help="subword pieces instead of whole words (default: off)")
+    from .explain_file import add_explain_file_flags
+
+    add_explain_file_flags(xp)
     xp.add_argument(
         "--max-new-tokens",
         type=arg_type(between(1, 512, integer=True), "max_new_tokens"),
