@@ -19,7 +19,7 @@ through ``transformers``' attention interface (as a remote-code model would): th
 must refuse in one line and the gradient methods, which need no attention, must still run.
 
 A second table: the Python API's context-mixing, logit-lens and routes functions
-(:data:`API_METHODS`, not offered by the command yet), called in-process on the same tiny models.
+(:data:`API_METHODS`, which the command's language-model methods call), called in-process on the same tiny models.
 
 Writes the family × method tables into ``docs/reference/model-families.md`` and every number into
 ``benchmarks/results/lm_families.json``; ``--api-only`` reruns the second table alone (seconds),
