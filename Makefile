@@ -65,7 +65,7 @@ lint: venv
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 
 test: setup browser-packages lint
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 -p no:cacheprovider
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist worksteal -p no:cacheprovider
 
 # The documentation site in site/ (open site/index.html; it reads offline): every tutorial notebook is executed,
 # and any warning (a broken link, a page left out of the nav, a missing docstring target) fails the build.
