@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 __all__ = ["COMPLETE_NAME", "atomic_write_bytes", "atomic_write_text", "attnkit_home", "fsync_dir"]
 
@@ -35,8 +37,11 @@ def attnkit_home(home: str | os.PathLike | None = None) -> Path:
     return Path.home() / ".cache" / "attnkit"
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically: temp file in the same folder, fsync, ``os.replace``.
+@contextlib.contextmanager
+def atomic_writer(path: str | os.PathLike, mode: str = "wb", **open_kwargs) -> Iterator[IO]:
+    """``with atomic_writer(path) as f:`` write ``path`` atomically, streaming: a temp file in the same
+    folder, fsync, ``os.replace`` when the block ends, then the folder fsynced; on an error the temp file
+    is removed and ``path`` is untouched. ``mode`` (``"wb"`` or ``"w"``) and ``open_kwargs`` as for ``open``.
 
     Readers see either the old file or the complete new one, never a partial write.
     """
@@ -44,8 +49,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        with os.fdopen(fd, mode, **open_kwargs) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -54,7 +59,13 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             os.unlink(tmp)
         raise
     fsync_dir(path.parent)
-    return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_writer`)."""
+    with atomic_writer(path) as f:
+        f.write(data)
+    return Path(path)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:

@@ -23,12 +23,11 @@ import json
 import mmap
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from ..paths import atomic_write_bytes, atomic_write_text
+from ..paths import atomic_write_bytes, atomic_write_text, atomic_writer
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import CLIError, _load_shortlist, _open_model
 from .corpus_job import is_rank0, job_options, numbered_reader, run_corpus_job, torchrun_world
@@ -79,21 +78,13 @@ def _prepare(tr, args, options: dict, job_dir: Path) -> tuple[list[str], dict]:
     with contextlib.suppress(FileNotFoundError):
         stamp.unlink()  # the old files are not this job's any more
     atomic_write_bytes(job_dir / "order.u64", place.tobytes())
-    fd, tmp = tempfile.mkstemp(prefix=".sorted.txt.", suffix=".tmp", dir=job_dir)
-    try:  # the kept sentences in sorted order, each read by its byte range, streamed to the file
-        with open(args.file, "rb") as f, os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
-            for k in by_length:
-                line = int(line_of_all[k])
-                lo, hi = int(index.offsets[line]), int(index.offsets[line + 1])
-                f.seek(lo)
-                out.write(read_one(f.read(hi - lo), line) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, sorted_txt)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    # the kept sentences in sorted order, each read by its byte range, streamed to the file
+    with open(args.file, "rb") as f, atomic_writer(sorted_txt, "w", encoding="utf-8", newline="\n") as out:
+        for k in by_length:
+            line = int(line_of_all[k])
+            lo, hi = int(index.offsets[line]), int(index.offsets[line + 1])
+            f.seek(lo)
+            out.write(read_one(f.read(hi - lo), line) + "\n")
     atomic_write_text(stamp, json.dumps(key, sort_keys=True))
     return [str(sorted_txt)], counts
 

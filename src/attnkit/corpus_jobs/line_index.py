@@ -12,13 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from attnkit.paths import atomic_write_text, fsync_dir
+from attnkit.paths import atomic_write_text, atomic_writer
 
 __all__ = ["LineIndex", "input_identity", "open_line_index", "remove_line_index"]
 
@@ -64,27 +63,16 @@ class LineIndex:
 def _write_offsets(path: Path, data_file: Path) -> None:
     """Stream the offsets of every line start (a final line without ``\\n`` counts), then the file size,
     to ``data_file`` atomically, a chunk at a time: memory stays bounded whatever the input's size."""
-    data_file.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{data_file.name}.", suffix=".tmp", dir=data_file.parent)
-    try:
-        with os.fdopen(fd, "wb") as out, open(path, "rb") as f:
-            pos, last = 0, b""
-            out.write(np.zeros(1, dtype=np.uint64).tobytes())  # line 1 starts at 0
-            while chunk := f.read(_CHUNK):
-                arr = np.frombuffer(chunk, dtype=np.uint8)
-                out.write((np.flatnonzero(arr == 10).astype(np.uint64) + np.uint64(pos + 1)).tobytes())
-                pos += len(chunk)
-                last = chunk[-1:]
-            if pos and last != b"\n":
-                out.write(np.array([pos], dtype=np.uint64).tobytes())  # the unterminated last line ends at EOF
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, data_file)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(data_file.parent)
+    with atomic_writer(data_file) as out, open(path, "rb") as f:
+        pos, last = 0, b""
+        out.write(np.zeros(1, dtype=np.uint64).tobytes())  # line 1 starts at 0
+        while chunk := f.read(_CHUNK):
+            arr = np.frombuffer(chunk, dtype=np.uint8)
+            out.write((np.flatnonzero(arr == 10).astype(np.uint64) + np.uint64(pos + 1)).tobytes())
+            pos += len(chunk)
+            last = chunk[-1:]
+        if pos and last != b"\n":
+            out.write(np.array([pos], dtype=np.uint64).tobytes())  # the unterminated last line ends at EOF
 
 
 def open_line_index(path: str | os.PathLike, index_dir: str | os.PathLike) -> LineIndex:

@@ -17,12 +17,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnkit.paths import atomic_write_bytes, atomic_write_text, fsync_dir
+from attnkit.paths import atomic_write_bytes, atomic_write_text, atomic_writer
 
 __all__ = ["PartFailed", "PartPlan", "PartStore", "lines_done"]
 
@@ -167,22 +166,11 @@ class PartStore:
         if missing := self.missing():
             raise ValueError(f"cannot assemble {output}: parts {[p + 1 for p in missing[:5]]} are not finished")
         output = Path(output)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                for part in range(self.plan.n_parts):
-                    with open(self.part_path(part), "rb") as f:
-                        while chunk := f.read(1 << 20):
-                            out.write(chunk)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, output)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        fsync_dir(output.parent)
+        with atomic_writer(output) as out:
+            for part in range(self.plan.n_parts):
+                with open(self.part_path(part), "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        out.write(chunk)
         return output
 
 
