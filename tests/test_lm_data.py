@@ -59,6 +59,40 @@ def test_drop_last_keeps_only_full_batches():
     assert [len(b["ids"]) for b in batches] == [3, 3, 3]
 
 
+def _period(row: list[int]) -> int | None:
+    """The shortest p with row[i] == row[i - p] for every i >= p (a plain loop), or None."""
+    for p in range(1, len(row)):
+        if all(row[i] == row[i - p] for i in range(p, len(row))):
+            return p
+    return None
+
+
+def test_repeats_replace_a_share_of_blocks_by_random_tokens_repeated_at_a_varying_period():
+    stream = np.full(40 * 33 + 1, 7)  # natural text: all 7s, so a replaced block is told apart
+    batches = lm_batches(stream, context=32, batch_size=8, seed=3, repeats=0.5, repeat_period=(4, 9), vocab_size=60)
+    rows = [r.tolist() for b in batches for r in torch.cat([b["ids"], b["targets"][:, -1:]], dim=1)]  # (40, 33)
+    replaced = [r for r in rows if r != [7] * 33]
+    assert 8 <= len(replaced) <= 32  # about half of 40 (binomial: outside this is < 1e-4)
+    periods = set()
+    for r in replaced:
+        assert all(4 <= t < 60 for t in r)  # non-special ids of the vocabulary only
+        p = _period(r)
+        assert p is not None and 4 <= p <= 9
+        periods.add(p)
+    assert len(periods) >= 3  # the period varies from block to block
+    again = [
+        r.tolist()
+        for b in lm_batches(stream, context=32, batch_size=8, seed=3, repeats=0.5, repeat_period=(4, 9), vocab_size=60)
+        for r in torch.cat([b["ids"], b["targets"][:, -1:]], dim=1)
+    ]
+    assert again == rows  # a pure function of (seed, epoch, block): a resumed run sees the same blocks
+    other = lm_batches(stream, context=32, batch_size=8, seed=3, repeats=0.5, repeat_period=(4, 9), vocab_size=60)
+    other.set_epoch(1)
+    assert [r.tolist() for b in other for r in b["ids"]] != [r[:-1] for r in rows]  # a new epoch, new draws
+    with pytest.raises(ValueError, match="repeats"):  # a run resumed with another share is refused
+        lm_batches(stream, context=32, batch_size=8, seed=3, vocab_size=60).load_state_dict(batches.state_dict())
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
@@ -66,6 +100,18 @@ def test_drop_last_keeps_only_full_batches():
         ({"context": 4, "batch_size": 0}, ValueError, "batch_size"),
         ({"context": 4.0, "batch_size": 2}, TypeError, "context"),
         ({"context": 50, "batch_size": 2}, ValueError, "context=50"),
+        ({"context": 4, "batch_size": 2, "repeats": 1.5, "vocab_size": 50}, ValueError, "repeats"),
+        ({"context": 4, "batch_size": 2, "repeats": 0.5}, ValueError, "vocab_size"),
+        (
+            {"context": 4, "batch_size": 2, "repeats": 0.5, "vocab_size": 50, "repeat_period": (3, 9)},
+            ValueError,
+            "repeat_period",
+        ),
+        (
+            {"context": 4, "batch_size": 2, "repeats": 0.5, "vocab_size": 5, "repeat_period": (2, 3)},
+            ValueError,
+            "vocab_size",
+        ),
     ],
 )
 def test_bad_options_name_the_argument(kwargs, error, match):

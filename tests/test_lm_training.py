@@ -106,6 +106,7 @@ def test_resuming_is_bit_for_bit(bible_home, tmp_path, monkeypatch):
 
     monkeypatch.setattr(cli_train, "task_config_from_args", every_step_logged)
     flags = ["--max-steps", "8", "--valid-every-steps", "4", "--dropout", "0.1", "--layers", "1"]
+    flags += ["--repeats", "0.5", "--repeat-min", "4", "--repeat-max", "16"]  # the repeated blocks resume too
     assert _train(bible_home, tmp_path / "a", *flags) == 0
 
     step = Trainer.train_step

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ...checks import (
     COUNT,
+    FRACTION,
     LAYERS,
     LEARNING_RATE,
     LOSS_WEIGHT,
@@ -63,6 +64,15 @@ class LanguageModelTaskConfig(TaskConfig):
         "in-context-learning score)",
         check=COUNT,
     )
+    repeats: float = option(
+        0.0,
+        "the share of training blocks replaced by random tokens repeated at a period drawn from "
+        "--repeat-min..--repeat-max: text only an induction head predicts (Olsson et al. 2022), which makes one "
+        "form within minutes",
+        check=FRACTION,
+    )
+    repeat_min: int = option(8, "--repeats: the shortest period of a repeated sequence", check=COUNT)
+    repeat_max: int = option(64, "--repeats: the longest period of a repeated sequence", check=COUNT)
     shape: str = option("llama", "the model's shape", choices=SHAPES)
     layers: int = option(4, "transformer blocks", check=LAYERS)
     heads: int = option(4, "attention heads per block", check=LAYERS)
@@ -83,6 +93,11 @@ class LanguageModelTaskConfig(TaskConfig):
         check_fields(self)
         if self.shape not in SHAPES:
             raise ConfigError(f"shape must be one of {', '.join(SHAPES)}; got {self.shape!r}")
+        if self.repeats > 0 and not self.repeat_min <= self.repeat_max <= self.context:
+            raise ConfigError(
+                f"--repeat-min {self.repeat_min} and --repeat-max {self.repeat_max} must satisfy "
+                f"min <= max <= --context {self.context}"
+            )
         if self.kv_heads is not None and self.shape != "llama":
             raise ConfigError("kv_heads (grouped-query attention) needs shape llama")
         self.model_config(8)  # the model's own checks (heads divide d_model, kv_heads divide heads), named now

@@ -208,7 +208,15 @@ def train_language_model(cfg: LanguageModelTaskConfig, *, resume: bool = False, 
             f"corpus {corpus.name!r}: its valid split holds no block of {cfg.context} + 1 tokens; give a smaller "
             "--context, or prepare the corpus again with more valid text (--valid SRC TGT)"
         )
-    train_batches = lm_batches(train_stream, context=cfg.context, batch_size=cfg.batch_size, seed=cfg.run.seed)
+    train_batches = lm_batches(
+        train_stream,
+        context=cfg.context,
+        batch_size=cfg.batch_size,
+        seed=cfg.run.seed,
+        repeats=cfg.repeats,
+        repeat_period=(cfg.repeat_min, cfg.repeat_max),
+        vocab_size=tokenizer.vocab_size,
+    )
     model_config = cfg.model_config(tokenizer.vocab_size)
     found = _resumed_checkpoint(cfg) if resume else None
     if found is not None:
