@@ -109,9 +109,11 @@ class RotaryEmbedding(nn.Module):
 
     Dimensions ``i`` and ``i + D/2`` of a head vector at position ``p`` are rotated by the angle
     ``p · θ^(-2i/D)``: ``x' = x·cos + rotate_half(x)·sin``. The dot product of a rotated query at ``m``
-    and a rotated key at ``n`` then depends only on ``m - n``. No parameters, no table: angles are
-    computed for the positions asked for (``offset .. offset + N - 1``, the offset being the cached
-    length in incremental decoding), in float64 before rounding to the input's dtype.
+    and a rotated key at ``n`` then depends only on ``m - n``. No parameters: the angles ``p · θ^(-2i/D)``
+    are float32 products, as in ``transformers``, and their cosines and sines are kept for the positions
+    seen so far (an attribute, not a buffer: nothing in a checkpoint; grown to twice the length asked
+    for when a longer one comes), so that every layer and every step slices one table instead of
+    recomputing it; each entry depends on its own position only.
     """
 
     def __init__(self, head_dim: int, *, theta: float = 10000.0):
@@ -123,13 +125,28 @@ class RotaryEmbedding(nn.Module):
         self.head_dim, self.theta = head_dim, float(theta)
         inv_freq = 1.0 / (self.theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (D/2,), float32 as in transformers
+        self._table: tuple[Tensor, Tensor] | None = None  # cos, sin (N_max, D) float32
+        self._made_by = None  # inv_freq's (device, dtype) when the table was made
+        self._cast: dict = {}  # (device, dtype) -> the table's copy in that device and dtype
+
+    def _angles(self, n: int, offset: int) -> Tensor:
+        pos = torch.arange(offset, offset + n, device=self.inv_freq.device, dtype=torch.float32)
+        freqs = torch.outer(pos, self.inv_freq)  # (N, D/2)
+        return torch.cat((freqs, freqs), dim=-1)  # (N, D)
 
     def cos_sin(self, n: int, offset: int = 0, *, device=None, dtype=torch.float32) -> tuple[Tensor, Tensor]:
         """``(N, D)`` cosines and sines of positions ``offset .. offset + n - 1``."""
-        pos = torch.arange(offset, offset + n, device=self.inv_freq.device, dtype=torch.float32)
-        freqs = torch.outer(pos, self.inv_freq)  # (N, D/2)
-        emb = torch.cat((freqs, freqs), dim=-1)  # (N, D)
-        return emb.cos().to(device=device, dtype=dtype), emb.sin().to(device=device, dtype=dtype)
+        device = self.inv_freq.device if device is None else torch.device(device)
+        table, made_by = self._table, (self.inv_freq.device, self.inv_freq.dtype)
+        if table is None or self._made_by != made_by or table[0].shape[0] < offset + n:
+            emb = self._angles(max(2 * (offset + n), 64), 0)  # (N_max, D)
+            table = self._table = (emb.cos(), emb.sin())
+            self._made_by, self._cast = made_by, {}
+        key = (device, dtype)
+        if key not in self._cast:
+            self._cast[key] = (table[0].to(device=device, dtype=dtype), table[1].to(device=device, dtype=dtype))
+        cos, sin = self._cast[key]
+        return cos[offset : offset + n], sin[offset : offset + n]
 
     def forward(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
         """Rotate ``q (B, H, N, D)`` and ``k (B, Hkv, N, D)`` for positions ``offset ..``."""
