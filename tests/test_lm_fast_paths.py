@@ -89,6 +89,13 @@ def test_the_rotary_table_kept_across_calls_matches_fresh_angles():
         fresh = RotaryEmbedding(8, theta=500.0).cos_sin(n, offset)
         assert torch.equal(cos, fresh[0]) and torch.equal(sin, fresh[1])
     assert rot.cos_sin(5, 1, dtype=torch.float64)[0].dtype == torch.float64
+    # a table first made under inference mode serves a forward pass that is differentiated later
+    late = RotaryEmbedding(8)
+    with torch.inference_mode():
+        late.cos_sin(4)
+    q = torch.randn(1, 1, 4, 8, requires_grad=True)
+    late(q, q.detach())[0].sum().backward()
+    assert q.grad is not None
 
 
 @pytest.mark.parametrize("tie", [True, False])

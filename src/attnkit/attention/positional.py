@@ -125,9 +125,9 @@ class RotaryEmbedding(nn.Module):
         self.head_dim, self.theta = head_dim, float(theta)
         inv_freq = 1.0 / (self.theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (D/2,), float32 as in transformers
-        self._table: tuple[Tensor, Tensor] | None = None  # cos, sin (N_max, D) float32
-        self._made_by = None  # inv_freq's (device, dtype) when the table was made
-        self._cast: dict = {}  # (device, dtype) -> the table's copy in that device and dtype
+        # (device, dtype, inv_freq's device and dtype) -> cos, sin (N_max, D); replaced, never mutated, so a
+        # call in another thread reads a complete entry
+        self._tables: dict[tuple, tuple[Tensor, Tensor]] = {}
 
     def _angles(self, n: int, offset: int) -> Tensor:
         pos = torch.arange(offset, offset + n, device=self.inv_freq.device, dtype=torch.float32)
@@ -137,15 +137,14 @@ class RotaryEmbedding(nn.Module):
     def cos_sin(self, n: int, offset: int = 0, *, device=None, dtype=torch.float32) -> tuple[Tensor, Tensor]:
         """``(N, D)`` cosines and sines of positions ``offset .. offset + n - 1``."""
         device = self.inv_freq.device if device is None else torch.device(device)
-        table, made_by = self._table, (self.inv_freq.device, self.inv_freq.dtype)
-        if table is None or self._made_by != made_by or table[0].shape[0] < offset + n:
-            emb = self._angles(max(2 * (offset + n), 64), 0)  # (N_max, D)
-            table = self._table = (emb.cos(), emb.sin())
-            self._made_by, self._cast = made_by, {}
-        key = (device, dtype)
-        if key not in self._cast:
-            self._cast[key] = (table[0].to(device=device, dtype=dtype), table[1].to(device=device, dtype=dtype))
-        cos, sin = self._cast[key]
+        key = (device, dtype, self.inv_freq.device, self.inv_freq.dtype)
+        entry = self._tables.get(key)
+        if entry is None or entry[0].shape[0] < offset + n:
+            with torch.inference_mode(False):  # a table made under inference mode still serves training
+                emb = self._angles(max(2 * (offset + n), 64), 0)  # (N_max, D)
+                entry = (emb.cos().to(device=device, dtype=dtype), emb.sin().to(device=device, dtype=dtype))
+            self._tables = {**self._tables, key: entry}
+        cos, sin = entry
         return cos[offset : offset + n], sin[offset : offset + n]
 
     def forward(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
