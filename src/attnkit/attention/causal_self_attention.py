@@ -8,15 +8,28 @@ heads, ``H / H_kv`` query heads per group; query head ``h`` reads key/value head
 (``H_kv = H``: plain multi-head attention; ``H_kv = 1``: multi-query attention). The cache holds
 ``H_kv`` heads, which is what GQA saves.
 
-Separate ``q_proj``/``k_proj``/``v_proj``/``o_proj`` (Hugging Face's Llama names), so an export is a
-renaming. Masks follow attnkit's convention: ``True`` = may attend.
+Separate ``q_proj``/``k_proj``/``v_proj``/``o_proj`` parameters (Hugging Face's Llama names), so an
+export is a renaming and every checkpoint keeps its names; the forward pass concatenates the three
+weights (a copy of ``(H + 2·H_kv)·D_h × D`` numbers) and projects once, ``x W_qkvᵀ``, one matrix
+product over the batch's ``B·N`` rows instead of three. Masks follow attnkit's convention: ``True`` =
+may attend.
+
+When nothing needs the weights (training, scoring, decoding) the attention is one call of
+:func:`torch.nn.functional.scaled_dot_product_attention` with ``is_causal=True`` (no mask tensor: the
+kernel skips the blocks above the diagonal) and ``enable_gqa=True`` (the ``H_kv`` key/value heads
+read in place, not repeated ``H / H_kv`` times). The general :func:`~attnkit.attention.attend`, with
+an explicit causal mask, runs when the weights are asked for (the views), while training with dropout
+(its faster dropout on the CPU), and for several new queries after a non-empty cache.
 """
 
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .functional import AttentionOutput, attend
+from .dropout import uses_fast_dropout
+from .functional import AttentionOutput, attend, fused_attention
 from .kv_cache import KVCache
 from .masks import causal_mask
 from .positional import RotaryEmbedding
@@ -71,21 +84,46 @@ class CausalSelfAttention(nn.Module):
         """An empty growing key/value cache for incremental decoding."""
         return KVCache()
 
+    def qkv_weight(self) -> tuple[Tensor, Tensor | None]:
+        """``(W_qkv ((H + 2·H_kv)·D_h, D), b_qkv or None)``: the three projections stacked, queries first."""
+        w = torch.cat((self.q_proj.weight, self.k_proj.weight, self.v_proj.weight))
+        if self.q_proj.bias is None:
+            return w, None
+        return w, torch.cat((self.q_proj.bias, self.k_proj.bias, self.v_proj.bias))
+
     def forward(self, x: Tensor, *, cache: KVCache | None = None, need_weights: bool = False) -> AttentionOutput:
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (B, N, {self.d_model}), got {tuple(x.shape)}")
         b, n, _ = x.shape
         past = 0 if cache is None else len(cache)
-        q = self.q_proj(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, N, Dh)
-        k = self.k_proj(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, N, Dh)
-        v = self.v_proj(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        hq, hkv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        qkv = F.linear(x, *self.qkv_weight())  # (B, N, (H + 2 Hkv) Dh)
+        q, k, v = qkv.split((hq, hkv, hkv), dim=-1)
+        q = q.view(b, n, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, N, Dh)
+        k = k.view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, N, Dh)
+        v = v.view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
         if self.rotary is not None:
             q, k = self.rotary(q, k, offset=past)
         if cache is not None:
             k, v = cache.extend(k, v)  # (B, Hkv, N_past + N, Dh)
+        dropout_p = self.dropout if self.training else 0.0
+        if not need_weights and (past == 0 or n == 1) and not uses_fast_dropout(q, dropout_p, self.training):
+            # is_causal: query i sees keys 0..i (past == 0); one new query sees every cached key (no mask)
+            ctx = fused_attention(
+                q, k, v, None, dropout_p, None, is_causal=n > 1, enable_gqa=self.groups > 1
+            )  # (B, H, N, Dh)
+            weights = None
+        else:
+            ctx, weights = self._attend(q, k, v, past, need_weights)  # (B, H, N, Dh)
+        out = self.o_proj(ctx.transpose(1, 2).reshape(b, n, self.n_heads * self.head_dim))  # (B, N, D)
+        return AttentionOutput(out, weights if need_weights else None)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, past: int, need_weights: bool) -> AttentionOutput:
+        """The general path (see the module docstring): key/value heads repeated, an explicit causal mask."""
+        n = q.shape[-2]
         k, v = repeat_kv(k, self.groups), repeat_kv(v, self.groups)  # (B, H, N_past + N, Dh)
-        mask = None if n == 1 else causal_mask(n, past + n, device=x.device)  # one new query sees all
-        ctx, weights = attend(
+        mask = None if n == 1 else causal_mask(n, past + n, device=q.device)  # one new query sees all
+        return attend(
             q,
             k,
             v,
@@ -94,6 +132,4 @@ class CausalSelfAttention(nn.Module):
             need_weights=need_weights,
             dropout_p=self.dropout,
             training=self.training,
-        )  # (B, H, N, Dh)
-        out = self.o_proj(ctx.transpose(1, 2).reshape(b, n, self.n_heads * self.head_dim))  # (B, N, D)
-        return AttentionOutput(out, weights if need_weights else None)
+        )

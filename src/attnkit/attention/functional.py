@@ -46,7 +46,15 @@ _PLANLESS_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION
 
 
 def fused_attention(
-    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout_p: float, scale: float
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    dropout_p: float,
+    scale: float | None,
+    *,
+    is_causal: bool = False,
+    enable_gqa: bool = False,
 ) -> Tensor:
     """:func:`torch.nn.functional.scaled_dot_product_attention`, without cuDNN's backend for fp16/bf16
     CUDA inputs.
@@ -56,12 +64,17 @@ def fused_attention(
     so its plans are never reused: on a GPU a bf16-autocast training step of the shipped Transformer was
     many times slower than in fp32, each attention call spending far more CPU in cuDNN than GPU work
     (measured in benchmarks/RESULTS.md, section "GPU"). Flash and memory-efficient attention need no plan.
-    Other devices and dtypes are unchanged.
+    Other devices and dtypes are unchanged. ``is_causal`` and ``enable_gqa`` are passed on (torch's
+    meaning: a lower-triangular mask aligned at the first key; ``H_kv`` key/value heads shared by groups
+    of ``H / H_kv`` query heads).
     """
+    kwargs = {"attn_mask": mask, "dropout_p": dropout_p, "scale": scale, "is_causal": is_causal}
+    if enable_gqa:
+        kwargs["enable_gqa"] = True
     if query.is_cuda and query.dtype in (torch.float16, torch.bfloat16):
         with sdpa_kernel(_PLANLESS_BACKENDS):
-            return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale)
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+            return F.scaled_dot_product_attention(query, key, value, **kwargs)
+    return F.scaled_dot_product_attention(query, key, value, **kwargs)
 
 
 class AttentionOutput(NamedTuple):

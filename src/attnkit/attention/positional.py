@@ -109,9 +109,11 @@ class RotaryEmbedding(nn.Module):
 
     Dimensions ``i`` and ``i + D/2`` of a head vector at position ``p`` are rotated by the angle
     ``p · θ^(-2i/D)``: ``x' = x·cos + rotate_half(x)·sin``. The dot product of a rotated query at ``m``
-    and a rotated key at ``n`` then depends only on ``m - n``. No parameters, no table: angles are
-    computed for the positions asked for (``offset .. offset + N - 1``, the offset being the cached
-    length in incremental decoding), in float64 before rounding to the input's dtype.
+    and a rotated key at ``n`` then depends only on ``m - n``. No parameters: the angles ``p · θ^(-2i/D)``
+    are float32 products, as in ``transformers``, and their cosines and sines are kept for the positions
+    seen so far (an attribute, not a buffer: nothing in a checkpoint; grown to twice the length asked
+    for when a longer one comes), so that every layer and every step slices one table instead of
+    recomputing it; each entry depends on its own position only.
     """
 
     def __init__(self, head_dim: int, *, theta: float = 10000.0):
@@ -123,13 +125,27 @@ class RotaryEmbedding(nn.Module):
         self.head_dim, self.theta = head_dim, float(theta)
         inv_freq = 1.0 / (self.theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (D/2,), float32 as in transformers
+        # (device, dtype, inv_freq's device and dtype) -> cos, sin (N_max, D); replaced, never mutated, so a
+        # call in another thread reads a complete entry
+        self._tables: dict[tuple, tuple[Tensor, Tensor]] = {}
+
+    def _angles(self, n: int, offset: int) -> Tensor:
+        pos = torch.arange(offset, offset + n, device=self.inv_freq.device, dtype=torch.float32)
+        freqs = torch.outer(pos, self.inv_freq)  # (N, D/2)
+        return torch.cat((freqs, freqs), dim=-1)  # (N, D)
 
     def cos_sin(self, n: int, offset: int = 0, *, device=None, dtype=torch.float32) -> tuple[Tensor, Tensor]:
         """``(N, D)`` cosines and sines of positions ``offset .. offset + n - 1``."""
-        pos = torch.arange(offset, offset + n, device=self.inv_freq.device, dtype=torch.float32)
-        freqs = torch.outer(pos, self.inv_freq)  # (N, D/2)
-        emb = torch.cat((freqs, freqs), dim=-1)  # (N, D)
-        return emb.cos().to(device=device, dtype=dtype), emb.sin().to(device=device, dtype=dtype)
+        device = self.inv_freq.device if device is None else torch.device(device)
+        key = (device, dtype, self.inv_freq.device, self.inv_freq.dtype)
+        entry = self._tables.get(key)
+        if entry is None or entry[0].shape[0] < offset + n:
+            with torch.inference_mode(False):  # a table made under inference mode still serves training
+                emb = self._angles(max(2 * (offset + n), 64), 0)  # (N_max, D)
+                entry = (emb.cos().to(device=device, dtype=dtype), emb.sin().to(device=device, dtype=dtype))
+            self._tables = {**self._tables, key: entry}
+        cos, sin = entry
+        return cos[offset : offset + n], sin[offset : offset + n]
 
     def forward(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
         """Rotate ``q (B, H, N, D)`` and ``k (B, Hkv, N, D)`` for positions ``offset ..``."""

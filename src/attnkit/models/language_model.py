@@ -101,10 +101,12 @@ class LanguageModelConfig(ConfigRecord):
 
 @dataclass
 class LanguageModelOutput:
-    """``logits (B, T, V)``; ``attention``: per layer ``(B, H, T, T)`` maps when ``need_weights``."""
+    """``logits (B, T, V)``; ``attention``: per layer ``(B, H, T, T)`` maps when ``need_weights``;
+    with ``features_only`` no logits but ``features (B, T, D)``, the output layer's inputs."""
 
-    logits: Tensor
+    logits: Tensor | None
     attention: list[Tensor] | None = None
+    features: Tensor | None = None
 
 
 class DecoderBlock(nn.Module):
@@ -139,8 +141,10 @@ class LanguageModel(ConfiguredModel, nn.Module):
     ``"language_model"`` in a checkpoint's ``config.json`` (:mod:`attnkit.models.registry`).
 
     ``forward(ids (B, T) int64, *, need_weights=False) -> LanguageModelOutput``, causal: the logits at
-    ``t`` predict token ``t + 1`` from tokens ``0..t``. :meth:`generate` continues a batch of prompts
-    with a key/value cache (greedy at ``temperature=0``).
+    ``t`` predict token ``t + 1`` from tokens ``0..t``. With ``features_only=True`` it stops before the
+    output layer and returns the final norm's output as ``features`` (the training loss projects them
+    itself, in chunks, without making the ``(B, T, V)`` logits; :meth:`output_layer` gives the weights).
+    :meth:`generate` continues a batch of prompts with a key/value cache (greedy at ``temperature=0``).
     """
 
     config_class = LanguageModelConfig
@@ -180,7 +184,9 @@ class LanguageModel(ConfiguredModel, nn.Module):
         if past + ids.shape[1] > self.config.max_len:
             raise ValueError(f"ids: {past + ids.shape[1]} positions exceed max_len={self.config.max_len}")
 
-    def _run(self, ids: Tensor, caches: list[KVCache] | None, need_weights: bool) -> LanguageModelOutput:
+    def _run(
+        self, ids: Tensor, caches: list[KVCache] | None, need_weights: bool, features_only: bool = False
+    ) -> LanguageModelOutput:
         past = 0 if caches is None else len(caches[0])
         h = self.embed_tokens(ids)  # (B, T, D)
         if self.embed_positions is not None:
@@ -191,11 +197,18 @@ class LanguageModel(ConfiguredModel, nn.Module):
             h, w = layer(h, None if caches is None else caches[i], need_weights)
             if need_weights:
                 maps.append(w)  # (B, H, T, past + T)
-        return LanguageModelOutput(self.lm_head(self.norm(h)), maps)  # logits (B, T, V)
+        h = self.norm(h)
+        if features_only:
+            return LanguageModelOutput(None, maps, h)  # features (B, T, D)
+        return LanguageModelOutput(self.lm_head(h), maps)  # logits (B, T, V)
 
-    def forward(self, ids: Tensor, *, need_weights: bool = False) -> LanguageModelOutput:
+    def forward(self, ids: Tensor, *, need_weights: bool = False, features_only: bool = False) -> LanguageModelOutput:
         self._check_ids(ids)
-        return self._run(ids, None, need_weights)
+        return self._run(ids, None, need_weights, features_only)
+
+    def output_layer(self) -> tuple[Tensor, Tensor | None]:
+        """``(weight (V, D), bias or None)`` of the output layer (the embedding's when tied)."""
+        return self.lm_head.weight, self.lm_head.bias
 
     def new_caches(self) -> list[KVCache]:
         """One empty key/value cache per layer."""
