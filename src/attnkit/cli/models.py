@@ -27,6 +27,8 @@ def cmd_models(args) -> None:
             if "test_bleu" in sc
             else f"BLEU-4 {sc['test_bleu4']:.2f}, attention correctness {sc['test_attention_correctness']:.3f}"
             if "test_bleu4" in sc
+            else _language_model_score(sc)
+            if "test_ppl" in sc
             else "not measured"
         )
         pair = f"{m.src_lang}→{m.tgt_lang} {m.corpus}" if m.task == "translation" else "-"
@@ -34,6 +36,17 @@ def cmd_models(args) -> None:
             f"{m.name:<22} {m.source:<8} {m.task:<{tw}} {m.model_type:<{kw}} {pair:<14} {m.size_bytes / 1e6:>6.1f}MB  "
             f"{score}"
         )
+
+
+def _language_model_score(sc: dict) -> str:
+    """A language model's line: its test perplexity and its best induction head (layers and heads from 1)."""
+    out = f"test perplexity {sc['test_ppl']:.1f}"
+    if "induction_prefix_matching" in sc:
+        out += (
+            f", induction head {sc['induction_head']} (prefix matching {sc['induction_prefix_matching']:.2f}, "
+            f"copying {sc['induction_copying']:.2f})"
+        )
+    return out
 
 
 # ---------------------------------------------------------------- demo
