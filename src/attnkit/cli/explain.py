@@ -380,6 +380,6 @@ def add_evaluate_explanations_parser(e) -> None:
         help="keep the methods an interrupted run finished in --output (the same settings) (default: off)",
     )
     _add_device_flags(ee)
-    add_corpus_job_flags(ee, "gold verses", part_lines=1, same="the report (its ms per verse aside) is")
+    add_corpus_job_flags(ee, "gold verses", part_lines=1, same="the report, its ms per verse aside, is")
     _add_progress_flag(ee)
     ee.set_defaults(func=cmd_evaluate_explanations)
