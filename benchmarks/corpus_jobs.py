@@ -270,6 +270,8 @@ def rank_memory(tmp: Path, sizes: list[int], names: list[str], beam: int, part_l
                 "parts_written_by_rank": done_by_rank,
                 "seconds_until_stopped": round(time.perf_counter() - start, 1),
                 "finished_before_stop": finished,
+                "returncode": launch.returncode if finished else None,
+                "stderr_tail": err[-600:] if finished else None,  # why a launch ended before its parts
             }
             print(name, n, result[name][str(n)], flush=True)
     for name in names:
@@ -278,7 +280,8 @@ def rank_memory(tmp: Path, sizes: list[int], names: list[str], beam: int, part_l
             round(b / a, 3) if a else None for a, b in zip(small["peak_rss_mib_by_rank"], big["peak_rss_mib_by_rank"])
         ]
         result[name]["ratio_by_rank"] = ratios
-        result[name]["target_met"] = all(r is not None and r <= 1.2 for r in ratios)
+        reached = not small["finished_before_stop"] and not big["finished_before_stop"]  # the same parts, both
+        result[name]["target_met"] = reached and all(r is not None and r <= 1.2 for r in ratios)
     return result
 
 
