@@ -11,12 +11,19 @@ Three checks, each in fresh processes (``python -m attnkit``, as a user runs it)
   the parts missing at the kill (the ones the rerun redoes) must be at most one a rank.
 - ``memory``: peak RSS of one rank that builds the line index of an input and reads 200 parts of
   1,000 lines through it, for 30,000 and 3,000,000 lines (the mechanism alone, each in a fresh process).
+- ``rank-memory``: the real commands (``--commands``) with ``--processes 2`` on inputs of 30,000 and
+  3,000,000 lines (``--rank-memory-lines``), each stopped (SIGKILL of the launch and its ranks: the job is
+  resumable, so stopping it loses nothing) once every rank has written ``--rank-memory-parts`` parts of
+  ``--part-lines`` lines: the same lines, the first of the input, in both runs. Each rank's peak RSS is its
+  ``VmHWM`` (``/proc/PID/status``) read just before the kill, the rank known by ``RANK`` in its
+  environment. Target: a rank's peak at 3,000,000 lines <= 1.2x its peak at 30,000.
 
 The lines are the prepared Bible's verses (``ATTNKIT_HOME/bible/pairs.tsv``: Spanish and English),
 else the built-in gold set's 150 verses, repeated to N lines.
 
-Usage: ``python benchmarks/corpus_jobs.py [--lines 20000] [--only speed,kill,memory] [--beam 5]
-[--commands align,translate] [--out results/corpus_jobs.json]``
+Usage: ``python benchmarks/corpus_jobs.py [--lines 20000] [--only speed,kill,memory,rank-memory] [--beam 5]
+[--commands align,translate] [--part-lines 512] [--rank-memory-parts 2] [--rank-memory-lines 30000,3000000]
+[--out results/corpus_jobs.json]``
 """
 
 from __future__ import annotations
@@ -67,8 +74,9 @@ def write_inputs(tmp: Path, n: int) -> tuple[Path, Path, str]:
         pairs = [(" ".join(v.source), " ".join(v.target)) for v in load_gold()]
         source = "the built-in gold set's 150 verses, repeated"
     es, en = tmp / "in.es", tmp / "in.en"
-    es.write_text("".join(pairs[i % len(pairs)][0] + "\n" for i in range(n)), encoding="utf-8")
-    en.write_text("".join(pairs[i % len(pairs)][1] + "\n" for i in range(n)), encoding="utf-8")
+    for path, side in ((es, 0), (en, 1)):  # streamed: 3,000,000 lines are 400 MB a side
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(pairs[i % len(pairs)][side] + "\n" for i in range(n))
     return es, en, source
 
 
@@ -185,12 +193,109 @@ def memory(tmp: Path) -> dict:
     return out
 
 
+def _status_kib(pid: int, field: str) -> int | None:
+    """A ``/proc/PID/status`` field in KiB (``VmHWM``: the peak resident set), None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _ranks(launch_pid: int) -> dict[int, int]:
+    """``{rank: pid}`` of the launch's descendants that are ranks (``RANK`` in their environment)."""
+    import psutil
+
+    out = {}
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(launch_pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                rank = child.environ().get("RANK")
+                if rank is not None and rank.isdigit():
+                    out[int(rank)] = child.pid
+    return out
+
+
+def rank_memory(tmp: Path, sizes: list[int], names: list[str], beam: int, part_lines: int, parts: int) -> dict:
+    """Each command with ``--processes 2`` on inputs of each size, stopped once every rank has written ``parts``
+    parts; each rank's peak RSS then (module docstring). The ratio is the largest size's peak over the smallest's."""
+    import psutil
+
+    result: dict = {"part_lines": part_lines, "parts_per_rank": parts}
+    for n in sizes:
+        folder = tmp / f"rank-memory-{n}"
+        folder.mkdir()
+        start = time.perf_counter()
+        es, en, _ = write_inputs(folder, n)
+        result[f"{n}_input_mib"] = round((es.stat().st_size + en.stat().st_size) / 2**20, 1)
+        result[f"{n}_write_s"] = round(time.perf_counter() - start, 1)
+        for name in names:
+            out, job = folder / f"{name}.out", folder / f"job-{name}"
+            argv = [*commands(es, en, out, beam)[name], "--processes", "2", "--job-dir", str(job)]
+            argv += ["--part-lines", str(part_lines)]
+            start = time.perf_counter()
+            with open(out if name == "translate" else os.devnull, "wb") as stdout:
+                launch = subprocess.Popen(
+                    [sys.executable, "-m", "attnkit", *argv], stdout=stdout, stderr=subprocess.PIPE, env=_env(2)
+                )
+                peak: dict[int, int] = {}
+                done_by_rank = [0, 0]
+                while launch.poll() is None:
+                    for rank, pid in _ranks(launch.pid).items():
+                        hwm = _status_kib(pid, "VmHWM")
+                        if hwm is not None:
+                            peak[rank] = max(peak.get(rank, 0), hwm)
+                    written = [int(p.name[5:11]) for p in job.glob("part-*.out")]
+                    done_by_rank = [sum(1 for p in written if p % 2 == r) for r in range(2)]
+                    if min(done_by_rank) >= parts and len(peak) == 2:
+                        break
+                    time.sleep(0.2)
+                finished = launch.poll() is not None
+                tree = (
+                    [launch.pid, *(p.pid for p in psutil.Process(launch.pid).children(recursive=True))]
+                    if not finished
+                    else []
+                )
+                for pid in tree:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, 9)
+                err = launch.communicate()[1].decode(errors="replace")
+            if finished and launch.returncode not in (0, 1):
+                raise RuntimeError(f"{name} on {n} lines failed ({launch.returncode}): {err[-2000:]}")
+            result.setdefault(name, {})[str(n)] = {
+                "peak_rss_mib_by_rank": [round(peak.get(r, 0) / 1024, 1) for r in range(2)],
+                "parts_written_by_rank": done_by_rank,
+                "seconds_until_stopped": round(time.perf_counter() - start, 1),
+                "finished_before_stop": finished,
+                "returncode": launch.returncode if finished else None,
+                "stderr_tail": err[-600:] if finished else None,  # why a launch ended before its parts
+            }
+            print(name, n, result[name][str(n)], flush=True)
+    for name in names:
+        small, big = result[name][str(min(sizes))], result[name][str(max(sizes))]
+        ratios = [
+            round(b / a, 3) if a else None for a, b in zip(small["peak_rss_mib_by_rank"], big["peak_rss_mib_by_rank"])
+        ]
+        result[name]["ratio_by_rank"] = ratios
+        reached = not small["finished_before_stop"] and not big["finished_before_stop"]  # the same parts, both
+        result[name]["target_met"] = reached and all(r is not None and r <= 1.2 for r in ratios)
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=20_000, help="lines of each input (default: 20000)")
     ap.add_argument("--beam", type=int, default=5, help="translate's beam (default: 5, the command's)")
     ap.add_argument("--only", default="speed,kill,memory", help="which checks, comma-separated (default: all)")
     ap.add_argument("--commands", default="align,translate", help="speed: which commands (default: both)")
+    ap.add_argument("--part-lines", type=int, default=512, help="rank-memory: lines a part (default: 512)")
+    ap.add_argument("--rank-memory-parts", type=int, default=2, help="rank-memory: parts a rank writes (default: 2)")
+    ap.add_argument(
+        "--rank-memory-lines", default="30000,3000000", help="rank-memory: the input sizes (default: 30000,3000000)"
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
@@ -205,6 +310,10 @@ def main() -> None:
             result["kill"] = kill(tmp, es, en, args.lines, args.beam)
         if "memory" in only:
             result["memory"] = memory(tmp)
+        if "rank-memory" in only:
+            sizes = [int(x) for x in args.rank_memory_lines.split(",")]
+            names = args.commands.split(",")
+            result["rank_memory"] = rank_memory(tmp, sizes, names, args.beam, args.part_lines, args.rank_memory_parts)
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

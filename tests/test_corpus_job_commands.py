@@ -263,3 +263,81 @@ def test_explain_file_in_parts_is_the_one_process_bytes_and_each_line_its_own_ex
     assert "--file explains the file's lines" in capsys.readouterr().err
     assert cli_main(["explain", "Hola.", "--output", str(tmp_path / "o")]) == 2
     assert "--output goes with --file" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def explanations_case(tmp_path_factory):
+    """``evaluate explanations`` of a tiny random translator (d_model 16, one layer a side) on the first 3 scored
+    gold verses (the second is 56 × 64 words: most of the time), two methods, the sanity check on 2 verses: the
+    command and one process's report (``--json``)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from tiny import saved_tiny_transformer
+
+    model = saved_tiny_transformer(
+        tmp_path_factory.mktemp("explain") / "tiny",
+        max_len=256,
+        d_model=16,
+        nhead=2,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        dim_feedforward=32,
+    )
+    argv = ["evaluate", "explanations", "--model", str(model), "--limit", "3", "--sanity-verses", "2"]
+    argv += ["--method", "attention", "--method", "alti_plus", "--json", "--no-progress"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli_main(argv) == 0
+    return argv, out.getvalue()
+
+
+def _timing_aside(report: str) -> str:
+    """A printed report with its one measured value (milliseconds per verse) blanked: the rest is computed."""
+    import re
+
+    return re.sub(r'"ms_per_sentence": [0-9.]+', '"ms_per_sentence": 0', report)
+
+
+def test_evaluate_explanations_resumed_on_two_processes_prints_the_one_process_report(
+    explanations_case, tmp_path, monkeypatch, capfd
+):
+    """A one-process ``--job-dir`` run that fails on its second verse keeps its first; the same command on two
+    processes scores the other two (one a rank) and reuses the first verse's record as written (its seconds,
+    set to 1 s here, show in the milliseconds); every computed number is the one-process report's."""
+    import json
+
+    from attnkit.attribution import explanation_verses
+
+    argv, reference = explanations_case
+    job, out = tmp_path / "job", tmp_path / "report.json"
+    real = explanation_verses.score_verse
+
+    def failing(run, k):
+        if k == 1:
+            raise RuntimeError("injected")
+        return real(run, k)
+
+    monkeypatch.setattr(explanation_verses, "score_verse", failing)
+    assert cli_main([*argv, "--job-dir", str(job)]) == 2
+    assert "part 2 (lines 2-2) failed: injected" in capfd.readouterr().err
+    assert [p.name for p in job.glob("part-*.out")] == ["part-000000.out"]
+    record = json.loads((job / "part-000000.out").read_text())
+    for entry in record["methods"].values():
+        entry["seconds"] = 1.0
+    (job / "part-000000.out").write_text(json.dumps(record) + "\n")
+    monkeypatch.undo()
+
+    assert cli_main([*argv, "--processes", "2", "--job-dir", str(job), "--output", str(out)]) == 0
+    two = capfd.readouterr()
+    assert _timing_aside(two.out) == _timing_aside(reference)  # every score to the last digit printed
+    report = json.loads(two.out)
+    assert report["verses"] == 3 and list(report["methods"]) == ["attention", "alti_plus"]
+    assert all(len(r["sanity"]["by_stage"]) > 1 for r in report["methods"].values())
+    assert all(r["ms_per_sentence"] >= 1000 / 3 for r in report["methods"].values())  # the first verse's record, reused
+    assert json.loads(out.read_text()) == report
+    assert "3 gold verses, parts of 1 verses over 2 processes" in two.err
+    assert not job.exists()  # the job's own files are deleted once the report is made
+    assert cli_main([*argv, "--processes", "2", "--resume", "--output", str(out)]) == 2
+    err = capfd.readouterr().err
+    assert "a split run resumes from its parts" in err and err.count("\n") == 1

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -190,6 +192,124 @@ def _run_methods(report, names, resume, score, sanity, on_method, progress) -> d
     return report
 
 
+@dataclass
+class TranslatorRun:
+    """What every verse of a translator's evaluation needs, made once: the model, the methods, the verses, their
+    forced pairs and their random deletion orders (drawn verse after verse from one seeded generator, so a
+    verse's orders depend on the verses before it: they are drawn here, whichever verses a process scores)."""
+
+    path: Path
+    tr: object
+    names: list[str]
+    verses: list
+    pairs: list[ForcedTranslation]
+    random_orders: list[list[list[list[int]]]]
+    sanity_verses: int
+    seed: int
+
+    def random_areas(self, k: int) -> list[float]:
+        """Verse ``k``'s deletion areas under its random orders: every target word of each order in turn."""
+        orders = _deletion_areas(self.tr.model, self.pairs[k], self.random_orders[k], self.tr.tokenizer.unk_id)
+        return [w for a in orders for w in a]
+
+    def score_verse(self, m: str, k: int) -> tuple[AERCounts, list[float], float, torch.Tensor]:
+        """Method ``m`` on verse ``k``: its AER counts, each target word's deletion area, the method's seconds,
+        and its word attributions ``(target words, source words)``."""
+        v, p = self.verses[k], self.pairs[k]
+        att = explain(self.tr, "", method=m, pair=p)
+        _, _, words = att.word_scores()
+        orders = [[int(j) for j in torch.argsort(row, descending=True, stable=True)] for row in words]
+        areas = _deletion_areas(self.tr.model, p, [orders], self.tr.tokenizer.unk_id)[0]
+        return aer_counts(argmax_links(words), v.sure, v.possible), areas, att.seconds, words
+
+    def attributions(self, m: str):
+        """``f(model, k)``: method ``m``'s word attributions of verse ``k`` by ``model`` (a randomised copy)."""
+        from ..tasks.translation import Translator
+
+        steps = 32 if m == "integrated_gradients" else None
+
+        def f(model, k):
+            shadow = Translator(model, self.tr.tokenizer, src_tokenizer=self.tr.src_tokenizer)
+            return explain(shadow, "", method=m, pair=self.pairs[k], steps=steps).word_scores()[2]
+
+        return f
+
+    def report_head(self, floor: float) -> dict:
+        """The report's first keys, before the methods' rows (``floor``: the mean random area)."""
+        return {
+            "model": self.path.name,
+            "kind": getattr(self.tr.model, "model_type", "?"),
+            "verses": len(self.verses),
+            "sanity_verses": self.sanity_verses,
+            "seed": self.seed,
+            "random_area": round(floor, 4),
+            "methods": {},
+        }
+
+
+def open_translator_run(
+    model,
+    *,
+    methods: list[str] | None = None,
+    limit: int | None = None,
+    sanity_verses: int = 3,
+    seed: int = 0,
+    gold_dir=None,
+    verses=None,
+    device: str = "cpu",
+    dtype=None,
+) -> TranslatorRun:
+    """Load the translator and the verses of :func:`evaluate_explanations` (the same arguments)."""
+    from ..alignment.gold import DEV_VERSES, load_gold
+    from ..pretrained import resolve_model
+    from ..tasks.translation import Translator
+    from .methods import canonical_method
+
+    path = resolve_model(model)
+    tr = Translator.load(path, device=device, dtype=dtype)
+    tr.model.eval()
+    names = methods_for(tr) if not methods else [canonical_method(m) for m in methods]
+    unknown = [m for m in names if m not in methods_for(tr)]
+    if unknown:
+        from .methods import UnknownMethodError
+
+        raise UnknownMethodError(f"{path.name} has no {', '.join(unknown)}; it has: {', '.join(methods_for(tr))}")
+    verses = load_gold(gold_dir)[DEV_VERSES:] if verses is None else list(verses)
+    if limit is not None:
+        verses = verses[:limit]
+    pairs = [forced_translation(tr, " ".join(v.source), " ".join(v.target)) for v in verses]
+    rng = np.random.default_rng(seed)
+    random_orders = []
+    for p in pairs:
+        n_src, n_tgt = len(word_spans(p.source_pieces)), len(word_spans(p.target_pieces))
+        random_orders.append([[list(rng.permutation(n_src)) for _ in range(n_tgt)] for _ in range(RANDOM_ORDERS)])
+    return TranslatorRun(path, tr, names, verses, pairs, random_orders, min(sanity_verses, len(verses)), seed)
+
+
+def method_row(counts: AERCounts, areas: list[float], seconds: list[float], random_area: float) -> dict:
+    """A method's row from its summed AER counts, every target word's deletion area (in verse order) and every
+    verse's seconds: the one formula, whether one process scored the verses or several."""
+    return {
+        **{k: v for k, v in counts.to_dict().items() if k in ("aer", "precision", "recall")},
+        "deletion_area": round(float(np.mean(areas)), 4),
+        "random_area": random_area,
+        "ms_per_sentence": round(1000 * float(np.mean(seconds)), 1),
+    }
+
+
+def finish_report(report: dict) -> dict:
+    """Name the methods better than raw attention on both AER and deletion area (when attention was scored)."""
+    attention = report["methods"].get("attention")
+    if attention is not None:
+        better = [
+            m
+            for m, r in report["methods"].items()
+            if m != "attention" and r["aer"] < attention["aer"] and r["deletion_area"] > attention["deletion_area"]
+        ]
+        report["beats_attention_on_aer_and_deletion"] = better
+    return report
+
+
 def evaluate_explanations(
     model,
     *,
@@ -209,94 +329,43 @@ def evaluate_explanations(
     ``verses``: gold verses to score instead of the scored ones (:func:`attnkit.alignment.gold.load_gold`).
     ``progress(method, stage, done=None, total=None)`` reports as it goes; ``on_method(report)`` is called
     with the report so far after each method; ``resume``: an earlier (partial) report of the same run,
-    whose finished methods are kept instead of scored again."""
-    from ..alignment.gold import DEV_VERSES, load_gold
-    from ..pretrained import resolve_model
-    from ..tasks.translation import Translator
-    from .methods import canonical_method
-
-    path = resolve_model(model)
-    tr = Translator.load(path, device=device, dtype=dtype)
-    tr.model.eval()
-    names = methods_for(tr) if not methods else [canonical_method(m) for m in methods]
-    unknown = [m for m in names if m not in methods_for(tr)]
-    if unknown:
-        from .methods import UnknownMethodError
-
-        raise UnknownMethodError(f"{path.name} has no {', '.join(unknown)}; it has: {', '.join(methods_for(tr))}")
-    verses = load_gold(gold_dir)[DEV_VERSES:] if verses is None else list(verses)
-    if limit is not None:
-        verses = verses[:limit]
-    pairs = [forced_translation(tr, " ".join(v.source), " ".join(v.target)) for v in verses]
-    unk = tr.tokenizer.unk_id
-    rng = np.random.default_rng(seed)
-    random_orders = []
-    for p in pairs:
-        n_src, n_tgt = len(word_spans(p.source_pieces)), len(word_spans(p.target_pieces))
-        random_orders.append([[list(rng.permutation(n_src)) for _ in range(n_tgt)] for _ in range(RANDOM_ORDERS)])
+    whose finished methods are kept instead of scored again. The same report, the verses split over
+    processes: :mod:`attnkit.attribution.explanation_verses`."""
+    run = open_translator_run(
+        model,
+        methods=methods,
+        limit=limit,
+        sanity_verses=sanity_verses,
+        seed=seed,
+        gold_dir=gold_dir,
+        verses=verses,
+        device=device,
+        dtype=dtype,
+    )
     if progress is not None:
         progress("random order", "scoring")
-    random_area = []
-    for p, orders in zip(pairs, random_orders):
-        random_area.extend(w for a in _deletion_areas(tr.model, p, orders, unk) for w in a)
-    floor = float(np.mean(random_area))
-
-    report: dict = {
-        "model": path.name,
-        "kind": getattr(tr.model, "model_type", "?"),
-        "verses": len(verses),
-        "sanity_verses": min(sanity_verses, len(verses)),
-        "seed": seed,
-        "random_area": round(floor, 4),
-        "methods": {},
-    }
+    random_area = [w for k in range(len(run.verses)) for w in run.random_areas(k)]
+    report = run.report_head(float(np.mean(random_area)))
     trained_words: dict[str, list] = {}
 
     def score(m: str) -> dict:
         counts, areas, seconds = AERCounts(), [], []
         trained_words[m] = []
-        for i, (v, p) in enumerate(zip(verses, pairs)):
-            att = explain(tr, "", method=m, pair=p)
-            seconds.append(att.seconds)
-            _, _, words = att.word_scores()
+        for k in range(len(run.verses)):
+            c, a, s, words = run.score_verse(m, k)
+            counts = counts + c
+            areas.extend(a)
+            seconds.append(s)
             trained_words[m].append(words)
-            counts = counts + aer_counts(argmax_links(words), v.sure, v.possible)
-            orders = [[int(j) for j in torch.argsort(row, descending=True, stable=True)] for row in words]
-            areas.extend(_deletion_areas(tr.model, p, [orders], unk)[0])
             if progress is not None:
-                progress(m, "scoring", i + 1, len(pairs))
-        return {
-            **{k: v for k, v in counts.to_dict().items() if k in ("aer", "precision", "recall")},
-            "deletion_area": round(float(np.mean(areas)), 4),
-            "random_area": report["random_area"],
-            "ms_per_sentence": round(1000 * float(np.mean(seconds)), 1),
-        }
+                progress(m, "scoring", k + 1, len(run.verses))
+        return method_row(counts, areas, seconds, report["random_area"])
 
     def sanity(m: str) -> dict:  # after score(m), which keeps the trained model's word attributions
-        def attributions(shadow_model, k):
-            steps = 32 if m == "integrated_gradients" else None
-            shadow = Translator(shadow_model, tr.tokenizer, src_tokenizer=tr.src_tokenizer)
-            return explain(shadow, "", method=m, pair=pairs[k], steps=steps)
+        return _sanity(run.tr.model, trained_words[m], report["sanity_verses"], run.attributions(m), seed, min_length=3)
 
-        return _sanity(
-            tr.model,
-            trained_words[m],
-            report["sanity_verses"],
-            lambda model, k: attributions(model, k).word_scores()[2],
-            seed,
-            min_length=3,
-        )
-
-    _run_methods(report, names, resume, score, sanity, on_method, progress)
-    attention = report["methods"].get("attention")
-    if attention is not None:
-        better = [
-            m
-            for m, r in report["methods"].items()
-            if m != "attention" and r["aer"] < attention["aer"] and r["deletion_area"] > attention["deletion_area"]
-        ]
-        report["beats_attention_on_aer_and_deletion"] = better
-    return report
+    _run_methods(report, run.names, resume, score, sanity, on_method, progress)
+    return finish_report(report)
 
 
 def _sanity(model, trained, n_items, attributions, seed, *, min_length=1) -> dict:
@@ -305,19 +374,40 @@ def _sanity(model, trained, n_items, attributions, seed, *, min_length=1) -> dic
     and after each stage the mean Spearman correlation, over the first ``n_items`` items' rows of at least
     ``min_length`` entries, between ``trained[k]`` and ``attributions(randomised model, k)``."""
     if n_items == 0:
-        return {"spearman": float("nan"), "by_stage": [], "passes": False}
+        return sanity_summary([])
+    rhos = sanity_rhos(model, trained, range(n_items), attributions, seed, min_length=min_length)
+    return sanity_summary([[r for per_item in stage for r in per_item] for stage in rhos])
+
+
+def sanity_rhos(model, trained, items, attributions, seed, *, min_length=1) -> list[list[list[float]]]:
+    """The Spearman correlations :func:`_sanity` averages: for each randomisation stage, for each item ``k`` of
+    ``items``, one per row of at least ``min_length`` entries (NaN kept). An item's values do not depend on
+    the other items (every copy is re-drawn from the same seed), so items scored apart combine exactly."""
     shadow = copy.deepcopy(model).eval()
     generator = torch.Generator().manual_seed(seed)
-    by_stage = []
+    out = []
     for stage in randomisation_stages(shadow):
         _randomise(stage, generator)
-        rhos = []
-        for k in range(n_items):
+        per_item = []
+        for k in items:
             words = attributions(shadow, k)
-            rhos += [spearman(a, b) for a, b in zip(trained[k].tolist(), words.tolist()) if len(a) >= min_length]
+            per_item.append(
+                [spearman(a, b) for a, b in zip(trained[k].tolist(), words.tolist()) if len(a) >= min_length]
+            )
+        out.append(per_item)
+    return out
+
+
+def sanity_summary(by_stage_rhos: list[list[float]]) -> dict:
+    """A method's sanity entry from each stage's correlations (every item's, in item order): their mean with NaN
+    left out; the score is the last stage's, and passes at or below :data:`SANITY_THRESHOLD`. No items: NaN."""
+    if not by_stage_rhos:
+        return {"spearman": float("nan"), "by_stage": [], "passes": False}
+    by_stage = []
+    for rhos in by_stage_rhos:
         rhos = [r for r in rhos if not math.isnan(r)]
         by_stage.append(round(float(np.mean(rhos)), 4) if rhos else float("nan"))
-    final = by_stage[-1] if by_stage else float("nan")
+    final = by_stage[-1]
     return {"spearman": final, "by_stage": by_stage, "passes": bool(final <= SANITY_THRESHOLD)}
 
 

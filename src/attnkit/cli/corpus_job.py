@@ -75,13 +75,16 @@ def add_processes_flag(parser: argparse.ArgumentParser, unit: str, same: str = "
     )
 
 
-def add_corpus_job_flags(parser: argparse.ArgumentParser, unit: str) -> None:
-    """``--processes``, ``--part-lines`` and ``--job-dir`` (``unit``: what a line is, for the help)."""
-    add_processes_flag(parser, unit)
+def add_corpus_job_flags(
+    parser: argparse.ArgumentParser, unit: str, *, part_lines: int = 1024, same: str = "the output is byte for byte"
+) -> None:
+    """``--processes``, ``--part-lines`` (default ``part_lines``) and ``--job-dir`` (``unit``: what a line is,
+    ``same``: what equals the one-process run, for the help)."""
+    add_processes_flag(parser, unit, same)
     parser.add_argument(
         "--part-lines",
         type=arg_type(between(1, 10_000_000, integer=True), "part lines"),
-        default=1024,
+        default=part_lines,
         help=f"{unit} per part of a split job, the unit that is resumed and dealt to the processes "
         "(default: %(default)s)",
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..checks import arg_type, between
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import CLIError, _check_explanations_model, _model_folder, _open_model, _output, _shown_name
+from .corpus_job import add_corpus_job_flags, corpus_job_wanted, launch
 from .flags import (
     _add_beam_flag,
     _add_device_flags,
@@ -17,6 +18,7 @@ from .flags import (
     _add_limit_flag,
     _add_model_flag,
     _add_output_flag,
+    _add_progress_flag,
 )
 
 
@@ -147,12 +149,12 @@ def _read_resume(output: str | None) -> dict | None:
     return report
 
 
-def cmd_evaluate_explanations(args) -> None:
+def cmd_evaluate_explanations(args) -> int | None:
     from ..attribution.explanation_quality import evaluate_caption_explanations, evaluate_explanations, format_report
     from ..service import ModelKind, model_kind
 
     path = _model_folder(args.model, DEFAULT_TRANSLATION_MODEL)
-    resume = _read_resume(args.output) if args.resume else None
+    split = args.processes is not None or corpus_job_wanted(args)
     output = Path(args.output) if args.output else None
 
     def save(report: dict) -> None:  # after every method: an interrupted run keeps what it finished
@@ -161,17 +163,41 @@ def cmd_evaluate_explanations(args) -> None:
         tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
         tmp.replace(output)
 
+    kind = model_kind(path)
+    _check_explanations_model(path, kind)
+    if split and kind is not ModelKind.TRANSLATOR:
+        raise CLIError(
+            "--processes, torchrun and --job-dir split a translator's gold verses; score this model in one process"
+        )
+    if split and args.resume:
+        raise CLIError(
+            "--resume keeps the methods of a one-process run; a split run resumes from its parts: run the same "
+            "command again (the same --job-dir)"
+        )
+    if args.processes is not None:
+        _output(args.output, "--output")
+        return launch(args.argv, args.processes)
+    if split:  # a rank of a torchrun launch, or one process running in parts (--job-dir)
+        from .explanations_job import evaluate_explanations_job
+
+        _output(args.output, "--output")
+        report = evaluate_explanations_job(args, path)
+        if report is None:  # not rank 0
+            return None
+        if output:
+            save(report)
+        print(json.dumps(report, ensure_ascii=False) if args.json else format_report(report))
+        return None
+    resume = _read_resume(args.output) if args.resume else None
     options = dict(
         methods=args.method,
         limit=args.limit,
         sanity_verses=args.sanity_verses,
         device=args.device,
-        progress=_evaluation_progress,
+        progress=None if args.no_progress else _evaluation_progress,
         on_method=save if output else None,
         resume=resume,
     )
-    kind = model_kind(path)
-    _check_explanations_model(path, kind)
     if kind is ModelKind.SELF_ATTENTION:  # a decoder-only language model (encoder-only ones are refused above)
         from .evaluate_lm import evaluate_language_model
 
@@ -354,4 +380,6 @@ def add_evaluate_explanations_parser(e) -> None:
         help="keep the methods an interrupted run finished in --output (the same settings) (default: off)",
     )
     _add_device_flags(ee)
+    add_corpus_job_flags(ee, "gold verses", part_lines=1, same="the report, its ms per verse aside, is")
+    _add_progress_flag(ee)
     ee.set_defaults(func=cmd_evaluate_explanations)
