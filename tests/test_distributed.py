@@ -21,6 +21,24 @@ def test_helpers_single_process():
     assert torch.equal(distributed.all_reduce_sum(x), torch.ones(2))
 
 
+def test_a_corpus_job_group_waits_longer_than_torch_s_30_minutes(monkeypatch):
+    """Rank 0 indexes (and sorts) a whole input while the others wait in a collective: a 3-million-line
+    `translate --file` took 38 minutes there and was cut by PyTorch's default 30-minute timeout."""
+    import datetime
+
+    from attnkit.cli import corpus_job
+
+    seen = {}
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda **kw: seen.update(kw))
+    monkeypatch.setattr(distributed.dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 2)
+    corpus_job.start_group()
+    assert seen["backend"] == "gloo" and seen["timeout"] == datetime.timedelta(seconds=corpus_job.GROUP_TIMEOUT_S)
+    assert seen["timeout"] > datetime.timedelta(hours=24)
+
+
 def test_torchrun_two_ranks(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{SRC}{os.pathsep}{HERE}", MASTER_ADDR="127.0.0.1")
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT"):

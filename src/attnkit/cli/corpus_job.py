@@ -186,16 +186,22 @@ def launch(argv: list[str], processes: int) -> int:
     return 0
 
 
+#: How long a rank waits in a collective: the other ranks wait there while rank 0 indexes (and, for
+#: ``translate --file``, sorts) the whole input once, which takes more than PyTorch's default 30 minutes
+#: on a file of millions of lines.
+GROUP_TIMEOUT_S = 7 * 24 * 3600.0
+
+
 def start_group() -> None:
     """Join torchrun's process group (gloo: the job exchanges only small objects), each rank on its own
-    GPU when there are GPUs."""
+    GPU when there are GPUs; collectives wait up to :data:`GROUP_TIMEOUT_S`."""
     import torch
 
     from ..training.distributed import init_distributed
 
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-    init_distributed("gloo")
+    init_distributed("gloo", timeout_s=GROUP_TIMEOUT_S)
 
 
 def job_options(args, **extra) -> dict:

@@ -7,6 +7,7 @@ here degrades to the single-process answers (rank 0 of 1), so the same script ru
 
 from __future__ import annotations
 
+import datetime
 import os
 from typing import Any
 
@@ -28,11 +29,13 @@ __all__ = [
 ]
 
 
-def init_distributed(backend: str | None = None) -> tuple[int, int]:
+def init_distributed(backend: str | None = None, timeout_s: float | None = None) -> tuple[int, int]:
     """Initialise the default process group from torchrun's environment; returns ``(rank, world_size)``.
 
     Does nothing (returns ``(0, 1)``) when ``WORLD_SIZE`` is unset or 1, and nothing new when the
     group is already initialised. ``backend`` defaults to ``"gloo"`` (CPU); pass ``"nccl"`` for GPUs.
+    ``timeout_s``: how long a collective waits for the slowest rank (PyTorch's default, 30 minutes, when
+    None); a job whose ranks wait for one rank's pass over a whole input needs longer.
     """
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
@@ -41,7 +44,8 @@ def init_distributed(backend: str | None = None) -> tuple[int, int]:
         return 0, 1
     if not dist.is_available():
         raise RuntimeError("init_distributed: WORLD_SIZE > 1 but torch.distributed is not available in this build")
-    dist.init_process_group(backend=backend or "gloo", init_method="env://")
+    kwargs = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=timeout_s)}
+    dist.init_process_group(backend=backend or "gloo", init_method="env://", **kwargs)
     return dist.get_rank(), dist.get_world_size()
 
 
