@@ -19,6 +19,7 @@ SHIPPED = [
     "rnnencdec-es-en",
     "captioner-soft",
     "captioner-hard",
+    "attention-only-2l-en",
 ]
 
 # a few optimizer steps of an RNN translator on 64 pairs: the run options the training tests share
