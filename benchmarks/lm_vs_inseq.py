@@ -21,14 +21,18 @@ the last layer's head mean.
 
 Each side runs in a process of its own, one after the other, with the same torch threads; a warm-up on a
 short text first. Time is the attribution call's wall time; memory is the process's peak RSS during the
-call above its RSS before it.
+call above its RSS before it. ``--repeats N`` runs each tool N times, interleaved (attnkit, inseq, attnkit,
+inseq, ...), and reports the medians and the machine's 1-minute load average around the runs: on a shared
+machine other jobs' load falls on both tools alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -148,6 +152,7 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=16, help="integrated gradients' points (both tools)")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each tool, interleaved; medians reported")
     ap.add_argument("--folder", default="/tmp/attnkit-lm-vs-inseq")
     ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "lm_vs_inseq.json"))
     ap.add_argument("--worker", choices=("attnkit", "inseq"), help=argparse.SUPPRESS)
@@ -171,15 +176,28 @@ def main(argv=None) -> None:
     job.write_text(json.dumps({"ids": text["ids"], "prompt_len": len(text["ids"]) - args.attributed}))
     rows = []
     for method in args.methods.split(","):
-        got = {}
-        for worker, python in (("attnkit", sys.executable), ("inseq", args.inseq_python)):
-            cmd = [python, __file__, "--worker", worker, "--method", method, "--job", str(job)]
-            cmd += ["--folder", str(folder), "--steps", str(args.steps), "--threads", str(args.threads)]
-            env = {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": str(args.threads), "PATH": "/usr/bin:/bin"}
-            res = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            if res.returncode:
-                raise SystemExit(f"{worker} {method} failed:\n{res.stderr[-3000:]}")
-            got[worker] = json.loads(res.stdout.strip().splitlines()[-1])
+        runs: dict[str, list[dict]] = {"attnkit": [], "inseq": []}
+        load = [os.getloadavg()[0]]
+        for _ in range(args.repeats):  # interleaved, A B A B: the machine's other load falls on both alike
+            for worker, python in (("attnkit", sys.executable), ("inseq", args.inseq_python)):
+                cmd = [python, __file__, "--worker", worker, "--method", method, "--job", str(job)]
+                cmd += ["--folder", str(folder), "--steps", str(args.steps), "--threads", str(args.threads)]
+                env = {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": str(args.threads), "PATH": "/usr/bin:/bin"}
+                res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                if res.returncode:
+                    raise SystemExit(f"{worker} {method} failed:\n{res.stderr[-3000:]}")
+                runs[worker].append(json.loads(res.stdout.strip().splitlines()[-1]))
+                load.append(os.getloadavg()[0])
+        got = {
+            w: {
+                "values": r[0]["values"],
+                "seconds": statistics.median(x["seconds"] for x in r),
+                "all_seconds": [round(x["seconds"], 3) for x in r],
+                "peak_extra_mb": statistics.median(x["peak_extra_mb"] for x in r),
+                "peak_mb": statistics.median(x["peak_mb"] for x in r),
+            }
+            for w, r in runs.items()
+        }
         import torch
 
         a = torch.tensor(got["attnkit"]["values"], dtype=torch.float64)
@@ -197,6 +215,9 @@ def main(argv=None) -> None:
             "inseq_peak_extra_mb": round(got["inseq"]["peak_extra_mb"], 1),
             "attnkit_peak_mb": round(got["attnkit"]["peak_mb"], 1),
             "inseq_peak_mb": round(got["inseq"]["peak_mb"], 1),
+            "attnkit_all_s": got["attnkit"]["all_seconds"],
+            "inseq_all_s": got["inseq"]["all_seconds"],
+            "load_average_1min": [round(v, 2) for v in load],
         }
         print(json.dumps(row), flush=True)
         rows.append(row)
@@ -206,6 +227,7 @@ def main(argv=None) -> None:
         "attributed": args.attributed,
         "steps": args.steps,
         "threads": args.threads,
+        "repeats": args.repeats,
         "rows": rows,
     }
     Path(args.output).write_text(json.dumps(result, indent=1) + "\n")

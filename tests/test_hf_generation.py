@@ -189,6 +189,8 @@ def test_shared_forward_equals_a_per_token_loop(family):
     finally:
         handle.remove()
     assert len(calls) == 2  # the shared forward: one pass per group, not one per token, none for the step scores
+    acts = {type(m).__name__ for m in sa.model.modules()}  # fused_gelu put the model's own GELU back
+    assert "GELUTanh" not in acts and (family != "gpt2" or "NewGELUActivation" in acts)
     torch.testing.assert_close(
         sal.raw.double(), g.abs().sum(-1), atol=1e-6, rtol=1e-6
     )  # float32 in the Attribution: 6e-8 relative
