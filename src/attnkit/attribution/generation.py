@@ -25,7 +25,8 @@ inside the model and kept):
   ``alti_logit`` (each input token's share of the token's logit): the context-mixing methods of
   :mod:`.lm_methods` (a traced forward pass; a family whose blocks are not traced is refused in one line);
 - ``saliency``, ``input_x_gradient``, ``integrated_gradients``: the math of
-  :mod:`attnkit.attribution.gradients` (batched over tokens and interpolation points, Captum), with the
+  :mod:`attnkit.attribution.gradients` on its shared-forward engine (:mod:`.lm_split`: one forward pass
+  serves every token's backward, a causal model's position reading only the tokens up to it), with the
   zero embedding as integrated gradients' baseline.
 
 **Contrastive attribution** (``contrast``, gradient methods only; Yin & Neubig 2022, "Interpreting Language
