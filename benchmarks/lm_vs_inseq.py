@@ -21,14 +21,19 @@ the last layer's head mean.
 
 Each side runs in a process of its own, one after the other, with the same torch threads; a warm-up on a
 short text first. Time is the attribution call's wall time; memory is the process's peak RSS during the
-call above its RSS before it.
+call above its RSS before it; CPU time is the process's (user + system) during the call, the measure that
+other jobs on a shared machine disturb least. ``--repeats N`` runs each tool N times, interleaved (attnkit, inseq, attnkit,
+inseq, ...), and reports the medians and the machine's 1-minute load average around the runs: on a shared
+machine other jobs' load falls on both tools alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -90,13 +95,14 @@ def run_attnkit(folder: str, ids: list[int], prompt_len: int, method: str, steps
     kw = {"steps": steps} if method == "integrated_gradients" else {}
     explain_generation(sa, "", method=method, continuation=(ids[:12], 8), **kw)  # warm-up
     before = _rss_mb()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     att = explain_generation(sa, "", method=method, continuation=(ids, prompt_len), **kw)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     values = att.scores if method == "attention" else att.raw
     return {
         "values": values.to(torch.float64).tolist(),
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "peak_extra_mb": max(0.0, _peak_mb() - before),
         "peak_mb": _peak_mb(),
     }
@@ -125,9 +131,9 @@ def run_inseq(folder: str, ids: list[int], prompt_len: int, method: str, steps: 
 
     attribute(ids[:12], 8)  # warm-up
     before = _rss_mb()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = attribute(ids, prompt_len)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     seq = out.sequence_attributions[0]
     a = seq.target_attributions.to(torch.float64)  # (n, G, E) or (n, G, layers, heads) for attention
     a = a[..., -1, :].mean(-1) if method == "attention" else a.sum(-1)  # (n, G)
@@ -135,6 +141,7 @@ def run_inseq(folder: str, ids: list[int], prompt_len: int, method: str, steps: 
     return {
         "values": a.tolist(),
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "peak_extra_mb": max(0.0, _peak_mb() - before),
         "peak_mb": _peak_mb(),
     }
@@ -148,6 +155,7 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=16, help="integrated gradients' points (both tools)")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each tool, interleaved; medians reported")
     ap.add_argument("--folder", default="/tmp/attnkit-lm-vs-inseq")
     ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "lm_vs_inseq.json"))
     ap.add_argument("--worker", choices=("attnkit", "inseq"), help=argparse.SUPPRESS)
@@ -171,15 +179,30 @@ def main(argv=None) -> None:
     job.write_text(json.dumps({"ids": text["ids"], "prompt_len": len(text["ids"]) - args.attributed}))
     rows = []
     for method in args.methods.split(","):
-        got = {}
-        for worker, python in (("attnkit", sys.executable), ("inseq", args.inseq_python)):
-            cmd = [python, __file__, "--worker", worker, "--method", method, "--job", str(job)]
-            cmd += ["--folder", str(folder), "--steps", str(args.steps), "--threads", str(args.threads)]
-            env = {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": str(args.threads), "PATH": "/usr/bin:/bin"}
-            res = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            if res.returncode:
-                raise SystemExit(f"{worker} {method} failed:\n{res.stderr[-3000:]}")
-            got[worker] = json.loads(res.stdout.strip().splitlines()[-1])
+        runs: dict[str, list[dict]] = {"attnkit": [], "inseq": []}
+        load = [os.getloadavg()[0]]
+        for _ in range(args.repeats):  # interleaved, A B A B: the machine's other load falls on both alike
+            for worker, python in (("attnkit", sys.executable), ("inseq", args.inseq_python)):
+                cmd = [python, __file__, "--worker", worker, "--method", method, "--job", str(job)]
+                cmd += ["--folder", str(folder), "--steps", str(args.steps), "--threads", str(args.threads)]
+                env = {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": str(args.threads), "PATH": "/usr/bin:/bin"}
+                res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                if res.returncode:
+                    raise SystemExit(f"{worker} {method} failed:\n{res.stderr[-3000:]}")
+                runs[worker].append(json.loads(res.stdout.strip().splitlines()[-1]))
+                load.append(os.getloadavg()[0])
+        got = {
+            w: {
+                "values": r[0]["values"],
+                "seconds": statistics.median(x["seconds"] for x in r),
+                "all_seconds": [round(x["seconds"], 3) for x in r],
+                "cpu_seconds": statistics.median(x["cpu_seconds"] for x in r),
+                "all_cpu_seconds": [round(x["cpu_seconds"], 3) for x in r],
+                "peak_extra_mb": statistics.median(x["peak_extra_mb"] for x in r),
+                "peak_mb": statistics.median(x["peak_mb"] for x in r),
+            }
+            for w, r in runs.items()
+        }
         import torch
 
         a = torch.tensor(got["attnkit"]["values"], dtype=torch.float64)
@@ -197,6 +220,14 @@ def main(argv=None) -> None:
             "inseq_peak_extra_mb": round(got["inseq"]["peak_extra_mb"], 1),
             "attnkit_peak_mb": round(got["attnkit"]["peak_mb"], 1),
             "inseq_peak_mb": round(got["inseq"]["peak_mb"], 1),
+            "attnkit_cpu_s": round(got["attnkit"]["cpu_seconds"], 3),
+            "inseq_cpu_s": round(got["inseq"]["cpu_seconds"], 3),
+            "cpu_speed_ratio": round(got["inseq"]["cpu_seconds"] / got["attnkit"]["cpu_seconds"], 2),
+            "attnkit_all_s": got["attnkit"]["all_seconds"],
+            "inseq_all_s": got["inseq"]["all_seconds"],
+            "attnkit_all_cpu_s": got["attnkit"]["all_cpu_seconds"],
+            "inseq_all_cpu_s": got["inseq"]["all_cpu_seconds"],
+            "load_average_1min": [round(v, 2) for v in load],
         }
         print(json.dumps(row), flush=True)
         rows.append(row)
@@ -206,6 +237,7 @@ def main(argv=None) -> None:
         "attributed": args.attributed,
         "steps": args.steps,
         "threads": args.threads,
+        "repeats": args.repeats,
         "rows": rows,
     }
     Path(args.output).write_text(json.dumps(result, indent=1) + "\n")

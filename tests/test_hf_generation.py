@@ -147,3 +147,77 @@ def test_notebook_views_embed_every_layer_and_the_continuation():
     found = re.search(r"window\.ATTNKIT_DATA = (\{.*?\});\n", __import__("html").unescape(html))
     payload = json.loads(found.group(1))["translations"][0]
     assert payload["target_pieces"] == att.target and payload["attribution"]["method"] == "saliency"
+
+
+def _float64_lm(family):
+    from attnkit.hf.self_attention import SelfAttentionModel
+
+    model, tok = build_tiny(family)
+    return SelfAttentionModel(model.double(), tok, source=f"tiny-{family}-float64")
+
+
+def _per_token_grads(sa, x, ids, prompt_len, points):
+    """Per attributed token t and per input row of ``points (p, n-1, E)``: ∂ log p(ids[P+t]) / ∂row, one
+    forward and one backward per token and point (float64): ``(G, p, n-1, E)``."""
+    out = []
+    for t in range(len(ids) - prompt_len):
+        rows = []
+        for point in points:
+            xi = point.clone().requires_grad_(True)
+            lp = torch.log_softmax(sa.model(inputs_embeds=xi[None], use_cache=False).logits[0], -1)
+            (g,) = torch.autograd.grad(lp[prompt_len - 1 + t, ids[prompt_len + t]], xi)
+            rows.append(g)
+        out.append(torch.stack(rows))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_shared_forward_equals_a_per_token_loop(family):
+    """The shared-forward engine (one forward pass per group of tokens, one backward per token over its
+    graph) gives every token's own gradient: equal to a forward and a backward per token, float64, to 1e-6;
+    two groups of tokens (each to its own last position); the step scores read off the same pass."""
+    sa = _float64_lm(family)
+    text = "En el principio creó Dios los cielos y la tierra. Y la tierra estaba desordenada y vacía"
+    ids, _ = sa.encode(text)
+    assert 33 <= len(ids) <= 48  # 2 · SPLIT_MIN_GROUP tokens and more: two groups, two forward passes
+    x = sa.embed(torch.tensor(ids[:-1])).detach()  # (n-1, E)
+    g = _per_token_grads(sa, x, ids, 1, x[None])[:, 0]  # (G, n-1, E)
+    calls = []
+    handle = sa.model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        sal = explain_generation(sa, text, method="saliency", forced=True)
+    finally:
+        handle.remove()
+    assert len(calls) == 2  # the shared forward: one pass per group, not one per token, none for the step scores
+    acts = {type(m).__name__ for m in sa.model.modules()}  # fused_gelu put the model's own GELU back
+    assert "GELUTanh" not in acts and (family != "gpt2" or "NewGELUActivation" in acts)
+    torch.testing.assert_close(
+        sal.raw.double(), g.abs().sum(-1), atol=1e-6, rtol=1e-6
+    )  # float32 in the Attribution: 6e-8 relative
+    ixg = explain_generation(sa, text, method="input_x_gradient", forced=True)
+    torch.testing.assert_close(
+        ixg.raw.double(), (x * g).sum(-1), atol=1e-6, rtol=1e-6
+    )  # float32 in the Attribution: 6e-8 relative
+    from attnkit.attribution.generation import step_scores
+
+    assert sal.extra["step_scores"] == step_scores(sa, ids, 1)  # the step scores' own pass: the same numbers
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_shared_integrated_gradients_equal_a_per_token_quadrature(family):
+    """Integrated gradients on the shared forward, its points batched 3 to a pass: each token's
+    Gauss-Legendre sum of per-token float64 gradients at the same points, to 1e-6; contrastive too."""
+    import numpy as np
+
+    sa = _float64_lm(family)
+    ids, _ = sa.encode("Jesús lloró. Y dijeron los judíos")
+    prompt_len = len(ids) - 3
+    x = sa.embed(torch.tensor(ids[:-1])).detach()  # (n-1, E)
+    nodes, weights = np.polynomial.legendre.leggauss(4)
+    alphas = torch.tensor((nodes + 1) / 2, dtype=torch.float64)
+    g = _per_token_grads(sa, x, ids, prompt_len, alphas[:, None, None] * x)  # (G, 4, n-1, E)
+    expected = (x * (g * torch.tensor(weights / 2)[None, :, None, None]).sum(1)).sum(-1)  # (G, n-1)
+    att = explain_generation(sa, "", method="integrated_gradients", continuation=(ids, prompt_len), steps=4, batch=3)
+    torch.testing.assert_close(
+        att.raw.double(), expected, atol=1e-6, rtol=1e-6
+    )  # float32 in the Attribution: 6e-8 relative

@@ -25,7 +25,8 @@ inside the model and kept):
   ``alti_logit`` (each input token's share of the token's logit): the context-mixing methods of
   :mod:`.lm_methods` (a traced forward pass; a family whose blocks are not traced is refused in one line);
 - ``saliency``, ``input_x_gradient``, ``integrated_gradients``: the math of
-  :mod:`attnkit.attribution.gradients` (batched over tokens and interpolation points, Captum), with the
+  :mod:`attnkit.attribution.gradients` on its shared-forward engine (:mod:`.lm_split`: one forward pass
+  serves every token's backward, a causal model's position reading only the tokens up to it), with the
   zero embedding as integrated gradients' baseline.
 
 **Contrastive attribution** (``contrast``, gradient methods only; Yin & Neubig 2022, "Interpreting Language
@@ -52,8 +53,10 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
+from ..hf.fused_activations import fused_gelu
 from . import gradients
 from .lm_methods import LM_MIXING_METHODS, LM_VIEWS, canonical_lm_method, mixing_rows
+from .lm_split import lm_split
 from .methods import UnknownMethodError, _have_captum, canonical_method
 from .result import Attribution, normalise_rows
 
@@ -196,11 +199,13 @@ def _check_layer_head(sa, layer, head) -> None:
         raise InputError(f"head must be a head number in 1..{sa.num_heads} (or none for the mean), got {head!r}")
 
 
-def _attention_rows(sa, ids: list[int], prompt_len: int, method: str, layer, head) -> Tensor:
-    """``(G, n − 1)``: the predicting positions' rows of one layer's attention (or of the rollout), the
-    model run once; one layer's maps held at a time."""
+def _attention_rows(sa, ids: list[int], prompt_len: int, method: str, layer, head) -> dict:
+    """``scores (G, n − 1)``: the predicting positions' rows of one layer's attention (or of the rollout),
+    the model run once; one layer's maps held at a time. ``logits (G, V)``: that pass's logits at the
+    predicting positions (the step scores')."""
     n_gen = len(ids) - prompt_len
     held: dict[str, Tensor] = {}
+    logits = {"on_logits": lambda z: held.__setitem__("logits", z), "last": n_gen}
     if method == "rollout":
         if layer is not None or head is not None:
             raise InputError("rollout composes every layer and head: --layer and --head do not apply")
@@ -211,7 +216,7 @@ def _attention_rows(sa, ids: list[int], prompt_len: int, method: str, layer, hea
             hat = a + eye
             held["r"] = (hat / hat.sum(-1, keepdim=True)) @ held.get("r", eye)
 
-        sa.stream(ids[:-1], compose)
+        sa.stream(ids[:-1], compose, **logits)
     else:
         _check_layer_head(sa, layer, head)
         heads = None if head is None else [head]
@@ -219,20 +224,26 @@ def _attention_rows(sa, ids: list[int], prompt_len: int, method: str, layer, hea
         def keep(_layer: int, w: Tensor) -> None:  # w (H or 1, n-1, n-1)
             held["r"] = w.float().mean(0)
 
-        sa.stream(ids[:-1], keep, layers=[layer or sa.num_layers], heads=heads)  # 1-based, as the caller's
+        sa.stream(ids[:-1], keep, layers=[layer or sa.num_layers], heads=heads, **logits)  # 1-based numbers
     mat = held["r"]  # (n-1, n-1)
-    return mat[_positions(prompt_len, n_gen, mat.device)].cpu()
+    return {"scores": mat[_positions(prompt_len, n_gen, mat.device)].cpu(), "logits": held["logits"]}
 
 
 @torch.no_grad()
-def step_scores(sa, ids: list[int], prompt_len: int, contrast_id: int | None = None) -> dict[str, list[float]]:
+def step_scores(
+    sa, ids: list[int], prompt_len: int, contrast_id: int | None = None, logits: Tensor | None = None
+) -> dict[str, list[float]]:
     """inseq's step scores of every attributed token ``ids[P + t]`` (module docstring): ``probability``,
     ``entropy`` (nats) of the next-token distribution at its predicting position, and with ``contrast_id``
-    ``contrast_probability``; one forward pass, normalised :data:`STEP_ROWS` positions at a time."""
+    ``contrast_probability``; normalised :data:`STEP_ROWS` positions at a time. ``logits (G, V)``: the
+    predicting positions' logits where a pass the method ran already has them; else one forward pass
+    (:meth:`~attnkit.hf.self_attention.SelfAttentionModel.next_token_logits`)."""
     device = sa.device
-    positions = _positions(prompt_len, len(ids) - prompt_len, device)  # (G,)
+    n_gen = len(ids) - prompt_len
     wanted = torch.tensor(ids[prompt_len:], device=device)  # (G,)
-    logits = sa.model(input_ids=torch.tensor([ids[:-1]], device=device), use_cache=False).logits[0]  # (n-1, V)
+    if logits is None:
+        logits = sa.next_token_logits(ids[:-1], n_gen)  # (G, V)
+    positions = torch.arange(n_gen, device=device)  # rows of logits
     out: dict[str, list[float]] = {"probability": [], "entropy": []}
     if contrast_id is not None:
         out["contrast_probability"] = []
@@ -250,44 +261,31 @@ def step_scores(sa, ids: list[int], prompt_len: int, contrast_id: int | None = N
 def _gradient_rows(sa, ids: list[int], prompt_len: int, method: str, steps, batch, progress, contrast_id) -> dict:
     """Gradient attributions ``(G, n − 1, E)`` of every attributed token reduced to pieces: the L2 norm over
     each input embedding for ``scores``, the signed sum for ``raw``. With ``contrast_id`` the function is
-    the log-probability difference to that token (module docstring)."""
+    the log-probability difference to that token (module docstring). The shared-forward engine
+    (:func:`.lm_split.lm_split`): one forward pass serves every token's backward; ``out["logits"]`` the
+    real input's logits at the predicting positions ``(G, V)`` when that pass ran (the step scores')."""
     device = sa.device
     seq = torch.tensor(ids, device=device)
     inputs = seq[:-1]
     n_gen = len(ids) - prompt_len
-    positions = _positions(prompt_len, n_gen, device)  # (G,)
-    wanted = seq[prompt_len:]  # (G,): the attributed tokens
     model = sa.model
+    sa._check_generates()
     if batch is None:
         batch = row_batch(model.config, len(inputs))
     was_training = model.training
     model.eval()
+    seen: dict[str, Tensor] = {}
     try:
         with torch.no_grad():
             x = sa.embed(inputs).detach()
         x = x.to(torch.promote_types(x.dtype, torch.float32))  # (n-1, E)
-        dtype = next(model.parameters()).dtype
-
-        def explained(lp: Tensor, index, pos: Tensor, tokens: Tensor) -> Tensor:  # lp (N, len, V) -> (N, ...)
-            value = lp[index, pos, tokens]
-            return value if contrast_id is None else value - lp[index, pos, contrast_id]
-
-        def forward(rows: Tensor) -> Tensor:  # (N, n-1, E) -> (N, G)
-            lp = sa.log_probs(rows.to(dtype))  # (N, n-1, V)
-            return explained(lp, slice(None), positions, wanted)
-
-        def forward_at(rows: Tensor, cols: Tensor) -> Tensor:  # row i's token cols[i] only: (N,)
-            length = int(positions[cols].max()) + 1  # a causal model: later positions change nothing
-            lp = sa.log_probs(rows[:, :length].to(dtype))  # (N, length, V)
-            index = torch.arange(rows.shape[0], device=rows.device)
-            return explained(lp, index, positions[cols], wanted[cols])
-
+        split = lm_split(sa, ids, prompt_len, contrast_id, x, seen)
         attr, delta, used = gradients.attribute(
-            method, forward, x, n_gen, steps=steps, batch=batch, progress=progress, forward_at=forward_at
+            method, None, x, n_gen, steps=steps, batch=batch, progress=progress, split=split
         )  # (G, n-1, E)
     finally:
         model.train(was_training)
-    out = {"scores": attr.norm(dim=-1), "raw": attr.sum(-1)}
+    out = {"scores": attr.norm(dim=-1), "raw": attr.sum(-1), "logits": seen.get("logits")}
     if delta is not None:
         out["extra"] = {"convergence_delta": [round(float(d), 6) for d in delta], "steps": used}
     return out
@@ -350,7 +348,8 @@ def explain_generation(
         raise InputError("the continuation has no generated token to explain")
     t0 = time.perf_counter()
     if name in gradients.GRADIENT_METHODS:
-        out = _gradient_rows(sa, ids, prompt_len, name, steps, batch, progress, contrast_id)
+        with fused_gelu(sa.model):  # the same function in one kernel: less memory and time under autograd
+            out = _gradient_rows(sa, ids, prompt_len, name, steps, batch, progress, contrast_id)
     elif name in LM_MIXING_METHODS:
         if head is not None:
             raise InputError(f"{name} sums every head: head does not apply")
@@ -361,7 +360,8 @@ def explain_generation(
         scores, raw = mixing_rows(sa.model, ids, prompt_len, name, layer)
         out = {"scores": scores, "raw": raw}
     else:
-        out = {"scores": _attention_rows(sa, ids, prompt_len, name, layer, head)}
+        with fused_gelu(sa.model):
+            out = _attention_rows(sa, ids, prompt_len, name, layer, head)
     seconds = time.perf_counter() - t0
     params = {k: v for k, v in {"layer": layer, "head": head, "steps": steps}.items() if v is not None}
     if not forced:
@@ -379,7 +379,7 @@ def explain_generation(
         forced=forced,
         kind="forced text" if forced else "continuation",
         model=sa.source,
-        step_scores=step_scores(sa, ids, prompt_len, contrast_id),
+        step_scores=step_scores(sa, ids, prompt_len, contrast_id, out.get("logits")),
     )
     if contrast_id is not None:
         extra["contrast"] = {"token": params["contrast"], "id": contrast_id}

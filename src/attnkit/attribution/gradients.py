@@ -39,7 +39,7 @@ sum for ``raw``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import NamedTuple
 
 import numpy as np
@@ -86,10 +86,16 @@ class SplitForward(NamedTuple):
     ``features(x (N, *shape), length) -> (N, length, D)``: the output layer's input at the first
     ``length`` target positions (a causal decoder: position ``t`` reads the target prefix ``≤ t`` only).
     ``log_probs(h (N, L, D)) -> (N, L)``: the log-probability of the forced piece at each position, where
-    column ``t`` reads ``h[:, t]`` only."""
+    column ``t`` reads ``h[:, t]`` only.
+
+    ``vmap``: the columns' vector-Jacobian products run batched (vmap over the backward, the forward in the
+    composite attention kernel, whose ``(H, L, L)`` maps it holds); False: one backward per column over the
+    retained graph, the model's own attention kernel (a decoder-only model's long text, where the maps of
+    every layer would outweigh the rest of its activations and vmap gains nothing measurable on a CPU)."""
 
     features: Callable[[Tensor, int], Tensor]
     log_probs: Callable[[Tensor], Tensor]
+    vmap: bool = True
 
 
 @contextmanager
@@ -204,11 +210,19 @@ def _weighted_gradients(
         length = group[-1] + 1
         for p0 in range(0, points.shape[0], batch):
             x = points[p0 : p0 + batch].detach().requires_grad_(True)  # (p, *shape)
-            with sdpa_kernel([SDPBackend.MATH]):  # the composite kernel: vmap batches its backward
+            with sdpa_kernel([SDPBackend.MATH]) if split.vmap else nullcontext():  # vmap batches MATH's backward
                 h = split.features(x, length)  # (p, L, D)
             hd = h.detach().requires_grad_(True)
             (g_h,) = torch.autograd.grad(split.log_probs(hd).sum(), hd)  # (p, L, D): column t's at position t
             wp = w[p0 : p0 + x.shape[0]].view(1, -1, *([1] * (points.dim() - 1)))  # (1, p, 1...)
+            if not split.vmap:  # one backward per column, the forward's graph retained
+                for c in group:
+                    cot = torch.zeros_like(h)  # (p, L, D): the column's gradient at its own position only
+                    cot[:, c] = g_h[:, c]
+                    (g,) = torch.autograd.grad(h, x, cot, retain_graph=True)  # (p, *shape)
+                    out[slot[c]] += (g * wp[0]).sum(0)
+                    tick()
+                continue
             per_pass = max(1, batch // x.shape[0])
             for c0 in range(0, len(group), per_pass):
                 run = group[c0 : c0 + per_pass]
@@ -221,9 +235,11 @@ def _weighted_gradients(
     return out
 
 
-def _split_passes(n_targets: int, n_points: int, batch: int) -> int:
+def _split_passes(n_targets: int, n_points: int, batch: int, vmap: bool = True) -> int:
     """Backward passes of :func:`_weighted_gradients` over ``n_targets`` columns at ``n_points`` points."""
     point_runs = -(-n_points // batch)
+    if not vmap:
+        return point_runs * n_targets
     per_pass = max(1, batch // min(n_points, batch))
     return point_runs * sum(-(-len(g) // per_pass) for g in _groups(list(range(n_targets))))
 
@@ -344,7 +360,7 @@ def attribute(
 def _attribute_split(method, split, inputs, n_targets, baseline, first, steps, batch, progress):
     """:func:`attribute` on the shared-forward engine."""
     x = inputs.detach()
-    total = _split_passes(n_targets, first if method == "integrated_gradients" else 1, batch)
+    total = _split_passes(n_targets, first if method == "integrated_gradients" else 1, batch, split.vmap)
     calls = {"n": 0}
 
     def tick() -> None:

@@ -18,6 +18,7 @@ token as a function of the input embeddings, which the gradient attributions of
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from numbers import Integral
@@ -175,11 +176,15 @@ class SelfAttentionModel:
         *,
         layers: Sequence[int] | None = None,
         heads: Sequence[int] | None = None,
+        on_logits: Callable[[Tensor], None] | None = None,
+        last: int | None = None,
     ) -> list[str]:
         """Run the model on ``text`` (or on token ``ids``, given instead) once and call ``on_layer(layer,
         weights (len(heads), N, N))`` as each asked layer runs; nothing is kept. Returns the pieces.
         ``layers``/``heads`` and the ``layer`` handed to ``on_layer`` are 1-based numbers (default:
-        every layer, every head)."""
+        every layer, every head). ``on_logits(logits (last, V))``, where given: the same pass's logits of
+        the ``last`` positions (a model with a language-model head; the step scores of the attention rows
+        need no pass of their own)."""
         if isinstance(text, str):
             ids, pieces = self.encode(text)
         else:
@@ -193,8 +198,17 @@ class SelfAttentionModel:
         sites = self._chosen(layers)
         head_index = None if heads is None else self._numbers(heads, "heads", self.num_heads, "head")
         # the capture counts sites and heads from 0 (tensor indices); the caller sees numbers from 1
+        kwargs: dict = {}
+        if on_logits is not None:
+            self._check_generates()
+            last = len(ids) if last is None else last
+            if isinstance(last, bool) or not isinstance(last, int) or not 1 <= last <= len(ids):
+                raise ValueError(f"last must lie in 1..{len(ids)} (the number of tokens), got {last!r}")
+            kwargs = self.last_logits_kwargs(last)
         with capture_attention(self.model, lambda s, w: on_layer(s.layer + 1, w[0]), sites=sites, heads=head_index):
-            self.model(input_ids=torch.tensor([ids], device=self.device))
+            out = self.model(input_ids=torch.tensor([ids], device=self.device), **kwargs)
+        if on_logits is not None:
+            on_logits(out.logits[0, -last:])  # (last, V)
         return pieces
 
     def self_attention(
@@ -252,6 +266,31 @@ class SelfAttentionModel:
                 break
             step = torch.tensor([[nxt]], device=self.device)
         return out, len(ids)
+
+    def last_logits_kwargs(self, last: int) -> dict:
+        """The forward's keyword arguments that compute the logits of the last ``last`` positions only (the
+        output layer is a large share of a pass over a long text with a large vocabulary) and build no
+        key/value cache, as far as the model's ``forward`` takes them."""
+        if isinstance(last, bool) or not isinstance(last, int) or last < 1:
+            raise ValueError(f"last must be a positive number of positions, got {last!r}")
+        try:
+            params = inspect.signature(self.model.forward).parameters
+        except (TypeError, ValueError):
+            return {}
+        kwargs = {"logits_to_keep": last} if "logits_to_keep" in params else {}
+        if "use_cache" in params:
+            kwargs["use_cache"] = False
+        return kwargs
+
+    @torch.no_grad()
+    def next_token_logits(self, ids: Sequence[int], last: int) -> Tensor:
+        """``(last, V)``: the logits after each of the last ``last`` of token ``ids`` (one forward pass)."""
+        self._check_generates()
+        ids = [int(i) for i in ids]
+        if not 1 <= last <= len(ids):
+            raise ValueError(f"last must lie in 1..{len(ids)} (the number of ids), got {last!r}")
+        out = self.model(input_ids=torch.tensor([ids], device=self.device), **self.last_logits_kwargs(last))
+        return out.logits[0, -last:]
 
     def embed(self, ids: Tensor) -> Tensor:
         """The input embeddings of token ids ``(..., n) -> (..., n, E)`` (the embedding layer only: positions
