@@ -88,7 +88,8 @@ def add_evaluate_induction_parser(e) -> None:
     ei.add_argument(
         "--model",
         required=True,
-        help="a language model: attnkit's (a name, a run folder, a checkpoint) or a Hugging Face causal LM folder",
+        help="a language model: attnkit's (a name, a run folder, a checkpoint) or a Hugging Face causal LM folder "
+        "(required: there is no default)",
     )
     ei.add_argument(
         "--length",
