@@ -19,6 +19,7 @@ from .common import (
     _output,
 )
 from .corpus_job import add_processes_flag, is_rank0, launch, start_group, torchrun_world
+from .evaluate_induction import add_evaluate_induction_parser
 from .explain import add_evaluate_explanations_parser
 from .flags import (
     _add_beam_flag,
@@ -240,3 +241,5 @@ def add_parser(sub) -> None:
     add_evaluate_alignment_parser(e)
 
     add_evaluate_explanations_parser(e)
+
+    add_evaluate_induction_parser(e)

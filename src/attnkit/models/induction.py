@@ -44,18 +44,21 @@ __all__ = [
     "icl_positions",
     "in_context_learning_score",
     "induction_scores",
+    "prefix_matching_from_attention",
+    "previous_token_from_attention",
     "repeated_random_tokens",
 ]
 
 
 @dataclass
 class InductionScores:
-    """Per layer and head (``[layer][head]``, 0-based here): the three head scores; and the model's
+    """Per layer and head (``[layer][head]``, 0-based here): the three head scores (``copying`` None where
+    it was not measured: a Hugging Face model, whose OV circuit attnkit does not read); and the model's
     in-context-learning score (``None`` without text) with the positions it compared."""
 
     prefix_matching: list[list[float]]
     previous_token: list[list[float]]
-    copying: list[list[float]]
+    copying: list[list[float]] | None
     length: int
     batch: int
     in_context_learning: float | None = None
@@ -76,7 +79,7 @@ class InductionScores:
                 "head": hi + 1,
                 "prefix_matching": self.prefix_matching[li][hi],
                 "previous_token": self.previous_token[li][hi],
-                "copying": self.copying[li][hi],
+                "copying": None if self.copying is None else self.copying[li][hi],
             }
             for li in range(len(self.prefix_matching))
             for hi in range(len(self.prefix_matching[li]))
@@ -112,6 +115,47 @@ def repeated_random_tokens(
         picks = torch.randint(0, allowed.numel(), (batch, length), generator=generator)
     r = allowed[picks]  # (B, L)
     return torch.cat([r, r], dim=1)  # (B, 2L)
+
+
+def _check_maps(attn, name: str = "attn") -> None:
+    if len(attn) == 0 or any(not isinstance(w, Tensor) or w.dim() != 4 or w.shape[-1] != w.shape[-2] for w in attn):
+        raise ValueError(
+            f"{name} must be per layer (B, H, T, T) attention weights (a list, or a (L, B, H, T, T) tensor)"
+        )
+
+
+def prefix_matching_from_attention(attn: Tensor | list[Tensor], length: int) -> list[list[float]]:
+    """Per layer and head (0-based lists), the prefix-matching score of attention weights ``attn``
+    (``(L, B, H, 2·length, 2·length)``, or a list of per-layer ``(B, H, 2·length, 2·length)``) computed
+    on rows ``[r; r]``: ``mean over b, j of attn[l, b, h, length + j, j + 1]`` for ``j = 0..length − 1``,
+    the attention from each second-half token to the token right after its earlier occurrence. Any
+    model's maps (attnkit's own, those ``transformers`` computes) go through this one formula."""
+    _check_maps(attn)
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1 or 2 * length != attn[0].shape[-1]:
+        raise ValueError(f"length must be half the maps' {attn[0].shape[-1]} positions, got {length!r}")
+    out = []
+    for w in attn:
+        second = torch.arange(length, 2 * length, device=w.device)  # positions i = L + j
+        out.append(
+            w.to(torch.promote_types(w.dtype, torch.float32))[:, :, second, second - length + 1]
+            .mean(dim=(0, 2))
+            .tolist()
+        )  # (H,)
+    return out
+
+
+def previous_token_from_attention(attn: Tensor | list[Tensor]) -> list[list[float]]:
+    """Per layer and head (0-based lists), the previous-token score of attention weights ``attn``
+    (``(L, B, H, T, T)`` or a list of per-layer ``(B, H, T, T)``): ``mean over b, i ≥ 1 of
+    attn[l, b, h, i, i − 1]``."""
+    _check_maps(attn)
+    out = []
+    for w in attn:
+        pos = torch.arange(1, w.shape[-1], device=w.device)
+        out.append(
+            w.to(torch.promote_types(w.dtype, torch.float32))[:, :, pos, pos - 1].mean(dim=(0, 2)).tolist()
+        )  # (H,)
+    return out
 
 
 def _head_ov_copying(model: LanguageModel, layer: int, tokens: Tensor, scored: Tensor | None = None) -> list[float]:
@@ -191,13 +235,8 @@ def induction_scores(
         device = next(model.parameters()).device
         ids = repeated_random_tokens(cfg.vocab_size, length, batch, generator=gen, special_ids=special_ids).to(device)
         maps = model(ids, need_weights=True).attention  # per layer (B, H, 2L, 2L)
-        second = torch.arange(length, 2 * length, device=device)  # positions i = L + j
-        prefix, previous = [], []
-        for w in maps:
-            w = w.float()
-            prefix.append(w[:, :, second, second - length + 1].mean(dim=(0, 2)).tolist())  # (H,)
-            pos = torch.arange(1, 2 * length, device=device)
-            previous.append(w[:, :, pos, pos - 1].mean(dim=(0, 2)).tolist())
+        prefix = prefix_matching_from_attention(maps, length)
+        previous = previous_token_from_attention(maps)
         tokens = torch.tensor([t for t in range(cfg.vocab_size) if t not in set(special_ids)], device=device)
         scored = None
         if copying_tokens is not None and copying_tokens < len(tokens):  # drawn after the sequences: they stay
