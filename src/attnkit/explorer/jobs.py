@@ -266,7 +266,7 @@ class JobQueue:
         from . import worker
 
         self._progress[slot] = 0.0
-        args = (label, slot, request, spec, stream)
+        args = (label, slot, request, spec) if stream is None else (label, slot, request, spec, stream)
         try:
             future = self.start().schedule(worker.run, args=args, timeout=self.options.job_timeout)
         except RuntimeError:  # the pool broke just now: a fresh one
