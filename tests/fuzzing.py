@@ -108,7 +108,9 @@ def check_answer(response) -> str | None:
     ``{"error": "..."}``."""
     if response.status_code >= 500:
         return f"{response.status_code}: {response.text[:300]}"
-    if response.headers.get("content-type", "").startswith("application/x-ndjson"):  # /api/flow/stream: a line each
+    kind = response.headers.get("content-type", "")
+    kind = kind[0] if isinstance(kind, list) and kind else kind  # Schemathesis gives each header as a list
+    if str(kind).startswith("application/x-ndjson"):  # /api/flow/stream: a line each
         try:
             lines = [json.loads(x) for x in response.text.splitlines() if x.strip()]
         except ValueError:
