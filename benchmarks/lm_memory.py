@@ -3,6 +3,7 @@ against the plain forward pass, on a random-weight model of Llama-3.2-1B's confi
 target "Memory": ≤ 1.5× the plain forward's peak, ≤ 3× its time, at 4,096 tokens on CPU).
 
     PYTHONPATH=src nice .venv/bin/python benchmarks/lm_memory.py [--tokens 4096] [--layers 16] [--threads 1]
+        [--modes plain,"one layer",routes] [--out benchmarks/results/lm_memory.json]
 
 The model: ``LlamaConfig`` with Llama-3.2-1B's sizes (2,048 wide, 16 layers, 32 query heads over 8
 key/value heads, 8,192 MLP, 128,256 vocabulary, tied embeddings, RoPE θ 500,000), random weights,
@@ -19,7 +20,9 @@ in a fresh process:
 
 Memory is the process's peak resident set (``VmHWM``), reset after the model is built; time is wall
 clock and the process's CPU time (the steadier of the two on a shared machine: with one thread it is
-the work done, whatever else runs); the ratios are against ``plain`` in the same run. Writes benchmarks/results/lm_memory.json.
+the work done, whatever else runs); the ratios are against ``plain`` in the same run (``--modes`` picks some, ``plain`` always among them:
+``routes tau 0`` is out of reach at full size, a graph of every edge). Writes ``--out`` (default
+benchmarks/results/lm_memory.json).
 """
 
 from __future__ import annotations
@@ -95,13 +98,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to run (plain always runs)")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "lm_memory.json")
     ap.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # one mode in this process
     args = ap.parse_args(argv)
+    modes = ["plain", *(m for m in MODES[1:] if m in args.modes.split(","))]
+    unknown = set(args.modes.split(",")) - set(MODES)
+    if unknown:
+        ap.error(f"--modes: unknown {', '.join(sorted(unknown))} (choose from {', '.join(MODES)})")
     if args.mode:
         print(json.dumps(run_mode(args.mode, args.tokens, args.layers, args.threads)))
         return
     rows = []
-    for mode in MODES:
+    for mode in modes:
         cmd = [sys.executable, __file__, "--mode", mode, "--tokens", str(args.tokens)]
         cmd += ["--layers", str(args.layers), "--threads", str(args.threads)]
         rows.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
@@ -111,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         r["peak_ratio"] = r["peak_bytes"] / plain["peak_bytes"]
         r["time_ratio"] = r["seconds"] / plain["seconds"]
         r["cpu_ratio"] = r["cpu_seconds"] / plain["cpu_seconds"]
-    out = Path(__file__).parent / "results" / "lm_memory.json"
+    out = args.out
     out.write_text(json.dumps({"tokens": args.tokens, "layers": args.layers, "rows": rows}, indent=2) + "\n")
     for r in rows:
         print(

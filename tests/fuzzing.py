@@ -108,6 +108,16 @@ def check_answer(response) -> str | None:
     ``{"error": "..."}``."""
     if response.status_code >= 500:
         return f"{response.status_code}: {response.text[:300]}"
+    kind = response.headers.get("content-type", "")
+    kind = kind[0] if isinstance(kind, list) and kind else kind  # Schemathesis gives each header as a list
+    if str(kind).startswith("application/x-ndjson"):  # /api/flow/stream: a line each
+        try:
+            lines = [json.loads(x) for x in response.text.splitlines() if x.strip()]
+        except ValueError:
+            return f"{response.status_code}: a line that is not JSON: {response.text[:300]}"
+        if not lines or lines[-1].get("event") not in ("done", "error") or lines[-1].get("status", 0) >= 500:
+            return f"{response.status_code}: a stream that ends without its answer: {response.text[-300:]}"
+        return None
     try:
         body = response.json()
     except ValueError:

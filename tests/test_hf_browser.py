@@ -112,10 +112,29 @@ def test_gpt2s_information_flow_graph_draws_and_a_block_shows_its_logit_lens(ser
     page.wait_for_selector(f"{card} .sa-flow-go", timeout=120_000)
     text = page.input_value("#sa-text").strip()
     page.fill(f"{card} .sa-flow-threshold", "0.05")
-    page.click(f"{card} .sa-flow-go")
-    page.wait_for_selector(f"{card} svg.flow-graph .flow-edge", timeout=120_000)
+    page.evaluate(  # what the progress line says, and how many residual edges are drawn, each time it changes
+        """card => { window.flowSeen = []; new MutationObserver(() => {
+            const c = document.querySelector(card), p = c && c.querySelector('.flow-progress');
+            const seen = p ? `${p.textContent} | ${c.querySelectorAll('.flow-residual').length}` : null;
+            if (seen && window.flowSeen[window.flowSeen.length - 1] !== seen) window.flowSeen.push(seen);
+          }).observe(document.body, { subtree: true, childList: true, characterData: true }); }""",
+        card,
+    )
+    with page.expect_response("**/api/flow/stream", timeout=120_000) as streamed:  # the graph arrives streamed
+        page.click(f"{card} .sa-flow-go")
+    assert streamed.value.headers["content-type"].startswith("application/x-ndjson")
+    page.wait_for_selector(f"{card} .sa-flow-graph[data-done] svg.flow-graph .flow-edge", timeout=120_000)
     # the same model, analysed here: the page draws every head edge the service keeps
     want = analyse(open_model(str(saved_tiny("gpt2"))), LMViewRequest(text, threshold=0.05)).to_dict()
+    expect(page.locator(f"{card} .flow-progress")).to_have_text(f"all {want['layers']} layers traced")
+    # drawn layer by layer: the last layer alone first (its one residual edge, at the predicting position), then
+    # one more layer each line, the last layer first, before the done line completes it
+    residuals = sum(e["head"] is None for e in want["graph"]["edges"])
+    seen = [x for x in page.evaluate("window.flowSeen") if not x.startswith("waiting")]
+    L = want["layers"]
+    expected = [f"layer {L - i} of {L} ({i + 1} traced, from the last layer down)" for i in range(L)]
+    assert [x.split(" | ")[0] for x in seen] == [*expected, f"all {L} layers traced"], seen
+    assert int(seen[0].split(" | ")[1]) == 1 and int(seen[-1].split(" | ")[1]) == residuals
     heads = [e for e in want["graph"]["edges"] if e["head"] is not None]
     edges = page.locator(f"{card} .flow-edge")
     assert edges.count() == len(heads)

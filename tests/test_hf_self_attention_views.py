@@ -174,6 +174,37 @@ def test_api_flow_gives_the_logit_lens_and_refuses_bad_fields(client):
         assert r.status_code == status and said in r.json()["error"], r.text
 
 
+def test_api_flow_stream_collects_to_the_flow_answer(client):
+    """/api/flow/stream: a start line at once, one line per layer (the last layer first, as the top-down walk
+    finishes it) and a done line; the layers' edges and MLP nodes in the order they came, with the done line,
+    are /api/flow's answer (the graph computed again by a second job)."""
+    body = {"text": "Jesús lloró.", "model": "tiny-gpt2", "threshold": 0.05}
+    with client.stream("POST", "/api/flow/stream", json=body) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+        lines = [json.loads(x) for x in r.iter_lines() if x.strip()]
+    start, *layers, done = lines
+    assert start["event"] == "start" and done["event"] == "done", lines[-1]
+    assert [x["event"] for x in layers] == ["layer"] * start["layers"]
+    assert [x["layer"] for x in layers] == list(range(start["layers"], 0, -1))
+    want = client.post("/api/flow", json=body).json()
+    got = {k: v for k, v in done.items() if k != "event"}
+    got["graph"] = {
+        **done["graph"],
+        "edges": [e for x in layers for e in x["edges"]],
+        "mlp_nodes": [m for x in layers for m in x["mlp_nodes"]],
+    }
+    got.pop("seconds"), want.pop("seconds")
+    assert any(e["head"] is not None for e in want["graph"]["edges"])  # a graph beyond the residuals
+    assert got == want
+    assert {k: start[k] for k in ("model", "pieces", "position", "layers", "heads")} == {
+        k: want[k] for k in ("model", "pieces", "position", "layers", "heads")
+    }
+    assert start["threshold"] == want["graph"]["threshold"] == 0.05
+    for extra, said in (({"view": "logit_lens"}, "only the routes view"), ({"threshold": 0.001}, "threshold")):
+        r = client.post("/api/flow/stream", json={**body, **extra})
+        assert r.status_code == 422 and said in r.json()["error"], r.text
+
+
 def test_grouped_query_heads_are_named_by_their_key_value_group(capsys, tmp_path, monkeypatch):
     """Llama's 4 query heads read 2 key/value heads (heads 1-2 group 1, heads 3-4 group 2: checked against
     the model in test_hf_self_attention): the JSON, the explorer's payload, the notebook view and the

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from attnkit.attribution.information_flow import information_flow_routes
+from attnkit.attribution.information_flow import FlowLayer, information_flow_routes, information_flow_stream
 from hf_tiny import build_tiny
 
 TEXT = "the cat sat on the mat"
@@ -218,3 +218,24 @@ def test_a_block_the_replay_does_not_reproduce_is_refused():
     with pytest.raises(HFModelError, match=r"replaying layer 1 .* does not give its output") as err:
         information_flow_routes(model, ids)
     assert "\n" not in str(err.value)
+
+
+def test_the_stream_gives_each_layer_before_the_next_is_replayed_and_collects_to_the_graph(monkeypatch):
+    """The stream hands over the last layer's part after one replay (a page draws it while the rest runs),
+    then one part per layer, top-down; its parts' edges and nodes, in order, are the graph's."""
+    import attnkit.attribution.information_flow as flow
+
+    model, ids = _model("gpt2")
+    replayed = []
+    real = flow.replay_layer
+    monkeypatch.setattr(flow, "replay_layer", lambda rec, i: replayed.append(i) or real(rec, i))
+    stream = information_flow_stream(model, ids, threshold=0.02)
+    assert replayed == []  # nothing runs before the first part is asked for
+    first = next(stream)
+    layers = model.config.num_hidden_layers  # GPT2Config names it so as well
+    assert isinstance(first, FlowLayer) and first.layer == layers - 1 and replayed == [layers - 1]
+    *parts, graph = [first, *stream]
+    assert [p.layer for p in parts] == list(range(layers - 1, -1, -1)) and replayed == [p.layer for p in parts]
+    assert [e for p in parts for e in p.edges] == graph.edges
+    assert [m for p in parts for m in p.mlp_nodes] == graph.mlp_nodes
+    assert any(e.head is not None for e in graph.edges)

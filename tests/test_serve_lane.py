@@ -327,3 +327,38 @@ def test_a_light_request_that_would_wait_past_fast_wait_gets_503_at_once(transla
         threading.Event().wait(0.05)
     lane.recent_s = 0.1
     assert client.post("/api/translate", json=body).json()["translation"] == "Jesus wept."
+
+
+def test_a_cancelled_request_stops_its_job_and_frees_its_worker():
+    """A request whose awaiting is cancelled (a streamed answer whose client went: /api/flow/stream) cancels
+    the job in the pool, which ends the worker running it, and gives its slot back; the streamed file's name
+    reaches the worker with the job."""
+    from concurrent.futures import Future
+
+    from attnkit.service import LMViewRequest
+
+    queue = JobQueue(ServeOptions(workers=1, queue=2, job_timeout=10), {})
+    scheduled = []
+
+    class Pool:  # never finishes a job: only a cancel ends it
+        def schedule(self, fn, args, timeout):
+            scheduled.append((args, Future()))
+            return scheduled[-1][1]
+
+    queue.start = lambda: Pool()
+
+    async def main():
+        job = asyncio.ensure_future(
+            queue.run(None, None, "lm", LMViewRequest("a b"), _connected, stream="/tmp/x.ndjson")
+        )
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert len(scheduled) == 1 and not scheduled[0][1].cancelled()
+        job.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await job
+
+    asyncio.run(main())
+    ((args, future),) = scheduled
+    assert args[-1] == "/tmp/x.ndjson" and future.cancelled()
+    assert queue._free == [0] and not queue._running

@@ -24,6 +24,11 @@ positions the graph has reached there**, so one position's routes cost about two
 rather than ``O(H·N²·D)`` per layer, and no layer's ``(H, N, N)`` maps outlive it. ``τ = 0`` keeps
 every edge with a non-zero attention weight, and then every earlier position is reached.
 
+:func:`information_flow_stream` yields the graph as the walk builds it: one :class:`FlowLayer` (that
+layer's kept edges and MLP nodes) as each layer is finished, last layer first, then the whole
+:class:`InformationFlowGraph`; :func:`information_flow_routes` is that stream collected, so a view
+that draws layers as they arrive and one that waits for the graph read the same numbers.
+
 Where a norm follows the attention (Gemma 2/3, OLMo 2: ``mid_i = r_i + P(a_i)``) each head's term is
 carried through its linear part at ``a_i``'s real RMS, so the terms still add up to ``mid_i``. The
 routes read a decoder's prediction: an encoder-only model is refused in one line.
@@ -31,6 +36,7 @@ routes read a decoder's prediction: an encoder-only model is refused in one line
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -39,7 +45,14 @@ from torch import Tensor, nn
 from ..hf.lm_decomposition import LMLayerParts, record_lm, replay_layer, require_decoder
 from .lm_mixing import LensRow, lens_rows
 
-__all__ = ["FlowEdge", "FlowNode", "InformationFlowGraph", "information_flow_routes"]
+__all__ = [
+    "FlowEdge",
+    "FlowLayer",
+    "FlowNode",
+    "InformationFlowGraph",
+    "information_flow_routes",
+    "information_flow_stream",
+]
 
 _CHUNK = 1 << 22  # elements of one (rows, N, D) block of terms
 
@@ -63,6 +76,40 @@ class FlowNode:
     layer: int
     position: int
     weight: float
+
+
+def _edge_dict(e: FlowEdge) -> dict:
+    return {
+        "layer": e.layer + 1,
+        "head": None if e.head is None else e.head + 1,
+        "source": e.source + 1,
+        "target": e.target + 1,
+        "weight": e.weight,
+    }
+
+
+def _node_dict(m: FlowNode) -> dict:
+    return {"layer": m.layer + 1, "position": m.position + 1, "weight": m.weight}
+
+
+@dataclass(frozen=True)
+class FlowLayer:
+    """One layer's part of the graph (0-based ``layer``), as the top-down walk finishes it: its kept
+    attention ``edges`` (the residual ones included), its kept ``mlp_nodes`` and each reached
+    position's residual share (``residual_shares``, by position). :meth:`to_dict` numbers from 1."""
+
+    layer: int
+    edges: list[FlowEdge]
+    mlp_nodes: list[FlowNode]
+    residual_shares: dict[int, float]
+
+    def to_dict(self) -> dict:
+        """JSON-ready: ``{"layer", "edges", "mlp_nodes"}`` as in :meth:`InformationFlowGraph.to_dict`."""
+        return {
+            "layer": self.layer + 1,
+            "edges": [_edge_dict(e) for e in self.edges],
+            "mlp_nodes": [_node_dict(m) for m in self.mlp_nodes],
+        }
 
 
 @dataclass
@@ -91,19 +138,8 @@ class InformationFlowGraph:
             "layers": self.n_layers,
             "heads": self.n_heads,
             "pieces": self.pieces,
-            "edges": [
-                {
-                    "layer": e.layer + 1,
-                    "head": None if e.head is None else e.head + 1,
-                    "source": e.source + 1,
-                    "target": e.target + 1,
-                    "weight": e.weight,
-                }
-                for e in self.edges
-            ],
-            "mlp_nodes": [
-                {"layer": m.layer + 1, "position": m.position + 1, "weight": m.weight} for m in self.mlp_nodes
-            ],
+            "edges": [_edge_dict(e) for e in self.edges],
+            "mlp_nodes": [_node_dict(m) for m in self.mlp_nodes],
             "lens": [r.to_dict() for r in self.lens],
         }
 
@@ -158,7 +194,6 @@ def _layer_importances(p: LMLayerParts, targets: list[int], tau: float) -> dict:
     }
 
 
-@torch.no_grad()
 def information_flow_routes(
     model: nn.Module,
     input_ids: Tensor,
@@ -170,7 +205,25 @@ def information_flow_routes(
 ) -> InformationFlowGraph:
     """The information-flow graph of ``position``'s prediction (default the last position) with
     importance threshold ``threshold`` (τ, in [0, 1]; see the module docstring), the logit lens there
-    (top ``k`` tokens), and the ``pieces`` (one per token, optional) carried into the result."""
+    (top ``k`` tokens), and the ``pieces`` (one per token, optional) carried into the result: the
+    last item of :func:`information_flow_stream`."""
+    *_, graph = information_flow_stream(model, input_ids, position=position, threshold=threshold, pieces=pieces, k=k)
+    return graph
+
+
+def information_flow_stream(
+    model: nn.Module,
+    input_ids: Tensor,
+    *,
+    position: int = -1,
+    threshold: float = 0.04,
+    pieces: list[str] | None = None,
+    k: int = 5,
+) -> Iterator[FlowLayer | InformationFlowGraph]:
+    """:func:`information_flow_routes` as it is built: one :class:`FlowLayer` per layer, the last layer
+    first (each yielded as soon as the top-down walk has finished it, before the next layer is
+    replayed), then the whole :class:`InformationFlowGraph`. The arguments are checked at the call,
+    before anything runs; the model runs when the first item is asked for."""
     require_decoder(model, "information-flow routing")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be a number in [0, 1], got {threshold!r}")
@@ -181,14 +234,20 @@ def information_flow_routes(
         raise ValueError(f"position must be a position in 0..{n - 1} (or negative from the end), got {position!r}")
     if pieces is not None and len(pieces) != n:
         raise ValueError(f"pieces must have one text per token ({n}), got {len(pieces)}")
-    pos = position % n
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is None:
         raise ValueError("model must have a language-model head (a ...ForCausalLM model)")
-    rec = record_lm(model, input_ids)
-    predicted = int(rec.trace.logits[pos].argmax())
-    lens = lens_rows(model, [rec.inputs[0][pos], *(o[pos] for o in rec.outputs)], predicted, k)
+    return _walk(model, input_ids, position % n, float(threshold), pieces, k)
 
+
+def _walk(
+    model: nn.Module, input_ids: Tensor, pos: int, threshold: float, pieces: list[str] | None, k: int
+) -> Iterator[FlowLayer | InformationFlowGraph]:
+    """The top-down walk of :func:`information_flow_stream` (arguments checked)."""
+    with torch.no_grad():
+        rec = record_lm(model, input_ids)
+        predicted = int(rec.trace.logits[pos].argmax())
+        lens = lens_rows(model, [rec.inputs[0][pos], *(o[pos] for o in rec.outputs)], predicted, k)
     active = {pos}
     edges: list[FlowEdge] = []
     nodes: list[FlowNode] = []
@@ -196,20 +255,24 @@ def information_flow_routes(
     heads = 0
     for layer in range(rec.n_layers - 1, -1, -1):
         targets = sorted(active)
-        info = _layer_importances(replay_layer(rec, layer), targets, float(threshold))  # one layer's maps at a time
+        with torch.no_grad():  # one layer's maps at a time
+            info = _layer_importances(replay_layer(rec, layer), targets, threshold)
         heads = info["heads"]
+        part = FlowLayer(layer, [], [], {})
         for i in targets:
             w = info["mlp"][i]
             if w >= threshold:
-                nodes.append(FlowNode(layer, i, w))
+                part.mlp_nodes.append(FlowNode(layer, i, w))
         sources = set(active)  # each position's residual carries it down
         for i, h, j, w in info["edges"]:
-            edges.append(FlowEdge(layer, h, j, i, w))
+            part.edges.append(FlowEdge(layer, h, j, i, w))
             sources.add(j)
         for i in targets:
-            shares[(layer, i)] = info["residual"][i]
-            edges.append(FlowEdge(layer, None, i, i, shares[(layer, i)]))
+            part.residual_shares[i] = info["residual"][i]
+            part.edges.append(FlowEdge(layer, None, i, i, info["residual"][i]))
         active = sources
-    return InformationFlowGraph(
-        pos, predicted, float(threshold), edges, nodes, lens, pieces, rec.n_layers, heads, shares
-    )
+        edges += part.edges
+        nodes += part.mlp_nodes
+        shares.update({(layer, i): w for i, w in part.residual_shares.items()})
+        yield part
+    yield InformationFlowGraph(pos, predicted, threshold, edges, nodes, lens, pieces, rec.n_layers, heads, shares)

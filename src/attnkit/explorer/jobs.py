@@ -161,13 +161,16 @@ class JobQueue:
         request,
         disconnected: Callable[[], Awaitable[bool]],
         spec=None,
+        stream: str | None = None,
     ):
         """Run ``worker.run(label, slot, request, spec)`` in a worker once admitted and return what it returns
         (an :class:`~attnkit.service.Analysis` for a translation or caption request); see the module
         docstring. ``request``: a typed record of :mod:`attnkit.service.requests`, whose type and method name
         the job's kind (:func:`job_kind`). ``spec``: the :class:`~attnkit.service.ModelSpec` of the
         model the request picked (a followed training run's names its checkpoint, so the worker loads the one
-        the server shows; default: ``specs[label]``)."""
+        the server shows; default: ``specs[label]``). ``stream``: a file the worker appends the answer's parts to as
+        JSON lines while it runs (:mod:`.worker`). A caller that is cancelled (a streamed answer whose client
+        went) stops the job as a client that goes does."""
         key = (client, job) if client and job else None
         rec = _Job("queued", kind=job_kind(label, request))
         if key is not None:
@@ -178,7 +181,8 @@ class JobQueue:
             self._running[rec.slot] = rec
             try:
                 spec = spec if spec is not None else self.specs.get(label)
-                answer = await self._execute(rec.slot, label, request, disconnected, spec=spec)
+                more = {} if stream is None else {"stream": stream}
+                answer = await self._execute(rec.slot, label, request, disconnected, spec=spec, **more)
             except ApiError as err:
                 if err.status == 504:  # stopped at its limit: counts the limit
                     self._record(rec.kind, self.options.job_timeout)
@@ -256,13 +260,13 @@ class JobQueue:
                 return
         self._free.append(slot)
 
-    async def _execute(self, slot: int, label: str, request, disconnected, spec=None):
+    async def _execute(self, slot: int, label: str, request, disconnected, spec=None, stream=None):
         from pebble import ProcessExpired
 
         from . import worker
 
         self._progress[slot] = 0.0
-        args = (label, slot, request, spec)
+        args = (label, slot, request, spec) if stream is None else (label, slot, request, spec, stream)
         try:
             future = self.start().schedule(worker.run, args=args, timeout=self.options.job_timeout)
         except RuntimeError:  # the pool broke just now: a fresh one
@@ -277,6 +281,9 @@ class JobQueue:
                 if await disconnected():
                     future.cancel()  # ends the worker process running it; the pool starts a fresh one
                     raise ApiError(499, "the client cancelled the request; its job was stopped")
+        except asyncio.CancelledError:  # the awaiting request itself was cancelled: the job goes with it
+            future.cancel()
+            raise
         except TimeoutError:
             raise ApiError(
                 504,

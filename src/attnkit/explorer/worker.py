@@ -10,7 +10,9 @@ Workers run at a lower priority (``--worker-nice``, 10 by default) with ``--work
 (:mod:`attnkit.explorer.lane`, at the normal priority) takes the cores first for plain translations while
 attributions queue. Progress goes
 through a shared array of doubles, one slot per running job, which the server reads when a client asks
-``/api/progress/{job}``.
+``/api/progress/{job}``. A job whose answer is streamed (``/api/flow/stream``) is given a file the server
+made for it: the worker appends each part of the answer to it as one JSON line as soon as it is computed,
+and the server reads the lines back as they come (a line is complete once its newline is written).
 """
 
 from __future__ import annotations
@@ -78,13 +80,16 @@ def _model(label: str, spec):
     return _MODELS[label][1]
 
 
-def run(label: str, slot: int, request, spec=None):
+def run(label: str, slot: int, request, spec=None, stream: str | None = None):
     """One job: ``request`` (a typed record of :mod:`attnkit.service.requests`: a translation, a caption or a
     decoder-only model's attributed continuation) on model ``label``, with progress in ``slot``; returns its
     :class:`~attnkit.service.Analysis` (the server builds the answer from it). ``spec``: the model to use
     (default: the one the worker started with); a checkpoint removed meanwhile by a training run's
-    ``--keep-last`` gives way to the run's newest, and the analysis's ``spec`` names the one it was made with."""
+    ``--keep-last`` gives way to the run's newest, and the analysis's ``spec`` names the one it was made with.
+    ``stream``: the server's file to append each part of a streamed answer to, one JSON line each (the routes'
+    layers of an :class:`~attnkit.service.LMViewRequest`)."""
     import dataclasses
+    import json
     from pathlib import Path
 
     from ..service import CaptionRequest, GenerationRequest, LMViewRequest, TranslationRequest, analyse
@@ -99,4 +104,12 @@ def run(label: str, slot: int, request, spec=None):
     if spec.checkpoint is not None and not Path(spec.checkpoint).is_dir():
         spec = _newest(spec)
     model = dataclasses.replace(_model(label, spec), label=label, spec=spec)  # named as the server names it
-    return analyse(model, request, progress)
+    if stream is None:
+        return analyse(model, request, progress)
+    with open(stream, "a", encoding="utf-8") as out:
+
+        def on_layer(part: dict) -> None:
+            out.write(json.dumps({"event": "layer", **part}, separators=(",", ":")) + "\n")
+            out.flush()
+
+        return analyse(model, request, progress, on_layer=on_layer)

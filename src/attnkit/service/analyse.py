@@ -67,12 +67,14 @@ def analyse(
     *,
     search: dict | None = None,
     forced=None,
+    on_layer=None,
 ) -> TranslationAnalysis | CaptionAnalysis | GenerationAnalysis | LMViewAnalysis:
     """Run ``request`` on ``model`` (a :class:`Model` holding a translator, a captioner, or a decoder-only
     model for a :class:`GenerationRequest`) and return what was computed. ``progress(fraction)`` is passed to a gradient method (it calls it as it goes, and may raise to
     stop). Translations only: ``search`` is a search's output for the source already made
     (``Translator.translate``'s item, e.g. in a batch with others) and ``forced`` its forced decoding
-    (``Translator.attention_batch``'s item)."""
+    (``Translator.attention_batch``'s item). The routes view of an :class:`LMViewRequest` only: ``on_layer(part)``
+    gets each layer's part of the graph as JSON as soon as it is built (:func:`.lm_view.analyse_lm_view`)."""
     if not isinstance(model, Model):
         raise TypeError(f"model must be an attnkit.service.Model (open_model's), got {type(model).__name__}")
     if isinstance(request, TranslationRequest):
@@ -84,7 +86,7 @@ def analyse(
     if isinstance(request, LMViewRequest):
         from .lm_view import analyse_lm_view
 
-        return analyse_lm_view(model, request)
+        return analyse_lm_view(model, request, progress, on_layer)
     raise TypeError(
         "request must be a TranslationRequest, CaptionRequest, GenerationRequest or LMViewRequest, "
         f"got {type(request).__name__}"

@@ -5,12 +5,17 @@ direct logit attribution, the information-flow routes of Ferrando & Voita 2024),
 The text is read as given (teacher forcing, no generation); the position is 1-based as the user gives
 it. The work is one traced forward pass for the view (:func:`attnkit.hf.lm_decomposition.trace_lm`,
 one layer's maps held at a time), and for the routes one more for the logit lens at the graph's
-positions (:func:`attnkit.attribution.lm_methods.lens_at`).
+positions (:func:`attnkit.attribution.lm_methods.lens_at`). The routes are built layer by layer
+(:func:`attnkit.attribution.information_flow.information_flow_stream`): ``on_layer`` is handed each
+layer's part as JSON (:meth:`~attnkit.attribution.information_flow.FlowLayer.to_dict`, 1-based) as soon
+as it is done, what the server streams to a page drawing the graph as it grows, and ``progress`` the
+fraction of layers done.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from ..errors import InputError
 from .analysis import LMViewAnalysis
@@ -33,12 +38,19 @@ def _edge_details(sa, ids: list[int], graph, k: int) -> dict[tuple[int, int], di
     return head_details(sa.model, ids, wanted, k=k) if wanted else {}
 
 
-def analyse_lm_view(model: Model, req: LMViewRequest) -> LMViewAnalysis:
-    """Compute ``req``'s view on ``model`` (a decoder-only model opened by :func:`~attnkit.service.open_model`)."""
+def analyse_lm_view(
+    model: Model,
+    req: LMViewRequest,
+    progress: Callable[[float], None] | None = None,
+    on_layer: Callable[[dict], None] | None = None,
+) -> LMViewAnalysis:
+    """Compute ``req``'s view on ``model`` (a decoder-only model opened by :func:`~attnkit.service.open_model`);
+    for the routes, ``on_layer(part)`` gets each layer's part of the graph as it is done (last layer first)
+    and ``progress(fraction)`` the fraction of layers done (see the module docstring)."""
     import torch
 
     from ..attribution.generation import contrast_token, forced_ids
-    from ..attribution.information_flow import information_flow_routes
+    from ..attribution.information_flow import FlowLayer, information_flow_stream
     from ..attribution.lm_methods import lens_at
     from ..attribution.lm_mixing import direct_logit_attribution, logit_lens
 
@@ -66,7 +78,14 @@ def analyse_lm_view(model: Model, req: LMViewRequest) -> LMViewAnalysis:
         token = dla.token
     else:
         tau = DEFAULT_THRESHOLD if req.threshold is None else float(req.threshold)
-        graph = information_flow_routes(sa.model, x, position=pos, threshold=tau, k=req.top)
+        for part in information_flow_stream(sa.model, x, position=pos, threshold=tau, k=req.top):
+            if isinstance(part, FlowLayer):
+                if on_layer is not None:
+                    on_layer(part.to_dict())
+                if progress is not None:
+                    progress((sa.num_layers - part.layer) / sa.num_layers)
+            else:
+                graph = part
         token = graph.token
         on_graph = sorted({e.source for e in graph.edges} | {e.target for e in graph.edges} | {pos})
         node_lens = lens_at(sa.model, ids, on_graph, k=req.top)

@@ -4,7 +4,8 @@
 // Input: the routes view's JSON (attnkit.service.LMViewAnalysis.to_dict(): graph, pieces, node_lens,
 // attention_rows), layers, heads and positions numbered from 1 as everywhere a user sees them.
 // Used by the explorer page (its graph view), by the self-contained page of `attnkit explain --method routes
-// --plot graph.html` and by the notebook view (attnkit.show).
+// --plot graph.html` and by the notebook view (attnkit.show). The explorer reads the graph from
+// POST /api/flow/stream (stream below): each layer is drawn as the server finishes it, the last layer first.
 (function () {
   "use strict";
   const SVG = "http://www.w3.org/2000/svg";
@@ -175,5 +176,59 @@
     container.appendChild(info);
   }
 
-  window.AttnkitFlow = { render };
+  // POST `url` (/api/flow/stream) with `body` and draw the graph as it arrives: the answer is one JSON object a
+  // line (start; one per layer, the last layer first; done or error), read with the fetch body's reader; each
+  // layer's edges and MLP nodes are drawn as they come under a progress line ("layer 12 of 16"), and the done
+  // line (logit lens, attention rows) completes the graph. Resolves to the whole graph's data (render's input).
+  async function stream(container, url, body, signal) {
+    const r = await fetch(url, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body), signal });
+    if (!r.ok) {
+      let said = "";
+      try { said = (await r.json()).error; } catch (e) { said = ""; }
+      throw new Error(said || `${r.status} ${r.statusText}`);
+    }
+    const progress = html("p", "flow-progress status", "waiting for the first layer…");
+    const drawing = html("div", "flow-drawing");
+    container.replaceChildren(progress, drawing);
+    let data = null, traced = 0, finished = false;
+    const take = (m) => {
+      if (m.event === "start") {
+        data = { ...m, token: { id: null, piece: "…" }, node_lens: {}, attention_rows: [],
+          graph: { layers: m.layers, heads: m.heads, threshold: m.threshold, edges: [], mlp_nodes: [] } };
+      } else if (m.event === "layer") {
+        data.graph.edges.push(...m.edges);
+        data.graph.mlp_nodes.push(...m.mlp_nodes);
+        traced += 1;
+        progress.textContent = `layer ${m.layer} of ${data.layers} (${traced} traced, from the last layer down)`;
+        render(drawing, data);
+      } else if (m.event === "done") {
+        const { event, ...rest } = m;
+        data = { ...rest, graph: { ...m.graph, edges: data.graph.edges, mlp_nodes: data.graph.mlp_nodes } };
+        finished = true;
+        progress.textContent = `all ${data.layers} layers traced`;
+        render(drawing, data);
+        container.dataset.done = "1";
+      } else if (m.event === "error") {
+        throw new Error(m.error);
+      }
+    };
+    const reader = r.body.getReader(), decoder = new TextDecoder();
+    let pending = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (value) pending += decoder.decode(value, { stream: true });
+      const lines = pending.split("\n");
+      pending = lines.pop();
+      for (const line of lines) {
+        if (!line.trim()) continue;
+        take(JSON.parse(line));
+        await new Promise((go) => setTimeout(go, 0)); // the page shows each layer, even of lines read together
+      }
+      if (done) break;
+    }
+    if (!finished) throw new Error("the answer ended before the graph was done");
+    return data;
+  }
+
+  window.AttnkitFlow = { render, stream };
 })();

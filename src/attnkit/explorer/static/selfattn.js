@@ -2,7 +2,7 @@
 // self-attention (bertviz's model view), the head means and the rollout, from /api/self-attention (the
 // head means first, then one layer's heads per request), and a decoder-only model's continuation with
 // its attributions from /api/generate (drawn as a translation card: context → continuation), and the
-// information-flow graph of the text's next token from /api/flow (drawn by static/flow.js: layers × positions,
+// information-flow graph of the text's next token from /api/flow/stream (drawn layer by layer by static/flow.js: layers × positions,
 // a threshold slider, an edge's click shows its head's attention row, a block's click its logit lens).
 "use strict";
 
@@ -97,10 +97,9 @@ function saFlowBox(p) { // the information-flow routes of the text's last predic
   const out = el("div", { class: "sa-flow-graph" }), err = el("div", { class: "error", role: "alert" });
   const go = async () => {
     err.textContent = ""; out.replaceChildren(el("span", { class: "status" }, "tracing…"));
-    try {
-      const r = await api("api/flow", { method: "POST", headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ text: p.text, model: p.model, view: "routes", threshold: +threshold.value }) });
-      window.AttnkitFlow.render(out, r);
+    delete out.dataset.done;
+    try { // streamed: each layer is drawn as the server finishes it (static/flow.js)
+      await window.AttnkitFlow.stream(out, "api/flow/stream", { text: p.text, model: p.model, view: "routes", threshold: +threshold.value });
     } catch (e) { out.replaceChildren(); err.textContent = e.message; }
   };
   box.append(el("div", { class: "controls" }, el("label", {}, "Threshold ", threshold),
