@@ -187,8 +187,8 @@ def launch(argv: list[str], processes: int) -> int:
 
 
 #: How long a rank waits in a collective: the other ranks wait there while rank 0 indexes (and, for
-#: ``translate --file``, sorts) the whole input once, which takes more than PyTorch's default 30 minutes
-#: on a file of millions of lines.
+#: ``translate --file``, sorts) the whole input once, which on a file of millions of lines outlasts
+#: PyTorch's default timeout (``benchmarks/RESULTS.md``, "Corpus jobs: memory per rank").
 GROUP_TIMEOUT_S = 7 * 24 * 3600.0
 
 

@@ -34,7 +34,7 @@ def init_distributed(backend: str | None = None, timeout_s: float | None = None)
 
     Does nothing (returns ``(0, 1)``) when ``WORLD_SIZE`` is unset or 1, and nothing new when the
     group is already initialised. ``backend`` defaults to ``"gloo"`` (CPU); pass ``"nccl"`` for GPUs.
-    ``timeout_s``: how long a collective waits for the slowest rank (PyTorch's default, 30 minutes, when
+    ``timeout_s``: how long a collective waits for the slowest rank (PyTorch's default when
     None); a job whose ranks wait for one rank's pass over a whole input needs longer.
     """
     if dist.is_available() and dist.is_initialized():
