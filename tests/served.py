@@ -31,6 +31,10 @@ def served(*args: str, home: str | None = None, env: dict | None = None):
     port = free_port()
     cmd = [sys.executable, "-m", "attnkit.cli", *(["--home", home] if home else []), "serve", "--port", str(port)]
     cmd += ["--fast-wait", "0", "--worker-nice", "0", "--worker-tasks", "1000"]
+    if "--model" not in args:  # the shipped translators and captioners (tiny.SERVED_IN_TESTS says why)
+        from tiny import SERVED_IN_TESTS
+
+        cmd += ["--model", *SERVED_IN_TESTS]
     proc = subprocess.Popen(
         [*cmd, *args],
         env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},

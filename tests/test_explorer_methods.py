@@ -14,6 +14,7 @@ from attnkit.attribution import explain, explain_caption, forced_caption, forced
 from attnkit.data.datasets.scenes import load_scenes
 from attnkit.explorer import html, schema
 from attnkit.explorer.app import create_app, load_models
+from tiny import SERVED_IN_TESTS
 
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
 SOURCE = "Y dijo Dios: Sea la luz: y fué la luz."
@@ -21,7 +22,7 @@ SOURCE = "Y dijo Dios: Sea la luz: y fué la luz."
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    models = load_models()
+    models = load_models(SERVED_IN_TESTS)  # no language model: none of these tests reads one
     scenes = load_scenes("test", tmp_path_factory.mktemp("scenes"), n_train=40, n_valid=10, n_test=8)
     client = fastapi_testclient.TestClient(create_app(models, scenes=scenes, verses=[]), base_url="http://127.0.0.1")
     return client, models, scenes

@@ -21,6 +21,8 @@ import psutil
 import pytest
 from PIL import Image
 
+from tiny import SERVED_IN_TESTS
+
 SOURCE = "Y dijo Dios: Sea la luz: y fué la luz."
 LONG = (
     "Y vió Dios que la luz era buena: y apartó Dios la luz de las tinieblas. Y llamó Dios á la luz Día, y á las "
@@ -45,6 +47,8 @@ class Server:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         env.pop("ATTNKIT_TOKEN", None)
         cmd = [sys.executable, "-m", "attnkit.cli", "--home", str(home), "serve", "--port", str(self.port), *args]
+        if "--model" not in args:  # the shipped translators and captioners (tiny.SERVED_IN_TESTS says why)
+            cmd += ["--model", *SERVED_IN_TESTS]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def wait(self):
