@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 
 import torch
 
@@ -23,8 +24,7 @@ def main(argv=None) -> int:
     from attnkit.data.tokenizer import MODEL_FILENAME, Tokenizer
     from attnkit.models.induction import induction_scores
     from attnkit.tasks.language_model.data import side_texts, token_stream
-    from attnkit.tasks.language_model.loss import next_token_loss_sum
-    from attnkit.tasks.language_model.train import valid_blocks
+    from attnkit.tasks.language_model.train import mean_block_loss, valid_blocks
     from attnkit.training.checkpoint import load_model
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -38,24 +38,18 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     model, _, _ = load_model(args.model)
     model.eval()
-    from pathlib import Path
-
     tokenizer = Tokenizer.from_bytes((Path(args.model) / MODEL_FILENAME).read_bytes())
     corpus = open_corpus(args.data, None)
     stream = token_stream(side_texts(corpus, args.split, args.side), tokenizer)
     blocks = valid_blocks(stream, model.config.max_len, 10**9)  # (N, T + 1)
-    total, n = 0.0, 0
     with torch.no_grad():
-        for i in range(0, len(blocks), args.batch):
-            b = blocks[i : i + args.batch]
-            s, k, _ = next_token_loss_sum(model, {"ids": b[:, :-1], "targets": b[:, 1:]})
-            total, n = total + float(s), n + int(k)
+        loss = mean_block_loss(model, blocks, args.batch)
     scores = induction_scores(model, length=min(args.length, model.config.max_len // 2), batch=args.batch)
     last = scores.prefix_matching[-1]
     best = max(range(len(last)), key=last.__getitem__)
     out = {
-        f"{args.split}_ppl": round(math.exp(total / n), 2),
-        f"{args.split}_tokens": n,
+        f"{args.split}_ppl": round(math.exp(loss), 2),
+        f"{args.split}_tokens": int(blocks[:, 1:].numel()),
         "induction_head": f"L{len(scores.prefix_matching)}.H{best + 1}",
         "induction_prefix_matching": round(last[best], 4),
         "induction_copying": round(scores.copying[-1][best], 4),

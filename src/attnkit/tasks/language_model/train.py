@@ -46,6 +46,7 @@ __all__ = [
     "build_optimizer",
     "induction_metrics",
     "lm_tokenizer",
+    "mean_block_loss",
     "train_language_model",
     "valid_blocks",
 ]
@@ -146,18 +147,25 @@ def induction_metrics(scores: InductionScores) -> dict[str, float]:
     return out
 
 
+def mean_block_loss(model: LanguageModel, blocks: torch.Tensor, batch_size: int) -> float:
+    """The mean next-token cross-entropy of ``model`` over ``blocks (N, T + 1)`` (ids ``[:, :-1]``, targets
+    ``[:, 1:]``), ``batch_size`` blocks at a time: what validation and a held-out perplexity report."""
+    device = next(model.parameters()).device
+    total, n = 0.0, 0
+    for i in range(0, len(blocks), batch_size):
+        b = blocks[i : i + batch_size].to(device)  # (b, T + 1)
+        s, k, _ = next_token_loss_sum(model, {"ids": b[:, :-1], "targets": b[:, 1:]})
+        total += float(s)
+        n += k
+    return total / max(n, 1)
+
+
 def _valid_fn(blocks: torch.Tensor, batch_size: int):
     """Validation on ``blocks (N, T + 1)``: mean loss and perplexity, and the induction measurements."""
 
     def valid_fn(model: LanguageModel) -> dict[str, float]:
         device = next(model.parameters()).device
-        total, n = 0.0, 0
-        for i in range(0, len(blocks), batch_size):
-            b = blocks[i : i + batch_size].to(device)  # (b, T + 1)
-            s, k, _ = next_token_loss_sum(model, {"ids": b[:, :-1], "targets": b[:, 1:]})
-            total += float(s)
-            n += k
-        loss = total / max(n, 1)
+        loss = mean_block_loss(model, blocks, batch_size)
         scores = induction_scores(model, text_ids=blocks[:ICL_BLOCKS, :-1].to(device), copying_tokens=COPYING_TOKENS)
         return {"valid_loss": loss, "valid_ppl": perplexity(loss), **induction_metrics(scores)}
 
