@@ -3,7 +3,7 @@
 Perplexity on the test split of the side of the corpus it was trained on (the Bible's English by
 default: bos/eos-wrapped verses packed into blocks of the model's context, every whole block), and the
 induction measurements of :func:`attnkit.models.induction.induction_scores` (repeated random tokens,
-``length`` each half): the best head of the last layer by prefix matching, its copying score, and the
+``length`` each half): the best head above the first layer by prefix matching, its copying score, and the
 best previous-token score of the first layer. Layers and heads are numbered from 1.
 
     PYTHONPATH=src .venv/bin/python benchmarks/lm_scores.py src/attnkit/pretrained/attention-only-2l-en
@@ -45,14 +45,20 @@ def main(argv=None) -> int:
     with torch.no_grad():
         loss = mean_block_loss(model, blocks, args.batch)
     scores = induction_scores(model, length=min(args.length, model.config.max_len // 2), batch=args.batch)
-    last = scores.prefix_matching[-1]
-    best = max(range(len(last)), key=last.__getitem__)
+    # an induction head reads a previous-token head's output, so it sits above the first layer
+    later = [
+        (layer, head)
+        for layer in range(1, len(scores.prefix_matching))
+        for head in range(len(scores.prefix_matching[layer]))
+    ]
+    later = later or [(0, head) for head in range(len(scores.prefix_matching[0]))]  # a one-layer model
+    layer, best = max(later, key=lambda lh: scores.prefix_matching[lh[0]][lh[1]])
     out = {
         f"{args.split}_ppl": round(math.exp(loss), 2),
         f"{args.split}_tokens": int(blocks[:, 1:].numel()),
-        "induction_head": f"L{len(scores.prefix_matching)}.H{best + 1}",
-        "induction_prefix_matching": round(last[best], 4),
-        "induction_copying": round(scores.copying[-1][best], 4),
+        "induction_head": f"L{layer + 1}.H{best + 1}",
+        "induction_prefix_matching": round(scores.prefix_matching[layer][best], 4),
+        "induction_copying": round(scores.copying[layer][best], 4),
         "previous_token_layer1": round(max(scores.previous_token[0]), 4),
     }
     print(json.dumps(out))
