@@ -30,7 +30,7 @@ import numpy as np
 from ..paths import atomic_write_bytes, atomic_write_text, atomic_writer
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import CLIError, _load_shortlist, _open_model
-from .corpus_job import is_rank0, job_options, numbered_reader, run_corpus_job, torchrun_world
+from .corpus_job import is_rank0, job_options, numbered_reader, run_corpus_job, start_group, torchrun_world
 from .translate_lines import _readable, _result_text, _warn_if_english
 
 __all__ = ["BATCH", "translate_corpus_job"]
@@ -148,7 +148,8 @@ def translate_corpus_job(args) -> int:
     the one-process run prints. Exit status 1 when a line was skipped, as there."""
     from ..service import ModelKind
 
-    model = _open_model(args, DEFAULT_TRANSLATION_MODEL, kind=ModelKind.TRANSLATOR)
+    device = start_group(args.device)  # under torchrun: this rank's own GPU, before the model is loaded
+    model = _open_model(args, DEFAULT_TRANSLATION_MODEL, kind=ModelKind.TRANSLATOR, device=device)
     tr = model.impl
     shortlist = _load_shortlist(args.shortlist)
     part_lines = -(-args.part_lines // BATCH) * BATCH
