@@ -106,9 +106,10 @@ def _eflomal_file_links(args):
     return eflomal_links([s for s, _ in pairs], [t for _, t in pairs], method=args.symmetrize or "grow-diag-final-and")
 
 
-def _forward_aligner(args, *, say: bool = True):
-    """``(model, aligner, reverse model's name or None, reading)`` of the flags: the model loaded, the
-    reverse model named (the shipped one of the other direction under ``--symmetrize``; said on stderr)."""
+def _forward_aligner(args, *, say: bool = True, device: str | None = None):
+    """``(model, aligner, reverse model's name or None, reading)`` of the flags: the model loaded (on
+    ``device``, default ``--device``), the reverse model named (the shipped one of the other direction under
+    ``--symmetrize``; said on stderr)."""
     from ..pretrained import DEFAULT_ALIGNMENT_MODEL, reverse_model
     from ..service import ModelKind
     from ..tasks.translation.alignment import AttentionReading, ModelAligner, default_method
@@ -116,7 +117,7 @@ def _forward_aligner(args, *, say: bool = True):
     reverse_name = args.reverse_model
     if args.symmetrize == "none" and reverse_name not in (None, "none"):
         raise InputError("--symmetrize none reads one direction: give no --reverse-model")
-    model = _open_model(args, DEFAULT_ALIGNMENT_MODEL, kind=ModelKind.TRANSLATOR)
+    model = _open_model(args, DEFAULT_ALIGNMENT_MODEL, kind=ModelKind.TRANSLATOR, device=device)
     if args.symmetrize not in (None, "none") and reverse_name is None:  # the shipped model of the other direction
         reverse_name = reverse_model(model.path) if model.path is not None else None
         if reverse_name is not None and say:
@@ -131,15 +132,15 @@ def _forward_aligner(args, *, say: bool = True):
     return model, ModelAligner(translator, reading), reverse_name, reading
 
 
-def _back_aligner(args, reverse_name: str, reading):
+def _back_aligner(args, reverse_name: str, reading, device: str | None = None):
     """``(model, aligner)`` of the reverse model, read as the forward one (its own default method
-    unless ``--method`` was given)."""
+    unless ``--method`` was given), on ``device`` (default ``--device``)."""
     import dataclasses
 
     from ..service import ModelKind
     from ..tasks.translation.alignment import ModelAligner, default_method
 
-    back_model = _open_model(args, None, ref=reverse_name, kind=ModelKind.TRANSLATOR)
+    back_model = _open_model(args, None, ref=reverse_name, kind=ModelKind.TRANSLATOR, device=device)
     back_translator = back_model.impl
     back_reading = reading if args.method else dataclasses.replace(reading, method=default_method(back_translator))
     return back_model, ModelAligner(back_translator, back_reading)
@@ -176,8 +177,9 @@ def _align_corpus_job(args) -> int:
     from ..tasks.translation.alignment import symmetrized
 
     rank0 = is_rank0()
-    model, aligner, reverse_name, reading = _forward_aligner(args, say=rank0)
-    back_model, back = _back_aligner(args, reverse_name, reading) if reverse_name else (None, None)
+    device = start_group(args.device)  # under torchrun: this rank's own GPU, before any model is loaded
+    model, aligner, reverse_name, reading = _forward_aligner(args, say=rank0, device=device)
+    back_model, back = _back_aligner(args, reverse_name, reading, device) if reverse_name else (None, None)
     bucket = 8 * args.batch_size
     part_lines = -(-args.part_lines // bucket) * bucket
     rule = args.symmetrize or "grow-diag-final-and"
@@ -326,14 +328,15 @@ def cmd_evaluate_alignment(args) -> int | None:
         return _evaluate_alignment(args, None)
     from ..training import distributed
 
-    start_group()
+    device = start_group(args.device)  # this rank's own GPU, before the models are loaded
     try:
-        return _evaluate_alignment(args, (distributed.rank(), distributed.world_size(), distributed.all_gather_object))
+        split = (distributed.rank(), distributed.world_size(), distributed.all_gather_object)
+        return _evaluate_alignment(args, split, device)
     finally:
         distributed.cleanup()
 
 
-def _evaluate_alignment(args, split) -> None:
+def _evaluate_alignment(args, split, device: str | None = None) -> None:
     from ..pretrained import DEFAULT_ALIGNMENT_MODEL
     from ..tasks.translation.alignment_evaluate import evaluate_alignment
 
@@ -357,7 +360,7 @@ def _evaluate_alignment(args, split) -> None:
             dev=args.dev,
             samples=args.samples,
             home=args.home,
-            device=args.device,
+            device=args.device if device is None else device,
             dtype=args.precision,
             split=split,
         )

@@ -87,11 +87,12 @@ def _checkpoint_errors_as_cli(run, *args, **kwargs):
 _FLAG = object()  # _open_model's ref when the model is the command's --model
 
 
-def _open_model(args, default: str | None, *, ref=_FLAG, kind=None):
+def _open_model(args, default: str | None, *, ref=_FLAG, kind=None, device: str | None = None):
     """:func:`attnkit.service.open_model` of ``--model`` (``ref``: another model argument, e.g. the reverse
     model of ``align``; else ``default``) with the command's engine flags (``--engine``, ``--device``,
-    ``--precision``, ``--keep-spelling``, ``--length-penalty`` where it has them); an unknown name is a
-    :class:`CLIError` that lists the known ones."""
+    ``--precision``, ``--keep-spelling``, ``--length-penalty`` where it has them); ``device`` overrides
+    ``--device`` (a rank of a corpus job: its own GPU, :func:`attnkit.cli.corpus_job.start_group`); an
+    unknown name is a :class:`CLIError` that lists the known ones."""
     from ..pretrained import UnknownModelError
     from ..service import open_model
 
@@ -100,7 +101,7 @@ def _open_model(args, default: str | None, *, ref=_FLAG, kind=None):
             args.model if ref is _FLAG else ref,
             default=default,
             engine=getattr(args, "engine", "pytorch"),
-            device=args.device,
+            device=args.device if device is None else device,
             precision=getattr(args, "precision", None),
             keep_spelling=getattr(args, "keep_spelling", False),
             length_penalty=getattr(args, "length_penalty", None),

@@ -42,10 +42,12 @@ __all__ = [
     "add_corpus_job_flags",
     "add_processes_flag",
     "corpus_job_wanted",
+    "group_backend",
     "is_rank0",
     "job_options",
     "launch",
     "numbered_reader",
+    "rank_device",
     "run_corpus_job",
     "start_group",
     "torchrun_world",
@@ -192,16 +194,46 @@ def launch(argv: list[str], processes: int) -> int:
 GROUP_TIMEOUT_S = 7 * 24 * 3600.0
 
 
-def start_group() -> None:
-    """Join torchrun's process group (gloo: the job exchanges only small objects), each rank on its own
-    GPU when there are GPUs; collectives wait up to :data:`GROUP_TIMEOUT_S`."""
+def rank_device(requested: str | None, local_rank: int, cuda_count: int) -> str:
+    """The device one rank of a corpus job opens its model on: with ``--device cuda`` or ``auto`` (None) on a
+    machine with ``cuda_count`` visible GPUs, ``cuda:{local_rank % cuda_count}`` (one GPU a rank, as
+    torchrun's ``LOCAL_RANK`` numbers the ranks of a node); otherwise ``requested`` unchanged (``cpu``, ``mps``,
+    a GPU named by its index, which every rank then shares; ``cuda`` without a GPU, which opening the model
+    refuses in one line; ``auto`` without one). Pure: what it is given, not the machine, decides."""
+    if not isinstance(local_rank, int) or isinstance(local_rank, bool) or local_rank < 0:
+        raise ValueError(f"local_rank must be an int >= 0, got {local_rank!r}")
+    if not isinstance(cuda_count, int) or isinstance(cuda_count, bool) or cuda_count < 0:
+        raise ValueError(f"cuda_count must be an int >= 0, got {cuda_count!r}")
+    if requested in (None, "auto", "cuda") and cuda_count > 0:
+        return f"cuda:{local_rank % cuda_count}"
+    return "auto" if requested is None else requested
+
+
+def group_backend(requested: str | None, cuda_count: int) -> str:
+    """The process group's backend for :func:`rank_device`'s choice: ``nccl`` when each rank has a GPU of its
+    own (NCCL refuses two ranks on one GPU), ``gloo`` otherwise (CPU ranks, or every rank on the one GPU
+    that ``--device cuda:N`` names; the job exchanges only small objects, which gloo carries as well)."""
+    return "nccl" if requested in (None, "auto", "cuda") and cuda_count > 0 else "gloo"
+
+
+def start_group(requested: str | None = "auto") -> str:
+    """Join torchrun's process group and return the device this rank opens its model on
+    (:func:`rank_device` of ``--device`` and ``LOCAL_RANK``), made the rank's current CUDA device before any
+    model is loaded; collectives wait up to :data:`GROUP_TIMEOUT_S`. Call it before opening the model.
+    Outside torchrun (one process): nothing is joined and ``requested`` is returned unchanged. Calling it
+    again is harmless (the group is joined once)."""
+    if torchrun_world() == 1:
+        return requested
     import torch
 
     from ..training.distributed import init_distributed
 
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-    init_distributed("gloo", timeout_s=GROUP_TIMEOUT_S)
+    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    device = rank_device(requested, int(os.environ.get("LOCAL_RANK", "0")), cuda_count)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    init_distributed(group_backend(requested, cuda_count), timeout_s=GROUP_TIMEOUT_S)
+    return device
 
 
 def job_options(args, **extra) -> dict:
@@ -333,8 +365,9 @@ def run_corpus_job(
         if Path(path).is_file() and Path(path).stat().st_size == 0 and command == "translate":
             raise ParallelDataError(f"{path}: the file is empty")
     world = torchrun_world()
-    if world > 1:
-        start_group()
+    start_group(
+        getattr(args, "device", "auto")
+    )  # already joined by the command, before it opened its model: nothing new
     rank0 = is_rank0()
     job_dir = _job_dir(args, command, options, inputs)
     totals: dict = {}

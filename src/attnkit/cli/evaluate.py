@@ -47,14 +47,14 @@ def _add_evaluate_flags(parser: argparse.ArgumentParser, unit: str) -> None:
 
 
 def _translate_on_ranks():
-    """Under torchrun: join the group; ``translate_sources`` for :func:`evaluate_translation` that splits
-    the one-process batches over the ranks and gathers the translations on every rank."""
+    """Under torchrun, once the group is joined (:func:`start_group`): ``translate_sources`` for
+    :func:`evaluate_translation` that splits the one-process batches over the ranks and gathers the
+    translations on every rank."""
     from functools import partial
 
     from ..tasks.translation.split_translation import translations_on_ranks
     from ..training import distributed
 
-    start_group()
     return partial(
         translations_on_ranks,
         rank=distributed.rank(),
@@ -70,7 +70,8 @@ def cmd_evaluate_translation(args) -> int | None:
         if args.processes is not None:
             return launch(args.argv, args.processes)
         try:
-            return _evaluate_translation(args, _translate_on_ranks(), rank0=is_rank0())
+            device = start_group(args.device)  # this rank's own GPU, before the models are loaded
+            return _evaluate_translation(args, _translate_on_ranks(), rank0=is_rank0(), device=device)
         finally:
             from ..training.distributed import cleanup
 
@@ -78,7 +79,7 @@ def cmd_evaluate_translation(args) -> int | None:
     return _evaluate_translation(args, None, rank0=True)
 
 
-def _evaluate_translation(args, translate_sources, *, rank0: bool) -> None:
+def _evaluate_translation(args, translate_sources, *, rank0: bool, device: str | None = None) -> None:
     from ..tasks.translation import evaluate_translation
     from ..tasks.translation.translation_quality import read_test_files
 
@@ -116,7 +117,7 @@ def _evaluate_translation(args, translate_sources, *, rank0: bool) -> None:
                 limit=args.limit,
                 beam_size=args.beam,
                 home=args.home,
-                device=args.device,
+                device=args.device if device is None else device,
                 dtype=args.precision,
                 shortlist=shortlist,
                 pairs=pairs,

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..checks import arg_type, between
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import CLIError, _check_explanations_model, _model_folder, _open_model, _output, _shown_name
-from .corpus_job import add_corpus_job_flags, corpus_job_wanted, launch
+from .corpus_job import add_corpus_job_flags, corpus_job_wanted, launch, start_group
 from .flags import (
     _add_beam_flag,
     _add_device_flags,
@@ -52,7 +52,10 @@ def cmd_explain(args) -> None:
     lm_only = None if lm_only in LAYER_METHODS else lm_only
     method = lm_only or canonical_method(args.method)
     _output(args.plot, "--plot")
-    model = _open_model(args, DEFAULT_TRANSLATION_MODEL)
+    device = None
+    if args.file is not None and corpus_job_wanted(args):  # a rank: its own GPU, before the model is loaded
+        device = start_group(args.device)
+    model = _open_model(args, DEFAULT_TRANSLATION_MODEL, device=device)
     if args.file is not None:  # every line of a file, in one process or split across processes
         from .explain_file import explain_file
 

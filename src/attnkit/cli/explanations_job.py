@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from ..paths import atomic_write_text, atomic_writer
-from .corpus_job import is_rank0, run_corpus_job, torchrun_world
+from .corpus_job import is_rank0, run_corpus_job, start_group, torchrun_world
 
 __all__ = ["evaluate_explanations_job"]
 
@@ -49,12 +49,13 @@ def evaluate_explanations_job(args, path) -> dict | None:
     from ..attribution.explanation_quality import open_translator_run
     from ..attribution.explanation_verses import combine_verse_scores, score_verse
 
+    device = start_group(args.device)  # under torchrun: this rank's own GPU, before the model is loaded
     run = open_translator_run(
         path,
         methods=args.method,
         limit=args.limit,
         sanity_verses=args.sanity_verses,
-        device=args.device,
+        device=device,
         dtype=args.precision,
     )
     options = {

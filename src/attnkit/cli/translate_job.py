@@ -13,7 +13,8 @@ that run prints, a split job translates the same batches:
    every rank; each part holds one JSON string per sentence (what is printed for it);
 3. rank 0 prints the sentences' texts in input order, reading each one's record by its place.
 
-Memory: rank 0's pass holds one 4-byte length per sentence while sorting; the rest is read through memory-mapped files.
+Memory: rank 0's pass holds a few numpy bytes per sentence (:func:`_prepare`); the rest is read through
+memory-mapped files or by byte range.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import atomic_write_bytes, atomic_write_text, atomic_writer
+from ..paths import atomic_write_text, atomic_writer
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import CLIError, _load_shortlist, _open_model
-from .corpus_job import is_rank0, job_options, numbered_reader, run_corpus_job, torchrun_world
-from .translate_lines import _readable, _result_text, _warn_if_english
+from .corpus_job import is_rank0, job_options, numbered_reader, run_corpus_job, start_group, torchrun_world
+from .translate_lines import _result_text, _warn_if_english
 
 __all__ = ["BATCH", "translate_corpus_job"]
 
@@ -40,53 +41,114 @@ _CHUNK = 4096  # lines read, checked and tokenised at a time by rank 0's pass
 _OWN = ("sorted.txt", "order.u64", "prepared.json")
 
 
+def _chunk_lines(index, read, start: int, stop: int) -> list[tuple[int, str]]:
+    """Lines ``[start, stop)`` of the file as ``(line number from 1, text)``, as ``read`` (the corpus job's
+    numbered reader) gives them, decoded as one block rather than line by line. A block that is not UTF-8 or
+    holds a NUL byte is read again by ``read``, whose error names the file's line and byte offset."""
+    raw = index.read_bytes(start, stop)
+    try:
+        text = raw.decode("utf-8")  # "\n" is no byte of a longer UTF-8 character: lines decode alike
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\0" in text:
+        return read([index], start, stop)
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    if start == 0 and lines:
+        lines[0] = lines[0].removeprefix("\ufeff")  # the file's line 1 only
+    return [(start + 1 + i, line.removesuffix("\r")) for i, line in enumerate(lines)]
+
+
+def _source_lengths(tr, sentences: list[str]) -> list[int]:
+    """The number of source pieces ``tr.encode_sources`` gives each (stripped, non-empty) sentence, untruncated,
+    0 for one the model cannot read: each sentence is put in the model's spelling once and the tokenizer
+    is called once for all (``encode_sources`` does both a sentence at a time). No lone surrogate can reach
+    here (the lines were decoded as UTF-8), the one text error ``encode_sources`` checks besides no piece."""
+    from ..data.spelling import normalize_source
+
+    spelling = tr.spelling
+    return [len(ids) for ids in tr.src_tokenizer.encode_batch([normalize_source(s, spelling) for s in sentences])]
+
+
 def _prepare(tr, args, options: dict, job_dir: Path) -> tuple[list[str], dict]:
     """Rank 0's pass over ``--file`` (module docstring, step 1): ``([sorted.txt], counts)``. The files
     are rewritten only when missing or made for other options or another input, so a resumed job's
-    parts still match them."""
+    parts still match them.
+
+    Memory: 6 bytes a kept line (its line number and length as numpy arrays, no Python object per line
+    kept), the stable sort's 8, and the place of each in ``order.u64``'s order (4), whatever the file's
+    size; the lines themselves are read ``_CHUNK`` at a time, and again one at a time by byte range."""
     from ..corpus_jobs.line_index import input_identity, open_line_index
+    from ..data.text import no_readable_word
 
     index = open_line_index(args.file, job_dir / "input")
     read = numbered_reader([str(args.file)])
-    line_of, lengths, inputs = [], [], 0
-    for start in range(0, index.n_lines, _CHUNK):
-        lines = read([index], start, min(start + _CHUNK, index.n_lines))
-        numbered = [(n, line.strip()) for n, line in lines if line.strip()]
+    n_lines, max_len = index.n_lines, tr.max_src_len
+    line_of = np.empty(n_lines, dtype=np.uint32 if n_lines < 2**32 else np.uint64)  # file line (0-based) of kept k
+    lengths = np.empty(n_lines, dtype=np.uint16 if max_len < 2**16 else np.uint32)  # its pieces (as translate sorts)
+    kept = inputs = 0
+    for start in range(0, n_lines, _CHUNK):
+        numbered = [(n, line.strip()) for n, line in _chunk_lines(index, read, start, min(start + _CHUNK, n_lines))]
+        numbered = [(n, text) for n, text in numbered if text]
         inputs += len(numbered)
-        kept = _readable(tr, [(f"{args.file} line {n}", text) for n, text in numbered], alone=False)
-        kept_where = {where for where, _ in kept}
-        numbered = [(n, text) for n, text in numbered if f"{args.file} line {n}" in kept_where]
-        sentences = [text for _, text in numbered]
-        _warn_if_english(tr, sentences)
-        try:
-            ids = tr.encode_sources(sentences, truncate=args.truncate)
-        except ValueError as exc:  # a sentence over the model's length, without --truncate
-            raise CLIError(f"{args.file}: {exc}") from None
-        line_of.append(np.array([n - 1 for n, _ in numbered], dtype=np.int64))
-        lengths.append(np.array([len(x) for x in ids], dtype=np.int32))
-    line_of_all = np.concatenate(line_of) if line_of else np.zeros(0, np.int64)
-    counts = {"inputs": inputs, "skipped": inputs - len(line_of_all)}
+        pieces = _source_lengths(tr, [text for _, text in numbered])
+        for (n, _), k in zip(numbered, pieces):  # as `_readable` says it, in the same order
+            if not k:
+                print(f"attnkit: warning: {args.file} line {n}: {no_readable_word()}; skipped", file=sys.stderr)
+        numbered = [(n, text, k) for (n, text), k in zip(numbered, pieces) if k]
+        _warn_if_english(tr, [text for _, text, _ in numbered])
+        for n, _, k in numbered:
+            if k > max_len and not args.truncate:
+                raise CLIError(
+                    f"{args.file} line {n} has {k} subword tokens, more than this model's maximum of {max_len}; "
+                    "split it into shorter sentences (or give --truncate)"
+                )
+        end = kept + len(numbered)
+        line_of[kept:end] = [n - 1 for n, _, _ in numbered]
+        lengths[kept:end] = [min(k, max_len) for _, _, k in numbered]
+        kept = end
+    line_of, lengths = line_of[:kept], lengths[:kept]
+    counts = {"inputs": inputs, "skipped": inputs - kept}
     key = {"options": options, "input": input_identity(args.file)}
     sorted_txt, stamp = job_dir / "sorted.txt", job_dir / "prepared.json"
     with contextlib.suppress(OSError, ValueError):
         if json.loads(stamp.read_text(encoding="utf-8")) == key and sorted_txt.is_file():
             return [str(sorted_txt)], counts
     # the one-process run's order: a stable sort by length (translate_ids' `sorted(..., key=len)`)
-    by_length = np.argsort(np.concatenate(lengths) if lengths else np.zeros(0, np.int32), kind="stable")
-    place = np.empty(len(by_length), dtype=np.uint64)
-    place[by_length] = np.arange(len(by_length), dtype=np.uint64)  # sentence k is line place[k] of sorted.txt
+    by_length = np.argsort(lengths, kind="stable")
+    del lengths
     with contextlib.suppress(FileNotFoundError):
         stamp.unlink()  # the old files are not this job's any more
-    atomic_write_bytes(job_dir / "order.u64", place.tobytes())
+    _write_places(job_dir / "order.u64", by_length)
     # the kept sentences in sorted order, each read by its byte range, streamed to the file
-    with open(args.file, "rb") as f, atomic_writer(sorted_txt, "w", encoding="utf-8", newline="\n") as out:
-        for k in by_length:
-            line = int(line_of_all[k])
-            lo, hi = int(index.offsets[line]), int(index.offsets[line + 1])
-            f.seek(lo)
-            out.write(read_one(f.read(hi - lo), line) + "\n")
+    fd = os.open(args.file, os.O_RDONLY)
+    try:
+        with atomic_writer(sorted_txt, "w", encoding="utf-8", newline="\n") as out:
+            for lo in range(0, kept, _CHUNK):
+                lines = line_of[by_length[lo : lo + _CHUNK]]
+                starts, stops = index.offsets[lines], index.offsets[lines + 1]
+                out.write(
+                    "".join(
+                        read_one(os.pread(fd, int(b - a), int(a)), int(line)) + "\n"
+                        for line, a, b in zip(lines, starts, stops)
+                    )
+                )
+    finally:
+        os.close(fd)
     atomic_write_text(stamp, json.dumps(key, sort_keys=True))
     return [str(sorted_txt)], counts
+
+
+def _write_places(path: Path, by_length: np.ndarray) -> None:
+    """``order.u64``: for each kept sentence ``k`` (input order), ``place[k]``, its line in ``sorted.txt``
+    (the inverse of the permutation ``by_length``), as uint64, atomically; built as uint32 below 2**32 lines."""
+    n = len(by_length)
+    place = np.empty(n, dtype=np.uint32 if n < 2**32 else np.uint64)
+    place[by_length] = np.arange(n, dtype=place.dtype)  # sentence k is line place[k] of sorted.txt
+    with atomic_writer(path) as out:
+        for lo in range(0, n, 1 << 20):
+            out.write(place[lo : lo + (1 << 20)].astype(np.uint64).tobytes())
 
 
 def read_one(raw: bytes, line: int) -> str:
@@ -148,7 +210,8 @@ def translate_corpus_job(args) -> int:
     the one-process run prints. Exit status 1 when a line was skipped, as there."""
     from ..service import ModelKind
 
-    model = _open_model(args, DEFAULT_TRANSLATION_MODEL, kind=ModelKind.TRANSLATOR)
+    device = start_group(args.device)  # under torchrun: this rank's own GPU, before the model is loaded
+    model = _open_model(args, DEFAULT_TRANSLATION_MODEL, kind=ModelKind.TRANSLATOR, device=device)
     tr = model.impl
     shortlist = _load_shortlist(args.shortlist)
     part_lines = -(-args.part_lines // BATCH) * BATCH

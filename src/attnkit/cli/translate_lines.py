@@ -3,6 +3,7 @@ model can read it, warn when it looks English, and format its result as printed.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 
@@ -12,12 +13,9 @@ from .common import CLIError
 __all__ = ["_json_line", "_looks_english", "_readable", "_result_text", "_warn_if_english"]
 
 
-def _looks_english(text: str) -> bool:
-    """A cheap guard: share of very common English function words among the words."""
-    words = [w.strip(".,;:!?\"'()").lower() for w in text.split()]
-    if len(words) < 4:
-        return False
-    common = {
+#: Very common English function words: :func:`_looks_english`'s cue.
+_COMMON_ENGLISH = frozenset(
+    (
         "the",
         "and",
         "of",
@@ -44,8 +42,19 @@ def _looks_english(text: str) -> bool:
         "this",
         "are",
         "shall",
-    }
-    return sum(w in common for w in words) / len(words) > 0.3
+    )
+)
+_PUNCTUATION = ".,;:!?\"'()"  # stripped from each end of a word
+
+
+def _looks_english(text: str) -> bool:
+    """A cheap guard: share of very common English function words among the words (over 0.3, of 4 words or
+    more). Counted by C-level maps, not a Python step per word: a corpus job checks every line of its file."""
+    words = text.lower().split()  # lower-casing makes no space and no stripped punctuation, nor removes one
+    if len(words) < 4:
+        return False
+    hits = sum(map(_COMMON_ENGLISH.__contains__, map(str.strip, words, itertools.repeat(_PUNCTUATION))))
+    return hits / len(words) > 0.3
 
 
 def _readable(tr, inputs: list[tuple[str, str]], *, alone: bool | None = None) -> list[tuple[str, str]]:
@@ -70,8 +79,10 @@ def _readable(tr, inputs: list[tuple[str, str]], *, alone: bool | None = None) -
 
 def _warn_if_english(tr, sentences: list[str]) -> None:
     """A warning on stderr for each sentence that looks English when the model translates into English."""
+    if tr.src_lang == "en" or tr.tgt_lang != "en":
+        return
     for s in sentences:
-        if tr.src_lang != "en" and tr.tgt_lang == "en" and _looks_english(s):
+        if _looks_english(s):
             print(
                 f"attnkit: warning: this looks like English, but the model translates {tr.language_pair}: {s[:60]!r}",
                 file=sys.stderr,
