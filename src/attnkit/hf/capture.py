@@ -51,6 +51,7 @@ __all__ = [
     "attention_weights",
     "capture_attention",
     "untraceable",
+    "watch_attention_call",
 ]
 
 KINDS = ("enc_self", "dec_self", "cross", "self")
@@ -187,6 +188,24 @@ def _install() -> None:
 
         setattr(watched, _WRAPPED, True)
         register_attention_function(impl, watched)
+
+
+@contextmanager
+def watch_attention_call(module: nn.Module, record: Callable) -> Iterator[None]:
+    """Within the block, each call this thread's runs of ``module`` make to ``transformers``' ``sdpa``
+    attention interface is first handed to ``record(module, query, key, attention_mask, kwargs)`` (the
+    very tensors the kernel receives; ``kwargs`` with ``scaling``, ``is_causal``...). ``record`` may
+    raise to stop the module there, before the kernel runs: how a caller that needs the queries and keys
+    but not the output (a replay of chosen query rows) skips the work."""
+    if not callable(record):
+        raise TypeError(f"record must be callable, got {type(record).__name__}")
+    _install()
+    key = (threading.get_ident(), id(module))
+    _ACTIVE[key] = record
+    try:
+        yield
+    finally:
+        _ACTIVE.pop(key, None)
 
 
 def _expect_call(me: int, waiting: set[int]) -> Callable:
