@@ -16,12 +16,13 @@ The graph is built top-down from the chosen position at the last layer, as the p
 is on the graph at a layer's output if it is the chosen one or a kept edge leaves it higher up; its
 MLP node is kept if its importance is at least τ; its attention edges whose importance is at least τ
 are kept, and their sources are on the graph at the layer's input, as is the position itself (its
-residual). The model runs once as it runs without attnkit, keeping each layer's input
-(:func:`~attnkit.hf.lm_decomposition.record_lm`); then, from the last layer down, each layer is
-replayed (its attention module rerun for its weights, checked against the recorded output:
-:func:`~attnkit.hf.lm_decomposition.replay_layer`) and importances are computed **only for the
-positions the graph has reached there**, so one position's routes cost about two forward passes
-rather than ``O(H·N²·D)`` per layer, and no layer's ``(H, N, N)`` maps outlive it. ``τ = 0`` keeps
+residual). The model runs once as it runs without attnkit, keeping each layer's input and computing
+the chosen position's logits only (:func:`~attnkit.hf.lm_decomposition.record_lm`); then, from the
+last layer down, each layer is replayed **only at the positions the graph has reached there**
+(:class:`~attnkit.hf.lm_rows.LayerRows`: its attention module rerun up to the kernel for its queries
+and keys, the reached rows of α formed in chunks of at most ``_ROWS`` elements, the block rebuilt at
+those rows and checked against the recorded output), so one position's routes cost about one forward
+pass more, never build a layer's ``(H, N, N)`` map, and drop each layer's residuals once walked. ``τ = 0`` keeps
 every edge with a non-zero attention weight, and then every earlier position is reached.
 
 :func:`information_flow_stream` yields the graph as the walk builds it: one :class:`FlowLayer` (that
