@@ -301,3 +301,18 @@ def test_the_row_replay_equals_the_dense_computation(family, attn, tau, monkeypa
     assert got.keys() == edges.keys() and len({i for (_, _, _, i) in got}) > 3  # the walk reached several rows
     assert all(got[key] == pytest.approx(w, abs=1e-9) for key, w in edges.items())
     assert {(m.layer, m.position): m.weight for m in g.mlp_nodes} == pytest.approx(nodes, abs=1e-9)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "gemma2"])
+def test_the_recording_keeps_the_chosen_positions_logits_only_and_they_are_the_models(family):
+    """Gemma 2 soft-caps its final logits: the one row kept is still the model's own output there."""
+    from attnkit.hf.lm_decomposition import record_lm
+
+    model, ids = _model(family)
+    with torch.no_grad():
+        full = model(ids[None], use_cache=False).logits[0]  # (N, V)
+    rec = record_lm(model, ids, logits_at=3)
+    assert rec.trace.logits is None and rec.position_logits.shape == full[3].shape
+    torch.testing.assert_close(rec.position_logits, full[3], atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match="logits_at"):
+        record_lm(model, ids, logits_at=ids.shape[0])
