@@ -316,3 +316,16 @@ def test_the_recording_keeps_the_chosen_positions_logits_only_and_they_are_the_m
     torch.testing.assert_close(rec.position_logits, full[3], atol=1e-12, rtol=0)
     with pytest.raises(ValueError, match="logits_at"):
         record_lm(model, ids, logits_at=ids.shape[0])
+
+
+def test_a_model_whose_attention_bypasses_the_interface_is_refused_in_one_line():
+    """The row replay takes its queries and keys at the attention interface: a module that never calls it
+    (a remote-code model) is refused, never walked with weights that were not the model's."""
+    from attnkit.hf.capture import UntraceableModelError
+    from hf_tiny import bypass_interface
+
+    model, ids = _model("llama")
+    bypass_interface(model)
+    with pytest.raises(UntraceableModelError, match="do not call transformers' attention interface") as err:
+        information_flow_routes(model, ids)
+    assert "\n" not in str(err.value)
