@@ -44,14 +44,12 @@ def _status(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def run_mode(mode: str, tokens: int, layers: int, threads: int) -> dict:
+def llama_1b(layers: int, tokens: int):
+    """A random-weight ``LlamaForCausalLM`` of Llama-3.2-1B's configuration with ``layers`` layers (eval,
+    float32, sdpa; seed 0) and ``tokens`` random token ids."""
     import torch
     import transformers
 
-    from attnkit.attribution.information_flow import information_flow_routes
-    from attnkit.hf.capture import attention_sites, capture_attention
-
-    torch.set_num_threads(threads)
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         hidden_size=2048,
@@ -66,7 +64,17 @@ def run_mode(mode: str, tokens: int, layers: int, threads: int) -> dict:
         tie_word_embeddings=True,
     )
     model = transformers.LlamaForCausalLM(config).eval()
-    ids = torch.randint(0, config.vocab_size, (tokens,))
+    return model, torch.randint(0, config.vocab_size, (tokens,))
+
+
+def run_mode(mode: str, tokens: int, layers: int, threads: int) -> dict:
+    import torch
+
+    from attnkit.attribution.information_flow import information_flow_routes
+    from attnkit.hf.capture import attention_sites, capture_attention
+
+    torch.set_num_threads(threads)
+    model, ids = llama_1b(layers, tokens)
     kept = {}
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM: the peak from here on
     before = _status("VmRSS")

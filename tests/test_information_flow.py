@@ -227,8 +227,8 @@ def test_the_stream_gives_each_layer_before_the_next_is_replayed_and_collects_to
 
     model, ids = _model("gpt2")
     replayed = []
-    real = flow.replay_layer
-    monkeypatch.setattr(flow, "replay_layer", lambda rec, i: replayed.append(i) or real(rec, i))
+    real = flow.LayerRows
+    monkeypatch.setattr(flow, "LayerRows", lambda rec, i, keys: replayed.append(i) or real(rec, i, keys))
     stream = information_flow_stream(model, ids, threshold=0.02)
     assert replayed == []  # nothing runs before the first part is asked for
     first = next(stream)
@@ -239,3 +239,93 @@ def test_the_stream_gives_each_layer_before_the_next_is_replayed_and_collects_to
     assert [e for p in parts for e in p.edges] == graph.edges
     assert [m for p in parts for m in p.mlp_nodes] == graph.mlp_nodes
     assert any(e.head is not None for e in graph.edges)
+
+
+@torch.no_grad()
+def _dense_routes(model, ids, tau):
+    """The routes computed densely, as before the row replay: every layer replayed whole (its full
+    ``(H, N, N)`` map, :func:`replay_layer`), every position's importances from a plain loop over heads
+    and keys in float64, then the top-down walk from the last position keeping edges ≥ τ."""
+    from attnkit.hf.lm_decomposition import record_lm, replay_layer
+
+    rec = record_lm(model, ids)
+    n = ids.shape[0]
+    edges, nodes, active = {}, {}, {n - 1}
+    for layer in range(rec.n_layers - 1, -1, -1):
+        p = replay_layer(rec, layer)
+        below = set(active)
+        for i in sorted(active):
+
+            def prox(t, s=p.mid[i]):
+                return max(0.0, float(s.abs().sum() - (s - t).abs().sum()))
+
+            terms = {}
+            for h in range(p.weights.shape[0]):
+                for j in range(i + 1):
+                    t = p.weights[h, i, j] * (p.head_values[h, j] @ p.w_o[h])
+                    if p.scale is not None:
+                        t = (t - t.mean() if p.center else t) * p.scale[i]
+                    terms[(h, j)] = (t, float(p.weights[h, i, j]))
+            z = sum(prox(t) for t, _ in terms.values()) + prox(p.residual[i])
+            for (h, j), (t, a) in terms.items():
+                if prox(t) / z >= tau and a > 0:
+                    edges[(layer, h, j, i)] = prox(t) / z
+                    below.add(j)
+            edges[(layer, None, i, i)] = prox(p.residual[i]) / z
+            m, o = p.mid[i], p.out[i]
+            rm = [max(0.0, float(o.abs().sum() - (o - t).abs().sum())) for t in (m, o - m)]
+            if rm[1] / sum(rm) >= tau:
+                nodes[(layer, i)] = rm[1] / sum(rm)
+        active = below
+    return edges, nodes, int(rec.trace.logits[n - 1].argmax())
+
+
+@pytest.mark.parametrize(
+    ("family", "attn", "tau"),
+    [("gpt2", None, 0.005), ("llama", None, 0.0), ("gpt_neox", None, 0.005), ("mistral", "eager", 0.005)],
+)
+def test_the_row_replay_equals_the_dense_computation(family, attn, tau, monkeypatch):
+    """GPT-2, Llama 3's grouped-query attention, GPT-NeoX's parallel block and Mistral's sliding window
+    (under eager attention: the map is taken whole, its rows read): the routes from the reached rows only,
+    in chunks of a few rows, equal the dense computation's (edges, weights, MLP nodes, the predicted token)."""
+    import attnkit.attribution.information_flow as flow
+
+    model, tok = build_tiny(family, attn_implementation=attn)
+    model = model.double()
+    ids = torch.tensor(tok(TEXT)["input_ids"])
+    edges, nodes, token = _dense_routes(model, ids, tau)
+    monkeypatch.setattr(flow, "_ROWS", 4 * 3 * ids.shape[0])  # about 3 rows of α per chunk
+    g = information_flow_routes(model, ids, threshold=tau)
+    assert g.token == token
+    got = _edges(g)
+    assert got.keys() == edges.keys() and len({i for (_, _, _, i) in got}) > 3  # the walk reached several rows
+    assert all(got[key] == pytest.approx(w, abs=1e-9) for key, w in edges.items())
+    assert {(m.layer, m.position): m.weight for m in g.mlp_nodes} == pytest.approx(nodes, abs=1e-9)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "gemma2"])
+def test_the_recording_keeps_the_chosen_positions_logits_only_and_they_are_the_models(family):
+    """Gemma 2 soft-caps its final logits: the one row kept is still the model's own output there."""
+    from attnkit.hf.lm_decomposition import record_lm
+
+    model, ids = _model(family)
+    with torch.no_grad():
+        full = model(ids[None], use_cache=False).logits[0]  # (N, V)
+    rec = record_lm(model, ids, logits_at=3)
+    assert rec.trace.logits is None and rec.position_logits.shape == full[3].shape
+    torch.testing.assert_close(rec.position_logits, full[3], atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match="logits_at"):
+        record_lm(model, ids, logits_at=ids.shape[0])
+
+
+def test_a_model_whose_attention_bypasses_the_interface_is_refused_in_one_line():
+    """The row replay takes its queries and keys at the attention interface: a module that never calls it
+    (a remote-code model) is refused, never walked with weights that were not the model's."""
+    from attnkit.hf.capture import UntraceableModelError
+    from hf_tiny import bypass_interface
+
+    model, ids = _model("llama")
+    bypass_interface(model)
+    with pytest.raises(UntraceableModelError, match="do not call transformers' attention interface") as err:
+        information_flow_routes(model, ids)
+    assert "\n" not in str(err.value)

@@ -16,12 +16,13 @@ The graph is built top-down from the chosen position at the last layer, as the p
 is on the graph at a layer's output if it is the chosen one or a kept edge leaves it higher up; its
 MLP node is kept if its importance is at least τ; its attention edges whose importance is at least τ
 are kept, and their sources are on the graph at the layer's input, as is the position itself (its
-residual). The model runs once as it runs without attnkit, keeping each layer's input
-(:func:`~attnkit.hf.lm_decomposition.record_lm`); then, from the last layer down, each layer is
-replayed (its attention module rerun for its weights, checked against the recorded output:
-:func:`~attnkit.hf.lm_decomposition.replay_layer`) and importances are computed **only for the
-positions the graph has reached there**, so one position's routes cost about two forward passes
-rather than ``O(H·N²·D)`` per layer, and no layer's ``(H, N, N)`` maps outlive it. ``τ = 0`` keeps
+residual). The model runs once as it runs without attnkit, keeping each layer's input and computing
+the chosen position's logits only (:func:`~attnkit.hf.lm_decomposition.record_lm`); then, from the
+last layer down, each layer is replayed **only at the positions the graph has reached there**
+(:class:`~attnkit.hf.lm_rows.LayerRows`: its attention module rerun up to the kernel for its queries
+and keys, the reached rows of α formed in chunks of at most ``_ROWS`` elements, the block rebuilt at
+those rows and checked against the recorded output), so one position's routes cost about one forward
+pass more, never build a layer's ``(H, N, N)`` map, and drop each layer's residuals once walked. ``τ = 0`` keeps
 every edge with a non-zero attention weight, and then every earlier position is reached.
 
 :func:`information_flow_stream` yields the graph as the walk builds it: one :class:`FlowLayer` (that
@@ -42,7 +43,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from ..hf.lm_decomposition import LMLayerParts, record_lm, replay_layer, require_decoder
+from ..hf.lm_decomposition import LMRecording, lm_logits, record_lm, require_decoder
+from ..hf.lm_rows import LayerRows, LMRowParts
 from .lm_mixing import LensRow, lens_rows
 
 __all__ = [
@@ -55,6 +57,7 @@ __all__ = [
 ]
 
 _CHUNK = 1 << 22  # elements of one (rows, N, D) block of terms
+_ROWS = 1 << 24  # elements of one chunk of attention rows (H, rows, K)
 
 
 @dataclass(frozen=True)
@@ -149,49 +152,66 @@ def _prox(total: Tensor, parts: Tensor) -> Tensor:
     return (total.abs().sum(-1, keepdim=True) - (total.unsqueeze(-2) - parts).abs().sum(-1)).clamp_min(0.0)
 
 
-def _layer_importances(p: LMLayerParts, targets: list[int], tau: float) -> dict:
-    """One layer's importances at ``targets`` only (the positions the graph has reached): the kept
+def _row_importances(p: LMRowParts, tau: float) -> dict:
+    """One layer's importances at ``p.rows`` only (the positions the graph has reached): the kept
     attention edges (importance ≥ τ, α > 0) into them, and their residual and MLP shares.
 
-    Head by head, each head's ``f^h (N, D)`` is formed once and its terms ``α^h_ij f^h(u_j)`` (through
-    the norm after the attention where the block has one) are compared with ``mid_i`` for the targets in
-    chunks of at most ``_CHUNK`` elements; keys after a target (α = 0 in a decoder) are skipped."""
+    Head by head, each head's ``f^h (K, D)`` is formed once and its terms ``α^h_ij f^h(u_j)`` (through
+    the norm after the attention where the block has one) are compared with ``mid_i`` for the rows in
+    chunks of at most ``_CHUNK`` elements; keys after the last row (α = 0 in a decoder) are not formed."""
     d = p.residual.shape[1]
-    heads = p.weights.shape[0]
-    t_idx = torch.tensor(targets, dtype=torch.long, device=p.mid.device)
-    k = len(targets)
-    mid = p.mid[t_idx]  # (k, D)
-    keys = int(t_idx.max()) + 1  # causal: no key after the last target carries weight
-    prox_h = mid.new_zeros(k, heads, keys)  # (k, H, keys)
+    heads, k, keys = p.weights.shape  # (H, k, K)
+    mid = p.mid  # (k, D)
+    prox_h = mid.new_zeros(k, heads, keys)  # (k, H, K)
     rows = max(1, _CHUNK // max(1, keys * d))
     cols = max(1, _CHUNK // max(1, rows * d))
-    scale = None if p.scale is None else p.scale[t_idx]  # (k, D)
     for h in range(heads):
-        f = p.head_values[h, :keys] @ p.w_o[h]  # (keys, D): f^h(u_j)
+        f = p.head_values[h] @ p.w_o[h]  # (K, D): f^h(u_j)
         for lo in range(0, k, rows):
             hi = min(k, lo + rows)
             for c0 in range(0, keys, cols):
                 c1 = min(keys, c0 + cols)
-                t = p.weights[h, t_idx[lo:hi], c0:c1, None] * f[None, c0:c1]  # (c, s, D)
-                if scale is not None:
+                t = p.weights[h, lo:hi, c0:c1, None] * f[None, c0:c1]  # (r, c, D)
+                if p.scale is not None:
                     if p.center:
                         t = t - t.mean(-1, keepdim=True)
-                    t = t * scale[lo:hi, None, :]
+                    t = t * p.scale[lo:hi, None, :]
                 prox_h[lo:hi, h, c0:c1] = _prox(mid[lo:hi], t)
-    prox_r = _prox(mid, p.residual[t_idx].unsqueeze(-2))[:, 0]  # (k,)
+        del f
+    prox_r = _prox(mid, p.residual.unsqueeze(-2))[:, 0]  # (k,)
     z = (prox_h.sum((1, 2)) + prox_r).clamp_min(torch.finfo(mid.dtype).tiny)  # (k,)
-    imp = prox_h / z[:, None, None]  # (k, H, keys)
-    alive = (imp >= tau) & (p.weights[:, t_idx, :keys].transpose(0, 1) > 0)
-    kept = [(targets[a], h, j, float(imp[a, h, j])) for a, h, j in alive.nonzero().tolist()]
-    out = p.out[t_idx]
-    prox_m = _prox(out, torch.stack([mid, out - mid], dim=-2))  # (k, 2): residual, MLP
+    imp = prox_h / z[:, None, None]  # (k, H, K)
+    alive = (imp >= tau) & (p.weights.transpose(0, 1) > 0)
+    kept = [(p.rows[a], h, j, float(imp[a, h, j])) for a, h, j in alive.nonzero().tolist()]
+    prox_m = _prox(p.out, torch.stack([mid, p.out - mid], dim=-2))  # (k, 2): residual, MLP
     share = prox_m / prox_m.sum(-1, keepdim=True).clamp_min(torch.finfo(mid.dtype).tiny)
     return {
         "edges": kept,
-        "residual": dict(zip(targets, (prox_r / z).tolist())),
-        "mlp": dict(zip(targets, share[:, 1].tolist())),
+        "residual": dict(zip(p.rows, (prox_r / z).tolist())),
+        "mlp": dict(zip(p.rows, share[:, 1].tolist())),
         "heads": heads,
     }
+
+
+def _layer_importances(rec: LMRecording, layer: int, targets: list[int], tau: float) -> dict:
+    """:func:`_row_importances` of layer ``layer`` at ``targets`` (sorted), the targets taken in chunks
+    whose attention rows ``(H, rows, K)`` hold at most ``_ROWS`` elements: the layer's queries and keys
+    are taken once (:class:`~attnkit.hf.lm_rows.LayerRows`), each chunk's rows of α formed, used and
+    dropped, and nothing of the layer outlives the call."""
+    replay = LayerRows(rec, layer, targets[-1] + 1)
+    heads = int(replay.head_values.shape[0])
+    info: dict = {"edges": [], "residual": {}, "mlp": {}, "heads": heads}
+    lo = 0
+    while lo < len(targets):
+        hi = lo + 1  # one row at least; more while the chunk's (H, rows, K) stays within _ROWS
+        while hi < len(targets) and (hi + 1 - lo) * heads * (targets[hi] + 1) <= _ROWS:
+            hi += 1
+        part = _row_importances(replay.parts(targets[lo:hi]), tau)
+        info["edges"] += part["edges"]
+        info["residual"].update(part["residual"])
+        info["mlp"].update(part["mlp"])
+        lo = hi
+    return info
 
 
 def information_flow_routes(
@@ -245,8 +265,9 @@ def _walk(
 ) -> Iterator[FlowLayer | InformationFlowGraph]:
     """The top-down walk of :func:`information_flow_stream` (arguments checked)."""
     with torch.no_grad():
-        rec = record_lm(model, input_ids)
-        predicted = int(rec.trace.logits[pos].argmax())
+        rec = record_lm(model, input_ids, logits_at=pos)
+        logits = rec.position_logits if rec.position_logits is not None else lm_logits(model, rec.trace.final[pos])
+        predicted = int(logits.argmax())
         lens = lens_rows(model, [rec.inputs[0][pos], *(o[pos] for o in rec.outputs)], predicted, k)
     active = {pos}
     edges: list[FlowEdge] = []
@@ -255,9 +276,12 @@ def _walk(
     heads = 0
     for layer in range(rec.n_layers - 1, -1, -1):
         targets = sorted(active)
-        with torch.no_grad():  # one layer's maps at a time
-            info = _layer_importances(replay_layer(rec, layer), targets, threshold)
+        with torch.no_grad():  # the reached rows of one layer's maps at a time
+            info = _layer_importances(rec, layer, targets, threshold)
         heads = info["heads"]
+        rec.outputs[layer] = None  # this layer is done: its output (the next layer's input) is not read again
+        if layer + 1 < rec.n_layers:
+            rec.inputs[layer + 1] = None
         part = FlowLayer(layer, [], [], {})
         for i in targets:
             w = info["mlp"][i]

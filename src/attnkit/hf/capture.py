@@ -51,6 +51,7 @@ __all__ = [
     "attention_weights",
     "capture_attention",
     "untraceable",
+    "watch_attention_call",
 ]
 
 KINDS = ("enc_self", "dec_self", "cross", "self")
@@ -138,7 +139,11 @@ def attention_weights(
     q = (query if every else query[:, idx]).to(wide)  # (B, h, Tq, D)
     k = (key if every and group == 1 else key[:, [h // group for h in idx]]).to(wide)  # (B, h, Tk, D)
     scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
-    scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, h, Tq, Tk)
+    scores = torch.matmul(q, k.transpose(-1, -2))  # (B, h, Tq, Tk)
+    # in place where no gradient flows: one (B, h, Tq, Tk) block besides the softmax's output, not three
+    # (2 GiB each for 32 heads at 4,096 tokens); the same operations in the same order, the same numbers
+    inplace = not scores.requires_grad
+    scores = scores.mul_(scale) if inplace else scores * scale
     t_q, t_k = scores.shape[-2:]
     low = torch.finfo(torch.float32).min
     mask = attention_mask
@@ -159,8 +164,18 @@ def attention_weights(
         else:
             mask = bias + mask
     if mask is not None:
-        scores = scores + torch.where(mask, 0.0, low) if mask.dtype == torch.bool else scores + mask
-    return torch.softmax(scores.clamp_min(low), dim=-1)
+        add = torch.where(mask, 0.0, low) if mask.dtype == torch.bool else mask
+        scores = scores.add_(add) if inplace and _broadcasts(add, scores) else scores + add
+    scores = scores.clamp_min_(low) if inplace else scores.clamp_min(low)
+    return torch.softmax(scores, dim=-1)
+
+
+def _broadcasts(small: Tensor, big: Tensor) -> bool:
+    """Whether ``big += small`` can run in place: ``small`` broadcasts to ``big``'s shape and dtype, not beyond."""
+    return (
+        torch.broadcast_shapes(small.shape, big.shape) == big.shape
+        and torch.promote_types(small.dtype, big.dtype) == big.dtype
+    )
 
 
 # -- the watch on transformers' attention functions ------------------------------------------------
@@ -187,6 +202,24 @@ def _install() -> None:
 
         setattr(watched, _WRAPPED, True)
         register_attention_function(impl, watched)
+
+
+@contextmanager
+def watch_attention_call(module: nn.Module, record: Callable) -> Iterator[None]:
+    """Within the block, each call this thread's runs of ``module`` make to ``transformers``' ``sdpa``
+    attention interface is first handed to ``record(module, query, key, attention_mask, kwargs)`` (the
+    very tensors the kernel receives; ``kwargs`` with ``scaling``, ``is_causal``...). ``record`` may
+    raise to stop the module there, before the kernel runs: how a caller that needs the queries and keys
+    but not the output (a replay of chosen query rows) skips the work."""
+    if not callable(record):
+        raise TypeError(f"record must be callable, got {type(record).__name__}")
+    _install()
+    key = (threading.get_ident(), id(module))
+    _ACTIVE[key] = record
+    try:
+        yield
+    finally:
+        _ACTIVE.pop(key, None)
 
 
 def _expect_call(me: int, waiting: set[int]) -> Callable:

@@ -50,6 +50,7 @@ __all__ = [
     "LMRecording",
     "LMTrace",
     "NormLinear",
+    "check_replay",
     "final_norm",
     "final_norm_linear",
     "linearise_norm",
@@ -246,7 +247,9 @@ def lm_logits(model: nn.Module, x: Tensor) -> Tensor:
     return z if not cap else torch.tanh(z / cap) * cap
 
 
-def _check(replayed: Tensor, real: Tensor, what: str, model_type: str) -> None:
+def check_replay(replayed: Tensor, real: Tensor, what: str, model_type: str) -> None:
+    """Refuse in one line (:class:`HFModelError`) where a replayed block's output is not the model's
+    own (beyond a tolerance of 1,000 ulps of its largest value)."""
     scale = max(1.0, float(real.abs().max()))
     tol = 1e3 * torch.finfo(real.dtype).eps * scale
     err = float((replayed - real).abs().max())
@@ -293,9 +296,9 @@ def _check_call(model: nn.Module, input_ids: Tensor, fn: object, name: str) -> s
     return model_type
 
 
-def _run(model: nn.Module, model_type: str, input_ids: Tensor):
+def _run(model: nn.Module, model_type: str, input_ids: Tensor, **extra):
     kwargs = {} if model_type in ENCODER_ONLY else {"use_cache": False}
-    return model(input_ids=input_ids[None], **kwargs)
+    return model(input_ids=input_ids[None], **kwargs, **extra)
 
 
 @torch.no_grad()
@@ -319,7 +322,7 @@ def trace_lm(model: nn.Module, input_ids: Tensor, on_layer: Callable[[LMLayerPar
             if i == 0:
                 seen["embedding"] = x
             parts = _block_parts(model_type, module, i, x, alpha.pop(i))
-            _check(parts.out, y, f"layer {i + 1}", model_type)
+            check_replay(parts.out, y, f"layer {i + 1}", model_type)
             on_layer(parts)
             seen["final"] = y
 
@@ -342,7 +345,8 @@ class LMRecording:
     """One plain pass of a model, kept for :func:`replay_layer`: each layer's input ``inputs[l] (N, D)``
     (``inputs[0]`` the embeddings) and output ``outputs[l]``, the arguments its attention module was
     called with (by reference: the rotary tables and the mask are shared by the layers), and the
-    pass's :class:`LMTrace`."""
+    pass's :class:`LMTrace`; ``position_logits (V,)``: the logits at the position asked for
+    (``record_lm(..., logits_at=)``; the trace then has no logits), else None."""
 
     model: nn.Module
     model_type: str
@@ -350,6 +354,7 @@ class LMRecording:
     outputs: list[Tensor]
     calls: list[tuple[tuple, dict]]
     trace: LMTrace
+    position_logits: Tensor | None = None
 
     @property
     def n_layers(self) -> int:
@@ -358,11 +363,19 @@ class LMRecording:
 
 
 @torch.no_grad()
-def record_lm(model: nn.Module, input_ids: Tensor) -> LMRecording:
+def record_lm(model: nn.Module, input_ids: Tensor, *, logits_at: int | None = None) -> LMRecording:
     """Run ``model`` once on ``input_ids (N,)`` as it runs without attnkit (no attention captured),
     keeping each layer's input and output and its attention module's arguments: ``L`` residual streams
-    of ``(N, D)``, what a top-down walk needs to replay any layer later (:func:`replay_layer`)."""
+    of ``(N, D)``, what a top-down walk needs to replay any layer later (:func:`replay_layer`).
+    ``logits_at`` (a position, 0-based): the model computes the logits of that position only (its own
+    ``logits_to_keep``; every position's would be ``N × V`` floats, 2 GiB for Llama 3's 128,256-token
+    vocabulary at 4,096 tokens), kept as ``position_logits``."""
     model_type = _check_call(model, input_ids, None, "")
+    n_tokens = int(input_ids.shape[0])
+    if logits_at is not None and (
+        isinstance(logits_at, bool) or not isinstance(logits_at, int) or not 0 <= logits_at < n_tokens
+    ):
+        raise ValueError(f"logits_at must be a position in 0..{n_tokens - 1}, got {logits_at!r}")
     layers = layer_stack(model)
     inputs: dict[int, Tensor] = {}
     outputs: dict[int, Tensor] = {}
@@ -388,14 +401,16 @@ def record_lm(model: nn.Module, input_ids: Tensor) -> LMRecording:
         handles.append(layer.register_forward_hook(watch(i), with_kwargs=True))
         attn = block_layout(model_type, layer).attn
         handles.append(attn.register_forward_pre_hook(watch_attention(i), with_kwargs=True))
+    extra = {} if logits_at is None else {"logits_to_keep": torch.tensor([logits_at], device=input_ids.device)}
     try:
-        out = _run(model, model_type, input_ids)
+        out = _run(model, model_type, input_ids, **extra)
     finally:
         for h in handles:
             h.remove()
     n = len(layers)
     logits = getattr(out, "logits", None)
-    trace = LMTrace(inputs[0], outputs[n - 1], None if logits is None else logits[0], model_type)
+    logits = None if logits is None else logits[0]  # (N, V), or (1, V) at logits_at
+    trace = LMTrace(inputs[0], outputs[n - 1], logits if logits_at is None else None, model_type)
     return LMRecording(
         model,
         model_type,
@@ -403,6 +418,7 @@ def record_lm(model: nn.Module, input_ids: Tensor) -> LMRecording:
         [outputs[i] for i in range(n)],
         [calls[i] for i in range(n)],
         trace,
+        None if logits is None or logits_at is None else logits[0],
     )
 
 
@@ -423,5 +439,5 @@ def replay_layer(rec: LMRecording, i: int) -> LMLayerParts:
     with capture_attention(rec.model, lambda s, w: got.__setitem__("w", w[0]), sites=[site]):
         lay.attn(u[None], *args, **kwargs)
     parts = _block_parts(rec.model_type, layer, i, x, got["w"])
-    _check(parts.out, rec.outputs[i], f"layer {i + 1}", rec.model_type)
+    check_replay(parts.out, rec.outputs[i], f"layer {i + 1}", rec.model_type)
     return parts
