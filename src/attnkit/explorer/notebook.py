@@ -26,6 +26,7 @@ from ..tasks.translation.inference import TranslationAttention
 __all__ = [
     "ExplorerView",
     "attribution_html",
+    "repeated_view",
     "self_attention_html",
     "self_attention_view",
     "show",
