@@ -13,17 +13,18 @@ import torch
 from attnkit.hf import load_self_attention
 from hf_tiny import build_tiny, saved_tiny
 from served import served
-from test_explorer_browser import ARGS, CHROMIUM
+from test_explorer_browser import ARGS, CHROMIUM, SHOTS
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed")
 playwright = pytest.importorskip("playwright.sync_api")
 expect = playwright.expect
 TEXT = "Jesús lloró."
+SHIPPED_LM = "attention-only-2l-en"  # attnkit's shipped 2-layer attention-only model: its induction heads
 
 
 @pytest.fixture(scope="module")
 def server():
-    folders = [str(saved_tiny("bert")), str(saved_tiny("gpt2"))]
+    folders = [str(saved_tiny("bert")), str(saved_tiny("gpt2")), SHIPPED_LM]
     with served("--workers", "1", "--model", *folders, env={"HF_HUB_OFFLINE": "1"}) as url:
         yield url
 
@@ -156,6 +157,47 @@ def test_gpt2s_information_flow_graph_draws_and_a_block_shows_its_logit_lens(ser
     expect(page.locator(f"{card} .flow-row .flow-promotes")).to_contain_text("promotes")
     page.locator(f"{card} .flow-threshold").evaluate("s => { s.value = s.max; s.dispatchEvent(new Event('input')); }")
     assert page.locator(f"{card} .flow-edge:visible").count() < len(heads) or len(heads) == 1
+
+
+def test_repeated_random_tokens_name_the_layer_2_induction_head_and_draw_its_map(server, browser):
+    """The shipped attention-only model's card, N = 20 random tokens repeated twice: the page names the best
+    induction head (the server's, in layer 2), draws every head's map with the stripe outlined and the
+    best head's map flagged, titled with its prefix-matching score, and enlarges it with the 20 stripe cells
+    marked."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server)
+    card = f".sa-card[data-model='{SHIPPED_LM}']"
+    page.wait_for_selector(f"{card} .sa-repeat-go", timeout=120_000)
+    page.fill(f"{card} .sa-repeat-n", "20")
+    page.click(f"{card} .sa-repeat-go")
+    out = f"{card} .sa-repeat-out"
+    page.wait_for_selector(f"{out} .sa-best-head", timeout=120_000)
+    want = _api(server, "api/repeated", {"model": SHIPPED_LM, "length": 20, "seed": 0})["repeated"]["best"]
+    assert want["layer"] == 2 and want["prefix_matching"] >= 0.5
+    best = page.locator(f"{out} .sa-best-head")
+    assert best.get_attribute("data-layer") == "2" and best.get_attribute("data-head") == str(want["head"])
+    expect(best).to_contain_text(f"best induction head layer 2, head {want['head']}")
+    expect(page.locator(f"{out} .sa-grid canvas:not([data-head='mean'])")).to_have_count(2 * 4)
+    drawn = page.locator(f"{out} canvas.sa-best")
+    expect(drawn).to_have_count(1)
+    assert drawn.get_attribute("data-layer") == "1" and drawn.get_attribute("data-head") == str(want["head"] - 1)
+    assert f"prefix-matching {want['prefix_matching']:.3f}" in drawn.get_attribute("title")
+    size, strong = drawn.evaluate(  # pixels of weights over 0.5 (the page's blue at more than half opacity)
+        "c => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; "
+        "for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 128 && d[i + 2] > d[i]) n++; return [c.width, n]; }"
+    )
+    px = size // 40
+    assert px >= 3 and size == 40 * px  # 40 positions, 3 pixels or more each
+    assert strong >= 15 * (px - 2) ** 2  # the stripe's strong weights are drawn (at least 15 of its 20 cells)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "repeated-tokens.png"), full_page=True)
+    drawn.click()
+    page.wait_for_selector("#enlarged:not([hidden]) svg.matrix")
+    expect(page.locator("#enlarged .gold-sure")).to_have_count(20)
+    expect(page.locator("#enlarged .cell")).to_have_count(40 * 40)
+    with pytest.raises(urllib.error.HTTPError) as too_long:  # 130 positions: more than the model's 128
+        _api(server, "api/repeated", {"model": SHIPPED_LM, "length": 65})
+    assert too_long.value.code == 413 and "at most 64" in too_long.value.read().decode()
 
 
 def test_a_wide_heads_grid_scrolls_inside_its_card(server, browser):

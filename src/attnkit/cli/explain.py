@@ -56,6 +56,10 @@ def cmd_explain(args) -> None:
     if args.file is not None and corpus_job_wanted(args):  # a rank: its own GPU, before the model is loaded
         device = start_group(args.device)
     model = _open_model(args, DEFAULT_TRANSLATION_MODEL, device=device)
+    if args.repeated is not None:  # a language model's heads on random tokens repeated twice
+        from .explain_repeated import explain_repeated
+
+        return explain_repeated(args, model)
     if args.file is not None:  # every line of a file, in one process or split across processes
         from .explain_file import explain_file
 
@@ -297,7 +301,8 @@ def add_parser(sub) -> None:
         "--seed",
         type=arg_type(between(0, 2**31 - 1, integer=True), "seed"),
         default=None,
-        help="with --sample: the random seed; the same seed gives the same continuation (default: a new one, printed)",
+        help="with --sample: the random seed; the same seed gives the same continuation (default: a new one, "
+        "printed); with --repeated: the seed of the random tokens (default: 0)",
     )
     xp.add_argument(
         "--temperature",
@@ -331,6 +336,14 @@ def add_parser(sub) -> None:
         default=None,
         help="--method routes: keep the edges whose importance is at least this (Ferrando & Voita 2024) "
         "(default: 0.04)",
+    )
+    xp.add_argument(
+        "--repeated",
+        type=arg_type(between(2, 1_000_000, integer=True), "repeated"),
+        default=None,
+        metavar="N",
+        help="language models: instead of a text, N random tokens followed by the same N again (--seed), and the "
+        "best induction head's map (or --layer with --head) with the induction stripe marked (default: none)",
     )
     xp.add_argument(
         "--self-attention",

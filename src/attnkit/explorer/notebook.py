@@ -26,6 +26,7 @@ from ..tasks.translation.inference import TranslationAttention
 __all__ = [
     "ExplorerView",
     "attribution_html",
+    "repeated_view",
     "self_attention_html",
     "self_attention_view",
     "show",
@@ -184,6 +185,15 @@ def self_attention_view(maps, *, model: str = "") -> ExplorerView:
     return ExplorerView(self_attention=[p])
 
 
+def repeated_view(analysis) -> ExplorerView:
+    """A :class:`attnkit.service.RepeatedAnalysis` (random tokens repeated twice) as an inline view: the
+    heads grid of every layer and head, each titled with its prefix-matching score, the induction stripe and
+    the previous-token diagonal outlined, the best induction head named (what ``/api/repeated`` shows)."""
+    from .self_attention import repeated_payload
+
+    return ExplorerView(self_attention=[repeated_payload(analysis)])
+
+
 def self_attention_html(maps) -> str:
     """A :class:`attnkit.hf.self_attention.SelfAttentionMaps` as an inline view (iframe HTML)."""
     return self_attention_view(maps)._repr_html_()
@@ -193,7 +203,8 @@ def show(obj, data=None, *, method: str | None = None, target: str | None = None
     """An inline explorer view of ``obj``: a ``Translator`` with Spanish text ``data`` (``target`` forces
     the English), a ``Captioner`` with an image tensor ``(1, C, C)`` ``data``, an
     :class:`~attnkit.attribution.Attribution`, a ``TranslationAttention``, a decoder-only model's
-    :class:`~attnkit.service.GenerationAnalysis` (:func:`attnkit.service.analyse`), the routes view of an
+    :class:`~attnkit.service.GenerationAnalysis` (:func:`attnkit.service.analyse`), a
+    :class:`~attnkit.service.RepeatedAnalysis` (the heads on repeated random tokens), the routes view of an
     :class:`~attnkit.service.LMViewAnalysis` (the information-flow graph), or an explorer payload dict
     (:func:`attnkit.explorer.translation_payload` / ``caption_payload``). ``method``: an attribution method."""
     from ..errors import InputError
@@ -218,8 +229,10 @@ def show(obj, data=None, *, method: str | None = None, target: str | None = None
         return _caption_view(obj) if obj.is_image else _translation_view(obj)
     if isinstance(obj, TranslationAttention):
         return _translation_attention_view(obj)
-    from ..service import GenerationAnalysis, LMViewAnalysis
+    from ..service import GenerationAnalysis, LMViewAnalysis, RepeatedAnalysis
 
+    if isinstance(obj, RepeatedAnalysis):  # random tokens repeated twice: the heads grid, the stripe marked
+        return repeated_view(obj)
     if isinstance(obj, LMViewAnalysis):  # the routes graph (the logit lens, the direct logit attribution: tables)
         from .flow_view import flow_view
 
@@ -255,9 +268,10 @@ def _lm_view_html(analysis) -> str:
 
 
 def _register_lm_view() -> None:
-    from ..service import LMViewAnalysis
+    from ..service import LMViewAnalysis, RepeatedAnalysis
 
     register_html(LMViewAnalysis, _lm_view_html)
+    register_html(RepeatedAnalysis, lambda analysis: repeated_view(analysis)._repr_html_())
 
 
 _register_lm_view()

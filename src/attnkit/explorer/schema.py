@@ -238,6 +238,38 @@ class SelfAttentionLayer(_Strict):
     heads: list[Matrix] = Field(description="H × N × N: row i is what piece i attends to; heads[h] is head h + 1")
 
 
+class RepeatedHead(_Strict):
+    """One head's induction scores on the repeated random tokens (Olsson et al. 2022)."""
+
+    layer: int = Field(ge=1, description="1-based")
+    head: int = Field(ge=1, description="1-based")
+    prefix_matching: float = Field(description="mean attention from each second-half token to the induction stripe")
+    previous_token: float = Field(description="mean attention from each token to the one before it")
+
+
+class RepeatedBest(_Strict):
+    """The best induction head: the highest prefix-matching score on this sequence."""
+
+    layer: int = Field(ge=1, description="1-based")
+    head: int = Field(ge=1, description="1-based")
+    prefix_matching: float
+
+
+class Repeated(_Strict):
+    """What a map of random tokens repeated twice marks: ``length`` tokens, then the same again (``seed``)."""
+
+    length: int = Field(ge=2, description="N: random tokens in each half")
+    seed: int = Field(ge=0)
+    best: RepeatedBest = Field(description="the best induction head by prefix-matching score")
+    heads: list[RepeatedHead] = Field(description="every head's scores on this sequence")
+    stripe: list[list[int]] = Field(
+        description="[query, key] cells (1-based) of the induction stripe: key = query − N + 1"
+    )
+    previous_diagonal: list[list[int]] = Field(
+        description="[query, key] cells (1-based) of the previous-token diagonal"
+    )
+
+
 class SelfAttention(_Strict):
     """An encoder-only or decoder-only model's self-attention over one text: what bertviz's head view
     and model view show. The head means and the rollout come with the text; the per-head maps one
@@ -260,6 +292,9 @@ class SelfAttention(_Strict):
     rollout: Matrix | None = Field(description="N × N attention rollout (Abnar & Zuidema 2020); null for one layer")
     rollout_rule: str = Field(description="the rollout's formula, in words")
     layers: list[SelfAttentionLayer] = Field(description="the per-head maps of the layers asked for")
+    repeated: Repeated | None = Field(
+        None, description="random tokens repeated twice (/api/repeated): the scores and the marked diagonals"
+    )
 
 
 class LensToken(_Strict):

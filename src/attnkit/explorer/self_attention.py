@@ -6,6 +6,11 @@ bertviz's head view and model view show, and a decoder-only model's continuation
   (``layer``, 1-based like every layer and head number in the payload), so a long text's ``L · H · N²`` numbers are never sent, nor held, at once (the model runs
   once per asked layer and keeps only that layer's maps, :meth:`attnkit.hf.self_attention.SelfAttentionModel.stream`).
   ``all_layers`` (the notebook view and the exported page, no server) puts every layer in one payload.
+- :func:`repeated_payload` (``/api/repeated``, ``attnkit explain --repeated N --plot page.html`` and the
+  notebook's view of a :class:`~attnkit.service.RepeatedAnalysis`): the same payload for random tokens
+  repeated twice, every layer and head at once, with ``repeated``: each head's prefix-matching and
+  previous-token scores, the best induction head and the cells of the induction stripe and of the
+  previous-token diagonal, which the page outlines on every map.
 - :func:`generation_payload` (``/api/generate``): a greedy or sampled continuation of the prompt, or the
   text itself read with teacher forcing (``mode``), as a translation payload
   (:class:`~attnkit.explorer.schema.Translation`: source = the model's inputs, target = the attributed
@@ -22,7 +27,14 @@ from ..alignment import attention_rollout, words_from_pieces
 from ..service import GenerationAnalysis, TranslationAnalysis
 from .payload import AnswerTooLarge, _rows, attribution_fields, translation_answer, word_links
 
-__all__ = ["generation_answer", "generation_payload", "self_attention_numbers", "self_attention_payload"]
+__all__ = [
+    "generation_answer",
+    "generation_payload",
+    "repeated_payload",
+    "repeated_tokens_payload",
+    "self_attention_numbers",
+    "self_attention_payload",
+]
 
 ROLLOUT_RULE = "R = Â_L ⋯ Â_1 with Â_l = rownorm(A_l + I) (A_l = layer l's head mean, I for the residual)"
 
@@ -150,3 +162,54 @@ def generation_payload(
     m = sa if isinstance(sa, Model) else Model(model, ModelKind.SELF_ATTENTION, sa, ModelSpec(model or "model"))
     request = GenerationRequest(text, max_new_tokens=max_new_tokens, method=method, steps=steps, **fields)
     return generation_answer(analyse(m, request, progress))
+
+
+def repeated_payload(analysis, *, kv_groups: list[int] | None = None) -> dict:
+    """The :class:`~attnkit.explorer.schema.SelfAttention` payload of a
+    :class:`~attnkit.service.RepeatedAnalysis` (random tokens repeated twice): every layer's per-head maps,
+    the head means and the rollout, and ``repeated`` (the scores, the best head and the marked cells, all
+    numbered from 1), which the page draws as the heads grid with the stripe outlined."""
+    att = analysis.attention  # (L, H, 2N, 2N)
+    mean = att.mean(1)  # (L, 2N, 2N)
+    L, H = att.shape[:2]
+    layer, head, score = analysis.best
+    return {
+        "model": analysis.model,
+        "kind": analysis.kind,
+        "text": "".join(analysis.pieces).replace("\u2581", " ").strip(),
+        "causal": True,
+        "pieces": list(analysis.pieces),
+        "words": words_from_pieces(analysis.pieces),
+        "num_layers": L,
+        "num_heads": H,
+        "kv_groups": kv_groups,
+        "head_mean": _rows(mean, 4),
+        "rollout": _rows(attention_rollout(mean)),
+        "rollout_rule": ROLLOUT_RULE,
+        "layers": [{"layer": li + 1, "heads": _rows(att[li], 4)} for li in range(L)],
+        "repeated": {
+            "length": analysis.length,
+            "seed": analysis.seed,
+            "best": {"layer": layer, "head": head, "prefix_matching": round(score, 5)},
+            "heads": [
+                {
+                    **h,
+                    "prefix_matching": round(h["prefix_matching"], 5),
+                    "previous_token": round(h["previous_token"], 5),
+                }
+                for h in analysis.heads()
+            ],
+            "stripe": analysis.stripe(),
+            "previous_diagonal": analysis.previous(),
+        },
+    }
+
+
+def repeated_tokens_payload(sa, *, model: str = "", length: int = 20, seed: int = 0) -> dict:
+    """:func:`attnkit.service.analyse` of a :class:`~attnkit.service.RepeatedRequest` on the decoder-only
+    model ``sa`` (what ``/api/repeated`` runs in the light lane), as :func:`repeated_payload` builds it."""
+    from ..service import Model, ModelKind, ModelSpec, RepeatedRequest, analyse
+
+    m = sa if isinstance(sa, Model) else Model(model, ModelKind.SELF_ATTENTION, sa, ModelSpec(model or "model"))
+    kv = m.impl.kv_groups() if hasattr(m.impl, "kv_groups") else None
+    return repeated_payload(analyse(m, RepeatedRequest(length, seed=seed)), kv_groups=kv)

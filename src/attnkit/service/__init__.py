@@ -5,6 +5,8 @@ model with :func:`open_model` and analyses an input with :func:`analyse`, passin
   :func:`model_folder`: only the folder a model argument means, for commands that read its files.
 - :class:`Model`: a loaded model of a known :class:`ModelKind`, with the :class:`ModelSpec` that loads it
   again (in a worker process, or at a training run's newer checkpoint).
+- :func:`repeated_attention`: a language model's maps and induction scores on random tokens repeated twice
+  (the induction stripe), for notebooks: ``analyse`` of a :class:`RepeatedRequest`.
 - ``Request`` records say what to analyse and which views to compute; an ``Analysis`` holds what was
   computed (tokens, maps, attributions, alignment, timings); the server's payloads and the CLI's output
   are pure functions of an ``Analysis``.
@@ -17,11 +19,21 @@ from .analysis import (
     GenerationAnalysis,
     GuidedLinks,
     LMViewAnalysis,
+    RepeatedAnalysis,
     TranslationAnalysis,
 )
 from .model import Model, ModelKind, ModelSpec
 from .open import model_folder, model_kind, newest_spec, open_model
-from .requests import CaptionRequest, GenerationRequest, LMViewRequest, MethodOptions, Request, TranslationRequest
+from .repeated import repeated_attention
+from .requests import (
+    CaptionRequest,
+    GenerationRequest,
+    LMViewRequest,
+    MethodOptions,
+    RepeatedRequest,
+    Request,
+    TranslationRequest,
+)
 
 __all__ = [
     "Analysis",
@@ -36,6 +48,8 @@ __all__ = [
     "Model",
     "ModelKind",
     "ModelSpec",
+    "RepeatedAnalysis",
+    "RepeatedRequest",
     "Request",
     "TranslationAnalysis",
     "TranslationRequest",
@@ -45,4 +59,5 @@ __all__ = [
     "model_kind",
     "newest_spec",
     "open_model",
+    "repeated_attention",
 ]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ..errors import InputError
 from .analysis import CaptionAnalysis, GenerationAnalysis, GuidedLinks, LMViewAnalysis, TranslationAnalysis
 from .model import Model
-from .requests import CaptionRequest, GenerationRequest, LMViewRequest, TranslationRequest
+from .requests import CaptionRequest, GenerationRequest, LMViewRequest, RepeatedRequest, TranslationRequest
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -62,7 +62,7 @@ def _refusal(impl, method: str) -> str | None:
 
 def analyse(
     model: Model,
-    request: TranslationRequest | CaptionRequest | GenerationRequest | LMViewRequest,
+    request: TranslationRequest | CaptionRequest | GenerationRequest | LMViewRequest | RepeatedRequest,
     progress: Progress | None = None,
     *,
     search: dict | None = None,
@@ -87,8 +87,12 @@ def analyse(
         from .lm_view import analyse_lm_view
 
         return analyse_lm_view(model, request, progress, on_layer)
+    if isinstance(request, RepeatedRequest):
+        from .repeated import analyse_repeated
+
+        return analyse_repeated(model, request)
     raise TypeError(
-        "request must be a TranslationRequest, CaptionRequest, GenerationRequest or LMViewRequest, "
+        "request must be a TranslationRequest, CaptionRequest, GenerationRequest, LMViewRequest or RepeatedRequest, "
         f"got {type(request).__name__}"
     )
 

@@ -16,7 +16,15 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 
-__all__ = ["Analysis", "CaptionAnalysis", "GenerationAnalysis", "GuidedLinks", "LMViewAnalysis", "TranslationAnalysis"]
+__all__ = [
+    "Analysis",
+    "CaptionAnalysis",
+    "GenerationAnalysis",
+    "GuidedLinks",
+    "LMViewAnalysis",
+    "RepeatedAnalysis",
+    "TranslationAnalysis",
+]
 
 
 def _restore(cls, data: bytes):
@@ -238,4 +246,85 @@ class LMViewAnalysis(_Portable):
         return html_for(self) or f"<pre>{self.to_dict()}</pre>"
 
 
-Analysis = TranslationAnalysis | CaptionAnalysis | GenerationAnalysis | LMViewAnalysis
+@dataclass
+class RepeatedAnalysis(_Portable):
+    """A language model's attention on ``length`` random tokens repeated twice (:class:`RepeatedRequest`):
+    ``ids`` and ``pieces`` the ``2 · length`` tokens, ``attention`` every layer's and head's map
+    ``(L, H, 2·length, 2·length)``, ``prefix_matching`` and ``previous_token`` each head's score on this
+    sequence (``[layer][head]``, 0-based lists: :func:`attnkit.models.induction.prefix_matching_from_attention`),
+    ``best`` the best induction head ``(layer, head, score)`` and ``layer``, ``head`` the head shown, both
+    numbered from 1.
+
+    In the shown map two diagonals are marked: the induction stripe, where query ``i`` (of the second
+    half) attends to key ``i − length + 1``, the token after the earlier occurrence of its own token; and
+    the previous-token diagonal, key ``i − 1``. :meth:`to_dict` is the JSON of the CLI (positions from 1)."""
+
+    model: str
+    kind: str
+    request: Any
+    length: int
+    seed: int
+    ids: list[int]
+    pieces: list[str]
+    attention: Tensor
+    prefix_matching: list[list[float]]
+    previous_token: list[list[float]]
+    best: tuple[int, int, float]
+    layer: int
+    head: int
+    spec: Any = None
+    seconds: float = 0.0
+
+    def stripe(self) -> list[list[int]]:
+        """The induction stripe's cells ``[query, key]`` (1-based): key = query − length + 1, for every
+        query of the second half."""
+        n = self.length
+        return [[q, q - n + 1] for q in range(n + 1, 2 * n + 1)]
+
+    def previous(self) -> list[list[int]]:
+        """The previous-token diagonal's cells ``[query, key]`` (1-based): key = query − 1."""
+        return [[q, q - 1] for q in range(2, 2 * self.length + 1)]
+
+    def map(self, layer: int | None = None, head: int | None = None) -> Tensor:
+        """The ``(2·length, 2·length)`` map of ``layer``, ``head`` (1-based; default the head shown)."""
+        layer, head = layer or self.layer, head or self.head
+        return self.attention[layer - 1, head - 1]
+
+    def heads(self) -> list[dict]:
+        """Every head's scores on this sequence, numbered from 1."""
+        return [
+            {"layer": li + 1, "head": hi + 1, "prefix_matching": p, "previous_token": self.previous_token[li][hi]}
+            for li, row in enumerate(self.prefix_matching)
+            for hi, p in enumerate(row)
+        ]
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the sequence, every head's scores, the best head, the shown head's map and the two
+        marked diagonals (positions, layers and heads from 1)."""
+        layer, head, score = self.best
+        return {
+            "model": self.model,
+            "kind": self.kind,
+            "length": self.length,
+            "seed": self.seed,
+            "ids": self.ids,
+            "pieces": self.pieces,
+            "heads": self.heads(),
+            "best_head": {"layer": layer, "head": head, "prefix_matching": score},
+            "layer": self.layer,
+            "head": self.head,
+            "prefix_matching": self.prefix_matching[self.layer - 1][self.head - 1],
+            "previous_token": self.previous_token[self.layer - 1][self.head - 1],
+            "scores": [[round(float(v), 5) for v in row] for row in self.map()],
+            "stripe": self.stripe(),
+            "previous_diagonal": self.previous(),
+            "seconds": round(self.seconds, 3),
+        }
+
+    def _repr_html_(self) -> str:  # Jupyter, VS Code, Colab: the explorer's heads grid with the stripe marked
+        from ..display import html_for
+
+        return html_for(self) or f"<pre>{self.to_dict()}</pre>"
+
+
+Analysis = TranslationAnalysis | CaptionAnalysis | GenerationAnalysis | LMViewAnalysis | RepeatedAnalysis

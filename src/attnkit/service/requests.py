@@ -18,6 +18,7 @@ __all__ = [
     "GenerationRequest",
     "LMViewRequest",
     "MethodOptions",
+    "RepeatedRequest",
     "Request",
     "TranslationRequest",
 ]
@@ -234,4 +235,30 @@ class LMViewRequest:
                 raise InputError(f"token is for the direct_logit view, not {self.view}")
 
 
-Request = TranslationRequest | CaptionRequest | GenerationRequest | LMViewRequest
+@dataclass(frozen=True)
+class RepeatedRequest:
+    """A language model's attention on ``length`` random tokens followed by the same tokens again, the
+    input on which an induction head shows its stripe (Olsson et al. 2022, "In-context Learning and
+    Induction Heads"): the tokens are drawn as the induction scores draw them (seeded by ``seed``, special
+    tokens excluded: the first row :func:`attnkit.service.induction.measure_induction` scores with the same
+    seed). ``layer`` and ``head`` (1-based) choose the head shown; None: the best induction head by
+    prefix-matching score on this sequence."""
+
+    length: int
+    seed: int = 0
+    layer: int | None = None
+    head: int | None = None
+
+    def __post_init__(self) -> None:
+        _positive_int("length", self.length)
+        if self.length < 2:
+            raise InputError(f"length must be at least 2 random tokens, got {self.length}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise InputError(f"seed must be a whole number ≥ 0, got {self.seed!r}")
+        _positive_int("layer", self.layer, optional=True)
+        _positive_int("head", self.head, optional=True)
+        if (self.layer is None) != (self.head is None):
+            raise InputError("layer and head go together: give both to choose a head, or neither for the best one")
+
+
+Request = TranslationRequest | CaptionRequest | GenerationRequest | LMViewRequest | RepeatedRequest

@@ -8,6 +8,8 @@ asks for each layer's per-head maps (``"layer": l``, 1-based: ``1..L``), one ans
 "sample"`` with ``temperature``, ``top_k``, ``seed``), or reads the text as given (``"mode": "forced"``,
 teacher forcing), and attributes each token to the tokens before it
 (:mod:`attnkit.attribution.generation`; ``"contrast"``: contrastive, for the gradient methods).
+``/api/repeated`` reads ``length`` seeded random tokens repeated twice and answers every layer's and head's
+maps with each head's induction scores and the induction stripe's cells (:func:`attnkit.explorer.self_attention.repeated_payload`).
 
 Every bound is checked before a tensor is built: the text's characters (``--max-text-chars``), then its
 tokens (``--max-tokens`` and the model's own maximum), the layer, the number of new tokens and the method.
@@ -31,11 +33,17 @@ from ...hf.sampling import TEMPERATURES
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..loading import checkpoint_fields
-from ..self_attention import generation_answer, generation_payload, self_attention_numbers, self_attention_payload
+from ..self_attention import (
+    generation_answer,
+    generation_payload,
+    repeated_tokens_payload,
+    self_attention_numbers,
+    self_attention_payload,
+)
 from ..state import client_of, explorer, pick, run_light
 from .translate import JOB_NAME
 
-__all__ = ["GenerateRequest", "SelfAttentionRequest", "router"]
+__all__ = ["GenerateRequest", "RepeatedTokensRequest", "SelfAttentionRequest", "router"]
 
 router = APIRouter()
 #: the methods of /api/generate run as heavy jobs: a backward pass per token, value zeroing's replay of a layer
@@ -75,6 +83,12 @@ class GenerateRequest(BaseModel):
         None, description="a gradient method: explain log p(token) − log p(contrast), one token of the vocabulary"
     )
     job: str | None = Field(None, pattern=JOB_NAME, description="follow the work at /api/progress/{job}")
+
+
+class RepeatedTokensRequest(BaseModel):
+    model: schema.Text | None = Field(None, description="a loaded decoder-only model's name (default: the first)")
+    length: int = Field(20, ge=2, description="N: random tokens, then the same N again (2·N positions)")
+    seed: int = Field(0, ge=0, lt=2**31, description="the random tokens' seed (the same seed, the same tokens)")
 
 
 def _checked_ids(ex, name: str, sa, text: str, extra: int = 0) -> list[int]:
@@ -118,6 +132,35 @@ async def self_attention(req: SelfAttentionRequest, request: Request):
             "(--max-answer-numbers): shorten the text",
         )
     return await run_light(request, self_attention_payload, sa, req.text.strip(), model=name, layer=req.layer, ids=ids)
+
+
+@router.post("/api/repeated", response_model=schema.SelfAttention, responses=ERRORS)
+async def repeated(req: RepeatedTokensRequest, request: Request):
+    """A decoder-only model's every layer and head on ``length`` random tokens repeated twice (drawn as the
+    induction scores draw them, :class:`attnkit.service.RepeatedRequest`), each head's prefix-matching score,
+    the best induction head and the induction stripe's cells (Olsson et al. 2022)."""
+    ex = explorer(request)
+    o = ex.options
+    name, sa = pick(ex.models.self_attention, req.model, "self-attention")
+    if not sa.can_generate:
+        raise ApiError(422, f"{name} is an encoder-only model: the induction stripe is a causal language model's")
+    n, model_max = 2 * req.length, sa.max_length()
+    limit = o.max_tokens if model_max is None else min(o.max_tokens, model_max)
+    if n > limit:
+        raise ApiError(
+            413,
+            f"length {req.length} makes {n} tokens; the limit is {limit} (--max-tokens {o.max_tokens}"
+            + (f"; {name} reads at most {model_max} positions)" if model_max else ")")
+            + f": give a length of at most {limit // 2}",
+        )
+    count = self_attention_numbers(sa.num_layers, sa.num_heads, n, None, True)
+    if count > o.max_answer_numbers:
+        raise ApiError(
+            413,
+            f"these maps hold {count} numbers; the limit of one answer is {o.max_answer_numbers} "
+            "(--max-answer-numbers): give a smaller length",
+        )
+    return await run_light(request, repeated_tokens_payload, sa, model=name, length=req.length, seed=req.seed)
 
 
 @router.post("/api/generate", response_model=schema.Translation, responses=ERRORS)

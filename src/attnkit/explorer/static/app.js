@@ -252,13 +252,13 @@ function renderHeads(p) {
   return box;
 }
 
-function enlarge(title, mat, rows, cols) {
+function enlarge(title, mat, rows, cols, gold = null) { // gold: cells to outline ({sure, possible}, matrixSvg's)
   const box = document.getElementById("enlarged");
   const close = el("button", { class: "close", title: "close (Esc)", onclick: () => { box.hidden = true; } }, "close ✕");
   // cells as large as the window allows (between 12 and 32 px), so a long verse still fits
   const room = Math.min(window.innerWidth * 0.8 - 160, window.innerHeight * 0.9 - 200);
   const cell = Math.max(12, Math.min(32, Math.floor(room / Math.max(rows.length, cols.length, 1))));
-  const svg = matrixSvg(mat, rows, cols, cell, null, Math.max(10, Math.min(14, cell * 0.5)));
+  const svg = matrixSvg(mat, rows, cols, cell, gold, Math.max(10, Math.min(14, cell * 0.5)));
   const status = el("div", { class: "status" }, "hover a cell for its value");
   svg.querySelectorAll(".cell").forEach((c) => c.addEventListener("mouseenter", () => {
     status.textContent = `${rows[+c.dataset.r]} → ${cols[+c.dataset.c]}: ${fmt(c.dataset.w)}`; }));

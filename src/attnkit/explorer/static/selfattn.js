@@ -3,7 +3,9 @@
 // head means first, then one layer's heads per request), and a decoder-only model's continuation with
 // its attributions from /api/generate (drawn as a translation card: context → continuation), and the
 // information-flow graph of the text's next token from /api/flow/stream (drawn layer by layer by static/flow.js: layers × positions,
-// a threshold slider, an edge's click shows its head's attention row, a block's click its logit lens).
+// a threshold slider, an edge's click shows its head's attention row, a block's click its logit lens), and
+// every head on N random tokens repeated twice from /api/repeated, the induction stripe outlined and each
+// head's prefix-matching score in its title (Olsson et al. 2022).
 "use strict";
 
 const SA = { models: [], run: 0 };
@@ -25,7 +27,8 @@ function saHeadsGrid(p, pieces) { // L rows × (H heads + the mean); a layer's h
     else grid.append(el("span", {}, ""));
   }
   const fill = (layer) => layer.heads.forEach((mat, h) => slots[layer.layer - 1][h].replaceWith(
-    saCanvas(mat, pieces, `layer ${layer.layer}, ${saHeadName(p, h, true)}`, layer.layer - 1, h)));
+    saCanvas(mat, pieces, `layer ${layer.layer}, ${saHeadName(p, h, true)}${saScores(p, layer.layer, h)}`,
+      layer.layer - 1, h, saMarks(p, layer.layer, h))));
   (p.layers || []).forEach(fill);
   return { grid, fill };
 }
@@ -38,11 +41,42 @@ function saHeadName(p, h, long) {
   return long ? `head ${h + 1}, key/value group ${g}` : `head ${h + 1} · kv ${g}`;
 }
 
-function saCanvas(mat, pieces, title, layer, head) {
-  const c = heatCanvas(mat, Math.max(2, Math.min(6, Math.floor(90 / Math.max(1, mat.length)))));
+// random tokens repeated twice (/api/repeated): a head's prefix-matching and previous-token scores for its title
+function saScores(p, layer, h) {
+  if (!p.repeated) return "";
+  const s = p.repeated.heads.find((x) => x.layer === layer && x.head === h + 1);
+  return s ? ` · prefix-matching ${fmt(s.prefix_matching)}, previous-token ${fmt(s.previous_token)}` : "";
+}
+
+// the cells to outline on a repeated sequence's maps, [key, query] 0-based as matrixSvg's gold links: the
+// induction stripe (key = query − N + 1, red squares) and the previous-token diagonal (orange dots); the best
+// induction head is flagged
+function saMarks(p, layer, h) {
+  const r = p.repeated;
+  if (!r) return null;
+  const cells = (list) => list.map(([q, k]) => [k - 1, q - 1]);
+  const stripe = cells(r.stripe);
+  return { sure: stripe, possible: [...stripe, ...cells(r.previous_diagonal)],
+    best: r.best.layer === layer && r.best.head === h + 1 };
+}
+
+function saCanvas(mat, pieces, title, layer, head, marks = null) {
+  const n = Math.max(1, mat.length);
+  const px = marks ? Math.max(3, Math.min(6, Math.floor(160 / n))) : Math.max(2, Math.min(6, Math.floor(90 / n)));
+  const c = heatCanvas(mat, px);
+  if (marks) { // thin outlines: red on the induction stripe, orange on the previous-token diagonal
+    const g = c.getContext("2d"), stripe = new Set(marks.sure.map(([k, q]) => `${k}-${q}`));
+    g.lineWidth = 1;
+    marks.possible.forEach(([k, q]) => {
+      g.strokeStyle = stripe.has(`${k}-${q}`) ? "rgba(214,39,40,0.75)" : "rgba(255,127,14,0.6)";
+      g.strokeRect(k * px + 0.5, q * px + 0.5, px - 1, px - 1);
+    });
+    if (marks.best) c.classList.add("sa-best");
+  }
   c.dataset.layer = layer; c.dataset.head = head; c.title = `self-attention, ${title} (click to enlarge)`;
-  c.addEventListener("click", () => enlarge(`self-attention, ${title}: rows = query piece, columns = key piece`,
-    mat, pieces, pieces));
+  const how = marks ? "; red squares: the induction stripe, orange dots: the previous token" : "";
+  c.addEventListener("click", () => enlarge(`self-attention, ${title}: rows = query piece, columns = key piece${how}`,
+    mat, pieces, pieces, marks));
   return c;
 }
 
@@ -60,6 +94,13 @@ function renderSelfAttention(p, info) {
     status.textContent = `“${pieces[i]}” attends most to “${pieces[argmax(last[i])]}” (${fmt(Math.max(...last[i]))})`;
   }));
   card.append(el("div", { class: "label" }, "pieces (special tokens included)"), row, status);
+  if (p.repeated) { // random tokens repeated twice: name the best induction head (Olsson et al. 2022)
+    const r = p.repeated, b = r.best;
+    card.append(el("div", { class: "sa-best-head", "data-layer": b.layer, "data-head": b.head },
+      `${r.length} random tokens (seed ${r.seed}), then the same again: best induction head layer ${b.layer}, ` +
+      `head ${b.head} (prefix-matching ${fmt(b.prefix_matching)}); outlined on every map: the induction stripe ` +
+      `(red, key = query − ${r.length - 1}) and the previous-token diagonal (orange)`));
+  }
   const { grid, fill } = saHeadsGrid(p, pieces);
   card.append(el("details", { class: "heads", open: "" }, el("summary", {}, "Every layer and head (click one to enlarge)"), grid));
   if (p.rollout) {
@@ -67,8 +108,26 @@ function renderSelfAttention(p, info) {
     c.addEventListener("click", () => enlarge("attention rollout (Abnar & Zuidema 2020)", p.rollout, pieces, pieces));
     card.append(el("div", { class: "label" }, `attention rollout: ${p.rollout_rule}`), c);
   }
-  if (info && info.generates) card.append(saGenerateBox(p, info), saFlowBox(p));
+  if (info && info.generates) card.append(saGenerateBox(p, info), saFlowBox(p), saRepeatedBox(p));
   return { card, fill };
+}
+
+function saRepeatedBox(p) { // every head on random tokens repeated twice: the induction stripe (/api/repeated)
+  const box = el("div", { class: "sa-repeated" });
+  const n = el("input", { type: "number", class: "sa-repeat-n", min: 2, max: 256, value: 20 });
+  const seed = el("input", { type: "number", class: "sa-repeat-seed", min: 0, value: 0 });
+  const out = el("div", { class: "results sa-repeat-out" }), err = el("div", { class: "error", role: "alert" });
+  const go = async () => {
+    err.textContent = ""; out.replaceChildren(el("span", { class: "status" }, "reading…"));
+    try {
+      const r = await api("api/repeated", { method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ model: p.model, length: +n.value, seed: +seed.value }) });
+      out.replaceChildren(renderSelfAttention(r, null).card);
+    } catch (e) { out.replaceChildren(); err.textContent = e.message; }
+  };
+  box.append(el("div", { class: "controls" }, el("label", {}, "Random tokens N ", n), el("label", {}, "Seed ", seed),
+    el("button", { class: "sa-repeat-go", onclick: go }, "Repeated random tokens (the induction stripe)")), err, out);
+  return box;
 }
 
 function saGenerateBox(p, info) { // a decoder-only model writes on; each written token attributed to the ones before
