@@ -55,5 +55,9 @@ def test_models_command(capsys):
     assert cli_main(["models"]) == 0
     table = capsys.readouterr().out
     assert "transformer-es-en" in table and "BLEU 34.68" in table
+    # a language model's line names its induction head only where one passes prefix matching 0.5
+    lines = {line.split()[0]: line for line in table.splitlines() if line.strip()}
+    assert "induction head L2.H2 (prefix matching 0.96" in lines["attention-only-2l-en"]
+    assert "no induction head (best: L4.H4, prefix matching 0.01)" in lines["lm-4l-en"]
     assert cli_main(["translate", "--model", "no-such-model", "Hola."]) == 2
     assert "known: transformer-es-en" in capsys.readouterr().err

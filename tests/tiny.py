@@ -20,11 +20,12 @@ SHIPPED = [
     "captioner-soft",
     "captioner-hard",
     "attention-only-2l-en",
+    "lm-4l-en",
 ]
 # What the server tests serve: the shipped translators and captioners. A shipped language model is served
 # as its transformers twin, which costs each server process and worker about 4 s (importing transformers,
 # building the twin); the tests that need one name it, and test_explorer_api serves every shipped model.
-SERVED_IN_TESTS = [n for n in SHIPPED if n != "attention-only-2l-en"]
+SERVED_IN_TESTS = [n for n in SHIPPED if n not in ("attention-only-2l-en", "lm-4l-en")]
 
 # a few optimizer steps of an RNN translator on 64 pairs: the run options the training tests share
 TINY_RNN_TRAINING = dict(

@@ -38,15 +38,24 @@ def cmd_models(args) -> None:
         )
 
 
+# a head that puts at least half its attention where an induction head would (Olsson et al. 2022's
+# prefix matching on repeated random tokens) is called one; chance is about 1 / the sequence's length
+INDUCTION_HEAD_BAR = 0.5
+
+
 def _language_model_score(sc: dict) -> str:
     """A language model's line: its test perplexity and its best induction head (layers and heads from 1)."""
     out = f"test perplexity {sc['test_ppl']:.1f}"
-    if "induction_prefix_matching" in sc:
-        out += (
-            f", induction head {sc['induction_head']} (prefix matching {sc['induction_prefix_matching']:.2f}, "
-            f"copying {sc['induction_copying']:.2f})"
+    if "induction_prefix_matching" not in sc:
+        return out
+    if sc["induction_prefix_matching"] < INDUCTION_HEAD_BAR:  # the best head attends elsewhere: say so
+        return out + (
+            f", no induction head (best: {sc['induction_head']}, prefix matching {sc['induction_prefix_matching']:.2f})"
         )
-    return out
+    return out + (
+        f", induction head {sc['induction_head']} (prefix matching {sc['induction_prefix_matching']:.2f}, "
+        f"copying {sc['induction_copying']:.2f})"
+    )
 
 
 # ---------------------------------------------------------------- demo
