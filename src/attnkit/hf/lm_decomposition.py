@@ -368,8 +368,8 @@ def record_lm(model: nn.Module, input_ids: Tensor, *, logits_at: int | None = No
     keeping each layer's input and output and its attention module's arguments: ``L`` residual streams
     of ``(N, D)``, what a top-down walk needs to replay any layer later (:func:`replay_layer`).
     ``logits_at`` (a position, 0-based): the model computes the logits of that position only (its own
-    ``logits_to_keep``; every position's would be ``N × V`` floats, 2 GiB for Llama 3's 128,256-token
-    vocabulary at 4,096 tokens), kept as ``position_logits``."""
+    ``logits_to_keep``; every position's would be ``N × V`` floats, the largest tensor of a long prompt
+    with a large vocabulary), kept as ``position_logits``."""
     model_type = _check_call(model, input_ids, None, "")
     n_tokens = int(input_ids.shape[0])
     if logits_at is not None and (

@@ -1,7 +1,7 @@
 """One recorded layer of a decoder-only model replayed at chosen query positions only: what a top-down
 walk over the layers (:mod:`attnkit.attribution.information_flow`) needs at a long prompt, where the
-layer's whole ``(H, N, N)`` attention map (2 GiB at 4,096 tokens and 32 heads, in float32) would be the
-largest thing in memory.
+layer's whole ``(H, N, N)`` attention map (quadratic in the prompt's length) would be the largest thing
+in memory.
 
 The layer's attention module is rerun on its recorded input (:func:`~attnkit.hf.lm_decomposition.record_lm`)
 and stopped at its call to ``transformers``' attention interface, which hands over the queries and keys

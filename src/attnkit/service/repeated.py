@@ -19,8 +19,7 @@ occurrence of the current token); a previous-token head's the diagonal just belo
 from __future__ import annotations
 
 import time
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from .analysis import RepeatedAnalysis
@@ -28,11 +27,16 @@ from .induction import _check_length
 from .model import Model, ModelKind
 from .requests import RepeatedRequest
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["analyse_repeated", "repeated_attention"]
 
 
 def _maps_and_pieces(model: Model, length: int, seed: int) -> tuple[list[int], list[str], torch.Tensor]:
     """The repeated sequence's ids, pieces and every map ``(L, H, 2·length, 2·length)``."""
+    import torch  # here, not at import: the service package is imported by torch-free commands (CTranslate2)
+
     from ..models.induction import repeated_random_tokens
 
     gen = torch.Generator().manual_seed(seed)
