@@ -105,7 +105,36 @@ def run_attnkit(folder: str, ids: list[int], prompt_len: int, method: str, steps
         "cpu_seconds": cpu,
         "peak_extra_mb": max(0.0, _peak_mb() - before),
         "peak_mb": _peak_mb(),
+        **floor_passes(sa.model, ids, prompt_len),
     }
+
+
+def floor_passes(model, ids: list[int], prompt_len: int) -> dict:
+    """The passes no exact method can skip, timed alone by CPU time on the same model and text: one plain
+    forward over the inputs ``ids[:-1]`` (the model's own attention kernel, no weights kept, the logits of the
+    attributed positions only) — the least any attention method costs, since the last layer's keys need every
+    layer below at every position — and, for the gradient methods, one forward that keeps its graph plus one
+    vector-Jacobian product from one attributed token's log-probability back to the input embeddings: ``G``
+    tokens' exact gradients need that forward and ``G`` such products (batched or not, the same work)."""
+    import torch
+
+    n_gen = len(ids) - prompt_len
+    x = torch.tensor([ids[:-1]])  # (1, n-1)
+    emb = model.get_input_embeddings()
+    with torch.no_grad():
+        model(input_ids=x, logits_to_keep=n_gen)  # warm-up
+        c0 = time.process_time()
+        model(input_ids=x, logits_to_keep=n_gen)
+        forward = time.process_time() - c0
+    e = emb(x).detach().requires_grad_(True)  # (1, n-1, E)
+    c0 = time.process_time()
+    logits = model(inputs_embeds=e, logits_to_keep=n_gen).logits  # (1, G, V)
+    graph_forward = time.process_time() - c0
+    lp = torch.log_softmax(logits[0, -1].float(), -1)[ids[-1]]
+    c0 = time.process_time()
+    torch.autograd.grad(lp, e)
+    vjp = time.process_time() - c0
+    return {"floor_forward_cpu_s": forward, "floor_graph_forward_cpu_s": graph_forward, "floor_vjp_cpu_s": vjp}
 
 
 def run_inseq(folder: str, ids: list[int], prompt_len: int, method: str, steps: int) -> dict:
@@ -229,6 +258,20 @@ def main(argv=None) -> None:
             "inseq_all_cpu_s": got["inseq"]["all_cpu_seconds"],
             "load_average_1min": [round(v, 2) for v in load],
         }
+        # The floor (attnkit's worker, medians): what inseq's time is over the passes no exact method skips
+        fl = {k: statistics.median(x[k] for x in runs["attnkit"]) for k in runs["attnkit"][0] if k.startswith("floor_")}
+        g = args.attributed
+        floor = (
+            fl["floor_forward_cpu_s"]
+            if method == "attention"
+            else fl["floor_graph_forward_cpu_s"] + g * fl["floor_vjp_cpu_s"]
+        )
+        if method == "integrated_gradients":
+            floor = args.steps * floor  # one forward per point at least (batched or not), G products per point
+        row.update({k: round(v, 3) for k, v in fl.items()})
+        row["floor_cpu_s"] = round(floor, 3)
+        row["inseq_over_floor"] = round(got["inseq"]["cpu_seconds"] / floor, 2)
+        row["attnkit_over_floor"] = round(got["attnkit"]["cpu_seconds"] / floor, 2)
         print(json.dumps(row), flush=True)
         rows.append(row)
     result = {
