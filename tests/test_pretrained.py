@@ -58,6 +58,19 @@ def test_models_command(capsys):
     # a language model's line names its induction head only where one passes prefix matching 0.5
     lines = {line.split()[0]: line for line in table.splitlines() if line.strip()}
     assert "induction head L2.H2 (prefix matching 0.96" in lines["attention-only-2l-en"]
-    assert "no induction head (best: L4.H4, prefix matching 0.01)" in lines["lm-4l-en"]
+    assert "induction head L2." in lines["lm-4l-en"] and "no induction head" not in lines["lm-4l-en"]
     assert cli_main(["translate", "--model", "no-such-model", "Hola."]) == 2
     assert "known: transformer-es-en" in capsys.readouterr().err
+
+
+def test_language_model_line_without_an_induction_head():
+    """A language model whose best head stays under the bar is said to have none, naming the best one."""
+    from attnkit.cli.models import INDUCTION_HEAD_BAR, _language_model_score
+
+    sc = {"test_ppl": 29.06, "induction_head": "L4.H4", "induction_prefix_matching": 0.008, "induction_copying": 0.26}
+    assert _language_model_score(sc) == "test perplexity 29.1, no induction head (best: L4.H4, prefix matching 0.01)"
+    sc["induction_prefix_matching"] = INDUCTION_HEAD_BAR
+    assert (
+        _language_model_score(sc) == "test perplexity 29.1, induction head L4.H4 (prefix matching 0.50, copying 0.26)"
+    )
+    assert _language_model_score({"test_ppl": 3.0}) == "test perplexity 3.0"
