@@ -199,10 +199,16 @@ def main(argv=None) -> None:
         action="store_true",
         help="run attnkit's model through torch.compile(dynamic=False); the compile counts in its wall clock",
     )
+    p.add_argument(
+        "--tokenizer",
+        default="transformer-es-en",
+        help="the model (shipped name or folder) whose tokenizer cuts the text: transformer-es-en's 8,000 pieces, "
+        "or lm-4l-en's 2,048 (the shipped language model's own)",
+    )
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "lm_vs_transformers.json"))
     args = p.parse_args(argv)
 
-    tok = Tokenizer.load(resolve_model("transformer-es-en"))
+    tok = Tokenizer.load(resolve_model(args.tokenizer))
     corpus = open_corpus("bible")
     train = token_stream(side_texts(corpus, "train", "en"), tok)
     valid = token_stream(side_texts(corpus, "valid", "en"), tok)[: args.eval_blocks * args.context + 1]
