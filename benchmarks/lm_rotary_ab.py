@@ -6,12 +6,9 @@ import time
 
 import torch
 
+from attnkit.attention.positional import RotaryEmbedding, rotate_half
+
 torch.set_num_threads(1)
-
-
-def rotate_half(x):
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
 
 
 def _rotate(x, cos, sin, sign):
@@ -42,9 +39,7 @@ class Rot(torch.autograd.Function):
 B, H, Hk, N, D = 16, 4, 2, 128, 64
 q0 = torch.randn(B, N, H, D).transpose(1, 2)
 k0 = torch.randn(B, N, Hk, D).transpose(1, 2)
-ang = torch.outer(torch.arange(N).float(), 1 / 10000 ** (torch.arange(0, D, 2).float() / D))
-ang = torch.cat((ang, ang), -1)
-cos, sin = ang.cos(), ang.sin()
+cos, sin = RotaryEmbedding(D).cos_sin(N)  # (N, D): attnkit's own table
 
 
 def old(q, k):

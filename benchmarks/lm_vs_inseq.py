@@ -105,17 +105,18 @@ def run_attnkit(folder: str, ids: list[int], prompt_len: int, method: str, steps
         "cpu_seconds": cpu,
         "peak_extra_mb": max(0.0, _peak_mb() - before),
         "peak_mb": _peak_mb(),
-        **floor_passes(sa.model, ids, prompt_len),
+        **floor_passes(sa.model, ids, prompt_len, gradients=method != "attention"),
     }
 
 
-def floor_passes(model, ids: list[int], prompt_len: int) -> dict:
+def floor_passes(model, ids: list[int], prompt_len: int, *, gradients: bool) -> dict:
     """The passes no exact method can skip, timed alone by CPU time on the same model and text: one plain
     forward over the inputs ``ids[:-1]`` (the model's own attention kernel, no weights kept, the logits of the
     attributed positions only) — the least any attention method costs, since the last layer's keys need every
     layer below at every position — and, for the gradient methods, one forward that keeps its graph plus one
     vector-Jacobian product from one attributed token's log-probability back to the input embeddings: ``G``
-    tokens' exact gradients need that forward and ``G`` such products (batched or not, the same work)."""
+    tokens' exact gradients need that forward and ``G`` such products (batched or not, the same work); timed
+    only when ``gradients``."""
     import torch
 
     n_gen = len(ids) - prompt_len
@@ -126,6 +127,8 @@ def floor_passes(model, ids: list[int], prompt_len: int) -> dict:
         c0 = time.process_time()
         model(input_ids=x, logits_to_keep=n_gen)
         forward = time.process_time() - c0
+    if not gradients:
+        return {"floor_forward_cpu_s": forward}
     e = emb(x).detach().requires_grad_(True)  # (1, n-1, E)
     c0 = time.process_time()
     logits = model(inputs_embeds=e, logits_to_keep=n_gen).logits  # (1, G, V)
