@@ -24,7 +24,8 @@ import torch
 from attnkit.models.language_model import LanguageModel, LanguageModelConfig
 from attnkit.training.linear_cross_entropy import linear_cross_entropy
 
-SIZES = {"small": (128, 2, 8), "default": (256, 4, 16)}  # d_model, layers, batch (lm_vs_transformers.py's)
+SIZES = {"small": (128, 2, 8), "default": (256, 4, 16), "shipped": (128, 4, 32)}
+# d_model, layers, batch: lm_vs_transformers.py's sizes, and lm-4l-en's (with --vocab 2048)
 
 
 def _features(model: LanguageModel):

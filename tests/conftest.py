@@ -55,10 +55,31 @@ def pytest_configure(config):
     _start(docs_site, Path(tempfile.mkdtemp(prefix="attnkit-docs-")) / "site")
 
 
+#: Modules holding the run's longest tests (torchrun's processes, a wheel built and installed, servers and
+#: chromium driven through whole pages, corpus jobs on two processes), longest first: run first, so that the run
+#: ends on short tests, which the two workers share out, instead of one worker alone in a long one while the
+#: other idles. (Those that read the prepared Bible come after the first two, by when it is ready.)
+LONG_FIRST = (
+    "test_multinode.py",
+    "test_distributed.py",
+    "test_wheel.py",
+    "test_hf_browser.py",
+    "test_serve_abuse.py",
+    "test_explorer_browser.py",
+    "test_corpus_training.py",
+    "test_corpus_job_commands.py",
+    "test_serve_follow.py",
+    "test_shift_att.py",
+    "test_reverse_direction.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    """The documentation tests run last, when the site's background build (above) has long finished: run early,
-    both workers would wait for it, the build being slower for the CPU it shares with them."""
-    items.sort(key=lambda item: item.path.name == "test_docs.py")  # a stable sort: the others keep their order
+    """The long tests (:data:`LONG_FIRST`) run first; the documentation tests last, when the site's background
+    build (above) has long finished: run early, both workers would wait for it, the build being slower for the CPU
+    it shares with them. A stable sort: the others keep their order."""
+    order = {name: i - len(LONG_FIRST) for i, name in enumerate(LONG_FIRST)} | {"test_docs.py": 1}  # the others: 0
+    items.sort(key=lambda item: order.get(item.path.name, 0))
 
 
 def pytest_unconfigure(config):
