@@ -3,6 +3,7 @@ from row t + 1 (the step whose input is target word t) of the layer chosen on th
 checked on tiny random models against a plain loop over the gold verses."""
 
 import json
+import weakref
 
 import pytest
 import torch
@@ -40,7 +41,9 @@ def _tiny(tmp_path, kind: str):
     )
 
 
-_MAPS: dict = {}
+#: model -> {verse ref: its forced pass}; weak, so a freed model's maps go with it (an ``id()`` key could be
+#: taken by the next test's model and hand it the other model's maps).
+_MAPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _shift_links(model, tok, verse, layer, shift=1):
@@ -49,15 +52,15 @@ def _shift_links(model, tok, verse, layer, shift=1):
     source word's pieces, each target word linked to its argmax source word."""
     src_pieces = [tok.encode(w) for w in verse.source]
     tgt_pieces = [tok.encode(w) for w in verse.target]
-    key = (id(model), verse.ref)
-    if key not in _MAPS:  # one forced pass per verse and model, every layer read from it
+    cache = _MAPS.setdefault(model, {})
+    if verse.ref not in cache:  # one forced pass per verse and model, every layer read from it
         src = [i for p in src_pieces for i in p]
         tgt = [i for p in tgt_pieces for i in p]
         with torch.no_grad():
-            _MAPS[key] = model.attention_maps(
+            cache[verse.ref] = model.attention_maps(
                 torch.tensor([src]), torch.tensor([len(src)]), torch.tensor([[tok.bos_id, *tgt]])
             )
-    maps = _MAPS[key]
+    maps = cache[verse.ref]
     att = maps.alignment[0] if layer is None else maps.cross[0, layer - 1].mean(0)  # (T + 1, S)
     att = att[shift : len(att) - 1 + shift]  # row t + 1: the step whose input is y_t (shift=0: the one that outputs it)
     links, row = set(), 0
