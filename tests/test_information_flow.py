@@ -223,12 +223,14 @@ def test_a_block_the_replay_does_not_reproduce_is_refused():
 def test_the_stream_gives_each_layer_before_the_next_is_replayed_and_collects_to_the_graph(monkeypatch):
     """The stream hands over the last layer's part after one replay (a page draws it while the rest runs),
     then one part per layer, top-down; its parts' edges and nodes, in order, are the graph's."""
-    import attnkit.attribution.information_flow as flow
+    from attnkit.hf.lm_tracer import HFBlockTracer
 
     model, ids = _model("gpt2")
     replayed = []
-    real = flow.LayerRows
-    monkeypatch.setattr(flow, "LayerRows", lambda rec, i, keys: replayed.append(i) or real(rec, i, keys))
+    real = HFBlockTracer.layer_rows
+    monkeypatch.setattr(
+        HFBlockTracer, "layer_rows", lambda self, rec, i, keys: replayed.append(i) or real(self, rec, i, keys)
+    )
     stream = information_flow_stream(model, ids, threshold=0.02)
     assert replayed == []  # nothing runs before the first part is asked for
     first = next(stream)

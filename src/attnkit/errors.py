@@ -8,7 +8,7 @@ either.
 
 from __future__ import annotations
 
-__all__ = ["AttnkitError", "ConfigError", "InputError"]
+__all__ = ["AttnkitError", "ConfigError", "InputError", "TraceError"]
 
 
 class AttnkitError(Exception):
@@ -21,3 +21,8 @@ class ConfigError(AttnkitError, ValueError):
 
 class InputError(AttnkitError, ValueError):
     """Input data the user gave cannot be used (empty text, too long, not an image, ...)."""
+
+
+class TraceError(AttnkitError, ValueError):
+    """A model whose blocks cannot be traced: a replayed block does not give the model's own output, or a
+    method needs a part (a next-token head, residual blocks) the model does not have."""

@@ -17,9 +17,9 @@ is on the graph at a layer's output if it is the chosen one or a kept edge leave
 MLP node is kept if its importance is at least τ; its attention edges whose importance is at least τ
 are kept, and their sources are on the graph at the layer's input, as is the position itself (its
 residual). The model runs once as it runs without attnkit, keeping each layer's input and computing
-the chosen position's logits only (:func:`~attnkit.hf.lm_decomposition.record_lm`); then, from the
+the chosen position's logits only (:meth:`~attnkit.attention.block_trace.BlockTracer.record`); then, from the
 last layer down, each layer is replayed **only at the positions the graph has reached there**
-(:class:`~attnkit.hf.lm_rows.LayerRows`: its attention module rerun up to the kernel for its queries
+(:meth:`~attnkit.attention.block_trace.BlockTracer.layer_rows`: its attention module rerun up to the kernel for its queries
 and keys, the reached rows of α formed in chunks of at most ``_ROWS`` elements, the block rebuilt at
 those rows and checked against the recorded output), so one position's routes cost about one forward
 pass more, never build a layer's ``(H, N, N)`` map, and drop each layer's residuals once walked. ``τ = 0`` keeps
@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from ..hf.lm_decomposition import LMRecording, lm_logits, record_lm, require_decoder
-from ..hf.lm_rows import LayerRows, LMRowParts
+from ..attention.block_trace import BlockTracer, LMRecording, LMRowParts
 from .lm_mixing import LensRow, lens_rows
+from .tracers import block_tracer
 
 __all__ = [
     "FlowEdge",
@@ -193,12 +193,12 @@ def _row_importances(p: LMRowParts, tau: float) -> dict:
     }
 
 
-def _layer_importances(rec: LMRecording, layer: int, targets: list[int], tau: float) -> dict:
+def _layer_importances(tracer: BlockTracer, rec: LMRecording, layer: int, targets: list[int], tau: float) -> dict:
     """:func:`_row_importances` of layer ``layer`` at ``targets`` (sorted), the targets taken in chunks
     whose attention rows ``(H, rows, K)`` hold at most ``_ROWS`` elements: the layer's queries and keys
-    are taken once (:class:`~attnkit.hf.lm_rows.LayerRows`), each chunk's rows of α formed, used and
+    are taken once (:meth:`~attnkit.attention.block_trace.BlockTracer.layer_rows`), each chunk's rows of α formed, used and
     dropped, and nothing of the layer outlives the call."""
-    replay = LayerRows(rec, layer, targets[-1] + 1)
+    replay = tracer.layer_rows(rec, layer, targets[-1] + 1)
     heads = int(replay.head_values.shape[0])
     info: dict = {"edges": [], "residual": {}, "mlp": {}, "heads": heads}
     lo = 0
@@ -244,7 +244,8 @@ def information_flow_stream(
     first (each yielded as soon as the top-down walk has finished it, before the next layer is
     replayed), then the whole :class:`InformationFlowGraph`. The arguments are checked at the call,
     before anything runs; the model runs when the first item is asked for."""
-    require_decoder(model, "information-flow routing")
+    tracer = block_tracer(model)
+    tracer.require_decoder("information-flow routing")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be a number in [0, 1], got {threshold!r}")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -254,21 +255,18 @@ def information_flow_stream(
         raise ValueError(f"position must be a position in 0..{n - 1} (or negative from the end), got {position!r}")
     if pieces is not None and len(pieces) != n:
         raise ValueError(f"pieces must have one text per token ({n}), got {len(pieces)}")
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if head is None:
-        raise ValueError("model must have a language-model head (a ...ForCausalLM model)")
-    return _walk(model, input_ids, position % n, float(threshold), pieces, k)
+    return _walk(tracer, input_ids, position % n, float(threshold), pieces, k)
 
 
 def _walk(
-    model: nn.Module, input_ids: Tensor, pos: int, threshold: float, pieces: list[str] | None, k: int
+    tracer: BlockTracer, input_ids: Tensor, pos: int, threshold: float, pieces: list[str] | None, k: int
 ) -> Iterator[FlowLayer | InformationFlowGraph]:
     """The top-down walk of :func:`information_flow_stream` (arguments checked)."""
     with torch.no_grad():
-        rec = record_lm(model, input_ids, logits_at=pos)
-        logits = rec.position_logits if rec.position_logits is not None else lm_logits(model, rec.trace.final[pos])
+        rec = tracer.record(input_ids, logits_at=pos)
+        logits = rec.position_logits if rec.position_logits is not None else tracer.logits(rec.trace.final[pos])
         predicted = int(logits.argmax())
-        lens = lens_rows(model, [rec.inputs[0][pos], *(o[pos] for o in rec.outputs)], predicted, k)
+        lens = lens_rows(tracer, [rec.inputs[0][pos], *(o[pos] for o in rec.outputs)], predicted, k)
     active = {pos}
     edges: list[FlowEdge] = []
     nodes: list[FlowNode] = []
@@ -277,7 +275,7 @@ def _walk(
     for layer in range(rec.n_layers - 1, -1, -1):
         targets = sorted(active)
         with torch.no_grad():  # the reached rows of one layer's maps at a time
-            info = _layer_importances(rec, layer, targets, threshold)
+            info = _layer_importances(tracer, rec, layer, targets, threshold)
         heads = info["heads"]
         rec.outputs[layer] = None  # this layer is done: its output (the next layer's input) is not read again
         if layer + 1 < rec.n_layers:

@@ -11,9 +11,10 @@ Two kinds, one registry (:data:`LM_MIXING_METHODS`, :data:`LM_VIEWS`; :func:`can
   information-flow routes, Ferrando & Voita 2024): not rows, a table or a graph of one position
   (:class:`attnkit.service.LMViewRequest`).
 
-Everything runs through :func:`attnkit.hf.lm_decomposition.trace_lm`, one forward pass traced layer by
-layer, so a family whose blocks attnkit cannot trace is refused in one line
-(:class:`~attnkit.hf.loading.HFModelError`) before anything is computed.
+Everything runs through the model's :class:`~attnkit.attention.block_trace.BlockTracer`
+(:func:`attnkit.attribution.tracers.block_tracer`: attnkit's language model natively, a Hugging Face model
+through its family's adapter), one forward pass traced layer by layer, so a family whose blocks attnkit
+cannot trace is refused in one line before anything is computed.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..hf.lm_decomposition import LMLayerParts, trace_lm
+from ..attention.block_trace import LMLayerParts
 from .lm_mixing import alti, alti_block, alti_logit, attention_norm, value_zeroing
+from .tracers import block_tracer
 
 __all__ = [
     "LAYER_METHODS",
@@ -96,7 +98,7 @@ def canonical_lm_method(name) -> str | None:
 
 def _check_layer(model, layer) -> int:
     """The 0-based layer of ``layer`` (1-based; None: the last)."""
-    count = int(model.config.num_hidden_layers)
+    count = block_tracer(model).n_layers
     if layer is None:
         return count - 1
     if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= count:
@@ -143,7 +145,7 @@ def mixing_rows(model, ids: list[int], prompt_len: int, method: str, layer: int 
             if parts.layer == target:
                 held["m"] = _one_layer_map(parts, method)
 
-        trace_lm(model, x, on_layer)
+        block_tracer(model).trace(x, on_layer)
         mat = held["m"]
     else:
         raise ValueError(f"method must be one of {', '.join(LM_MIXING_METHODS)}, got {method!r}")
@@ -166,7 +168,7 @@ def layer_maps(model, ids: list[int], method: str) -> Tensor:
         else:
             maps.append(_one_layer_map(parts, method))
 
-    trace_lm(model, torch.tensor(ids, device=device), on_layer)
+    block_tracer(model).trace(torch.tensor(ids, device=device), on_layer)
     return torch.stack([m.double().cpu() for m in maps])  # (L, N, N)
 
 
@@ -176,7 +178,6 @@ def lens_at(model, ids: list[int], positions: list[int], *, k: int = 5) -> dict[
     from one traced pass: ``{position: [LensRow for the embeddings, then each block]}``, the rank that of the
     model's own prediction at that position. Only the asked positions' residuals are kept, ``(L + 1, P, D)``,
     and read through the unembedding one layer and at most :data:`LENS_LOGITS` logits at a time."""
-    from ..hf.lm_decomposition import final_norm
     from .lm_mixing import LensRow
 
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -188,8 +189,9 @@ def lens_at(model, ids: list[int], positions: list[int], *, k: int = 5) -> dict[
         raise ValueError(f"positions must be positions in 0..{len(ids) - 1}, got {positions!r}")
     index = torch.tensor(pos, device=device)
     rows: list[Tensor] = []
-    trace = trace_lm(model, x, lambda parts: rows.append(parts.out[index]))
-    head, norm = model.get_output_embeddings(), final_norm(model)
+    tracer = block_tracer(model)
+    trace = tracer.trace(x, lambda parts: rows.append(parts.out[index]))
+    head, norm = tracer.unembedding(), tracer.final_norm()
     predicted = trace.logits[index].argmax(-1)  # (P,)
     out: dict[int, list] = {p: [] for p in pos}
     chunk = max(1, LENS_LOGITS // max(1, int(head.weight.shape[0])))  # positions whose (c, V) logits fit at once
@@ -212,8 +214,6 @@ def head_details(model, ids: list[int], targets: dict[int, set[int]], *, k: int 
     attribution reads it: through the final norm linearised at the target's real final residual, then the
     unembedding): ``promotes``/``suppresses`` ``(H, k)`` token ids and their logits ``(H, k)``. Only the
     asked positions' ``(H, N)`` rows and ``(H, D)`` outputs are kept."""
-    from ..hf.lm_decomposition import final_norm_linear
-
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive number of tokens, got {k!r}")
     device = next(model.parameters()).device
@@ -223,11 +223,12 @@ def head_details(model, ids: list[int], targets: dict[int, set[int]], *, k: int 
         for t in sorted(targets.get(parts.layer, ())):
             held[(parts.layer, t)] = (parts.weights[:, t].clone(), parts.head_terms(t))  # (H, N), (H, D)
 
-    trace = trace_lm(model, torch.tensor(ids, device=device), on_layer)
-    w_u = model.get_output_embeddings().weight  # (V, D)
+    tracer = block_tracer(model)
+    trace = tracer.trace(torch.tensor(ids, device=device), on_layer)
+    w_u = tracer.unembedding().weight  # (V, D)
     out: dict[tuple[int, int], dict] = {}
     for (layer, t), (rows, terms) in held.items():
-        logits = final_norm_linear(model, trace.final[t])(terms) @ w_u.T  # (H, V)
+        logits = tracer.final_norm_linear(trace.final[t])(terms) @ w_u.T  # (H, V)
         up, down = (
             logits.topk(min(k, logits.shape[-1]), dim=-1),
             logits.topk(min(k, logits.shape[-1]), dim=-1, largest=False),

@@ -1,5 +1,5 @@
 """Context mixing, direct logit attribution and the logit lens for decoder-only and encoder-only
-language models, from the blocks :func:`attnkit.hf.lm_decomposition.trace_lm` traces (one forward
+language models, from the blocks a :class:`~attnkit.attention.block_trace.BlockTracer` traces (one forward
 pass, layer by layer). Attention-norm, value zeroing and ALTI read every layer's token
 representations of both kinds; ALTI-Logit, direct logit attribution and the logit lens read a
 decoder's next-token prediction and refuse an encoder-only model in one line.
@@ -25,7 +25,7 @@ decoder's next-token prediction and refuse an encoder-only model in one line.
 - **direct logit attribution** (as in the circuits literature, e.g. Elhage et al. 2021; Ferrando &
   Voita 2024): the final residual at a position is a sum of the embedding, every head's output,
   every attention bias and every MLP block's output; the final norm is *linearised at the real
-  final residual* (its σ or RMS held fixed, :class:`~attnkit.hf.lm_decomposition.NormLinear`), so
+  final residual* (its σ or RMS held fixed, :class:`~attnkit.attention.block_trace.NormLinear`), so
   each term's logit is ``W_U[token] · N_lin(term)`` and the terms plus the norm's bias term add up to
   the model's own logit exactly (before the final soft cap, for a model that caps its logits:
   Gemma 2). A term's direct effect ignores what later layers do with it.
@@ -43,14 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..hf.lm_decomposition import (
-    LMLayerParts,
-    final_norm,
-    final_norm_linear,
-    lm_logits,
-    require_decoder,
-    trace_lm,
-)
+from ..attention.block_trace import BlockTracer, LMLayerParts
+from .tracers import block_tracer
 
 __all__ = [
     "AltiLogit",
@@ -105,7 +99,7 @@ def alti(model: nn.Module, input_ids: Tensor) -> Tensor:
         c = alti_block(parts)
         state["r"] = c if "r" not in state else c @ state["r"]
 
-    trace_lm(model, input_ids, on_layer)
+    block_tracer(model).trace(input_ids, on_layer)
     return state["r"]
 
 
@@ -149,13 +143,6 @@ class DirectLogitAttribution:
         }
 
 
-def _unembedding(model: nn.Module) -> nn.Linear:
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if head is None:
-        raise ValueError("model must have a language-model head (a ...ForCausalLM model)")
-    return head
-
-
 def _position(n: int, position: int) -> int:
     if isinstance(position, bool) or not isinstance(position, int) or not -n <= position < n:
         raise ValueError(f"position must be a position in 0..{n - 1} (or negative from the end), got {position!r}")
@@ -168,8 +155,8 @@ def direct_logit_attribution(
 ) -> DirectLogitAttribution:
     """Each head's and MLP block's direct contribution to ``token``'s logit at ``position`` (default:
     the last position and the model's own prediction there), see the module docstring."""
-    require_decoder(model, "direct logit attribution")
-    head = _unembedding(model)
+    tracer = block_tracer(model)
+    head = tracer.require_decoder("direct logit attribution")
     pos = _position(int(input_ids.shape[-1]) if isinstance(input_ids, Tensor) else 0, position)
     heads, biases, mlps = [], [], []
 
@@ -178,11 +165,11 @@ def direct_logit_attribution(
         biases.append(parts.bias_at(pos))  # (D,)
         mlps.append(parts.out[pos] - parts.mid[pos])  # (D,)
 
-    trace = trace_lm(model, input_ids, on_layer)
+    trace = tracer.trace(input_ids, on_layer)
     tok = int(trace.logits[pos].argmax()) if token is None else token
     if not isinstance(tok, int) or not 0 <= tok < head.weight.shape[0]:
         raise ValueError(f"token must be a token id in 0..{head.weight.shape[0] - 1}, got {token!r}")
-    lin = final_norm_linear(model, trace.final[pos])
+    lin = tracer.final_norm_linear(trace.final[pos])
     w_u = head.weight[tok]  # (D,)
 
     def logit(t: Tensor) -> Tensor:  # (..., D) -> (...)
@@ -198,16 +185,16 @@ def direct_logit_attribution(
         torch.stack([logit(m) for m in mlps]),  # (L,)
         float(logit(trace.embedding[pos])),
         nb + float(hb),
-        _uncapped_logit(model, trace.logits, trace.final, pos, tok),
+        _uncapped_logit(tracer, trace.logits, trace.final, pos, tok),
     )
 
 
-def _uncapped_logit(model: nn.Module, logits: Tensor, final: Tensor, pos: int, tok: int) -> float:
+def _uncapped_logit(tracer: BlockTracer, logits: Tensor, final: Tensor, pos: int, tok: int) -> float:
     """The model's own logit of ``tok`` at ``pos``; before the final soft cap where the model caps its
     logits (the terms are linear and add up to that one)."""
-    if not getattr(model.config, "final_logit_softcapping", None):
+    if not tracer.softcap:
         return float(logits[pos, tok])
-    return float(_unembedding(model)(final_norm(model)(final[pos][None]))[0, tok])
+    return float(tracer.unembedding()(tracer.final_norm()(final[pos][None]))[0, tok])
 
 
 @dataclass
@@ -232,24 +219,25 @@ def logit_lens(model: nn.Module, input_ids: Tensor, *, position: int = -1, k: in
     one per block. The last block's row is the model's own output."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive number of tokens, got {k!r}")
-    require_decoder(model, "the logit lens")
-    _unembedding(model)
+    tracer = block_tracer(model)
+    tracer.require_decoder("the logit lens")
     pos = _position(int(input_ids.shape[-1]) if isinstance(input_ids, Tensor) else 0, position)
     rows: list[Tensor] = []
 
     def on_layer(parts: LMLayerParts) -> None:
         rows.append(parts.out[pos])
 
-    trace = trace_lm(model, input_ids, on_layer)
-    return lens_rows(model, [trace.embedding[pos], *rows], int(trace.logits[pos].argmax()), k)
+    trace = tracer.trace(input_ids, on_layer)
+    return lens_rows(tracer, [trace.embedding[pos], *rows], int(trace.logits[pos].argmax()), k)
 
 
 def lens_rows(model: nn.Module, residuals: list[Tensor], predicted: int, k: int) -> list[LensRow]:
     """One :class:`LensRow` per residual ``(D,)`` (the embeddings first), read as the model reads its
-    last one (:func:`~attnkit.hf.lm_decomposition.lm_logits`), with the rank of ``predicted``."""
+    last one (:meth:`~attnkit.attention.block_trace.BlockTracer.logits`), with the rank of ``predicted``."""
+    tracer = block_tracer(model)
     out = []
     for layer, x in enumerate(residuals):
-        logits = lm_logits(model, x[None])[0]  # (V,)
+        logits = tracer.logits(x[None])[0]  # (V,)
         top = logits.topk(min(k, logits.shape[0]))
         rank = 1 + int((logits > logits[predicted]).sum())
         out.append(LensRow(layer, top.indices.tolist(), top.values.tolist(), rank))
@@ -279,8 +267,8 @@ def alti_logit(model: nn.Module, input_ids: Tensor, *, position: int = -1, token
     ``R^{l−1}[j', j]``; the MLP's update at the position goes by ``R^l[p, j]``; the embedding at the
     position is its own token's. The rollout rows sum to 1, so the tokens' contributions and the
     biases add up to the logit. One ``(N, N)`` rollout and one ``(N, D)`` sum are held across layers."""
-    require_decoder(model, "ALTI-Logit")
-    head = _unembedding(model)
+    tracer = block_tracer(model)
+    head = tracer.require_decoder("ALTI-Logit")
     pos = _position(int(input_ids.shape[-1]) if isinstance(input_ids, Tensor) else 0, position)
     state: dict[str, Tensor] = {}
 
@@ -298,16 +286,16 @@ def alti_logit(model: nn.Module, input_ids: Tensor, *, position: int = -1, token
         state["r"] = alti_block(p) @ below  # (N, N)
         state["a"] += torch.outer(state["r"][pos], p.out[pos] - p.mid[pos])  # the MLP's update
 
-    trace = trace_lm(model, input_ids, on_layer)
+    trace = tracer.trace(input_ids, on_layer)
     tok = int(trace.logits[pos].argmax()) if token is None else token
     if not isinstance(tok, int) or not 0 <= tok < head.weight.shape[0]:
         raise ValueError(f"token must be a token id in 0..{head.weight.shape[0] - 1}, got {token!r}")
-    lin = final_norm_linear(model, trace.final[pos])
+    lin = tracer.final_norm_linear(trace.final[pos])
     w_u = head.weight[tok]
     biases = float(lin(state["b"]) @ w_u)
     if lin.bias is not None:
         biases += float(lin.bias @ w_u)
     if getattr(head, "bias", None) is not None:
         biases += float(head.bias[tok])
-    logit = _uncapped_logit(model, trace.logits, trace.final, pos, tok)
+    logit = _uncapped_logit(tracer, trace.logits, trace.final, pos, tok)
     return AltiLogit(pos, tok, lin(state["a"]) @ w_u, biases, logit)

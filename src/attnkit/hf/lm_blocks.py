@@ -21,10 +21,9 @@ ALTI+ does, :mod:`attnkit.hf.decomposition`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from torch import Tensor, nn
+
+from ..attention.block_trace import BlockLayout, expand_kv, per_head_output
 
 __all__ = ["DECODERS", "ENCODER_ONLY", "LLAMA_LIKE", "SANDWICH", "BlockLayout", "block_layout", "layer_stack"]
 
@@ -33,30 +32,6 @@ SANDWICH = ("gemma2", "gemma3_text", "olmo2")
 DECODERS = ("gpt2", "gpt_neox", *LLAMA_LIKE, *SANDWICH)
 ENCODER_ONLY = ("bert", "distilbert", "roberta", "xlm-roberta")
 _BERT_LIKE = ("bert", "roberta", "xlm-roberta")
-
-
-@dataclass
-class BlockLayout:
-    """One block's parts: ``kind`` (``pre``, ``sandwich`` or ``post``), ``attn`` (the attention module
-    whose weights :mod:`attnkit.hf.capture` reads), ``pre_norm`` (N₁; None where the values read the
-    block's input itself), ``post_norm`` (P or LN; None in a pre-norm block), ``values(u)`` →
-    ``(v (H, N, Dh), W_O (H, Dh, D), b_O or None)`` and ``rest(m, r)`` → the block's output from the
-    attention sub-block's result ``m`` and the block's input ``r``."""
-
-    kind: str
-    attn: nn.Module
-    pre_norm: nn.Module | None
-    post_norm: nn.Module | None
-    values: Callable[[Tensor], tuple[Tensor, Tensor, Tensor | None]]
-    rest: Callable[[Tensor, Tensor], Tensor]
-
-    def mix(self, residual: Tensor, attention: Tensor) -> Tensor:
-        """``m`` from the block's input ``r (N, D)`` and the attention module's output ``a (N, D)``."""
-        if self.kind == "pre":
-            return residual + attention
-        if self.kind == "sandwich":
-            return residual + self.post_norm(attention)
-        return self.post_norm(residual + attention)
 
 
 def layer_stack(model: nn.Module) -> nn.ModuleList:
@@ -74,16 +49,6 @@ def layer_stack(model: nn.Module) -> nn.ModuleList:
     raise AttributeError(f"{type(model).__name__} has no stack of layers attnkit knows")
 
 
-def _per_head(w_o: Tensor, nh: int, dh: int) -> Tensor:
-    """``(H, Dh, D)`` from an ``nn.Linear`` output projection's weight ``(D, H·Dh)``."""
-    return w_o.view(w_o.shape[0], nh, dh).permute(1, 2, 0)
-
-
-def _expand(v: Tensor, nh: int) -> Tensor:
-    """``(H, N, Dh)`` from ``(Hkv, N, Dh)``: a key/value head's values serve its group of query heads."""
-    return v if v.shape[0] == nh else v.repeat_interleave(nh // v.shape[0], dim=0)
-
-
 def _values_fn(model_type: str, layer: nn.Module, attn: nn.Module):
     if model_type == "gpt2":
         nh, dh, d = int(attn.num_heads), int(attn.head_dim), int(attn.embed_dim)
@@ -98,7 +63,7 @@ def _values_fn(model_type: str, layer: nn.Module, attn: nn.Module):
 
         def values(u: Tensor):
             v = attn.query_key_value(u).view(u.shape[0], nh, 3 * dh)[..., 2 * dh :].transpose(0, 1)  # (H, N, Dh)
-            return v, _per_head(attn.dense.weight, nh, dh), attn.dense.bias
+            return v, per_head_output(attn.dense.weight, nh, dh), attn.dense.bias
 
         return values
     if model_type in _BERT_LIKE:
@@ -107,7 +72,7 @@ def _values_fn(model_type: str, layer: nn.Module, attn: nn.Module):
 
         def values(u: Tensor):
             v = attn.value(u).view(u.shape[0], nh, dh).transpose(0, 1)  # (H, N, Dh)
-            return v, _per_head(dense.weight, nh, dh), dense.bias
+            return v, per_head_output(dense.weight, nh, dh), dense.bias
 
         return values
     if model_type == "distilbert":
@@ -115,7 +80,7 @@ def _values_fn(model_type: str, layer: nn.Module, attn: nn.Module):
 
         def values(u: Tensor):
             v = attn.v_lin(u).view(u.shape[0], nh, dh).transpose(0, 1)  # (H, N, Dh)
-            return v, _per_head(attn.out_lin.weight, nh, dh), attn.out_lin.bias
+            return v, per_head_output(attn.out_lin.weight, nh, dh), attn.out_lin.bias
 
         return values
     cfg = attn.config
@@ -127,8 +92,8 @@ def _values_fn(model_type: str, layer: nn.Module, attn: nn.Module):
             v = attn.qkv_proj(u)[:, (nh + nkv) * dh :]
         else:
             v = attn.v_proj(u)
-        v = _expand(v.view(u.shape[0], -1, dh).transpose(0, 1), nh)  # (H, N, Dh)
-        return v, _per_head(attn.o_proj.weight, nh, dh), attn.o_proj.bias
+        v = expand_kv(v.view(u.shape[0], -1, dh).transpose(0, 1), nh)  # (H, N, Dh)
+        return v, per_head_output(attn.o_proj.weight, nh, dh), attn.o_proj.bias
 
     return values
 

@@ -33,12 +33,19 @@ well, never decomposed by guess.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cached_property
 
 import torch
 from torch import Tensor, nn
 
+from ..attention.block_trace import (
+    LMLayerParts,
+    LMRecording,
+    LMTrace,
+    NormLinear,
+    block_parts,
+    linearise_norm,
+)
+from ..attention.block_trace import check_replay as _check_replay
 from .capture import attention_sites, capture_attention
 from .lm_blocks import DECODERS, ENCODER_ONLY, LLAMA_LIKE, block_layout, layer_stack
 from .loading import HFModelError
@@ -87,142 +94,6 @@ def require_decoder(model: nn.Module, what: str) -> None:
         )
 
 
-def linearise_norm(norm: nn.Module, x: Tensor) -> tuple[Tensor, bool, Tensor | None]:
-    """A norm at its real input ``x (..., D)`` as a linear map with ``x``'s statistics held fixed:
-    ``(scale (..., D), center, bias)`` with ``N(t) ≈ scale ⊙ (t − mean t if center else t) + bias``,
-    exact for ``t = x``. LayerNorm: ``γ / σ(x)``, centred, ``β``; RMSNorm: ``g / rms(x)`` (Gemma's
-    ``1 + w``), computed in at least float32 as the modules do."""
-    if isinstance(norm, nn.LayerNorm):
-        sigma = (x.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
-        gain = norm.weight if norm.weight is not None else torch.ones_like(x[..., :1])
-        return gain / sigma, True, norm.bias
-    wide = torch.promote_types(x.dtype, torch.float32)
-    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
-    inv = torch.rsqrt(x.to(wide).pow(2).mean(-1, keepdim=True) + eps).to(x.dtype)
-    w = norm.weight
-    gain = 1.0 + w if "Gemma" in type(norm).__name__ else w  # Gemma's RMSNorm scales by (1 + w)
-    return gain * inv, False, None
-
-
-@dataclass
-class LMLayerParts:
-    """One traced block (``layer`` 0-based inside code): the attention module's output ``attention =
-    Σ_h Σ_j weights[h, :, j] values[h, j] + out_bias``, the attention sub-block's result ``mid =
-    mix(residual, attention)`` and the block's output ``out = mlp(mid)``. ``weights (H, N, N)``;
-    ``head_values (H, N, Dh)`` (each query head's value vectors) and ``w_o (H, Dh, D)`` (its rows of
-    the output projection), whose product is ``values (H, N, D)`` = ``f^h(u_j)``; ``residual``,
-    ``attention``, ``mid``, ``out (N, D)``. Where a norm follows the attention, ``scale (N, D)`` and
-    ``center`` are its linear part at each position's real input (:func:`linearise_norm`) and
-    ``through_residual`` says whether the residual passes it too (post-norm) or not (Gemma 2/3, OLMo 2)."""
-
-    layer: int
-    weights: Tensor
-    head_values: Tensor
-    w_o: Tensor
-    out_bias: Tensor | None
-    residual: Tensor
-    attention: Tensor
-    mid: Tensor
-    mlp: Callable[[Tensor], Tensor]
-    out: Tensor
-    mix: Callable[[Tensor, Tensor], Tensor] = field(repr=False, default=lambda r, a: r + a)
-    scale: Tensor | None = None
-    center: bool = False
-    through_residual: bool = False
-
-    @cached_property
-    def values(self) -> Tensor:
-        """``(H, N, D)``: ``f^h(u_j) = v^h_j W_O^h``."""
-        return self.head_values @ self.w_o
-
-    def _through_norm(self, t: Tensor, i) -> Tensor:
-        """``t (..., D)`` reaching position(s) ``i`` through the linear part of the norm after the attention."""
-        if self.scale is None:
-            return t
-        if self.center:
-            t = t - t.mean(-1, keepdim=True)
-        return t * self.scale[i]
-
-    def terms(self) -> Tensor:
-        """``(N, N, D)``: ``T_ij = Σ_h α^h_ij f^h(u_j)``, what key j adds to the attention's output at i
-        (heads summed, before any norm: Kobayashi et al. 2020's vectors)."""
-        return torch.einsum("hij,hjd->ijd", self.weights, self.values)
-
-    def mixing_terms(self) -> Tensor:
-        """``(N, N, D)``: the terms of ``mid`` (less the bias and β, which belong to no token): each
-        ``T_ij`` through the norm's linear part at i, and the residual ``r_i`` added to the diagonal term
-        (through the norm too in a post-norm block). ALTI's terms."""
-        t = self.terms()
-        idx = torch.arange(t.shape[0], device=t.device)
-        if self.through_residual:
-            t[idx, idx] += self.residual
-        if self.scale is not None:
-            t = self._rows(t)
-        if not self.through_residual:
-            t[idx, idx] += self.residual
-        return t
-
-    def _rows(self, t: Tensor) -> Tensor:
-        """``t (N, N, D)`` with row i through the norm's linear part at position i."""
-        if self.center:
-            t = t - t.mean(-1, keepdim=True)
-        return t * self.scale[:, None, :]  # (N, N, D): row i scaled by position i's statistics
-
-    def head_terms(self, i: int) -> Tensor:
-        """``(H, D)``: what each head adds at position ``i`` (its keys summed), through the norm's linear part."""
-        ctx = torch.einsum("hj,hjk->hk", self.weights[:, i], self.head_values)  # (H, Dh)
-        return self._through_norm(torch.einsum("hk,hkd->hd", ctx, self.w_o), i)
-
-    def source_terms(self, i: int) -> Tensor:
-        """``(N, D)``: what each source token j adds at position ``i`` (heads summed), through the norm's linear part."""
-        h, n, dh = self.head_values.shape
-        weighted = self.weights[:, i, :, None] * self.head_values  # (H, N, Dh)
-        summed = weighted.transpose(0, 1).reshape(n, h * dh) @ self.w_o.reshape(h * dh, -1)  # (N, D)
-        return self._through_norm(summed, i)
-
-    def bias_at(self, i: int) -> Tensor:
-        """``(D,)``: the attention's output bias as it reaches position ``i`` (zeros where there is none)."""
-        if self.out_bias is None:
-            return self.residual.new_zeros(self.residual.shape[-1])
-        return self._through_norm(self.out_bias, i)
-
-    def attention_output(self) -> Tensor:
-        """``(N, D)``: ``Σ_j T_ij + b_O``, the attention module's output."""
-        return self.attention
-
-    def mid_without(self, j: int) -> Tensor:
-        """``(N, D)``: ``mid`` with token ``j``'s values zeroed in every head (any norm recomputed)."""
-        g = torch.einsum("hk,hkd->hd", self.head_values[:, j], self.w_o)  # (H, D): f^h(u_j)
-        return self.mix(self.residual, self.attention - self.weights[:, :, j].T @ g)
-
-
-@dataclass
-class LMTrace:
-    """What the pass gives besides the layers: the first layer's input ``embedding (N, D)`` (token and
-    position embeddings), the last layer's output ``final (N, D)`` (the final norm's input) and the
-    model's ``logits (N, V)`` (None for a model without a language-model head)."""
-
-    embedding: Tensor
-    final: Tensor
-    logits: Tensor | None
-    model_type: str
-
-
-@dataclass
-class NormLinear:
-    """The final norm linearised at one real residual ``x`` (as direct logit attribution does in the
-    field): ``N(t) ≈ scale ⊙ (t − mean t if center else t) + bias`` with the normaliser (σ or RMS) of
-    ``x`` held fixed; exact for ``t = x``, and linear, so the terms of ``x`` add up to ``N(x)``."""
-
-    scale: Tensor
-    center: bool
-    bias: Tensor | None
-
-    def __call__(self, t: Tensor) -> Tensor:
-        """``(..., D) -> (..., D)``: the linear part (no bias)."""
-        return self.scale * (t - t.mean(-1, keepdim=True) if self.center else t)
-
-
 def final_norm(model: nn.Module) -> nn.Module:
     """The model's final norm module (``norm``; GPT-NeoX's ``final_layer_norm``; GPT-2's ``ln_f``)."""
     base = model.base_model
@@ -248,38 +119,12 @@ def lm_logits(model: nn.Module, x: Tensor) -> Tensor:
 
 
 def check_replay(replayed: Tensor, real: Tensor, what: str, model_type: str) -> None:
-    """Refuse in one line (:class:`HFModelError`) where a replayed block's output is not the model's
-    own (beyond a tolerance of 1,000 ulps of its largest value)."""
-    scale = max(1.0, float(real.abs().max()))
-    tol = 1e3 * torch.finfo(real.dtype).eps * scale
-    err = float((replayed - real).abs().max())
-    if not err <= tol:
-        raise HFModelError(
-            f"replaying {what} of this {model_type} model as a residual attention block does not give its output "
-            f"(max difference {err:.2g} > {tol:.2g}): the decompositions are not defined for its layers"
-        )
+    """:func:`attnkit.attention.block_trace.check_replay` with this family's one-line error (:class:`HFModelError`)."""
+    _check_replay(replayed, real, what, model_type, HFModelError)
 
 
 def _block_parts(model_type: str, layer: nn.Module, i: int, x: Tensor, weights: Tensor) -> LMLayerParts:
-    lay = block_layout(model_type, layer)
-    u = x if lay.pre_norm is None else lay.pre_norm(x)
-    v, w_o, bias = lay.values(u)  # (H, N, Dh), (H, Dh, D)
-    weights = weights.to(v.dtype)
-    ctx = weights @ v  # (H, N, Dh)
-    attention = torch.einsum("hnk,hkd->nd", ctx, w_o)  # (N, D)
-    if bias is not None:
-        attention = attention + bias
-    mid = lay.mix(x, attention)
-    scale, center = None, False
-    if lay.post_norm is not None:  # linear given the statistics of its real input
-        scale, center, _ = linearise_norm(lay.post_norm, attention if lay.kind == "sandwich" else x + attention)
-
-    def mlp(m: Tensor, rest=lay.rest, x=x) -> Tensor:
-        return rest(m, x)
-
-    return LMLayerParts(
-        i, weights, v, w_o, bias, x, attention, mid, mlp, mlp(mid), lay.mix, scale, center, lay.kind == "post"
-    )
+    return block_parts(block_layout(model_type, layer), i, x, weights)
 
 
 def _check_call(model: nn.Module, input_ids: Tensor, fn: object, name: str) -> str:
@@ -338,28 +183,6 @@ def trace_lm(model: nn.Module, input_ids: Tensor, on_layer: Callable[[LMLayerPar
             h.remove()
     logits = getattr(out, "logits", None)
     return LMTrace(seen["embedding"], seen["final"], None if logits is None else logits[0], model_type)
-
-
-@dataclass
-class LMRecording:
-    """One plain pass of a model, kept for :func:`replay_layer`: each layer's input ``inputs[l] (N, D)``
-    (``inputs[0]`` the embeddings) and output ``outputs[l]``, the arguments its attention module was
-    called with (by reference: the rotary tables and the mask are shared by the layers), and the
-    pass's :class:`LMTrace`; ``position_logits (V,)``: the logits at the position asked for
-    (``record_lm(..., logits_at=)``; the trace then has no logits), else None."""
-
-    model: nn.Module
-    model_type: str
-    inputs: list[Tensor]
-    outputs: list[Tensor]
-    calls: list[tuple[tuple, dict]]
-    trace: LMTrace
-    position_logits: Tensor | None = None
-
-    @property
-    def n_layers(self) -> int:
-        """How many layers the model has."""
-        return len(self.inputs)
 
 
 @torch.no_grad()

@@ -22,72 +22,44 @@ module computes its weights itself, the whole map is captured once and its rows 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from ..attention.block_trace import LayerRows, LMRecording, LMRowParts
 from .capture import attention_sites, attention_weights, capture_attention, untraceable, watch_attention_call
 from .lm_blocks import block_layout, layer_stack
-from .lm_decomposition import LMRecording, check_replay, linearise_norm
+from .loading import HFModelError
 from .transformers_internals import attention_implementation
 
-__all__ = ["LMRowParts", "LayerRows"]
-
-
-@dataclass
-class LMRowParts:
-    """One block at the query positions ``rows`` (sorted, 0-based) only: ``weights (H, k, K)`` (α of
-    those rows over the keys ``0..K-1``, ``K = max(rows) + 1``), ``head_values (H, K, Dh)`` and ``w_o
-    (H, Dh, D)`` (``f^h(u_j) = head_values[h, j] @ w_o[h]``), and ``residual``, ``mid``, ``out (k, D)``
-    at the rows; ``scale (k, D)`` and ``center``: the linear part of the norm after the attention at
-    each row's real input (None in a pre-norm block), as in
-    :class:`~attnkit.hf.lm_decomposition.LMLayerParts`."""
-
-    layer: int
-    rows: list[int]
-    weights: Tensor
-    head_values: Tensor
-    w_o: Tensor
-    residual: Tensor
-    mid: Tensor
-    out: Tensor
-    scale: Tensor | None = None
-    center: bool = False
+__all__ = ["HFLayerRows", "LMRowParts"]
 
 
 class _Taken(Exception):
     """Raised inside the attention module once its queries and keys are in hand: the rest is not needed."""
 
 
-class LayerRows:
-    """Layer ``i`` (0-based) of a recorded pass, ready to be replayed at any rows up to ``keys - 1``
-    (:meth:`parts`): its queries and keys (or, under ``eager``, its whole map) and its values for the
-    first ``keys`` positions, held until the object is dropped."""
+class HFLayerRows(LayerRows):
+    """:class:`~attnkit.attention.block_trace.LayerRows` of a Hugging Face model: under ``sdpa`` the layer's
+    queries and keys taken once (its attention module stopped at the interface), each chunk's rows of α
+    formed from them; under ``eager`` the whole map captured once (module docstring)."""
 
     def __init__(self, rec: LMRecording, i: int, keys: int) -> None:
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < rec.n_layers:
             raise ValueError(f"i must be a layer index in 0..{rec.n_layers - 1}, got {i!r}")
-        n = int(rec.inputs[i].shape[0])
-        if isinstance(keys, bool) or not isinstance(keys, int) or not 1 <= keys <= n:
-            raise ValueError(f"keys must be a number of positions in 1..{n}, got {keys!r}")
-        self.rec, self.i, self.keys = rec, i, keys
-        layer = layer_stack(rec.model)[i]
-        self.layout = lay = block_layout(rec.model_type, layer)
-        x = rec.inputs[i]
+        lay = block_layout(rec.model_type, layer_stack(rec.model)[i])
+        super().__init__(rec, i, keys, lay, HFModelError)
+        self._map: Tensor | None = None
+        self._inputs: dict = {}
+        args, kwargs = rec.calls[i]
         with torch.no_grad():
-            u = x if lay.pre_norm is None else lay.pre_norm(x)  # (N, D)
-            self.head_values, self.w_o, self.bias = lay.values(u[:keys])  # (H, K, Dh), (H, Dh, D)
-            self._map: Tensor | None = None
-            self._inputs: dict = {}
-            args, kwargs = rec.calls[i]
             if attention_implementation(rec.model) == "sdpa":
-                self._take_inputs(lay.attn, u, args, kwargs)
+                self._take_inputs(lay.attn, self.u, args, kwargs)
             else:  # eager: the module forms its weights itself; take them whole
                 site = next(s for s in attention_sites(rec.model) if s.module is lay.attn)
                 got: dict[str, Tensor] = {}
                 with capture_attention(rec.model, lambda s, w: got.__setitem__("w", w[0]), sites=[site]):
-                    lay.attn(u[None], *args, **kwargs)
+                    lay.attn(self.u[None], *args, **kwargs)
                 self._map = got["w"]  # (H, N, N)
 
     def _take_inputs(self, attn, u: Tensor, args: tuple, kwargs: dict) -> None:
@@ -123,27 +95,3 @@ class LayerRows:
             position_bias=None if bias is None else bias[..., rows, :keys],
         )
         return w[0].to(self.head_values.dtype)  # (H, k, keys)
-
-    def parts(self, rows: list[int]) -> LMRowParts:
-        """The block at ``rows`` (sorted positions, each below ``keys``), checked against the recorded
-        output at those rows (one-line :class:`~attnkit.hf.loading.HFModelError` where the replay does
-        not reproduce it)."""
-        if not rows or rows != sorted(rows) or rows[0] < 0 or rows[-1] >= self.keys:
-            raise ValueError(f"rows must be sorted positions in 0..{self.keys - 1}, got {rows!r}")
-        lay, rec = self.layout, self.rec
-        idx = torch.tensor(rows, dtype=torch.long, device=self.head_values.device)
-        keys = rows[-1] + 1
-        with torch.no_grad():
-            weights = self._weights(idx, keys)  # (H, k, keys)
-            v = self.head_values[:, :keys]  # (H, keys, Dh)
-            attention = torch.einsum("hnk,hkd->nd", weights @ v, self.w_o)  # (k, D)
-            if self.bias is not None:
-                attention = attention + self.bias
-            x = rec.inputs[self.i][idx]  # (k, D)
-            mid = lay.mix(x, attention)
-            scale, center = None, False
-            if lay.post_norm is not None:  # linear given the statistics of its real input
-                scale, center, _ = linearise_norm(lay.post_norm, attention if lay.kind == "sandwich" else x + attention)
-            out = lay.rest(mid, x)
-            check_replay(out, rec.outputs[self.i][idx], f"layer {self.i + 1}", rec.model_type)
-        return LMRowParts(self.i, list(rows), weights, v, self.w_o, x, mid, out, scale, center)
