@@ -277,16 +277,14 @@ def test_translate_json_gives_one_object_per_line(capsys, tmp_path):
 def test_the_default_batch_of_rows_fits_a_memory_bound_and_changes_no_value(gpt2):
     """A long text gets a few rows a pass (GPT-2 small's shape over 512 tokens: hundreds of rows at once ran
     out of 20 GB), a tiny model the usual batch; the values do not depend on the batch."""
-    from types import SimpleNamespace
-
     from attnkit.attribution.generation import ROW_MEMORY, row_batch
     from attnkit.attribution.gradients import DEFAULT_BATCH
 
-    small = SimpleNamespace(num_hidden_layers=12, hidden_size=768, num_attention_heads=12)
+    small = (12, 768, 12)  # (layers, width, heads)
     per_row = 4 * 12 * 512 * (16 * 768 + 2 * 12 * 512)
     assert row_batch(small, 512) == ROW_MEMORY // per_row == 1
     assert row_batch(small, 64) > row_batch(small, 512)
-    assert row_batch(gpt2.model.config, 8) == DEFAULT_BATCH
+    assert row_batch(gpt2.dimensions(), 8) == DEFAULT_BATCH
     with pytest.raises(ValueError, match="length"):
         row_batch(small, 0)
     default = explain_generation(gpt2, TEXT, method="input_x_gradient", forced=True)

@@ -12,13 +12,12 @@ import torch
 
 pytest.importorskip("transformers")
 
-from test_hf_lm_export import CONFIGS, tiny_lm
-from tiny import es_en_tokenizer
-
 from attnkit.attribution.information_flow import information_flow_routes
 from attnkit.attribution.lm_methods import head_details, layer_maps, lens_at, mixing_rows
 from attnkit.attribution.lm_mixing import alti_logit, direct_logit_attribution, logit_lens
 from attnkit.attribution.tracers import block_tracer
+from test_hf_lm_export import CONFIGS, tiny_lm
+from tiny import es_en_tokenizer
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 
@@ -95,7 +94,7 @@ def test_the_information_flow_routes_equal_the_twins(pair):
     model, twin, ids = pair
     g1, g2 = information_flow_routes(model, ids, threshold=0.02), information_flow_routes(twin, ids, threshold=0.02)
     assert g1.token == g2.token and len(g1.edges) > 0
-    key = lambda e: (e.layer, -1 if e.head is None else e.head, e.source, e.target)  # noqa: E731
+    key = lambda e: (e.layer, -1 if e.head is None else e.head, e.source, e.target)
     assert sorted(map(key, g1.edges)) == sorted(map(key, g2.edges))
     w2 = {key(e): e.weight for e in g2.edges}
     assert all(e.weight == pytest.approx(w2[key(e)], abs=1e-5) for e in g1.edges)

@@ -53,7 +53,6 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
-from ..hf.fused_activations import fused_gelu
 from . import gradients
 from .lm_methods import LM_MIXING_METHODS, LM_VIEWS, canonical_lm_method, mixing_rows
 from .lm_split import lm_split
@@ -92,18 +91,16 @@ STEP_ROWS = 256
 ROW_MEMORY = 1 << 30
 
 
-def row_batch(config, length: int) -> int:
+def row_batch(dimensions: tuple[int, int, int], length: int) -> int:
     """The default number of rows (one token at one interpolation point each) that one forward and backward
-    pass of the gradient methods serves, for a model of Hugging Face ``config`` over ``length`` input tokens:
-    :data:`ROW_MEMORY` over an estimate of one row's activations, ``4 · L · n · (16 · d + 2 · H · n)`` bytes
-    (each layer's residual-stream intermediates and its attention map, float32), at most
+    pass of the gradient methods serves, for a model of ``dimensions`` ``(layers, width, heads)`` over
+    ``length`` input tokens: :data:`ROW_MEMORY` over an estimate of one row's activations, ``4 · L · n · (16 ·
+    d + 2 · H · n)`` bytes (each layer's residual-stream intermediates and its attention map, float32), at most
     :data:`~attnkit.attribution.gradients.DEFAULT_BATCH`. A fixed batch of rows would hold ``batch`` copies
     of every activation: hundreds of rows over a long text run out of memory."""
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
         raise ValueError(f"length must be a positive int, got {length!r}")
-    layers = int(getattr(config, "num_hidden_layers", None) or 1)
-    width = int(getattr(config, "hidden_size", None) or 1)
-    heads = int(getattr(config, "num_attention_heads", None) or 1)
+    layers, width, heads = (max(1, int(v)) for v in dimensions)
     per_row = 4 * layers * length * (16 * width + 2 * heads * length)  # bytes
     return max(1, min(gradients.DEFAULT_BATCH, ROW_MEMORY // per_row))
 
@@ -167,19 +164,19 @@ def contrast_token(sa, token: str | int) -> int:
     """The vocabulary id of the contrastive foil ``token``: a text that the tokenizer makes one token of
     (without special tokens), a piece of the vocabulary spelt as the vocabulary spells it (``Ġworld``), or
     an id; anything else is an :class:`~attnkit.errors.InputError` saying how it tokenises."""
-    size = sa.model.get_output_embeddings().weight.shape[0]
+    size = sa.vocab_size
     if isinstance(token, int) and not isinstance(token, bool):
         if not 0 <= token < size:
             raise InputError(f"contrast must be a token id in 0..{size - 1}, got {token}")
         return token
     if not isinstance(token, str) or not token:
         raise InputError(f"contrast must be one token of the model's vocabulary, got {token!r}")
-    ids = [int(i) for i in sa.hf_tokenizer(token, add_special_tokens=False)["input_ids"]]
+    ids = sa.encode_plain(token)
     if len(ids) == 1:
         return ids[0]
-    vocab = sa.hf_tokenizer.get_vocab()
-    if token in vocab and 0 <= int(vocab[token]) < size:
-        return int(vocab[token])
+    found = sa.piece_id(token)
+    if found is not None and 0 <= found < size:
+        return found
     pieces = " ".join(repr(p) for p in sa.pieces_of(ids)) or "nothing"
     raise InputError(
         f"contrast {token!r} is not one token of {sa.source}'s vocabulary: it tokenises into {len(ids)} "
@@ -271,7 +268,7 @@ def _gradient_rows(sa, ids: list[int], prompt_len: int, method: str, steps, batc
     model = sa.model
     sa._check_generates()
     if batch is None:
-        batch = row_batch(model.config, len(inputs))
+        batch = row_batch(sa.dimensions(), len(inputs))
     was_training = model.training
     model.eval()
     seen: dict[str, Tensor] = {}
@@ -348,7 +345,7 @@ def explain_generation(
         raise InputError("the continuation has no generated token to explain")
     t0 = time.perf_counter()
     if name in gradients.GRADIENT_METHODS:
-        with fused_gelu(sa.model):  # the same function in one kernel: less memory and time under autograd
+        with sa.fast_activations():  # one kernel per activation: less memory and time under autograd
             out = _gradient_rows(sa, ids, prompt_len, name, steps, batch, progress, contrast_id)
     elif name in LM_MIXING_METHODS:
         if head is not None:
@@ -360,7 +357,7 @@ def explain_generation(
         scores, raw = mixing_rows(sa.model, ids, prompt_len, name, layer)
         out = {"scores": scores, "raw": raw}
     else:
-        with fused_gelu(sa.model):
+        with sa.fast_activations():
             out = _attention_rows(sa, ids, prompt_len, name, layer, head)
     seconds = time.perf_counter() - t0
     params = {k: v for k, v in {"layer": layer, "head": head, "steps": steps}.items() if v is not None}

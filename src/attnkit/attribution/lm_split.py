@@ -35,17 +35,14 @@ def lm_split(sa, ids: list[int], prompt_len: int, contrast_id: int | None, x: Te
     L)``: each column's ``log p`` of its token (minus that of ``contrast_id``, contrastive attribution).
     ``seen["logits"]`` receives the real input's logits ``(G, V)`` (detached) when a pass runs on it, so the
     step scores need no pass of their own."""
-    model = sa.model
     device = x.device
-    dtype = next(model.parameters()).dtype
+    dtype = next(sa.model.parameters()).dtype
     start = prompt_len - 1  # the input position of column 0
     n_gen = len(ids) - prompt_len
     wanted = torch.tensor(ids[prompt_len:], device=device)  # (G,)
 
     def features(rows: Tensor, length: int) -> Tensor:  # (N, n-1, E) -> (N, length, V)
-        kwargs = sa.last_logits_kwargs(length)  # logits_to_keep, no key/value cache, where the model takes them
-        logits = model(inputs_embeds=rows[:, : start + length].to(dtype), **kwargs).logits
-        logits = logits[:, -length:]  # (N, length, V): the columns' positions (all of them, without logits_to_keep)
+        logits = sa.logits_from_embeddings(rows[:, : start + length].to(dtype), length)  # (N, length, V)
         if rows.shape[0] == 1 and length == n_gen and torch.equal(rows[0], x):
             seen["logits"] = logits[0].detach()
         return logits.to(torch.promote_types(logits.dtype, torch.float32))

@@ -65,31 +65,27 @@ def cmd_explain(args) -> None:
 
         _output(args.output, "--output")
         if lm_only is not None and model.kind is ModelKind.TRANSLATOR:
-            raise CLIError(f"{lm_only} is for Hugging Face language models, not {_shown_name(model)}")
+            raise CLIError(f"{lm_only} is for language models, not {_shown_name(model)}")
         return explain_file(args, model, method)
     for flag in ("target_file", "output", "job_dir", "processes"):
         if getattr(args, flag) is not None:
             raise CLIError(f"--{flag.replace('_', '-')} goes with --file (every line of a file)")
     progress = _progress_printer(method)
-    if model.kind is ModelKind.SELF_ATTENTION:  # a Hugging Face encoder-only or decoder-only model
+    if model.kind in (ModelKind.SELF_ATTENTION, ModelKind.LANGUAGE_MODEL):  # a text model: attnkit's or HF's
         from .explain_hf import explain_self_attention_model
 
         method = canonical_generation_method(args.method)  # alti: a language model's ALTI
         return explain_self_attention_model(args, model, method, progress)
     if lm_only is not None:
-        raise CLIError(
-            f"{lm_only} is for Hugging Face language models (GPT-2, Llama and kin), not {_shown_name(model)}"
-        )
+        raise CLIError(f"{lm_only} is for language models (attnkit's, GPT-2, Llama and kin), not {_shown_name(model)}")
     for flag in ("--position", "--threshold"):
         if getattr(args, flag[2:]) is not None:
             raise CLIError(f"{flag} is for a language model's views (logit_lens, direct_logit, routes)")
     if args.self_attention:
-        raise CLIError("--self-attention is for Hugging Face encoder-only and decoder-only models")
+        raise CLIError("--self-attention is for language models and Hugging Face encoder-only models")
     for flag, value in _GENERATION_FLAGS:
         if getattr(args, value) not in (None, False):
-            raise CLIError(
-                f"{flag} is for Hugging Face decoder-only models (GPT-2, Llama): give the input as the argument"
-            )
+            raise CLIError(f"{flag} is for language models (attnkit's, GPT-2, Llama): give the input as the argument")
     if args.input is None:
         raise CLIError("give the input to explain: the source text (translators) or an image file (captioners)")
     if model.kind is ModelKind.TRANSLATOR:
@@ -231,8 +227,8 @@ def add_parser(sub) -> None:
         help="which source words (or image cells) each output word used, by an attribution method",
         description="Attribute every output word of a translation (or caption) to the source words (or image "
         "grid cells) under forced decoding: raw attention, rollout, attention_norm, value_zeroing, alti_plus, "
-        "saliency, input_x_gradient, integrated_gradients (see attnkit.attribution). A Hugging Face decoder-only "
-        "model (GPT-2, Llama) continues the text (greedy, or --sample) and each written token is attributed to the "
+        "saliency, input_x_gradient, integrated_gradients (see attnkit.attribution). A language model "
+        "(attnkit's, GPT-2, Llama) continues the text (greedy, or --sample) and each written token is attributed to the "
         "tokens before it, or with --text every next token of a given text (--contrast: why this token and not "
         "another); attention_norm, value_zeroing, alti and alti_logit mix its context; logit_lens, direct_logit and "
         "routes (--position, --threshold) view one prediction; "
@@ -243,12 +239,12 @@ def add_parser(sub) -> None:
         nargs="?",
         default=None,
         help="Spanish text (translation models), an image file (captioners), or the text to read or continue "
-        "(Hugging Face encoder-only and decoder-only models)",
+        "(language models and Hugging Face encoder-only models)",
     )
     xp.add_argument(
         "--text",
         default=None,
-        help="decoder-only Hugging Face models: explain every next token of this text as written (teacher "
+        help="language models: explain every next token of this text as written (teacher "
         "forcing), instead of a continuation of the argument (default: none)",
     )
     _add_model_flag(xp, DEFAULT_TRANSLATION_MODEL)
@@ -289,12 +285,12 @@ def add_parser(sub) -> None:
         "--max-new-tokens",
         type=arg_type(between(1, 512, integer=True), "max_new_tokens"),
         default=20,
-        help="decoder-only Hugging Face models: the most tokens of the greedy continuation explained (default: 20)",
+        help="language models: the most tokens of the greedy continuation explained (default: 20)",
     )
     xp.add_argument(
         "--sample",
         action="store_true",
-        help="decoder-only Hugging Face models: sample the continuation instead of the greedy one "
+        help="language models: sample the continuation instead of the greedy one "
         "(--seed, --temperature, --top-k) (default: off)",
     )
     xp.add_argument(
@@ -320,14 +316,14 @@ def add_parser(sub) -> None:
         "--contrast",
         default=None,
         metavar="TOKEN",
-        help="decoder-only Hugging Face models, gradient methods: explain log p(token) − log p(TOKEN), why the "
+        help="language models, gradient methods: explain log p(token) − log p(TOKEN), why the "
         "model wrote its token rather than TOKEN (one token of its vocabulary) (default: none)",
     )
     xp.add_argument(
         "--position",
         type=arg_type(between(1, 1_000_000, integer=True), "position"),
         default=None,
-        help="decoder-only Hugging Face models, --method logit_lens, direct_logit or routes: the position (1-based) "
+        help="language models, --method logit_lens, direct_logit or routes: the position (1-based) "
         "of the text whose prediction is viewed (default: the last, the token after the text)",
     )
     xp.add_argument(
@@ -348,7 +344,7 @@ def add_parser(sub) -> None:
     xp.add_argument(
         "--self-attention",
         action="store_true",
-        help="decoder-only Hugging Face models: the self-attention views (--method attention or rollout) instead "
+        help="language models: the self-attention views (--method attention or rollout) instead "
         "of attributing a continuation; encoder-only models always show these (default: off)",
     )
     _add_json_flag(xp)

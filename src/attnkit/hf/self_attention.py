@@ -292,6 +292,58 @@ class SelfAttentionModel:
         out = self.model(input_ids=torch.tensor([ids], device=self.device), **self.last_logits_kwargs(last))
         return out.logits[0, -last:]
 
+    # ------------------------------------------------------------------ the text-model protocol's readings
+    @property
+    def model_type(self) -> str:
+        """The family's name (``gpt2``, ``llama``…), as the answers report it."""
+        return str(getattr(self.model.config, "model_type", "?"))
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the output layer (the ids a prediction ranges over)."""
+        head = self.model.get_output_embeddings()
+        return int(head.weight.shape[0]) if head is not None else int(self.model.config.vocab_size)
+
+    def dimensions(self) -> tuple[int, int, int]:
+        """``(layers, width, heads)``: what a pass's memory grows with."""
+        cfg = self.model.config
+        width = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None) or 1
+        return self.num_layers, int(width), self.num_heads
+
+    def encode_plain(self, text: str) -> list[int]:
+        """The ids of ``text`` without the tokenizer's special tokens."""
+        return [int(i) for i in self.hf_tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+    def piece_id(self, piece: str) -> int | None:
+        """The id of a vocabulary entry spelt as the vocabulary spells it (``Ġworld``), or None."""
+        found = self.hf_tokenizer.get_vocab().get(piece)
+        return None if found is None else int(found)
+
+    @property
+    def special_ids(self) -> set[int]:
+        """The ids of the tokenizer's special tokens."""
+        return {int(i) for i in getattr(self.hf_tokenizer, "all_special_ids", []) or []}
+
+    def fast_activations(self):
+        """A context in which the model's composite GELU runs as one kernel (:func:`attnkit.hf.fused_activations.fused_gelu`)."""
+        from .fused_activations import fused_gelu
+
+        return fused_gelu(self.model)
+
+    def logits_from_embeddings(self, embeddings: Tensor, last: int) -> Tensor:
+        """``(B, last, V)``: the logits of the last ``last`` positions, the model run on ``embeddings (B, n, E)``."""
+        return self.model(inputs_embeds=embeddings, **self.last_logits_kwargs(last)).logits[:, -last:]
+
+    def sample(
+        self, text: str, *, max_new_tokens: int = 20, temperature: float = 1.0, top_k: int | None = None, seed: int = 0
+    ) -> tuple[list[int], int]:
+        """A sampled continuation (:func:`attnkit.hf.sampling.sample_continuation`): ``(ids, prompt length)``."""
+        from .sampling import sample_continuation
+
+        return sample_continuation(
+            self, text, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed
+        )
+
     def embed(self, ids: Tensor) -> Tensor:
         """The input embeddings of token ids ``(..., n) -> (..., n, E)`` (the embedding layer only: positions
         are added inside the model, so a zero embedding keeps them)."""

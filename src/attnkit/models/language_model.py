@@ -141,7 +141,8 @@ class LanguageModel(ConfiguredModel, nn.Module):
     ``"language_model"`` in a checkpoint's ``config.json`` (:mod:`attnkit.models.registry`).
 
     ``forward(ids (B, T) int64, *, need_weights=False) -> LanguageModelOutput``, causal: the logits at
-    ``t`` predict token ``t + 1`` from tokens ``0..t``. With ``features_only=True`` it stops before the
+    ``t`` predict token ``t + 1`` from tokens ``0..t``; ``forward(None, embeds=(B, T, D))`` reads token
+    embeddings given instead of ids (positions are still added: what the gradient attributions differentiate). With ``features_only=True`` it stops before the
     output layer and returns the final norm's output as ``features`` (the training loss projects them
     itself, in chunks, without making the ``(B, T, V)`` logits; :meth:`output_layer` gives the weights).
     :meth:`generate` continues a batch of prompts with a key/value cache (greedy at ``temperature=0``).
@@ -185,12 +186,17 @@ class LanguageModel(ConfiguredModel, nn.Module):
             raise ValueError(f"ids: {past + ids.shape[1]} positions exceed max_len={self.config.max_len}")
 
     def _run(
-        self, ids: Tensor, caches: list[KVCache] | None, need_weights: bool, features_only: bool = False
+        self,
+        ids: Tensor | None,
+        caches: list[KVCache] | None,
+        need_weights: bool,
+        features_only: bool = False,
+        embeds: Tensor | None = None,
     ) -> LanguageModelOutput:
         past = 0 if caches is None else len(caches[0])
-        h = self.embed_tokens(ids)  # (B, T, D)
+        h = self.embed_tokens(ids) if embeds is None else embeds  # (B, T, D)
         if self.embed_positions is not None:
-            h = h + self.embed_positions(torch.arange(past, past + ids.shape[1], device=ids.device))
+            h = h + self.embed_positions(torch.arange(past, past + h.shape[1], device=h.device))
         h = self.dropout(h)
         maps = [] if need_weights else None
         for i, layer in enumerate(self.layers):
@@ -202,9 +208,26 @@ class LanguageModel(ConfiguredModel, nn.Module):
             return LanguageModelOutput(None, maps, h)  # features (B, T, D)
         return LanguageModelOutput(self.lm_head(h), maps)  # logits (B, T, V)
 
-    def forward(self, ids: Tensor, *, need_weights: bool = False, features_only: bool = False) -> LanguageModelOutput:
-        self._check_ids(ids)
-        return self._run(ids, None, need_weights, features_only)
+    def forward(
+        self,
+        ids: Tensor | None,
+        *,
+        need_weights: bool = False,
+        features_only: bool = False,
+        embeds: Tensor | None = None,
+    ) -> LanguageModelOutput:
+        if embeds is None:
+            self._check_ids(ids)
+        elif ids is not None or not isinstance(embeds, Tensor) or embeds.dim() != 3:
+            raise ValueError(
+                "embeds: give the token embeddings (B, T, D) instead of ids, not both; got "
+                f"{tuple(embeds.shape) if isinstance(embeds, Tensor) else type(embeds).__name__}"
+            )
+        elif embeds.shape[-1] != self.config.d_model or embeds.shape[1] > self.config.max_len:
+            raise ValueError(
+                f"embeds must have shape (B, T <= {self.config.max_len}, {self.config.d_model}), got {tuple(embeds.shape)}"
+            )
+        return self._run(ids, None, need_weights, features_only, embeds)
 
     def output_layer(self) -> tuple[Tensor, Tensor | None]:
         """``(weight (V, D), bias or None)`` of the output layer (the embedding's when tied)."""

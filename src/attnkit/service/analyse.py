@@ -124,11 +124,9 @@ def _generation(model: Model, req: GenerationRequest, progress) -> GenerationAna
         common: dict = dict(forced=True)
     else:
         if req.mode == "sample":
-            from ..hf.sampling import sample_continuation
-
             seed = req.seed if req.seed is not None else secrets.randbelow(2**31)  # reported, so it can be redone
-            continuation = sample_continuation(
-                sa, req.text, max_new_tokens=req.max_new_tokens, temperature=req.temperature, top_k=req.top_k, seed=seed
+            continuation = sa.sample(
+                req.text, max_new_tokens=req.max_new_tokens, temperature=req.temperature, top_k=req.top_k, seed=seed
             )
         else:
             continuation = sa.generate(req.text, max_new_tokens=req.max_new_tokens)  # (ids, prompt length)
@@ -172,7 +170,7 @@ def _generation(model: Model, req: GenerationRequest, progress) -> GenerationAna
     scores = (chosen or att).extra["step_scores"]
     return GenerationAnalysis(
         model=model.label,
-        kind=str(getattr(sa.model.config, "model_type", "?")),
+        kind=sa.model_type,
         request=req,
         text=req.text,
         continuation=(att or chosen).extra["translation"],

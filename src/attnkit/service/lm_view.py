@@ -98,10 +98,9 @@ def analyse_lm_view(
         shown.update(detail["promotes"].flatten().tolist() + detail["suppresses"].flatten().tolist())
     shown = sorted(shown)
     vocab = dict(zip(shown, sa.pieces_of(shown)))
-    cfg = sa.model.config
     return LMViewAnalysis(
         model=model.label,
-        kind=str(getattr(cfg, "model_type", "?")),
+        kind=sa.model_type,
         request=req,
         text=req.text,
         pieces=pieces,

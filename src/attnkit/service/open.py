@@ -202,4 +202,6 @@ def open_model(
     impl = _load(found, path, spec)
     if found is ModelKind.TRANSLATOR:
         _set_translator_options(impl, spec)
+    if found is ModelKind.LANGUAGE_MODEL:
+        impl.source = label  # the name its answers give (a text model's ``source``)
     return Model(label, found or ModelKind.CAPTIONER, impl, spec, folder)

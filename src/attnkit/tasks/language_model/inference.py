@@ -23,6 +23,7 @@ from ...data.tokenizer import BOS_ID, EOS_ID, MODEL_FILENAME, Tokenizer
 from ...errors import InputError
 from ...models.language_model import LanguageModel
 from ..wrapper import InferenceWrapper
+from .text_model import LanguageModelText
 
 __all__ = ["Continuation", "LanguageModelGenerator"]
 
@@ -45,9 +46,10 @@ class Continuation:
         return asdict(self)
 
 
-class LanguageModelGenerator(InferenceWrapper):
+class LanguageModelGenerator(InferenceWrapper, LanguageModelText):
     """A trained :class:`~attnkit.models.language_model.LanguageModel` and its tokenizer; :meth:`load` reads
-    a checkpoint folder (``config.json``, ``model.safetensors``, ``tokenizer.model``)."""
+    a checkpoint folder (``config.json``, ``model.safetensors``, ``tokenizer.model``). It is also a text model
+    (:class:`~.text_model.LanguageModelText`): what ``attnkit explain`` and the analyses read, natively."""
 
     companion_file = MODEL_FILENAME
     kind = "a language model (attnkit train language-model)"

@@ -1,0 +1,246 @@
+"""The text-model protocol (what the analyses of a decoder-only model read: its pieces, its attention
+over a text, its continuation, its next-token logits, its embeddings) implemented natively for attnkit's
+own language model: :class:`LanguageModelText`, which :class:`~.inference.LanguageModelGenerator` is.
+
+The same protocol as :class:`attnkit.hf.self_attention.SelfAttentionModel` implements for a
+``transformers`` model, so :func:`attnkit.service.analyse`, ``attnkit explain`` and the decompositions
+(:func:`attnkit.attribution.tracers.block_tracer` reads :attr:`model` natively) take either, and attnkit's
+model is analysed as it runs, not through a converted twin. A text is read as the model was trained:
+``<s>`` then its pieces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+
+import torch
+from torch import Tensor
+
+from ...data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from ...errors import InputError
+from ...hf.sampling import check_sampling
+from ...hf.self_attention import MAX_NEW_TOKENS, SelfAttentionMaps
+
+__all__ = ["LanguageModelText"]
+
+
+class LanguageModelText:
+    """The text-model protocol over ``self.model`` (a :class:`~attnkit.models.language_model.LanguageModel`)
+    and ``self.tokenizer`` (attnkit's sentencepiece :class:`~attnkit.data.tokenizer.Tokenizer`); ``source``
+    names the model in answers."""
+
+    source: str = "attnkit language model"
+    causal = True
+    can_generate = True
+    model_type = "attnkit language model"
+
+    # ------------------------------------------------------------------ shape of the model
+    @property
+    def num_layers(self) -> int:
+        return self.model.config.n_layers
+
+    @property
+    def num_heads(self) -> int:
+        return self.model.config.n_heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.model.config.kv_heads
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.lm_head.weight.shape[0])
+
+    @property
+    def special_ids(self) -> set[int]:
+        return {PAD_ID, BOS_ID, EOS_ID, UNK_ID}
+
+    def dimensions(self) -> tuple[int, int, int]:
+        """``(layers, width, heads)``: what a pass's memory grows with."""
+        return self.num_layers, self.model.config.d_model, self.num_heads
+
+    def max_length(self) -> int:
+        """The most positions the model reads."""
+        return self.model.config.max_len
+
+    def kv_groups(self, heads: Sequence[int] | None = None) -> list[int] | None:
+        """The key/value group (1-based) of each of ``heads`` (1-based; default every head) under grouped-query
+        attention; None when every query head has its own keys and values."""
+        if self.num_kv_heads == self.num_heads:
+            return None
+        size = self.num_heads // self.num_kv_heads
+        wanted = range(1, self.num_heads + 1) if heads is None else heads
+        return [(int(h) - 1) // size + 1 for h in wanted]
+
+    # ------------------------------------------------------------------ pieces
+    def encode(self, text: str) -> tuple[list[int], list[str]]:
+        """``(ids, pieces)`` of ``text``: ``<s>`` then its pieces, as the model was trained."""
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("text must be a non-empty str")
+        ids = [BOS_ID, *self.tokenizer.encode(text)]
+        return ids, self.pieces_of(ids)
+
+    def encode_plain(self, text: str) -> list[int]:
+        """The ids of ``text`` without ``<s>``."""
+        return list(self.tokenizer.encode(text))
+
+    def piece_id(self, piece: str) -> int | None:
+        """The id of vocabulary entry ``piece`` (``▁world``), or None when the vocabulary has no such piece."""
+        i = int(self.tokenizer.piece_to_id(piece))
+        return None if i == UNK_ID and piece != self.tokenizer.id_to_piece(UNK_ID) else i
+
+    def pieces_of(self, ids: Sequence[int]) -> list[str]:
+        return [self.tokenizer.id_to_piece(int(i)) for i in ids]
+
+    # ------------------------------------------------------------------ reading a text
+    def _ids(self, text: str | Sequence[int]) -> tuple[list[int], list[str]]:
+        if isinstance(text, str):
+            ids, pieces = self.encode(text)
+        else:
+            ids = [int(i) for i in text]
+            if not ids:
+                raise ValueError("ids must hold at least one token id")
+            pieces = self.pieces_of(ids)
+        if len(ids) > self.max_length():
+            raise InputError(
+                f"the text has {len(ids)} tokens; {self.source} reads at most {self.max_length()} positions"
+            )
+        return ids, pieces
+
+    def _numbers(self, values, name: str, top: int) -> list[int]:
+        out = []
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
+                raise ValueError(f"{name} must hold numbers in 1..{top} (1-based), got {v!r}")
+            out.append(v - 1)
+        return out
+
+    @torch.no_grad()
+    def stream(
+        self,
+        text: str | Sequence[int],
+        on_layer: Callable[[int, Tensor], None],
+        *,
+        layers: Sequence[int] | None = None,
+        heads: Sequence[int] | None = None,
+        on_logits: Callable[[Tensor], None] | None = None,
+        last: int | None = None,
+    ) -> list[str]:
+        """Run the model on ``text`` (or token ids) once; ``on_layer(layer, weights (len(heads), N, N))`` for
+        each asked layer (1-based numbers, default every layer and head), the weights taken from each block's
+        output by a hook for this call (the model keeps none); ``on_logits(logits (last, V))``: that pass's
+        logits of the last ``last`` positions. Returns the pieces."""
+        ids, pieces = self._ids(text)
+        wanted = set(range(self.num_layers) if layers is None else self._numbers(layers, "layers", self.num_layers))
+        index = None if heads is None else torch.tensor(self._numbers(heads, "heads", self.num_heads))
+        last = len(ids) if last is None else last
+        if on_logits is not None and (isinstance(last, bool) or not isinstance(last, int) or not 1 <= last <= len(ids)):
+            raise ValueError(f"last must lie in 1..{len(ids)} (the number of tokens), got {last!r}")
+
+        def watch(i: int):
+            def hook(module, args, output):
+                h, w = output
+                if i in wanted:
+                    w = w[0]  # (H, N, N)
+                    on_layer(i + 1, w if index is None else w[index.to(w.device)])
+                return h, None
+
+            return hook
+
+        handles = [layer.register_forward_hook(watch(i)) for i, layer in enumerate(self.model.layers)]
+        try:
+            out = self.model(torch.tensor([ids], device=self.device), need_weights=True)
+        finally:
+            for h in handles:
+                h.remove()
+        if on_logits is not None:
+            on_logits(out.logits[0, -last:])  # (last, V)
+        return pieces
+
+    def self_attention(
+        self, text: str | Sequence[int], *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None
+    ) -> SelfAttentionMaps:
+        """Every asked layer's and head's self-attention over ``text`` (1-based numbers; default all), at once."""
+        got: dict[int, Tensor] = {}
+        pieces = self.stream(text, lambda layer, w: got.__setitem__(layer, w.cpu()), layers=layers, heads=heads)
+        order = sorted(got)
+        return SelfAttentionMaps(
+            pieces=pieces,
+            attention=torch.stack([got[i] for i in order]),  # (L, H, N, N)
+            layers=order,
+            heads=list(range(1, self.num_heads + 1)) if heads is None else [int(h) for h in heads],
+            causal=True,
+            kv_groups=self.kv_groups(heads),
+        )
+
+    @torch.no_grad()
+    def next_token_logits(self, ids: Sequence[int], last: int) -> Tensor:
+        """``(last, V)``: the logits after each of the last ``last`` of token ``ids`` (one forward pass)."""
+        ids = [int(i) for i in ids]
+        if not 1 <= last <= len(ids):
+            raise ValueError(f"last must lie in 1..{len(ids)} (the number of ids), got {last!r}")
+        return self.model(torch.tensor([ids], device=self.device)).logits[0, -last:]
+
+    def embed(self, ids: Tensor) -> Tensor:
+        """The token embeddings of ``ids (..., n) -> (..., n, D)`` (positions are added inside the model)."""
+        return self.model.embed_tokens(ids)
+
+    def logits_from_embeddings(self, embeddings: Tensor, last: int) -> Tensor:
+        """``(B, last, V)``: the logits of the last ``last`` positions, the model run on ``embeddings (B, n, D)``."""
+        features = self.model(None, embeds=embeddings, features_only=True).features  # (B, n, D)
+        return self.model.lm_head(features[:, -last:])
+
+    def log_probs(self, embeddings: Tensor) -> Tensor:
+        """``embeddings (B, n, D) -> (B, n, V)``: log p of every next token, in float32 at least."""
+        logits = self.logits_from_embeddings(embeddings, embeddings.shape[1])
+        return torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+
+    def fast_activations(self):
+        """attnkit's MLPs already run one kernel per activation: nothing to swap."""
+        return nullcontext(self.model)
+
+    # ------------------------------------------------------------------ writing
+    def _check_generates(self) -> None:
+        """Every attnkit language model writes text."""
+
+    def _start(self, text: str, max_new_tokens: int) -> list[int]:
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise InputError(f"max_new_tokens must be a whole number, got {max_new_tokens!r}")
+        if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+            raise InputError(f"max_new_tokens must lie in 1..{MAX_NEW_TOKENS}, got {max_new_tokens}")
+        ids, _ = self.encode(text)
+        if len(ids) + max_new_tokens > self.max_length():
+            raise InputError(
+                f"the text has {len(ids)} tokens and max_new_tokens is {max_new_tokens}: more than the "
+                f"{self.max_length()} positions {self.source} reads"
+            )
+        return ids
+
+    def _continue(self, ids: list[int], max_new_tokens: int, temperature: float, top_k, generator) -> list[int]:
+        full = self.model.generate(
+            torch.tensor([ids], device=self.device),
+            max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            generator=generator,
+            eos_id=EOS_ID,
+        )[0].tolist()
+        new = full[len(ids) :]
+        return ids + (new[: new.index(EOS_ID) + 1] if EOS_ID in new else new)
+
+    def generate(self, text: str, *, max_new_tokens: int = 20) -> tuple[list[int], int]:
+        """Greedy continuation of ``text``: ``(ids, prompt length)``, ``<s>`` and the prompt's pieces, then at
+        most ``max_new_tokens`` written ones (the model's own key/value cache), stopping after ``</s>``."""
+        ids = self._start(text, max_new_tokens)
+        return self._continue(ids, max_new_tokens, 0.0, None, None), len(ids)
+
+    def sample(
+        self, text: str, *, max_new_tokens: int = 20, temperature: float = 1.0, top_k: int | None = None, seed: int = 0
+    ) -> tuple[list[int], int]:
+        """A sampled continuation of ``text``: each new token drawn from ``softmax(top_k(z / temperature))``
+        with a generator seeded with ``seed`` (the same seed, the same text): ``(ids, prompt length)``."""
+        check_sampling(temperature, top_k, seed)
+        ids = self._start(text, max_new_tokens)
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        return self._continue(ids, max_new_tokens, float(temperature), top_k, generator), len(ids)
