@@ -120,3 +120,90 @@ def test_the_hooks_are_gone_after_a_call_and_after_a_refusal(pair, monkeypatch):
     with pytest.raises(TraceError, match=r"replaying layer 1 of this attnkit .* does not give its output"):
         layer_maps(model, ids.tolist(), "alti")
     assert all(not layer._forward_hooks for layer in model.layers)
+
+
+# ---------------------------------------------------------------- the front ends: service and CLI, native vs export
+
+TEXT = "In the beginning God created the heaven and the earth."
+
+
+@pytest.fixture(scope="module")
+def opened(tmp_path_factory):
+    """``(native Model, Model of its Hugging Face export, checkpoint folder, export folder)``: an attnkit language
+    model opened as itself (kind language-model, analysed natively) and its ``attnkit export --format huggingface``."""
+    from test_hf_lm_export import save_lm
+
+    from attnkit.deploy.hf_export import export_huggingface
+    from attnkit.service import ModelKind, open_model
+
+    root = tmp_path_factory.mktemp("native")
+    ckpt = save_lm(root / "lm", tiny_lm(5, shape="llama", n_kv_heads=2))
+    hf = export_huggingface(ckpt, root / "hf")
+    native, twin = open_model(str(ckpt)), open_model(str(hf))
+    assert native.kind is ModelKind.LANGUAGE_MODEL and twin.kind is ModelKind.SELF_ATTENTION
+    return native, twin, ckpt, hf
+
+
+@pytest.mark.parametrize(
+    "method",
+    ["attention", "rollout", "attention_norm", "value_zeroing", "alti", "alti_logit", "saliency", "input_x_gradient"],
+)
+def test_every_row_method_on_the_native_model_equals_its_export(opened, method):
+    from attnkit.service import GenerationRequest, analyse
+
+    native, twin, *_ = opened
+    if method in ("saliency", "input_x_gradient"):
+        pytest.importorskip("captum")
+    req = GenerationRequest(TEXT, mode="forced", method=method)
+    a, b = analyse(native, req).attribution, analyse(twin, req).attribution
+    assert a.source[1:] == b.source[1:] and a.target == b.target and len(a.target) > 5  # <s>: "▁<s>" in HF's spelling
+    torch.testing.assert_close(a.scores, b.scores, atol=1e-5, rtol=1e-5)
+    if a.raw is not None:
+        torch.testing.assert_close(a.raw, b.raw, atol=1e-5, rtol=1e-5)
+    assert a.extra["step_scores"]["probability"] == pytest.approx(b.extra["step_scores"]["probability"], abs=1e-5)
+
+
+def test_greedy_continuation_contrast_and_sampling_natively(opened):
+    from attnkit.errors import InputError
+    from attnkit.service import GenerationRequest, analyse
+
+    native, twin, *_ = opened
+    greedy = GenerationRequest("In the beginning", max_new_tokens=6, method="alti")
+    a, b = analyse(native, greedy), analyse(twin, greedy)
+    assert a.continuation == b.continuation and a.attribution.target == b.attribution.target
+    torch.testing.assert_close(a.attribution.scores, b.attribution.scores, atol=1e-5, rtol=1e-5)
+    contrast = GenerationRequest(TEXT, mode="forced", method="saliency", contrast="▁the")
+    pytest.importorskip("captum")
+    c, d = analyse(native, contrast).attribution, analyse(twin, contrast).attribution
+    assert c.extra["contrast"] == d.extra["contrast"]
+    torch.testing.assert_close(c.scores, d.scores, atol=1e-5, rtol=1e-5)
+    sample = GenerationRequest("In the beginning", max_new_tokens=8, mode="sample", seed=3, temperature=1.5)
+    s1, s2 = analyse(native, sample), analyse(native, sample)
+    assert s1.continuation == s2.continuation and s1.seed == 3  # the same seed, the same text
+    with pytest.raises(InputError, match="not one token"):
+        analyse(native, GenerationRequest(TEXT, mode="forced", method="saliency", contrast="heaven and earth"))
+
+
+@pytest.mark.parametrize("method", ["alti_logit", "value_zeroing", "logit_lens", "direct_logit", "routes"])
+def test_the_cli_explains_an_attnkit_language_model_as_its_export(opened, capsys, method):
+    """``attnkit explain --model LM --text … --method M --json``: the native model prints what its export prints."""
+    import json
+
+    from attnkit.cli import main
+
+    _, _, ckpt, hf = opened
+    outs = []
+    for folder in (ckpt, hf):
+        capsys.readouterr()
+        assert main(["explain", "--model", str(folder), "--text", TEXT, "--method", method, "--json"]) in (0, None)
+        outs.append(json.loads(capsys.readouterr().out))
+    mine, theirs = outs
+    for key in ("scores", "raw"):
+        if mine.get(key) is not None:
+            torch.testing.assert_close(torch.tensor(mine[key]), torch.tensor(theirs[key]), atol=2e-5, rtol=0)
+    if method == "logit_lens":
+        assert [r["top"] for r in mine["lens"]] == [r["top"] for r in theirs["lens"]]
+    if method == "direct_logit":
+        assert mine["direct_logit"]["logit"] == pytest.approx(theirs["direct_logit"]["logit"], abs=1e-4)
+    if method == "routes":
+        assert len(mine["graph"]["edges"]) == len(theirs["graph"]["edges"]) > 0
