@@ -131,10 +131,9 @@ TEXT = "In the beginning God created the heaven and the earth."
 def opened(tmp_path_factory):
     """``(native Model, Model of its Hugging Face export, checkpoint folder, export folder)``: an attnkit language
     model opened as itself (kind language-model, analysed natively) and its ``attnkit export --format huggingface``."""
-    from test_hf_lm_export import save_lm
-
     from attnkit.deploy.hf_export import export_huggingface
     from attnkit.service import ModelKind, open_model
+    from test_hf_lm_export import save_lm
 
     root = tmp_path_factory.mktemp("native")
     ckpt = save_lm(root / "lm", tiny_lm(5, shape="llama", n_kv_heads=2))
