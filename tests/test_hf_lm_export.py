@@ -292,9 +292,10 @@ def test_cli_exports_a_run_folders_newest_checkpoint_and_keeps_the_folder_rules(
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
-def test_serve_reads_an_attnkit_language_model_as_its_stock_twin(tmp_path):
+def test_serve_reads_an_attnkit_language_model_natively(tmp_path):
     """`attnkit serve --model LM_CHECKPOINT`: the explorer lists the model with the decoder-only models and its
-    logit lens (/api/flow) predicts what attnkit's own model predicts, read through the in-memory export."""
+    logit lens (/api/flow) predicts what attnkit's own model predicts, read from the model itself (no converted
+    twin: the served object is attnkit's own generator)."""
     from fastapi.testclient import TestClient
 
     from attnkit.explorer.app import create_app, load_models
@@ -304,6 +305,9 @@ def test_serve_reads_an_attnkit_language_model_as_its_stock_twin(tmp_path):
     folder = save_lm(tmp_path / "lm", model)
     app = create_app(load_models([str(folder)]), verses=[], options=ServeOptions(max_new_tokens=3))
     text = "En el principio"
+    from attnkit.tasks.language_model.inference import LanguageModelGenerator
+
+    assert all(isinstance(m, LanguageModelGenerator) for m in app.state.explorer.models.self_attention.values())
     with TestClient(app, base_url="http://127.0.0.1:8000") as c:
         info = c.get("/api/models").json()["models"][0]
         assert info["task"] == "self-attention" and info["generates"] and "attnkit language model" in info["kind"]

@@ -398,6 +398,10 @@ class BlockTracer:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def refusal(self) -> str | None:
+        """Why this model's blocks cannot be traced (one clause), or None where they can."""
+        return None
+
     def require_decoder(self, what: str) -> nn.Module:
         """The unembedding; ``what`` (a method's name) refused in one line for a model that predicts no
         next token (an encoder-only model, or one without its language-model head)."""

@@ -107,14 +107,14 @@ def row_batch(dimensions: tuple[int, int, int], length: int) -> int:
 
 def row_methods(model=None) -> list[str]:
     """The methods of :func:`explain_generation` (rows); the gradient ones only where Captum is installed, and
-    for a ``model`` (a :class:`~attnkit.hf.self_attention.SelfAttentionModel` or a ``transformers`` model)
-    whose blocks attnkit does not trace (:func:`~attnkit.hf.lm_decomposition.lm_refusal`), none of the
-    context-mixing ones (:func:`generation_methods` lists them all, so a command refuses them in one line)."""
-    from ..hf.lm_decomposition import lm_refusal
+    for a ``model`` (a text model, attnkit's or a :class:`~attnkit.hf.self_attention.SelfAttentionModel`, or the
+    network it holds) whose blocks attnkit does not trace (:meth:`~attnkit.attention.block_trace.BlockTracer.refusal`),
+    none of the context-mixing ones (:func:`generation_methods` lists them all, so a command refuses them in one line)."""
+    from .tracers import block_tracer
 
     names = [m for m in GENERATION_METHODS if m not in gradients.GRADIENT_METHODS or _have_captum()]
-    config = getattr(getattr(model, "model", model), "config", None)
-    if config is not None and lm_refusal(str(getattr(config, "model_type", ""))) is not None:
+    network = getattr(model, "model", model)
+    if network is not None and block_tracer(network).refusal() is not None:
         names = [m for m in names if m not in LM_MIXING_METHODS]
     return names
 

@@ -47,19 +47,9 @@ class LoadedModels:
 
 def explorer_model(model: Model):
     """What the explorer's payloads read of ``model``: its wrapper, with a CTranslate2 export given the
-    PyTorch translator's interface (:class:`attnkit.deploy.ct2_explorer.CT2ExplorerTranslator`), and an
-    attnkit language model as its stock ``transformers`` twin (:func:`attnkit.deploy.hf_lm_export.hf_language_model`,
-    the model ``attnkit export --format huggingface`` writes, built in memory: the same logits), so the page
-    reads it as it reads any decoder-only model, with every language-model view."""
-    from ..service import ModelKind
-
-    if model.kind is ModelKind.LANGUAGE_MODEL:
-        from ..deploy.hf_lm_export import hf_language_model, lm_fast_tokenizer
-        from ..hf.self_attention import SelfAttentionModel
-
-        gen = model.impl
-        hf = hf_language_model(gen.model, gen.tokenizer)
-        return SelfAttentionModel(hf, lm_fast_tokenizer(gen.tokenizer, gen.model.config.max_len), source=model.label)
+    PyTorch translator's interface (:class:`attnkit.deploy.ct2_explorer.CT2ExplorerTranslator`). An attnkit
+    language model is a text model itself (:class:`attnkit.tasks.language_model.text_model.LanguageModelText`),
+    read natively, as the page reads any decoder-only model, with every language-model view."""
     if model.spec.engine == "ctranslate2":
         from ..deploy.ct2_explorer import CT2ExplorerTranslator
 
@@ -120,7 +110,10 @@ def load_models(
                 "engine": "ctranslate2",
             }
             continue
-        if task in ("self-attention", "language-model"):  # a language model is served as its stock twin
+        if task in (
+            "self-attention",
+            "language-model",
+        ):  # text models: Hugging Face decoder- or encoder-only, attnkit's
             from ..attribution.generation import row_methods
 
             loaded.self_attention[label] = model
@@ -130,11 +123,10 @@ def load_models(
                 "methods": [method_info(m) for m in row_methods(model)] if model.can_generate else [],
                 "name": label,
                 "task": "self-attention",
-                "kind": str(getattr(model.model.config, "model_type", "?"))
-                + (" (attnkit language model)" if task == "language-model" else ""),
+                "kind": model.family,
                 "scores": {},
                 "has_attention": True,
-                "config": model.model.config.to_diff_dict(),
+                "config": _config_dict(model.model.config),
                 "num_layers": model.num_layers,
                 "num_heads": model.num_heads,
                 "generates": model.can_generate,
@@ -144,6 +136,13 @@ def load_models(
         info = infos.get(name)
         loaded.info[label] = describe(opened, dict(info.scores) if info else {})
     return loaded
+
+
+def _config_dict(config) -> dict:
+    """A model's config as JSON: a ``transformers`` config's entries that differ from its defaults, or an
+    attnkit config's fields."""
+    diff = getattr(config, "to_diff_dict", None)
+    return diff() if diff is not None else config.to_dict()
 
 
 def distinct_labels(models: list[Model]) -> list[Model]:

@@ -77,7 +77,7 @@ def self_attention_payload(
         )
     out = {
         "model": model,
-        "kind": str(getattr(sa.model.config, "model_type", "?")),
+        "kind": sa.family,
         "text": text,
         "causal": sa.causal,
         "pieces": pieces,

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from ..attention.block_trace import BlockTracer, LMLayerParts, LMRecording, LMTrace
 from .lm_blocks import ENCODER_ONLY, layer_stack
-from .lm_decomposition import final_norm, record_lm, replay_layer, trace_lm
+from .lm_decomposition import final_norm, lm_refusal, record_lm, replay_layer, trace_lm
 from .lm_rows import HFLayerRows
 from .loading import HFModelError
 
@@ -34,6 +34,9 @@ class HFBlockTracer(BlockTracer):
     @property
     def n_layers(self) -> int:
         return len(layer_stack(self.model))
+
+    def refusal(self) -> str | None:
+        return lm_refusal(self.model_type)
 
     def trace(self, input_ids: Tensor, on_layer: Callable[[LMLayerParts], None]) -> LMTrace:
         return trace_lm(self.model, input_ids, on_layer)

@@ -294,7 +294,7 @@ class SelfAttentionModel:
 
     # ------------------------------------------------------------------ the text-model protocol's readings
     @property
-    def model_type(self) -> str:
+    def family(self) -> str:
         """The family's name (``gpt2``, ``llama``…), as the answers report it."""
         return str(getattr(self.model.config, "model_type", "?"))
 

@@ -170,7 +170,7 @@ def _generation(model: Model, req: GenerationRequest, progress) -> GenerationAna
     scores = (chosen or att).extra["step_scores"]
     return GenerationAnalysis(
         model=model.label,
-        kind=sa.model_type,
+        kind=sa.family,
         request=req,
         text=req.text,
         continuation=(att or chosen).extra["translation"],

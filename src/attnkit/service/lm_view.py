@@ -100,7 +100,7 @@ def analyse_lm_view(
     vocab = dict(zip(shown, sa.pieces_of(shown)))
     return LMViewAnalysis(
         model=model.label,
-        kind=sa.model_type,
+        kind=sa.family,
         request=req,
         text=req.text,
         pieces=pieces,

@@ -33,7 +33,7 @@ class LanguageModelText:
     source: str = "attnkit language model"
     causal = True
     can_generate = True
-    model_type = "attnkit language model"
+    family = "attnkit language model"
 
     # ------------------------------------------------------------------ shape of the model
     @property
