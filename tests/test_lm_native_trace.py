@@ -206,3 +206,26 @@ def test_the_cli_explains_an_attnkit_language_model_as_its_export(opened, capsys
         assert mine["direct_logit"]["logit"] == pytest.approx(theirs["direct_logit"]["logit"], abs=1e-4)
     if method == "routes":
         assert len(mine["graph"]["edges"]) == len(theirs["graph"]["edges"]) > 0
+
+
+def test_evaluate_explanations_scores_the_native_model_as_its_export(opened):
+    """Deletion and insertion areas of an attnkit language model, scored natively, equal its export's (the same
+    tokens removed, the same log-probabilities); the randomised-model check runs (its random draw differs: the
+    two hold their parameters in another order)."""
+    from attnkit.attribution.lm_faithfulness import evaluate_lm_explanations
+
+    native, twin, *_ = opened
+    texts = ["In the beginning God created the heaven.", "Jesus wept."]
+    kwargs = dict(methods=["attention", "alti_logit"], sanity_texts=1)
+    mine, theirs = (
+        evaluate_lm_explanations(native.impl, texts, **kwargs),
+        evaluate_lm_explanations(twin.impl, texts, **kwargs),
+    )
+    for method in ("attention", "alti_logit"):
+        assert -1.0 <= mine["methods"][method]["sanity_spearman"] <= 1.0
+        for key in ("deletion_area", "insertion_area"):
+            assert mine["methods"][method][key] == pytest.approx(theirs["methods"][method][key], abs=1e-5), (
+                method,
+                key,
+            )
+    assert mine["random_deletion_area"] == pytest.approx(theirs["random_deletion_area"], abs=1e-5)

@@ -47,18 +47,17 @@ _BATCH = 64
 
 
 def _neutral_id(sa) -> int:
-    """The token put in a removed token's place: ``<unk>``, else padding, else end-of-text."""
-    tok = sa.hf_tokenizer
-    for name in ("unk_token_id", "pad_token_id", "eos_token_id"):
-        found = getattr(tok, name, None)
-        if found is not None:
-            return int(found)
-    raise InputError(f"{sa.source}'s tokenizer has no <unk>, padding or end-of-text token to remove a token with")
+    """The token put in a removed token's place (the text model's ``neutral_id``: ``<unk>``, else padding,
+    else end-of-text)."""
+    found = sa.neutral_id
+    if found is None:
+        raise InputError(f"{sa.source}'s tokenizer has no <unk>, padding or end-of-text token to remove a token with")
+    return found
 
 
 def _candidates(sa, ids: list[int], t: int) -> list[int]:
     """The positions ``0 … t`` of row ``t`` that may be removed: every token but the special ones."""
-    special = {int(i) for i in getattr(sa.hf_tokenizer, "all_special_ids", [])}
+    special = sa.special_ids
     return [p for p in range(t + 1) if ids[p] not in special]
 
 
@@ -93,7 +92,7 @@ def _log_probs(sa, variants: list[tuple[int, ...]], ids: list[int], asks: list[t
             for p in variants[v]:
                 if p < length:
                     rows[r, p] = neutral
-        logits = sa.model(input_ids=rows, use_cache=False).logits  # (b, length, V)
+        logits = sa.batch_logits(rows)  # (b, length, V)
         lp = torch.log_softmax(logits.double(), dim=-1)
         for r, v in enumerate(chunk):
             for t in rows_of[v]:

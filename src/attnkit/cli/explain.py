@@ -201,7 +201,7 @@ def cmd_evaluate_explanations(args) -> int | None:
         on_method=save if output else None,
         resume=resume,
     )
-    if kind is ModelKind.SELF_ATTENTION:  # a decoder-only language model (encoder-only ones are refused above)
+    if kind in (ModelKind.SELF_ATTENTION, ModelKind.LANGUAGE_MODEL):  # a language model (encoder-only: refused above)
         from .evaluate_lm import evaluate_language_model
 
         report, text = evaluate_language_model(path, args)

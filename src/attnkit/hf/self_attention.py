@@ -320,6 +320,19 @@ class SelfAttentionModel:
         return None if found is None else int(found)
 
     @property
+    def neutral_id(self) -> int | None:
+        """The token that stands in for a removed one: ``<unk>``, else padding, else end-of-text (None: none)."""
+        for name in ("unk_token_id", "pad_token_id", "eos_token_id"):
+            found = getattr(self.hf_tokenizer, name, None)
+            if found is not None:
+                return int(found)
+        return None
+
+    def batch_logits(self, rows: Tensor) -> Tensor:
+        """``(B, n, V)``: every position's logits of token ids ``rows (B, n)``, no key/value cache."""
+        return self.model(input_ids=rows, use_cache=False).logits
+
+    @property
     def special_ids(self) -> set[int]:
         """The ids of the tokenizer's special tokens."""
         return {int(i) for i in getattr(self.hf_tokenizer, "all_special_ids", []) or []}

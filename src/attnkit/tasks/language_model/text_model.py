@@ -56,6 +56,15 @@ class LanguageModelText:
     def special_ids(self) -> set[int]:
         return {PAD_ID, BOS_ID, EOS_ID, UNK_ID}
 
+    @property
+    def neutral_id(self) -> int:
+        """The token that stands in for a removed one: ``<unk>``."""
+        return UNK_ID
+
+    def batch_logits(self, rows: Tensor) -> Tensor:
+        """``(B, n, V)``: every position's logits of token ids ``rows (B, n)``."""
+        return self.model(rows).logits
+
     def dimensions(self) -> tuple[int, int, int]:
         """``(layers, width, heads)``: what a pass's memory grows with."""
         return self.num_layers, self.model.config.d_model, self.num_heads
