@@ -63,6 +63,29 @@ def test_the_writer_puts_the_whole_new_file_in_place(tmp_path):
     assert _leftovers(path.parent) == []
 
 
+def test_the_writer_with_a_named_temporary(tmp_path):
+    """A folder whose manifest names its temporaries (a training run's) gives the temp file's name."""
+    path, temporary = tmp_path / "train_config.json", tmp_path / "train_config.json.tmp"
+    path.write_text(OLD)
+    temporary.write_text("an interrupted save's leftover, longer than the new file")
+    with pytest.raises(RuntimeError), atomic_writer(path, "w", temporary=temporary) as f:
+        f.write("new")
+        f.flush()
+        assert temporary.read_text() == "new"  # the named file, truncated and written
+        raise RuntimeError
+    assert path.read_text() == OLD and not temporary.exists()
+    atomic_write_text(path, "new", temporary=temporary)
+    assert path.read_text() == "new" and not temporary.exists()
+    with pytest.raises(ValueError, match="temporary must be another name in"):
+        atomic_write_text(path, "x", temporary=tmp_path / "sub" / "t.tmp")
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("not attnkit's")
+    temporary.symlink_to(target)
+    with pytest.raises(OSError):  # a link in the temporary's place is not followed
+        atomic_write_text(path, "x", temporary=temporary)
+    assert target.read_text() == "not attnkit's" and path.read_text() == "new"
+
+
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o077, 0o002])
 def test_the_writers_permissions_follow_the_umask(tmp_path, umask):
     old = os.umask(umask)

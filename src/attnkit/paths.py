@@ -64,7 +64,9 @@ def current_umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike, mode: str = "wb", **open_kwargs) -> Iterator[IO]:
+def atomic_writer(
+    path: str | os.PathLike, mode: str = "wb", *, temporary: str | os.PathLike | None = None, **open_kwargs
+) -> Iterator[IO]:
     """``with atomic_writer(path) as f:`` write ``path`` atomically, streaming: a temp file in the same
     folder (``.NAME.XXXXXXXX.tmp``), flushed and fsynced when the block ends, then ``os.replace``-d onto
     ``path`` and the folder fsynced. On an exception (a bad input line, Ctrl-C) the temp file is removed
@@ -74,10 +76,19 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb", **open_kwargs) -> I
     The new file gets the permissions a plain ``open(path, "w")`` gives, ``0o666`` less the umask (the
     temp file ``mkstemp`` makes is ``0o600``). ``mode`` (``"wb"`` or ``"w"``) and ``open_kwargs`` as for
     ``open``; the file object may be handed to any writer of file objects (``Figure.savefig``).
+    ``temporary``: a fixed name in the same folder for the temp file instead of a fresh one, for a folder
+    whose manifest names its temporaries before they are written (:class:`attnkit.output_folder.WrittenFolder`);
+    a file there is overwritten (a link there is refused, not followed).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if temporary is None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    else:
+        tmp = Path(temporary)
+        if tmp.parent.resolve() != path.parent.resolve() or tmp.name == path.name:
+            raise ValueError(f"temporary must be another name in {path.parent}, got {temporary}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         with os.fdopen(fd, mode, **open_kwargs) as f:
             os.fchmod(f.fileno(), 0o666 & ~current_umask())
@@ -92,16 +103,18 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb", **open_kwargs) -> I
     fsync_dir(path.parent)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (see :func:`atomic_writer`)."""
-    with atomic_writer(path) as f:
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, temporary: str | os.PathLike | None = None) -> Path:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_writer`, and for ``temporary``)."""
+    with atomic_writer(path, temporary=temporary) as f:
         f.write(data)
     return Path(path)
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
+def atomic_write_text(
+    path: str | os.PathLike, text: str, encoding: str = "utf-8", *, temporary: str | os.PathLike | None = None
+) -> Path:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_write_bytes`)."""
-    return atomic_write_bytes(path, text.encode(encoding))
+    return atomic_write_bytes(path, text.encode(encoding), temporary=temporary)
 
 
 def fsync_dir(folder: Path) -> None:
