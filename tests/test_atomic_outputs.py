@@ -226,6 +226,7 @@ def test_export_takes_a_shipped_model_name(tmp_path, capsys):
     from safetensors.torch import load_file
 
     from attnkit.pretrained import resolve_model
+    from attnkit.tasks.translation.generation import read_generation_defaults
 
     out = tmp_path / "exported"
     assert main(["export", "transformer-es-en", str(out), "--fp32"]) == 0, capsys.readouterr().err
@@ -234,6 +235,9 @@ def test_export_takes_a_shipped_model_name(tmp_path, capsys):
     assert theirs.keys() == ours.keys()
     assert all(ours[k].float().equal(theirs[k].float()) for k in theirs)  # the shipped weights, in float32
     assert json.loads((out / "config.json").read_text()) == json.loads((shipped / "config.json").read_text())
+
+    assert main(["export", "transformer-es-en", str(tmp_path / "lp"), "--length-penalty", "1.25"]) == 0
+    assert read_generation_defaults(tmp_path / "lp").length_penalty == 1.25  # read the named model's kind
 
     assert main(["export", "no-such-model", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
