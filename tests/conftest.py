@@ -71,6 +71,7 @@ LONG_FIRST = (
     "test_serve_follow.py",
     "test_shift_att.py",
     "test_reverse_direction.py",
+    "test_atomic_outputs.py",
 )
 
 

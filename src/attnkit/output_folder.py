@@ -24,7 +24,8 @@ Two ways to write, then:
   name in the way that the manifest does not list is refused.
 
 A refusal is an :class:`OutputFolderError` naming the folder and the files in the way, and nothing
-is removed. Torch-free, standard library only, at the bottom layer so that every layer may use it.
+is removed. A single file (``--output``, ``--plot``, ``--html``) is written whole or not at all by
+:func:`attnkit.paths.atomic_writer`, which this module's own writes use too. Torch-free, standard library only, at the bottom layer so that every layer may use it.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import sys
 
 from ..checks import COUNT, arg_type, between
 from ..errors import InputError
-from .common import _open_model, _output
+from .common import _open_model, _output, _output_text
 from .corpus_job import (
     add_corpus_job_flags,
     add_processes_flag,
@@ -66,20 +66,15 @@ def cmd_align(args) -> int | None:
         return _align_corpus_job(args)
     else:
         links = _model_file_links(args)
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
     skipped = 0
     try:
-        for a in links:
-            skipped += a is None
-            out.write(("" if a is None else format_links(a)) + "\n")
+        with _output_text(args.output) as out:  # a file appears whole, or an earlier one is kept
+            for a in links:
+                skipped += a is None
+                out.write(("" if a is None else format_links(a)) + "\n")
     except BrokenPipeError:  # the reader stopped early (`| head`): not an error
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (Python flushes stdout at exit)
         return
-    finally:
-        if args.output:
-            out.close()
-        else:
-            out.flush()
     if skipped:
         print(
             f"attnkit: {skipped} pairs had a source longer than the model accepts: their lines are empty",

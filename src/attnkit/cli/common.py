@@ -5,9 +5,13 @@ command opens its model with :func:`attnkit.service.open_model`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 from ..errors import AttnkitError
 
@@ -42,6 +46,24 @@ def _output(path: str | Path | None, flag: str, *, folder: bool = False) -> Path
     if not os.access(existing, os.W_OK | os.X_OK):
         raise CLIError(f"{flag}: cannot create {p}: {existing} is not writable")
     return p
+
+
+@contextlib.contextmanager
+def _output_text(path: str | Path | None) -> Iterator[IO[str]]:
+    """``with _output_text(args.output) as out:`` the text file ``path`` (UTF-8), written whole or not at
+    all (:func:`attnkit.paths.atomic_writer`: an error or Ctrl-C midway leaves an earlier file of that name
+    as it was), or stdout when ``path`` is None (flushed at the end)."""
+    if path is None:
+        try:
+            yield sys.stdout
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                sys.stdout.flush()
+        return
+    from ..paths import atomic_writer
+
+    with atomic_writer(path, "w", encoding="utf-8") as out:
+        yield out
 
 
 def _print_json(obj) -> None:

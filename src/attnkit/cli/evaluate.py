@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
+from ..paths import atomic_write_text
 from ..pretrained import DEFAULT_CAPTION_MODEL, DEFAULT_TRANSLATION_MODEL
 from .align import add_evaluate_alignment_parser
 from .common import (
@@ -130,7 +130,7 @@ def _evaluate_translation(args, translate_sources, *, rank0: bool, device: str |
     if not rank0:  # under torchrun, rank 0 reports
         return
     if args.output:
-        Path(args.output).write_text(json.dumps(reports, indent=2, ensure_ascii=False))
+        atomic_write_text(args.output, json.dumps(reports, indent=2, ensure_ascii=False))
     if args.plot:
         from ..viz.curves import plot_bleu_by_length
 
@@ -172,7 +172,7 @@ def cmd_evaluate_captioning(args) -> None:
         dtype=args.precision,
     )
     if args.output:
-        Path(args.output).write_text(json.dumps(r, indent=2))
+        atomic_write_text(args.output, json.dumps(r, indent=2))
     if args.json:
         print(json.dumps(r, default=str))
         return

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..checks import arg_type, between
+from ..paths import atomic_write_text
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import CLIError, _check_explanations_model, _model_folder, _open_model, _output, _shown_name
 from .corpus_job import add_corpus_job_flags, corpus_job_wanted, launch, start_group
@@ -161,10 +162,7 @@ def cmd_evaluate_explanations(args) -> int | None:
     output = Path(args.output) if args.output else None
 
     def save(report: dict) -> None:  # after every method: an interrupted run keeps what it finished
-        output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = output.with_name(output.name + ".tmp")
-        tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
-        tmp.replace(output)
+        atomic_write_text(output, json.dumps(report, indent=2, ensure_ascii=False))
 
     kind = model_kind(path)
     _check_explanations_model(path, kind)

@@ -14,9 +14,8 @@ thread count sums in another order, which can move a last rounded digit. A line 
 from __future__ import annotations
 
 import json
-import sys
 
-from .common import CLIError
+from .common import CLIError, _output_text
 from .corpus_job import add_corpus_job_flags, corpus_job_wanted, job_options, launch, run_corpus_job
 from .flags import _add_progress_flag
 
@@ -98,11 +97,7 @@ def explain_file(args, model, method: str) -> int:
     targets = [t for _, t in read_lines(args.target_file)] if args.target_file else None
     if targets is not None and len(targets) != len(sources):
         raise CLIError(f"--target-file has {len(targets)} lines and --file {len(sources)}: they must be line-parallel")
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
-    try:
+    with _output_text(args.output) as out:  # a file appears whole, or an earlier one is kept
         for i, (n, source) in enumerate(sources):
             out.write(record(n, source, None if targets is None else targets[i]))
-    finally:
-        if args.output:
-            out.close()
     return 0

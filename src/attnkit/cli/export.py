@@ -75,15 +75,28 @@ def cmd_export_huggingface(args) -> None:
     )
 
 
-def _generation_file(args) -> dict[str, bytes]:
-    """``--length-penalty``: the translator's ``generation.json`` for the export (none without it)."""
+def _source(args) -> Path:
+    """The folder the default format exports: a shipped or local model name, a checkpoint folder, or a
+    training run's newest checkpoint (:func:`attnkit.service.model_folder`, as every command that reads a
+    model); with ``--average-last``, the run folder itself (resolved alike), whose last checkpoints are averaged."""
+    if args.average_last is None:
+        return _model_folder(args.checkpoint, DEFAULT_EXPORT_MODEL)
+    from ..pretrained import UnknownModelError, resolve_model
+
+    try:
+        return resolve_model(args.checkpoint)
+    except UnknownModelError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _generation_file(args, source: Path) -> dict[str, bytes]:
+    """``--length-penalty``: the translator's ``generation.json`` for the export of ``source`` (none without it)."""
     if args.length_penalty is None:
         return {}
     from ..tasks.translation.config import TRANSLATION_MODELS
     from ..tasks.translation.generation import GENERATION_FILE, GenerationDefaults
     from ..training.checkpoint import CheckpointError, list_checkpoints
 
-    source = Path(args.checkpoint)
     try:
         newest = list_checkpoints(source)[-1] if args.average_last is not None else source
         model_type = json.loads((newest / "config.json").read_text(encoding="utf-8")).get("model_type")
@@ -110,12 +123,13 @@ def cmd_export(args) -> None:
 
     _output(args.out, "out", folder=True)
     try:
+        source = _source(args)
         done = export_checkpoint(
-            args.checkpoint,
+            source,
             args.out,
             average_last=args.average_last,
             dtype=None if args.fp32 else torch.float16,
-            extra_files=_generation_file(args),
+            extra_files=_generation_file(args, source),
             force=args.force,
         )
     except CheckpointError as exc:
@@ -132,7 +146,8 @@ def add_parser(sub) -> None:
     ex = sub.add_parser("export", help="write a small (fp16) copy of a checkpoint for shipping")
     ex.add_argument(
         "checkpoint",
-        help="checkpoint folder, e.g. runs/rnnsearch/best; with --average-last, the run folder, e.g. runs/transformer",
+        help="a model name (`attnkit models` lists them), a checkpoint folder, e.g. runs/rnnsearch/best, or a training "
+        "run's folder (its newest checkpoint); with --average-last, the run folder, e.g. runs/transformer",
     )
     ex.add_argument("out", help="destination folder, e.g. models/rnnsearch-es-en")
     ex.add_argument("--fp32", action="store_true", help="keep float32 weights (default: off: fp16)")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from .common import CLIError, _output, _print_json
 from .flags import _add_progress_flag
@@ -44,9 +43,14 @@ def cmd_train_captioning(args) -> None:
     from ..tasks.captioning import CaptioningConfig, train_captioning
 
     cfg = task_config_from_args(CaptioningConfig, args)
-    for opt in ("encoder_from", "init_from"):
-        if getattr(cfg, opt) and not Path(getattr(cfg, opt)).exists():
-            raise CLIError(f"--{opt.replace('_', '-')}: folder {getattr(cfg, opt)} does not exist")
+    from ..pretrained import UnknownModelError, resolve_model
+
+    for opt in ("encoder_from", "init_from"):  # a model name or a folder, checked before any work
+        if getattr(cfg, opt):
+            try:
+                resolve_model(getattr(cfg, opt), home=args.home)
+            except UnknownModelError as exc:
+                raise CLIError(f"--{opt.replace('_', '-')}: {exc}") from None
     _check_out_dir(cfg)
     summary = train_captioning(cfg, resume=args.resume, home=args.home)
     _print_json(summary)

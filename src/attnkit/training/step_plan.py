@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from ..paths import atomic_write_text
 from .budget import (
     PROBE_STEPS,
     SHORT_RUN_EPOCHS,
@@ -227,9 +227,8 @@ class StepPlanner:
             return
         record = json.loads(self.record_path.read_text())
         record[key] = value
-        tmp = self.record_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(record, indent=2))
-        os.replace(tmp, self.record_path)
+        temporary = self.record_path.with_name(self.record_path.name + ".tmp")  # named in the run's manifest
+        atomic_write_text(self.record_path, json.dumps(record, indent=2), temporary=temporary)
 
     def report_budget(self, step: int, last_step_lr: float | None, governor: ThreadGovernor | None) -> None:
         """With a time budget: how the run kept to it, logged (a ``budget`` event) and recorded in

@@ -58,6 +58,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..checks import check_fields
 from ..device import autocast, resolve_device, resolve_precision, to_device
+from ..paths import atomic_write_text
 from .checkpoint import step_dir_name
 from .distributed import all_reduce_sum, init_distributed, local_rank
 from .progress import RunLog, RunStats, run_totals
@@ -194,7 +195,11 @@ class Trainer:
             record_path = self.out_dir / TRAIN_CONFIG_NAME
             if self.is_main:
                 self.run_folder.claim(TRAIN_CONFIG_NAME, TRAIN_CONFIG_NAME + ".tmp")  # the .tmp: the planner's rewrite
-                record_path.write_text(json.dumps(dataclasses.asdict(task_config), indent=2))
+                atomic_write_text(
+                    record_path,
+                    json.dumps(dataclasses.asdict(task_config), indent=2),
+                    temporary=record_path.with_name(TRAIN_CONFIG_NAME + ".tmp"),
+                )
 
         # the loop's counters (the first three are saved in trainer_state)
         self.step = 0  # optimizer steps made

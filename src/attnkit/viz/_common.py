@@ -19,6 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import text_to_path
 
+from ..paths import atomic_writer
+
 DEFAULT_DPI = 120
 
 
@@ -98,14 +100,16 @@ def new_figure(width_in: float, height_in: float) -> Figure:
 
 
 def save_png(fig: Figure, path: Any, dpi: float) -> Path:
-    """Write ``fig`` as a PNG to ``path`` (parents created) and return the path.
+    """Write ``fig`` as a PNG to ``path`` (parents created), atomically (:func:`attnkit.paths.atomic_writer`),
+    and return the path.
 
     The dpi is lowered for very large figures so the PNG stays under ~8000 px a side.
     """
     p = prepare_path(path)
     w, h = fig.get_size_inches()
     dpi = min(float(dpi), 8000.0 / max(w, h, 1e-6))
-    fig.savefig(p, format="png", dpi=dpi, facecolor="white", bbox_inches="tight", pad_inches=0.08)
+    with atomic_writer(p) as f:  # a picture appears whole, or an earlier one of that name is kept
+        fig.savefig(f, format="png", dpi=dpi, facecolor="white", bbox_inches="tight", pad_inches=0.08)
     return p
 
 

@@ -48,8 +48,12 @@ class CaptioningConfig(TaskConfig):
         metavar="JSON",
     )
     images: str | None = option(None, "the folder of the --captions images", metavar="DIR")
-    encoder_from: str | None = option(None, "a `train classifier` checkpoint whose conv trunk starts the encoder")
-    init_from: str | None = option(None, "warm start from a captioner checkpoint (every weight whose shape fits)")
+    encoder_from: str | None = option(
+        None, "a `train classifier` checkpoint (a model name or a folder) whose conv trunk starts the encoder"
+    )
+    init_from: str | None = option(
+        None, "warm start from a captioner (a model name or a checkpoint folder; every weight whose shape fits)"
+    )
     model_config: CaptionerConfig = option(default_factory=_default_model, help="the model's config")
     run: RunConfig = run_options(epochs=30, save_every_steps=200, clip_grad_norm=5.0)
 

@@ -12,6 +12,7 @@ from ...data.karpathy import karpathy_split, read_karpathy
 from ...data.vocab import CaptionVocab
 from ...device import to_device
 from ...errors import InputError
+from ...pretrained import resolve_model
 from ...training.checkpoint import CheckpointError, load_model
 from ...training.data import Batches
 from ...training.optim import adam
@@ -93,10 +94,10 @@ def train_captioning(cfg: CaptioningConfig, *, resume: bool = False, home: str |
     train_batches, valid_batch, vocab = _photo_data(cfg) if cfg.captions else _scene_data(cfg, home)
     cfg.run.start()
     model = build_captioner(cfg, len(vocab))
-    if cfg.encoder_from:
-        _load_encoder_trunk(model, cfg.encoder_from)
+    if cfg.encoder_from:  # a model name or a folder, as every model argument
+        _load_encoder_trunk(model, resolve_model(cfg.encoder_from, home=home))
     if cfg.init_from:
-        warm_start(model, cfg.init_from)
+        warm_start(model, resolve_model(cfg.init_from, home=home))
     optimizer = adam(model.parameters(), lr=cfg.lr)
     trainer = Trainer(
         model,
