@@ -53,6 +53,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
+from ..method_registry import names
 from . import gradients
 from .lm_methods import LM_MIXING_METHODS, LM_VIEWS, canonical_lm_method, mixing_rows
 from .lm_split import lm_split
@@ -74,14 +75,7 @@ __all__ = [
 
 #: the methods a decoder-only model's tokens have as rows, in registry order (then the views of one
 #: prediction, :data:`~attnkit.attribution.lm_methods.LM_VIEWS`: see :func:`generation_methods`)
-GENERATION_METHODS = (
-    "attention",
-    "rollout",
-    *LM_MIXING_METHODS,
-    "saliency",
-    "input_x_gradient",
-    "integrated_gradients",
-)
+GENERATION_METHODS = names(where="text_rows")
 #: the most tokens of a forced text explained at once: a gradient method runs one backward pass per token,
 #: each over the text up to that token, so the work grows with the square of the length
 MAX_FORCED_TOKENS = 1024

@@ -1,7 +1,8 @@
 """The language-model methods of ``attnkit explain`` (issue 56): their names, what the explorer says of
 them, and the context-mixing methods of :mod:`.lm_mixing` laid out as the other methods' rows.
 
-Two kinds, one registry (:data:`LM_MIXING_METHODS`, :data:`LM_VIEWS`; :func:`canonical_lm_method`):
+Two kinds, read off the one registry (:mod:`attnkit.method_registry`: :data:`LM_MIXING_METHODS`,
+:data:`LM_VIEWS`; :func:`canonical_lm_method`):
 
 - **context mixing** (attention-norm, Kobayashi et al. 2020; value zeroing, Mohebbi et al. 2023; ALTI,
   Ferrando et al. 2022; ALTI-Logit, Ferrando et al. 2023), an ``(n − 1)``-column row per attributed token
@@ -23,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ..attention.block_trace import LMLayerParts
+from ..method_registry import REGISTRY, RESIDUAL_TRACE, names
 from .lm_mixing import alti, alti_block, alti_logit, attention_norm, value_zeroing
 from .tracers import block_tracer
 
@@ -39,39 +41,17 @@ __all__ = [
 ]
 
 #: the context-mixing methods of a decoder-only model's tokens (rows like the other methods')
-LM_MIXING_METHODS = ("attention_norm", "value_zeroing", "alti", "alti_logit")
+LM_MIXING_METHODS = names(where="text_rows", needs=RESIDUAL_TRACE)
 #: the views of one prediction: tables and a graph, not rows
-LM_VIEWS = ("logit_lens", "direct_logit", "routes")
+LM_VIEWS = names(where="text_view")
 #: the mixing methods with one map per layer (the self-attention views of every layer; ``--layer`` picks one)
-LAYER_METHODS = ("attention_norm", "value_zeroing", "alti")
+LAYER_METHODS = names(where="text_layers", needs=RESIDUAL_TRACE)
 
 #: the most logits the logit lens at several positions holds at once (positions × vocabulary)
 LENS_LOGITS = 1 << 24
-#: ``name: (title, reference, needs gradients)``, as the explorer lists a method
+#: ``name: (title, reference, needs gradients)`` of every language-model method, from the registry
 LM_METHOD_INFO = {
-    "attention_norm": ("attention-norm ‖Σ_h α f(x)‖", "Kobayashi et al. 2020, Attention is not only a weight", False),
-    "value_zeroing": (
-        "value zeroing",
-        "Mohebbi et al. 2023, Quantifying context mixing in Transformers",
-        False,
-    ),
-    "alti": (
-        "ALTI, rolled out through every layer",
-        "Ferrando et al. 2022, Measuring the mixing of contextual information in the Transformer",
-        False,
-    ),
-    "alti_logit": (
-        "ALTI-Logit: each token's share of the predicted logit",
-        "Ferrando et al. 2023, Explaining how Transformers use context to build predictions",
-        False,
-    ),
-    "logit_lens": ("logit lens: each block's residual read as a prediction", "nostalgebraist 2020", False),
-    "direct_logit": ("direct logit attribution of every head and MLP", "Elhage et al. 2021", False),
-    "routes": (
-        "information-flow routes",
-        "Ferrando & Voita 2024, Information flow routes: automatically interpreting language models at scale",
-        False,
-    ),
+    n: (REGISTRY[n].title, REGISTRY[n].reference, REGISTRY[n].needs_gradients) for n in (*LM_MIXING_METHODS, *LM_VIEWS)
 }
 
 _ALIASES = {

@@ -24,12 +24,13 @@ import json
 import sys
 from pathlib import Path
 
+from ..method_registry import names
 from .common import CLIError
 
 __all__ = ["explain_self_attention_model"]
 
 #: the self-attention views' methods (encoder-only models, and ``--self-attention``): every layer's maps
-VIEW_METHODS = ("attention", "rollout", "attention_norm", "value_zeroing", "alti")
+VIEW_METHODS = names(where="text_layers")
 
 
 def _where(args):
