@@ -13,6 +13,12 @@ worker job; a translator's methods all run as worker jobs) and **where it applie
 - ``text_layers``: every layer's token-to-token map of a text (the self-attention views);
 - ``text_view``: a view of one prediction, a table or a graph, not rows (:class:`attnkit.service.LMViewRequest`).
 
+A method added by a module of its own names the function that computes a language model's rows in
+``rows`` (``"attnkit.attribution.attention_flow:flow_rows"``): it is called as ``fn(text_model, ids,
+prompt_len, layer=, head=)`` and returns ``{"scores": (G, n − 1)}`` (row ``t``: the position ``P − 1 + t``
+that predicts token ``ids[P + t]``, over the inputs ``ids[:-1]``), and every front end has the method with
+no other edit: its entry here and its module are the whole change.
+
 Every list of method names elsewhere (the CLI's choices, the explorer's menus and its lane/worker split,
 the language-model tables, the docs' method table) is derived from this one; ``tests/test_method_registry.py``
 fails on a second table of names.
@@ -55,6 +61,7 @@ class MethodSpec:
     text_rows: bool = False
     text_layers: bool = False
     text_view: bool = False
+    rows: str | None = None  # a language model's rows computed by a method's own module: "module:function"
 
     @property
     def needs_gradients(self) -> bool:

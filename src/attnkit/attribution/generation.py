@@ -46,6 +46,7 @@ The result is the one :class:`~attnkit.attribution.Attribution` type: ``source``
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable
 
@@ -53,7 +54,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
-from ..method_registry import names
+from ..method_registry import REGISTRY, names
 from . import gradients
 from .lm_methods import LM_MIXING_METHODS, LM_VIEWS, canonical_lm_method, mixing_rows
 from .lm_split import lm_split
@@ -338,7 +339,11 @@ def explain_generation(
     if not 1 <= prompt_len < len(ids):
         raise InputError("the continuation has no generated token to explain")
     t0 = time.perf_counter()
-    if name in gradients.GRADIENT_METHODS:
+    registered = REGISTRY[name].rows
+    if registered is not None:  # a method with a module of its own (the registry names its function)
+        module, _, function = registered.partition(":")
+        out = getattr(importlib.import_module(module), function)(sa, ids, prompt_len, layer=layer, head=head)
+    elif name in gradients.GRADIENT_METHODS:
         with sa.fast_activations():  # one kernel per activation: less memory and time under autograd
             out = _gradient_rows(sa, ids, prompt_len, name, steps, batch, progress, contrast_id)
     elif name in LM_MIXING_METHODS:

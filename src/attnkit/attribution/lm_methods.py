@@ -73,7 +73,8 @@ def canonical_lm_method(name) -> str | None:
         return None
     key = name.strip().lower().replace("-", "_").replace(" ", "_")
     key = _ALIASES.get(key, key)
-    return key if key in LM_MIXING_METHODS or key in LM_VIEWS else None
+    own = key in REGISTRY and REGISTRY[key].rows is not None  # a language-model method with a module of its own
+    return key if key in LM_MIXING_METHODS or key in LM_VIEWS or own else None
 
 
 def _check_layer(model, layer) -> int:
