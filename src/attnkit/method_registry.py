@@ -123,6 +123,15 @@ REGISTRY: dict[str, MethodSpec] = {
             text_layers=True,
         ),
         _spec(
+            "attention_flow",
+            "attention flow: the most attention that can pass from each input token through every layer at once",
+            "Abnar & Zuidema 2020, Quantifying attention flow in Transformers",
+            {ATTENTION},
+            heavy=True,
+            text_rows=True,
+            rows="attnkit.attribution.attention_flow:flow_rows",
+        ),
+        _spec(
             "alti_plus",
             "ALTI+: every block's output split into per-input terms, composed through both stacks",
             "Ferrando et al. 2022",
