@@ -17,7 +17,8 @@ def plot_bleu_by_length(
     """Plot BLEU per source-length bucket for each report of ``evaluate_translation``.
 
     Each report needs ``by_length`` (rows with ``bucket``, ``n``, ``bleu``) and ``model_type``
-    (the legend label, with the overall BLEU). Buckets with no sentence are left out of a curve.
+    (the legend label, with the overall BLEU to two decimals, as ``evaluate translation`` prints it and
+    the tables quote it). Buckets with no sentence are left out of a curve.
     """
     if not reports:
         raise ValueError("reports must hold at least one evaluation report")
@@ -29,7 +30,7 @@ def plot_bleu_by_length(
         if not rows:
             raise ValueError(f"report for {rep.get('model', '?')} has no 'by_length' rows")
         xs = [i for i, r in enumerate(rows) if r["n"] > 0]
-        label = f"{rep.get('model_type', rep.get('model', '?'))} (BLEU {rep.get('bleu', float('nan')):.1f})"
+        label = f"{rep.get('model_type', rep.get('model', '?'))} (BLEU {rep.get('bleu', float('nan')):.2f})"
         ax.plot(xs, [rows[i]["bleu"] for i in xs], marker="o", label=label)
     ns = [r["n"] for r in reports[0]["by_length"]]
     ax.set_xticks(range(len(buckets)))
