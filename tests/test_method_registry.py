@@ -63,6 +63,7 @@ def test_every_front_end_list_is_the_registrys():
         "rollout",
         "attention_norm",
         "value_zeroing",
+        "attention_flow",
         "alti",
         "alti_logit",
         *GRADIENT_METHODS,
