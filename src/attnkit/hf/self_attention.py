@@ -31,6 +31,7 @@ from ..errors import InputError
 from .capture import AttentionSite, attention_sites, capture_attention, untraceable
 from .loading import HFModelError, load_pretrained
 from .tokenizer import HFTokenizer
+from .transformers_internals import attention_implementation
 
 __all__ = ["MAX_NEW_TOKENS", "SelfAttentionMaps", "SelfAttentionModel", "load_self_attention"]
 
@@ -356,6 +357,27 @@ class SelfAttentionModel:
         return sample_continuation(
             self, text, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed
         )
+
+    def attention_with_grad(self, ids: Sequence[int]) -> tuple[Tensor, list[Tensor]]:
+        """``(logits (n, V), [weights (1, H, n, n) per layer])`` of token ``ids``, the weights those the model
+        multiplied its values by, in the autograd graph (what a gradient with respect to attention needs; a
+        gradient is taken with respect to these tensors themselves, so they keep their batch axis): run
+        under eager attention (``set_attn_implementation``, the model's own put back after), grad enabled."""
+        self._check_generates()
+        before = attention_implementation(self.model)
+        if before != "eager":
+            self.model.set_attn_implementation("eager")
+        try:
+            with torch.enable_grad():
+                out = self.model(
+                    input_ids=torch.tensor([list(ids)], device=self.device), output_attentions=True, use_cache=False
+                )
+        finally:
+            if before != "eager":
+                self.model.set_attn_implementation(before)
+        if not out.attentions or any(a is None for a in out.attentions):
+            raise HFModelError(f"{self.source} returns no attention weights under eager attention")
+        return out.logits[0], list(out.attentions)
 
     def embed(self, ids: Tensor) -> Tensor:
         """The input embeddings of token ids ``(..., n) -> (..., n, E)`` (the embedding layer only: positions

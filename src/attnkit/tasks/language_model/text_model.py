@@ -191,6 +191,26 @@ class LanguageModelText:
             raise ValueError(f"last must lie in 1..{len(ids)} (the number of ids), got {last!r}")
         return self.model(torch.tensor([ids], device=self.device)).logits[0, -last:]
 
+    def attention_with_grad(self, ids: Sequence[int]) -> tuple[Tensor, list[Tensor]]:
+        """``(logits (n, V), [weights (1, H, n, n) per layer])`` of token ``ids``, each block's weights (taken by a
+        hook for this call) the tensor its values were multiplied by, in the autograd graph, grad enabled (a
+        gradient is taken with respect to these tensors themselves, so they keep their batch axis)."""
+        ids, _ = self._ids(list(ids))
+        maps: list[Tensor] = []
+
+        def hook(module, args, output):
+            maps.append(output[1])  # (1, H, n, n)
+            return output[0], None
+
+        handles = [layer.register_forward_hook(hook) for layer in self.model.layers]
+        try:
+            with torch.enable_grad():
+                logits = self.model(torch.tensor([ids], device=self.device), need_weights=True).logits[0]
+        finally:
+            for h in handles:
+                h.remove()
+        return logits, maps
+
     def embed(self, ids: Tensor) -> Tensor:
         """The token embeddings of ``ids (..., n) -> (..., n, D)`` (positions are added inside the model)."""
         return self.model.embed_tokens(ids)
