@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "ATTENTION",
+    "ATTENTION_GRADIENTS",
     "GRADIENTS",
     "NEXT_TOKEN",
     "REGISTRY",
@@ -39,10 +40,12 @@ __all__ = [
 ]
 
 #: capabilities a method needs: attention weights to read; the residual blocks traced (a decomposition);
-#: gradients with respect to the input embeddings (Captum, a float model); a next-token prediction (a logit)
+#: gradients with respect to the input embeddings (Captum, a float model); the attention weights in the
+#: autograd graph (a gradient with respect to attention); a next-token prediction (a logit)
 ATTENTION = "attention"
 RESIDUAL_TRACE = "residual trace"
 GRADIENTS = "gradients"
+ATTENTION_GRADIENTS = "attention in the autograd graph"
 NEXT_TOKEN = "next-token prediction"
 
 
@@ -65,7 +68,7 @@ class MethodSpec:
 
     @property
     def needs_gradients(self) -> bool:
-        return GRADIENTS in self.needs
+        return GRADIENTS in self.needs or ATTENTION_GRADIENTS in self.needs
 
     def info(self) -> dict:
         """What a front end lists of the method (the explorer's ``MethodInfo``)."""
