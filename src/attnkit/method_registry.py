@@ -135,6 +135,15 @@ REGISTRY: dict[str, MethodSpec] = {
             rows="attnkit.attribution.attention_flow:flow_rows",
         ),
         _spec(
+            "attention_relevance",
+            "gradient-weighted attention relevance: R ← R + E_h[(∇A ⊙ A)⁺] R through every layer",
+            "Chefer, Gur & Wolf 2021, Generic attention-model explainability",
+            {ATTENTION_GRADIENTS},
+            heavy=True,
+            text_rows=True,
+            rows="attnkit.attribution.attention_relevance:relevance_rows",
+        ),
+        _spec(
             "alti_plus",
             "ALTI+: every block's output split into per-input terms, composed through both stacks",
             "Ferrando et al. 2022",
