@@ -153,6 +153,7 @@ def opened(tmp_path_factory):
         "alti",
         "alti_logit",
         "attention_flow",
+        "attention_relevance",
         "saliency",
         "input_x_gradient",
     ],

@@ -64,6 +64,7 @@ def test_every_front_end_list_is_the_registrys():
         "attention_norm",
         "value_zeroing",
         "attention_flow",
+        "attention_relevance",
         "alti",
         "alti_logit",
         *GRADIENT_METHODS,
