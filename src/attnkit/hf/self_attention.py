@@ -30,13 +30,11 @@ from ..alignment.rollout import attention_rollout
 from ..errors import InputError
 from .capture import AttentionSite, attention_sites, capture_attention, untraceable
 from .loading import HFModelError, load_pretrained
+from .sampling import MAX_NEW_TOKENS, sample_continuation
 from .tokenizer import HFTokenizer
 from .transformers_internals import attention_implementation
 
 __all__ = ["MAX_NEW_TOKENS", "SelfAttentionMaps", "SelfAttentionModel", "load_self_attention"]
-
-#: the most tokens :meth:`SelfAttentionModel.generate` writes in one call
-MAX_NEW_TOKENS = 512
 
 
 @dataclass
@@ -352,8 +350,6 @@ class SelfAttentionModel:
         self, text: str, *, max_new_tokens: int = 20, temperature: float = 1.0, top_k: int | None = None, seed: int = 0
     ) -> tuple[list[int], int]:
         """A sampled continuation (:func:`attnkit.hf.sampling.sample_continuation`): ``(ids, prompt length)``."""
-        from .sampling import sample_continuation
-
         return sample_continuation(
             self, text, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed
         )

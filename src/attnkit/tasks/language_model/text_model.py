@@ -19,8 +19,8 @@ from torch import Tensor
 
 from ...data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from ...errors import InputError
-from ...hf.sampling import check_sampling
-from ...hf.self_attention import MAX_NEW_TOKENS, SelfAttentionMaps
+from ...hf.sampling import MAX_NEW_TOKENS, check_sampling
+from ...hf.self_attention import SelfAttentionMaps
 
 __all__ = ["LanguageModelText"]
 
