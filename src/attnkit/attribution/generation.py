@@ -130,11 +130,18 @@ def canonical_generation_method(name) -> str:
     if lm is not None:
         return lm
     try:
-        return canonical_method(name)
+        key = canonical_method(name)
     except UnknownMethodError:
         raise UnknownMethodError(
             f"unknown attribution method {name!r}; a language model's methods: {', '.join(generation_methods())}"
         ) from None
+    if key not in GENERATION_METHODS:
+        extra = " (a language model's ALTI is alti)" if key == "alti_plus" else ""
+        raise UnknownMethodError(
+            f"{key} is a translator's method, not a language model's{extra}; a language model's methods: "
+            f"{', '.join(generation_methods())}"
+        )
+    return key
 
 
 def forced_ids(sa, text: str) -> tuple[list[int], int]:

@@ -55,8 +55,6 @@ LM_METHOD_INFO = {
 }
 
 _ALIASES = {
-    "alti+": "alti",
-    "alti_plus": "alti",
     "dla": "direct_logit",
     "direct_logit_attribution": "direct_logit",
     "lens": "logit_lens",
@@ -67,8 +65,9 @@ _ALIASES = {
 
 
 def canonical_lm_method(name) -> str | None:
-    """``name`` as this registry spells it (``alti-logit`` → ``alti_logit``; ``alti+`` and ``alti_plus`` →
-    ``alti``, a language model's ALTI; ``dla`` → ``direct_logit``), or None for a name it does not have."""
+    """``name`` as this registry spells it (``alti-logit`` → ``alti_logit``; ``dla`` → ``direct_logit``), or None
+    for a name it does not have. ``alti`` is a language model's ALTI; ``alti_plus`` (ALTI+) is a translator's,
+    another method, not a spelling of this one."""
     if not isinstance(name, str):
         return None
     key = name.strip().lower().replace("-", "_").replace(" ", "_")

@@ -425,13 +425,18 @@ METHODS: dict[str, Method] = {
 
 def canonical_method(name: str) -> str:
     """A method name as the registry spells it (``input-x-gradient`` → ``input_x_gradient``; ``alti+``,
-    ``ig`` and ``ixg`` are accepted); an unknown name is an :class:`UnknownMethodError` listing them."""
+    ``ig`` and ``ixg`` are accepted); an unknown name is an :class:`UnknownMethodError` listing them, and a
+    language model's method (``alti``, a language model's ALTI; ``alti_logit``; the views of one prediction)
+    one saying so."""
     if not isinstance(name, str):
         raise UnknownMethodError(f"method must be a name, got {type(name).__name__}")
     key = name.strip().lower().replace("-", "_").replace(" ", "_")
-    key = {"alti+": "alti_plus", "alti": "alti_plus", "ig": "integrated_gradients", "ixg": "input_x_gradient"}.get(
-        key, key
-    )
+    key = {"alti+": "alti_plus", "ig": "integrated_gradients", "ixg": "input_x_gradient"}.get(key, key)
+    if key in REGISTRY and key not in METHODS:
+        extra = " (a translator's ALTI is alti_plus, ALTI+)" if key == "alti" else ""
+        raise UnknownMethodError(
+            f"{key} is a language model's method, not a translator's or a captioner's{extra}; theirs: {', '.join(METHODS)}"
+        )
     if key not in METHODS:
         raise UnknownMethodError(f"unknown attribution method {name!r}; known: {', '.join(METHODS)}")
     return key
