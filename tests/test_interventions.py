@@ -375,3 +375,39 @@ def test_ablating_every_cross_attention_head_cuts_the_translation_from_its_sourc
     assert long.startswith(short) and len(short.split()) >= 5
     assert all(e.log_likelihood_change < -10 for e in effects)
     assert effects[0].clean_translation == m.impl.translate([SOURCES[0]])[0].translation
+
+
+# --- the command line ------------------------------------------------------------------------------------
+
+
+def test_cli_heads_scores_every_head_of_the_shipped_translator(bible_home, capsys):
+    """``attnkit heads --json`` on two test verses: 3 attention types x 3 layers x 4 heads, the same numbers
+    as the library's :func:`head_importance` on those verses; the table names every type."""
+    import json
+
+    from attnkit.cli import main
+    from attnkit.data.corpus import open_corpus
+    from attnkit.service import open_model
+
+    assert main(["--home", str(bible_home), "heads", "--model", "transformer-es-en", "--limit", "2", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["verses"] == 2 and len(got["heads"]) == 36
+    pairs = open_corpus("bible", bible_home).pairs("test", limit=2)
+    want = head_importance(open_model("transformer-es-en"), [p.src for p in pairs], [p.tgt for p in pairs])
+    for g, w in zip(got["heads"], want.heads):
+        assert (g["site"], g["layer"], g["head"]) == (w.site, w.layer + 1, w.head + 1)
+        assert math.isclose(g["ablation"], w.ablation, abs_tol=1e-6)
+        assert math.isclose(g["gradient"], w.gradient, abs_tol=1e-6)
+    assert main(["--home", str(bible_home), "heads", "--model", "transformer-es-en", "--limit", "1"]) == 0
+    table = capsys.readouterr().out
+    for name in ("encoder self-attention", "decoder self-attention", "cross-attention", "most important by gradient"):
+        assert name in table
+
+
+@pytest.mark.parametrize("name", ["lm-4l-en", "rnnsearch-es-en"])
+def test_cli_heads_refuses_what_is_not_a_transformer_translator(name, capsys):
+    from attnkit.cli import main
+
+    assert main(["heads", "--model", name, "--limit", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "not an attnkit Transformer translator" in err and "Traceback" not in err
