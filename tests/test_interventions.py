@@ -118,6 +118,32 @@ def test_resample_ablation_takes_a_reference_row():
     assert (got - model(ids).logits).abs().max() > 1e-4
 
 
+def test_head_mean_leaves_out_the_masked_positions():
+    out = torch.arange(2 * 3 * 2, dtype=torch.float64).view(2, 3, 2)
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    assert torch.equal(head_mean(out, mask), (out[0, 0] + out[0, 1] + out[1, 0]) / 3)
+    assert torch.equal(head_mean(out), out.reshape(6, 2).mean(0))
+    with pytest.raises(ValueError, match="mask selects no position"):
+        head_mean(out, torch.zeros(2, 3, dtype=torch.bool))
+
+
+def test_recording_a_greedy_search_gives_its_teacher_forced_heads(translator):
+    """The decoder's cached steps, recorded and joined, are the heads of one teacher-forced pass over
+    bos + the search's output: the hooks see every step, in order."""
+    model = translator.model
+    with record_heads(model) as steps:
+        out = translator.translate(SOURCES[:1], beam_size=1)[0]
+    batch = forced_batch(translator, SOURCES[:1], [out.translation])
+    tgt_in = torch.tensor([[translator.tokenizer.bos_id, *out.tokens]])
+    with torch.no_grad(), record_heads(model) as forced:
+        model(batch.src, batch.src_lengths, tgt_in)
+    for site in ("self", "cross"):
+        got, want = steps.get(site, 1), forced.get(site, 1)  # (1, T', H, D_h), (1, T, H, D_h)
+        n = min(got.shape[1], want.shape[1])
+        assert n >= len(out.tokens) >= 1 and (got[:, :n] - want[:, :n]).abs().max() <= 1e-9
+    assert steps.get("encoder", 0).shape[1] == batch.src.shape[1]
+
+
 # --- exactness: patching -------------------------------------------------------------------------------
 
 

@@ -314,7 +314,8 @@ class HeadRecording:
 
     def get(self, site: str, layer: int, head: int | None = None) -> Tensor:
         """The outputs at ``(site, layer)``: ``(B, N, H, D_h)``, or ``(B, N, D_h)`` of one ``head``.
-        Several calls (a decoder's steps) are joined along the positions."""
+        Several calls (a decoder's steps) are joined along the positions: a greedy search's steps give
+        the positions of its output, row by row (beam search reorders rows between steps)."""
         _check_site(site)
         if (site, layer) not in self._calls:
             raise ValueError(f"no attention at site {site!r}, layer {layer}")
