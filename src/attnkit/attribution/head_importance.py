@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from .intervention_effects import ForcedBatch, forced_batch, forced_log_likelihood, translator_of
-from .interventions import HEAD_SITES, HeadAblation, HeadGate, _core, attention_sites, intervene
+from .interventions import HEAD_SITES, HeadAblation, HeadGate, attention_sites, core_model, intervene
 
 __all__ = [
     "HeadImportance",
@@ -57,7 +57,7 @@ def gate_gradients(model, batch: ForcedBatch, sites: Sequence[str] = HEAD_SITES)
     ``(site, layer)`` (0-based) a ``(B, H)`` tensor, signed. The model must be in eval mode."""
     sites = _check_sites(sites)
     spots = [hs for key, hs in attention_sites(model).items() if key[0] in sites]
-    dtype = next(_core(model).parameters()).dtype
+    dtype = next(core_model(model).parameters()).dtype
     b = batch.src.shape[0]
     gates = [torch.ones(b, hs.n_heads, dtype=dtype, device=batch.src.device, requires_grad=True) for hs in spots]
     ivs = [HeadGate(hs.layer, g, hs.site) for hs, g in zip(spots, gates)]

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .interventions import Intervention, _core, intervene
+from .interventions import Intervention, core_model, intervene
 
 __all__ = [
     "ForcedBatch",
@@ -64,7 +64,7 @@ def lm_effect(
 ) -> LMEffect:
     """Run attnkit's language model on ``ids`` (``(T,)`` or ``(1, T)``) clean and with ``interventions``, and
     compare its prediction at ``position`` (0-based, default the last: the next token after ``ids``)."""
-    core = _core(model)
+    core = core_model(model)
     if not isinstance(ids, Tensor) or ids.dim() not in (1, 2) or (ids.dim() == 2 and ids.shape[0] != 1):
         raise ValueError(f"ids must be (T,) or (1, T) token ids, got {tuple(getattr(ids, 'shape', ()))}")
     ids = ids.reshape(1, -1).to(next(core.parameters()).device)
@@ -154,7 +154,7 @@ def forced_batch(translator, sources: Sequence[str], references: Sequence[str]) 
 def forced_log_likelihood(model, batch: ForcedBatch) -> Tensor:
     """``log p(reference, eos | source)`` of each row, teacher-forced: ``(B,)``, summed over its pieces.
     Differentiable (no ``no_grad`` here); the caller sets eval mode."""
-    core = _core(model)
+    core = core_model(model)
     logits, _ = core(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
     lp = F.log_softmax(logits.float() if logits.dtype != torch.float64 else logits, -1)
     token_lp = lp.gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1)  # (B, T)

@@ -43,6 +43,7 @@ __all__ = [
     "HeadRecording",
     "HeadSite",
     "attention_sites",
+    "core_model",
     "head_mean",
     "intervene",
     "record_heads",
@@ -153,8 +154,10 @@ class HeadSite:
     head_dim: int
 
 
-def _core(model) -> nn.Module:
-    """The attnkit model under a wrapper (a translator, a generator, :class:`attnkit.service.Model`)."""
+def core_model(model) -> nn.Module:
+    """The attnkit model under ``model``: itself, or the :class:`~attnkit.models.language_model.LanguageModel` or
+    :class:`~attnkit.models.transformer.TransformerTranslator` inside a wrapper (a translator, a language model's
+    generator, a :class:`attnkit.service.Model`); ``TypeError`` for any other model."""
     from ..models.language_model import LanguageModel
     from ..models.transformer import TransformerTranslator
 
@@ -177,7 +180,7 @@ def attention_sites(model) -> dict[tuple[str, int], HeadSite]:
     Transformer translator's ``"encoder"``, ``"self"`` and ``"cross"`` layers."""
     from ..models.language_model import LanguageModel
 
-    core = _core(model)
+    core = core_model(model)
     sites: dict[tuple[str, int], HeadSite] = {}
     if isinstance(core, LanguageModel):
         for i, layer in enumerate(core.layers):
