@@ -1,4 +1,5 @@
-"""The ``attnkit`` command: data, train, translate, align, caption, generate, evaluate, export, models, serve, demo.
+"""The ``attnkit`` command: data, train, translate, align, caption, generate, explain, heads, evaluate, export, models,
+serve, demo.
 
 Every subcommand reports bad input as one clear line on stderr (exit status 2), never a traceback.
 """
@@ -11,7 +12,7 @@ import sys
 
 from ..errors import AttnkitError
 from ..version import __version__
-from . import align, caption, data, evaluate, explain, export, generate, models, serve, train, translate
+from . import align, caption, data, evaluate, explain, export, generate, heads, models, serve, train, translate
 from .allocator import keep_freed_memory
 from .common import CLIError, _Parser
 from .flags import _add_home_flag
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     caption.add_parser(sub)
     generate.add_parser(sub)
     explain.add_parser(sub)
+    heads.add_parser(sub)
     evaluate.add_parser(sub)
     export.add_parser(sub)
     serve.add_parser(sub)
