@@ -195,7 +195,7 @@ def test_every_layers_mixing_map_as_the_self_attention_views(capsys):
         ("gpt2", ["--method", "alti", "--position", "2"], "--position is for the views"),
         ("gpt2", ["--method", "logit_lens", "--position", "99"], "position must be a token of the text, 1..13"),
         ("bert", ["--method", "routes"], "routes is not defined for an encoder-only model"),
-        ("marian", ["--method", "alti_logit"], "alti_logit is for language models"),
+        ("marian", ["--method", "alti_logit"], "alti_logit is a language model's method, not a translator's"),
     ],
 )
 def test_what_cannot_be_done_is_refused_in_one_line(capsys, family, args, says):
