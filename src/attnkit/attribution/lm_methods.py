@@ -1,5 +1,6 @@
-"""The language-model methods of ``attnkit explain`` (issue 56): their names, what the explorer says of
-them, and the context-mixing methods of :mod:`.lm_mixing` laid out as the other methods' rows.
+"""The language-model methods of ``attnkit explain`` (the views of one prediction, the context-mixing
+maps): their names, what the explorer says of them, and the context-mixing methods of :mod:`.lm_mixing`
+laid out as the other methods' rows.
 
 Two kinds, one registry (:data:`LM_MIXING_METHODS`, :data:`LM_VIEWS`; :func:`canonical_lm_method`):
 

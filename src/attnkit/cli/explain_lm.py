@@ -1,5 +1,6 @@
-"""``attnkit explain`` on a language model's own views (issue 56): the views of one prediction of a
-decoder-only model, and the context-mixing maps of every layer shown like the self-attention views.
+"""``attnkit explain`` on a language model's own views (mechanistic interpretability): the views of one
+prediction of a decoder-only model, and the context-mixing maps of every layer shown like the self-attention
+views.
 
 - ``--method logit_lens`` (nostalgebraist 2020): a table per layer of the text's prediction at
   ``--position`` (1-based, default the last token: the token after the text), each block's residual read
