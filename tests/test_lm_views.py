@@ -136,6 +136,23 @@ def test_logit_lens_and_direct_logit_through_the_cli_equal_the_model_run_again(g
     assert code == 0 and "head 4" in out and "MLP" in out
 
 
+@torch.no_grad()
+@pytest.mark.parametrize("view", ["logit_lens", "direct_logit", "routes"])
+def test_a_one_token_text_has_a_prediction_to_view_through_the_cli(gpt2, capsys, view):
+    """A view of one prediction reads the token after the text: one token is enough (a forced attribution,
+    which explains each next token by the ones before, needs two)."""
+    ids, _ = gpt2.impl.encode("God")
+    assert len(ids) == 1
+    predicted = int(gpt2.impl.model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+    code, out, err = _cli(capsys, "explain", "--model", saved_tiny("gpt2"), "--text", "God", "--method", view, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["position"] == 1 and data["pieces"] == gpt2.impl.pieces_of(ids)
+    assert data["token"]["id"] == predicted
+    code, _, err = _cli(capsys, "explain", "--model", saved_tiny("gpt2"), "--text", "God", "--method", "alti_logit")
+    assert code == 2 and "needs at least two" in err
+
+
 def test_routes_through_the_cli_json_png_and_page(gpt2, capsys, tmp_path):
     folder = saved_tiny("gpt2")
     png, page = tmp_path / "graph.png", tmp_path / "graph.html"

@@ -145,12 +145,15 @@ def canonical_generation_method(name) -> str:
         ) from None
 
 
-def forced_ids(sa, text: str) -> tuple[list[int], int]:
+def forced_ids(sa, text: str, *, at_least: int = 2) -> tuple[list[int], int]:
     """``(ids, 1)``: ``text``'s tokens (with the tokenizer's special tokens) to explain every next token of,
-    as a continuation whose prompt is the first token; at least two tokens, at most the model's context and
+    as a continuation whose prompt is the first token; at least two tokens (``at_least=1`` for a view of
+    the prediction after the text, which one token has), at most the model's context and
     :data:`MAX_FORCED_TOKENS`."""
     ids, _ = sa.encode(text)
-    if len(ids) < 2:
+    if len(ids) < at_least:
+        if at_least == 1:
+            raise InputError("the text has no token: give a text whose next token to predict")
         raise InputError("the text is one token: a forced text needs at least two (each explains the next)")
     limit = sa.max_length()
     if limit is not None and len(ids) > limit:
