@@ -221,6 +221,21 @@ def test_what_cannot_be_done_is_refused_in_one_line(capsys, family, args, says):
     assert code == 2 and len(lines) == 1 and says in lines[0], err
 
 
+@pytest.mark.parametrize(("family", "extra"), [("gpt2", []), ("bert", []), ("gpt2", ["--self-attention"])])
+def test_an_unknown_method_lists_the_methods_that_model_takes(capsys, family, extra):
+    from attnkit.attribution import METHODS
+    from attnkit.attribution.generation import generation_methods
+    from attnkit.cli.explain_hf import VIEW_METHODS
+
+    code, _, err = _cli(capsys, "explain", TEXT, "--model", saved_tiny(family), "--method", "nonsense", *extra)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "unknown attribution method 'nonsense'" in lines[0], err
+    listed = lines[0].split(" takes: ")[1].split(", ")
+    decoder = family == "gpt2" and not extra
+    assert listed == (generation_methods() if decoder else list(VIEW_METHODS))  # Captum is installed here
+    assert "alti_plus" in METHODS and "alti_plus" not in listed  # not the translators' list
+
+
 @pytest.mark.parametrize(
     ("fields", "says"),
     [

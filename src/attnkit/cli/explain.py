@@ -40,8 +40,23 @@ _GENERATION_FLAGS = (
 )
 
 
+def _refuse_unknown_method(args, model) -> None:
+    """An unknown ``--method``, refused in one line listing the methods ``model`` takes."""
+    from ..attribution import UnknownMethodError, canonical_method
+    from ..service import ModelKind
+
+    if model.kind is not ModelKind.SELF_ATTENTION:
+        canonical_method(args.method)  # raises, listing the translators' and captioners' methods
+    from .explain_hf import model_methods
+
+    raise UnknownMethodError(
+        f"unknown attribution method {args.method!r}; {_shown_name(model)} takes: "
+        + ", ".join(model_methods(args, model.impl))
+    )
+
+
 def cmd_explain(args) -> None:
-    from ..attribution import canonical_method
+    from ..attribution import UnknownMethodError, canonical_method
     from ..attribution.generation import canonical_generation_method
     from ..attribution.lm_methods import LAYER_METHODS, canonical_lm_method
     from ..attribution.report import format_attribution, plot_attribution
@@ -50,12 +65,17 @@ def cmd_explain(args) -> None:
 
     lm_only = canonical_lm_method(args.method)  # a language model's method no translator has
     lm_only = None if lm_only in LAYER_METHODS else lm_only
-    method = lm_only or canonical_method(args.method)
+    try:
+        method = lm_only or canonical_method(args.method)
+    except UnknownMethodError:
+        method = None  # refused once the model is open, with the methods that model takes
     _output(args.plot, "--plot")
     device = None
     if args.file is not None and corpus_job_wanted(args):  # a rank: its own GPU, before the model is loaded
         device = start_group(args.device)
     model = _open_model(args, DEFAULT_TRANSLATION_MODEL, device=device)
+    if method is None:
+        _refuse_unknown_method(args, model)
     if args.repeated is not None:  # a language model's heads on random tokens repeated twice
         from .explain_repeated import explain_repeated
 

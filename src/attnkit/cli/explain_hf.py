@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .common import CLIError
 
-__all__ = ["explain_self_attention_model"]
+__all__ = ["explain_self_attention_model", "model_methods"]
 
 #: the self-attention views' methods (encoder-only models, and ``--self-attention``): every layer's maps
 VIEW_METHODS = ("attention", "rollout", "attention_norm", "value_zeroing", "alti")
@@ -34,6 +34,17 @@ VIEW_METHODS = ("attention", "rollout", "attention_norm", "value_zeroing", "alti
 
 def _where(args):
     return sys.stderr if args.json else sys.stdout
+
+
+def model_methods(args, sa) -> list[str]:
+    """The methods ``attnkit explain`` has for ``sa`` (a Hugging Face self-attention model): a decoder-only
+    model's attributions (those its blocks allow) and views of one prediction, else the self-attention views."""
+    from ..attribution.generation import row_methods
+    from ..attribution.lm_methods import LM_VIEWS
+
+    if sa.can_generate and not args.self_attention:
+        return [*row_methods(sa), *LM_VIEWS]
+    return list(VIEW_METHODS)
 
 
 def _check_plot(path: str | None) -> str | None:
