@@ -168,8 +168,9 @@ def forced_ids(sa, text: str, *, at_least: int = 2) -> tuple[list[int], int]:
 
 def contrast_token(sa, token: str | int) -> int:
     """The vocabulary id of the contrastive foil ``token``: a text that the tokenizer makes one token of
-    (without special tokens), a piece of the vocabulary spelt as the vocabulary spells it (``Ġworld``), or
-    an id; anything else is an :class:`~attnkit.errors.InputError` saying how it tokenises."""
+    (without special tokens) and that reads back as itself, a piece of the vocabulary spelt as the vocabulary
+    spells it (``Ġworld``), or an id; anything else is an :class:`~attnkit.errors.InputError` saying how it
+    tokenises."""
     size = sa.model.get_output_embeddings().weight.shape[0]
     if isinstance(token, int) and not isinstance(token, bool):
         if not 0 <= token < size:
@@ -177,10 +178,19 @@ def contrast_token(sa, token: str | int) -> int:
         return token
     if not isinstance(token, str) or not token:
         raise InputError(f"contrast must be one token of the model's vocabulary, got {token!r}")
-    ids = [int(i) for i in sa.hf_tokenizer(token, add_special_tokens=False)["input_ids"]]
+    tok = sa.hf_tokenizer
+    ids = [int(i) for i in tok(token, add_special_tokens=False)["input_ids"]]
     if len(ids) == 1:
-        return ids[0]
-    vocab = sa.hf_tokenizer.get_vocab()
+        # the token must read back as itself: a tokenizer that normalises (NFKC: "Ｇｏｄ" → "God") or maps an
+        # unknown character to <unk> makes one token of a text that is not it
+        back = tok.decode(ids, clean_up_tokenization_spaces=False)
+        if back.strip() == token.strip() or tok.convert_ids_to_tokens(ids[0]) == token:
+            return ids[0]
+        raise InputError(
+            f"contrast {token!r} is not a token of {sa.source}'s vocabulary: its tokenizer reads it as {back!r} "
+            f"(id {ids[0]}); give the token as the model writes it"
+        )
+    vocab = tok.get_vocab()
     if token in vocab and 0 <= int(vocab[token]) < size:
         return int(vocab[token])
     pieces = " ".join(repr(p) for p in sa.pieces_of(ids)) or "nothing"
