@@ -74,8 +74,27 @@ def test_attention_norm_rows_equal_a_float64_loop_over_gpt2s_own_projections():
         for j in range(i + 1):
             t = sum(alpha[h, i, j] * (v[j, h] @ w[h * dh : (h + 1) * dh]) for h in range(nh))
             want[i, j] = t.norm()
+    torch.testing.assert_close(a.raw.double(), want, atol=1e-4, rtol=1e-5)  # the magnitudes, kept
     want = want / want.sum(-1, keepdim=True)
     torch.testing.assert_close(a.scores.double(), want, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("method", ["attention_norm", "value_zeroing"])
+def test_the_cli_says_its_rows_are_normalised_and_gives_the_magnitudes_in_json(gpt2, capsys, method):
+    from attnkit.attribution.lm_methods import layer_maps
+
+    folder = saved_tiny("gpt2")
+    code, out, err = _cli(capsys, "explain", "--model", folder, "--text", TEXT, "--method", method)
+    assert code == 0 and "each row normalised to sum to 1" in out and "'raw' in --json" in out, err
+    code, out, err = _cli(capsys, "explain", "--model", folder, "--text", TEXT, "--method", method, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    ids, _ = gpt2.impl.encode(TEXT)
+    want = layer_maps(gpt2.impl.model, ids[:-1], method)[-1]  # (n-1, n-1): the last layer's map, whole
+    torch.testing.assert_close(torch.tensor(d["raw"], dtype=torch.float64), want, atol=1e-5, rtol=0)
+    assert float((want.sum(-1) - 1).abs().max()) > 0.05  # magnitudes, not shares
+    shares = want / want.sum(-1, keepdim=True)
+    torch.testing.assert_close(torch.tensor(d["scores"], dtype=torch.float64), shares, atol=1e-5, rtol=0)
 
 
 def test_value_zeroing_and_alti_rows_and_their_refusals(gpt2):

@@ -162,8 +162,10 @@ def mixing_views(args, sa, method: str, suffix: str | None) -> None:
         print(json.dumps(out, ensure_ascii=False))
     else:
         from ..viz import format_top_alignments
+        from .explain_hf import MAGNITUDES
 
-        print(f"{method} of {sa.source} ({sa.num_layers} layers): {what}")
+        said = f"; the magnitudes ({MAGNITUDES[method]}), rows not normalised" if method in MAGNITUDES else ""
+        print(f"{method} of {sa.source} ({sa.num_layers} layers): {what}{said}")
         top = format_top_alignments(matrix, pieces, pieces, k=min(args.top, len(pieces)))
         print(top.replace("target", "piece ", 1))
     if suffix == ".png":
