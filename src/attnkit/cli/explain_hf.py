@@ -36,10 +36,6 @@ def _where(args):
     return sys.stderr if args.json else sys.stdout
 
 
-#: the context-mixing methods whose maps are magnitudes (not shares), and what each magnitude is
-MAGNITUDES = {"attention_norm": "‖Σ_h α f(u_j)‖", "value_zeroing": "1 − cos(y_i, y_i without token j)"}
-
-
 def model_methods(args, sa) -> list[str]:
     """The methods ``attnkit explain`` has for ``sa`` (a Hugging Face self-attention model): a decoder-only
     model's attributions (those its blocks allow) and views of one prediction, else the self-attention views."""
@@ -136,6 +132,8 @@ def _explain_continuation(args, model, method, progress, suffix) -> None:
             print(f"continuation of the text by {sa.source} (greedy, at most {args.max_new_tokens} tokens):")
         if "contrast" in att.extra:
             print(f"contrastive: log p(token) − log p({att.extra['contrast']['token']}) (Yin & Neubig 2022)")
+        from .explain_lm import MAGNITUDES
+
         if method in MAGNITUDES:
             print(
                 f"each row normalised to sum to 1 (shares); the magnitudes ({MAGNITUDES[method]}) are 'raw' in --json"

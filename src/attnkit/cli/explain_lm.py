@@ -29,7 +29,10 @@ import sys
 
 from .common import CLIError
 
-__all__ = ["explain_lm_view", "mixing_views"]
+__all__ = ["MAGNITUDES", "explain_lm_view", "mixing_views"]
+
+#: the context-mixing methods whose maps are magnitudes (not shares), and what each magnitude is
+MAGNITUDES = {"attention_norm": "‖Σ_h α f(u_j)‖", "value_zeroing": "1 − cos(y_i, y_i without token j)"}
 
 
 def _where(args):
@@ -162,7 +165,6 @@ def mixing_views(args, sa, method: str, suffix: str | None) -> None:
         print(json.dumps(out, ensure_ascii=False))
     else:
         from ..viz import format_top_alignments
-        from .explain_hf import MAGNITUDES
 
         said = f"; the magnitudes ({MAGNITUDES[method]}), rows not normalised" if method in MAGNITUDES else ""
         print(f"{method} of {sa.source} ({sa.num_layers} layers): {what}{said}")
