@@ -30,6 +30,10 @@ def test_every_shipped_model_is_listed_complete_and_verifiable():
     bleu = {n: m.scores["test_beam5_bleu"] for n, m in infos.items() if "test_beam5_bleu" in m.scores}
     assert max(bleu, key=bleu.get) == DEFAULT_TRANSLATION_MODEL
     assert infos[DEFAULT_CAPTION_MODEL].task == "captioning"
+    # a language model says its language (the explorer offers an example text in it); the others have none
+    for name, m in infos.items():
+        assert m.lang == ("en" if m.task == "language-model" else None), name
+        assert m.to_dict()["lang"] == m.lang
 
 
 def test_names_paths_and_local_models_resolve(tmp_path):

@@ -144,12 +144,15 @@ def canonical_generation_method(name) -> str:
     return key
 
 
-def forced_ids(sa, text: str) -> tuple[list[int], int]:
+def forced_ids(sa, text: str, *, at_least: int = 2) -> tuple[list[int], int]:
     """``(ids, 1)``: ``text``'s tokens (with the tokenizer's special tokens) to explain every next token of,
-    as a continuation whose prompt is the first token; at least two tokens, at most the model's context and
+    as a continuation whose prompt is the first token; at least two tokens (``at_least=1`` for a view of
+    the prediction after the text, which one token has), at most the model's context and
     :data:`MAX_FORCED_TOKENS`."""
     ids, _ = sa.encode(text)
-    if len(ids) < 2:
+    if len(ids) < at_least:
+        if at_least == 1:
+            raise InputError("the text has no token: give a text whose next token to predict")
         raise InputError("the text is one token: a forced text needs at least two (each explains the next)")
     limit = sa.max_length()
     if limit is not None and len(ids) > limit:
@@ -164,8 +167,9 @@ def forced_ids(sa, text: str) -> tuple[list[int], int]:
 
 def contrast_token(sa, token: str | int) -> int:
     """The vocabulary id of the contrastive foil ``token``: a text that the tokenizer makes one token of
-    (without special tokens), a piece of the vocabulary spelt as the vocabulary spells it (``Ġworld``), or
-    an id; anything else is an :class:`~attnkit.errors.InputError` saying how it tokenises."""
+    (without special tokens) and that reads back as itself, a piece of the vocabulary spelt as the vocabulary
+    spells it (``Ġworld``), or an id; anything else is an :class:`~attnkit.errors.InputError` saying how it
+    tokenises."""
     size = sa.vocab_size
     if isinstance(token, int) and not isinstance(token, bool):
         if not 0 <= token < size:
@@ -175,7 +179,15 @@ def contrast_token(sa, token: str | int) -> int:
         raise InputError(f"contrast must be one token of the model's vocabulary, got {token!r}")
     ids = sa.encode_plain(token)
     if len(ids) == 1:
-        return ids[0]
+        # the token must read back as itself: a tokenizer that normalises (NFKC: "Ｇｏｄ" → "God") or maps an
+        # unknown character to <unk> makes one token of a text that is not it
+        back = sa.decode_plain(ids)
+        if back.strip() == token.strip() or sa.piece_id(token) == ids[0]:
+            return ids[0]
+        raise InputError(
+            f"contrast {token!r} is not a token of {sa.source}'s vocabulary: its tokenizer reads it as {back!r} "
+            f"(id {ids[0]}); give the token as the model writes it"
+        )
     found = sa.piece_id(token)
     if found is not None and 0 <= found < size:
         return found

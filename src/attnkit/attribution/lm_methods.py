@@ -1,5 +1,6 @@
-"""The language-model methods of ``attnkit explain`` (issue 56): their names, what the explorer says of
-them, and the context-mixing methods of :mod:`.lm_mixing` laid out as the other methods' rows.
+"""The language-model methods of ``attnkit explain`` (the views of one prediction, the context-mixing
+maps): their names, what the explorer says of them, and the context-mixing methods of :mod:`.lm_mixing`
+laid out as the other methods' rows.
 
 Two kinds, read off the one registry (:mod:`attnkit.method_registry`: :data:`LM_MIXING_METHODS`,
 :data:`LM_VIEWS`; :func:`canonical_lm_method`):
@@ -97,7 +98,9 @@ def mixing_rows(model, ids: list[int], prompt_len: int, method: str, layer: int 
     prompt_len``) over the inputs ``ids[:-1]``, row ``t`` the position ``P − 1 + t`` that predicts token
     ``ids[P + t]``, as :func:`attnkit.attribution.explain_generation` lays out every method:
 
-    - ``attention_norm``, ``value_zeroing``: that row of layer ``layer``'s map (1-based, default the last);
+    - ``attention_norm``, ``value_zeroing``: that row of layer ``layer``'s map (1-based, default the last),
+      the magnitudes (``‖Σ_h α^h_ij f^h(u_j)‖``, ``1 − cos``) in both: ``raw`` keeps them, the attribution's
+      ``scores`` are those rows normalised;
     - ``alti``: that row of ALTI rolled out through every layer;
     - ``alti_logit``: each input token's share of the logit of ``ids[P + t]`` at its position (signed, in
       ``raw``; ``scores`` keeps the positive shares), the prefix up to the position traced once per token.
@@ -126,7 +129,8 @@ def mixing_rows(model, ids: list[int], prompt_len: int, method: str, layer: int 
                 held["m"] = _one_layer_map(parts, method)
 
         block_tracer(model).trace(x, on_layer)
-        mat = held["m"]
+        rows = held["m"][positions].double().cpu()  # (G, n-1): the magnitudes, kept as raw
+        return rows, rows.clone()
     else:
         raise ValueError(f"method must be one of {', '.join(LM_MIXING_METHODS)}, got {method!r}")
     return mat[positions].double().cpu(), None  # (G, n-1)

@@ -1,4 +1,5 @@
-"""A command over a corpus split across processes (issue 58): ``--processes N``, ``torchrun``, ``--job-dir``.
+"""A command over a corpus split across processes (data-parallel over ranks): ``--processes N``,
+``torchrun``, ``--job-dir``.
 
 ``attnkit translate --file`` and ``attnkit align`` run their lines as a corpus job
 (:mod:`attnkit.corpus_jobs`) when

@@ -41,6 +41,21 @@ _GENERATION_FLAGS = (
 )
 
 
+def _refuse_unknown_method(args, model) -> None:
+    """An unknown ``--method``, refused in one line listing the methods ``model`` takes."""
+    from ..attribution import UnknownMethodError, canonical_method
+    from ..service import ModelKind
+
+    if model.kind not in (ModelKind.SELF_ATTENTION, ModelKind.LANGUAGE_MODEL):
+        canonical_method(args.method)  # raises, listing the translators' and captioners' methods
+    from .explain_hf import model_methods
+
+    raise UnknownMethodError(
+        f"unknown attribution method {args.method!r}; {_shown_name(model)} takes: "
+        + ", ".join(model_methods(args, model.impl))
+    )
+
+
 def cmd_explain(args) -> None:
     from ..attribution import UnknownMethodError, canonical_method
     from ..attribution.generation import canonical_generation_method
@@ -48,15 +63,22 @@ def cmd_explain(args) -> None:
     from ..errors import InputError
     from ..service import CaptionRequest, MethodOptions, ModelKind, TranslationRequest, analyse
 
-    try:  # a name no model has is refused before any model is loaded
+    try:  # a known name is read per kind once the model is open; an unknown one is refused then, with its methods
         canonical_generation_method(args.method)
+        known = True
     except UnknownMethodError:
-        canonical_method(args.method)
+        try:
+            canonical_method(args.method)
+            known = True
+        except UnknownMethodError:
+            known = False
     _output(args.plot, "--plot")
     device = None
     if args.file is not None and corpus_job_wanted(args):  # a rank: its own GPU, before the model is loaded
         device = start_group(args.device)
     model = _open_model(args, DEFAULT_TRANSLATION_MODEL, device=device)
+    if not known:
+        _refuse_unknown_method(args, model)
     text_model = model.kind in (ModelKind.SELF_ATTENTION, ModelKind.LANGUAGE_MODEL)  # attnkit's or Hugging Face's
     # the method by the registry's name for this kind of model (alti: a language model's ALTI; alti_plus: ALTI+)
     method = canonical_generation_method(args.method) if text_model else canonical_method(args.method)

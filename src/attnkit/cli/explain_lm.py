@@ -1,5 +1,6 @@
-"""``attnkit explain`` on a language model's own views (issue 56): the views of one prediction of a
-decoder-only model, and the context-mixing maps of every layer shown like the self-attention views.
+"""``attnkit explain`` on a language model's own views (mechanistic interpretability): the views of one
+prediction of a decoder-only model, and the context-mixing maps of every layer shown like the self-attention
+views.
 
 - ``--method logit_lens`` (nostalgebraist 2020): a table per layer of the text's prediction at
   ``--position`` (1-based, default the last token: the token after the text), each block's residual read
@@ -28,7 +29,10 @@ import sys
 
 from .common import CLIError
 
-__all__ = ["explain_lm_view", "mixing_views"]
+__all__ = ["MAGNITUDES", "explain_lm_view", "mixing_views"]
+
+#: the context-mixing methods whose maps are magnitudes (not shares), and what each magnitude is
+MAGNITUDES = {"attention_norm": "‖Σ_h α f(u_j)‖", "value_zeroing": "1 − cos(y_i, y_i without token j)"}
 
 
 def _where(args):
@@ -162,7 +166,8 @@ def mixing_views(args, sa, method: str, suffix: str | None) -> None:
     else:
         from ..viz import format_top_alignments
 
-        print(f"{method} of {sa.source} ({sa.num_layers} layers): {what}")
+        said = f"; the magnitudes ({MAGNITUDES[method]}), rows not normalised" if method in MAGNITUDES else ""
+        print(f"{method} of {sa.source} ({sa.num_layers} layers): {what}{said}")
         top = format_top_alignments(matrix, pieces, pieces, k=min(args.top, len(pieces)))
         print(top.replace("target", "piece ", 1))
     if suffix == ".png":

@@ -313,6 +313,10 @@ class SelfAttentionModel:
         """The ids of ``text`` without the tokenizer's special tokens."""
         return [int(i) for i in self.hf_tokenizer(text, add_special_tokens=False)["input_ids"]]
 
+    def decode_plain(self, ids: Sequence[int]) -> str:
+        """The text of ``ids`` as the tokenizer writes it back (no clean-up of spaces)."""
+        return self.hf_tokenizer.decode([int(i) for i in ids], clean_up_tokenization_spaces=False)
+
     def piece_id(self, piece: str) -> int | None:
         """The id of a vocabulary entry spelt as the vocabulary spells it (``Ġworld``), or None."""
         found = self.hf_tokenizer.get_vocab().get(piece)

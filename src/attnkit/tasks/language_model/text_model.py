@@ -94,6 +94,10 @@ class LanguageModelText:
         """The ids of ``text`` without ``<s>``."""
         return list(self.tokenizer.encode(text))
 
+    def decode_plain(self, ids: Sequence[int]) -> str:
+        """The text of ``ids`` as the tokenizer writes it back."""
+        return self.tokenizer.decode([int(i) for i in ids])
+
     def piece_id(self, piece: str) -> int | None:
         """The id of vocabulary entry ``piece`` (``▁world``), or None when the vocabulary has no such piece."""
         i = int(self.tokenizer.piece_to_id(piece))
