@@ -9,7 +9,7 @@ import sys
 
 from ..checks import COUNT, arg_type, between
 from ..errors import InputError
-from .common import _open_model, _output
+from .common import _model_folder, _open_model, _output
 from .corpus_job import (
     add_corpus_job_flags,
     add_processes_flag,
@@ -106,24 +106,39 @@ def _eflomal_file_links(args):
     return eflomal_links([s for s, _ in pairs], [t for _, t in pairs], method=args.symmetrize or "grow-diag-final-and")
 
 
+def _check_reverse_flags(args) -> None:
+    """``--symmetrize none`` reads one direction of one model: a ``--reverse-model`` beside it is refused."""
+    if args.symmetrize == "none" and args.reverse_model not in (None, "none"):
+        raise InputError("--symmetrize none reads one direction: give no --reverse-model")
+
+
+def _reverse_model_name(args, model_path, command: str, *, say: bool = True) -> str | None:
+    """The model of the other direction that ``align`` and ``evaluate alignment`` combine with the model in
+    ``model_path`` (the one default of both): ``--reverse-model`` as given; ``none``: no second model (both
+    directions read from the one model's attention); not given, under ``--symmetrize`` (a rule, not none),
+    the shipped model of the other direction when there is one (``transformer-en-es`` for
+    ``transformer-es-en``), named on stderr when ``say``; else None."""
+    from ..pretrained import reverse_model
+
+    name = args.reverse_model
+    if name is None and args.symmetrize not in (None, "none") and model_path is not None:
+        name = reverse_model(model_path)
+        if name is not None and say:
+            print(f"attnkit {command}: --symmetrize reads the other direction with {name}", file=sys.stderr)
+    return None if name == "none" else name
+
+
 def _forward_aligner(args, *, say: bool = True, device: str | None = None):
     """``(model, aligner, reverse model's name or None, reading)`` of the flags: the model loaded (on
     ``device``, default ``--device``), the reverse model named (the shipped one of the other direction under
     ``--symmetrize``; said on stderr)."""
-    from ..pretrained import DEFAULT_ALIGNMENT_MODEL, reverse_model
+    from ..pretrained import DEFAULT_ALIGNMENT_MODEL
     from ..service import ModelKind
     from ..tasks.translation.alignment import AttentionReading, ModelAligner, default_method
 
-    reverse_name = args.reverse_model
-    if args.symmetrize == "none" and reverse_name not in (None, "none"):
-        raise InputError("--symmetrize none reads one direction: give no --reverse-model")
+    _check_reverse_flags(args)
     model = _open_model(args, DEFAULT_ALIGNMENT_MODEL, kind=ModelKind.TRANSLATOR, device=device)
-    if args.symmetrize not in (None, "none") and reverse_name is None:  # the shipped model of the other direction
-        reverse_name = reverse_model(model.path) if model.path is not None else None
-        if reverse_name is not None and say:
-            print(f"attnkit align: --symmetrize reads the other direction with {reverse_name}", file=sys.stderr)
-    if reverse_name == "none":
-        reverse_name = None
+    reverse_name = _reverse_model_name(args, model.path, "align", say=say)
     # --symmetrize without a reverse model: the row and column argmaxes of the one model's matrix
     both_ways = args.symmetrize if not reverse_name else None
     translator = model.impl
@@ -345,16 +360,19 @@ def _evaluate_alignment(args, split, device: str | None = None) -> None:
     gold_files = (args.src, args.tgt, args.gold)
     if any(gold_files) and not all(gold_files):
         raise InputError("a gold set of your own needs all three of --src, --tgt and --gold")
+    _check_reverse_flags(args)
+    folder = _model_folder(args.model, DEFAULT_ALIGNMENT_MODEL)
+    reverse_name = _reverse_model_name(args, folder, "evaluate alignment", say=split is None or split[0] == 0)
     try:
         r = evaluate_alignment(
-            args.model or DEFAULT_ALIGNMENT_MODEL,
+            folder,
             methods=tuple(args.method) if args.method else None,
             layer=args.layer,
             head=args.head,
             all_heads=args.all_heads,
             threshold=args.threshold,
             both_ways=args.symmetrize,
-            reverse_model=args.reverse_model,
+            reverse_model=reverse_name,
             references=not args.no_references,
             gold=gold_files if all(gold_files) else None,
             dev=args.dev,
@@ -428,15 +446,17 @@ def add_evaluate_alignment_parser(e) -> None:
         "--symmetrize",
         default=None,
         choices=(*_SYMMETRIZATIONS, "none"),
-        help="also read each source word's argmax target word from the same attention (or take --reverse-model's "
-        "links) and combine the two directions so; none: each target word's argmax source word only (default: "
-        "grow-diag-final-and with --reverse-model; else intersection for a guided head, none otherwise)",
+        help="combine two directions: the links of the reverse model (--reverse-model, or the shipped model of "
+        "the other direction); without one, each source word's argmax target word read from the same attention; "
+        "none: each target word's argmax source word only (default: grow-diag-final-and with --reverse-model; "
+        "else intersection for a guided head, none otherwise)",
     )
     ea.add_argument(
         "--reverse-model",
         default=None,
         help="a model of the other direction (target → source), read with its default method, whose links are "
-        "combined with the model's (default: none)",
+        "combined with the model's; 'none': read both ways from the one model (default: with --symmetrize, the "
+        "shipped model of the other direction when there is one)",
     )
     ea.add_argument("--src", default=None, help="your own gold set: source sentences, one per line (default: none)")
     ea.add_argument("--tgt", default=None, help="your own gold set: target sentences, line-parallel (default: none)")
