@@ -51,3 +51,32 @@ def test_evaluate_captioning_names_the_model_as_given(tmp_path, capsys):
     argv = ["--home", str(tmp_path), "evaluate", "captioning", "--model", "captioner-hard", "--limit", "2"]
     assert cli_main([*argv, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["model"] == "captioner-hard"
+
+
+def test_evaluate_alignment_all_heads_fits_100_columns_and_names_the_guided_head(tmp_path, capsys):
+    from attnkit.alignment.gold import DEV_VERSES, load_gold
+
+    verses = load_gold()[DEV_VERSES - 2 : DEV_VERSES + 6]
+    (tmp_path / "s").write_text("".join(" ".join(v.source) + "\n" for v in verses))
+    (tmp_path / "t").write_text("".join(" ".join(v.target) + "\n" for v in verses))
+    (tmp_path / "g").write_text("".join(" ".join(f"{i}-{j}" for i, j in sorted(v.sure)) + "\n" for v in verses))
+    argv = ["evaluate", "alignment", "--src", str(tmp_path / "s"), "--tgt", str(tmp_path / "t")]
+    argv += ["--gold", str(tmp_path / "g"), "--dev", "2", "--all-heads", "--samples", "20"]
+    assert cli_main([*argv, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["guided_head"] == {"layer": 2, "head": 1}  # transformer-es-en's config: alignment layer 2, head 1
+    first, *rest = r["rows"]
+    assert first["method"] == "guided" and (first["layer"], first["head"]) == (2, 1) and not first["per_layer"]
+    heads = [row for row in rest if row["per_layer"]]
+    assert len(heads) == 3 + 3 * 4  # each layer's head mean, and each head
+    # each head's row reads its plain attention rows: named attention, the guided head's marked as such
+    assert all(row["method"] == "attention" and "guided:" not in row["name"] for row in heads)
+    marked = [row for row in heads if "(the guided head)" in row["name"]]
+    assert [(row["layer"], row["head"]) for row in marked] == [(2, 1)]
+    assert cli_main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    by_label = {line[2:37].strip(): line for line in lines if line.startswith("  L") and "[" in line}
+    assert "L2H1 (guided)" in by_label and "L2H2" in by_label and "L1 mean" in by_label
+    assert f"{heads[-1]['aer']:.3f}" in by_label["L3H4"]  # the row's numbers beside its label
+    assert any(line.startswith("  guided L2H1 ") for line in lines)

@@ -389,17 +389,61 @@ def _evaluate_alignment(args, split, device: str | None = None) -> None:
     if args.json:
         print(json.dumps(r, ensure_ascii=False))
         return
-    print(
-        f"{r['model']} on {r['gold']}: alignment of the reference translation, {r['scored_verses']} scored pairs "
-        f"({r['dev_verses']} more for choosing layers and heads); {r['rule']}; 95 % bootstrap intervals over "
-        f"pairs ({r['bootstrap']['samples']} resamples); Δ = AER − the first row's, paired"
-    )
+    print(_alignment_table(r))
+
+
+#: The width ``evaluate alignment`` keeps its table to (a terminal's 80 to 100 columns); ``--json`` has every
+#: row's full description and unrounded interval.
+TABLE_WIDTH = 100
+_NUMBERS = "{aer:>6} {ci:>14} {prec:>6} {rec:>6}  {diff}"
+
+
+def _short_label(row: dict, model: str, guided: dict | None) -> str:
+    """A row's name in the table: ``guided L2H1``, ``shift L2 mean (chosen on dev)``, ``L2H1 (guided)``
+    for --all-heads' rows; the references' names as they are."""
+    if "method" not in row:
+        return row["name"]
+    layer, head = row.get("layer"), row.get("head")
+    where = "" if layer is None else f"L{layer}" + (f"H{head}" if head is not None else " mean")
+    is_guided = guided is not None and (layer, head) == (guided["layer"], guided["head"])
+    if row.get("per_layer") or row["name"].endswith("(best head on dev)"):
+        label = where + (" (guided)" if is_guided else "")
+        return f"best on dev: {label}" if row["name"].endswith("(best head on dev)") else label
+    label = f"{row['method']} {where}".rstrip()
+    return label + (" (chosen on dev)" if row["name"].endswith("(layer chosen on dev)") else "")
+
+
+def _alignment_table(r: dict) -> str:
+    """The ``evaluate alignment`` report as text no wider than :data:`TABLE_WIDTH`: the heading wrapped, one
+    row per reading under a short name (a name too long for its column takes a line of its own), and what
+    each main row reads, in full, under the table."""
+    import textwrap
+
+    def wrap(text: str, indent: str = "") -> str:
+        return textwrap.fill(
+            text, TABLE_WIDTH, initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False
+        )
+
+    lines = [
+        wrap(
+            f"{r['model']} on {r['gold']}: alignment of the reference translation, {r['scored_verses']} scored "
+            f"pairs ({r['dev_verses']} more for choosing layers and heads); {r['rule']}; 95 % bootstrap intervals "
+            f"over pairs ({r['bootstrap']['samples']} resamples); Δ = AER − the first row's, paired"
+        )
+    ]
+    guided = r.get("guided_head")
     rows = r["rows"] + ([r["best_head"]] if r["best_head"] else []) + r["references"]
-    width = max(len(row["name"]) for row in rows if not row.get("skipped"))
-    print(f"  {'':<{width}} {'AER':>6} {'95% interval':>14} {'prec.':>6} {'recall':>6}  Δ vs first row [95%]")
-    for row in rows:
+    shown = [(row, _short_label(row, r["model"], guided)) for row in rows]
+    numbers_width = len(_NUMBERS.format(aer="", ci="", prec="", rec="", diff="+0.000 [+0.000, +0.000] tie"))
+    room = TABLE_WIDTH - 3 - numbers_width
+    width = min(room, max((len(label) for row, label in shown if not row.get("skipped")), default=0))
+    lines.append(
+        f"  {'':<{width}} "
+        + _NUMBERS.format(aer="AER", ci="95% interval", prec="prec.", rec="recall", diff="Δ vs first row [95%]")
+    )
+    for row, label in shown:
         if row.get("skipped"):
-            print(f"  {row['name']}")
+            lines.append(wrap(label, "  "))
             continue
         lo, hi = row["aer_95ci"]
         vs = row.get("vs_first")
@@ -408,10 +452,35 @@ def _evaluate_alignment(args, split, device: str | None = None) -> None:
             if vs is None
             else f"{vs['difference']:+.3f} [{vs['low']:+.3f}, {vs['high']:+.3f}]" + (" tie" if vs["tie"] else "")
         )
-        print(
-            f"  {row['name']:<{width}} {row['aer']:>6.3f} [{lo:.3f}, {hi:.3f}] {row['precision']:>6.3f} "
-            f"{row['recall']:>6.3f}  {diff}"
-        )
+        numbers = _NUMBERS.format(
+            aer=f"{row['aer']:.3f}",
+            ci=f"[{lo:.3f}, {hi:.3f}]",
+            prec=f"{row['precision']:.3f}",
+            rec=f"{row['recall']:.3f}",
+            diff=diff,
+        ).rstrip()
+        if len(label) > width:  # too long for the column: the name on its own line, the numbers under it
+            lines += [wrap(label, "  "), f"  {'':<{width}} {numbers}"]
+        else:
+            lines.append(f"  {label:<{width}} {numbers}")
+    prefix = f"{r['model']} "
+    main = [(row, label) for row, label in shown if "method" in row and not row.get("per_layer")]
+    per_layer = [row for row in r["rows"] if row.get("per_layer")]
+    if main or per_layer:
+        lines.append("readings:")
+        for row, label in main:
+            lines.append(wrap(f"{label}: {row['name'].removeprefix(prefix).removeprefix(row['method'] + ': ')}", "  "))
+        if per_layer:  # one reading for them all, from the first (a layer's head mean: `method: layer 1 head mean, …`)
+            how = per_layer[0]["name"].removeprefix(prefix).split(", ", 1)[1]
+            note = (
+                f"; (guided): layer {guided['layer']} head {guided['head']}, the head trained to align"
+                if guided
+                else ""
+            )
+            text = f"Ln mean, LnHm: layer n's head mean and its head m, read by {per_layer[0]['method']}, {how}{note}"
+            lines.append(wrap(text, "  "))
+    lines.append("(--json gives every row's full description and numbers)")
+    return "\n".join(lines)
 
 
 def add_evaluate_alignment_parser(e) -> None:
