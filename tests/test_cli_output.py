@@ -4,6 +4,7 @@ length buckets shown as no score, tables that fit a terminal, columns that stay 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -43,14 +44,44 @@ def test_the_length_plot_marks_empty_buckets_and_draws_no_point_for_them():
     assert len(marks) == 1 and marks[0].get_position()[0] == 2
 
 
-@pytest.mark.skipif(
-    not __import__("pathlib").Path("/usr/share/datasets/fashion-mnist").is_dir(),
-    reason="dataset-fashion-mnist not installed",
+needs_fashion_mnist = pytest.mark.skipif(
+    not Path("/usr/share/datasets/fashion-mnist").is_dir(), reason="dataset-fashion-mnist not installed"
 )
-def test_evaluate_captioning_names_the_model_as_given(tmp_path, capsys):
-    argv = ["--home", str(tmp_path), "evaluate", "captioning", "--model", "captioner-hard", "--limit", "2"]
+
+
+@pytest.fixture(scope="module")
+def scenes_home(tmp_path_factory):
+    """An ATTNKIT_HOME whose scenes the first command that needs them prepares (the default set, ~6 s)."""
+    return tmp_path_factory.mktemp("scenes_home")
+
+
+@needs_fashion_mnist
+def test_evaluate_captioning_names_the_model_as_given(scenes_home, capsys):
+    argv = ["--home", str(scenes_home), "evaluate", "captioning", "--model", "captioner-hard", "--limit", "2"]
     assert cli_main([*argv, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["model"] == "captioner-hard"
+
+
+@needs_fashion_mnist
+def test_data_scene_writes_a_test_scene_that_caption_reads_back(scenes_home, tmp_path, capsys):
+    import numpy as np
+    from PIL import Image
+
+    from attnkit.data.datasets.scenes import load_scenes
+    from attnkit.tasks.captioning import load_image_file
+
+    out = tmp_path / "scene.png"
+    assert cli_main(["--home", str(scenes_home), "data", "scene", "3", "--out", str(out)]) == 0
+    scene = load_scenes("test", scenes_home)[3]  # the scenes evaluate captioning scores
+    assert capsys.readouterr().out.strip() == f'wrote {out}: test scene 3, "{scene["caption"]}"'
+    pixels = np.asarray(Image.open(out))
+    assert pixels.shape == (64, 64) and np.array_equal(pixels, scene["image"][0].mul(255).round().byte().numpy())
+    assert load_image_file(out, 64).equal(scene["image"])  # caption reads exactly the scene
+    assert cli_main(["caption", "--beam", "1", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == str(out)
+    # a scene past the split's end: one line naming the range
+    assert cli_main(["--home", str(scenes_home), "data", "scene", "1000", "--out", str(out)]) == 2
+    assert "N: the test split has 1000 scenes: give 0 to 999, got 1000" in capsys.readouterr().err
 
 
 def test_evaluate_alignment_all_heads_fits_100_columns_and_names_the_guided_head(tmp_path, capsys):
