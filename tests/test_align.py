@@ -229,7 +229,7 @@ def test_align_command_errors_are_one_line(tmp_path, capsys):
     tgt.write_text("one\ntwo\n")
     cases = [
         (["--src", str(src), "--tgt", str(tgt)], f"{src} has 3 lines but {tgt} has 2"),
-        (["--src", str(tmp_path / "none"), "--tgt", str(tgt)], "No such file"),
+        (["--src", str(tmp_path / "none"), "--tgt", str(tgt)], f"{tmp_path / 'none'}: no such file"),
         (["--src", str(src), "--tgt", str(src), "--batch-size", "0"], "batch size must be an int in [1, 100_000]"),
         (["--src", str(src), "--tgt", str(src), "--model", "rnnencdec-es-en"], "has no attention"),
         (["--src", str(src), "--tgt", str(src), "--model", "rnnsearch-es-en", "--layer", "2"], "one attention"),

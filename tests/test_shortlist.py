@@ -250,7 +250,7 @@ def test_lexical_shortlist_file_round_trip_and_corruption(tmp_path):
     back = LexicalShortlist.load(path)
     assert torch.equal(back.frequent, sl.frequent) and torch.equal(back.table, sl.table)
     assert back.tokenizer_sha256 == "abc"
-    with pytest.raises(ShortlistError, match="no such shortlist file"):
+    with pytest.raises(ShortlistError, match=r"missing\.safetensors: no such file; build a shortlist with"):
         LexicalShortlist.load(tmp_path / "missing.safetensors")
     cut = tmp_path / "cut.safetensors"
     cut.write_bytes(path.read_bytes()[:-7])

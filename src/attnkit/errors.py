@@ -8,7 +8,9 @@ either.
 
 from __future__ import annotations
 
-__all__ = ["AttnkitError", "ConfigError", "InputError"]
+import os
+
+__all__ = ["AttnkitError", "ConfigError", "InputError", "no_such_file"]
 
 
 class AttnkitError(Exception):
@@ -21,3 +23,9 @@ class ConfigError(AttnkitError, ValueError):
 
 class InputError(AttnkitError, ValueError):
     """Input data the user gave cannot be used (empty text, too long, not an image, ...)."""
+
+
+def no_such_file(path: str | os.PathLike, what: str = "file") -> str:
+    """The one wording, in every command, of an input path that is not there: ``nope.es: no such file``
+    (``what``: ``folder`` for a folder)."""
+    return f"{os.fspath(path)}: no such {what}"

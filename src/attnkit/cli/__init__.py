@@ -9,7 +9,7 @@ import argparse
 import itertools
 import sys
 
-from ..errors import AttnkitError
+from ..errors import AttnkitError, no_such_file
 from ..version import __version__
 from . import align, caption, data, evaluate, explain, export, generate, models, serve, train, translate
 from .allocator import keep_freed_memory
@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         status = args.func(args)
     except (AttnkitError, FileNotFoundError) as exc:
         if not getattr(exc, "quiet", False):  # a split job's error is printed by its rank 0 only
-            print(f"attnkit: error: {exc}", file=sys.stderr)
+            # an input file that is not there, however it was opened: the one wording (`nope.es: no such file`)
+            missing = isinstance(exc, FileNotFoundError) and exc.filename is not None
+            print(f"attnkit: error: {no_such_file(exc.filename) if missing else exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a file-system error on a path the checks above could not foresee (a full disk)
         where = f"{exc.filename}: " if exc.filename else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..errors import no_such_file
 from .common import CLIError, _output, _print_json
 from .flags import _add_progress_flag
 from .options import add_config_arguments, task_config_from_args, translation_choices, translation_config
@@ -46,7 +47,7 @@ def cmd_train_captioning(args) -> None:
     cfg = task_config_from_args(CaptioningConfig, args)
     for opt in ("encoder_from", "init_from"):
         if getattr(cfg, opt) and not Path(getattr(cfg, opt)).exists():
-            raise CLIError(f"--{opt.replace('_', '-')}: folder {getattr(cfg, opt)} does not exist")
+            raise CLIError(no_such_file(getattr(cfg, opt), "folder"))
     _check_out_dir(cfg)
     summary = train_captioning(cfg, resume=args.resume, home=args.home)
     _print_json(summary)

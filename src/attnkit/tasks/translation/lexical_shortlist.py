@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from ...checks import NON_NEGATIVE_INT, POSITIVE_INT, check
-from ...errors import AttnkitError
+from ...errors import AttnkitError, no_such_file
 
 __all__ = ["LexicalShortlist", "ShortlistError", "tokenizer_digest"]
 
@@ -152,7 +152,7 @@ class LexicalShortlist:
         """Read a file written by :meth:`save`; :class:`ShortlistError` when it is missing or corrupt."""
         path = Path(path)
         if not path.is_file():
-            raise ShortlistError(f"{path}: no such shortlist file; build one with `attnkit shortlist --model MODEL`")
+            raise ShortlistError(f"{no_such_file(path)}; build a shortlist with `attnkit shortlist --model MODEL`")
         try:
             with safe_open(str(path), framework="pt") as fh:
                 meta = fh.metadata() or {}
