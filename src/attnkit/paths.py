@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -43,11 +43,13 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb", **open_kwargs) -> I
     folder, fsync, ``os.replace`` when the block ends, then the folder fsynced; on an error the temp file
     is removed and ``path`` is untouched. ``mode`` (``"wb"`` or ``"w"``) and ``open_kwargs`` as for ``open``.
 
-    Readers see either the old file or the complete new one, never a partial write.
+    Readers see either the old file or the complete new one, never a partial write. The file gets the
+    permissions any new file of the user's gets (``0o666`` less the umask: ``-rw-r--r--`` under the usual
+    022), not the owner-only ``0o600`` of :func:`tempfile.mkstemp`'s private temp files.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _new_temp_file(path)
     try:
         with os.fdopen(fd, mode, **open_kwargs) as f:
             yield f
@@ -59,6 +61,19 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb", **open_kwargs) -> I
             os.unlink(tmp)
         raise
     fsync_dir(path.parent)
+
+
+def _new_temp_file(path: Path) -> tuple[int, str]:
+    """``(fd, name)`` of a new, empty temp file beside ``path`` (``.NAME.XXXXXXXX.tmp``), opened for writing,
+    created with mode ``0o666`` so the kernel applies the umask (as for any file the user's programs make);
+    exclusive, so a name already taken is skipped."""
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
+        except FileExistsError:  # 48 random bits taken already: draw again
+            continue
+    raise FileExistsError(f"no free temp file name beside {path}")
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

@@ -28,11 +28,13 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 from torch import Tensor
 
 from ...checks import NON_NEGATIVE_INT, POSITIVE_INT, check
 from ...errors import AttnkitError, no_such_file
+from ...paths import atomic_write_bytes
 
 __all__ = ["LexicalShortlist", "ShortlistError", "tokenizer_digest"]
 
@@ -136,16 +138,11 @@ class LexicalShortlist:
     # ------------------------------------------------------------------ the file
     def save(self, path: str | os.PathLike) -> Path:
         """Write the shortlist to ``path`` (a ``.safetensors`` file)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        save_file(
+        data = safetensors_bytes(
             {"frequent": self.frequent.contiguous(), "table": self.table.contiguous()},
-            str(tmp),
             metadata={"format": FORMAT, "tokenizer_sha256": self.tokenizer_sha256},
         )
-        os.replace(tmp, path)  # never a half-written shortlist under the real name
-        return path
+        return atomic_write_bytes(path, data)  # never a half-written shortlist under the real name
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> LexicalShortlist:
