@@ -111,3 +111,25 @@ def test_evaluate_alignment_all_heads_fits_100_columns_and_names_the_guided_head
     assert "L2H1 (guided)" in by_label and "L2H2" in by_label and "L1 mean" in by_label
     assert f"{heads[-1]['aer']:.3f}" in by_label["L3H4"]  # the row's numbers beside its label
     assert any(line.startswith("  guided L2H1 ") for line in lines)
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly_with_a_closed_pipes_status(tmp_path):
+    """`attnkit translate --file F --json | head -2` with a real pipe: the reader takes two lines and closes
+    it while more than a pipe's buffer (64 KiB) is still to come; the command ends with 141 (128 + SIGPIPE,
+    as a shell reports `yes | head -1`'s `yes`) and writes nothing to stderr."""
+    import os
+    import subprocess
+    import sys
+
+    text = tmp_path / "many.es"
+    text.write_text("Jesús lloró.\n" * 400)  # ~120 KB of JSON lines
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "attnkit.cli", "translate", "--file", str(text), "--json"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as proc:
+        first = [proc.stdout.readline(), proc.stdout.readline()]
+        proc.stdout.close()  # the reader goes away
+        err = proc.stderr.read().decode()
+        status = proc.wait(timeout=120)
+    assert [json.loads(line)["translation"] for line in first] == ["Jesus wept."] * 2
+    assert status == 141, err
+    assert err == ""  # no "Broken pipe", no traceback, no "Exception ignored"

@@ -4,7 +4,6 @@ eflomal) and ``evaluate alignment`` (AER with bootstrap intervals against gold l
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 from ..checks import COUNT, arg_type, between
@@ -68,13 +67,10 @@ def cmd_align(args) -> int | None:
         links = _model_file_links(args)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
     skipped = 0
-    try:
+    try:  # a reader that stops early (`| head`) ends the command quietly: attnkit.cli.main
         for a in links:
             skipped += a is None
             out.write(("" if a is None else format_links(a)) + "\n")
-    except BrokenPipeError:  # the reader stopped early (`| head`): not an error
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (Python flushes stdout at exit)
-        return
     finally:
         if args.output:
             out.close()
