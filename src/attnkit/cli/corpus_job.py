@@ -430,8 +430,6 @@ def _copy_to_stdout(path: Path) -> None:
             with open(path, encoding="utf-8", newline="") as f:
                 shutil.copyfileobj(f, sys.stdout, 1 << 20)
             sys.stdout.flush()
-    except BrokenPipeError:  # the reader stopped early (`| head`): not an error
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-    finally:
+    finally:  # a reader that stops early (`| head`) ends the command quietly: attnkit.cli.main
         with contextlib.suppress(FileNotFoundError):
             path.unlink()

@@ -47,7 +47,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import AttnkitError
+from ..errors import AttnkitError, no_such_file
 from ..output_folder import check_output_folder, files_in, replace_output_folder
 from ..paths import attnkit_home
 from .corpus_filter import DEFAULT_MAX_CHARS, DEFAULT_MAX_WORDS, DROPPED_REASONS, describe_dropped, read_split
@@ -429,7 +429,7 @@ def prepare_parallel(
     for paths in files.values():  # fail fast, before minutes of work
         for p in paths or ():
             if not Path(p).is_file():
-                raise ParallelDataError(f"{p}: no such file")
+                raise ParallelDataError(no_such_file(p))
 
     root = corpora_dir(home)
     final = root / name

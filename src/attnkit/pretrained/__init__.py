@@ -206,7 +206,9 @@ def known_models(home: str | os.PathLike | None = None) -> list[ModelInfo]:
 def reverse_model(path: str | os.PathLike) -> str | None:
     """The shipped model that translates the other way with the same architecture and corpus as the
     translation model in folder ``path`` (``transformer-en-es`` for ``transformer-es-en``), or None: the
-    second direction ``attnkit align --symmetrize`` reads by default."""
+    second direction ``attnkit align --symmetrize`` reads by default. A Hugging Face name (no folder) has none."""
+    if not Path(path).is_dir():
+        return None
     this = _info(Path(path).name, Path(path), "local")
     if this.task != "translation":
         return None
