@@ -65,6 +65,7 @@ class MethodSpec:
     text_layers: bool = False
     text_view: bool = False
     rows: str | None = None  # a language model's rows computed by a method's own module: "module:function"
+    magnitude: str | None = None  # what its raw values are, where they are magnitudes rather than shares
 
     @property
     def needs_gradients(self) -> bool:
@@ -114,6 +115,7 @@ REGISTRY: dict[str, MethodSpec] = {
             translation=True,
             text_rows=True,
             text_layers=True,
+            magnitude="‖Σ_h α f(u_j)‖",
         ),
         _spec(
             "value_zeroing",
@@ -124,6 +126,7 @@ REGISTRY: dict[str, MethodSpec] = {
             translation=True,
             text_rows=True,
             text_layers=True,
+            magnitude="1 − cos(y_i, y_i without token j)",
         ),
         _spec(
             "attention_flow",

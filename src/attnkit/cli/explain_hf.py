@@ -24,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..method_registry import names
+from ..method_registry import REGISTRY, names
 from .common import CLIError
 
 __all__ = ["explain_self_attention_model", "model_methods"]
@@ -133,12 +133,9 @@ def _explain_continuation(args, model, method, progress, suffix) -> None:
             print(f"continuation of the text by {sa.source} (greedy, at most {args.max_new_tokens} tokens):")
         if "contrast" in att.extra:
             print(f"contrastive: log p(token) − log p({att.extra['contrast']['token']}) (Yin & Neubig 2022)")
-        from .explain_lm import MAGNITUDES
-
-        if method in MAGNITUDES:
-            print(
-                f"each row normalised to sum to 1 (shares); the magnitudes ({MAGNITUDES[method]}) are 'raw' in --json"
-            )
+        magnitude = REGISTRY[method].magnitude
+        if magnitude:
+            print(f"each row normalised to sum to 1 (shares); the magnitudes ({magnitude}) are 'raw' in --json")
         print(format_attribution(att, k=args.top, pieces=args.pieces))
         print(_step_table(att))
     if suffix == ".png":

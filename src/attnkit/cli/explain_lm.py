@@ -27,12 +27,10 @@ from __future__ import annotations
 import json
 import sys
 
+from ..method_registry import REGISTRY
 from .common import CLIError
 
-__all__ = ["MAGNITUDES", "explain_lm_view", "mixing_views"]
-
-#: the context-mixing methods whose maps are magnitudes (not shares), and what each magnitude is
-MAGNITUDES = {"attention_norm": "‖Σ_h α f(u_j)‖", "value_zeroing": "1 − cos(y_i, y_i without token j)"}
+__all__ = ["explain_lm_view", "mixing_views"]
 
 
 def _where(args):
@@ -166,7 +164,8 @@ def mixing_views(args, sa, method: str, suffix: str | None) -> None:
     else:
         from ..viz import format_top_alignments
 
-        said = f"; the magnitudes ({MAGNITUDES[method]}), rows not normalised" if method in MAGNITUDES else ""
+        magnitude = REGISTRY[method].magnitude
+        said = f"; the magnitudes ({magnitude}), rows not normalised" if magnitude else ""
         print(f"{method} of {sa.source} ({sa.num_layers} layers): {what}{said}")
         top = format_top_alignments(matrix, pieces, pieces, k=min(args.top, len(pieces)))
         print(top.replace("target", "piece ", 1))
