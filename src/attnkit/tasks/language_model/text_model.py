@@ -20,12 +20,12 @@ from torch import Tensor
 from ...data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from ...errors import InputError
 from ...hf.sampling import MAX_NEW_TOKENS, check_sampling
-from ...hf.self_attention import SelfAttentionMaps
+from ...hf.self_attention import TextModelBase
 
 __all__ = ["LanguageModelText"]
 
 
-class LanguageModelText:
+class LanguageModelText(TextModelBase):
     """The text-model protocol over ``self.model`` (a :class:`~attnkit.models.language_model.LanguageModel`)
     and ``self.tokenizer`` (attnkit's sentencepiece :class:`~attnkit.data.tokenizer.Tokenizer`); ``source``
     names the model in answers."""
@@ -73,15 +73,6 @@ class LanguageModelText:
         """The most positions the model reads."""
         return self.model.config.max_len
 
-    def kv_groups(self, heads: Sequence[int] | None = None) -> list[int] | None:
-        """The key/value group (1-based) of each of ``heads`` (1-based; default every head) under grouped-query
-        attention; None when every query head has its own keys and values."""
-        if self.num_kv_heads == self.num_heads:
-            return None
-        size = self.num_heads // self.num_kv_heads
-        wanted = range(1, self.num_heads + 1) if heads is None else heads
-        return [(int(h) - 1) // size + 1 for h in wanted]
-
     # ------------------------------------------------------------------ pieces
     def encode(self, text: str) -> tuple[list[int], list[str]]:
         """``(ids, pieces)`` of ``text``: ``<s>`` then its pieces, as the model was trained."""
@@ -103,32 +94,7 @@ class LanguageModelText:
         i = int(self.tokenizer.piece_to_id(piece))
         return None if i == UNK_ID and piece != self.tokenizer.id_to_piece(UNK_ID) else i
 
-    def pieces_of(self, ids: Sequence[int]) -> list[str]:
-        return [self.tokenizer.id_to_piece(int(i)) for i in ids]
-
     # ------------------------------------------------------------------ reading a text
-    def _ids(self, text: str | Sequence[int]) -> tuple[list[int], list[str]]:
-        if isinstance(text, str):
-            ids, pieces = self.encode(text)
-        else:
-            ids = [int(i) for i in text]
-            if not ids:
-                raise ValueError("ids must hold at least one token id")
-            pieces = self.pieces_of(ids)
-        if len(ids) > self.max_length():
-            raise InputError(
-                f"the text has {len(ids)} tokens; {self.source} reads at most {self.max_length()} positions"
-            )
-        return ids, pieces
-
-    def _numbers(self, values, name: str, top: int) -> list[int]:
-        out = []
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
-                raise ValueError(f"{name} must hold numbers in 1..{top} (1-based), got {v!r}")
-            out.append(v - 1)
-        return out
-
     @torch.no_grad()
     def stream(
         self,
@@ -145,8 +111,10 @@ class LanguageModelText:
         output by a hook for this call (the model keeps none); ``on_logits(logits (last, V))``: that pass's
         logits of the last ``last`` positions. Returns the pieces."""
         ids, pieces = self._ids(text)
-        wanted = set(range(self.num_layers) if layers is None else self._numbers(layers, "layers", self.num_layers))
-        index = None if heads is None else torch.tensor(self._numbers(heads, "heads", self.num_heads))
+        wanted = set(
+            range(self.num_layers) if layers is None else self._numbers(layers, "layers", self.num_layers, "layer")
+        )
+        index = None if heads is None else torch.tensor(self._numbers(heads, "heads", self.num_heads, "head"))
         last = len(ids) if last is None else last
         if on_logits is not None and (isinstance(last, bool) or not isinstance(last, int) or not 1 <= last <= len(ids)):
             raise ValueError(f"last must lie in 1..{len(ids)} (the number of tokens), got {last!r}")
@@ -170,22 +138,6 @@ class LanguageModelText:
         if on_logits is not None:
             on_logits(out.logits[0, -last:])  # (last, V)
         return pieces
-
-    def self_attention(
-        self, text: str | Sequence[int], *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None
-    ) -> SelfAttentionMaps:
-        """Every asked layer's and head's self-attention over ``text`` (1-based numbers; default all), at once."""
-        got: dict[int, Tensor] = {}
-        pieces = self.stream(text, lambda layer, w: got.__setitem__(layer, w.cpu()), layers=layers, heads=heads)
-        order = sorted(got)
-        return SelfAttentionMaps(
-            pieces=pieces,
-            attention=torch.stack([got[i] for i in order]),  # (L, H, N, N)
-            layers=order,
-            heads=list(range(1, self.num_heads + 1)) if heads is None else [int(h) for h in heads],
-            causal=True,
-            kv_groups=self.kv_groups(heads),
-        )
 
     @torch.no_grad()
     def next_token_logits(self, ids: Sequence[int], last: int) -> Tensor:
