@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import html
 import xml.parsers.expat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
@@ -42,12 +42,47 @@ FORMATS = ("html", "xml", "markdown")
 
 #: HTML elements inside a block (text-level semantics); every other element starts or ends a block.
 _HTML_INLINE = frozenset(
-    "a abbr b bdi bdo big br cite code data del dfn em font i img ins kbd mark q s samp small span strike "
-    "strong sub sup time tt u var wbr".split()
+    [
+        "a",
+        "abbr",
+        "b",
+        "bdi",
+        "bdo",
+        "big",
+        "br",
+        "cite",
+        "code",
+        "data",
+        "del",
+        "dfn",
+        "em",
+        "font",
+        "i",
+        "img",
+        "ins",
+        "kbd",
+        "mark",
+        "q",
+        "s",
+        "samp",
+        "small",
+        "span",
+        "strike",
+        "strong",
+        "sub",
+        "sup",
+        "time",
+        "tt",
+        "u",
+        "var",
+        "wbr",
+    ]
 )
-_HTML_VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+_HTML_VOID = frozenset(
+    ["area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"]
+)
 #: Elements whose content is never translated (carried as one unit).
-_OPAQUE = frozenset("code kbd samp pre script style textarea".split())
+_OPAQUE = frozenset(["code", "kbd", "samp", "pre", "script", "style", "textarea"])
 _SENTENCE_END = (".", "!", "?")
 _CLOSING_QUOTES = "\"'”»)"
 _PUNCT = ".,;:!?¡¿\"'“”«»()[]-"
@@ -184,8 +219,8 @@ def _xml_tokens(text: str) -> list[_Token]:
         elif ev[1] or ev[0] != "text":
             merged.append(ev)
     # an element is inline when an element enclosing it holds text of its own (mixed content)
-    has_text, stack, ids = set(), [], []
-    for k, (kind, raw, name, _, _) in enumerate(merged):
+    has_text, stack = set(), []
+    for k, (kind, raw, _name, _, _) in enumerate(merged):
         if kind == "open":
             stack.append(k)
         elif kind == "close" and stack:
@@ -271,7 +306,7 @@ def _markdown_pieces(text: str) -> tuple[list[_Block | str], list[str]]:
     md = MarkdownIt("commonmark")
     md.normalizeLink = lambda url: url  # link targets exactly as written
     md.normalizeLinkText = lambda url: url
-    starts = _line_starts(text) + [len(text)]
+    starts = [*_line_starts(text), len(text)]
     pieces: list[_Block | str] = []
     notes: list[str] = []
     done = 0

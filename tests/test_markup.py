@@ -1,0 +1,257 @@
+"""Markup translation: the tag projection against hand-made links, and whole documents (HTML, XML,
+Markdown) through the shipped Spanish → English Transformer: every tag back once, nesting valid, the
+output parses, what is not text kept byte for byte, and the repairs and errors of bad input."""
+
+import random
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+
+import pytest
+
+from attnkit.alignment.markup import TagSpan, project_spans, proportional_spans
+from attnkit.cli import main as cli_main
+from attnkit.errors import InputError
+from attnkit.tasks.translation import Translator
+from attnkit.tasks.translation.markup import decode_document, translate_document
+
+# ------------------------------------------------------------------ projection, on hand-made links
+
+
+def test_a_tag_goes_to_the_words_its_words_link_to():
+    # "la casa roja" -> "the red house": <b>roja</b> (source word 2) -> "red" (target word 1)
+    links = {(0, 0), (1, 2), (2, 1)}
+    assert project_spans([TagSpan(2, 3)], links, 3, 3) == [(1, 2)]
+    # a tag over two source words spans from the first to the last target word they link to
+    assert project_spans([TagSpan(1, 3)], links, 3, 3) == [(1, 3)]
+
+
+def test_nested_tags_stay_nested():
+    # <b>a <i>b c</i></b> d, where c links outside b's other words' targets
+    links = {(0, 3), (1, 1), (2, 0), (3, 2)}
+    b, i = project_spans([TagSpan(0, 3), TagSpan(1, 3, parent=0)], links, 4, 4)
+    assert b == (0, 4) and i == (0, 2)
+    assert b[0] <= i[0] <= i[1] <= b[1]
+
+
+def test_adjacent_tags_swap_without_overlapping():
+    # <b>casa</b><i>roja</i> -> <i>red</i> <b>house</b>
+    assert project_spans([TagSpan(0, 1), TagSpan(1, 2)], {(0, 1), (1, 0)}, 2, 2) == [(1, 2), (0, 1)]
+    # siblings whose targets interleave are cut so that they do not overlap, and neither is dropped
+    spans = project_spans([TagSpan(0, 1), TagSpan(1, 2)], {(0, 0), (0, 2), (1, 1)}, 2, 3)
+    assert spans == [(0, 3), (3, 3)]
+
+
+def test_unaligned_tags_go_where_their_position_says():
+    # a tag over source word 1 of 4 whose word links to nothing: proportionally, target words 2..4 of 8
+    assert project_spans([TagSpan(1, 2)], {(0, 0), (3, 7)}, 4, 8) == [(2, 4)]
+    assert proportional_spans([TagSpan(1, 2)], 4, 8) == [(2, 4)]
+    # an empty element goes after the target word its left neighbour links to, else before its right one's
+    assert project_spans([TagSpan(2, 2)], {(1, 5), (2, 0)}, 3, 6) == [(6, 6)]
+    assert project_spans([TagSpan(1, 1)], {(1, 3)}, 3, 6) == [(3, 3)]
+    # no words at all on the target side: every tag still comes back, empty
+    assert project_spans([TagSpan(0, 2), TagSpan(1, 1, parent=0)], (), 2, 0) == [(0, 0), (0, 0)]
+
+
+def test_projection_refuses_what_is_not_a_tree_or_a_link():
+    with pytest.raises(ValueError, match=r"spans\[1\].*not inside its parent"):
+        project_spans([TagSpan(0, 1), TagSpan(1, 2, parent=0)], (), 2, 2)
+    with pytest.raises(ValueError, match="links"):
+        project_spans([TagSpan(0, 1)], {(0, 5)}, 2, 2)
+
+
+def _random_tree(rng, n):
+    spans = []
+
+    def grow(lo, hi, parent, depth):
+        pos = lo
+        while pos <= hi and rng.random() < 0.6 and len(spans) < 8:
+            a = rng.randint(pos, hi)
+            b = rng.randint(a, hi)
+            spans.append(TagSpan(a, b, parent))
+            if depth < 2:
+                grow(a, b, len(spans) - 1, depth + 1)
+            pos = b + (b == a)
+
+    grow(0, n, None, 0)
+    return spans
+
+
+def test_projection_always_gives_a_valid_tree():
+    rng = random.Random(0)
+    for _ in range(300):
+        n, m = rng.randint(0, 7), rng.randint(0, 7)
+        spans = _random_tree(rng, n)
+        links = {(rng.randrange(n), rng.randrange(m)) for _ in range(rng.randint(0, 10))} if n and m else set()
+        out = project_spans(spans, links, n, m)
+        assert len(out) == len(spans)
+        for k, (s, e) in enumerate(out):  # each inside its parent (or the sentence)
+            lo, hi = out[spans[k].parent] if spans[k].parent is not None else (0, m)
+            assert lo <= s <= e <= hi
+        for k in range(len(spans)):  # siblings disjoint
+            for j in range(k):
+                if spans[j].parent == spans[k].parent:
+                    (a, b), (c, d) = out[j], out[k]
+                    assert b <= c or d <= a
+
+
+# ------------------------------------------------------------------ documents, through the shipped model
+
+
+@pytest.fixture(scope="module")
+def tr():
+    return Translator.load("transformer-es-en")
+
+
+class _Nesting(HTMLParser):
+    """An independent check: inline tags close in the order they opened."""
+
+    VOID = frozenset({"br", "img", "hr", "meta", "link", "input", "wbr"})
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.ok, self.starts = [], True, []
+
+    def handle_starttag(self, tag, attrs):
+        self.starts.append((tag, tuple(attrs)))
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        if not self.stack or self.stack.pop() != tag:
+            self.ok = False
+
+
+def _parse(doc):
+    p = _Nesting()
+    p.feed(doc)
+    p.close()
+    return p
+
+
+HTML = (
+    "<!DOCTYPE html>\n<html><head><style>p { color: red; }</style></head>\n<body>\n"
+    '  <p>En el principio creó <a href="/dios" title="Dios">Dios</a> los <em>cielos</em> y la <i>tierra</i>.</p>\n'
+    "  <p>Y <b>la <i>luz</i></b> fue buena &amp; <code>x &lt; 1</code> siempre.<br>Y dijo Dios.</p>\n"
+    '  <div translate="no">No traducir esto</div>\n</body></html>\n'
+)
+
+
+def test_html_tags_come_back_once_each_nested_and_the_rest_as_written(tr):
+    out = translate_document(tr, HTML, "html", beam_size=1)
+    assert out.blocks == 2 and out.notes == []
+    src, dst = _parse(HTML), _parse(out.text)
+    assert dst.ok and not dst.stack  # every tag closed, in order
+    assert sorted(dst.starts) == sorted(src.starts)  # every tag, with its attributes, exactly once
+    for kept in (
+        "<code>x &lt; 1</code>",
+        "<style>p { color: red; }</style>",
+        '<div translate="no">No traducir esto</div>',
+    ):
+        assert out.text.count(kept) == 1
+    assert out.text.startswith("<!DOCTYPE html>\n<html><head>") and out.text.endswith("</div>\n</body></html>\n")
+    assert "creó" not in out.text and "God" in out.text  # the text was translated
+    assert " & " not in out.text  # the entity's character escaped again
+
+
+def test_xml_output_parses_and_keeps_empty_elements(tr):
+    doc = (
+        '<?xml version="1.0"?>\n<doc lang="es">\n  <p>En el principio creó <b>Dios</b> los cielos<x id="1"/> '
+        'y la <i>tierra</i>.</p>\n  <p translate="no">Y la tierra</p>\n</doc>\n'
+    )
+    out = translate_document(tr, doc, "xml", beam_size=1).text
+    root = ET.fromstring(out.encode())
+    p = root.findall("p")
+    assert sorted(e.tag for e in p[0]) == ["b", "i", "x"] and p[0].find("x").attrib == {"id": "1"}
+    assert p[1].text == "Y la tierra" and root.attrib == {"lang": "es"}
+    assert out.startswith('<?xml version="1.0"?>\n<doc lang="es">\n  <p>') and out.endswith("</p>\n</doc>\n")
+
+
+def test_markdown_keeps_code_link_targets_and_emphasis(tr):
+    doc = '# Título\n\nEn el principio creó **Dios** los [cielos](http://x.org/a "t") y `la tierra`.\n\n```\ncódigo\n```\n'
+    out = translate_document(tr, doc, "markdown", beam_size=1).text
+    from markdown_it import MarkdownIt
+
+    kinds = [t.type for t in MarkdownIt("commonmark").parse(out)[4].children or []]  # the paragraph's inline
+    assert kinds.count("strong_open") == kinds.count("strong_close") == 1
+    assert kinds.count("link_open") == 1 and kinds.count("code_inline") == 1
+    assert out.count('](http://x.org/a "t")') == 1 and out.count("`la tierra`") == 1
+    assert out.endswith("\n\n```\ncódigo\n```\n") and out.startswith("# ")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "doc"),
+    [
+        (
+            "html",
+            '<html>\n<head><script>var a = "hola";</script><style>b{}</style></head>\n'
+            '<body class="x"><!-- hola mundo --><code>print("hola")</code>\n<pre>  dos\n espacios</pre>\n'
+            '<img src="a.png" alt="una casa">\n</body></html>\n',
+        ),
+        ("xml", '<?xml version="1.0"?>\n<doc a="hola">\n  <e/>\n  <!-- hola -->\n  <p translate="no">hola</p>\n</doc>'),
+        ("markdown", "```python\nprint('hola')\n```\n\n    código sangrado\n\n<div>hola</div>\n"),
+    ],
+)
+def test_a_document_with_nothing_to_translate_comes_back_byte_identical(tr, fmt, doc):
+    out = translate_document(tr, doc, fmt, beam_size=1)
+    assert out.text == doc and out.blocks == 0
+
+
+def test_unclosed_and_stray_tags_are_repaired_and_said(tr):
+    out = translate_document(tr, "<p>Y la <b>luz</b> <i>fue buena</p><p>Y dijo</u> Dios.</p>", "html", beam_size=1)
+    assert any("closed <i> left open" in n for n in out.notes)
+    assert any("stray </u>" in n for n in out.notes)
+    assert out.text.count("<i>") == out.text.count("</i>") == 1 and out.text.count("</u>") == 1
+    assert out.text.index("<i>") < out.text.index("</i>") < out.text.index("</p>")
+
+
+def test_a_tag_inside_a_word_wraps_the_word(tr):
+    out = translate_document(tr, "<p>Y dijo Di<b>os</b>: sea la luz.</p>", "html", beam_size=1)
+    assert any("inside a word" in n for n in out.notes)
+    assert out.text.count("<b>") == out.text.count("</b>") == 1 and _parse(out.text).ok
+
+
+def test_empty_elements_are_kept(tr):
+    out = translate_document(tr, "<p>Y dijo <b></b>Dios: <span/>sea la luz.</p>", "html", beam_size=1).text
+    assert out.count("<b></b>") == 1 and out.count("<span/>") == 1
+
+
+def test_a_block_longer_than_the_input_is_split_at_sentence_ends(tr, monkeypatch):
+    monkeypatch.setattr(tr, "max_src_len", 14)
+    doc = "<p>Y dijo <b>Dios</b>: sea la luz. Y fue la luz. Y vio Dios que la <i>luz</i> era buena.</p>"
+    out = translate_document(tr, doc, "html", beam_size=1)
+    assert any("split 1 block" in n for n in out.notes)
+    assert _parse(out.text).ok and out.text.count("<b>") == 1 and out.text.count("<i>") == 1
+
+
+def test_bad_xml_and_bad_encoding_are_one_line_errors(tr):
+    with pytest.raises(InputError, match=r"not well-formed XML: mismatched tag at line 1") as e:
+        translate_document(tr, "<doc><p>hola</doc>", "xml")
+    assert "\n" not in str(e.value)
+    with pytest.raises(InputError, match=r"doc.html: not UTF-8 \(byte 0xff at line 2\)"):
+        decode_document(b"<p>\n\xff</p>", "doc.html")
+
+
+# ------------------------------------------------------------------ the command
+
+
+def test_the_command_writes_the_document_and_says_its_repairs(tmp_path, capsys):
+    src = tmp_path / "a.html"
+    src.write_text("<p>Y la <b>luz</b> <i>fue buena</p>\n", encoding="utf-8")
+    out = tmp_path / "b.html"
+    argv = ["translate", "--format", "html", "--file", str(src), "--output", str(out), "--beam", "1"]
+    assert cli_main(argv) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("attnkit translate: ") and "closed <i> left open" in err[0] and len(err) == 2
+    text = out.read_text(encoding="utf-8")
+    assert text.endswith("</p>\n") and text.count("<b>") == 1 and _parse(text).ok
+
+
+def test_the_command_refuses_what_does_not_go_with_a_document(tmp_path, capsys):
+    bad = tmp_path / "bad.html"
+    bad.write_bytes(b"<p>\xff</p>")
+    assert cli_main(["translate", "--format", "html", "--file", str(bad)]) == 2
+    assert "not UTF-8" in capsys.readouterr().err
+    assert cli_main(["translate", "--format", "html", "hola"]) == 2
+    assert "give no text arguments" in capsys.readouterr().err
+    assert cli_main(["translate", "--output", str(tmp_path / "x"), "hola"]) == 2
+    assert "--format" in capsys.readouterr().err
