@@ -255,3 +255,10 @@ def test_the_command_refuses_what_does_not_go_with_a_document(tmp_path, capsys):
     assert "give no text arguments" in capsys.readouterr().err
     assert cli_main(["translate", "--output", str(tmp_path / "x"), "hola"]) == 2
     assert "--format" in capsys.readouterr().err
+
+
+def test_tags_move_by_the_guided_head_unless_told(tr):
+    from attnkit.tasks.translation.markup import default_aligner
+
+    assert default_aligner(tr).describe().startswith("guided: layer 2 head 1")
+    assert default_aligner(tr, "attention").describe().startswith("attention:")

@@ -167,8 +167,7 @@ def _translate_markup(args) -> int:
         if on:
             raise CLIError(f"--format {args.format} translates one document from --file or stdin: give no {flag}")
     from ..service import ModelKind
-    from ..tasks.translation.alignment import AttentionReading, ModelAligner, default_method
-    from ..tasks.translation.markup import decode_document, translate_document
+    from ..tasks.translation.markup import decode_document, default_aligner, translate_document
 
     if args.file:
         try:
@@ -184,7 +183,7 @@ def _translate_markup(args) -> int:
     text = decode_document(data, name)
     model = _open_model(args, DEFAULT_TRANSLATION_MODEL, kind=ModelKind.TRANSLATOR)
     tr = model.impl
-    aligner = ModelAligner(tr, AttentionReading(args.align_method or default_method(tr)))
+    aligner = default_aligner(tr, args.align_method)
     result = translate_document(
         tr, text, args.format, aligner=aligner, beam_size=args.beam, length_penalty=args.length_penalty
     )

@@ -36,7 +36,14 @@ from html.parser import HTMLParser
 from ...alignment.markup import TagSpan, project_spans
 from ...errors import InputError
 
-__all__ = ["FORMATS", "MarkupTranslation", "decode_document", "split_document", "translate_document"]
+__all__ = [
+    "FORMATS",
+    "MarkupTranslation",
+    "decode_document",
+    "default_aligner",
+    "split_document",
+    "translate_document",
+]
 
 FORMATS = ("html", "xml", "markdown")
 
@@ -583,6 +590,15 @@ def _chunks(translator, words: list[str]) -> list[tuple[int, int]]:
     return out
 
 
+def default_aligner(translator, method: str | None = None):
+    """The :class:`~attnkit.tasks.translation.alignment.ModelAligner` that moves tags unless told: ``method``
+    (``attention``, ``shift``, ``guided``) read as ``attnkit align`` reads it; default the model's guided
+    head when it has one (read both ways), else its attention."""
+    from .alignment import AttentionReading, ModelAligner, default_method
+
+    return ModelAligner(translator, AttentionReading(method or default_method(translator)))
+
+
 def translate_document(
     translator,
     text: str,
@@ -596,11 +612,9 @@ def translate_document(
     docstring) with ``translator`` (a :class:`~attnkit.tasks.translation.Translator`), its tags projected
     by ``aligner`` (a :class:`~attnkit.tasks.translation.alignment.ModelAligner`; default: the translator's
     own default reading, its guided head when it has one)."""
-    from .alignment import ModelAligner
-
     pieces, notes = split_document(text, fmt)
     if aligner is None:
-        aligner = ModelAligner(translator)
+        aligner = default_aligner(translator)
     escape = _escape_markdown if fmt == "markdown" else _escape_markup
     tagged: list[tuple[int, _Tagged, list[tuple[int, int]]]] = []
     for k, p in enumerate(pieces):
