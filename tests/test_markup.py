@@ -262,3 +262,48 @@ def test_tags_move_by_the_guided_head_unless_told(tr):
 
     assert default_aligner(tr).describe().startswith("guided: layer 2 head 1")
     assert default_aligner(tr, "attention").describe().startswith("attention:")
+
+
+# ------------------------------------------------------------------ the JSON API
+
+
+@pytest.fixture(scope="module")
+def api():
+    testclient = pytest.importorskip("fastapi.testclient")
+    from attnkit.explorer.app import ServeOptions, create_app, load_models
+
+    app = create_app(load_models(["transformer-es-en"]), options=ServeOptions(max_text_chars=400, heavy_beam=2))
+    return testclient.TestClient(app, base_url="http://127.0.0.1")
+
+
+def test_the_api_translates_a_document(api):
+    doc = "<p>Y dijo <b>Dios</b>: sea la luz.</p>\n<pre>hola</pre>\n"
+    r = api.post("/api/translate-document", json={"document": doc, "format": "html", "beam": 1})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["model"] == "transformer-es-en" and body["blocks"] == 1 and body["notes"] == []
+    assert body["aligned_by"].startswith("guided:") and body["document"].endswith("</p>\n<pre>hola</pre>\n")
+    assert body["document"].count("<b>") == 1 and _parse(body["document"]).ok
+
+
+@pytest.mark.parametrize(
+    ("ask", "status", "words"),
+    [
+        ({"document": "<doc><p>hola</doc>", "format": "xml"}, 400, "mismatched tag at line 1"),
+        ({"document": "hola", "format": "pdf"}, 400, "format must be one of"),
+        ({"document": " ", "format": "html"}, 400, "empty"),
+        ({"document": "<p>" + "hola " * 100 + "</p>", "format": "html"}, 413, "--max-text-chars"),
+        ({"document": "<p>hola</p>", "format": "html", "beam": 3}, 413, "--heavy-beam"),
+        ({"document": "<p>hola</p>", "format": "html", "method": "eflomal"}, 400, "method must be"),
+    ],
+)
+def test_the_api_refuses_bad_documents_with_a_4xx(api, ask, status, words):
+    r = api.post("/api/translate-document", json={"beam": 1, **ask})
+    assert r.status_code == status and words in r.json()["error"]
+
+
+def test_a_block_the_model_cannot_read_is_kept_as_it_was(tr):
+    doc = "<p>\u200b\u200b</p>\n<p>Y dijo Dios.</p>\n"
+    out = translate_document(tr, doc, "html", beam_size=1)
+    assert out.text.startswith("<p>\u200b\u200b</p>\n<p>") and out.blocks == 1
+    assert out.notes == ["kept the block at line 1 as it was: no word the model can read"]

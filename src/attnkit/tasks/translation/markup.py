@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
 from ...alignment.markup import TagSpan, project_spans
+from ...data.text import UnreadableTextError
 from ...errors import InputError
 
 __all__ = [
@@ -620,9 +621,15 @@ def translate_document(
     for k, p in enumerate(pieces):
         if isinstance(p, _Block):
             t = _tagged(p, unescape=fmt != "markdown")
-            if t.words:
-                notes.extend(t.notes)
-                tagged.append((k, t, _chunks(translator, t.words)))
+            if not t.words:
+                continue
+            try:
+                chunks = _chunks(translator, t.words)
+            except UnreadableTextError:  # only zero-width or control characters: nothing to translate
+                notes.append(f"kept the block at line {p.tokens[0].line} as it was: no word the model can read")
+                continue
+            notes.extend(t.notes)
+            tagged.append((k, t, chunks))
     sources = [" ".join(t.words[a:b]) for _, t, chunks in tagged for a, b in chunks]
     if any(len(chunks) > 1 for _, _, chunks in tagged):
         n = sum(len(c) > 1 for _, _, c in tagged)
