@@ -307,3 +307,12 @@ def test_a_block_the_model_cannot_read_is_kept_as_it_was(tr):
     out = translate_document(tr, doc, "html", beam_size=1)
     assert out.text.startswith("<p>\u200b\u200b</p>\n<p>") and out.blocks == 1
     assert out.notes == ["kept the block at line 1 as it was: no word the model can read"]
+
+
+def test_a_markdown_paragraph_over_several_quoted_lines_is_translated_in_its_quote(tr):
+    doc = "> Y dijo Dios:\n> sea **la luz**.\n\n- En el principio\n  creó Dios los cielos.\n- y la tierra.\n"
+    out = translate_document(tr, doc, "markdown", beam_size=1)
+    assert out.notes == [] and out.blocks == 3
+    lines = out.text.split("\n")
+    assert lines[0].startswith("> ") and lines[1] == "" and lines[2].startswith("- ") and lines[3].startswith("- ")
+    assert out.text.count("**") == 2 and "creó" not in out.text

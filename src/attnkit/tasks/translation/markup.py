@@ -321,21 +321,39 @@ def _markdown_pieces(text: str) -> tuple[list[_Block | str], list[str]]:
     for tok in md.parse(text):
         if tok.type != "inline" or tok.map is None or not tok.content.strip():
             continue
-        lo, hi = starts[tok.map[0]], starts[min(tok.map[1], len(starts) - 1)]
-        at = text.find(tok.content, lo, hi)
-        if at < 0 or at < done:
-            notes.append(
-                f"kept the block at line {tok.map[0] + 1} untranslated (its text spans several prefixed lines)"
-            )
+        where = _locate(text, tok.content, starts, tok.map[0], done)
+        if where is None:
+            notes.append(f"kept the block at line {tok.map[0] + 1} as it was: its source text was not found")
             continue
-        tokens = _markdown_inline(tok.children or [], tok.map[0] + 1)
-        if tokens is None:
-            continue
+        at, end = where
         pieces.append(text[done:at])
-        pieces.append(_Block(tokens, tok.content))
-        done = at + len(tok.content)
+        pieces.append(_Block(_markdown_inline(tok.children or [], tok.map[0] + 1), text[at:end]))
+        done = end
     pieces.append(text[done:])
     return pieces, notes
+
+
+def _locate(text: str, content: str, starts: list[int], first: int, done: int) -> tuple[int, int] | None:
+    """``[start, end)`` of an inline token's ``content`` in the source, from line ``first`` (0-based) on: one
+    piece when it stands there as written, else line by line (a paragraph continued in a ``>`` quote or a
+    list item, where each line has its own prefix), the prefixes of its later lines then inside the range, so
+    that the translation, on one line, replaces them too."""
+    lo = max(starts[first], done)
+    hi = starts[min(first + content.count("\n") + 1, len(starts) - 1)]
+    at = text.find(content, lo, hi)
+    if at >= 0:
+        return at, at + len(content)
+    begin = end = None
+    for i, line in enumerate(content.split("\n")):
+        row = first + i
+        if row + 1 >= len(starts):
+            return None
+        pos = text.find(line, max(starts[row], end or lo), starts[row + 1])
+        if pos < 0:
+            return None
+        begin = pos if begin is None else begin
+        end = pos + len(line)
+    return (begin, end) if begin is not None else None
 
 
 def _markdown_inline(children, line: int) -> list[_Token]:
