@@ -316,3 +316,30 @@ def test_a_markdown_paragraph_over_several_quoted_lines_is_translated_in_its_quo
     lines = out.text.split("\n")
     assert lines[0].startswith("> ") and lines[1] == "" and lines[2].startswith("- ") and lines[3].startswith("- ")
     assert out.text.count("**") == 2 and "creó" not in out.text
+
+
+def test_a_byte_order_mark_and_crlf_line_ends_are_kept(tr):
+    doc = "\ufeff<p>Y dijo <b>Dios</b>.</p>\r\n<p>Y la luz.</p>\r\n"
+    out = translate_document(tr, doc, "html", beam_size=1)
+    assert out.text.startswith("\ufeff<p>") and out.text.count("</p>\r\n") == 2 and out.notes == []
+
+
+def test_the_command_reads_stdin_and_keeps_an_earlier_output_when_it_fails(tmp_path, capsys, monkeypatch):
+    import io
+    import sys
+
+    def stdin(data: bytes):
+        s = io.TextIOWrapper(io.BytesIO(data))
+        s.isatty = lambda: False
+        monkeypatch.setattr(sys, "stdin", s)
+
+    stdin(b"Y dijo **Dios**.\n")
+    assert cli_main(["translate", "--format", "markdown", "--beam", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("**") == 2 and out.endswith("\n") and "dijo" not in out
+    old = tmp_path / "out.xml"
+    old.write_text("my old translation")
+    stdin(b"<doc><p>Y dijo</doc>")
+    assert cli_main(["translate", "--format", "xml", "--output", str(old)]) == 2
+    assert "mismatched tag" in capsys.readouterr().err
+    assert old.read_text() == "my old translation" and [p.name for p in tmp_path.iterdir()] == ["out.xml"]

@@ -631,7 +631,8 @@ def translate_document(
     docstring) with ``translator`` (a :class:`~attnkit.tasks.translation.Translator`), its tags projected
     by ``aligner`` (a :class:`~attnkit.tasks.translation.alignment.ModelAligner`; default: the translator's
     own default reading, its guided head when it has one)."""
-    pieces, notes = split_document(text, fmt)
+    bom = "\ufeff" if text.startswith("\ufeff") else ""  # a byte-order mark is kept, not read as text
+    pieces, notes = split_document(text[len(bom) :], fmt)
     if aligner is None:
         aligner = default_aligner(translator)
     escape = _escape_markdown if fmt == "markdown" else _escape_markup
@@ -673,5 +674,5 @@ def translate_document(
         spans = project_spans(t.spans, block_links, len(t.words), len(target))
         out[k] = _emit(target, t, spans, escape)
     return MarkupTranslation(
-        "".join(p.raw if isinstance(p, _Block) else p for p in out), len(tagged), list(dict.fromkeys(notes))
+        bom + "".join(p.raw if isinstance(p, _Block) else p for p in out), len(tagged), list(dict.fromkeys(notes))
     )
