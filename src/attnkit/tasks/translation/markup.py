@@ -27,6 +27,7 @@ error naming its line, as expat reports it.
 
 from __future__ import annotations
 
+import bisect
 import html
 import xml.parsers.expat
 from collections.abc import Callable
@@ -215,8 +216,12 @@ def _xml_tokens(text: str) -> list[_Token]:
         raise InputError(
             f"not well-formed XML: {xml.parsers.expat.ErrorString(exc.code)} at line {exc.lineno}, column {exc.offset + 1}"
         ) from None
-    # byte offsets -> character offsets
-    events = [(len(data[:at].decode("utf-8")), *rest) for at, *rest in events]
+    chars, last_byte, last_char = [], 0, 0  # byte offsets -> character offsets (events come in order)
+    for at, *rest in events:
+        last_char += len(data[last_byte:at].decode("utf-8"))
+        last_byte = at
+        chars.append((last_char, *rest))
+    events = chars
     if not events or events[0][0] != 0:
         events.insert(0, (0, "text", "", {}))
     sliced = _sliced(text, events)
@@ -261,11 +266,7 @@ def _collapse(events, text: str, inline_tags: list[bool], *, xml: bool = False) 
     starts = _line_starts(text)
 
     def line_of(at: int) -> int:
-        lo, hi = 0, len(starts)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if starts[mid] <= at else (lo, mid)
-        return lo + 1
+        return bisect.bisect_right(starts, at)
 
     out: list[_Token] = []
     k = 0
