@@ -598,7 +598,7 @@ def _chunks(translator, words: list[str]) -> list[tuple[int, int]]:
         if prev > a:
             out.append((a, prev))
             a = prev
-        while not fits(a, e):  # a sentence longer than the model's input: cut at words
+        while a < e and not fits(a, e):  # a sentence longer than the model's input: cut at words
             b = a + 1
             while b < e and fits(a, b + 1):
                 b += 1
