@@ -343,3 +343,86 @@ def test_the_command_reads_stdin_and_keeps_an_earlier_output_when_it_fails(tmp_p
     assert cli_main(["translate", "--format", "xml", "--output", str(old)]) == 2
     assert "mismatched tag" in capsys.readouterr().err
     assert old.read_text() == "my old translation" and [p.name for p in tmp_path.iterdir()] == ["out.xml"]
+
+
+# ------------------------------------------------------------------ XLIFF
+
+XLIFF_12 = """<?xml version="1.0" encoding="UTF-8"?>
+<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
+  <file source-language="es" target-language="en" datatype="html" original="p.html">
+    <body>
+      <trans-unit id="1">
+        <source>En el principio creó <g id="1">Dios</g> los cielos<x id="2"/> y la tierra.</source>
+      </trans-unit>
+      <trans-unit id="2">
+        <source>Y dijo Dios: <ph id="3">&lt;br/&gt;</ph>sea la <g id="4" ctype="bold">luz</g>.</source>
+        <target state="new">old words</target>
+      </trans-unit>
+      <trans-unit id="3" translate="no">
+        <source>Reina-Valera</source>
+      </trans-unit>
+    </body>
+  </file>
+</xliff>
+"""
+
+XLIFF_20 = """<?xml version="1.0" encoding="UTF-8"?>
+<xliff xmlns="urn:oasis:names:tc:xliff:document:2.0" version="2.0" srcLang="es" trgLang="en">
+  <file id="f1">
+    <unit id="u1">
+      <segment>
+        <source>En el principio creó <pc id="1">Dios</pc> los cielos<ph id="2" equiv-text="{0}"/> y la tierra.</source>
+      </segment>
+      <segment>
+        <source>Y dijo <pc id="3"><pc id="4">Dios</pc> sea</pc> la luz.</source>
+        <target/>
+      </segment>
+    </unit>
+  </file>
+</xliff>
+"""
+
+NS12 = "{urn:oasis:names:tc:xliff:document:1.2}"
+NS20 = "{urn:oasis:names:tc:xliff:document:2.0}"
+
+
+def _placeholders(element) -> list[tuple]:
+    """Every element inside ``element``: its name, attributes and (for ``<ph>``, whose content is code) text."""
+    return sorted(
+        (c.tag, tuple(sorted(c.attrib.items())), c.text if "ph" in c.tag else "")
+        for c in element.iter()
+        if c is not element
+    )
+
+
+def test_xliff_12_sources_go_into_their_targets_with_their_placeholders(tr):
+    out = translate_document(tr, XLIFF_12, "xliff", beam_size=1)
+    root = ET.fromstring(out.text.encode())
+    for unit in list(root.iter(f"{NS12}trans-unit"))[:2]:
+        source, target = unit.find(f"{NS12}source"), unit.find(f"{NS12}target")
+        assert _placeholders(target) == _placeholders(source) and target.text  # every one once, as written
+    assert out.blocks == 2 and "old words" not in out.text and '<target state="new">' in out.text
+    # the sources and the unit marked translate="no" are as they were
+    for line in XLIFF_12.splitlines():
+        if "<source>" in line or "Reina-Valera" in line:
+            assert line in out.text
+    assert out.text.count("<target") == 2
+
+
+def test_xliff_20_nested_pc_and_an_empty_target(tr):
+    out = translate_document(tr, XLIFF_20, "xliff", beam_size=1)
+    root = ET.fromstring(out.text.encode())
+    segments = list(root.iter(f"{NS20}segment"))
+    assert [len(s.findall(f"{NS20}target")) for s in segments] == [1, 1]
+    first, second = (s.find(f"{NS20}target") for s in segments)
+    assert sorted((e.tag, e.get("id")) for e in first) == [(f"{NS20}pc", "1"), (f"{NS20}ph", "2")]
+    assert first.find(f"{NS20}ph").get("equiv-text") == "{0}" and first.find(f"{NS20}pc").text
+    outer = second.find(f"{NS20}pc")
+    assert outer.get("id") == "3" and outer.find(f"{NS20}pc").get("id") == "4"  # the nesting kept
+    assert "\n        <target>" in out.text  # a new target on its own line, indented as its source
+
+
+def test_xliff_with_nothing_to_translate_comes_back_byte_identical(tr):
+    doc = '<?xml version="1.0"?>\n<xliff version="1.2"><file><body>\n<trans-unit id="1" translate="no"><source>Dios</source></trans-unit>\n<trans-unit id="2"><source><x id="1"/></source></trans-unit>\n</body></file></xliff>\n'
+    out = translate_document(tr, doc, "xliff", beam_size=1)
+    assert out.text == doc and out.blocks == 0

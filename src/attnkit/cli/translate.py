@@ -277,10 +277,10 @@ def add_parser(sub) -> None:
     tr.add_argument(
         "--format",
         default="text",
-        choices=["text", "html", "xml", "markdown"],
+        choices=["text", "html", "xml", "markdown", "xliff"],
         help="text: one sentence per line; html, xml, markdown: one document from --file or stdin, each block "
         "translated with its inline tags moved across by the model's word alignment, what is not text kept "
-        "as written (default: text)",
+        "as written; xliff: each unit's source so translated into its target (XLIFF 1.2 or 2.x) (default: text)",
     )
     tr.add_argument(
         "--align-method",

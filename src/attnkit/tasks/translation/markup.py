@@ -47,7 +47,7 @@ __all__ = [
     "translate_document",
 ]
 
-FORMATS = ("html", "xml", "markdown")
+FORMATS = ("html", "xml", "markdown", "xliff")
 
 #: HTML elements inside a block (text-level semantics); every other element starts or ends a block.
 _HTML_INLINE = frozenset(
@@ -201,7 +201,9 @@ def _html_tokens(text: str) -> list[_Token]:
 
 
 # ---------------------------------------------------------------- XML
-def _xml_tokens(text: str) -> list[_Token]:
+def _xml_events(text: str) -> list[tuple[str, str, str, dict, int]]:
+    """expat's events of a well-formed XML document as ``(kind, source text, name, attributes, offset)``, an
+    empty element ``<x/>`` one ``void`` event; not well-formed is a one-line InputError with line and column."""
     data = text.encode("utf-8")
     p = xml.parsers.expat.ParserCreate(encoding="UTF-8")
     events: list[tuple[int, str, str, dict]] = []
@@ -231,6 +233,11 @@ def _xml_tokens(text: str) -> list[_Token]:
             merged[-1] = ("void", *merged[-1][1:])
         elif ev[1] or ev[0] != "text":
             merged.append(ev)
+    return merged
+
+
+def _xml_tokens(text: str) -> list[_Token]:
+    merged = _xml_events(text)
     # an element is inline when an element enclosing it holds text of its own (mixed content)
     has_text, stack = set(), []
     for k, (kind, raw, _name, _, _) in enumerate(merged):
@@ -567,11 +574,115 @@ def _emit(target: list[str], tagged: _Tagged, spans: list[tuple[int, int]], esca
     return tagged.lead + "".join(out) + tagged.tail
 
 
+# ---------------------------------------------------------------- XLIFF
+#: XLIFF inline elements that wrap text (1.2 ``<g>``, ``<mrk>``; 2.x ``<pc>``, ``<mrk>``): tags to move.
+_XLIFF_PAIRED = frozenset({"g", "mrk", "pc"})
+#: The units whose ``<source>`` is translated: 1.2 ``<trans-unit>``, 2.x ``<segment>`` (inside ``<unit>``).
+_XLIFF_UNITS = frozenset({"trans-unit", "segment"})
+
+
+def _local(name: str) -> str:
+    return name.rsplit(":", 1)[-1]
+
+
+def _xliff_block(events: list[tuple[str, str, str, dict, int]], text: str) -> _Block:
+    """A ``<source>``'s content as a block: ``<g>``/``<pc>``/``<mrk>`` tags to move, every other inline
+    element (``<x/>``, ``<bx/>``, ``<ex/>``, ``<ph>``, ``<bpt>``, ``<ept>``, ``<it>``, ``<sc/>``, ``<ec/>``, and
+    anything marked ``translate="no"``) one unit with what it holds, never translated."""
+    starts = _line_starts(text)
+    tokens: list[_Token] = []
+    k = 0
+    while k < len(events):
+        kind, raw, name, attrs, at = events[k]
+        line = bisect.bisect_right(starts, at)
+        local = _local(name)
+        if kind == "open" and (local not in _XLIFF_PAIRED or _opaque(name, attrs, True)):
+            depth, j = 1, k + 1
+            while j < len(events) and depth:
+                depth += {"open": 1, "close": -1}.get(events[j][0], 0)
+                j += 1
+            tokens.append(_Token("atom", "".join(e[1] for e in events[k:j]), local, line=line))
+            k = j
+            continue
+        tokens.append(
+            _Token({"void": "atom", "comment": "atom", "other": "atom"}.get(kind, kind), raw, local, line=line)
+        )
+        k += 1
+    return _Block(tokens, "".join(e[1] for e in events))
+
+
+def _translate_xliff(translator, text: str, aligner, beam_size: int, length_penalty) -> tuple[str, int, list[str]]:
+    """XLIFF 1.2 or 2.x: each unit's ``<source>`` translated, its inline tags moved, into its ``<target>`` (its
+    content replaced, its own attributes kept) or a new ``<target>`` after the source, indented as the source
+    is. The sources, and everything else, stay as written; a unit marked ``translate="no"`` is skipped."""
+    events = _xml_events(text)
+    units: list[tuple[int, int, tuple[str, int, int] | None]] = []  # (source open, close, target)
+    stack: list[tuple[str, bool]] = []  # (local name, translate="no" here or above)
+    unit: dict | None = None
+    for k, (kind, _raw, name, attrs, _at) in enumerate(events):
+        local = _local(name)
+        in_unit = unit is not None and bool(stack) and stack[-1][0] in _XLIFF_UNITS
+        if kind == "void" and local == "target" and in_unit:
+            unit["target"] = ("void", k, k)
+        elif kind == "open":
+            if in_unit and local == "source":
+                unit["source"] = [k, None]
+            elif in_unit and local == "target":
+                unit["target"] = ["open", k, None]
+            no = (stack[-1][1] if stack else False) or attrs.get("translate") == "no"
+            stack.append((local, no))
+            if local in _XLIFF_UNITS:
+                unit = {"no": no, "source": None, "target": None}
+        elif kind == "close" and stack:
+            stack.pop()
+            if unit is None:
+                continue
+            if local == "source" and unit["source"] and unit["source"][1] is None:
+                unit["source"][1] = k
+            elif local == "target" and isinstance(unit["target"], list) and unit["target"][2] is None:
+                unit["target"][2] = k
+            elif local in _XLIFF_UNITS:
+                if unit["source"] and unit["source"][1] is not None and not unit["no"]:
+                    units.append((*unit["source"], tuple(unit["target"]) if unit["target"] else None))
+                unit = None
+    blocks = [_xliff_block(events[a + 1 : b], text) for a, b, _ in units]
+    done, notes = _translate_blocks(translator, blocks, aligner, _escape_markup, True, beam_size, length_penalty)
+    edits: dict[int, tuple[int, str]] = {}  # at event k: this text instead of events k .. j - 1
+    for (a, b, target), d in zip(units, done):
+        if d is None:
+            continue
+        if target is not None and target[0] == "open":  # its content replaced
+            edits[target[1] + 1] = (target[2], d)
+        elif target is not None:  # <target/>: opened, filled, closed
+            raw, name = events[target[1]][1], events[target[1]][2]
+            edits[target[1]] = (target[1] + 1, f"{raw[:-2].rstrip()}>{d}</{name}>")
+        else:  # a new target after the source, on a line of its own when the source is on one
+            k, before = a, ""
+            while k > 0 and events[k - 1][0] == "text" and not events[k - 1][1].strip():
+                k -= 1
+                before = events[k][1] + before
+            indent = before[before.rfind("\n") :] if "\n" in before else ""
+            name = events[a][2][: -len("source")] + "target"  # with the source's namespace prefix
+            edits[b + 1] = (b + 1, f"{indent}<{name}>{d}</{name}>")
+    out: list[str] = []
+    skip = -1
+    for k, ev in enumerate(events):
+        if k in edits:
+            skip, d = edits[k]
+            out.append(d)
+        if k >= skip:
+            out.append(ev[1])
+    if len(events) in edits:
+        out.append(edits[len(events)][1])
+    return "".join(out), sum(d is not None for d in done), notes
+
+
 # ---------------------------------------------------------------- the document
 def split_document(text: str, fmt: str) -> tuple[list[_Block | str], list[str]]:
-    """The document as kept text and blocks, and the notes of what the parser could not take as it is."""
-    if fmt not in FORMATS:
-        raise InputError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    """The document as kept text and blocks, and the notes of what the parser could not take as it is (for
+    ``html``, ``xml`` and ``markdown``; XLIFF's sources are read by :func:`translate_document` itself)."""
+    if fmt not in FORMATS or fmt == "xliff":
+        raise InputError(f"format must be one of {', '.join(f for f in FORMATS if f != 'xliff')}, got {fmt!r}")
     if fmt == "markdown":
         return _markdown_pieces(text)
     tokens = _html_tokens(text) if fmt == "html" else _xml_tokens(text)
@@ -619,6 +730,51 @@ def default_aligner(translator, method: str | None = None):
     return ModelAligner(translator, AttentionReading(method or default_method(translator)))
 
 
+def _translate_blocks(
+    translator, blocks: list[_Block], aligner, escape, unescape: bool, beam_size: int, length_penalty
+) -> tuple[list[str | None], list[str]]:
+    """Each block translated with its tags projected (None: kept as it was, no word to translate), and the
+    notes of the repairs made. All blocks' sentences go to the translator and the aligner in one batch each."""
+    notes: list[str] = []
+    tagged: list[tuple[int, _Tagged, list[tuple[int, int]]]] = []
+    for k, p in enumerate(blocks):
+        t = _tagged(p, unescape=unescape)
+        if not t.words:
+            continue
+        try:
+            chunks = _chunks(translator, t.words)
+        except UnreadableTextError:  # only zero-width or control characters: nothing to translate
+            notes.append(f"kept the block at line {p.tokens[0].line} as it was: no word the model can read")
+            continue
+        notes.extend(t.notes)
+        tagged.append((k, t, chunks))
+    sources = [" ".join(t.words[a:b]) for _, t, chunks in tagged for a, b in chunks]
+    if any(len(chunks) > 1 for _, _, chunks in tagged):
+        n = sum(len(c) > 1 for _, _, c in tagged)
+        notes.append(f"split {n} block(s) longer than the model's input at sentence ends")
+    results = (
+        translator.translate(sources, beam_size=beam_size, length_penalty=length_penalty, truncate=True)
+        if sources
+        else []
+    )
+    targets = [r.translation.split() for r in results]
+    pairs = [(s.split(), t) for s, t in zip(sources, targets)]
+    links = list(aligner.align(pairs)) if pairs else []
+    out: list[str | None] = [None] * len(blocks)
+    n = 0
+    for k, t, chunks in tagged:
+        target: list[str] = []
+        block_links: list[tuple[int, int]] = []
+        for a, _ in chunks:
+            for i, j in links[n] or ():
+                block_links.append((a + i, len(target) + j))
+            target.extend(targets[n])
+            n += 1
+        spans = project_spans(t.spans, block_links, len(t.words), len(target))
+        out[k] = _emit(target, t, spans, escape)
+    return out, notes
+
+
 def translate_document(
     translator,
     text: str,
@@ -633,47 +789,19 @@ def translate_document(
     by ``aligner`` (a :class:`~attnkit.tasks.translation.alignment.ModelAligner`; default: the translator's
     own default reading, its guided head when it has one)."""
     bom = "\ufeff" if text.startswith("\ufeff") else ""  # a byte-order mark is kept, not read as text
-    pieces, notes = split_document(text[len(bom) :], fmt)
     if aligner is None:
         aligner = default_aligner(translator)
+    if fmt == "xliff":
+        out, blocks, notes = _translate_xliff(translator, text[len(bom) :], aligner, beam_size, length_penalty)
+        return MarkupTranslation(bom + out, blocks, list(dict.fromkeys(notes)))
+    pieces, notes = split_document(text[len(bom) :], fmt)
     escape = _escape_markdown if fmt == "markdown" else _escape_markup
-    tagged: list[tuple[int, _Tagged, list[tuple[int, int]]]] = []
-    for k, p in enumerate(pieces):
-        if isinstance(p, _Block):
-            t = _tagged(p, unescape=fmt != "markdown")
-            if not t.words:
-                continue
-            try:
-                chunks = _chunks(translator, t.words)
-            except UnreadableTextError:  # only zero-width or control characters: nothing to translate
-                notes.append(f"kept the block at line {p.tokens[0].line} as it was: no word the model can read")
-                continue
-            notes.extend(t.notes)
-            tagged.append((k, t, chunks))
-    sources = [" ".join(t.words[a:b]) for _, t, chunks in tagged for a, b in chunks]
-    if any(len(chunks) > 1 for _, _, chunks in tagged):
-        n = sum(len(c) > 1 for _, _, c in tagged)
-        notes.append(f"split {n} block(s) longer than the model's input at sentence ends")
-    results = (
-        translator.translate(sources, beam_size=beam_size, length_penalty=length_penalty, truncate=True)
-        if sources
-        else []
-    )
-    targets = [r.translation.split() for r in results]
-    pairs = [(s.split(), t) for s, t in zip(sources, targets)]
-    links = list(aligner.align(pairs)) if pairs else []
-    out = list(pieces)
-    n = 0
-    for k, t, chunks in tagged:
-        target: list[str] = []
-        block_links: list[tuple[int, int]] = []
-        for a, _ in chunks:
-            for i, j in links[n] or ():
-                block_links.append((a + i, len(target) + j))
-            target.extend(targets[n])
-            n += 1
-        spans = project_spans(t.spans, block_links, len(t.words), len(target))
-        out[k] = _emit(target, t, spans, escape)
-    return MarkupTranslation(
-        bom + "".join(p.raw if isinstance(p, _Block) else p for p in out), len(tagged), list(dict.fromkeys(notes))
-    )
+    blocks = [p for p in pieces if isinstance(p, _Block)]
+    done, more = _translate_blocks(translator, blocks, aligner, escape, fmt != "markdown", beam_size, length_penalty)
+    notes += more
+    translated = iter(done)
+    out = []
+    for p in pieces:
+        d = next(translated) if isinstance(p, _Block) else p
+        out.append(p.raw if d is None else d)
+    return MarkupTranslation(bom + "".join(out), sum(d is not None for d in done), list(dict.fromkeys(notes)))
