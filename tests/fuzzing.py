@@ -86,7 +86,7 @@ def bodies(translators: list[str], self_attention: list[str]) -> st.SearchStrate
     document = st.fixed_dictionaries(
         {
             "document": st.lists(st.one_of(text, markup), max_size=6).map("".join),
-            "format": st.one_of(st.sampled_from(["html", "xml", "markdown"]), texts(6)),
+            "format": st.one_of(st.sampled_from(["html", "xml", "markdown", "xliff"]), texts(6)),
         },
         optional={
             "model": name(translators),

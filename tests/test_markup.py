@@ -286,6 +286,14 @@ def test_the_api_translates_a_document(api):
     assert body["document"].count("<b>") == 1 and _parse(body["document"]).ok
 
 
+def test_the_api_translates_an_xliff_file(api):
+    doc = '<xliff version="1.2"><file><body><trans-unit id="1"><source>Y dijo <g id="1">Dios</g>.</source></trans-unit></body></file></xliff>'
+    r = api.post("/api/translate-document", json={"document": doc, "format": "xliff", "beam": 1})
+    assert r.status_code == 200, r.text
+    target = ET.fromstring(r.json()["document"]).find("file/body/trans-unit/target")
+    assert [(e.tag, e.get("id")) for e in target] == [("g", "1")] and r.json()["blocks"] == 1
+
+
 @pytest.mark.parametrize(
     ("ask", "status", "words"),
     [

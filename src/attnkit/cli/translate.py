@@ -83,7 +83,7 @@ def cmd_translate(args) -> int:
     if args.format != "text":
         return _translate_markup(args)
     if args.output is not None or args.align_method is not None:
-        raise CLIError("--output and --align-method go with --format html, xml or markdown")
+        raise CLIError("--output and --align-method go with --format html, xml, markdown or xliff")
     if args.processes is not None or corpus_job_wanted(args):
         _check_corpus_job(args)
         if args.processes is not None:
@@ -151,7 +151,7 @@ def cmd_translate(args) -> int:
 
 
 def _translate_markup(args) -> int:
-    """``--format html|xml|markdown``: one document from ``--file`` or stdin, its tags moved across by the
+    """``--format html|xml|markdown|xliff``: one document from ``--file`` or stdin, its tags moved across by the
     model's word alignment (:mod:`attnkit.tasks.translation.markup`), written whole to ``--output`` or stdout."""
     given = {
         "text arguments": args.text,

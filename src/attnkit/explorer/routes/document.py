@@ -1,8 +1,9 @@
-"""``POST /api/translate-document``: one HTML, XML or Markdown document translated with one model, its inline
+"""``POST /api/translate-document``: one HTML, XML, Markdown or XLIFF document translated with one model, its inline
 tags moved across by the model's word alignment (:mod:`attnkit.tasks.translation.markup`).
 
 Bounded as ``/api/translate`` is before a tensor is built: the document's characters (``--max-text-chars``,
-all blocks together, so the work is that of one long text), every block's subword tokens (``--max-tokens``)
+all blocks together, so the work is that of one long text), every HTML, XML or Markdown block's subword
+tokens (``--max-tokens``)
 and the beam (at most ``--heavy-beam``: a document runs in the server's fast lane). Markup the parser
 cannot take (malformed XML) is a 400 naming its line.
 """
@@ -25,7 +26,7 @@ router = APIRouter()
 
 class TranslateDocumentRequest(BaseModel):
     document: schema.Text = Field(description="the document, in the model's source language")
-    format: str = Field(description="html, xml or markdown")
+    format: str = Field(description="html, xml, markdown or xliff")
     model: schema.Text | None = Field(None, description="a loaded translation model's name (default: the first)")
     beam: int = Field(5, ge=1, description="beam size (1 = greedy), at most --heavy-beam")
     method: str | None = Field(
@@ -37,8 +38,8 @@ class TranslateDocumentRequest(BaseModel):
 
 def _translate(tr: Translator, req: TranslateDocumentRequest, max_tokens: int) -> dict:
     aligner = default_aligner(tr, req.method)
-    pieces, _ = split_document(req.document, req.format)  # the bounds first: every block's tokens
-    for p in pieces:
+    pieces = [] if req.format == "xliff" else split_document(req.document, req.format)[0]
+    for p in pieces:  # the bounds first: every block's tokens (an XLIFF source longer is cut at sentence ends)
         raw = getattr(p, "raw", None)
         if raw and raw.strip():
             n = len(tr.encode_sources([raw], truncate=True)[0])

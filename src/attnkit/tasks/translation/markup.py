@@ -1,5 +1,5 @@
-"""Translate documents that carry markup (HTML, XML, Markdown), moving the inline tags across by the
-model's word alignment.
+"""Translate documents that carry markup (HTML, XML, Markdown, XLIFF), moving the inline tags across by
+the model's word alignment.
 
 A well-kept parser reads the document (the standard library's :mod:`html.parser` for HTML, expat for
 XML, ``markdown-it-py`` for Markdown); no regular expression ever reads markup. Every token keeps its
@@ -18,6 +18,11 @@ code, link targets and raw HTML. An inline one of these is carried as one unit, 
 neighbours' alignment. Within a block, whitespace between words becomes one space; the whitespace
 around blocks is kept. A block with no word to translate is left exactly as it was, so a document
 with nothing to translate comes back byte-identical.
+
+XLIFF (1.2 and 2.x): each unit's ``<source>`` is one block, translated into the unit's ``<target>``
+(its content replaced, or a new target added after the source); ``<g>``, ``<pc>`` and ``<mrk>`` are the
+tags moved, and the placeholders (``<x/>``, ``<ph>``, ``<bpt>``, ``<ept>``, ``<it>``, ``<sc/>``, ``<ec/>``)
+are carried whole, their codes untouched. The sources stay as written.
 
 Repairs (each reported in :attr:`MarkupTranslation.notes`): an inline HTML tag left open is closed at
 the end of its block, a tag closed out of order closes the tags opened inside it, a stray closing tag
