@@ -229,7 +229,7 @@ def test_align_command_errors_are_one_line(tmp_path, capsys):
     tgt.write_text("one\ntwo\n")
     cases = [
         (["--src", str(src), "--tgt", str(tgt)], f"{src} has 3 lines but {tgt} has 2"),
-        (["--src", str(tmp_path / "none"), "--tgt", str(tgt)], "No such file"),
+        (["--src", str(tmp_path / "none"), "--tgt", str(tgt)], f"{tmp_path / 'none'}: no such file"),
         (["--src", str(src), "--tgt", str(src), "--batch-size", "0"], "batch size must be an int in [1, 100_000]"),
         (["--src", str(src), "--tgt", str(src), "--model", "rnnencdec-es-en"], "has no attention"),
         (["--src", str(src), "--tgt", str(src), "--model", "rnnsearch-es-en", "--layer", "2"], "one attention"),
@@ -295,3 +295,31 @@ def test_align_with_eflomal_itself(tmp_path, capsys):
         == 2
     )
     assert "give no --model" in capsys.readouterr().err
+
+
+def test_evaluate_alignment_symmetrize_reads_the_other_direction_as_align_does(tmp_path, capsys):
+    """One default for --reverse-model in both commands: under --symmetrize, the shipped model of the other
+    direction (transformer-en-es for transformer-es-en); 'none' reads both ways from the one model."""
+    verses = load_gold()[DEV_VERSES : DEV_VERSES + 6]
+    (tmp_path / "s").write_text("".join(" ".join(v.source) + "\n" for v in verses))
+    (tmp_path / "t").write_text("".join(" ".join(v.target) + "\n" for v in verses))
+    (tmp_path / "g").write_text("".join(" ".join(f"{i}-{j}" for i, j in sorted(v.sure)) + "\n" for v in verses))
+    argv = ["evaluate", "alignment", "--src", str(tmp_path / "s"), "--tgt", str(tmp_path / "t")]
+    argv += ["--gold", str(tmp_path / "g"), "--method", "attention", "--layer", "2", "--no-references"]
+    argv += ["--json", "--samples", "50", "--symmetrize", "intersection"]
+
+    def run(*extra):
+        assert cli_main([*argv, *extra]) == 0
+        out = capsys.readouterr()
+        return json.loads(out.out), out.err
+
+    by_default, err = run()
+    assert "evaluate alignment: --symmetrize reads the other direction with transformer-en-es" in err
+    named, _ = run("--reverse-model", "transformer-en-es")
+    one_model, err = run("--reverse-model", "none")
+    assert "transformer-en-es" in by_default["rule"] and by_default["rows"] == named["rows"]
+    assert "transformer-en-es" not in one_model["rule"] and "other direction" not in err
+    # align names the same model for the same flags, through the same function
+    src = tmp_path / "s"
+    assert cli_main(["align", "--src", str(src), "--tgt", str(tmp_path / "t"), "--symmetrize", "intersection"]) == 0
+    assert "align: --symmetrize reads the other direction with transformer-en-es" in capsys.readouterr().err

@@ -507,3 +507,31 @@ def test_explain_command_table_json_plot_and_errors(tmp_path, capsys):
         assert main(["explain", *bad]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
+
+
+def test_a_forced_pair_names_the_source_pieces_with_the_source_tokenizer():
+    """A translator with a vocabulary of its own on each side: the source pieces are the source tokenizer's
+    (the target tokenizer would spell other pieces for the same ids)."""
+    from attnkit.attribution.forced import forced_translation
+    from attnkit.data.tokenizer import Tokenizer
+    from attnkit.models.transformer import TransformerConfig, TransformerTranslator
+    from attnkit.pretrained import PRETRAINED_DIR
+    from attnkit.tasks.translation import Translator
+    from tiny import es_en_tokenizer
+
+    tgt_tok, src_tok = es_en_tokenizer(), Tokenizer.load(PRETRAINED_DIR / "lm-4l-en")
+    torch.manual_seed(0)
+    cfg = TransformerConfig(
+        vocab_size=len(tgt_tok),
+        src_vocab_size=len(src_tok),
+        d_model=16,
+        nhead=2,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+    )
+    tr = Translator(TransformerTranslator(cfg).eval(), tgt_tok, src_tokenizer=src_tok)
+    pair = forced_translation(tr, "In the beginning God created", target="Jesus wept.")
+    src_ids = tr.encode_sources(["In the beginning God created"])[0]
+    assert pair.source_pieces == [src_tok.id_to_piece(i) for i in src_ids]
+    assert pair.source_pieces != [tgt_tok.id_to_piece(i) for i in src_ids]
+    assert pair.target_pieces == [tgt_tok.id_to_piece(i) for i in tgt_tok.encode("Jesus wept.")]

@@ -314,7 +314,7 @@ def test_load_image_file_converts_and_rejects(tmp_path):
     (tmp_path / "bad.png").write_bytes(b"not an image")
     with pytest.raises(ValueError, match=r"cannot read image .*bad\.png"):
         load_image_file(tmp_path / "bad.png", 16)
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"missing\.png: no such file$"):
         load_image_file(tmp_path / "missing.png", 16)
 
 
@@ -372,7 +372,7 @@ def test_cli_caption_errors(tiny_model_dir, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cannot read image" in err and "broken.png" in err and "Traceback" not in err
     assert cli_main(["caption", "--model", str(tiny_model_dir), str(tmp_path / "nope.png")]) == 2
-    assert "does not exist" in capsys.readouterr().err
+    assert f"{tmp_path / 'nope.png'}: no such file" in capsys.readouterr().err
     assert cli_main(["caption", "--model", str(tmp_path / "no-model"), str(tmp_path / "broken.png")]) == 2
     assert "does not exist" in capsys.readouterr().err
 

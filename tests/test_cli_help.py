@@ -39,6 +39,7 @@ def test_the_walk_sees_every_command():
         "evaluate captioning",
         "export",
         "explain",
+        "heads",
         "demo",
         "models",
         "data prepare",

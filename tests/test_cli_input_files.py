@@ -235,3 +235,33 @@ def test_prepare_where_every_pair_has_a_nul_says_so(tmp_path, capsys):
     assert _prepare(tmp_path / "home", "nuls", src, tgt) == 2
     msg = _one_line_error(capsys)
     assert "no training pair left (dropped 300 with a NUL byte (lines 1, 2, 3, 4, 5, ...))" in msg
+
+
+# --------------------------------------------------------------------------- a missing input file
+
+
+def test_every_input_file_that_is_not_there_is_named_in_one_wording(tmp_path, capsys):
+    """Whichever command and flag reads it, and however it is opened: `attnkit: error: PATH: no such file`."""
+    from attnkit.errors import no_such_file
+
+    here = tmp_path / "here.es"
+    here.write_text("Hola.\n")
+    gone = str(tmp_path / "nope.en")
+    cases = [
+        ["translate", "--file", gone],
+        ["explain", "--file", gone],
+        ["align", "--src", str(here), "--tgt", gone],
+        ["align", "--src", gone, "--tgt", str(here)],
+        ["align", "--method", "eflomal", "--src", str(here), "--tgt", gone],
+        ["evaluate", "translation", "--src", str(here), "--ref", gone],
+        ["evaluate", "alignment", "--src", str(here), "--tgt", gone, "--gold", str(here)],
+        ["evaluate", "alignment", "--src", str(here), "--tgt", str(here), "--gold", gone],
+        ["caption", gone],
+        ["translate", "--shortlist", gone, "Hola."],
+    ]
+    for argv in cases:
+        assert main(argv) == 2, argv
+        line = _one_line_error(capsys)
+        assert line == f"attnkit: error: {no_such_file(gone)}" or (
+            argv[1] == "--shortlist" and line.startswith(f"attnkit: error: {no_such_file(gone)}; ")
+        ), (argv, line)

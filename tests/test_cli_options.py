@@ -130,3 +130,17 @@ def test_the_command_line_builds_the_translation_config_from_its_flags():
     assert cfg.run.max_time_s == 600 and cfg.run.progress is False
     with pytest.raises(ConfigError, match=r"^--encoder-dim: not an option of the transformer model \(see"):
         translation_config_from_args(build_parser().parse_args([*argv, "--encoder-dim", "8"]))
+
+
+def test_train_translation_with_neither_model_nor_data_checks_the_default_corpus(bible_home, tmp_path, monkeypatch):
+    """No --model and no --data: the budget rule picks the model and the corpus is the config's default
+    (bible), checked before any work; it was read as a corpus named None (a TypeError's traceback)."""
+    import attnkit.tasks.translation as translation
+    from attnkit.cli import main
+
+    trained = []
+    monkeypatch.setattr(translation, "train_translation", lambda cfg, **kw: trained.append(cfg) or {})
+    argv = ["--home", str(bible_home), "train", "translation", "--max-steps", "1", "--out-dir", str(tmp_path / "r")]
+    assert main(argv) == 0
+    assert [cfg.data for cfg in trained] == ["bible"]
+    assert main(["--home", str(bible_home), "train", "translation", "--data", "nope", "--max-steps", "1"]) == 2

@@ -159,6 +159,42 @@ def test_gpt2s_information_flow_graph_draws_and_a_block_shows_its_logit_lens(ser
     assert page.locator(f"{card} .flow-edge:visible").count() < len(heads) or len(heads) == 1
 
 
+def _text_of(n_tokens: int) -> str:
+    """A text of gold English verses that the tiny GPT-2 reads as exactly ``n_tokens`` tokens."""
+    from hf_tiny import gold_lines
+
+    sa = load_self_attention(str(saved_tiny("gpt2")))
+    words = " ".join(gold_lines()[150:160]).split()  # the English half
+    for k in range(1, len(words) + 1):
+        if len(sa.encode(" ".join(words[:k]))[0]) == n_tokens:
+            return " ".join(words[:k])
+    raise AssertionError(f"no prefix of the verses is {n_tokens} tokens")
+
+
+def test_the_example_is_in_the_language_models_language_and_the_routes_labels_read_at_25_tokens(server, browser):
+    """The server has attnkit's English language model: the panel's text is English, not the built-in Spanish
+    verse. The routes graph of a 25-token text is drawn at its own size (it scrolls in its card rather than
+    shrinking): every label's rendered font size, its font size times the screen scale, is at least 11 px."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server)
+    card = ".sa-card[data-model='tiny-gpt2']"
+    page.wait_for_selector(f"{card} .sa-flow-go", timeout=120_000)
+    assert page.input_value("#sa-text").startswith("In the beginning")  # English, for an English model
+    text = _text_of(25)
+    page.fill("#sa-text", text)
+    page.click(f"{card} .sa-flow-go")
+    page.wait_for_selector(f"{card} .sa-flow-graph[data-done] svg.flow-graph .flow-edge", timeout=120_000)
+    sizes = page.locator(f"{card} svg.flow-graph text.flow-label").evaluate_all(
+        """ts => ts.map((t) => { const m = t.getScreenCTM();
+            return { piece: t.classList.contains('flow-piece-label'),
+                     px: parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b) }; })"""
+    )
+    assert sum(s["piece"] for s in sizes) == 25 and len(sizes) == 25 + 3  # 25 pieces, embeddings + 2 layers
+    assert min(s["px"] for s in sizes) >= 11, sizes
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator(f"{card} .sa-flow-graph").screenshot(path=str(SHOTS / "routes-25-tokens.png"))
+
+
 def test_repeated_random_tokens_name_the_layer_2_induction_head_and_draw_its_map(server, browser):
     """The shipped attention-only model's card, N = 20 random tokens repeated twice: the page names the best
     induction head (the server's, in layer 2), draws every head's map with the stripe outlined and the

@@ -200,6 +200,8 @@ def test_cli_explains_a_text_with_contrast_and_step_scores(capsys, tmp_path):
     for args, said in (
         (["--text", TEXT, "--contrast", FOIL], "--contrast is for the gradient methods"),
         (["--text", TEXT, "--method", "saliency", "--contrast", "Jerusalén"], "tokenises into 8"),
+        # one token, but not this one: the tokenizer's NFKC reads full-width letters as "God"
+        (["--text", TEXT, "--method", "saliency", "--contrast", "Ｇｏｄ"], "contrast 'Ｇｏｄ' is not a token"),
         (["x", "--seed", 3], "only with --sample"),
         (["--text", TEXT, "--sample"], "--sample is for a continuation"),
         (["x", "--text", TEXT], "not both"),

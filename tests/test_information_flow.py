@@ -143,7 +143,7 @@ def test_the_top_down_graph_is_the_dense_graph_walked_from_the_chosen_position(f
     for layer in range(dense.n_layers - 1, -1, -1):
         below = set(active)
         for (lay, h, j, i), w in weights.items():
-            if lay == layer and i in active and (h is None or w >= tau):
+            if lay == layer and i in active and w >= tau:  # the residual's edge too: only ≥ τ
                 expected_edges[(lay, h, j, i)] = w
                 below.add(j)
         expected_nodes.update({(layer, i): mlp[(layer, i)] for i in active if mlp[(layer, i)] >= tau})
@@ -153,6 +153,21 @@ def test_the_top_down_graph_is_the_dense_graph_walked_from_the_chosen_position(f
     assert all(got[key] == pytest.approx(w, abs=1e-12) for key, w in expected_edges.items())
     assert {(m.layer, m.position): m.weight for m in g.mlp_nodes} == pytest.approx(expected_nodes, abs=1e-12)
     assert len(got) < len(weights)  # τ prunes
+
+
+def test_a_residual_below_tau_is_no_edge_but_still_carries_its_position_down():
+    """The docstring's rule: only edges of at least τ are kept, the residual's included; a position whose
+    residual share is below τ is still walked at the layer below (its share kept in ``residual_shares``)."""
+    model, ids = _model("gpt2")
+    dense = information_flow_routes(model, ids, threshold=0.0)
+    n = ids.shape[0]
+    last = dense.n_layers - 1
+    tau = dense.residual_shares[(last, n - 1)] + 1e-9  # the predicting position's residual falls just below τ
+    g = information_flow_routes(model, ids, threshold=tau)
+    assert all(e.weight >= tau for e in g.edges)
+    assert (last, None, n - 1, n - 1) not in _edges(g)
+    assert g.residual_shares[(last, n - 1)] == pytest.approx(dense.residual_shares[(last, n - 1)], abs=1e-12)
+    assert (last - 1, n - 1) in g.residual_shares  # still reached one layer down
 
 
 def test_chunked_importances_equal_the_unchunked(monkeypatch):
@@ -273,7 +288,8 @@ def _dense_routes(model, ids, tau):
                 if prox(t) / z >= tau and a > 0:
                     edges[(layer, h, j, i)] = prox(t) / z
                     below.add(j)
-            edges[(layer, None, i, i)] = prox(p.residual[i]) / z
+            if prox(p.residual[i]) / z >= tau:  # the position itself stays on the graph (below = active)
+                edges[(layer, None, i, i)] = prox(p.residual[i]) / z
             m, o = p.mid[i], p.out[i]
             rm = [max(0.0, float(o.abs().sum() - (o - t).abs().sum())) for t in (m, o - m)]
             if rm[1] / sum(rm) >= tau:

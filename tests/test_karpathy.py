@@ -84,7 +84,7 @@ def test_malformed_files_name_the_file_and_the_entry(tmp_path, bad, message):
     with pytest.raises(InputError, match=message) as info:
         read_karpathy(jp, tmp_path)
     assert str(jp) in str(info.value)
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"missing\.json: no such file$"):
         read_karpathy(tmp_path / "missing.json", tmp_path)
 
 

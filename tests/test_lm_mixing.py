@@ -7,12 +7,14 @@ rerun with one value zeroed; never attnkit's trace."""
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from attnkit.attribution.cosine import cosine_distance
 from attnkit.attribution.lm_mixing import (
     alti,
     alti_logit,
@@ -339,3 +341,42 @@ def test_alti_logit_equals_a_loop_over_the_models_blocks():
         for j in range(n):
             expected[j] += float(rolled[pos, j]) * logit(m)
     torch.testing.assert_close(got.tokens, torch.tensor(expected, dtype=torch.float64), atol=REF, rtol=0)
+
+
+VZ_TEXT = "In the beginning God created the heaven and the earth, and the earth was without form"
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@torch.no_grad()
+def test_value_zeroing_in_float32_keeps_its_digits(family):
+    """In float32, ``1 − cos`` loses the digits of a small distance (future tokens scored up to ~1e-7,
+    normalised rows 5e-5 off); the half squared distance of the unit vectors keeps them: the future tokens
+    of a causal model score exactly 0 and the rows match the float64 model's to ~1e-6."""
+    model, tok = build_tiny(family)
+    ids = torch.tensor(tok(VZ_TEXT)["input_ids"])
+    p32: list = []
+    trace_lm(copy.deepcopy(model).float(), ids, p32.append)
+    p64: list = []
+    trace_lm(copy.deepcopy(model).double(), ids, p64.append)
+    n = ids.shape[0]
+    future = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+    for a, b in zip(p32, p64, strict=True):
+        got = value_zeroing(a)
+        assert got.dtype == torch.float32
+        assert torch.all(got[future] == 0.0)
+        ref = torch.stack([1.0 - F.cosine_similarity(b.out, value_zeroed_output(b, j), dim=-1) for j in range(n)], 1)
+        assert ref.max() > 0.1  # not vacuous
+        torch.testing.assert_close(got.double(), ref, atol=1e-6, rtol=0)
+        rows, ref_rows = got.double() / got.double().sum(-1, keepdim=True), ref / ref.sum(-1, keepdim=True)
+        torch.testing.assert_close(rows, ref_rows, atol=5e-6, rtol=0)
+
+
+def test_cosine_distance_of_close_vectors_matches_float64():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 32, generator=g, dtype=torch.float64)
+    b = a + 1e-4 * torch.randn(64, 32, generator=g, dtype=torch.float64)
+    ref = 1.0 - F.cosine_similarity(a, b, dim=-1)  # float64: exact enough
+    got = cosine_distance(a.float(), b.float())
+    assert torch.all(cosine_distance(a.float(), a.float()) == 0.0)
+    torch.testing.assert_close(got.double(), ref, atol=0, rtol=1e-2)  # relative, at distances ~1e-9
+    assert (1.0 - F.cosine_similarity(a.float(), b.float(), dim=-1)).double().sub(ref).abs().max() > 1e-8

@@ -145,7 +145,18 @@ def opened(tmp_path_factory):
 
 @pytest.mark.parametrize(
     "method",
-    ["attention", "rollout", "attention_norm", "value_zeroing", "alti", "alti_logit", "saliency", "input_x_gradient"],
+    [
+        "attention",
+        "rollout",
+        "attention_norm",
+        "value_zeroing",
+        "alti",
+        "alti_logit",
+        "attention_flow",
+        "attention_relevance",
+        "saliency",
+        "input_x_gradient",
+    ],
 )
 def test_every_row_method_on_the_native_model_equals_its_export(opened, method):
     from attnkit.service import GenerationRequest, analyse

@@ -74,8 +74,27 @@ def test_attention_norm_rows_equal_a_float64_loop_over_gpt2s_own_projections():
         for j in range(i + 1):
             t = sum(alpha[h, i, j] * (v[j, h] @ w[h * dh : (h + 1) * dh]) for h in range(nh))
             want[i, j] = t.norm()
+    torch.testing.assert_close(a.raw.double(), want, atol=1e-4, rtol=1e-5)  # the magnitudes, kept
     want = want / want.sum(-1, keepdim=True)
     torch.testing.assert_close(a.scores.double(), want, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("method", ["attention_norm", "value_zeroing"])
+def test_the_cli_says_its_rows_are_normalised_and_gives_the_magnitudes_in_json(gpt2, capsys, method):
+    from attnkit.attribution.lm_methods import layer_maps
+
+    folder = saved_tiny("gpt2")
+    code, out, err = _cli(capsys, "explain", "--model", folder, "--text", TEXT, "--method", method)
+    assert code == 0 and "each row normalised to sum to 1" in out and "'raw' in --json" in out, err
+    code, out, err = _cli(capsys, "explain", "--model", folder, "--text", TEXT, "--method", method, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    ids, _ = gpt2.impl.encode(TEXT)
+    want = layer_maps(gpt2.impl.model, ids[:-1], method)[-1]  # (n-1, n-1): the last layer's map, whole
+    torch.testing.assert_close(torch.tensor(d["raw"], dtype=torch.float64), want, atol=1e-5, rtol=0)
+    assert float((want.sum(-1) - 1).abs().max()) > 0.05  # magnitudes, not shares
+    shares = want / want.sum(-1, keepdim=True)
+    torch.testing.assert_close(torch.tensor(d["scores"], dtype=torch.float64), shares, atol=1e-5, rtol=0)
 
 
 def test_value_zeroing_and_alti_rows_and_their_refusals(gpt2):
@@ -134,6 +153,23 @@ def test_logit_lens_and_direct_logit_through_the_cli_equal_the_model_run_again(g
     assert total == pytest.approx(float(logits[2, d["token"]]), abs=1e-4)  # the terms add up to the logit
     code, out, _ = _cli(capsys, "explain", "--model", folder, "--text", TEXT, "--method", "direct_logit")
     assert code == 0 and "head 4" in out and "MLP" in out
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("view", ["logit_lens", "direct_logit", "routes"])
+def test_a_one_token_text_has_a_prediction_to_view_through_the_cli(gpt2, capsys, view):
+    """A view of one prediction reads the token after the text: one token is enough (a forced attribution,
+    which explains each next token by the ones before, needs two)."""
+    ids, _ = gpt2.impl.encode("God")
+    assert len(ids) == 1
+    predicted = int(gpt2.impl.model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+    code, out, err = _cli(capsys, "explain", "--model", saved_tiny("gpt2"), "--text", "God", "--method", view, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["position"] == 1 and data["pieces"] == gpt2.impl.pieces_of(ids)
+    assert data["token"]["id"] == predicted
+    code, _, err = _cli(capsys, "explain", "--model", saved_tiny("gpt2"), "--text", "God", "--method", "alti_logit")
+    assert code == 2 and "needs at least two" in err
 
 
 def test_routes_through_the_cli_json_png_and_page(gpt2, capsys, tmp_path):
@@ -195,13 +231,28 @@ def test_every_layers_mixing_map_as_the_self_attention_views(capsys):
         ("gpt2", ["--method", "alti", "--position", "2"], "--position is for the views"),
         ("gpt2", ["--method", "logit_lens", "--position", "99"], "position must be a token of the text, 1..13"),
         ("bert", ["--method", "routes"], "routes is not defined for an encoder-only model"),
-        ("marian", ["--method", "alti_logit"], "alti_logit is for language models"),
+        ("marian", ["--method", "alti_logit"], "alti_logit is a language model's method, not a translator's"),
     ],
 )
 def test_what_cannot_be_done_is_refused_in_one_line(capsys, family, args, says):
     code, _, err = _cli(capsys, "explain", TEXT, "--model", saved_tiny(family), *args)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and says in lines[0], err
+
+
+@pytest.mark.parametrize(("family", "extra"), [("gpt2", []), ("bert", []), ("gpt2", ["--self-attention"])])
+def test_an_unknown_method_lists_the_methods_that_model_takes(capsys, family, extra):
+    from attnkit.attribution import METHODS
+    from attnkit.attribution.generation import generation_methods
+    from attnkit.cli.explain_hf import VIEW_METHODS
+
+    code, _, err = _cli(capsys, "explain", TEXT, "--model", saved_tiny(family), "--method", "nonsense", *extra)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "unknown attribution method 'nonsense'" in lines[0], err
+    listed = lines[0].split(" takes: ")[1].split(", ")
+    decoder = family == "gpt2" and not extra
+    assert listed == (generation_methods() if decoder else list(VIEW_METHODS))  # Captum is installed here
+    assert "alti_plus" in METHODS and "alti_plus" not in listed  # not the translators' list
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,10 @@ def test_every_shipped_model_is_listed_complete_and_verifiable():
     bleu = {n: m.scores["test_beam5_bleu"] for n, m in infos.items() if "test_beam5_bleu" in m.scores}
     assert max(bleu, key=bleu.get) == DEFAULT_TRANSLATION_MODEL
     assert infos[DEFAULT_CAPTION_MODEL].task == "captioning"
+    # a language model says its language (the explorer offers an example text in it); the others have none
+    for name, m in infos.items():
+        assert m.lang == ("en" if m.task == "language-model" else None), name
+        assert m.to_dict()["lang"] == m.lang
 
 
 def test_names_paths_and_local_models_resolve(tmp_path):
@@ -61,6 +65,28 @@ def test_models_command(capsys):
     assert "induction head L2." in lines["lm-4l-en"] and "no induction head" not in lines["lm-4l-en"]
     assert cli_main(["translate", "--model", "no-such-model", "Hola."]) == 2
     assert "known: transformer-es-en" in capsys.readouterr().err
+
+
+def test_models_table_keeps_its_columns_apart_and_aligned(tmp_path, capsys):
+    """Every column as wide as its widest cell, two spaces between: "language-model" and "language_model"
+    (both 14 wide) do not run together, nor a local model's name longer than any shipped one."""
+    import re
+    import shutil
+
+    long_name = "my-own-captioner-with-a-long-name"
+    shutil.copytree(resolve_model("captioner-soft"), tmp_path / "models" / long_name)
+    assert cli_main(["--home", str(tmp_path), "models"]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    starts = [m.start() for m in re.finditer(r"\S+( \S+)*", header)]  # where each column's heading begins
+    assert header.split("  ")[0].rstrip() == "name" and len(starts) == 7
+    rows = {line.split()[0]: line for line in lines}
+    for line in rows.values():
+        cells = re.split(r"\s{2,}", line.strip())
+        assert len(cells) == 7, line
+        for start, cell in zip(starts[:4], cells[:4]):  # the left-aligned columns begin under their headings
+            assert line[start : start + len(cell)] == cell and line[start - 2 : start] in ("  ", ""), line
+    assert re.split(r"\s{2,}", rows["lm-4l-en"])[2:4] == ["language-model", "language_model"]
+    assert re.split(r"\s{2,}", rows[long_name])[:3] == [long_name, "local", "captioning"]
 
 
 def test_language_model_line_without_an_induction_head():

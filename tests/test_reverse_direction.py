@@ -22,6 +22,7 @@ def test_the_shipped_pair_finds_each_other():
     assert reverse_model(resolve_model("transformer-en-es")) == "transformer-es-en"
     assert reverse_model(resolve_model("rnnsearch-es-en")) is None  # no RNNsearch of the other direction
     assert reverse_model(resolve_model("captioner-soft")) is None
+    assert reverse_model("hf:Helsinki-NLP/opus-mt-es-en") is None  # a hub name: no folder, no shipped partner
     tr = Translator.load("transformer-en-es")
     assert (tr.src_lang, tr.tgt_lang, tr.corpus, tr.spelling) == ("en", "es", "bible", "modern")
 

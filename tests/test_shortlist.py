@@ -250,7 +250,7 @@ def test_lexical_shortlist_file_round_trip_and_corruption(tmp_path):
     back = LexicalShortlist.load(path)
     assert torch.equal(back.frequent, sl.frequent) and torch.equal(back.table, sl.table)
     assert back.tokenizer_sha256 == "abc"
-    with pytest.raises(ShortlistError, match="no such shortlist file"):
+    with pytest.raises(ShortlistError, match=r"missing\.safetensors: no such file; build a shortlist with"):
         LexicalShortlist.load(tmp_path / "missing.safetensors")
     cut = tmp_path / "cut.safetensors"
     cut.write_bytes(path.read_bytes()[:-7])
@@ -278,3 +278,26 @@ def test_lexical_shortlist_rejects_bad_arguments():
     sl = LexicalShortlist.build([[1]], [[2]], vocab_size=4, tokenizer_sha256="x")
     with pytest.raises(ValueError, match=r"src_ids must lie in \[0, 4\)"):
         sl.ids_for([[5]])
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_files_are_written_with_the_users_umask(tmp_path, umask):
+    """A shortlist, and every file written atomically, gets the mode any new file of the user's gets
+    (0o666 less the umask), as a plain open() makes it: not the temp file's owner-only 0o600."""
+    import os
+    import stat
+
+    from attnkit.paths import atomic_write_text
+
+    sl = LexicalShortlist.build([[3, 4]], [[6]], vocab_size=10, tokenizer_sha256="abc", frequent=2, per_source=2)
+    old = os.umask(umask)
+    try:
+        with open(tmp_path / "plain.txt", "w") as f:  # the reference: what the user's umask gives
+            f.write("x")
+        sl.save(tmp_path / "sl.safetensors")
+        atomic_write_text(tmp_path / "atomic.txt", "x")
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    assert modes == dict.fromkeys(["plain.txt", "sl.safetensors", "atomic.txt"], 0o666 & ~umask)
+    assert LexicalShortlist.load(tmp_path / "sl.safetensors").tokenizer_sha256 == "abc"

@@ -572,7 +572,7 @@ def test_shortlist_cli_build_translate_evaluate(trained, bible_home, capsys, tmp
     with pytest.raises(ShortlistError, match="another tokenizer"):
         tr.translate(sentences, shortlist=LexicalShortlist(sl.frequent, sl.table, "0" * 64))
     assert cli_main(["translate", "--model", model, "--shortlist", str(tmp_path / "none.safetensors"), "Hola"]) == 2
-    assert "no such shortlist file" in capsys.readouterr().err
+    assert f"{tmp_path / 'none.safetensors'}: no such file; build a shortlist" in capsys.readouterr().err
     assert (
         cli_main(
             [

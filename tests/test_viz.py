@@ -229,3 +229,29 @@ def test_head_grids_number_layers_and_heads_from_one(tmp_path, monkeypatch):
     for bad in (0, 4, -4, True, 1.0):
         with pytest.raises(ValueError, match=r"alignment_layer must be a layer number in 1\.\.3"):
             plot_transformer_heads(None, None, cross, toks(S), toks(T), tmp_path / "x.png", alignment_layer=bad)
+
+
+def test_bleu_by_length_legend_quotes_each_models_bleu_as_the_tables_do(tmp_path, monkeypatch):
+    """The legend gives each model's overall BLEU to two decimals (33.37, not 33.4), the figure the
+    README's tables and ``evaluate translation`` print, and each curve skips empty buckets."""
+    import attnkit.viz.curves as curves_mod
+
+    seen: dict[str, list] = {}
+
+    def keep(fig, path, dpi):
+        ax = fig.axes[0]
+        seen["legend"] = [t.get_text() for t in ax.get_legend().get_texts()]
+        seen["xs"] = [list(line.get_xdata()) for line in ax.get_lines()]
+        return path
+
+    monkeypatch.setattr(curves_mod, "save_png", keep)
+    rows = [{"bucket": b, "n": n, "bleu": 10.0 * i} for i, (b, n) in enumerate((("0-10", 3), ("10-20", 0), ("20+", 1)))]
+    reports = [
+        {"model_type": "rnnsearch", "bleu": 33.374, "by_length": rows},
+        {"model": "m", "bleu": 8.0, "by_length": rows},
+    ]
+    curves_mod.plot_bleu_by_length(reports, tmp_path / "b.png")
+    assert seen["legend"] == ["rnnsearch (BLEU 33.37)", "m (BLEU 8.00)"]
+    assert seen["xs"] == [[0, 2], [0, 2]]
+    with pytest.raises(ValueError, match="reports"):
+        curves_mod.plot_bleu_by_length([], tmp_path / "b.png")

@@ -1,4 +1,4 @@
-"""Regenerate the documentation's attention pictures from the shipped models, so that they show the models
+"""Regenerate the documentation's pictures of the shipped models, so that they show the models
 that ship (run it after a model is reshipped, and update the prose beside each picture from what it prints).
 
     PYTHONPATH=src .venv/bin/python tools/figures.py [--out docs] [--only NAME ...]
@@ -8,7 +8,10 @@ that ship (run it after a model is reshipped, and update the prose beside each p
 - ``transformer-heads.png``: every layer and head of the Transformer on Deut 4:24, as
   ``attnkit translate --model transformer-es-en --beam 5 --plot PNG "..."`` draws it;
 - ``alignment-gold.png``: a scored gold verse (Eph 3:4) with its gold links over the word matrix of the reading
-  ``attnkit align`` uses for the Transformer (its guided head for a model trained with guided alignment).
+  ``attnkit align`` uses for the Transformer (its guided head for a model trained with guided alignment);
+- ``bleu_by_length.png``: greedy test BLEU by source length of the three Spanish → English models, as
+  ``attnkit evaluate translation --model rnnencdec-es-en --model rnnsearch-es-en --model transformer-es-en
+  --plot PNG`` draws it (its legend gives each model's test BLEU, the README's greedy column).
 """
 
 from __future__ import annotations
@@ -39,6 +42,22 @@ def translate_plot(model: str, text: str, path: Path) -> str:
         code = main(["translate", "--model", model, "--beam", "5", "--plot", str(path), text])
     if code != 0:
         raise SystemExit(f"attnkit translate --model {model} failed ({code})")
+    return out.getvalue().strip()
+
+
+BY_LENGTH_MODELS = ("rnnencdec-es-en", "rnnsearch-es-en", "transformer-es-en")
+
+
+def bleu_by_length(path: Path) -> str:
+    """``attnkit evaluate translation --model ... --plot PATH`` on the whole test split; its table."""
+    from attnkit.cli import main
+
+    argv = ["evaluate", "translation", *(a for m in BY_LENGTH_MODELS for a in ("--model", m)), "--plot", str(path)]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(argv)
+    if code != 0:
+        raise SystemExit(f"attnkit {' '.join(argv)} failed ({code})")
     return out.getvalue().strip()
 
 
@@ -74,6 +93,7 @@ FIGURES = {
     "rnnsearch-alignment": lambda p: translate_plot("rnnsearch-es-en", GEN_13_8, p),
     "transformer-heads": lambda p: translate_plot("transformer-es-en", DEUT_4_24, p),
     "alignment-gold": gold_figure,
+    "bleu_by_length": bleu_by_length,
 }
 
 

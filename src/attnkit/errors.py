@@ -8,7 +8,9 @@ either.
 
 from __future__ import annotations
 
-__all__ = ["AttnkitError", "ConfigError", "InputError", "TraceError"]
+import os
+
+__all__ = ["AttnkitError", "ConfigError", "InputError", "TraceError", "no_such_file"]
 
 
 class AttnkitError(Exception):
@@ -26,3 +28,9 @@ class InputError(AttnkitError, ValueError):
 class TraceError(AttnkitError, ValueError):
     """A model whose blocks cannot be traced: a replayed block does not give the model's own output, or a
     method needs a part (a next-token head, residual blocks) the model does not have."""
+
+
+def no_such_file(path: str | os.PathLike, what: str = "file") -> str:
+    """The one wording, in every command, of an input path that is not there: ``nope.es: no such file``
+    (``what``: ``folder`` for a folder)."""
+    return f"{os.fspath(path)}: no such {what}"

@@ -18,6 +18,12 @@ HF LayerNorm blocks: Hugging Face Marian and BART (post-norm), mBART, M2M100/NLL
 
 :func:`explain_generation` attributes a decoder-only Hugging Face model's own continuation (GPT-2, Llama)
 to the tokens before each generated one (:mod:`.generation`).
+
+Interventions ask whether a head matters rather than where it looks: :mod:`.interventions` ablates (zero,
+mean, resample), patches or gates any head of attnkit's language models and Transformer translators for one
+``with`` block; :mod:`.intervention_effects` reports what that changes in a prediction or a translation;
+:mod:`.head_importance` scores every head of a translator by ablation and by Michel et al. (2019)'s gate
+gradient (``attnkit heads``).
 """
 
 from .forced import ForcedCaption, ForcedTranslation, forced_caption, forced_translation

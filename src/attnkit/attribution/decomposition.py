@@ -7,7 +7,8 @@ attributions for the target pieces under forced decoding.
   decoder layer; a large weight on a small vector counts for little.
 - **value zeroing** (Mohebbi et al. 2023): zero source piece j's value vectors in one decoder layer's
   cross-attention (every head), run the rest of that layer, and take the cosine distance between
-  target t's layer output with and without it: ``C_tj = 1 − cos(y_t, y_t^{¬j})``.
+  target t's layer output with and without it: ``C_tj = 1 − cos(y_t, y_t^{¬j})``, computed as
+  ``½‖y/|y| − y′/|y′|‖²``, which keeps its digits when the two are close (:mod:`attnkit.attribution.cosine`).
 - **ALTI+** (Ferrando et al. 2022, "Towards Opening the Black Box of Neural Machine Translation"):
   every attention block's output is split into one term per input (:meth:`Block.terms`, plus the
   residual on the diagonal), each term's contribution is its closeness to the sum,
@@ -28,10 +29,10 @@ attributions for the target pieces under forced decoding.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import InputError
+from .cosine import cosine_distance
 from .trace import Block, TransformerTrace
 
 __all__ = ["alti_contributions", "alti_plus", "attention_norm", "block_contributions", "value_zeroing"]
@@ -63,8 +64,7 @@ def value_zeroing(trace: TransformerTrace, *, layer: int | None = None) -> Tenso
     summed = blk.residual.unsqueeze(0) + zeroed
     b = blk.post_norm(summed) if blk.post_norm is not None else summed
     y_without = lt.ffn(b)  # (S, T, D)
-    cos = F.cosine_similarity(lt.out.unsqueeze(0), y_without, dim=-1)  # (S, T)
-    return (1.0 - cos).clamp_min(0.0).transpose(0, 1)  # (T, S)
+    return cosine_distance(lt.out.unsqueeze(0), y_without).transpose(0, 1)  # (S, T) → (T, S)
 
 
 def block_contributions(blk: Block, *, residual_column: bool) -> Tensor:

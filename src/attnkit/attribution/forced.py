@@ -36,6 +36,7 @@ def forced_translation(
     """``source`` and ``target`` (English text, tokenised here, or the token ids of a translation) as a
     forced pair; without ``target`` the model's own translation (beam search, ``beam``) is the target."""
     tok = translator.tokenizer
+    src_tok = getattr(translator, "src_tokenizer", None) or tok
     src_ids = translator.encode_sources([source])[0]
     if target is None:
         tgt_ids = list(translator.translate([source], beam_size=beam)[0]["tokens"])
@@ -53,7 +54,7 @@ def forced_translation(
         src=torch.tensor(src_ids, dtype=torch.long, device=device),
         tgt=tgt,
         tgt_in=torch.cat([tgt.new_tensor([tok.bos_id]), tgt[:-1]]),
-        source_pieces=[tok.id_to_piece(t) for t in src_ids],
+        source_pieces=[src_tok.id_to_piece(t) for t in src_ids],  # the source's own vocabulary, where it has one
         target_pieces=[tok.id_to_piece(t) for t in tgt_ids],
     )
 

@@ -46,6 +46,7 @@ The result is the one :class:`~attnkit.attribution.Attribution` type: ``source``
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable
 
@@ -53,6 +54,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
+from ..method_registry import REGISTRY, names
 from . import gradients
 from .lm_methods import LM_MIXING_METHODS, LM_VIEWS, canonical_lm_method, mixing_rows
 from .lm_split import lm_split
@@ -74,14 +76,7 @@ __all__ = [
 
 #: the methods a decoder-only model's tokens have as rows, in registry order (then the views of one
 #: prediction, :data:`~attnkit.attribution.lm_methods.LM_VIEWS`: see :func:`generation_methods`)
-GENERATION_METHODS = (
-    "attention",
-    "rollout",
-    *LM_MIXING_METHODS,
-    "saliency",
-    "input_x_gradient",
-    "integrated_gradients",
-)
+GENERATION_METHODS = names(where="text_rows")
 #: the most tokens of a forced text explained at once: a gradient method runs one backward pass per token,
 #: each over the text up to that token, so the work grows with the square of the length
 MAX_FORCED_TOKENS = 1024
@@ -135,19 +130,29 @@ def canonical_generation_method(name) -> str:
     if lm is not None:
         return lm
     try:
-        return canonical_method(name)
+        key = canonical_method(name)
     except UnknownMethodError:
         raise UnknownMethodError(
             f"unknown attribution method {name!r}; a language model's methods: {', '.join(generation_methods())}"
         ) from None
+    if key not in GENERATION_METHODS:
+        extra = " (a language model's ALTI is alti)" if key == "alti_plus" else ""
+        raise UnknownMethodError(
+            f"{key} is a translator's method, not a language model's{extra}; a language model's methods: "
+            f"{', '.join(generation_methods())}"
+        )
+    return key
 
 
-def forced_ids(sa, text: str) -> tuple[list[int], int]:
+def forced_ids(sa, text: str, *, at_least: int = 2) -> tuple[list[int], int]:
     """``(ids, 1)``: ``text``'s tokens (with the tokenizer's special tokens) to explain every next token of,
-    as a continuation whose prompt is the first token; at least two tokens, at most the model's context and
+    as a continuation whose prompt is the first token; at least two tokens (``at_least=1`` for a view of
+    the prediction after the text, which one token has), at most the model's context and
     :data:`MAX_FORCED_TOKENS`."""
     ids, _ = sa.encode(text)
-    if len(ids) < 2:
+    if len(ids) < at_least:
+        if at_least == 1:
+            raise InputError("the text has no token: give a text whose next token to predict")
         raise InputError("the text is one token: a forced text needs at least two (each explains the next)")
     limit = sa.max_length()
     if limit is not None and len(ids) > limit:
@@ -162,8 +167,9 @@ def forced_ids(sa, text: str) -> tuple[list[int], int]:
 
 def contrast_token(sa, token: str | int) -> int:
     """The vocabulary id of the contrastive foil ``token``: a text that the tokenizer makes one token of
-    (without special tokens), a piece of the vocabulary spelt as the vocabulary spells it (``Ġworld``), or
-    an id; anything else is an :class:`~attnkit.errors.InputError` saying how it tokenises."""
+    (without special tokens) and that reads back as itself, a piece of the vocabulary spelt as the vocabulary
+    spells it (``Ġworld``), or an id; anything else is an :class:`~attnkit.errors.InputError` saying how it
+    tokenises."""
     size = sa.vocab_size
     if isinstance(token, int) and not isinstance(token, bool):
         if not 0 <= token < size:
@@ -173,7 +179,15 @@ def contrast_token(sa, token: str | int) -> int:
         raise InputError(f"contrast must be one token of the model's vocabulary, got {token!r}")
     ids = sa.encode_plain(token)
     if len(ids) == 1:
-        return ids[0]
+        # the token must read back as itself: a tokenizer that normalises (NFKC: "Ｇｏｄ" → "God") or maps an
+        # unknown character to <unk> makes one token of a text that is not it
+        back = sa.decode_plain(ids)
+        if back.strip() == token.strip() or sa.piece_id(token) == ids[0]:
+            return ids[0]
+        raise InputError(
+            f"contrast {token!r} is not a token of {sa.source}'s vocabulary: its tokenizer reads it as {back!r} "
+            f"(id {ids[0]}); give the token as the model writes it"
+        )
     found = sa.piece_id(token)
     if found is not None and 0 <= found < size:
         return found
@@ -344,7 +358,11 @@ def explain_generation(
     if not 1 <= prompt_len < len(ids):
         raise InputError("the continuation has no generated token to explain")
     t0 = time.perf_counter()
-    if name in gradients.GRADIENT_METHODS:
+    registered = REGISTRY[name].rows
+    if registered is not None:  # a method with a module of its own (the registry names its function)
+        module, _, function = registered.partition(":")
+        out = getattr(importlib.import_module(module), function)(sa, ids, prompt_len, layer=layer, head=head)
+    elif name in gradients.GRADIENT_METHODS:
         with sa.fast_activations():  # one kernel per activation: less memory and time under autograd
             out = _gradient_rows(sa, ids, prompt_len, name, steps, batch, progress, contrast_id)
     elif name in LM_MIXING_METHODS:

@@ -48,6 +48,7 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import InputError
+from ..method_registry import GRADIENTS, names
 
 __all__ = [
     "DEFAULT_BATCH",
@@ -65,7 +66,7 @@ DEFAULT_STEPS = 32
 MAX_STEPS = 256
 COMPLETENESS = 0.01
 GAP_FLOOR = 0.1
-GRADIENT_METHODS = ("saliency", "input_x_gradient", "integrated_gradients")
+GRADIENT_METHODS = names(needs=GRADIENTS)
 #: the most rows one forward+backward pass takes, a row being one (target piece, interpolation point) pair
 #: for integrated gradients and one target piece for saliency and input × gradient: the memory a gradient
 #: method needs is about ``batch`` copies of the model's activations for one input (``attnkit explain --batch``)

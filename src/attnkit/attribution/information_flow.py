@@ -1,6 +1,6 @@
 """Information-flow routes (Ferrando & Voita 2024, "Information flow routes: automatically interpreting
 language models at scale"; the graph of the LM Transparency Tool) for a decoder-only model, from one
-forward pass and a top-down replay of its layers (:mod:`attnkit.hf.lm_decomposition`).
+forward pass and a top-down replay of its layers (the model's :class:`~attnkit.attention.block_trace.BlockTracer`).
 
 Every block writes to the residual stream as a sum, and each summand's importance for the sum is its
 proximity to it (as in ALTI, Ferrando et al. 2022)::
@@ -16,7 +16,8 @@ The graph is built top-down from the chosen position at the last layer, as the p
 is on the graph at a layer's output if it is the chosen one or a kept edge leaves it higher up; its
 MLP node is kept if its importance is at least τ; its attention edges whose importance is at least τ
 are kept, and their sources are on the graph at the layer's input, as is the position itself (its
-residual). The model runs once as it runs without attnkit, keeping each layer's input and computing
+residual carries it down, whatever its importance; the residual is drawn as an edge, like the others, only
+where its importance is at least τ, and each reached position's share is kept in ``residual_shares``). The model runs once as it runs without attnkit, keeping each layer's input and computing
 the chosen position's logits only (:meth:`~attnkit.attention.block_trace.BlockTracer.record`); then, from the
 last layer down, each layer is replayed **only at the positions the graph has reached there**
 (:meth:`~attnkit.attention.block_trace.BlockTracer.layer_rows`: its attention module rerun up to the kernel for its queries
@@ -291,7 +292,8 @@ def _walk(
             sources.add(j)
         for i in targets:
             part.residual_shares[i] = info["residual"][i]
-            part.edges.append(FlowEdge(layer, None, i, i, info["residual"][i]))
+            if info["residual"][i] >= threshold:  # a weaker residual is no edge, but still carries i down
+                part.edges.append(FlowEdge(layer, None, i, i, info["residual"][i]))
         active = sources
         edges += part.edges
         nodes += part.mlp_nodes

@@ -1,7 +1,9 @@
-"""The language-model methods of ``attnkit explain`` (issue 56): their names, what the explorer says of
-them, and the context-mixing methods of :mod:`.lm_mixing` laid out as the other methods' rows.
+"""The language-model methods of ``attnkit explain`` (the views of one prediction, the context-mixing
+maps): their names, what the explorer says of them, and the context-mixing methods of :mod:`.lm_mixing`
+laid out as the other methods' rows.
 
-Two kinds, one registry (:data:`LM_MIXING_METHODS`, :data:`LM_VIEWS`; :func:`canonical_lm_method`):
+Two kinds, read off the one registry (:mod:`attnkit.method_registry`: :data:`LM_MIXING_METHODS`,
+:data:`LM_VIEWS`; :func:`canonical_lm_method`):
 
 - **context mixing** (attention-norm, Kobayashi et al. 2020; value zeroing, Mohebbi et al. 2023; ALTI,
   Ferrando et al. 2022; ALTI-Logit, Ferrando et al. 2023), an ``(n − 1)``-column row per attributed token
@@ -23,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ..attention.block_trace import LMLayerParts
+from ..method_registry import REGISTRY, RESIDUAL_TRACE, names
 from .lm_mixing import alti, alti_block, alti_logit, attention_norm, value_zeroing
 from .tracers import block_tracer
 
@@ -39,44 +42,20 @@ __all__ = [
 ]
 
 #: the context-mixing methods of a decoder-only model's tokens (rows like the other methods')
-LM_MIXING_METHODS = ("attention_norm", "value_zeroing", "alti", "alti_logit")
+LM_MIXING_METHODS = names(where="text_rows", needs=RESIDUAL_TRACE)
 #: the views of one prediction: tables and a graph, not rows
-LM_VIEWS = ("logit_lens", "direct_logit", "routes")
+LM_VIEWS = names(where="text_view")
 #: the mixing methods with one map per layer (the self-attention views of every layer; ``--layer`` picks one)
-LAYER_METHODS = ("attention_norm", "value_zeroing", "alti")
+LAYER_METHODS = names(where="text_layers", needs=RESIDUAL_TRACE)
 
 #: the most logits the logit lens at several positions holds at once (positions × vocabulary)
 LENS_LOGITS = 1 << 24
-#: ``name: (title, reference, needs gradients)``, as the explorer lists a method
+#: ``name: (title, reference, needs gradients)`` of every language-model method, from the registry
 LM_METHOD_INFO = {
-    "attention_norm": ("attention-norm ‖Σ_h α f(x)‖", "Kobayashi et al. 2020, Attention is not only a weight", False),
-    "value_zeroing": (
-        "value zeroing",
-        "Mohebbi et al. 2023, Quantifying context mixing in Transformers",
-        False,
-    ),
-    "alti": (
-        "ALTI, rolled out through every layer",
-        "Ferrando et al. 2022, Measuring the mixing of contextual information in the Transformer",
-        False,
-    ),
-    "alti_logit": (
-        "ALTI-Logit: each token's share of the predicted logit",
-        "Ferrando et al. 2023, Explaining how Transformers use context to build predictions",
-        False,
-    ),
-    "logit_lens": ("logit lens: each block's residual read as a prediction", "nostalgebraist 2020", False),
-    "direct_logit": ("direct logit attribution of every head and MLP", "Elhage et al. 2021", False),
-    "routes": (
-        "information-flow routes",
-        "Ferrando & Voita 2024, Information flow routes: automatically interpreting language models at scale",
-        False,
-    ),
+    n: (REGISTRY[n].title, REGISTRY[n].reference, REGISTRY[n].needs_gradients) for n in (*LM_MIXING_METHODS, *LM_VIEWS)
 }
 
 _ALIASES = {
-    "alti+": "alti",
-    "alti_plus": "alti",
     "dla": "direct_logit",
     "direct_logit_attribution": "direct_logit",
     "lens": "logit_lens",
@@ -87,13 +66,15 @@ _ALIASES = {
 
 
 def canonical_lm_method(name) -> str | None:
-    """``name`` as this registry spells it (``alti-logit`` → ``alti_logit``; ``alti+`` and ``alti_plus`` →
-    ``alti``, a language model's ALTI; ``dla`` → ``direct_logit``), or None for a name it does not have."""
+    """``name`` as this registry spells it (``alti-logit`` → ``alti_logit``; ``dla`` → ``direct_logit``), or None
+    for a name it does not have. ``alti`` is a language model's ALTI; ``alti_plus`` (ALTI+) is a translator's,
+    another method, not a spelling of this one."""
     if not isinstance(name, str):
         return None
     key = name.strip().lower().replace("-", "_").replace(" ", "_")
     key = _ALIASES.get(key, key)
-    return key if key in LM_MIXING_METHODS or key in LM_VIEWS else None
+    own = key in REGISTRY and REGISTRY[key].rows is not None  # a language-model method with a module of its own
+    return key if key in LM_MIXING_METHODS or key in LM_VIEWS or own else None
 
 
 def _check_layer(model, layer) -> int:
@@ -117,7 +98,9 @@ def mixing_rows(model, ids: list[int], prompt_len: int, method: str, layer: int 
     prompt_len``) over the inputs ``ids[:-1]``, row ``t`` the position ``P − 1 + t`` that predicts token
     ``ids[P + t]``, as :func:`attnkit.attribution.explain_generation` lays out every method:
 
-    - ``attention_norm``, ``value_zeroing``: that row of layer ``layer``'s map (1-based, default the last);
+    - ``attention_norm``, ``value_zeroing``: that row of layer ``layer``'s map (1-based, default the last),
+      the magnitudes (``‖Σ_h α^h_ij f^h(u_j)‖``, ``1 − cos``) in both: ``raw`` keeps them, the attribution's
+      ``scores`` are those rows normalised;
     - ``alti``: that row of ALTI rolled out through every layer;
     - ``alti_logit``: each input token's share of the logit of ``ids[P + t]`` at its position (signed, in
       ``raw``; ``scores`` keeps the positive shares), the prefix up to the position traced once per token.
@@ -146,7 +129,8 @@ def mixing_rows(model, ids: list[int], prompt_len: int, method: str, layer: int 
                 held["m"] = _one_layer_map(parts, method)
 
         block_tracer(model).trace(x, on_layer)
-        mat = held["m"]
+        rows = held["m"][positions].double().cpu()  # (G, n-1): the magnitudes, kept as raw
+        return rows, rows.clone()
     else:
         raise ValueError(f"method must be one of {', '.join(LM_MIXING_METHODS)}, got {method!r}")
     return mat[positions].double().cpu(), None  # (G, n-1)

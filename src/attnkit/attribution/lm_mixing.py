@@ -9,7 +9,8 @@ decoder's next-token prediction and refuse an encoder-only model in one line.
   layer (before any norm after the attention, as Kobayashi et al. define it).
 - **value zeroing** (Mohebbi et al. 2023, "Quantifying context mixing in Transformers"): zero token
   j's value vectors in one layer (every head), run the rest of that layer (its norms recomputed), and
-  take ``C_ij = 1 − cos(y_i, y_i^{¬j})``. The replay is exact: the zeroed layer output equals
+  take ``C_ij = 1 − cos(y_i, y_i^{¬j})``, computed as ``½‖y/|y| − y′/|y′|‖²`` so that it keeps its
+  digits when the two are close (:mod:`attnkit.attribution.cosine`). The replay is exact: the zeroed layer output equals
   rerunning the model with that value zeroed.
 - **ALTI** (Ferrando et al. 2022, "Measuring the mixing of contextual information in the
   Transformer"): each layer's output ``mid_i = Σ_j T_ij + r_i (+ b_O)`` is split into one term per
@@ -40,10 +41,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention.block_trace import BlockTracer, LMLayerParts
+from .cosine import cosine_distance
 from .tracers import block_tracer
 
 __all__ = [
@@ -77,8 +78,8 @@ def value_zeroed_output(parts: LMLayerParts, j: int) -> Tensor:
 def value_zeroing(parts: LMLayerParts) -> Tensor:
     """``(N, N)``: ``1 − cos(y_i, y_i^{¬j})`` of one traced layer (one key at a time: bounded memory)."""
     n = parts.residual.shape[0]
-    cols = [1.0 - F.cosine_similarity(parts.out, value_zeroed_output(parts, j), dim=-1) for j in range(n)]
-    return torch.stack(cols, dim=1).clamp_min(0.0)  # (N, N)
+    cols = [cosine_distance(parts.out, value_zeroed_output(parts, j)) for j in range(n)]
+    return torch.stack(cols, dim=1)  # (N, N)
 
 
 def alti_block(parts: LMLayerParts) -> Tensor:

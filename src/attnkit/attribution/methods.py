@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import InputError
+from ..method_registry import REGISTRY
 from . import decomposition, gradients
 from .forced import ForcedCaption, ForcedTranslation, forced_caption, forced_translation
 from .result import Attribution, normalise_rows
@@ -352,84 +353,67 @@ class Method:
     requirement: str  # said when the model lacks what the method needs
 
 
+def _method(name: str, translation, caption, applies, requirement: str) -> Method:
+    """The :class:`Method` ``name``: what it is from the one registry (:data:`attnkit.method_registry.REGISTRY`),
+    its implementations and its requirement from here."""
+    spec = REGISTRY[name]
+    return Method(name, spec.title, spec.reference, spec.needs_gradients, translation, caption, applies, requirement)
+
+
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        Method(
+        _method(
             "attention",
-            "raw attention (a layer's cross-attention, one head or the head mean)",
-            "Bahdanau et al. 2015; Vaswani et al. 2017",
-            False,
             _attention,
             _caption_attention,
             _has_attention,
             "a model with attention",
         ),
-        Method(
+        _method(
             "rollout",
-            "cross-attention × the encoder's attention rollout",
-            "Abnar & Zuidema 2020",
-            False,
             _rollout,
             None,
             _has_rollout,
             "a Transformer (it composes the encoder's self-attention layers)",
         ),
-        Method(
+        _method(
             "attention_norm",
-            "attention × ‖transformed value‖: ‖Σ_h α^h_tj f^h(m_j)‖ (RNN attention: α_tj ‖h_j‖)",
-            "Kobayashi et al. 2020",
-            False,
             _attention_norm,
             None,
             lambda m: decomposable(m) or getattr(m, "attention", None) is not None,
             "a model with attention",
         ),
-        Method(
+        _method(
             "value_zeroing",
-            "cosine distance of a decoder layer's output when one source piece's values are zeroed",
-            "Mohebbi et al. 2023",
-            False,
             _value_zeroing,
             None,
             decomposable,
             "a Transformer",
         ),
-        Method(
+        _method(
             "alti_plus",
-            "ALTI+: every block's output split into per-input terms, composed through both stacks",
-            "Ferrando et al. 2022",
-            False,
             _alti_plus,
             None,
             decomposable,
             "a Transformer",
         ),
-        Method(
+        _method(
             "saliency",
-            "gradient norm |∂ log p(y_t) / ∂x|",
-            "Simonyan et al. 2014",
-            True,
             _gradient("saliency"),
             _caption_gradient("saliency"),
             lambda m: True,
             "",
         ),
-        Method(
+        _method(
             "input_x_gradient",
-            "input × gradient x ⊙ ∂ log p(y_t) / ∂x",
-            "Shrikumar et al. 2016",
-            True,
             _gradient("input_x_gradient"),
             _caption_gradient("input_x_gradient"),
             lambda m: True,
             "",
         ),
-        Method(
+        _method(
             "integrated_gradients",
-            "integrated gradients from a zero baseline (Gauss-Legendre)",
-            "Sundararajan et al. 2017",
-            True,
             _gradient("integrated_gradients"),
             _caption_gradient("integrated_gradients"),
             lambda m: True,
@@ -441,13 +425,18 @@ METHODS: dict[str, Method] = {
 
 def canonical_method(name: str) -> str:
     """A method name as the registry spells it (``input-x-gradient`` → ``input_x_gradient``; ``alti+``,
-    ``ig`` and ``ixg`` are accepted); an unknown name is an :class:`UnknownMethodError` listing them."""
+    ``ig`` and ``ixg`` are accepted); an unknown name is an :class:`UnknownMethodError` listing them, and a
+    language model's method (``alti``, a language model's ALTI; ``alti_logit``; the views of one prediction)
+    one saying so."""
     if not isinstance(name, str):
         raise UnknownMethodError(f"method must be a name, got {type(name).__name__}")
     key = name.strip().lower().replace("-", "_").replace(" ", "_")
-    key = {"alti+": "alti_plus", "alti": "alti_plus", "ig": "integrated_gradients", "ixg": "input_x_gradient"}.get(
-        key, key
-    )
+    key = {"alti+": "alti_plus", "ig": "integrated_gradients", "ixg": "input_x_gradient"}.get(key, key)
+    if key in REGISTRY and key not in METHODS:
+        extra = " (a translator's ALTI is alti_plus, ALTI+)" if key == "alti" else ""
+        raise UnknownMethodError(
+            f"{key} is a language model's method, not a translator's or a captioner's{extra}; theirs: {', '.join(METHODS)}"
+        )
     if key not in METHODS:
         raise UnknownMethodError(f"unknown attribution method {name!r}; known: {', '.join(METHODS)}")
     return key

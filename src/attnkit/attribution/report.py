@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .lm_methods import LM_METHOD_INFO
-from .methods import METHODS
+from ..method_registry import REGISTRY
 from .result import Attribution
 
 __all__ = ["format_attribution", "plot_attribution"]
@@ -19,10 +18,7 @@ def _cell_name(index: int, grid: tuple[int, int]) -> str:
 def format_attribution(att: Attribution, *, k: int = 3, pieces: bool = False) -> str:
     """A heading (method, reference, time) and one line per target word (or piece): its ``k`` most
     important source words (or pieces, or grid cells) with their shares."""
-    if att.method in METHODS:
-        title, reference = METHODS[att.method].title, METHODS[att.method].reference
-    else:  # a language model's own method
-        title, reference, _ = LM_METHOD_INFO[att.method]
+    title, reference = REGISTRY[att.method].title, REGISTRY[att.method].reference
     took = f"{att.seconds:.2f} s" + (" with gradients" if att.needs_gradients else "")
     lines = [f"{att.method}: {title} ({reference}); {took}"]
     if att.extra.get("translation"):

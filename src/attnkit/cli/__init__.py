@@ -1,4 +1,5 @@
-"""The ``attnkit`` command: data, train, translate, align, caption, generate, evaluate, export, models, serve, demo.
+"""The ``attnkit`` command: data, train, translate, align, caption, generate, explain, heads, evaluate, export, models,
+serve, demo.
 
 Every subcommand reports bad input as one clear line on stderr (exit status 2), never a traceback.
 """
@@ -7,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import sys
 
-from ..errors import AttnkitError
+from ..errors import AttnkitError, no_such_file
 from ..version import __version__
-from . import align, caption, data, evaluate, explain, export, generate, models, serve, train, translate
+from . import align, caption, data, evaluate, explain, export, generate, heads, models, serve, train, translate
 from .allocator import keep_freed_memory
 from .common import CLIError, _Parser
 from .flags import _add_home_flag
@@ -48,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     caption.add_parser(sub)
     generate.add_parser(sub)
     explain.add_parser(sub)
+    heads.add_parser(sub)
     evaluate.add_parser(sub)
     export.add_parser(sub)
     serve.add_parser(sub)
@@ -77,11 +80,42 @@ def _ct2_translate_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: The status a shell reports for a process ended by SIGPIPE (128 + 13): what ``yes | head -1`` gives ``yes``.
+SIGPIPE_STATUS = 128 + 13
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (``attnkit translate --file F | head -2``): the write
+    end of such a pipe polls as an error. True where that cannot be asked (no poll, no file descriptor)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return True
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at the null device, so that nothing more is written to the closed pipe, including the
+    interpreter's last flush of what is still buffered (the way Python's docs, "Note on SIGPIPE", end a
+    program whose reader went away)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # a stdout with no file descriptor of its own
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (it lives until the interpreter exits)
+    finally:
+        os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command; bad input (an :class:`attnkit.errors.AttnkitError`, a bad flag, a file that is not
     there or cannot be written, text that is not valid Unicode) is one line on stderr and exit status 2. Any
     other exception is a bug: it keeps its traceback. A command may end with status 1: done, but some input was
-    skipped and named on stderr (``translate``: a line no model can read)."""
+    skipped and named on stderr (``translate``: a line no model can read). A reader of stdout that stops early
+    (``| head -2``) ends the command quietly with a closed pipe's status, 141."""
     argv = sys.argv[1:] if argv is None else list(argv)
     keep_freed_memory()  # before any tensor: freed blocks stay in the process for the next step
     parser = _ct2_translate_parser() if _is_ct2_translate(argv) else build_parser()
@@ -89,9 +123,18 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         args.argv = argv  # a command given --processes N relaunches itself on N ranks with it
         status = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+    except BrokenPipeError:
+        if not _stdout_closed():  # another pipe of the command's (a worker's): not the reader going away
+            print("attnkit: error: a pipe closed while writing to it (Broken pipe)", file=sys.stderr)
+            return 2
+        _stdout_to_devnull()
+        return SIGPIPE_STATUS
     except (AttnkitError, FileNotFoundError) as exc:
         if not getattr(exc, "quiet", False):  # a split job's error is printed by its rank 0 only
-            print(f"attnkit: error: {exc}", file=sys.stderr)
+            # an input file that is not there, however it was opened: the one wording (`nope.es: no such file`)
+            missing = isinstance(exc, FileNotFoundError) and exc.filename is not None
+            print(f"attnkit: error: {no_such_file(exc.filename) if missing else exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a file-system error on a path the checks above could not foresee (a full disk)
         where = f"{exc.filename}: " if exc.filename else ""

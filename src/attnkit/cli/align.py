@@ -4,12 +4,11 @@ eflomal) and ``evaluate alignment`` (AER with bootstrap intervals against gold l
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 from ..checks import COUNT, arg_type, between
 from ..errors import InputError
-from .common import _open_model, _output, _output_text
+from .common import _model_folder, _open_model, _output, _output_text
 from .corpus_job import (
     add_corpus_job_flags,
     add_processes_flag,
@@ -67,14 +66,12 @@ def cmd_align(args) -> int | None:
     else:
         links = _model_file_links(args)
     skipped = 0
-    try:
-        with _output_text(args.output) as out:  # a file appears whole, or an earlier one is kept
-            for a in links:
-                skipped += a is None
-                out.write(("" if a is None else format_links(a)) + "\n")
-    except BrokenPipeError:  # the reader stopped early (`| head`): not an error
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (Python flushes stdout at exit)
-        return
+    # a file appears whole, or an earlier one is kept; a reader that stops early (`| head`) ends the command
+    # quietly (attnkit.cli.main)
+    with _output_text(args.output) as out:
+        for a in links:
+            skipped += a is None
+            out.write(("" if a is None else format_links(a)) + "\n")
     if skipped:
         print(
             f"attnkit: {skipped} pairs had a source longer than the model accepts: their lines are empty",
@@ -101,24 +98,39 @@ def _eflomal_file_links(args):
     return eflomal_links([s for s, _ in pairs], [t for _, t in pairs], method=args.symmetrize or "grow-diag-final-and")
 
 
+def _check_reverse_flags(args) -> None:
+    """``--symmetrize none`` reads one direction of one model: a ``--reverse-model`` beside it is refused."""
+    if args.symmetrize == "none" and args.reverse_model not in (None, "none"):
+        raise InputError("--symmetrize none reads one direction: give no --reverse-model")
+
+
+def _reverse_model_name(args, model_path, command: str, *, say: bool = True) -> str | None:
+    """The model of the other direction that ``align`` and ``evaluate alignment`` combine with the model in
+    ``model_path`` (the one default of both): ``--reverse-model`` as given; ``none``: no second model (both
+    directions read from the one model's attention); not given, under ``--symmetrize`` (a rule, not none),
+    the shipped model of the other direction when there is one (``transformer-en-es`` for
+    ``transformer-es-en``), named on stderr when ``say``; else None."""
+    from ..pretrained import reverse_model
+
+    name = args.reverse_model
+    if name is None and args.symmetrize not in (None, "none") and model_path is not None:
+        name = reverse_model(model_path)
+        if name is not None and say:
+            print(f"attnkit {command}: --symmetrize reads the other direction with {name}", file=sys.stderr)
+    return None if name == "none" else name
+
+
 def _forward_aligner(args, *, say: bool = True, device: str | None = None):
     """``(model, aligner, reverse model's name or None, reading)`` of the flags: the model loaded (on
     ``device``, default ``--device``), the reverse model named (the shipped one of the other direction under
     ``--symmetrize``; said on stderr)."""
-    from ..pretrained import DEFAULT_ALIGNMENT_MODEL, reverse_model
+    from ..pretrained import DEFAULT_ALIGNMENT_MODEL
     from ..service import ModelKind
     from ..tasks.translation.alignment import AttentionReading, ModelAligner, default_method
 
-    reverse_name = args.reverse_model
-    if args.symmetrize == "none" and reverse_name not in (None, "none"):
-        raise InputError("--symmetrize none reads one direction: give no --reverse-model")
+    _check_reverse_flags(args)
     model = _open_model(args, DEFAULT_ALIGNMENT_MODEL, kind=ModelKind.TRANSLATOR, device=device)
-    if args.symmetrize not in (None, "none") and reverse_name is None:  # the shipped model of the other direction
-        reverse_name = reverse_model(model.path) if model.path is not None else None
-        if reverse_name is not None and say:
-            print(f"attnkit align: --symmetrize reads the other direction with {reverse_name}", file=sys.stderr)
-    if reverse_name == "none":
-        reverse_name = None
+    reverse_name = _reverse_model_name(args, model.path, "align", say=say)
     # --symmetrize without a reverse model: the row and column argmaxes of the one model's matrix
     both_ways = args.symmetrize if not reverse_name else None
     translator = model.impl
@@ -340,16 +352,19 @@ def _evaluate_alignment(args, split, device: str | None = None) -> None:
     gold_files = (args.src, args.tgt, args.gold)
     if any(gold_files) and not all(gold_files):
         raise InputError("a gold set of your own needs all three of --src, --tgt and --gold")
+    _check_reverse_flags(args)
+    folder = _model_folder(args.model, DEFAULT_ALIGNMENT_MODEL)
+    reverse_name = _reverse_model_name(args, folder, "evaluate alignment", say=split is None or split[0] == 0)
     try:
         r = evaluate_alignment(
-            args.model or DEFAULT_ALIGNMENT_MODEL,
+            folder,
             methods=tuple(args.method) if args.method else None,
             layer=args.layer,
             head=args.head,
             all_heads=args.all_heads,
             threshold=args.threshold,
             both_ways=args.symmetrize,
-            reverse_model=args.reverse_model,
+            reverse_model=reverse_name,
             references=not args.no_references,
             gold=gold_files if all(gold_files) else None,
             dev=args.dev,
@@ -366,17 +381,61 @@ def _evaluate_alignment(args, split, device: str | None = None) -> None:
     if args.json:
         print(json.dumps(r, ensure_ascii=False))
         return
-    print(
-        f"{r['model']} on {r['gold']}: alignment of the reference translation, {r['scored_verses']} scored pairs "
-        f"({r['dev_verses']} more for choosing layers and heads); {r['rule']}; 95 % bootstrap intervals over "
-        f"pairs ({r['bootstrap']['samples']} resamples); Δ = AER − the first row's, paired"
-    )
+    print(_alignment_table(r))
+
+
+#: The width ``evaluate alignment`` keeps its table to (a terminal's 80 to 100 columns); ``--json`` has every
+#: row's full description and unrounded interval.
+TABLE_WIDTH = 100
+_NUMBERS = "{aer:>6} {ci:>14} {prec:>6} {rec:>6}  {diff}"
+
+
+def _short_label(row: dict, model: str, guided: dict | None) -> str:
+    """A row's name in the table: ``guided L2H1``, ``shift L2 mean (chosen on dev)``, ``L2H1 (guided)``
+    for --all-heads' rows; the references' names as they are."""
+    if "method" not in row:
+        return row["name"]
+    layer, head = row.get("layer"), row.get("head")
+    where = "" if layer is None else f"L{layer}" + (f"H{head}" if head is not None else " mean")
+    is_guided = guided is not None and (layer, head) == (guided["layer"], guided["head"])
+    if row.get("per_layer") or row["name"].endswith("(best head on dev)"):
+        label = where + (" (guided)" if is_guided else "")
+        return f"best on dev: {label}" if row["name"].endswith("(best head on dev)") else label
+    label = f"{row['method']} {where}".rstrip()
+    return label + (" (chosen on dev)" if row["name"].endswith("(layer chosen on dev)") else "")
+
+
+def _alignment_table(r: dict) -> str:
+    """The ``evaluate alignment`` report as text no wider than :data:`TABLE_WIDTH`: the heading wrapped, one
+    row per reading under a short name (a name too long for its column takes a line of its own), and what
+    each main row reads, in full, under the table."""
+    import textwrap
+
+    def wrap(text: str, indent: str = "") -> str:
+        return textwrap.fill(
+            text, TABLE_WIDTH, initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False
+        )
+
+    lines = [
+        wrap(
+            f"{r['model']} on {r['gold']}: alignment of the reference translation, {r['scored_verses']} scored "
+            f"pairs ({r['dev_verses']} more for choosing layers and heads); {r['rule']}; 95 % bootstrap intervals "
+            f"over pairs ({r['bootstrap']['samples']} resamples); Δ = AER − the first row's, paired"
+        )
+    ]
+    guided = r.get("guided_head")
     rows = r["rows"] + ([r["best_head"]] if r["best_head"] else []) + r["references"]
-    width = max(len(row["name"]) for row in rows if not row.get("skipped"))
-    print(f"  {'':<{width}} {'AER':>6} {'95% interval':>14} {'prec.':>6} {'recall':>6}  Δ vs first row [95%]")
-    for row in rows:
+    shown = [(row, _short_label(row, r["model"], guided)) for row in rows]
+    numbers_width = len(_NUMBERS.format(aer="", ci="", prec="", rec="", diff="+0.000 [+0.000, +0.000] tie"))
+    room = TABLE_WIDTH - 3 - numbers_width
+    width = min(room, max((len(label) for row, label in shown if not row.get("skipped")), default=0))
+    lines.append(
+        f"  {'':<{width}} "
+        + _NUMBERS.format(aer="AER", ci="95% interval", prec="prec.", rec="recall", diff="Δ vs first row [95%]")
+    )
+    for row, label in shown:
         if row.get("skipped"):
-            print(f"  {row['name']}")
+            lines.append(wrap(label, "  "))
             continue
         lo, hi = row["aer_95ci"]
         vs = row.get("vs_first")
@@ -385,10 +444,35 @@ def _evaluate_alignment(args, split, device: str | None = None) -> None:
             if vs is None
             else f"{vs['difference']:+.3f} [{vs['low']:+.3f}, {vs['high']:+.3f}]" + (" tie" if vs["tie"] else "")
         )
-        print(
-            f"  {row['name']:<{width}} {row['aer']:>6.3f} [{lo:.3f}, {hi:.3f}] {row['precision']:>6.3f} "
-            f"{row['recall']:>6.3f}  {diff}"
-        )
+        numbers = _NUMBERS.format(
+            aer=f"{row['aer']:.3f}",
+            ci=f"[{lo:.3f}, {hi:.3f}]",
+            prec=f"{row['precision']:.3f}",
+            rec=f"{row['recall']:.3f}",
+            diff=diff,
+        ).rstrip()
+        if len(label) > width:  # too long for the column: the name on its own line, the numbers under it
+            lines += [wrap(label, "  "), f"  {'':<{width}} {numbers}"]
+        else:
+            lines.append(f"  {label:<{width}} {numbers}")
+    prefix = f"{r['model']} "
+    main = [(row, label) for row, label in shown if "method" in row and not row.get("per_layer")]
+    per_layer = [row for row in r["rows"] if row.get("per_layer")]
+    if main or per_layer:
+        lines.append("readings:")
+        for row, label in main:
+            lines.append(wrap(f"{label}: {row['name'].removeprefix(prefix).removeprefix(row['method'] + ': ')}", "  "))
+        if per_layer:  # one reading for them all, from the first (a layer's head mean: `method: layer 1 head mean, …`)
+            how = per_layer[0]["name"].removeprefix(prefix).split(", ", 1)[1]
+            note = (
+                f"; (guided): layer {guided['layer']} head {guided['head']}, the head trained to align"
+                if guided
+                else ""
+            )
+            text = f"Ln mean, LnHm: layer n's head mean and its head m, read by {per_layer[0]['method']}, {how}{note}"
+            lines.append(wrap(text, "  "))
+    lines.append("(--json gives every row's full description and numbers)")
+    return "\n".join(lines)
 
 
 def add_evaluate_alignment_parser(e) -> None:
@@ -423,15 +507,17 @@ def add_evaluate_alignment_parser(e) -> None:
         "--symmetrize",
         default=None,
         choices=(*_SYMMETRIZATIONS, "none"),
-        help="also read each source word's argmax target word from the same attention (or take --reverse-model's "
-        "links) and combine the two directions so; none: each target word's argmax source word only (default: "
-        "grow-diag-final-and with --reverse-model; else intersection for a guided head, none otherwise)",
+        help="combine two directions: the links of the reverse model (--reverse-model, or the shipped model of "
+        "the other direction); without one, each source word's argmax target word read from the same attention; "
+        "none: each target word's argmax source word only (default: grow-diag-final-and with --reverse-model; "
+        "else intersection for a guided head, none otherwise)",
     )
     ea.add_argument(
         "--reverse-model",
         default=None,
         help="a model of the other direction (target → source), read with its default method, whose links are "
-        "combined with the model's (default: none)",
+        "combined with the model's; 'none': read both ways from the one model (default: with --symmetrize, the "
+        "shipped model of the other direction when there is one)",
     )
     ea.add_argument("--src", default=None, help="your own gold set: source sentences, one per line (default: none)")
     ea.add_argument("--tgt", default=None, help="your own gold set: target sentences, line-parallel (default: none)")

@@ -1,4 +1,5 @@
-"""A command over a corpus split across processes (issue 58): ``--processes N``, ``torchrun``, ``--job-dir``.
+"""A command over a corpus split across processes (data-parallel over ranks): ``--processes N``,
+``torchrun``, ``--job-dir``.
 
 ``attnkit translate --file`` and ``attnkit align`` run their lines as a corpus job
 (:mod:`attnkit.corpus_jobs`) when
@@ -429,8 +430,6 @@ def _copy_to_stdout(path: Path) -> None:
             with open(path, encoding="utf-8", newline="") as f:
                 shutil.copyfileobj(f, sys.stdout, 1 << 20)
             sys.stdout.flush()
-    except BrokenPipeError:  # the reader stopped early (`| head`): not an error
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-    finally:
+    finally:  # a reader that stops early (`| head`) ends the command quietly: attnkit.cli.main
         with contextlib.suppress(FileNotFoundError):
             path.unlink()

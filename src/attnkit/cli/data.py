@@ -1,4 +1,5 @@
-"""``attnkit data prepare`` (the built-in corpora and the user's parallel corpus)."""
+"""``attnkit data prepare`` (the built-in corpora and the user's parallel corpus) and ``attnkit data scene`` (one
+scene as a PNG)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import sys
 from ..checks import CANVAS, MAX_LENGTH, THREADS, arg_type, between
 from ..data.corpus import DEFAULT_MAX_CHARS, DEFAULT_MAX_WORDS, SPM_MAX_SENTENCES
 from .align import add_data_links_parser
-from .common import CLIError
+from .common import CLIError, _output
+from .flags import _add_split_flag
 
 
 def cmd_data_prepare(args) -> None:
@@ -84,9 +86,63 @@ def _prepare_parallel(args) -> None:
         )
 
 
+def cmd_data_scene(args) -> None:
+    """``attnkit data scene N --out scene.png``: one of the captioned Fashion-MNIST scenes (the test split's,
+    which ``evaluate captioning`` scores and the captioners never saw) as a PNG, for ``attnkit caption``."""
+    from ..data.datasets.scenes import load_scenes, save_scene_png
+
+    _output(args.out, "--out")
+    try:
+        scenes = load_scenes(args.split, args.home, canvas=args.canvas)
+    except ValueError as exc:  # a canvas the scenes cannot use
+        raise CLIError(f"--canvas: {exc}") from None
+    if args.index >= len(scenes):
+        raise CLIError(
+            f"N: the {args.split} split has {len(scenes)} scenes: give 0 to {len(scenes) - 1}, got {args.index}"
+        )
+    scene = scenes[args.index]
+    path = save_scene_png(scene["image"], args.out, scale=args.scale, boxes=scene["boxes"] if args.boxes else None)
+    print(f'wrote {path}: {args.split} scene {args.index}, "{scene["caption"]}"')
+
+
 def add_parser(sub) -> None:
     d = sub.add_parser("data", help="prepare the corpora").add_subparsers(dest="action", required=True)
     add_data_links_parser(d)
+    ds = d.add_parser(
+        "scene",
+        help="write one captioned Fashion-MNIST scene as a PNG (to try `attnkit caption` on)",
+        description="Write scene N of a split of the captioned Fashion-MNIST scenes (prepared and cached on first "
+        "use, as `attnkit data prepare scenes` does) as a grayscale PNG, and print its true caption. The test "
+        "split's scenes are the ones `attnkit evaluate captioning` scores, made of photos no captioner trained on.",
+    )
+    ds.add_argument(
+        "index", metavar="N", type=arg_type(between(0, 1_000_000_000, integer=True), "N"), help="the scene, from 0"
+    )
+    ds.add_argument(
+        "--out",
+        "--output",
+        dest="out",
+        required=True,
+        metavar="PNG",
+        help="the PNG file to write (required, no default)",
+    )
+    _add_split_flag(ds, "test")
+    ds.add_argument(
+        "--canvas",
+        type=arg_type(CANVAS, "canvas"),
+        default=64,
+        help="canvas size in pixels, the captioner's (default: 64, the shipped captioners')",
+    )
+    ds.add_argument(
+        "--scale",
+        type=arg_type(between(1, 32, integer=True), "scale"),
+        default=1,
+        help="enlarge the picture N times to look at it (default: 1: the canvas as the captioner reads it)",
+    )
+    ds.add_argument(
+        "--boxes", action="store_true", help="draw each item's box in colour (a picture to look at) (default: off)"
+    )
+    ds.set_defaults(func=cmd_data_scene)
     dp = d.add_parser(
         "prepare",
         help="build and cache a dataset",

@@ -96,37 +96,35 @@ def _evaluate_translation(args, translate_sources, *, rank0: bool, device: str |
 
         for name in args.model or [None]:
             tr = _open_model(args, None, ref=name).impl
-            reports.append(
-                evaluate_ct2(
-                    tr,
-                    split=args.split,
-                    limit=args.limit,
-                    beam_size=args.beam,
-                    home=args.home,
-                    use_vocabulary_map=args.vmap,
-                    modernize=args.modernize,
-                )
-            )
-    for name in [] if args.engine == "ctranslate2" else args.model or [DEFAULT_TRANSLATION_MODEL]:
-        m = _model_folder(name, DEFAULT_TRANSLATION_MODEL)
-        reports.append(
-            _checkpoint_errors_as_cli(
-                evaluate_translation,
-                m,
+            report = evaluate_ct2(
+                tr,
                 split=args.split,
                 limit=args.limit,
                 beam_size=args.beam,
                 home=args.home,
-                device=args.device if device is None else device,
-                dtype=args.precision,
-                shortlist=shortlist,
-                pairs=pairs,
-                normalize_spelling=not args.keep_spelling,
+                use_vocabulary_map=args.vmap,
                 modernize=args.modernize,
-                length_penalty=args.length_penalty,
-                translate_sources=translate_sources,
             )
+            reports.append(_named(report, name))
+    for name in [] if args.engine == "ctranslate2" else args.model or [DEFAULT_TRANSLATION_MODEL]:
+        m = _model_folder(name, DEFAULT_TRANSLATION_MODEL)
+        report = _checkpoint_errors_as_cli(
+            evaluate_translation,
+            m,
+            split=args.split,
+            limit=args.limit,
+            beam_size=args.beam,
+            home=args.home,
+            device=args.device if device is None else device,
+            dtype=args.precision,
+            shortlist=shortlist,
+            pairs=pairs,
+            normalize_spelling=not args.keep_spelling,
+            modernize=args.modernize,
+            length_penalty=args.length_penalty,
+            translate_sources=translate_sources,
         )
+        reports.append(_named(report, name or DEFAULT_TRANSLATION_MODEL))
     if not rank0:  # under torchrun, rank 0 reports
         return
     if args.output:
@@ -153,7 +151,18 @@ def _evaluate_translation(args, translate_sources, *, rank0: bool, device: str |
         )
         print("  source words  " + "  ".join(f"{b['bucket']:>6}" for b in r["by_length"]))
         print("  sentences     " + "  ".join(f"{b['n']:>6}" for b in r["by_length"]))
-        print("  BLEU          " + "  ".join(f"{b['bleu']:>6.1f}" for b in r["by_length"]))
+        print("  BLEU          " + "  ".join(_bucket_bleu(b) for b in r["by_length"]))
+
+
+def _named(report: dict, name: str | None) -> dict:
+    """``report`` with its model named as the user named it (``rnnsearch-es-en``, a folder as typed), not by
+    the folder it was loaded from; unchanged when the user named none (the engine's own default)."""
+    return report if name is None else {**report, "model": str(name)}
+
+
+def _bucket_bleu(bucket: dict) -> str:
+    """A length bucket's BLEU in the printed table, 6 wide: "–" for a bucket with no sentence (no score)."""
+    return f"{'–':>6}" if bucket["bleu"] is None else f"{bucket['bleu']:>6.1f}"
 
 
 def cmd_evaluate_captioning(args) -> None:
@@ -171,6 +180,7 @@ def cmd_evaluate_captioning(args) -> None:
         device=args.device,
         dtype=args.precision,
     )
+    r = _named(r, args.model or DEFAULT_CAPTION_MODEL)
     if args.output:
         atomic_write_text(args.output, json.dumps(r, indent=2))
     if args.json:

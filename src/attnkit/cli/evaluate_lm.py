@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..errors import no_such_file
 from .common import CLIError, _open_model
 
 #: texts scored when neither --texts nor --limit is given
@@ -21,7 +22,7 @@ def _texts(args) -> list[str]:
         from ..data.corpus import read_text_lines
 
         if not Path(args.texts).is_file():
-            raise CLIError(f"--texts: no file {args.texts}")
+            raise CLIError(no_such_file(args.texts))
         try:
             texts = [t for t in read_text_lines(args.texts) if t]
         except (OSError, UnicodeDecodeError) as e:

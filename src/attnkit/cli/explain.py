@@ -41,22 +41,47 @@ _GENERATION_FLAGS = (
 )
 
 
+def _refuse_unknown_method(args, model) -> None:
+    """An unknown ``--method``, refused in one line listing the methods ``model`` takes."""
+    from ..attribution import UnknownMethodError, canonical_method
+    from ..service import ModelKind
+
+    if model.kind not in (ModelKind.SELF_ATTENTION, ModelKind.LANGUAGE_MODEL):
+        canonical_method(args.method)  # raises, listing the translators' and captioners' methods
+    from .explain_hf import model_methods
+
+    raise UnknownMethodError(
+        f"unknown attribution method {args.method!r}; {_shown_name(model)} takes: "
+        + ", ".join(model_methods(args, model.impl))
+    )
+
+
 def cmd_explain(args) -> None:
-    from ..attribution import canonical_method
+    from ..attribution import UnknownMethodError, canonical_method
     from ..attribution.generation import canonical_generation_method
-    from ..attribution.lm_methods import LAYER_METHODS, canonical_lm_method
     from ..attribution.report import format_attribution, plot_attribution
     from ..errors import InputError
     from ..service import CaptionRequest, MethodOptions, ModelKind, TranslationRequest, analyse
 
-    lm_only = canonical_lm_method(args.method)  # a language model's method no translator has
-    lm_only = None if lm_only in LAYER_METHODS else lm_only
-    method = lm_only or canonical_method(args.method)
+    try:  # a known name is read per kind once the model is open; an unknown one is refused then, with its methods
+        canonical_generation_method(args.method)
+        known = True
+    except UnknownMethodError:
+        try:
+            canonical_method(args.method)
+            known = True
+        except UnknownMethodError:
+            known = False
     _output(args.plot, "--plot")
     device = None
     if args.file is not None and corpus_job_wanted(args):  # a rank: its own GPU, before the model is loaded
         device = start_group(args.device)
     model = _open_model(args, DEFAULT_TRANSLATION_MODEL, device=device)
+    if not known:
+        _refuse_unknown_method(args, model)
+    text_model = model.kind in (ModelKind.SELF_ATTENTION, ModelKind.LANGUAGE_MODEL)  # attnkit's or Hugging Face's
+    # the method by the registry's name for this kind of model (alti: a language model's ALTI; alti_plus: ALTI+)
+    method = canonical_generation_method(args.method) if text_model else canonical_method(args.method)
     if args.repeated is not None:  # a language model's heads on random tokens repeated twice
         from .explain_repeated import explain_repeated
 
@@ -65,20 +90,15 @@ def cmd_explain(args) -> None:
         from .explain_file import explain_file
 
         _output(args.output, "--output")
-        if lm_only is not None and model.kind is ModelKind.TRANSLATOR:
-            raise CLIError(f"{lm_only} is for language models, not {_shown_name(model)}")
         return explain_file(args, model, method)
     for flag in ("target_file", "output", "job_dir", "processes"):
         if getattr(args, flag) is not None:
             raise CLIError(f"--{flag.replace('_', '-')} goes with --file (every line of a file)")
     progress = _progress_printer(method)
-    if model.kind in (ModelKind.SELF_ATTENTION, ModelKind.LANGUAGE_MODEL):  # a text model: attnkit's or HF's
+    if text_model:
         from .explain_hf import explain_self_attention_model
 
-        method = canonical_generation_method(args.method)  # alti: a language model's ALTI
         return explain_self_attention_model(args, model, method, progress)
-    if lm_only is not None:
-        raise CLIError(f"{lm_only} is for language models (attnkit's, GPT-2, Llama and kin), not {_shown_name(model)}")
     for flag in ("--position", "--threshold"):
         if getattr(args, flag[2:]) is not None:
             raise CLIError(f"{flag} is for a language model's views (logit_lens, direct_logit, routes)")

@@ -24,16 +24,28 @@ import json
 import sys
 from pathlib import Path
 
+from ..method_registry import REGISTRY, names
 from .common import CLIError
 
-__all__ = ["explain_self_attention_model"]
+__all__ = ["explain_self_attention_model", "model_methods"]
 
 #: the self-attention views' methods (encoder-only models, and ``--self-attention``): every layer's maps
-VIEW_METHODS = ("attention", "rollout", "attention_norm", "value_zeroing", "alti")
+VIEW_METHODS = names(where="text_layers")
 
 
 def _where(args):
     return sys.stderr if args.json else sys.stdout
+
+
+def model_methods(args, sa) -> list[str]:
+    """The methods ``attnkit explain`` has for ``sa`` (a Hugging Face self-attention model): a decoder-only
+    model's attributions (those its blocks allow) and views of one prediction, else the self-attention views."""
+    from ..attribution.generation import row_methods
+    from ..attribution.lm_methods import LM_VIEWS
+
+    if sa.can_generate and not args.self_attention:
+        return [*row_methods(sa), *LM_VIEWS]
+    return list(VIEW_METHODS)
 
 
 def _check_plot(path: str | None) -> str | None:
@@ -121,6 +133,9 @@ def _explain_continuation(args, model, method, progress, suffix) -> None:
             print(f"continuation of the text by {sa.source} (greedy, at most {args.max_new_tokens} tokens):")
         if "contrast" in att.extra:
             print(f"contrastive: log p(token) − log p({att.extra['contrast']['token']}) (Yin & Neubig 2022)")
+        magnitude = REGISTRY[method].magnitude
+        if magnitude:
+            print(f"each row normalised to sum to 1 (shares); the magnitudes ({magnitude}) are 'raw' in --json")
         print(format_attribution(att, k=args.top, pieces=args.pieces))
         print(_step_table(att))
     if suffix == ".png":

@@ -1,5 +1,6 @@
-"""``attnkit explain`` on a language model's own views (issue 56): the views of one prediction of a
-decoder-only model, and the context-mixing maps of every layer shown like the self-attention views.
+"""``attnkit explain`` on a language model's own views (mechanistic interpretability): the views of one
+prediction of a decoder-only model, and the context-mixing maps of every layer shown like the self-attention
+views.
 
 - ``--method logit_lens`` (nostalgebraist 2020): a table per layer of the text's prediction at
   ``--position`` (1-based, default the last token: the token after the text), each block's residual read
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import sys
 
+from ..method_registry import REGISTRY
 from .common import CLIError
 
 __all__ = ["explain_lm_view", "mixing_views"]
@@ -162,7 +164,9 @@ def mixing_views(args, sa, method: str, suffix: str | None) -> None:
     else:
         from ..viz import format_top_alignments
 
-        print(f"{method} of {sa.source} ({sa.num_layers} layers): {what}")
+        magnitude = REGISTRY[method].magnitude
+        said = f"; the magnitudes ({magnitude}), rows not normalised" if magnitude else ""
+        print(f"{method} of {sa.source} ({sa.num_layers} layers): {what}{said}")
         top = format_top_alignments(matrix, pieces, pieces, k=min(args.top, len(pieces)))
         print(top.replace("target", "piece ", 1))
     if suffix == ".png":

@@ -13,10 +13,7 @@ def cmd_models(args) -> None:
     if args.json:
         _print_json([m.to_dict() for m in infos])
         return
-    # the task and kind columns widen for a longer entry (a language model's "language-model", "language_model")
-    tw = max([12, *(len(m.task) for m in infos)])
-    kw = max([12, *(len(m.model_type) for m in infos)])
-    print(f"{'name':<22} {'source':<8} {'task':<{tw}} {'kind':<{kw}} {'pair':<14} {'size':>8}  test score")
+    rows = []
     for m in infos:
         sc = m.scores
         beam5 = f", {sc['test_beam5_bleu']:.2f} beam 5" if "test_beam5_bleu" in sc else ""
@@ -32,10 +29,23 @@ def cmd_models(args) -> None:
             else "not measured"
         )
         pair = f"{m.src_lang}→{m.tgt_lang} {m.corpus}" if m.task == "translation" else "-"
-        print(
-            f"{m.name:<22} {m.source:<8} {m.task:<{tw}} {m.model_type:<{kw}} {pair:<14} {m.size_bytes / 1e6:>6.1f}MB  "
-            f"{score}"
-        )
+        rows.append([m.name, m.source, m.task, m.model_type, pair, f"{m.size_bytes / 1e6:.1f}MB", score])
+    print(_columns(["name", "source", "task", "kind", "pair", "size", "test score"], rows, right={5}))
+
+
+def _columns(header: list[str], rows: list[list[str]], *, right: set[int] = frozenset()) -> str:
+    """A plain-text table: each column as wide as its widest cell, two spaces between columns (so no two
+    cells run together, however long a name), the columns in ``right`` aligned right, the last unpadded."""
+    table = [header, *rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = []
+    for row in table:
+        cells = [
+            cell if i == len(row) - 1 else cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
 
 
 # a head that puts at least half its attention where an induction head would (Olsson et al. 2022's

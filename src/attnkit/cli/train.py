@@ -28,8 +28,11 @@ def cmd_train_translation(args) -> None:
 
     # no --model, or a short budget on a CPU: the written rules set what is unset
     choices, said = apply_budget_rule(translation_choices(args))
-    if args.model is None:
-        open_corpus(args.data, home=args.home)  # an unknown corpus is the error, before any pick is announced
+    if args.model is None:  # an unknown corpus is the error, before any pick is announced
+        from ..tasks.translation import TranslationConfig
+
+        data = args.data if args.data is not None else TranslationConfig.__dataclass_fields__["data"].default
+        open_corpus(data, home=args.home)
     if said is not None and os.environ.get("RANK", "0") == "0":
         print(said, file=sys.stderr)
     cfg = translation_config(choices, progress=not args.no_progress)

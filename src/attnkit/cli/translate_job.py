@@ -185,9 +185,7 @@ def _deliver(job_dir: Path, assembled: Path) -> None:
             if isinstance(data, mmap.mmap):
                 data.close()
         (binary or sys.stdout).flush()
-    except BrokenPipeError:  # the reader stopped early (`| head`): not an error
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-    finally:
+    finally:  # a reader that stops early (`| head`) ends the command quietly: attnkit.cli.main
         del index, place
         remove_line_index(job_dir / "assembled-index")
         remove_line_index(job_dir / "input")

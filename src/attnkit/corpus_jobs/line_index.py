@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attnkit.errors import no_such_file
 from attnkit.paths import atomic_write_text, atomic_writer
 
 __all__ = ["LineIndex", "input_identity", "open_line_index", "remove_line_index"]
@@ -84,7 +85,7 @@ def open_line_index(path: str | os.PathLike, index_dir: str | os.PathLike) -> Li
     """
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"input file {str(path)!r} does not exist")
+        raise ValueError(no_such_file(path))
     index_dir = Path(index_dir)
     ident = input_identity(path)
     key_file = index_dir / "line_index.json"

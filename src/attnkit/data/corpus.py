@@ -4,12 +4,9 @@
 calls :func:`prepare_parallel`, which, like OpenNMT-py's ``onmt_build_vocab`` and fairseq's
 ``fairseq-preprocess`` together:
 
-1. reads the files (:mod:`attnkit.data.parallel`: aligned text or TSV, ``.gz``, BOM, CRLF), strips
-   each sentence and turns tabs into spaces, and drops the pairs it cannot use, counting each reason
-   and keeping the first line numbers (:data:`DROPPED_REASONS`): a side empty, a side holding a NUL
-   byte, a side over ``max_words`` words or over ``max_chars`` characters. Nothing dropped reaches
-   sentencepiece, whose trainer otherwise stops on such lines with an ``INTERNAL`` error that names
-   no line. See :func:`prepare_parallel` for what is dropped and what is refused, and why;
+1. reads the files and drops the pairs it cannot use, counting each reason and keeping the first
+   line numbers (:mod:`attnkit.data.corpus_filter`: a side empty, a side holding a NUL byte, a side
+   too long); see :func:`prepare_parallel` for what is dropped and what is refused, and why;
 2. without ``--valid``/``--test``, holds out a deterministic share of the pairs: a pair goes by the
    SHA-256 of its source sentence, so duplicates of a source sentence always land in the same
    split and the split is the same on every machine. Each missing split gets
@@ -50,11 +47,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import AttnkitError
+from ..errors import AttnkitError, no_such_file
 from ..output_folder import check_output_folder, files_in, replace_output_folder
 from ..paths import attnkit_home
+from .corpus_filter import DEFAULT_MAX_CHARS, DEFAULT_MAX_WORDS, DROPPED_REASONS, describe_dropped, read_split
 from .datasets.bible import SPLITS, Pair
-from .parallel import ParallelDataError, read_lines, read_parallel
+from .parallel import ParallelDataError, read_lines
 from .tokenizer import Tokenizer
 
 __all__ = [
@@ -74,17 +72,6 @@ __all__ = [
 
 BIBLE = "bible"
 FORMAT_VERSION = 1
-#: Pairs with more words than this on either side are dropped (and counted) by default.
-DEFAULT_MAX_WORDS = 250
-#: Pairs with more characters than this on either side are dropped (and counted) by default: the
-#: words cap misses a line with few spaces (a URL list, base64, a script without spaces) that can be
-#: megabytes long. 250 words of even long-worded text stay under it.
-DEFAULT_MAX_CHARS = 2000
-#: Why a pair is dropped, as ``meta.json`` counts it per split: a side empty, a side with a NUL byte,
-#: a side over ``max_words`` words, a side over ``max_chars`` characters.
-DROPPED_REASONS = ("empty", "nul", "too_long", "too_many_chars")
-#: How many line numbers per reason ``meta.json`` keeps (and the command prints).
-DROPPED_LINES_KEPT = 5
 #: The share of pairs a missing held-out split takes, and the most pairs it takes.
 HELDOUT_SHARE = 0.03
 HELDOUT_MAX = 2000
@@ -295,10 +282,6 @@ def _heldout_bucket(src: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def _clean(text: str) -> str:
-    return text.replace("\t", " ").strip()
-
-
 def _check_files(option: str, files) -> tuple[Path, ...] | None:
     if files is None:
         return None
@@ -306,51 +289,6 @@ def _check_files(option: str, files) -> tuple[Path, ...] | None:
     if len(files) not in (1, 2):
         raise CorpusError(f"--{option}: give two aligned files (SRC TGT) or one TSV file, got {len(files)}")
     return files
-
-
-def _read_split(
-    files: tuple[Path, ...], max_words: int, max_chars: int, dropped: dict, dropped_lines: dict
-) -> Iterator[tuple[int, str, str]]:
-    """The kept pairs of ``files``, cleaned; the others counted by reason in ``dropped`` (the first
-    :data:`DROPPED_LINES_KEPT` line numbers in ``dropped_lines``): see :data:`DROPPED_REASONS`."""
-    for lineno, src, tgt in read_parallel(files, allow_nul=True):
-        src, tgt = _clean(src), _clean(tgt)
-        if not src or not tgt:
-            reason = "empty"
-        elif "\0" in src or "\0" in tgt:
-            reason = "nul"
-        elif len(src) > max_chars or len(tgt) > max_chars:  # before splitting a megabyte line into words
-            reason = "too_many_chars"
-        elif len(src.split()) > max_words or len(tgt.split()) > max_words:
-            reason = "too_long"
-        else:
-            yield lineno, src, tgt
-            continue
-        dropped[reason] += 1
-        if len(dropped_lines[reason]) < DROPPED_LINES_KEPT:
-            dropped_lines[reason].append(lineno)
-
-
-def describe_dropped(meta: dict, split: str) -> str:
-    """One phrase of what a prepare dropped from ``split`` and why, with the first line numbers
-    ("2 with a NUL byte (lines 10, 40); 1 over 2000 characters (line 7)"); "nothing" when nothing."""
-    counts, lines = meta["dropped"][split], meta.get("dropped_lines", {}).get(split, {})
-    what = {
-        "empty": "empty on a side",
-        "nul": "with a NUL byte",
-        "too_long": f"over {meta['max_words']} words",
-        "too_many_chars": f"over {meta.get('max_chars')} characters",
-    }
-    parts = []
-    for reason in DROPPED_REASONS:
-        n = counts.get(reason, 0)
-        if n:
-            where = lines.get(reason, [])
-            shown = ", ".join(map(str, where)) + (", ..." if n > len(where) else "")
-            parts.append(
-                f"{n} {what[reason]} ({'line' if n == 1 else 'lines'} {shown})" if where else f"{n} {what[reason]}"
-            )
-    return "; ".join(parts) or "nothing"
 
 
 def _train_tokenizers(folder: Path, vocab_size: int, separate: bool, sample: int, n: int) -> tuple[bytes, bytes]:
@@ -491,7 +429,7 @@ def prepare_parallel(
     for paths in files.values():  # fail fast, before minutes of work
         for p in paths or ():
             if not Path(p).is_file():
-                raise ParallelDataError(f"{p}: no such file")
+                raise ParallelDataError(no_such_file(p))
 
     root = corpora_dir(home)
     final = root / name
@@ -518,7 +456,7 @@ def prepare_parallel(
 
             for split in ("test", "valid"):  # the given held-out files first: train is checked against test
                 if files[split] is not None:
-                    for lineno, src, tgt in _read_split(
+                    for lineno, src, tgt in read_split(
                         files[split], max_words, max_chars, dropped[split], dropped_lines[split]
                     ):
                         write(split, src, tgt, lineno)
@@ -532,7 +470,7 @@ def prepare_parallel(
                 n_lines = count_lines(files["train"][0])
                 share = min(HELDOUT_SHARE, HELDOUT_MAX / max(n_lines, 1))
             seen_in_train = 0
-            for lineno, src, tgt in _read_split(
+            for lineno, src, tgt in read_split(
                 files["train"], max_words, max_chars, dropped["train"], dropped_lines["train"]
             ):
                 split = "train"

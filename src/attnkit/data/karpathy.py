@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, no_such_file
 
 __all__ = ["KARPATHY_SPLITS", "KarpathyImage", "karpathy_split", "read_karpathy"]
 
@@ -65,9 +65,9 @@ def read_karpathy(json_path: str | os.PathLike, images_dir: str | os.PathLike) -
     """
     jp, root = Path(json_path), Path(images_dir)
     if not jp.is_file():
-        raise FileNotFoundError(f"caption file {jp} does not exist")
+        raise FileNotFoundError(no_such_file(jp))
     if not root.is_dir():
-        raise FileNotFoundError(f"image folder {root} does not exist")
+        raise FileNotFoundError(no_such_file(root, "folder"))
     try:
         data = json.loads(jp.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -30,7 +30,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ..errors import AttnkitError
+from ..errors import AttnkitError, no_such_file
 
 __all__ = ["ParallelDataError", "count_lines", "decode_lines", "read_lines", "read_parallel"]
 
@@ -44,7 +44,7 @@ class ParallelDataError(AttnkitError, ValueError):
 
 def _open_binary(path: Path):
     if not path.exists():
-        raise ParallelDataError(f"{path}: no such file")
+        raise ParallelDataError(no_such_file(path))
     if not path.is_file():
         raise ParallelDataError(f"{path}: not a file")
     try:

@@ -1,6 +1,6 @@
 """Open connections that cannot starve the others: the HTTP protocol of ``attnkit serve``, uvicorn's h11
-protocol with three bounds added (issue 54: 130 sockets that sent nothing used to lock every other client
-out with 503, for as long as they were held).
+protocol with three bounds added against slow-loris clients (without them, 130 sockets that sent nothing
+locked every other client out with 503, for as long as they were held).
 
 1. **Header timeout** (``--header-timeout``): a connection must send a whole request head within this many
    seconds of its opening, or of the end of its previous answer; it is closed otherwise. The clock does

@@ -130,6 +130,7 @@ def load_models(
                 "num_layers": model.num_layers,
                 "num_heads": model.num_heads,
                 "generates": model.can_generate,
+                "lang": infos[name].lang if name in infos else None,  # the page's example text is in it
             }
             continue
         (loaded.translators if task == "translation" else loaded.captioners)[label] = model

@@ -91,16 +91,11 @@ def _rows(t: Tensor | None, digits: int = 5):
 
 
 def method_info(name: str) -> dict:
-    """A registered attribution method as :class:`~attnkit.explorer.schema.MethodInfo` (a language model's own
-    methods, :data:`attnkit.attribution.lm_methods.LM_METHOD_INFO`, where the registry has none of that name)."""
-    from ..attribution import METHODS
-    from ..attribution.lm_methods import LM_METHOD_INFO
+    """A registered attribution method as :class:`~attnkit.explorer.schema.MethodInfo`
+    (:data:`attnkit.method_registry.REGISTRY`)."""
+    from ..method_registry import REGISTRY
 
-    if name not in METHODS:
-        title, reference, gradients = LM_METHOD_INFO[name]
-        return {"name": name, "title": title, "reference": reference, "needs_gradients": gradients}
-    m = METHODS[name]
-    return {"name": m.name, "title": m.title, "reference": m.reference, "needs_gradients": m.needs_gradients}
+    return REGISTRY[name].info()
 
 
 def _attribution_view(att) -> dict:

@@ -429,6 +429,7 @@ class ModelInfo(_Strict):
     generates: bool | None = Field(
         None, description="self-attention models: a decoder-only model that writes continuations (/api/generate)"
     )
+    lang: str | None = Field(None, description="attnkit's language models: the language of the text it was trained on")
     checkpoint: str | None = Field(
         None,
         description="a training run's model: the checkpoint served now (attnkit serve follows the run, --follow-every)",

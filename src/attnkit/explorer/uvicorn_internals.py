@@ -14,7 +14,7 @@ client's side of its ``h11`` state.
 module was written for; the project pins 0.54.0); outside it the import fails with a
 :class:`UvicornInternalsError` (one line: the library, the installed version, the range), not a
 warning: the subclass overrides the protocol's event handling, and a change there would not fail
-loudly but could leave the bounds against idle and trickling connections (issue 54) silently off, or
+loudly but could leave the bounds against idle and trickling connections (slow-loris bounds) silently off, or
 break every connection of a running server. ``attnkit serve`` then refuses to start, with that line.
 """
 

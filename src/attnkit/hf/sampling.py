@@ -22,8 +22,10 @@ import torch
 
 from ..errors import InputError
 
-__all__ = ["TEMPERATURES", "check_sampling", "sample_continuation"]
+__all__ = ["MAX_NEW_TOKENS", "TEMPERATURES", "check_sampling", "sample_continuation"]
 
+#: the most tokens a continuation (greedy or sampled) writes in one call
+MAX_NEW_TOKENS = 512
 #: the temperatures a sample takes: below, ``z / T`` is as good as greedy and can overflow to ``inf``
 #: (a distribution of NaNs); above, every token is about as likely as any other
 TEMPERATURES = (1e-3, 100.0)
@@ -52,8 +54,6 @@ def sample_continuation(
     returns them, each new token drawn from ``softmax(top_k(z / temperature))`` (module docstring) over the
     model's own key/value cache, stopping after the end-of-text token or ``max_new_tokens``."""
     from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
-
-    from .self_attention import MAX_NEW_TOKENS
 
     sa._check_generates()
     check_sampling(temperature, top_k, seed)

@@ -30,12 +30,11 @@ from ..alignment.rollout import attention_rollout
 from ..errors import InputError
 from .capture import AttentionSite, attention_sites, capture_attention, untraceable
 from .loading import HFModelError, load_pretrained
+from .sampling import MAX_NEW_TOKENS, sample_continuation
 from .tokenizer import HFTokenizer
+from .transformers_internals import attention_implementation
 
-__all__ = ["MAX_NEW_TOKENS", "SelfAttentionMaps", "SelfAttentionModel", "load_self_attention"]
-
-#: the most tokens :meth:`SelfAttentionModel.generate` writes in one call
-MAX_NEW_TOKENS = 512
+__all__ = ["MAX_NEW_TOKENS", "SelfAttentionMaps", "SelfAttentionModel", "TextModelBase", "load_self_attention"]
 
 
 @dataclass
@@ -77,7 +76,71 @@ class SelfAttentionMaps:
         return html_for(self)
 
 
-class SelfAttentionModel:
+class TextModelBase:
+    """What every text model shares, attnkit's language model (:class:`attnkit.tasks.language_model.text_model.
+    LanguageModelText`) and a Hugging Face one (:class:`SelfAttentionModel`), over what each gives:
+    ``num_heads``, ``num_kv_heads``, ``causal``, ``source``, ``tokenizer`` (``id_to_piece``), :meth:`encode`,
+    :meth:`max_length` and :meth:`stream`."""
+
+    def kv_groups(self, heads: Sequence[int] | None = None) -> list[int] | None:
+        """The key/value group (1-based) of each of ``heads`` (1-based numbers; default every head) under
+        grouped-query attention; None when every query head has its own (see :class:`SelfAttentionMaps`)."""
+        if self.num_kv_heads == self.num_heads:
+            return None
+        size = self.num_heads // self.num_kv_heads  # query heads per key/value head
+        wanted = range(1, self.num_heads + 1) if heads is None else heads
+        return [(int(h) - 1) // size + 1 for h in wanted]
+
+    def pieces_of(self, ids: Sequence[int]) -> list[str]:
+        """The pieces of token ids, in the ``▁`` convention."""
+        return [self.tokenizer.id_to_piece(int(i)) for i in ids]
+
+    def _numbers(self, values: Sequence[int], name: str, top: int, what: str) -> list[int]:
+        """``values`` (1-based layer or head numbers) as 0-based indices, each checked to lie in ``1..top``."""
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise TypeError(f"{name} must be a list of {what} numbers (1-based), got {type(values).__name__}")
+        out = []
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, Integral):
+                raise TypeError(f"{name} must hold int {what} numbers (1-based), got {v!r}")
+            if not 1 <= v <= top:
+                raise ValueError(f"{name} must lie in 1..{top} (this model has {top} {what}s), got {v}")
+            out.append(int(v) - 1)
+        return out
+
+    def _ids(self, text: str | Sequence[int]) -> tuple[list[int], list[str]]:
+        """``(ids, pieces)`` of ``text`` (encoded) or of token ids given instead, within the model's positions."""
+        if isinstance(text, str):
+            ids, pieces = self.encode(text)
+        else:
+            ids = [int(i) for i in text]
+            if not ids:
+                raise ValueError("ids must hold at least one token id")
+            pieces = self.pieces_of(ids)
+        limit = self.max_length()
+        if limit is not None and len(ids) > limit:
+            raise InputError(f"the text has {len(ids)} tokens; {self.source} reads at most {limit} positions")
+        return ids, pieces
+
+    def self_attention(
+        self, text: str | Sequence[int], *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None
+    ) -> SelfAttentionMaps:
+        """Every asked layer's and head's self-attention over ``text`` (or token ``ids``; ``layers``/``heads``:
+        1-based numbers, default every layer and head), at once."""
+        got: dict[int, Tensor] = {}
+        pieces = self.stream(text, lambda layer, w: got.__setitem__(layer, w.cpu()), layers=layers, heads=heads)
+        order = sorted(got)
+        return SelfAttentionMaps(
+            pieces=pieces,
+            attention=torch.stack([got[i] for i in order]),  # (L, H, N, N)
+            layers=order,
+            heads=list(range(1, self.num_heads + 1)) if heads is None else [int(h) for h in heads],
+            causal=self.causal,
+            kv_groups=self.kv_groups(heads),
+        )
+
+
+class SelfAttentionModel(TextModelBase):
     """A ``transformers`` encoder-only or decoder-only model with its tokenizer (see the module docstring)."""
 
     def __init__(self, model, tokenizer, *, source: str = "?"):
@@ -113,25 +176,12 @@ class SelfAttentionModel:
                 model, f"its {self.num_heads} query heads do not split into {self.num_kv_heads} key/value groups"
             )
 
-    def kv_groups(self, heads: Sequence[int] | None = None) -> list[int] | None:
-        """The key/value group (1-based) of each of ``heads`` (1-based numbers; default every head) under
-        grouped-query attention; None when every query head has its own (see :class:`SelfAttentionMaps`)."""
-        if self.num_kv_heads == self.num_heads:
-            return None
-        size = self.num_heads // self.num_kv_heads  # query heads per key/value head
-        wanted = range(1, self.num_heads + 1) if heads is None else heads
-        return [(int(h) - 1) // size + 1 for h in wanted]
-
     def encode(self, text: str) -> tuple[list[int], list[str]]:
         """``(ids, pieces)`` of ``text`` with the tokenizer's special tokens, pieces in the ``▁`` convention."""
         if not isinstance(text, str) or not text.strip():
             raise ValueError("text must be a non-empty str")
         ids = [int(i) for i in self.hf_tokenizer(text)["input_ids"]]
         return ids, [self.tokenizer.id_to_piece(i) for i in ids]
-
-    def pieces_of(self, ids: Sequence[int]) -> list[str]:
-        """The pieces of token ids, in the ``▁`` convention."""
-        return [self.tokenizer.id_to_piece(int(i)) for i in ids]
 
     @property
     def device(self) -> torch.device:
@@ -147,19 +197,6 @@ class SelfAttentionModel:
         cfg = self.model.config
         found = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
         return int(found) if found else None
-
-    def _numbers(self, values: Sequence[int], name: str, top: int, what: str) -> list[int]:
-        """``values`` (1-based layer or head numbers) as 0-based indices, each checked to lie in ``1..top``."""
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-            raise TypeError(f"{name} must be a list of {what} numbers (1-based), got {type(values).__name__}")
-        out = []
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, Integral):
-                raise TypeError(f"{name} must hold int {what} numbers (1-based), got {v!r}")
-            if not 1 <= v <= top:
-                raise ValueError(f"{name} must lie in 1..{top} (this model has {top} {what}s), got {v}")
-            out.append(int(v) - 1)
-        return out
 
     def _chosen(self, layers: Sequence[int] | None) -> list[AttentionSite]:
         """The attention sites of the asked layers (1-based numbers; None: every layer)."""
@@ -185,16 +222,7 @@ class SelfAttentionModel:
         every layer, every head). ``on_logits(logits (last, V))``, where given: the same pass's logits of
         the ``last`` positions (a model with a language-model head; the step scores of the attention rows
         need no pass of their own)."""
-        if isinstance(text, str):
-            ids, pieces = self.encode(text)
-        else:
-            ids = [int(i) for i in text]
-            if not ids:
-                raise ValueError("ids must hold at least one token id")
-            pieces = self.pieces_of(ids)
-        limit = self.max_length()
-        if limit is not None and len(ids) > limit:
-            raise InputError(f"the text has {len(ids)} tokens; {self.source} reads at most {limit} positions")
+        ids, pieces = self._ids(text)
         sites = self._chosen(layers)
         head_index = None if heads is None else self._numbers(heads, "heads", self.num_heads, "head")
         # the capture counts sites and heads from 0 (tensor indices); the caller sees numbers from 1
@@ -210,23 +238,6 @@ class SelfAttentionModel:
         if on_logits is not None:
             on_logits(out.logits[0, -last:])  # (last, V)
         return pieces
-
-    def self_attention(
-        self, text: str | Sequence[int], *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None
-    ) -> SelfAttentionMaps:
-        """Every asked layer's and head's self-attention over ``text`` (or token ``ids``; ``layers``/``heads``:
-        1-based numbers, default every layer and head), at once."""
-        got: dict[int, Tensor] = {}
-        pieces = self.stream(text, lambda layer, w: got.__setitem__(layer, w.cpu()), layers=layers, heads=heads)
-        order = sorted(got)
-        return SelfAttentionMaps(
-            pieces=pieces,
-            attention=torch.stack([got[i] for i in order]),  # (L, H, N, N)
-            layers=order,
-            heads=list(range(1, self.num_heads + 1)) if heads is None else [int(h) for h in heads],
-            causal=self.causal,
-            kv_groups=self.kv_groups(heads),
-        )
 
     # ------------------------------------------------------------------ writing (decoder-only)
     def _check_generates(self) -> None:
@@ -314,6 +325,10 @@ class SelfAttentionModel:
         """The ids of ``text`` without the tokenizer's special tokens."""
         return [int(i) for i in self.hf_tokenizer(text, add_special_tokens=False)["input_ids"]]
 
+    def decode_plain(self, ids: Sequence[int]) -> str:
+        """The text of ``ids`` as the tokenizer writes it back (no clean-up of spaces)."""
+        return self.hf_tokenizer.decode([int(i) for i in ids], clean_up_tokenization_spaces=False)
+
     def piece_id(self, piece: str) -> int | None:
         """The id of a vocabulary entry spelt as the vocabulary spells it (``Ġworld``), or None."""
         found = self.hf_tokenizer.get_vocab().get(piece)
@@ -351,11 +366,30 @@ class SelfAttentionModel:
         self, text: str, *, max_new_tokens: int = 20, temperature: float = 1.0, top_k: int | None = None, seed: int = 0
     ) -> tuple[list[int], int]:
         """A sampled continuation (:func:`attnkit.hf.sampling.sample_continuation`): ``(ids, prompt length)``."""
-        from .sampling import sample_continuation
-
         return sample_continuation(
             self, text, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed
         )
+
+    def attention_with_grad(self, ids: Sequence[int]) -> tuple[Tensor, list[Tensor]]:
+        """``(logits (n, V), [weights (1, H, n, n) per layer])`` of token ``ids``, the weights those the model
+        multiplied its values by, in the autograd graph (what a gradient with respect to attention needs; a
+        gradient is taken with respect to these tensors themselves, so they keep their batch axis): run
+        under eager attention (``set_attn_implementation``, the model's own put back after), grad enabled."""
+        self._check_generates()
+        before = attention_implementation(self.model)
+        if before != "eager":
+            self.model.set_attn_implementation("eager")
+        try:
+            with torch.enable_grad():
+                out = self.model(
+                    input_ids=torch.tensor([list(ids)], device=self.device), output_attentions=True, use_cache=False
+                )
+        finally:
+            if before != "eager":
+                self.model.set_attn_implementation(before)
+        if not out.attentions or any(a is None for a in out.attentions):
+            raise HFModelError(f"{self.source} returns no attention weights under eager attention")
+        return out.logits[0], list(out.attentions)
 
     def embed(self, ids: Tensor) -> Tensor:
         """The input embeddings of token ids ``(..., n) -> (..., n, E)`` (the embedding layer only: positions

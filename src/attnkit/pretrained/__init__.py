@@ -79,12 +79,14 @@ class ModelInfo:
     src_lang: str | None = None  # translation models: the pair and the corpus from config.json
     tgt_lang: str | None = None
     corpus: str | None = None
+    lang: str | None = None  # language models: the language of their text (index.json, or config.json's "lang")
 
     def to_dict(self) -> dict:
         return {
             "src_lang": self.src_lang,
             "tgt_lang": self.tgt_lang,
             "corpus": self.corpus,
+            "lang": self.lang,
             "name": self.name,
             "path": str(self.path),
             "source": self.source,
@@ -178,6 +180,8 @@ def _info(name: str, path: Path, source: str) -> ModelInfo:
     pair = {}
     if task == "translation":  # models saved before languages were recorded are the Bible's es → en
         pair = {k: str(config.get(k, d)) for k, d in (("src_lang", "es"), ("tgt_lang", "en"), ("corpus", "bible"))}
+    elif task == "language-model" and (entry.get("lang") or config.get("lang")):
+        pair = {"lang": str(entry.get("lang") or config.get("lang"))}
     return ModelInfo(name, path, source, task, model_type, size, dict(entry.get("scores", {})), **pair)
 
 
@@ -202,7 +206,9 @@ def known_models(home: str | os.PathLike | None = None) -> list[ModelInfo]:
 def reverse_model(path: str | os.PathLike) -> str | None:
     """The shipped model that translates the other way with the same architecture and corpus as the
     translation model in folder ``path`` (``transformer-en-es`` for ``transformer-es-en``), or None: the
-    second direction ``attnkit align --symmetrize`` reads by default."""
+    second direction ``attnkit align --symmetrize`` reads by default. A Hugging Face name (no folder) has none."""
+    if not Path(path).is_dir():
+        return None
     this = _info(Path(path).name, Path(path), "local")
     if this.task != "translation":
         return None

@@ -60,7 +60,7 @@ def analyse_lm_view(
             f"{model.label} has no language-model head (an encoder-only model): the {req.view} view reads a "
             "prediction; its self-attention views are attention, rollout, attention_norm, value_zeroing and alti"
         )
-    ids, _ = forced_ids(sa, req.text)
+    ids, _ = forced_ids(sa, req.text, at_least=1)  # one token has a prediction to view
     n = len(ids)
     if req.position is not None and req.position > n:
         raise InputError(f"position must be a token of the text, 1..{n}, got {req.position}")

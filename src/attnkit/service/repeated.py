@@ -40,34 +40,20 @@ def _maps_and_pieces(model: Model, length: int, seed: int) -> tuple[list[int], l
     from ..models.induction import repeated_random_tokens
 
     gen = torch.Generator().manual_seed(seed)
-    if model.kind is ModelKind.LANGUAGE_MODEL:
-        lm = model.impl
-        _check_length(length, lm.context, model.label)
-        device = next(lm.model.parameters()).device
-        ids = repeated_random_tokens(lm.model.config.vocab_size, length, 1, generator=gen).to(device)  # (1, 2N)
-        with torch.no_grad():
-            maps = lm.model(ids, need_weights=True).attention  # per layer (1, H, 2N, 2N)
-        attention = torch.stack([w[0] for w in maps]).float().cpu()  # (L, H, 2N, 2N)
-        row = ids[0].tolist()
-        return row, [lm.tokenizer.id_to_piece(i) for i in row], attention
-    if model.kind is ModelKind.SELF_ATTENTION:
-        from ..hf.induction import hf_special_ids
-
-        sa = model.impl
-        if not sa.causal:
-            raise InputError(
-                f"{model.label} is an encoder-only model: the induction stripe is a causal language model's"
-            )
-        _check_length(length, sa.max_length(), model.label)
-        vocab = int(sa.model.config.vocab_size)
-        ids = repeated_random_tokens(vocab, length, 1, generator=gen, special_ids=hf_special_ids(sa))  # (1, 2N)
-        row = ids[0].tolist()
-        attention = sa.self_attention(row).attention.float().cpu()  # (L, H, 2N, 2N)
-        return row, list(sa.pieces_of(row)), attention
-    raise InputError(
-        f"{model.label} is a {model.kind.value} model: repeated random tokens are for a language model "
-        "(attnkit's own, or a Hugging Face causal language model)"
-    )
+    if model.kind not in (ModelKind.LANGUAGE_MODEL, ModelKind.SELF_ATTENTION):
+        raise InputError(
+            f"{model.label} is a {model.kind.value} model: repeated random tokens are for a language model "
+            "(attnkit's own, or a Hugging Face causal language model)"
+        )
+    sa = model.impl  # a text model: attnkit's language model or a Hugging Face one, one protocol
+    if not sa.causal:
+        raise InputError(f"{model.label} is an encoder-only model: the induction stripe is a causal language model's")
+    _check_length(length, sa.max_length(), model.label)
+    specials = tuple(sorted(sa.special_ids))
+    ids = repeated_random_tokens(sa.vocab_size, length, 1, generator=gen, special_ids=specials)  # (1, 2N)
+    row = ids[0].tolist()
+    attention = sa.self_attention(row).attention.float().cpu()  # (L, H, 2N, 2N)
+    return row, list(sa.pieces_of(row)), attention
 
 
 def analyse_repeated(model: Model, req: RepeatedRequest) -> RepeatedAnalysis:

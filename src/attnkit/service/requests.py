@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
+from ..method_registry import names
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -191,7 +192,7 @@ class GenerationRequest:
 #: the routes' importance threshold τ when none is given (the LM Transparency Tool's default)
 DEFAULT_THRESHOLD = 0.04
 #: the views of one prediction an :class:`LMViewRequest` asks for
-LM_VIEW_KINDS = ("logit_lens", "direct_logit", "routes")
+LM_VIEW_KINDS = names(where="text_view")
 
 
 @dataclass(frozen=True)

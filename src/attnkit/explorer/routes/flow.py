@@ -40,6 +40,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from ...errors import InputError
+from ...service.requests import LM_VIEW_KINDS
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..jobs import POLL_S
@@ -57,7 +58,7 @@ MIN_THRESHOLD = 0.01
 class FlowRequest(BaseModel):
     text: schema.Text = Field(description="the text whose prediction is viewed, as written")
     model: schema.Text | None = Field(None, description="a loaded decoder-only model's name (default: the first)")
-    view: Literal["routes", "logit_lens", "direct_logit"] = Field("routes", description="what to compute")
+    view: Literal[LM_VIEW_KINDS] = Field("routes", description="what to compute")
     position: int | None = Field(
         None, ge=1, description="the position (1-based) whose prediction is viewed (default: the last)"
     )

@@ -26,10 +26,11 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from ...attribution.gradients import DEFAULT_STEPS, GRADIENT_METHODS
+from ...attribution.gradients import DEFAULT_STEPS
 from ...data.text import no_readable_word
 from ...errors import InputError
 from ...hf.sampling import TEMPERATURES
+from ...method_registry import names
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..loading import checkpoint_fields
@@ -48,7 +49,7 @@ __all__ = ["GenerateRequest", "RepeatedTokensRequest", "SelfAttentionRequest", "
 router = APIRouter()
 #: the methods of /api/generate run as heavy jobs: a backward pass per token, value zeroing's replay of a layer
 #: per key, ALTI-Logit's traced pass per token
-HEAVY_METHODS = (*GRADIENT_METHODS, "value_zeroing", "alti_logit")
+HEAVY_METHODS = names(where="text_rows", heavy=True)
 
 
 class SelfAttentionRequest(BaseModel):

@@ -9,6 +9,7 @@
 (function () {
   "use strict";
   const SVG = "http://www.w3.org/2000/svg";
+  const LABEL_PX = 12; // the layers' and the pieces' labels, in px at the graph's own (unshrunk) size
 
   function el(name, attrs, text) {
     const e = document.createElementNS(SVG, name);
@@ -104,14 +105,22 @@
     controls.appendChild(html("span", "flow-title", `routes to ${shown(data.token.piece)} at position ${data.position} `));
     controls.appendChild(label);
     container.appendChild(controls);
+    // drawn at its own size (never shrunk to the card: a 25-token text is ~1,700 px wide, and shrunk its labels
+    // could not be read), in a box that scrolls sideways when the graph is wider than the card
     const svg = el("svg", { class: "flow-graph", width, height, viewBox: `0 0 ${width} ${height}` });
+    svg.style.maxWidth = "none";
+    svg.style.display = "block";
+    const scroller = html("div", "flow-scroll");
+    scroller.style.overflowX = "auto";
+    scroller.style.maxWidth = "100%";
+    scroller.appendChild(svg);
     const X = (p) => left + dx * (p - 1) + dx / 2;
     const Y = (level) => top + dy * (L - level);
     for (let level = 0; level <= L; level++) {
-      svg.appendChild(el("text", { x: 4, y: Y(level) + 4, "font-size": 11 }, level === 0 ? "embeddings" : `layer ${level}`));
+      svg.appendChild(el("text", { class: "flow-label", x: 4, y: Y(level) + 4, "font-size": LABEL_PX }, level === 0 ? "embeddings" : `layer ${level}`));
     }
     data.pieces.forEach((p, i) => {
-      const t = el("text", { x: X(i + 1), y: Y(0) + 30, "font-size": 11, "text-anchor": "end", transform: `rotate(-45 ${X(i + 1)} ${Y(0) + 30})` }, shown(p));
+      const t = el("text", { class: "flow-label flow-piece-label", x: X(i + 1), y: Y(0) + 30, "font-size": LABEL_PX, "text-anchor": "end", transform: `rotate(-45 ${X(i + 1)} ${Y(0) + 30})` }, shown(p));
       svg.appendChild(t);
     });
     const info = html("div", "flow-info");
@@ -172,7 +181,7 @@
       value.textContent = t.toFixed(3);
       for (const x of [...edges, ...mlps]) x.style.display = Number(x.dataset.weight) >= t ? "" : "none";
     });
-    container.appendChild(svg);
+    container.appendChild(scroller);
     container.appendChild(info);
   }
 

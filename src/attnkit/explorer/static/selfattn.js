@@ -191,6 +191,17 @@ async function selfAttentionAll() {
   }
 }
 
+// The built-in example (index.html's) is a Spanish verse; a language model that names its language (an English
+// one: lm-4l-en) is offered a text in it instead, unless the user has typed one already.
+const EXAMPLES = { en: "In the beginning, God created the heavens and the earth." };
+function exampleInModelsLanguage(models) {
+  const box = document.getElementById("sa-text");
+  const lang = (models.find((m) => m.lang) || {}).lang;
+  if (!lang || lang === "es" || box.value !== box.defaultValue) return;
+  box.value = EXAMPLES[lang] || "";
+  box.placeholder = `Type a text in ${langName(lang)}…`;
+}
+
 async function initSelfAttention() {
   const panel = document.getElementById("self-attention-panel");
   if (DATA) {
@@ -201,6 +212,7 @@ async function initSelfAttention() {
   }
   SA.models = (await api("api/models")).models.filter((m) => m.task === "self-attention");
   if (!SA.models.length) { panel.hidden = true; return; }
+  exampleInModelsLanguage(SA.models);
   document.getElementById("sa-read").addEventListener("click", selfAttentionAll);
   selfAttentionAll();
 }

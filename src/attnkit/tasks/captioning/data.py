@@ -12,7 +12,7 @@ import torch
 from ...data.datasets.scenes import ScenesDataset, collate_captions, pad_captions
 from ...data.karpathy import KarpathyImage
 from ...data.vocab import CaptionVocab
-from ...errors import InputError
+from ...errors import InputError, no_such_file
 from ...training.data import Batches, shuffled
 
 
@@ -121,7 +121,7 @@ def load_image_file(path: str | Path, canvas: int) -> torch.Tensor:
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"image {path} does not exist")
+        raise FileNotFoundError(no_such_file(path))
     try:
         with Image.open(path) as im:
             return image_to_canvas(im, canvas)

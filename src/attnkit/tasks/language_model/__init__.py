@@ -1,4 +1,5 @@
-"""The language-model task (issue 57): ``attnkit train language-model`` and sampling from its models.
+"""The language-model task (a causal Transformer trained on one language's text): ``attnkit train
+language-model`` and sampling from its models.
 
 :mod:`.data` (one language's text as contiguous blocks of tokens), :mod:`.config` (the options, one field
 each), :mod:`.loss` (next-token cross-entropy, perplexity), :mod:`.train` (the run, with the shared trainer;

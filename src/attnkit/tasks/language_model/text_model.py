@@ -19,13 +19,13 @@ from torch import Tensor
 
 from ...data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from ...errors import InputError
-from ...hf.sampling import check_sampling
-from ...hf.self_attention import MAX_NEW_TOKENS, SelfAttentionMaps
+from ...hf.sampling import MAX_NEW_TOKENS, check_sampling
+from ...hf.self_attention import TextModelBase
 
 __all__ = ["LanguageModelText"]
 
 
-class LanguageModelText:
+class LanguageModelText(TextModelBase):
     """The text-model protocol over ``self.model`` (a :class:`~attnkit.models.language_model.LanguageModel`)
     and ``self.tokenizer`` (attnkit's sentencepiece :class:`~attnkit.data.tokenizer.Tokenizer`); ``source``
     names the model in answers."""
@@ -73,15 +73,6 @@ class LanguageModelText:
         """The most positions the model reads."""
         return self.model.config.max_len
 
-    def kv_groups(self, heads: Sequence[int] | None = None) -> list[int] | None:
-        """The key/value group (1-based) of each of ``heads`` (1-based; default every head) under grouped-query
-        attention; None when every query head has its own keys and values."""
-        if self.num_kv_heads == self.num_heads:
-            return None
-        size = self.num_heads // self.num_kv_heads
-        wanted = range(1, self.num_heads + 1) if heads is None else heads
-        return [(int(h) - 1) // size + 1 for h in wanted]
-
     # ------------------------------------------------------------------ pieces
     def encode(self, text: str) -> tuple[list[int], list[str]]:
         """``(ids, pieces)`` of ``text``: ``<s>`` then its pieces, as the model was trained."""
@@ -94,37 +85,16 @@ class LanguageModelText:
         """The ids of ``text`` without ``<s>``."""
         return list(self.tokenizer.encode(text))
 
+    def decode_plain(self, ids: Sequence[int]) -> str:
+        """The text of ``ids`` as the tokenizer writes it back."""
+        return self.tokenizer.decode([int(i) for i in ids])
+
     def piece_id(self, piece: str) -> int | None:
         """The id of vocabulary entry ``piece`` (``▁world``), or None when the vocabulary has no such piece."""
         i = int(self.tokenizer.piece_to_id(piece))
         return None if i == UNK_ID and piece != self.tokenizer.id_to_piece(UNK_ID) else i
 
-    def pieces_of(self, ids: Sequence[int]) -> list[str]:
-        return [self.tokenizer.id_to_piece(int(i)) for i in ids]
-
     # ------------------------------------------------------------------ reading a text
-    def _ids(self, text: str | Sequence[int]) -> tuple[list[int], list[str]]:
-        if isinstance(text, str):
-            ids, pieces = self.encode(text)
-        else:
-            ids = [int(i) for i in text]
-            if not ids:
-                raise ValueError("ids must hold at least one token id")
-            pieces = self.pieces_of(ids)
-        if len(ids) > self.max_length():
-            raise InputError(
-                f"the text has {len(ids)} tokens; {self.source} reads at most {self.max_length()} positions"
-            )
-        return ids, pieces
-
-    def _numbers(self, values, name: str, top: int) -> list[int]:
-        out = []
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
-                raise ValueError(f"{name} must hold numbers in 1..{top} (1-based), got {v!r}")
-            out.append(v - 1)
-        return out
-
     @torch.no_grad()
     def stream(
         self,
@@ -141,8 +111,10 @@ class LanguageModelText:
         output by a hook for this call (the model keeps none); ``on_logits(logits (last, V))``: that pass's
         logits of the last ``last`` positions. Returns the pieces."""
         ids, pieces = self._ids(text)
-        wanted = set(range(self.num_layers) if layers is None else self._numbers(layers, "layers", self.num_layers))
-        index = None if heads is None else torch.tensor(self._numbers(heads, "heads", self.num_heads))
+        wanted = set(
+            range(self.num_layers) if layers is None else self._numbers(layers, "layers", self.num_layers, "layer")
+        )
+        index = None if heads is None else torch.tensor(self._numbers(heads, "heads", self.num_heads, "head"))
         last = len(ids) if last is None else last
         if on_logits is not None and (isinstance(last, bool) or not isinstance(last, int) or not 1 <= last <= len(ids)):
             raise ValueError(f"last must lie in 1..{len(ids)} (the number of tokens), got {last!r}")
@@ -167,22 +139,6 @@ class LanguageModelText:
             on_logits(out.logits[0, -last:])  # (last, V)
         return pieces
 
-    def self_attention(
-        self, text: str | Sequence[int], *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None
-    ) -> SelfAttentionMaps:
-        """Every asked layer's and head's self-attention over ``text`` (1-based numbers; default all), at once."""
-        got: dict[int, Tensor] = {}
-        pieces = self.stream(text, lambda layer, w: got.__setitem__(layer, w.cpu()), layers=layers, heads=heads)
-        order = sorted(got)
-        return SelfAttentionMaps(
-            pieces=pieces,
-            attention=torch.stack([got[i] for i in order]),  # (L, H, N, N)
-            layers=order,
-            heads=list(range(1, self.num_heads + 1)) if heads is None else [int(h) for h in heads],
-            causal=True,
-            kv_groups=self.kv_groups(heads),
-        )
-
     @torch.no_grad()
     def next_token_logits(self, ids: Sequence[int], last: int) -> Tensor:
         """``(last, V)``: the logits after each of the last ``last`` of token ``ids`` (one forward pass)."""
@@ -190,6 +146,26 @@ class LanguageModelText:
         if not 1 <= last <= len(ids):
             raise ValueError(f"last must lie in 1..{len(ids)} (the number of ids), got {last!r}")
         return self.model(torch.tensor([ids], device=self.device)).logits[0, -last:]
+
+    def attention_with_grad(self, ids: Sequence[int]) -> tuple[Tensor, list[Tensor]]:
+        """``(logits (n, V), [weights (1, H, n, n) per layer])`` of token ``ids``, each block's weights (taken by a
+        hook for this call) the tensor its values were multiplied by, in the autograd graph, grad enabled (a
+        gradient is taken with respect to these tensors themselves, so they keep their batch axis)."""
+        ids, _ = self._ids(list(ids))
+        maps: list[Tensor] = []
+
+        def hook(module, args, output):
+            maps.append(output[1])  # (1, H, n, n)
+            return output[0], None
+
+        handles = [layer.register_forward_hook(hook) for layer in self.model.layers]
+        try:
+            with torch.enable_grad():
+                logits = self.model(torch.tensor([ids], device=self.device), need_weights=True).logits[0]
+        finally:
+            for h in handles:
+                h.remove()
+        return logits, maps
 
     def embed(self, ids: Tensor) -> Tensor:
         """The token embeddings of ``ids (..., n) -> (..., n, D)`` (positions are added inside the model)."""

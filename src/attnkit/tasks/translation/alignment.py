@@ -35,7 +35,7 @@ import torch
 from ...alignment.extract import attention_links, column_links, shift_rows
 from ...alignment.symmetrize import SYMMETRIZATIONS, invert, symmetrize
 from ...alignment.words import span_attention
-from ...data.parallel import read_lines
+from ...data.parallel import count_lines, read_lines
 from ...data.text import UnreadableTextError
 from ...errors import InputError
 from .guided import guided_head, guided_input_step
@@ -303,16 +303,6 @@ class ModelAligner:
             for k, links in zip(chunk, self.links_batch([bucket[k] for k in chunk])):
                 result[k] = invert(links) if (reverse and links is not None) else links
         yield from result
-
-
-def count_lines(path) -> int:
-    """The number of lines of a text file (a final line without newline counts)."""
-    n, last = 0, b"\n"
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            n += block.count(b"\n")
-            last = block[-1:]
-    return n + (last != b"\n")
 
 
 def read_parallel(src_path, tgt_path) -> tuple[int, Iterator[tuple[list[str], list[str]]]]:

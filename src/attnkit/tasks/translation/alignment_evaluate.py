@@ -50,6 +50,7 @@ from .alignment import (
     describe_reading,
     has_guided_head,
 )
+from .guided import guided_head
 from .inference import Translator
 
 __all__ = ["DEFAULT_METHODS", "evaluate_alignment", "gold_eflomal_links", "per_verse_counts"]
@@ -93,20 +94,23 @@ def gold_eflomal_links(verses: list[GoldVerse], *, builtin: bool, home=None) -> 
 
 
 def _candidates(aligner: ModelAligner, base: AttentionReading, all_heads: bool) -> dict[str, AttentionReading]:
-    """The readings to score: ``base`` resolved, and with ``all_heads`` every layer's head mean and every head."""
+    """The readings to score: ``base`` resolved, and with ``all_heads`` every layer's head mean and every head.
+    Each layer's and head's reading is plain (``attention``, or ``shift`` under Shift-Att): under ``guided``
+    they read the heads' rows as the attention method does, the guided head's among them, so they are named so."""
     model = aligner.translator.model
     layers = _model_layers(model)
     out = {"": aligner.resolve(aligner.translator, base)}
     if layers is None:
         return out
     heads = getattr(model.config, "nhead", 1)
+    method = "attention" if base.method == "guided" else base.method
     if all_heads or (base.method == "shift" and base.layer is None):
         for layer in range(1, layers + 1):
-            out[f"L{layer}avg"] = AttentionReading(base.method, layer, None, base.threshold, base.both_ways)
+            out[f"L{layer}avg"] = AttentionReading(method, layer, None, base.threshold, base.both_ways)
     if all_heads:
         for layer in range(1, layers + 1):
             for head in range(1, heads + 1):
-                out[f"L{layer}H{head}"] = AttentionReading(base.method, layer, head, base.threshold, base.both_ways)
+                out[f"L{layer}H{head}"] = AttentionReading(method, layer, head, base.threshold, base.both_ways)
     return out
 
 
@@ -214,12 +218,20 @@ def evaluate_alignment(
         main_rows.append(
             (n, f"{path.name} {describe_reading(readings[n])}" + (" (layer chosen on dev)" if n != method else ""))
         )
+    guided = guided_head(getattr(aligner.translator.model, "config", None))
+
+    def head_label(n: str) -> str:
+        r = readings[n]
+        is_guided = guided is not None and (r.layer, r.head) == guided[:2]
+        return f"{path.name} {describe_reading(r)}" + (" (the guided head)" if is_guided else "")
+
     rows_spec = list(main_rows)
     best = None
+    per_layer: list[str] = []
     if all_heads and len(readings) > 1:
         first = methods[0]
         per_layer = [n for n in names if n.startswith(first + " L")]
-        rows_spec += [(n, f"{path.name} {describe_reading(readings[n])}") for n in per_layer]
+        rows_spec += [(n, head_label(n)) for n in per_layer]
         heads = [n for n in per_layer if not n.endswith("avg")]
         if heads and n_dev:
             best = min(heads, key=dev_aer)
@@ -232,13 +244,14 @@ def evaluate_alignment(
             out["dev_aer"] = dev_aer(with_dev)
         return out
 
-    rows = [row(label, counts[n], n) for n, label in rows_spec]
-    for r, (n, _) in zip(rows, rows_spec):  # which attention each row read
+    def which(r: dict, n: str) -> dict:  # which attention a row read
         reading = readings[n]
         r.update(method=reading.method, layer=reading.layer, head=reading.head, input_step=reading.shifted)
-    best_row = (
-        row(f"{path.name} {describe_reading(readings[best])} (best head on dev)", counts[best], best) if best else None
-    )
+        r["per_layer"] = n in per_layer  # one of --all-heads' rows: a layer's head mean or one head
+        return r
+
+    rows = [which(row(label, counts[n], n), n) for n, label in rows_spec]
+    best_row = which(row(f"{head_label(best)} (best head on dev)", counts[best], best), best) if best else None
     refs = []
     ref_counts: list[list[AERCounts]] = []
     if references:
@@ -262,6 +275,7 @@ def evaluate_alignment(
         r["vs_first"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in d.items()}
     return {
         "model": path.name,
+        "guided_head": None if guided is None else {"layer": guided[0], "head": guided[1]},
         "gold": ("built-in es-en gold set" + (", read the other way (the model translates en → es)" if reverse else ""))
         if builtin
         else str(gold[2]),

@@ -33,7 +33,7 @@ from safetensors.torch import save as safetensors_bytes
 from torch import Tensor
 
 from ...checks import NON_NEGATIVE_INT, POSITIVE_INT, check
-from ...errors import AttnkitError
+from ...errors import AttnkitError, no_such_file
 from ...paths import atomic_write_bytes
 
 __all__ = ["LexicalShortlist", "ShortlistError", "tokenizer_digest"]
@@ -143,15 +143,14 @@ class LexicalShortlist:
             {"frequent": self.frequent.contiguous(), "table": self.table.contiguous()},
             metadata={"format": FORMAT, "tokenizer_sha256": self.tokenizer_sha256},
         )
-        atomic_write_bytes(path, data)  # never a half-written shortlist under the real name
-        return path
+        return atomic_write_bytes(path, data)  # never a half-written shortlist under the real name
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> LexicalShortlist:
         """Read a file written by :meth:`save`; :class:`ShortlistError` when it is missing or corrupt."""
         path = Path(path)
         if not path.is_file():
-            raise ShortlistError(f"{path}: no such shortlist file; build one with `attnkit shortlist --model MODEL`")
+            raise ShortlistError(f"{no_such_file(path)}; build a shortlist with `attnkit shortlist --model MODEL`")
         try:
             with safe_open(str(path), framework="pt") as fh:
                 meta = fh.metadata() or {}

@@ -27,11 +27,17 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
 
 
 def bleu_by_length(sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str]) -> list[dict]:
-    """Corpus BLEU per source-length bucket (in words): 0–10, 10–20, … 60+ (Bahdanau et al., Fig. 2)."""
+    """Corpus BLEU per source-length bucket (in words): 0–10, 10–20, … 60+ (Bahdanau et al., Fig. 2).
+    A bucket with no sentence has no score: its ``bleu`` and ``chrf`` are None (not 0, which would read as
+    a model that got every sentence of that length wrong)."""
     rows = []
     for lo, hi in LENGTH_BUCKETS:
         idx = [i for i, s in enumerate(sources) if len(s.split()) >= lo and (hi is None or len(s.split()) < hi)]
-        sc = corpus_scores([hypotheses[i] for i in idx], [references[i] for i in idx])
+        sc = (
+            corpus_scores([hypotheses[i] for i in idx], [references[i] for i in idx])
+            if idx
+            else {"bleu": None, "chrf": None}
+        )
         rows.append(
             {
                 "bucket": f"{lo}-{hi}" if hi is not None else f"{lo}+",
