@@ -80,7 +80,21 @@ def bodies(translators: list[str], self_attention: list[str]) -> st.SearchStrate
             "method": st.one_of(st.none(), texts(8)),
         },
     )
-    routes = [st.tuples(st.just("/api/translate"), translate)]
+    markup = st.sampled_from(
+        ["<p>", "</p>", "<b>", "</b>", "<i>", "<br/>", "<x/>", "</i>", "**", "`", "[", "](u)", "&amp;"]
+    )
+    document = st.fixed_dictionaries(
+        {
+            "document": st.lists(st.one_of(text, markup), max_size=6).map("".join),
+            "format": st.one_of(st.sampled_from(["html", "xml", "markdown", "xliff"]), texts(6)),
+        },
+        optional={
+            "model": name(translators),
+            "beam": st.integers(-1, 5),
+            "method": st.one_of(st.none(), st.sampled_from(["attention", "shift", "guided"]), texts(8)),
+        },
+    )
+    routes = [st.tuples(st.just("/api/translate"), translate), st.tuples(st.just("/api/translate-document"), document)]
     if self_attention:
         reading = st.fixed_dictionaries(
             {"text": text}, optional={"model": name(self_attention), "layer": st.one_of(st.none(), st.integers(-1, 3))}

@@ -9,6 +9,7 @@ from .aer import AERCounts, aer_counts, argmax_links, diagonal_links, threshold_
 from .bootstrap import aer_interval, paired_aer_difference
 from .diagnostics import attention_diagnostics, is_punctuation
 from .extract import attention_links, column_links, shift_rows
+from .markup import TagSpan, project_spans, proportional_spans
 from .rollout import attention_rollout
 from .symmetrize import SYMMETRIZATIONS, grow_diag, grow_diag_final, grow_diag_final_and, invert, symmetrize
 from .words import span_attention, word_attention, word_spans, words_from_pieces
@@ -16,6 +17,7 @@ from .words import span_attention, word_attention, word_spans, words_from_pieces
 __all__ = [
     "SYMMETRIZATIONS",
     "AERCounts",
+    "TagSpan",
     "aer_counts",
     "aer_interval",
     "argmax_links",
@@ -30,6 +32,8 @@ __all__ = [
     "invert",
     "is_punctuation",
     "paired_aer_difference",
+    "project_spans",
+    "proportional_spans",
     "shift_rows",
     "span_attention",
     "symmetrize",

@@ -79,6 +79,11 @@ def cmd_translate(args) -> int:
     _check_engine_flags(args)
     _output(args.plot, "--plot")
     _output(args.html, "--html")
+    _output(args.output, "--output")
+    if args.format != "text":
+        return _translate_markup(args)
+    if args.output is not None or args.align_method is not None:
+        raise CLIError("--output and --align-method go with --format html, xml, markdown or xliff")
     if args.processes is not None or corpus_job_wanted(args):
         _check_corpus_job(args)
         if args.processes is not None:
@@ -145,6 +150,62 @@ def cmd_translate(args) -> int:
     return 1 if len(sentences) < len(inputs) else 0
 
 
+def _translate_markup(args) -> int:
+    """``--format html|xml|markdown|xliff``: one document from ``--file`` or stdin, its tags moved across by the
+    model's word alignment (:mod:`attnkit.tasks.translation.markup`), written whole to ``--output`` or stdout."""
+    given = {
+        "text arguments": args.text,
+        "--show-attention": args.show_attention,
+        "--json": args.json,
+        "--plot": args.plot,
+        "--html": args.html,
+        "--processes": args.processes is not None or corpus_job_wanted(args),
+        "--engine ctranslate2": args.engine == "ctranslate2",
+        "--shortlist": args.shortlist,
+    }
+    for flag, on in given.items():
+        if on:
+            raise CLIError(f"--format {args.format} translates one document from --file or stdin: give no {flag}")
+    from ..service import ModelKind
+    from ..tasks.translation.markup import decode_document, default_aligner, translate_document
+
+    if args.file:
+        try:
+            with open(args.file, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise CLIError(f"--file: cannot read {args.file}: {exc.strerror or exc}") from None
+        name = args.file
+    elif not sys.stdin.isatty():
+        data, name = sys.stdin.buffer.read(), "<stdin>"
+    else:
+        raise CLIError(f"nothing to translate: give the {args.format} document with --file or on stdin")
+    text = decode_document(data, name)
+    model = _open_model(args, DEFAULT_TRANSLATION_MODEL, kind=ModelKind.TRANSLATOR)
+    tr = model.impl
+    aligner = default_aligner(tr, args.align_method)
+    result = translate_document(
+        tr, text, args.format, aligner=aligner, beam_size=args.beam, length_penalty=args.length_penalty
+    )
+    if result.notes:
+        print(f"attnkit translate: {name}: repaired the markup: {'; '.join(result.notes)}", file=sys.stderr)
+    if args.output is None:
+        sys.stdout.write(result.text)
+        sys.stdout.flush()
+        return 0
+    from ..paths import atomic_writer
+
+    try:
+        with atomic_writer(args.output, "wb") as out:  # whole or not at all; an earlier file is kept on failure
+            out.write(result.text.encode("utf-8"))
+    except OSError as exc:
+        raise CLIError(f"--output: cannot write {args.output}: {exc.strerror or exc}") from None
+    print(
+        f"wrote {args.output} ({result.blocks} blocks translated, tags moved by {aligner.describe()})", file=sys.stderr
+    )
+    return 0
+
+
 def _check_corpus_job(args) -> None:
     """The flags a split ``translate`` (``--processes``, ``--job-dir``, torchrun) cannot take: it reads
     ``--file`` only and writes the translations (or JSON lines) to stdout, with the PyTorch engine."""
@@ -208,7 +269,27 @@ def add_parser(sub) -> None:
     tr = sub.add_parser("translate", help="translate with a model, from the language pair it was trained on")
     tr.add_argument("text", nargs="*", help="sentences in the model's source language (or --file, or stdin)")
     _add_model_flag(tr, DEFAULT_TRANSLATION_MODEL)
-    tr.add_argument("--file", default=None, help="read sentences from this file, one per line (default: none)")
+    tr.add_argument(
+        "--file",
+        default=None,
+        help="read sentences from this file, one per line; with --format, the document (default: none)",
+    )
+    tr.add_argument(
+        "--format",
+        default="text",
+        choices=["text", "html", "xml", "markdown", "xliff"],
+        help="text: one sentence per line; html, xml, markdown: one document from --file or stdin, each block "
+        "translated with its inline tags moved across by the model's word alignment, what is not text kept "
+        "as written; xliff: each unit's source so translated into its target (XLIFF 1.2 or 2.x) (default: text)",
+    )
+    tr.add_argument(
+        "--align-method",
+        default=None,
+        choices=["attention", "shift", "guided"],
+        help="with --format: how tags are moved, as `attnkit align --method` reads the model (default: its "
+        "guided head when it has one, else attention)",
+    )
+    _add_output_flag(tr, "with --format: write the translated document here, whole or not at all (default: stdout)")
     _add_beam_flag(tr, 5)
     _add_length_penalty_flag(tr, "the model's own, chosen on its validation data, else 0.6")
     tr.add_argument(

@@ -12,6 +12,8 @@ that ``--html`` exports embed.
 - ``GET  /api/scenes``     held-out test scenes to pick from (with thumbnails)
 - ``POST /api/translate``  ``{"text", "model", "beam", "heads", "layer", "target", "method", "job"}`` → a
                            translation payload (``method``: an attribution method, :mod:`attnkit.attribution`)
+- ``POST /api/translate-document``  ``{"document", "format", "model", "beam", "method"}`` → the document
+                           translated, its inline tags moved by the word alignment (html, xml, markdown, xliff)
 - ``GET  /api/progress/{job}``  how far the caller's own heavy job has got, or its place in the queue
 - ``POST /api/caption``    ``{"image": base64, "model", "beam", "method", "job"}`` or ``{"scene": index, ...}``
                            → a caption payload

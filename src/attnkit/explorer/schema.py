@@ -231,6 +231,17 @@ class Translation(_Strict):
     )
 
 
+class TranslatedDocument(_Strict):
+    """A document translated block by block, its inline tags moved across by the word alignment."""
+
+    model: str = Field(description="the model's name")
+    format: str = Field(description="html, xml, markdown or xliff")
+    document: str = Field(description="the translated document; what is not text is kept as written")
+    blocks: int = Field(description="how many blocks (paragraphs, headings, list items) were translated")
+    notes: list[str] = Field(description="the repairs made to the markup (a tag left open closed, ...), one each")
+    aligned_by: str = Field(description="the attention that moved the tags, as `attnkit align` describes it")
+
+
 class SelfAttentionLayer(_Strict):
     """One layer's per-head self-attention maps."""
 

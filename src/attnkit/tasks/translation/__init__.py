@@ -15,6 +15,7 @@ from .data import read_lines, translation_batches
 from .inference import Translation, TranslationAttention, Translator
 from .lexical_shortlist import LexicalShortlist, ShortlistError
 from .loss import translation_loss_fn
+from .markup import MarkupTranslation, translate_document
 from .metrics import LENGTH_BUCKETS, bleu_by_length, corpus_scores
 from .train import build_optimizer, build_translation_model, train_translation
 from .translation_quality import evaluate_translation, evaluate_translator
@@ -23,6 +24,7 @@ __all__ = [
     "LENGTH_BUCKETS",
     "TRANSLATION_MODELS",
     "LexicalShortlist",
+    "MarkupTranslation",
     "ShortlistError",
     "Translation",
     "TranslationAttention",
@@ -38,6 +40,7 @@ __all__ = [
     "model_config_class",
     "read_lines",
     "train_translation",
+    "translate_document",
     "translation_batches",
     "translation_loss_fn",
 ]
