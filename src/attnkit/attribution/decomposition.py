@@ -35,7 +35,24 @@ from ..errors import InputError
 from .cosine import cosine_distance
 from .trace import Block, TransformerTrace
 
-__all__ = ["alti_contributions", "alti_plus", "attention_norm", "block_contributions", "value_zeroing"]
+__all__ = [
+    "alti_contributions",
+    "alti_plus",
+    "attention_norm",
+    "block_contributions",
+    "closeness_shares",
+    "value_zeroing",
+]
+
+
+def closeness_shares(terms: Tensor) -> Tensor:
+    """ALTI's contribution of each term to its sum (Ferrando et al. 2022): ``terms (Nq, Nk, D)`` of ``x̃_i =
+    Σ_j T_ij`` → ``(Nq, Nk)`` shares ``c_ij = max(0, ‖x̃_i‖₁ − ‖x̃_i − T_ij‖₁)``, each row normalised to sum to
+    1: a term counts by how much closer to the sum it is than the sum without it. One formula for every
+    block ALTI and ALTI+ read (attnkit's and Hugging Face's, encoder-decoder and decoder-only)."""
+    total = terms.sum(1, keepdim=True)  # (Nq, 1, D): x̃_i
+    c = (total.abs().sum(-1) - (total - terms).abs().sum(-1)).clamp_min(0.0)  # (Nq, Nk)
+    return c / c.sum(-1, keepdim=True).clamp_min(torch.finfo(c.dtype).tiny)
 
 
 def _layer_index(n: int, layer: int | None, name: str = "layer") -> int:
@@ -85,9 +102,7 @@ def block_contributions(blk: Block, *, residual_column: bool) -> Tensor:
         terms = (terms - terms.mean(-1, keepdim=True)) / sigma.unsqueeze(1)
         if ln.weight is not None:
             terms = terms * ln.weight
-    total = terms.sum(1, keepdim=True)  # (Nq, 1, D): x̃_i
-    c = (total.abs().sum(-1) - (total - terms).abs().sum(-1)).clamp_min(0.0)  # (Nq, Nk')
-    return c / c.sum(-1, keepdim=True).clamp_min(torch.finfo(c.dtype).tiny)
+    return closeness_shares(terms)  # (Nq, Nk')
 
 
 def alti_contributions(trace: TransformerTrace) -> tuple[Tensor, Tensor]:

@@ -45,6 +45,7 @@ from torch import Tensor, nn
 
 from ..attention.block_trace import BlockTracer, LMLayerParts
 from .cosine import cosine_distance
+from .decomposition import closeness_shares
 from .tracers import block_tracer
 
 __all__ = [
@@ -84,10 +85,7 @@ def value_zeroing(parts: LMLayerParts) -> Tensor:
 
 def alti_block(parts: LMLayerParts) -> Tensor:
     """``(N, N)``: ALTI's contributions of one layer, rows summing to 1 (see the module docstring)."""
-    terms = parts.mixing_terms()  # (N, N, D)
-    total = terms.sum(1, keepdim=True)  # (N, 1, D): x̃_i, the output less the bias
-    c = (total.abs().sum(-1) - (total - terms).abs().sum(-1)).clamp_min(0.0)  # (N, N)
-    return c / c.sum(-1, keepdim=True).clamp_min(torch.finfo(c.dtype).tiny)
+    return closeness_shares(parts.mixing_terms())  # (N, N): the terms of the output less the bias
 
 
 @torch.no_grad()
