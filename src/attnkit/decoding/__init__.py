@@ -4,6 +4,7 @@
 (:mod:`attnkit.decoding.output_layer`)."""
 
 from .output_layer import OutputLayerDecoder
+from .sampling import Sampling
 from .search import (
     PER_SOURCE,
     Hypothesis,
@@ -20,6 +21,7 @@ __all__ = [
     "Hypothesis",
     "IncrementalDecoder",
     "OutputLayerDecoder",
+    "Sampling",
     "beam_search",
     "gnmt_length_penalty",
     "greedy_search",

@@ -47,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -195,13 +195,17 @@ def greedy_search(
     eos_id: int,
     max_len: int,
     return_attention: bool = False,
+    pick: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> list[Hypothesis]:
     """Pick the most probable next token at every step, for the whole batch at once.
 
     Returns one :class:`Hypothesis` per batch element. A sentence that produces eos leaves the
     batch (``model.reorder`` keeps the other rows), so the later steps decode only the sentences
-    still going; the search stops when none is left or after ``max_len`` steps.
+    still going; the search stops when none is left or after ``max_len`` steps. ``pick``: how a row's
+    next token is chosen from the step's ``(R, V)`` log-probabilities, the argmax by default, or a
+    :class:`attnkit.decoding.sampling.Sampling` (a token's score is its log-probability either way).
     """
+    pick = row_argmax if pick is None else pick
     _check_model(model)
     check("max_len", max_len, POSITIVE_INT)
     B, device = _batch_size(inputs)
@@ -218,7 +222,7 @@ def greedy_search(
         log_probs, state, attn = model.step(prev, state)
         _check_step(log_probs, attn, len(live))
         log_probs = log_probs.float()
-        tok = row_argmax(log_probs)
+        tok = pick(log_probs)
         gained = log_probs.gather(1, tok.unsqueeze(1)).squeeze(1)
         scores.index_add_(0, rows, gained)  # (R,) into (B,): each live element's score + its token's log-prob
         if attn is not None:

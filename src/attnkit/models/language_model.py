@@ -28,9 +28,11 @@ from torch import Tensor, nn
 
 from ..attention import CausalSelfAttention, GeluMLP, KVCache, RotaryEmbedding, SwiGLU, swiglu_width
 from ..config import ConfigRecord
+from ..decoding.sampling import Sampling
+from ..decoding.search import greedy_search, reorder_state
 from .registry import ConfiguredModel
 
-__all__ = ["SHAPES", "LanguageModel", "LanguageModelConfig", "LanguageModelOutput"]
+__all__ = ["SHAPES", "LanguageModel", "LanguageModelConfig", "LanguageModelOutput", "LanguageModelState"]
 
 SHAPES = ("gpt2", "llama")
 
@@ -97,6 +99,15 @@ class LanguageModelConfig(ConfigRecord):
         if self.d_ff is not None:
             return self.d_ff
         return 4 * self.d_model if self.shape == "gpt2" else swiglu_width(self.d_model)
+
+
+@dataclass
+class LanguageModelState:
+    """The decoder state of a :class:`LanguageModel` (:meth:`LanguageModel.start`): one key/value cache per
+    layer, and the prompt's last token, read at the first step (None after it)."""
+
+    caches: list[KVCache]
+    pending: Tensor | None
 
 
 @dataclass
@@ -237,6 +248,33 @@ class LanguageModel(ConfiguredModel, nn.Module):
         """One empty key/value cache per layer."""
         return [layer.self_attn.new_cache() for layer in self.layers]
 
+    # -------------------------------------------------------- the IncrementalDecoder protocol (attnkit.decoding)
+    def start(self, prompt: Tensor) -> LanguageModelState:
+        """The decoder state after ``prompt (B, T)`` (at least one token a row, ``<s>`` at least): its first
+        ``T − 1`` tokens in the key/value caches, its last token kept to be read at the first step (where the
+        search offers bos): the same search decodes a translator from its source and this model from a prompt."""
+        self._check_ids(prompt)
+        if prompt.shape[1] == 0:
+            raise ValueError("prompt must hold at least one token per row (a <s> at least)")
+        caches = self.new_caches()
+        if prompt.shape[1] > 1:
+            self._run(prompt[:, :-1].long(), caches, False)
+        return LanguageModelState(caches, prompt[:, -1].long())
+
+    def step(self, prev_tokens: Tensor, state: LanguageModelState) -> tuple[Tensor, LanguageModelState, None]:
+        """``(log_probs (R, V), state, None)``: one more token a row, ``prev_tokens (R,)`` (the prompt's last
+        token instead, at the first step), read over the cached keys and values."""
+        tok = state.pending if state.pending is not None else prev_tokens  # (R,)
+        past = len(state.caches[0])
+        if past + 1 > self.config.max_len:
+            raise ValueError(f"max_len: decoding past the model's {self.config.max_len} positions")
+        logits = self._run(tok[:, None], state.caches, False).logits[:, -1]  # (R, V)
+        return torch.log_softmax(logits.float(), dim=-1), LanguageModelState(state.caches, None), None
+
+    def reorder(self, state: LanguageModelState, index: Tensor) -> LanguageModelState:
+        """Rows ``index`` of the state (every cache, the pending tokens)."""
+        return reorder_state(state, index)
+
     @torch.no_grad()
     def generate(
         self,
@@ -245,16 +283,17 @@ class LanguageModel(ConfiguredModel, nn.Module):
         *,
         temperature: float = 0.0,
         top_k: int | None = None,
+        top_p: float | None = None,
         generator: torch.Generator | None = None,
         eos_id: int | None = None,
     ) -> Tensor:
-        """Continue ``ids (B, T)`` by up to ``max_new_tokens`` tokens: ``(B, T + n)``.
-
-        Each step feeds only the new token, reading the earlier keys and values from the per-layer
-        cache. ``temperature=0``: greedy (argmax); otherwise a draw from ``softmax(logits / temperature)``
-        restricted to the ``top_k`` most likely tokens when given, with ``generator``. With ``eos_id``
-        a row that produced it keeps producing it, and decoding stops once every row has.
-        """
+        """Continue ``ids (B, T)`` by up to ``max_new_tokens`` tokens: ``(B, T + n)``, through the one search
+        every attnkit model decodes with (:func:`attnkit.decoding.greedy_search`, over :meth:`start`,
+        :meth:`step` and :meth:`reorder`: each step feeds only the new token, reading the earlier keys and
+        values from the per-layer cache). ``temperature=0``: greedy (argmax); otherwise a draw
+        (:class:`attnkit.decoding.sampling.Sampling`: ``softmax(logits / temperature)`` over the ``top_k``
+        most likely tokens and the ``top_p`` nucleus, with ``generator``). With ``eos_id`` a row ends at it
+        and, as the batch stays rectangular, is filled with it while the others go on."""
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
         if not isinstance(temperature, (int, float)) or temperature < 0:
@@ -271,27 +310,9 @@ class LanguageModel(ConfiguredModel, nn.Module):
         out = ids.long()
         if max_new_tokens == 0:
             return out
-        caches = self.new_caches()
-        logits = self._run(out, caches, False).logits[:, -1]  # (B, V)
-        done = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
-        for step in range(max_new_tokens):
-            nxt = self._pick(logits.float(), temperature, top_k, generator)  # (B,)
-            if eos_id is not None:
-                nxt = torch.where(done, torch.full_like(nxt, eos_id), nxt)
-                done |= nxt == eos_id
-            out = torch.cat([out, nxt.unsqueeze(1)], dim=1)  # (B, T + step + 1)
-            if (eos_id is not None and bool(done.all())) or step == max_new_tokens - 1:
-                break
-            logits = self._run(nxt.unsqueeze(1), caches, False).logits[:, -1]
-        return out
-
-    @staticmethod
-    def _pick(logits: Tensor, temperature: float, top_k: int | None, generator) -> Tensor:
-        if temperature == 0:
-            return logits.argmax(dim=-1)
-        logits = logits / temperature
-        if top_k is not None and top_k < logits.shape[-1]:
-            kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        probs = torch.softmax(logits, dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        pick = None if temperature == 0 else Sampling(float(temperature), top_k, top_p, generator)
+        end = -1 if eos_id is None else eos_id  # no eos: every row runs max_new_tokens steps
+        hyps = greedy_search(self, {"prompt": out}, bos_id=0, eos_id=end, max_len=max_new_tokens, pick=pick)
+        width = max(len(h.tokens) + int(h.finished) for h in hyps)
+        rows = [h.tokens + [eos_id] * (width - len(h.tokens)) if eos_id is not None else h.tokens for h in hyps]
+        return torch.cat([out, torch.tensor(rows, dtype=torch.long, device=out.device)], dim=1)  # (B, T + n)
