@@ -85,3 +85,22 @@ def test_top_k_and_the_nucleus_draw_only_from_their_sets():
     for bad in (dict(temperature=0), dict(top_k=0), dict(top_p=0.0), dict(top_p=1.5)):
         with pytest.raises(ValueError):
             Sampling(**bad)
+
+
+def test_a_hugging_face_language_model_decodes_through_the_same_search():
+    """A ``transformers`` causal model (:class:`attnkit.hf.self_attention.HFDecoder`) through the shared search:
+    greedy equals ``transformers``' own greedy ``generate``; beam search runs over its cache."""
+    pytest.importorskip("transformers")
+    from attnkit.hf.self_attention import HFDecoder
+    from hf_tiny import build_tiny
+
+    model, tok = build_tiny("gpt2")
+    prompt = torch.tensor([tok("Jesús lloró en la tierra.")["input_ids"]])
+    with torch.no_grad():
+        own = model.generate(prompt, do_sample=False, max_new_tokens=8, eos_token_id=-1, pad_token_id=0)[0]
+    mine = greedy_search(HFDecoder(model), {"prompt": prompt}, bos_id=0, eos_id=-1, max_len=8)[0]
+    assert prompt[0].tolist() + mine.tokens == own.tolist()
+    beams = beam_search(HFDecoder(model), {"prompt": prompt}, beam_size=3, bos_id=0, eos_id=-1, max_len=6, n_best=3)[0]
+    short = greedy_search(HFDecoder(model), {"prompt": prompt}, bos_id=0, eos_id=-1, max_len=6)[0]
+    assert len(beams) == 3 and short.tokens == mine.tokens[:6]
+    assert beams[0].score >= short.score - 1e-4  # the best beam is at least as likely as the greedy path

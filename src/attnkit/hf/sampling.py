@@ -1,14 +1,15 @@
-"""A sampled continuation of a decoder-only model (GPT-2, Llama and kin), reproducible with a seed.
+"""A text model's continuation of a text, greedy or sampled (reproducible with a seed), for attnkit's
+language model and a Hugging Face one alike: both decode through the one search every attnkit model uses
+(:func:`attnkit.decoding.greedy_search` over the text model's decoder, ``sa.decoder()``: its ``start`` reads the
+prompt into the model's key/value cache, each ``step`` one more token).
 
-:meth:`attnkit.hf.self_attention.SelfAttentionModel.generate` writes the greedy continuation (argmax at
-every step); :func:`sample_continuation` draws each next token instead from the model's distribution
-reshaped by ``transformers``' own logits warpers, in the order ``transformers``' ``generate`` applies
-them:
+:func:`greedy_continuation` takes the argmax at every step; :func:`sample_continuation` draws each next token
+from the model's distribution reshaped as ``transformers``' ``generate`` reshapes it
+(:class:`attnkit.decoding.Sampling`):
 
-- temperature ``T`` (:class:`transformers.TemperatureLogitsWarper`): ``p_i ∝ exp(z_i / T)``, ``T < 1``
-  sharper, ``T > 1`` flatter;
-- top-k (:class:`transformers.TopKLogitsWarper`; Fan et al. 2018, "Hierarchical Neural Story
-  Generation"): only the ``k`` most likely tokens keep their mass.
+- temperature ``T``: ``p_i ∝ exp(z_i / T)``, ``T < 1`` sharper, ``T > 1`` flatter;
+- top-k (Fan et al. 2018, "Hierarchical Neural Story Generation"): only the ``k`` most likely tokens keep
+  their mass.
 
 The draw uses a :class:`torch.Generator` seeded with ``seed`` (the global random state is neither read nor
 changed), so a seed gives the same continuation on every run of the same model on the same device.
@@ -22,7 +23,14 @@ import torch
 
 from ..errors import InputError
 
-__all__ = ["MAX_NEW_TOKENS", "TEMPERATURES", "check_sampling", "sample_continuation"]
+__all__ = [
+    "MAX_NEW_TOKENS",
+    "TEMPERATURES",
+    "check_sampling",
+    "continuation",
+    "greedy_continuation",
+    "sample_continuation",
+]
 
 #: the most tokens a continuation (greedy or sampled) writes in one call
 MAX_NEW_TOKENS = 512
@@ -45,18 +53,13 @@ def check_sampling(temperature, top_k, seed) -> None:
         raise InputError(f"seed must be a whole number in 0..2**63-1, got {seed!r}")
 
 
-@torch.no_grad()
-def sample_continuation(
-    sa, text: str, *, max_new_tokens: int = 20, temperature: float = 1.0, top_k: int | None = None, seed: int = 0
-) -> tuple[list[int], int]:
-    """A sampled continuation of ``text`` by ``sa`` (a :class:`~attnkit.hf.self_attention.SelfAttentionModel`
-    that writes): ``(ids, prompt length)`` as :meth:`~attnkit.hf.self_attention.SelfAttentionModel.generate`
-    returns them, each new token drawn from ``softmax(top_k(z / temperature))`` (module docstring) over the
-    model's own key/value cache, stopping after the end-of-text token or ``max_new_tokens``."""
-    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
+def continuation(sa, text: str, *, max_new_tokens: int = 20, pick=None) -> tuple[list[int], int]:
+    """``(ids, prompt length)``: ``text``'s tokens (with the tokenizer's special tokens), then at most
+    ``max_new_tokens`` tokens written by text model ``sa`` through :func:`attnkit.decoding.greedy_search`
+    (``pick``: the argmax, or a :class:`~attnkit.decoding.Sampling`), stopping after the end-of-text token."""
+    from ..decoding import greedy_search
 
     sa._check_generates()
-    check_sampling(temperature, top_k, seed)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
         raise InputError(f"max_new_tokens must be a whole number, got {max_new_tokens!r}")
     if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
@@ -68,22 +71,35 @@ def sample_continuation(
             f"the text has {len(ids)} tokens and max_new_tokens is {max_new_tokens}: more than the "
             f"{limit} positions {sa.source} reads"
         )
-    warpers = LogitsProcessorList([TemperatureLogitsWarper(float(temperature))])
-    if top_k is not None:
-        warpers.append(TopKLogitsWarper(top_k))
-    device = sa.device
-    generator = torch.Generator(device=device).manual_seed(seed)
-    eos = getattr(sa.hf_tokenizer, "eos_token_id", None)
-    out = list(ids)
-    step = torch.tensor([ids], device=device)  # (1, n): the prompt, then one token at a time
-    past = None
-    for _ in range(max_new_tokens):
-        res = sa.model(input_ids=step, past_key_values=past, use_cache=True)
-        past = res.past_key_values
-        scores = warpers(torch.tensor([out], device=device), res.logits[:, -1].float())  # (1, V)
-        nxt = int(torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator))
-        out.append(nxt)
-        if eos is not None and nxt == eos:
-            break
-        step = torch.tensor([[nxt]], device=device)
-    return out, len(ids)
+    eos = sa.eos_id
+    prompt = torch.tensor([ids], device=sa.device)  # (1, n)
+    with torch.no_grad():
+        hyp = greedy_search(
+            sa.decoder(),
+            {"prompt": prompt},
+            bos_id=0,
+            eos_id=-1 if eos is None else eos,
+            max_len=max_new_tokens,
+            pick=pick,
+        )[0]
+    return list(ids) + hyp.tokens + ([eos] if hyp.finished else []), len(ids)
+
+
+def greedy_continuation(sa, text: str, *, max_new_tokens: int = 20) -> tuple[list[int], int]:
+    """``sa``'s greedy continuation of ``text`` (argmax at every step): :func:`continuation`."""
+    return continuation(sa, text, max_new_tokens=max_new_tokens)
+
+
+def sample_continuation(
+    sa, text: str, *, max_new_tokens: int = 20, temperature: float = 1.0, top_k: int | None = None, seed: int = 0
+) -> tuple[list[int], int]:
+    """A sampled continuation of ``text`` by text model ``sa``: ``(ids, prompt length)`` as
+    :func:`greedy_continuation` returns them, each new token drawn from ``softmax(top_k(z / temperature))``
+    (module docstring) with a generator seeded with ``seed``."""
+    from ..decoding import Sampling
+
+    check_sampling(temperature, top_k, seed)
+    generator = torch.Generator(device=sa.device).manual_seed(seed)
+    return continuation(
+        sa, text, max_new_tokens=max_new_tokens, pick=Sampling(float(temperature), top_k, None, generator)
+    )

@@ -30,11 +30,18 @@ from ..alignment.rollout import attention_rollout
 from ..errors import InputError
 from .capture import AttentionSite, attention_sites, capture_attention, untraceable
 from .loading import HFModelError, load_pretrained
-from .sampling import MAX_NEW_TOKENS, sample_continuation
+from .sampling import MAX_NEW_TOKENS, greedy_continuation, sample_continuation
 from .tokenizer import HFTokenizer
 from .transformers_internals import attention_implementation
 
-__all__ = ["MAX_NEW_TOKENS", "SelfAttentionMaps", "SelfAttentionModel", "TextModelBase", "load_self_attention"]
+__all__ = [
+    "MAX_NEW_TOKENS",
+    "HFDecoder",
+    "SelfAttentionMaps",
+    "SelfAttentionModel",
+    "TextModelBase",
+    "load_self_attention",
+]
 
 
 @dataclass
@@ -247,36 +254,23 @@ class SelfAttentionModel(TextModelBase):
                 "language-model head): it has self-attention views only"
             )
 
-    @torch.no_grad()
     def generate(self, text: str, *, max_new_tokens: int = 20) -> tuple[list[int], int]:
         """Greedy continuation of ``text``: ``(ids, prompt length)``, ``ids`` the prompt's tokens (with the
         tokenizer's special tokens) and then at most ``max_new_tokens`` written ones (argmax at every
-        step, over the model's own key/value cache), stopping after the end-of-text token."""
-        self._check_generates()
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-            raise TypeError(f"max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
-        if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
-            raise ValueError(f"max_new_tokens must lie in 1..{MAX_NEW_TOKENS}, got {max_new_tokens}")
-        ids, _ = self.encode(text)
-        limit = self.max_length()
-        if limit is not None and len(ids) + max_new_tokens > limit:
-            raise InputError(
-                f"the text has {len(ids)} tokens and max_new_tokens is {max_new_tokens}: more than the "
-                f"{limit} positions {self.source} reads"
-            )
+        step, over the model's own key/value cache, through the one search: :func:`attnkit.hf.sampling.continuation`),
+        stopping after the end-of-text token."""
+        return greedy_continuation(self, text, max_new_tokens=max_new_tokens)
+
+    @property
+    def eos_id(self) -> int | None:
+        """The end-of-text token's id, where the tokenizer has one."""
         eos = getattr(self.hf_tokenizer, "eos_token_id", None)
-        out = list(ids)
-        step = torch.tensor([ids], device=self.device)  # (1, n): the prompt, then one token at a time
-        past = None
-        for _ in range(max_new_tokens):
-            res = self.model(input_ids=step, past_key_values=past, use_cache=True)
-            past = res.past_key_values
-            nxt = int(res.logits[0, -1].argmax())
-            out.append(nxt)
-            if eos is not None and nxt == eos:
-                break
-            step = torch.tensor([[nxt]], device=self.device)
-        return out, len(ids)
+        return None if eos is None else int(eos)
+
+    def decoder(self) -> HFDecoder:
+        """The model as the search decodes it (:class:`HFDecoder`)."""
+        self._check_generates()
+        return HFDecoder(self.model)
 
     def last_logits_kwargs(self, last: int) -> dict:
         """The forward's keyword arguments that compute the logits of the last ``last`` positions only (the
@@ -402,6 +396,48 @@ class SelfAttentionModel(TextModelBase):
         self._check_generates()
         logits = self.model(inputs_embeds=embeddings, use_cache=False).logits
         return torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+
+
+@dataclass
+class HFDecoderState:
+    """A ``transformers`` decoder's state for the search: its key/value cache (``past``; None before the first
+    pass) and the prompt's last token, read at the first step (None after it)."""
+
+    past: object
+    pending: Tensor | None
+
+    def index_select(self, index: Tensor) -> HFDecoderState:
+        """Rows ``index`` (what :func:`attnkit.decoding.reorder_state` calls): the cache reordered by its own
+        ``reorder_cache`` (``transformers``' way of following beams), the pending tokens selected."""
+        if self.past is not None:
+            self.past.reorder_cache(index)
+        return HFDecoderState(self.past, None if self.pending is None else self.pending.index_select(0, index))
+
+
+class HFDecoder:
+    """A ``transformers`` causal language model as an :class:`attnkit.decoding.IncrementalDecoder`: ``start``
+    reads the prompt (all but its last token) into the model's own key/value cache; each ``step`` feeds one
+    token a row (the prompt's last at the first step) and returns the next token's log-probabilities."""
+
+    def __init__(self, model):
+        self.model = model
+
+    @torch.no_grad()
+    def start(self, prompt: Tensor) -> HFDecoderState:
+        past = None
+        if prompt.shape[1] > 1:
+            past = self.model(input_ids=prompt[:, :-1], use_cache=True).past_key_values
+        return HFDecoderState(past, prompt[:, -1])
+
+    @torch.no_grad()
+    def step(self, prev_tokens: Tensor, state: HFDecoderState) -> tuple[Tensor, HFDecoderState, None]:
+        tok = state.pending if state.pending is not None else prev_tokens  # (R,)
+        res = self.model(input_ids=tok[:, None], past_key_values=state.past, use_cache=True)
+        logits = res.logits[:, -1].float()  # (R, V)
+        return torch.log_softmax(logits, dim=-1), HFDecoderState(res.past_key_values, None), None
+
+    def reorder(self, state: HFDecoderState, index: Tensor) -> HFDecoderState:
+        return state.index_select(index)
 
 
 def load_self_attention(source: str, *, device: str = "cpu") -> SelfAttentionModel:

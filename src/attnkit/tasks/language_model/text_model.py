@@ -18,8 +18,7 @@ import torch
 from torch import Tensor
 
 from ...data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from ...errors import InputError
-from ...hf.sampling import MAX_NEW_TOKENS, check_sampling
+from ...hf.sampling import greedy_continuation, sample_continuation
 from ...hf.self_attention import TextModelBase
 
 __all__ = ["LanguageModelText"]
@@ -189,43 +188,26 @@ class LanguageModelText(TextModelBase):
     def _check_generates(self) -> None:
         """Every attnkit language model writes text."""
 
-    def _start(self, text: str, max_new_tokens: int) -> list[int]:
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-            raise InputError(f"max_new_tokens must be a whole number, got {max_new_tokens!r}")
-        if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
-            raise InputError(f"max_new_tokens must lie in 1..{MAX_NEW_TOKENS}, got {max_new_tokens}")
-        ids, _ = self.encode(text)
-        if len(ids) + max_new_tokens > self.max_length():
-            raise InputError(
-                f"the text has {len(ids)} tokens and max_new_tokens is {max_new_tokens}: more than the "
-                f"{self.max_length()} positions {self.source} reads"
-            )
-        return ids
+    @property
+    def eos_id(self) -> int:
+        """The end-of-text token's id (``</s>``)."""
+        return EOS_ID
 
-    def _continue(self, ids: list[int], max_new_tokens: int, temperature: float, top_k, generator) -> list[int]:
-        full = self.model.generate(
-            torch.tensor([ids], device=self.device),
-            max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            generator=generator,
-            eos_id=EOS_ID,
-        )[0].tolist()
-        new = full[len(ids) :]
-        return ids + (new[: new.index(EOS_ID) + 1] if EOS_ID in new else new)
+    def decoder(self):
+        """The model as the search decodes it: :class:`~attnkit.models.language_model.LanguageModel` implements
+        ``start``/``step``/``reorder`` itself."""
+        return self.model
 
     def generate(self, text: str, *, max_new_tokens: int = 20) -> tuple[list[int], int]:
-        """Greedy continuation of ``text``: ``(ids, prompt length)``, ``<s>`` and the prompt's pieces, then at
-        most ``max_new_tokens`` written ones (the model's own key/value cache), stopping after ``</s>``."""
-        ids = self._start(text, max_new_tokens)
-        return self._continue(ids, max_new_tokens, 0.0, None, None), len(ids)
+        """Greedy continuation of ``text``: ``(ids, prompt length)``, ``<s>`` and the prompt's pieces, then at most
+        ``max_new_tokens`` written ones (:func:`attnkit.hf.sampling.continuation`), stopping after ``</s>``."""
+        return greedy_continuation(self, text, max_new_tokens=max_new_tokens)
 
     def sample(
         self, text: str, *, max_new_tokens: int = 20, temperature: float = 1.0, top_k: int | None = None, seed: int = 0
     ) -> tuple[list[int], int]:
-        """A sampled continuation of ``text``: each new token drawn from ``softmax(top_k(z / temperature))``
-        with a generator seeded with ``seed`` (the same seed, the same text): ``(ids, prompt length)``."""
-        check_sampling(temperature, top_k, seed)
-        ids = self._start(text, max_new_tokens)
-        generator = torch.Generator(device=self.device).manual_seed(seed)
-        return self._continue(ids, max_new_tokens, float(temperature), top_k, generator), len(ids)
+        """A sampled continuation of ``text`` (:func:`attnkit.hf.sampling.sample_continuation`): ``(ids, prompt
+        length)``, the same seed giving the same text."""
+        return sample_continuation(
+            self, text, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed
+        )
