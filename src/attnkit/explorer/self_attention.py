@@ -157,9 +157,9 @@ def generation_payload(
     """:func:`attnkit.service.analyse` of a :class:`~attnkit.service.GenerationRequest` on the decoder-only
     model ``sa``, as :func:`generation_answer` builds it (what the light lane and ``--html`` exports call);
     ``fields``: the request's other fields (``mode``, ``temperature``, ``top_k``, ``seed``, ``contrast``)."""
-    from ..service import GenerationRequest, Model, ModelKind, ModelSpec, analyse
+    from ..service import GenerationRequest, Model, analyse, text_model
 
-    m = sa if isinstance(sa, Model) else Model(model, ModelKind.SELF_ATTENTION, sa, ModelSpec(model or "model"))
+    m = sa if isinstance(sa, Model) else text_model(model, sa)
     request = GenerationRequest(text, max_new_tokens=max_new_tokens, method=method, steps=steps, **fields)
     return generation_answer(analyse(m, request, progress))
 
@@ -208,8 +208,8 @@ def repeated_payload(analysis, *, kv_groups: list[int] | None = None) -> dict:
 def repeated_tokens_payload(sa, *, model: str = "", length: int = 20, seed: int = 0) -> dict:
     """:func:`attnkit.service.analyse` of a :class:`~attnkit.service.RepeatedRequest` on the decoder-only
     model ``sa`` (what ``/api/repeated`` runs in the light lane), as :func:`repeated_payload` builds it."""
-    from ..service import Model, ModelKind, ModelSpec, RepeatedRequest, analyse
+    from ..service import Model, RepeatedRequest, analyse, text_model
 
-    m = sa if isinstance(sa, Model) else Model(model, ModelKind.SELF_ATTENTION, sa, ModelSpec(model or "model"))
+    m = sa if isinstance(sa, Model) else text_model(model, sa)
     kv = m.impl.kv_groups() if hasattr(m.impl, "kv_groups") else None
     return repeated_payload(analyse(m, RepeatedRequest(length, seed=seed)), kv_groups=kv)

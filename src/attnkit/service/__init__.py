@@ -22,7 +22,7 @@ from .analysis import (
     RepeatedAnalysis,
     TranslationAnalysis,
 )
-from .model import Model, ModelKind, ModelSpec
+from .model import Model, ModelKind, ModelSpec, text_model
 from .open import model_folder, model_kind, newest_spec, open_model
 from .repeated import repeated_attention
 from .requests import (
@@ -60,4 +60,5 @@ __all__ = [
     "newest_spec",
     "open_model",
     "repeated_attention",
+    "text_model",
 ]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Model", "ModelKind", "ModelSpec"]
+__all__ = ["Model", "ModelKind", "ModelSpec", "text_model"]
 
 
 class ModelKind(str, enum.Enum):
@@ -56,3 +56,12 @@ class Model:
     impl: Any
     spec: ModelSpec
     path: Path | None = None
+
+
+def text_model(label: str, impl: Any) -> Model:
+    """A :class:`Model` around a text model already loaded (what a server holds): its kind read off the object,
+    attnkit's own language model (``LANGUAGE_MODEL``) or a Hugging Face one (``SELF_ATTENTION``)."""
+    from ..tasks.language_model.text_model import LanguageModelText
+
+    kind = ModelKind.LANGUAGE_MODEL if isinstance(impl, LanguageModelText) else ModelKind.SELF_ATTENTION
+    return Model(label, kind, impl, ModelSpec(label or "model"))

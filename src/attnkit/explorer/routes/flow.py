@@ -188,6 +188,6 @@ def _said(exc: Exception) -> str:
 
 def _light_view(sa, name: str, job) -> dict:
     """:func:`attnkit.service.analyse` of ``job`` on the server's own copy of the model (the fast lane)."""
-    from ...service import Model, ModelKind, ModelSpec, analyse
+    from ...service import analyse, text_model
 
-    return analyse(Model(name, ModelKind.SELF_ATTENTION, sa, ModelSpec(name)), job).to_dict()
+    return analyse(text_model(name, sa), job).to_dict()
