@@ -101,12 +101,12 @@ def _check_against_reference(method, out, ref, reduce, steps_given):
     scores, raw = reduce(attr)
     # 1e-5 for integrated gradients: Captum casts the quadrature weights to float32 (relative error ~1e-7)
     tol = dict(atol=1e-5, rtol=1e-5) if method == "integrated_gradients" else dict(atol=1e-10, rtol=1e-9)
-    torch.testing.assert_close(out["raw"], raw, **tol)
-    torch.testing.assert_close(out["scores"], scores, **tol)
+    torch.testing.assert_close(out.raw, raw, **tol)
+    torch.testing.assert_close(out.scores, scores, **tol)
     if method == "integrated_gradients":
-        assert out["extra"]["steps"] == used
+        assert out.extra["steps"] == used
         torch.testing.assert_close(
-            torch.tensor(out["extra"]["convergence_delta"], dtype=delta.dtype), delta, atol=2e-6, rtol=0
+            torch.tensor(out.extra["convergence_delta"], dtype=delta.dtype), delta, atol=2e-6, rtol=0
         )
         if steps_given is None:  # completeness, the axiom: every piece's attributions sum to f(x) − f(baseline)
             gap = raw.sum(1) - delta  # the reference's own Δ_t, from two forward passes
@@ -140,7 +140,7 @@ def test_batched_caption_gradients_equal_one_word_at_a_time(method):
     ref = _reference(method, caption_log_probs(model, pair), x, len(pair.tokens))
     out = METHODS[method].caption(model, pair, batch=4 if method != "integrated_gradients" else 24)
     _check_against_reference(method, out, ref, lambda a: cells(a, model.grid_shape), None)
-    torch.testing.assert_close(out["pixels"], ref[0][:, 0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.pixels, ref[0][:, 0], atol=1e-5, rtol=1e-5)
 
 
 def test_float32_batched_equals_the_reference_within_float32_rounding(tokenizer):
@@ -154,7 +154,7 @@ def test_float32_batched_equals_the_reference_within_float32_rounding(tokenizer)
         steps = 16 if method == "integrated_gradients" else None
         attr, _, _ = _reference(method, f, x, len(pair.tgt), steps)
         out = METHODS[method].translation(model, pair, steps=steps, batch=37)
-        torch.testing.assert_close(out["raw"], attr.sum(-1), atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(out.raw, attr.sum(-1), atol=1e-5, rtol=1e-4)
 
 
 @settings(max_examples=8, deadline=None)
@@ -173,7 +173,7 @@ def test_the_batch_size_changes_no_value_and_bounds_the_rows_per_pass(batch, met
         out = METHODS[method].translation(model, pair, steps=steps, batch=batch)
     finally:
         handle.remove()
-    torch.testing.assert_close(out["raw"], whole["raw"], atol=1e-10, rtol=1e-9)
+    torch.testing.assert_close(out.raw, whole.raw, atol=1e-10, rtol=1e-9)
     assert max(seen) <= batch
     rows = len(pair.tgt) * (steps or 1)
     assert len(seen) >= -(-rows // batch)  # every row was computed, in passes of at most `batch`
@@ -206,7 +206,7 @@ def test_the_shared_forward_engine_bounds_every_pass_by_batch(batch, method):
             out = METHODS[method].translation(model, pair, steps=steps, batch=batch)
     finally:
         handle.remove()
-    torch.testing.assert_close(out["raw"], whole["raw"], atol=1e-10, rtol=1e-9)
+    torch.testing.assert_close(out.raw, whole.raw, atol=1e-10, rtol=1e-9)
     assert max(seen) <= batch and max(backward_rows) <= batch
     assert sum(backward_rows) == len(pair.tgt) * (steps or 1)
 

@@ -15,9 +15,10 @@ worker job; a translator's methods all run as worker jobs) and **where it applie
 
 A method added by a module of its own names the function that computes a language model's rows in
 ``rows`` (``"attnkit.attribution.attention_flow:flow_rows"``): it is called as ``fn(text_model, ids,
-prompt_len, layer=, head=)`` and returns ``{"scores": (G, n − 1)}`` (row ``t``: the position ``P − 1 + t``
-that predicts token ``ids[P + t]``, over the inputs ``ids[:-1]``), and every front end has the method with
-no other edit: its entry here and its module are the whole change.
+prompt_len, layer=, head=)`` and returns a :class:`~attnkit.attribution.result.MethodRows` whose ``scores (G,
+n − 1)`` have as row ``t`` the position ``P − 1 + t`` that predicts token ``ids[P + t]``, over the inputs
+``ids[:-1]``; every front end has the method with no other edit: its entry here and its module are the
+whole change.
 
 Every list of method names elsewhere (the CLI's choices, the explorer's menus and its lane/worker split,
 the language-model tables, the docs' method table) is derived from this one; ``tests/test_method_registry.py``

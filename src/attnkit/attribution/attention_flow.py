@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
+from .result import MethodRows
 
 __all__ = ["SCALE", "flow_matrix", "flow_rows", "residual_attention"]
 
@@ -74,7 +75,7 @@ def flow_matrix(attention: Tensor, rows: list[int] | None = None) -> Tensor:
 
 
 @torch.no_grad()
-def flow_rows(sa, ids: list[int], prompt_len: int, *, layer=None, head=None) -> dict:
+def flow_rows(sa, ids: list[int], prompt_len: int, *, layer=None, head=None) -> MethodRows:
     """The rows of :func:`attnkit.attribution.explain_generation` by attention flow: ``scores (G, n − 1)``, row
     ``t`` the flow into the position ``P − 1 + t`` that predicts token ``ids[P + t]`` from every input token.
     ``sa``: a text model (its :meth:`stream` gives every layer's attention over ``ids[:-1]``)."""
@@ -83,4 +84,4 @@ def flow_rows(sa, ids: list[int], prompt_len: int, *, layer=None, head=None) -> 
     maps: list[Tensor] = []
     sa.stream(ids[:-1], lambda _layer, w: maps.append(w.double().mean(0).cpu()))  # (n-1, n-1) per layer
     positions = list(range(prompt_len - 1, len(ids) - 1))
-    return {"scores": flow_matrix(torch.stack(maps), positions)}  # (G, n-1)
+    return MethodRows(flow_matrix(torch.stack(maps), positions))  # (G, n-1)

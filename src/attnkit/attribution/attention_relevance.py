@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
+from .result import MethodRows
 
 __all__ = ["compose", "relevance_rows"]
 
@@ -35,7 +36,7 @@ def compose(maps: list[Tensor], grads: list[Tensor]) -> Tensor:
     return r
 
 
-def relevance_rows(sa, ids: list[int], prompt_len: int, *, layer=None, head=None) -> dict:
+def relevance_rows(sa, ids: list[int], prompt_len: int, *, layer=None, head=None) -> MethodRows:
     """The rows of :func:`attnkit.attribution.explain_generation` by gradient-weighted attention relevance:
     ``scores (G, n − 1)``, row ``t`` the relevance of every input token to ``log p(ids[P + t])`` at its
     predicting position ``P − 1 + t``. ``sa``: a text model (:meth:`attention_with_grad`)."""
@@ -49,4 +50,4 @@ def relevance_rows(sa, ids: list[int], prompt_len: int, *, layer=None, head=None
         grads = torch.autograd.grad(logp[p, ids[p + 1]], maps, retain_graph=t < len(positions) - 1)
         r = compose([a[0].detach() for a in maps], [g[0] for g in grads])
         rows.append(r[p])
-    return {"scores": torch.stack(rows).cpu()}  # (G, n-1)
+    return MethodRows(torch.stack(rows).cpu())  # (G, n-1)

@@ -59,7 +59,7 @@ from . import gradients
 from .lm_methods import LM_MIXING_METHODS, LM_VIEWS, canonical_lm_method, mixing_rows
 from .lm_split import lm_split
 from .methods import UnknownMethodError, _have_captum, canonical_method
-from .result import Attribution, normalise_rows
+from .result import Attribution, MethodRows, normalise_rows
 
 __all__ = [
     "GENERATION_METHODS",
@@ -210,7 +210,7 @@ def _check_layer_head(sa, layer, head) -> None:
         raise InputError(f"head must be a head number in 1..{sa.num_heads} (or none for the mean), got {head!r}")
 
 
-def _attention_rows(sa, ids: list[int], prompt_len: int, method: str, layer, head) -> dict:
+def _attention_rows(sa, ids: list[int], prompt_len: int, method: str, layer, head) -> MethodRows:
     """``scores (G, n − 1)``: the predicting positions' rows of one layer's attention (or of the rollout),
     the model run once; one layer's maps held at a time. ``logits (G, V)``: that pass's logits at the
     predicting positions (the step scores')."""
@@ -237,7 +237,7 @@ def _attention_rows(sa, ids: list[int], prompt_len: int, method: str, layer, hea
 
         sa.stream(ids[:-1], keep, layers=[layer or sa.num_layers], heads=heads, **logits)  # 1-based numbers
     mat = held["r"]  # (n-1, n-1)
-    return {"scores": mat[_positions(prompt_len, n_gen, mat.device)].cpu(), "logits": held["logits"]}
+    return MethodRows(mat[_positions(prompt_len, n_gen, mat.device)].cpu(), logits=held["logits"])
 
 
 @torch.no_grad()
@@ -269,11 +269,11 @@ def step_scores(
     return {k: [round(float(v), 6) for v in vals] for k, vals in out.items()}
 
 
-def _gradient_rows(sa, ids: list[int], prompt_len: int, method: str, steps, batch, progress, contrast_id) -> dict:
+def _gradient_rows(sa, ids: list[int], prompt_len: int, method: str, steps, batch, progress, contrast_id) -> MethodRows:
     """Gradient attributions ``(G, n − 1, E)`` of every attributed token reduced to pieces: the L2 norm over
     each input embedding for ``scores``, the signed sum for ``raw``. With ``contrast_id`` the function is
     the log-probability difference to that token (module docstring). The shared-forward engine
-    (:func:`.lm_split.lm_split`): one forward pass serves every token's backward; ``out["logits"]`` the
+    (:func:`.lm_split.lm_split`): one forward pass serves every token's backward; ``logits`` the
     real input's logits at the predicting positions ``(G, V)`` when that pass ran (the step scores')."""
     device = sa.device
     seq = torch.tensor(ids, device=device)
@@ -296,9 +296,9 @@ def _gradient_rows(sa, ids: list[int], prompt_len: int, method: str, steps, batc
         )  # (G, n-1, E)
     finally:
         model.train(was_training)
-    out = {"scores": attr.norm(dim=-1), "raw": attr.sum(-1), "logits": seen.get("logits")}
+    out = MethodRows(attr.norm(dim=-1), attr.sum(-1), logits=seen.get("logits"))
     if delta is not None:
-        out["extra"] = {"convergence_delta": [round(float(d), 6) for d in delta], "steps": used}
+        out.extra = {"convergence_delta": [round(float(d), 6) for d in delta], "steps": used}
     return out
 
 
@@ -373,7 +373,7 @@ def explain_generation(
         if layer is not None:
             _check_layer_head(sa, layer, None)
         scores, raw = mixing_rows(sa.model, ids, prompt_len, name, layer)
-        out = {"scores": scores, "raw": raw}
+        out = MethodRows(scores, raw)
     else:
         with sa.fast_activations():
             out = _attention_rows(sa, ids, prompt_len, name, layer, head)
@@ -385,7 +385,7 @@ def explain_generation(
         params["contrast"] = sa.pieces_of([contrast_id])[0]
     if name == "integrated_gradients":
         params.setdefault("steps", f"{gradients.DEFAULT_STEPS}, refined to 1 % (up to {gradients.MAX_STEPS})")
-    extra = dict(out.get("extra", {}))
+    extra = dict(out.extra)
     generated = ids[prompt_len:]
     extra.update(
         source=text,
@@ -394,17 +394,17 @@ def explain_generation(
         forced=forced,
         kind="forced text" if forced else "continuation",
         model=sa.source,
-        step_scores=step_scores(sa, ids, prompt_len, contrast_id, out.get("logits")),
+        step_scores=step_scores(sa, ids, prompt_len, contrast_id, out.logits),
     )
     if contrast_id is not None:
         extra["contrast"] = {"token": params["contrast"], "id": contrast_id}
-    scores = out["scores"].detach().float().cpu()
+    scores = out.scores.detach().float().cpu()
     return Attribution(
         method=name,
         source=sa.pieces_of(ids[:-1]),
         target=sa.pieces_of(generated),
         scores=normalise_rows(scores.clamp_min(0.0)),
-        raw=None if out.get("raw") is None else out["raw"].detach().float().cpu(),
+        raw=None if out.raw is None else out.raw.detach().float().cpu(),
         params=params,
         seconds=seconds,
         needs_gradients=name in gradients.GRADIENT_METHODS,

@@ -28,7 +28,7 @@ from ..errors import InputError
 from ..method_registry import REGISTRY
 from . import decomposition, gradients
 from .forced import ForcedCaption, ForcedTranslation, forced_caption, forced_translation
-from .result import Attribution, normalise_rows
+from .result import Attribution, MethodRows, normalise_rows
 from .trace import decomposable, decomposition_refusal, is_transformer, trace_model
 
 __all__ = [
@@ -77,7 +77,7 @@ def _cross(model, pair: ForcedTranslation, layer, head) -> Tensor:
 
 
 def _attention(model, pair, *, layer=None, head=None):
-    return {"scores": _cross(model, pair, layer, head)}
+    return MethodRows(_cross(model, pair, layer, head))
 
 
 @torch.no_grad()
@@ -88,11 +88,11 @@ def _rollout(model, pair, *, layer=None):
         full = model.full_attention(pair.src, pair.tgt_in)
         li = decomposition._layer_index(full.cross.shape[0], layer)
         rolled = full.cross[li].mean(0) @ attention_rollout(full.enc_self)  # (T', S')
-        return {"scores": rolled[full.rows, full.cols]}
+        return MethodRows(rolled[full.rows, full.cols])
     maps = model.attention_maps(pair.src[None], torch.tensor([len(pair.src)]), pair.tgt_in[None])
     cross = maps.cross[0].float()  # (L, H, T, S)
     li = decomposition._layer_index(cross.shape[0], layer)
-    return {"scores": cross[li].mean(0) @ attention_rollout(maps.enc_self[0].float())}
+    return MethodRows(cross[li].mean(0) @ attention_rollout(maps.enc_self[0].float()))
 
 
 def _has_rollout(model) -> bool:
@@ -103,18 +103,18 @@ def _has_rollout(model) -> bool:
 def _attention_norm(model, pair, *, layer=None):
     if decomposable(model):
         trace, rows, cols = trace_model(model, pair.src, pair.tgt_in)
-        return {"scores": decomposition.attention_norm(trace, layer=layer)[rows, cols]}
+        return MethodRows(decomposition.attention_norm(trace, layer=layer)[rows, cols])
     if layer is not None:
         raise InputError(f"{type(model).__name__} has one attention: --layer does not apply")
     maps = model.attention_maps(pair.src[None], torch.tensor([len(pair.src)]), pair.tgt_in[None])
     # additive attention sums the annotations themselves: ‖α_tj h_j‖ = α_tj ‖h_j‖
-    return {"scores": maps.alignment[0].float() * maps.annotations[0].float().norm(dim=-1)}
+    return MethodRows(maps.alignment[0].float() * maps.annotations[0].float().norm(dim=-1))
 
 
 @torch.no_grad()
 def _value_zeroing(model, pair, *, layer=None):
     trace, rows, cols = trace_model(model, pair.src, pair.tgt_in)
-    return {"scores": decomposition.value_zeroing(trace, layer=layer)[rows, cols]}
+    return MethodRows(decomposition.value_zeroing(trace, layer=layer)[rows, cols])
 
 
 @torch.no_grad()
@@ -123,7 +123,7 @@ def _alti_plus(model, pair):
     contrib, _ = decomposition.alti_plus(trace)
     contrib = contrib[rows, cols]  # the text's pieces (a Hugging Face model's special tokens left out)
     share = contrib.sum(-1)
-    return {"scores": contrib, "extra": {"source_share": [round(v, 4) for v in share.detach().tolist()]}}
+    return MethodRows(contrib, extra={"source_share": [round(v, 4) for v in share.detach().tolist()]})
 
 
 #: forward passes per call of :func:`log_probs_at` (at most): its rows grouped by the last position they
@@ -247,9 +247,9 @@ def _gradient(name):
             )  # (T, S, E)
         finally:
             model.train(was_training)
-        out = {"scores": attr.norm(dim=-1), "raw": attr.sum(-1)}
+        out = MethodRows(attr.norm(dim=-1), attr.sum(-1))
         if delta is not None:
-            out["extra"] = {"convergence_delta": [round(float(d), 6) for d in delta], "steps": used}
+            out.extra = {"convergence_delta": [round(float(d), 6) for d in delta], "steps": used}
         return out
 
     return run
@@ -266,7 +266,7 @@ def _caption_attention(model, pair: ForcedCaption):
             )
     finally:
         model.train(was_training)
-    return {"scores": out.alphas[0].float()}  # (T, L)
+    return MethodRows(out.alphas[0].float())  # (T, L)
 
 
 def caption_log_probs(model, pair: ForcedCaption) -> Callable[[Tensor], Tensor]:
@@ -318,9 +318,9 @@ def _caption_gradient(name):
         finally:
             model.train(was_training)
         norm, signed = cells(attr, model.grid_shape)
-        out = {"scores": norm, "raw": signed, "pixels": attr[:, 0]}
+        out = MethodRows(norm, signed, pixels=attr[:, 0])
         if delta is not None:
-            out["extra"] = {"convergence_delta": [round(float(d), 6) for d in delta], "steps": used}
+            out.extra = {"convergence_delta": [round(float(d), 6) for d in delta], "steps": used}
         return out
 
     return run
@@ -490,19 +490,19 @@ def _run(method: str, kind: str, model, pair, source, target, options, grid=None
     t0 = time.perf_counter()
     out = fn(model, pair, **options)
     seconds = time.perf_counter() - t0
-    scores = out["scores"].detach().float().cpu()
+    scores = out.scores.detach().float().cpu()
     params = {k: v for k, v in options.items() if k not in ("progress", "batch")}  # batch changes no value
     if name == "integrated_gradients":
         params.setdefault("steps", f"{gradients.DEFAULT_STEPS}, refined to 1 % (up to {gradients.MAX_STEPS})")
-    extra = dict(out.get("extra", {}))
-    if "pixels" in out:
-        extra["pixels"] = out["pixels"].detach().float().cpu()
+    extra = dict(out.extra)
+    if out.pixels is not None:
+        extra["pixels"] = out.pixels.detach().float().cpu()
     return Attribution(
         method=name,
         source=source,
         target=target,
         scores=normalise_rows(scores.clamp_min(0.0)),
-        raw=None if out.get("raw") is None else out["raw"].detach().float().cpu(),
+        raw=None if out.raw is None else out.raw.detach().float().cpu(),
         params=params,
         seconds=seconds,
         needs_gradients=meth.needs_gradients,

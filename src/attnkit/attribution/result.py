@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Attribution", "normalise_rows"]
+__all__ = ["Attribution", "MethodRows", "normalise_rows"]
 
 
 def normalise_rows(x: Tensor) -> Tensor:
@@ -30,6 +30,21 @@ def normalise_rows(x: Tensor) -> Tensor:
         raise ValueError("normalise_rows needs non-negative values; take a norm or an absolute value first")
     total = x.sum(-1, keepdim=True)
     return torch.where(total > 0, x / total.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(x))
+
+
+@dataclass
+class MethodRows:
+    """What a method's function returns, before the registry times it and normalises its rows into an
+    :class:`Attribution`: ``scores (T, S)`` (non-negative relevances), ``raw`` (signed values, where the method
+    has them), ``extra`` (what the method reports besides: ALTI+'s source share, integrated gradients'
+    convergence), ``logits (G, V)`` (a language model's predicting positions' logits, where the method's own
+    pass has them: the step scores need no pass of their own) and ``pixels`` (a captioner's gradient per pixel)."""
+
+    scores: Tensor
+    raw: Tensor | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    logits: Tensor | None = None
+    pixels: Tensor | None = None
 
 
 @dataclass
