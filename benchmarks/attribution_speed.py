@@ -92,12 +92,12 @@ def per_row(model, pair, method: str, steps: int | None, batch: int):
 def batched(model, pair, method: str, steps: int | None, batch: int):
     """What ``explain`` runs: ``(signed attributions (T, S), pieces complete within 1 %)``."""
     out = METHODS[method].translation(model, pair, steps=steps, batch=batch)
-    if "extra" not in out:
-        return out["raw"].cpu(), None
-    delta = torch.tensor(out["extra"]["convergence_delta"])
-    gap = out["raw"].cpu().sum(1) - delta  # Δ_t = f_t(x) − f_t(x')
+    if "convergence_delta" not in out.extra:
+        return out.raw.cpu(), None
+    delta = torch.tensor(out.extra["convergence_delta"])
+    gap = out.raw.cpu().sum(1) - delta  # Δ_t = f_t(x) − f_t(x')
     tol = gradients.COMPLETENESS * gap.abs().clamp_min(gradients.GAP_FLOOR)
-    return out["raw"].cpu(), (delta.abs() <= tol).tolist()
+    return out.raw.cpu(), (delta.abs() <= tol).tolist()
 
 
 CASES = {

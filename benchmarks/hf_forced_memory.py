@@ -62,9 +62,9 @@ def run_mode(mode: str, tokens: int, threads: int) -> dict:
         if mode == "plain":
             model(input_ids=torch.tensor([ids[:-1]]))
         elif mode == "attention (attnkit)":
-            rows = _attention_rows(sa, ids, 1, "attention", None, None)
+            rows = _attention_rows(sa, ids, 1, "attention", None, None).scores
         elif mode == "rollout (attnkit)":
-            rows = _attention_rows(sa, ids, 1, "rollout", None, None)
+            rows = _attention_rows(sa, ids, 1, "rollout", None, None).scores
         else:
             rows = sa.self_attention(ids[:-1]).rollout()
     seconds = time.perf_counter() - t0
