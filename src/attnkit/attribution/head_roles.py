@@ -10,7 +10,8 @@ every input (each query counts once; a query where a role is undefined does not 
   whose most-attended key (``argmax_j w[i, j]``) is at relative offset −1, 0, +1. Voita et al. call a
   head positional when that share is over 90 % for −1 or +1. Self-attention only (a cross-attention's
   query and key positions are in two sentences); ``previous`` skips query 0 and ``next`` the last query,
-  which have no such key; a causal map has no ``next``.
+  which have no such key; a causal map has no ``next``, and its query 0, which sees only itself, counts
+  for no role that picks a key.
 - **first** (attention sinks, Xiao et al. 2023, "Efficient Streaming Language Models with Attention
   Sinks"): the mean weight on the first key, ``w[i, 0]`` (in a language model the ``<s>`` it reads
   first; in a translator's decoder the ``<s>`` it starts from). A causal map skips query 0, which can
@@ -54,6 +55,7 @@ import torch
 from torch import Tensor
 
 from ..models.induction import prefix_matching_from_attention, repeated_random_tokens
+from .intervention_effects import translator_of
 
 __all__ = [
     "HEAD_ROLES",
@@ -126,13 +128,13 @@ def map_roles(
     def where(valid: Tensor, value: Tensor) -> Tensor:
         return torch.where(valid.expand_as(value), value, nan)  # (..., Nq)
 
+    seen = visible.sum(-1)  # (Nq,): how many keys each query sees
     if positional:
         for name, offset in (("previous", -1), ("self", 0), ("next", 1)):
             if causal and offset > 0:
                 continue
-            valid = (q + offset >= 0) & (q + offset < nk)  # (Nq,)
+            valid = (q + offset >= 0) & (q + offset < nk) & (seen >= 2)  # (Nq,)
             out[name] = where(valid, (top == q + offset).double())
-    seen = visible.sum(-1)  # (Nq,)
     out["first"] = where(seen >= 2 if causal else torch.ones(nq, dtype=torch.bool), w[..., 0])
     if not causal:
         out["end"] = w[..., nk - 1].clone()
@@ -340,11 +342,13 @@ def _rarity_note(tokenizer) -> str:
 def translator_roles(
     translator, sources: Sequence[str], references: Sequence[str], *, threshold: float = STRONG, batch_size: int = 16
 ) -> HeadRolesReport:
-    """Every head's roles of ``translator`` (attnkit's Transformer :class:`~attnkit.tasks.translation.Translator`)
+    """Every head's roles of ``translator`` (attnkit's Transformer :class:`~attnkit.tasks.translation.Translator`,
+    or a :class:`~attnkit.service.Model` of one)
     in its encoder self-attention, decoder self-attention and cross-attention over the pairs ``sources`` →
     ``references`` (teacher-forced, batches of ``batch_size``); the guided-alignment head marked."""
     from ..tasks.translation.guided import guided_head
 
+    translator = translator_of(translator)
     threshold = _check_threshold(threshold)
     if len(sources) != len(references) or not sources:
         raise ValueError("sources and references must be non-empty lists of equal length")
