@@ -164,7 +164,7 @@ def add_parser(sub) -> None:
     hp.add_argument(
         "--roles",
         action="store_true",
-        help="score each head's roles instead of its importance (always, for a language model)",
+        help="score each head's roles instead of its importance (default: off for a translator; a language model's only table)",
     )
     hp.add_argument(
         "--threshold",
