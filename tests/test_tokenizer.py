@@ -94,6 +94,21 @@ def test_special_ids(tok):
         tok.decode([tok.vocab_size + 5])
 
 
+def test_piece_scores_rank_frequent_pieces_above_rare_ones(tok, texts):
+    """A piece's score (its unigram log-probability) is higher for a piece the training texts use more; byte
+    pieces score -inf, the rarest (what ``attnkit heads --roles`` reads as rarity)."""
+    import math
+    from collections import Counter
+
+    scores = tok.piece_scores()
+    assert len(scores) == tok.vocab_size
+    assert all(scores[i] == -math.inf for i in range(tok.vocab_size) if tok.id_to_piece(i).startswith("<0x"))
+    counts = Counter(i for t in texts for i in tok.encode(t))
+    (common, _), *_ = counts.most_common()
+    rare = min((i for i in counts if math.isfinite(scores[i]) and i > 3), key=lambda i: counts[i])
+    assert scores[common] > scores[rare]
+
+
 def test_save_load_and_bytes(tok, tmp_path):
     path = tok.save(tmp_path / "ckpt")
     assert path.name == "tokenizer.model"

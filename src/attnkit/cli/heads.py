@@ -1,22 +1,28 @@
-"""``attnkit heads --model M [--limit N]``: does each head of a Transformer translator matter?
+"""``attnkit heads --model M [--limit N] [--roles]``: does each head of a Transformer translator matter, and
+what does each head of any model do?
 
 Per attention type (encoder self-attention, decoder self-attention, cross-attention) and per layer and
 head, two scores over the first ``N`` held-out verses, in nats per reference piece
 (:func:`attnkit.attribution.head_importance.head_importance`): the **ablation** importance, the forced
 reference's loss added when the head's output is set to zero, and Michel, Levy & Neubig (2019)'s
 **gradient** importance ``E_x |∂L(x)/∂ξ_h|`` of a gate ``ξ_h = 1`` on the head's output. Layers and heads
-are numbered from 1."""
+are numbered from 1.
+
+``--roles`` (the only table for a language model: attnkit's own or a Hugging Face folder) scores every head
+on the roles of :mod:`attnkit.attribution.head_roles` instead: positional (previous, self, next), attention
+sinks (first, end), rare tokens, and for a language model induction and duplicate tokens; each head's
+strongest role at or above ``--threshold`` marked, and a translator's guided-alignment head."""
 
 from __future__ import annotations
 
 import json
 
-from ..checks import COUNT, arg_type
+from ..checks import COUNT, arg_type, between
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import CLIError, _open_model, _shown_name
 from .flags import _add_device_flags, _add_json_flag, _add_model_flag, _add_split_flag
 
-__all__ = ["add_parser", "cmd_heads", "format_heads"]
+__all__ = ["add_parser", "cmd_heads", "format_head_roles", "format_heads", "head_roles_report"]
 
 
 def format_heads(report: dict) -> str:
@@ -44,31 +50,96 @@ def format_heads(report: dict) -> str:
     return "\n".join(lines)
 
 
-def cmd_heads(args) -> None:
-    from ..attribution.head_importance import head_importance
-    from ..data.corpus import UnknownCorpusError, open_corpus
-    from ..models.transformer import TransformerTranslator
-    from ..service import ModelKind
+def format_head_roles(report: dict) -> str:
+    """The text table of a :class:`~attnkit.attribution.head_roles.HeadRolesReport`'s JSON: one line per head,
+    its strongest role (at or above the threshold) marked with ``*``."""
+    from ..attribution.head_roles import SITE_NAMES
 
-    model = _open_model(args, DEFAULT_TRANSLATION_MODEL)
-    if model.kind is not ModelKind.TRANSLATOR or not isinstance(
-        getattr(model.impl, "model", None), TransformerTranslator
-    ):
-        raise CLIError(
-            f"--model: {_shown_name(model)} is not an attnkit Transformer translator: head importance reads "
-            "the heads of its encoder self-attention, decoder self-attention and cross-attention"
-        )
-    tr = model.impl
-    corpus_name = getattr(tr, "corpus", "bible")
+    roles = report["roles"]
+    what = f"{report['inputs']} {report['split']} verses"
+    if report.get("repeated"):
+        what += f" and {report['repeated']} rows of {report['length']} random tokens repeated twice"
+    lines = [
+        f"head roles of {report['model']} on {what}",
+        "previous/self/next: share of queries whose most-attended key is at offset -1/0/+1 (Voita et al. 2019); "
+        "first/end: mean weight on the first/last key (attention sinks); rare: share whose most-attended key is "
+        "the rarest token; induction: prefix matching (Olsson et al. 2022); duplicate: weight on the same token's "
+        f"first occurrence. * marks a head's strongest role at or above {report['threshold']:g}; - not measured",
+        *(f"{note}" for note in report["notes"].values()),
+    ]
+    for site, name in SITE_NAMES.items():
+        rows = [h for h in report["heads"] if h["site"] == site]
+        if not rows:
+            continue
+        lines += ["", name, "layer head | " + " ".join(f"{r:>9}" for r in roles) + " | strongest"]
+        for h in rows:
+            cells = []
+            for r in roles:
+                v = h[r]
+                cells.append(f"{'-':>9}" if v is None else f"{v:8.3f}" + ("*" if h["strongest"] == r else " "))
+            mark = (h["strongest"] or "") + (" (guided alignment head)" if h["guided"] else "")
+            lines.append(f"{h['layer']:>5} {h['head']:>4} | " + " ".join(cells) + f" | {mark}")
+    return "\n".join(lines)
+
+
+def _verse_pairs(args, corpus_name: str):
+    from ..data.corpus import UnknownCorpusError, open_corpus
+
     try:
         corpus = open_corpus(corpus_name, args.home)
         pairs = corpus.pairs(args.split, limit=args.limit)
     except UnknownCorpusError as exc:
-        raise CLIError(f"the model was trained on corpus {corpus_name!r}, which is not prepared here ({exc})") from None
-    if corpus.turned_around(getattr(tr, "src_lang", None), getattr(tr, "tgt_lang", None)):
-        pairs = [p._replace(src=p.tgt, tgt=p.src) for p in pairs]
+        raise CLIError(f"corpus {corpus_name!r} is not prepared here ({exc})") from None
     if not pairs:
         raise CLIError(f"corpus {corpus_name!r} has no {args.split} verses")
+    return corpus, pairs
+
+
+def head_roles_report(model, args) -> dict:
+    """The JSON of ``attnkit heads --roles`` for an opened ``model`` (a translator or a language model)."""
+    from ..attribution.head_roles import STRONG, language_model_roles, translator_roles
+    from ..service import ModelKind
+
+    threshold = STRONG if args.threshold is None else args.threshold
+    if model.kind is ModelKind.TRANSLATOR:
+        tr = model.impl
+        corpus, pairs = _verse_pairs(args, getattr(tr, "corpus", "bible"))
+        if corpus.turned_around(getattr(tr, "src_lang", None), getattr(tr, "tgt_lang", None)):
+            pairs = [p._replace(src=p.tgt, tgt=p.src) for p in pairs]
+        report = translator_roles(tr, [p.src for p in pairs], [p.tgt for p in pairs], threshold=threshold)
+    else:
+        corpus, pairs = _verse_pairs(args, "bible")
+        english = [p.src if corpus.src_lang == "en" else p.tgt for p in pairs]  # the English side
+        report = language_model_roles(model.impl, english, threshold=threshold)
+    return {"model": _shown_name(model), "split": args.split, **report.to_dict()}
+
+
+def cmd_heads(args) -> None:
+    from ..attribution.head_importance import head_importance
+    from ..models.transformer import TransformerTranslator
+    from ..service import ModelKind
+
+    model = _open_model(args, DEFAULT_TRANSLATION_MODEL)
+    transformer = model.kind is ModelKind.TRANSLATOR and isinstance(
+        getattr(model.impl, "model", None), TransformerTranslator
+    )
+    if not transformer and model.kind not in (ModelKind.LANGUAGE_MODEL, ModelKind.SELF_ATTENTION):
+        raise CLIError(
+            f"--model: {_shown_name(model)} is neither an attnkit Transformer translator nor a language model: "
+            "heads are read in a Transformer's encoder self-attention, decoder self-attention and "
+            "cross-attention, or a language model's self-attention"
+        )
+    if args.roles or not transformer:  # a language model's heads: roles only (no reference loss to ablate)
+        try:
+            data = head_roles_report(model, args)
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
+        print(json.dumps(data, ensure_ascii=False) if args.json else format_head_roles(data))
+        return
+    tr = model.impl
+    corpus, pairs = _verse_pairs(args, getattr(tr, "corpus", "bible"))
+    if corpus.turned_around(getattr(tr, "src_lang", None), getattr(tr, "tgt_lang", None)):
+        pairs = [p._replace(src=p.tgt, tgt=p.src) for p in pairs]
     report = head_importance(tr, [p.src for p in pairs], [p.tgt for p in pairs])
     data = {"model": _shown_name(model), "split": args.split, **report.to_dict()}
     print(json.dumps(data, ensure_ascii=False) if args.json else format_heads(data))
@@ -77,14 +148,31 @@ def cmd_heads(args) -> None:
 def add_parser(sub) -> None:
     hp = sub.add_parser(
         "heads",
-        help="does each head of a Transformer translator matter: ablation and gradient importance per head",
+        help="does each head of a Transformer translator matter (ablation and gradient importance), and what "
+        "does each head of a translator or language model do (--roles)",
         description="Score every head of an attnkit Transformer translator (encoder self-attention, decoder "
         "self-attention, cross-attention) on held-out verses: the forced reference's loss added when the head is "
         "zero-ablated, and Michel et al. (2019)'s gradient importance |dL/dxi_h| of a gate on the head's output. "
         "In Python: attnkit.attribution.interventions (ablate, patch, gate any head) and "
-        "attnkit.attribution.head_importance.",
+        "attnkit.attribution.head_importance. With --roles (a language model's only table): every head's roles "
+        "(previous-token and positional, attention sinks, rare tokens, induction and duplicate tokens), "
+        "from attnkit.attribution.head_roles.",
     )
-    _add_model_flag(hp, DEFAULT_TRANSLATION_MODEL, what="an attnkit Transformer translator")
+    _add_model_flag(
+        hp, DEFAULT_TRANSLATION_MODEL, what="an attnkit Transformer translator, language model, or Hugging Face model"
+    )
+    hp.add_argument(
+        "--roles",
+        action="store_true",
+        help="score each head's roles instead of its importance (default: off for a translator; a language model's only table)",
+    )
+    hp.add_argument(
+        "--threshold",
+        type=arg_type(between(0, 1), "threshold"),
+        default=None,
+        help="with --roles: the score a role must reach to be marked as a head's strongest "
+        "(default: attnkit.attribution.head_roles.STRONG, 0.5)",
+    )
     hp.add_argument(
         "--limit",
         type=arg_type(COUNT, "limit"),

@@ -14,6 +14,7 @@ elsewhere and read back with :meth:`Tokenizer.from_bytes`.
 from __future__ import annotations
 
 import io
+import math
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -214,6 +215,14 @@ class Tokenizer:
     def piece_to_id(self, piece: str) -> int:
         """Id of a subword piece (``unk_id`` when it is not in the vocabulary)."""
         return self._sp.piece_to_id(piece)
+
+    def piece_scores(self) -> list[float]:
+        """Each id's score in the sentencepiece model, lower for a rarer piece: a unigram model's
+        log-probability of the piece (fitted on the training corpus), a BPE model's negative merge rank.
+        A byte piece (a character the vocabulary does not hold, spelled in bytes) scores ``-inf``, the
+        rarest; the special pieces score 0."""
+        sp = self._sp
+        return [-math.inf if sp.is_byte(i) else float(sp.get_score(i)) for i in range(self.vocab_size)]
 
     def pieces(self, text: str) -> list[str]:
         """The subword pieces of ``text``, for looking at how a sentence is cut."""
