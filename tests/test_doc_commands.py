@@ -239,6 +239,11 @@ QUOTED: dict[tuple[str, str], list[tuple[str, int]]] = {
         ("(the `--all-heads` table's `L2 mean` row), and ", 1),
     ],
     ("docs/howto/align-a-corpus.md", _TWO_MODELS): [("(`transformer-en-es` for `transformer-es-en`: **AER ", 1)],
+    ("docs/findings.md", "attnkit evaluate alignment --model rnnsearch-es-en"): [
+        ("print (`tests/test_doc_commands.py` checks these): RNNsearch ", 2)
+    ],
+    ("docs/findings.md", _ALL_HEADS): [("the Transformer's layer 3 mean ", 1), ("layer 2 mean ", 1)],
+    ("docs/findings.md", _BOTH_WAYS_ONE_MODEL): [("layer 2 mean both ways ", 1)],
     ("docs/howto/does-a-head-matter.md", "attnkit heads --model transformer-es-en --limit 16"): [
         ("the largest ablation score was a cross-attention head of layer 2 (", 1),
     ],
@@ -252,14 +257,16 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def quoted_numbers(page_text: str, anchor: str, count: int) -> list[str]:
-    """The ``count`` decimal numbers right after ``anchor`` in the page (an anchor missing is an error)."""
+def quoted_numbers(page_text: str, anchor: str, count: int, start: int = 0) -> tuple[list[str], int]:
+    """The ``count`` decimal numbers right after ``anchor`` (searched from ``start`` of the page's flattened
+    text), and where the anchor ends; an anchor missing is an error."""
     flat = _flat(page_text)
-    at = flat.find(anchor)
+    at = flat.find(anchor, start)
     assert at >= 0, f"anchor not in the page any more: {anchor!r}"
-    numbers = _DECIMAL.findall(flat[at + len(anchor) : at + len(anchor) + 80])
+    end = at + len(anchor)
+    numbers = _DECIMAL.findall(flat[end : end + 80])
     assert len(numbers) >= count, f"fewer than {count} numbers after {anchor!r}"
-    return numbers[:count]
+    return numbers[:count], end
 
 
 def printed(number: str, output: str) -> bool:
@@ -273,12 +280,12 @@ def printed(number: str, output: str) -> bool:
 
 
 def mismatches(page_text: str, anchors: list[tuple[str, int]], output: str) -> list[str]:
-    return [
-        f"{number} (after {anchor!r})"
-        for anchor, count in anchors
-        for number in quoted_numbers(page_text, anchor, count)
-        if not printed(number, output)
-    ]
+    """The quoted numbers the output does not hold; each anchor is looked for after the one before it."""
+    wrong, start = [], 0
+    for anchor, count in anchors:
+        numbers, start = quoted_numbers(page_text, anchor, count, start)
+        wrong += [f"{number} (after {anchor!r})" for number in numbers if not printed(number, output)]
+    return wrong
 
 
 # ---------------------------------------------------------------------------------------------------------
