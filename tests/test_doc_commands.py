@@ -309,6 +309,7 @@ def workdir(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(folder)
         mp.setenv("ATTNKIT_HOME", str(folder / "home"))
+        mp.setenv("ATTNKIT_MALLOC", "default")
         assert main(["data", "scene", "3", "--out", "scene.png"]) == 0
     return folder
 
@@ -325,6 +326,7 @@ def run_command(workdir):
     mp.chdir(workdir)
     mp.setenv("OMP_NUM_THREADS", "1")
     mp.setenv("HF_HUB_OFFLINE", "1")
+    mp.setenv("ATTNKIT_MALLOC", "default")  # the test worker's allocator left as it is (main() tunes the CLI's)
     mp.setenv("ATTNKIT_HOME", str(workdir / "home"))  # eflomal's cached links and the like stay in the run
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
