@@ -3,7 +3,7 @@ README.md and ``docs/**/*.md`` (the notebooks have tests of their own) is either
 models or skipped for a reason named in one table, :data:`SKIP`; a command in neither fails
 :func:`test_every_doc_command_is_classified`, so a command added to a page must be classified.
 
-The blocks are read with markdown-it-py (the parser mkdocs' own Markdown tooling family uses for fenced code).
+The blocks are read with markdown-it-py (a CommonMark parser, already attnkit's dependency for markup).
 On top of it, the only thing of our own is the number matching: :data:`QUOTED` declares, for a command that is
 run, the places in a page's prose (an anchor text; the numbers right after it) that present that command's
 output, and each quoted number must appear, at its quoted precision, in what the command printed. Lines a
