@@ -32,7 +32,7 @@ from .capture import AttentionSite, attention_sites, capture_attention, untracea
 from .loading import HFModelError, load_pretrained
 from .sampling import MAX_NEW_TOKENS, greedy_continuation, sample_continuation
 from .tokenizer import HFTokenizer
-from .transformers_internals import attention_implementation
+from .transformers_internals import attention_implementation, reorder_decoder_cache
 
 __all__ = [
     "MAX_NEW_TOKENS",
@@ -407,10 +407,10 @@ class HFDecoderState:
     pending: Tensor | None
 
     def index_select(self, index: Tensor) -> HFDecoderState:
-        """Rows ``index`` (what :func:`attnkit.decoding.reorder_state` calls): the cache reordered by its own
-        ``reorder_cache`` (``transformers``' way of following beams), the pending tokens selected."""
+        """Rows ``index`` (what :func:`attnkit.decoding.reorder_state` calls): the cache reordered in place
+        (:func:`~attnkit.hf.transformers_internals.reorder_decoder_cache`), the pending tokens selected."""
         if self.past is not None:
-            self.past.reorder_cache(index)
+            reorder_decoder_cache(self.past, index)
         return HFDecoderState(self.past, None if self.pending is None else self.pending.index_select(0, index))
 
 

@@ -8,6 +8,8 @@ attnkit reads three things ``transformers`` does not promise to keep:
 - the layout of ``EncoderDecoderCache``: its ``self_attention_cache`` and ``cross_attention_cache``,
   their per-layer ``layers`` (each with ``reorder_cache``) and the cache's ``is_updated`` dict, which
   :mod:`attnkit.hf.seq2seq` copies shallowly to fork a decoder state for beam search.
+- a decoder-only model's cache's ``reorder_cache``, which :class:`attnkit.hf.self_attention.HFDecoder` calls
+  to follow beams.
 
 Each is reached through one accessor below, which fails with a :class:`TransformersInternalsError`
 naming the internal and the installed version when it is missing, instead of an ``AttributeError``
@@ -39,6 +41,7 @@ __all__ = [
     "check_version",
     "fork_encoder_decoder_cache",
     "register_attention_function",
+    "reorder_decoder_cache",
 ]
 
 #: ``(minimum, below)``: the ``transformers`` releases this module was written for (``>=5.0,<6``).
@@ -135,6 +138,14 @@ def fork_encoder_decoder_cache(cache: Any, index=None, *, cross: bool = True) ->
         setattr(new, name, part)
     new.is_updated = dict(cache.is_updated)
     return new
+
+
+def reorder_decoder_cache(cache: Any, index) -> None:
+    """Rows ``index (R',)`` of a decoder-only model's key/value cache, in place (the cache's own
+    ``reorder_cache``, as ``transformers``' beam search follows its beams)."""
+    if not callable(getattr(cache, "reorder_cache", None)):
+        raise _missing(f"{type(cache).__name__}.reorder_cache", "reordering a language model's cache (beam search)")
+    cache.reorder_cache(index)
 
 
 check_version()
