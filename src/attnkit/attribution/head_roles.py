@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ..models.induction import prefix_matching_from_attention, repeated_random_tokens
+from ..models.induction import prefix_matching_from_attention
 from .intervention_effects import translator_of
 
 __all__ = [
@@ -314,16 +314,9 @@ def language_model_roles(
     extra: dict[str, list[list[float]]] = {}
     notes = {"rare": _rarity_note(text_model.tokenizer)}
     if causal:
-        context = text_model.max_length()
-        if length is None:
-            length = 64 if context is None else min(context // 2, 64)
-        if isinstance(length, bool) or not isinstance(length, int) or length < 2:
-            raise ValueError(f"length must be an int >= 2, got {length!r}")
-        if context is not None and 2 * length > context:
-            raise ValueError(f"length must be at most {context // 2} (half the model's {context} positions)")
-        gen = torch.Generator().manual_seed(seed)
-        rows = repeated_random_tokens(vocab, length, batch, generator=gen, special_ids=tuple(specials))  # (B, 2L)
-        attn = torch.stack([text_model.self_attention(r.tolist()).attention for r in rows], dim=1)  # (L, B, H, 2L, 2L)
+        from ..hf.induction import repeated_maps
+
+        attn, length = repeated_maps(text_model, length=length, batch=batch, seed=seed, special_ids=tuple(specials))
         extra["induction"] = prefix_matching_from_attention(attn, length)
         extra["duplicate"] = duplicate_token_from_attention(attn, length)
     else:

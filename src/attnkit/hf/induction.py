@@ -22,12 +22,36 @@ from ..models.induction import (
 )
 from .loading import HFModelError
 
-__all__ = ["hf_induction_scores", "hf_special_ids"]
+__all__ = ["hf_induction_scores", "hf_special_ids", "repeated_maps"]
 
 
 def hf_special_ids(sa) -> tuple[int, ...]:
     """The ids of the tokenizer's special tokens (``<s>``, ``</s>``, padding, unknown…), sorted."""
     return tuple(sorted({int(i) for i in getattr(sa.hf_tokenizer, "all_special_ids", []) or []}))
+
+
+@torch.no_grad()
+def repeated_maps(
+    sa, *, length: int | None = None, batch: int = 8, seed: int = 0, special_ids: tuple[int, ...] | None = None
+) -> tuple[torch.Tensor, int]:
+    """``(attention (Layers, B, H, 2L, 2L), L)``: every head's maps of text model ``sa`` (attnkit's language
+    model or a Hugging Face one) on ``batch`` rows of ``L = length`` random tokens repeated twice (default:
+    ``min(context // 2, 64)``), drawn with ``seed`` from the vocabulary less ``special_ids`` (default: the
+    model's special tokens): what the induction and duplicate-token scores read."""
+    context = sa.max_length()
+    if length is None:
+        length = 64 if context is None else min(context // 2, 64)
+    if isinstance(length, bool) or not isinstance(length, int) or length < 2:
+        raise ValueError(f"length must be an int >= 2, got {length!r}")
+    if context is not None and 2 * length > context:
+        raise ValueError(
+            f"length must be at most {context // 2} (half the {context} positions {sa.source} reads), got {length}"
+        )
+    specials = tuple(sorted(sa.special_ids)) if special_ids is None else tuple(special_ids)
+    gen = torch.Generator().manual_seed(seed)
+    ids = repeated_random_tokens(int(sa.vocab_size), length, batch, generator=gen, special_ids=specials)  # (B, 2L)
+    rows = [sa.self_attention(row.tolist()).attention for row in ids]  # each (Layers, H, 2L, 2L)
+    return torch.stack(rows, dim=1), length  # (Layers, B, H, 2L, 2L)
 
 
 @torch.no_grad()
@@ -42,21 +66,7 @@ def hf_induction_scores(
         raise HFModelError(
             f"{sa.source} is an encoder-only model: induction heads are measured on a causal language model"
         )
-    context = sa.max_length()
-    if length is None:
-        length = 64 if context is None else min(context // 2, 64)
-    if isinstance(length, bool) or not isinstance(length, int) or length < 2:
-        raise ValueError(f"length must be an int >= 2, got {length!r}")
-    if context is not None and 2 * length > context:
-        raise ValueError(
-            f"length must be at most {context // 2} (half the {context} positions {sa.source} reads), got {length}"
-        )
-    specials = hf_special_ids(sa) if special_ids is None else tuple(special_ids)
-    vocab = int(sa.model.config.vocab_size)
-    gen = torch.Generator().manual_seed(seed)
-    ids = repeated_random_tokens(vocab, length, batch, generator=gen, special_ids=specials)  # (B, 2L)
-    rows = [sa.self_attention(row.tolist()).attention for row in ids]  # each (Layers, H, 2L, 2L)
-    attn = torch.stack(rows, dim=1)  # (Layers, B, H, 2L, 2L)
+    attn, length = repeated_maps(sa, length=length, batch=batch, seed=seed, special_ids=special_ids)
     return InductionScores(
         prefix_matching_from_attention(attn, length), previous_token_from_attention(attn), None, length, batch
     )
