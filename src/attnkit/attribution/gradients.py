@@ -48,6 +48,7 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import InputError
+from ..hooks import thread_hooks
 from ..method_registry import GRADIENTS, names
 
 __all__ = [
@@ -107,11 +108,8 @@ def source_embedding_override(embedding: torch.nn.Module, src: Tensor, replaceme
     def hook(module, inputs, output):
         return replacement if inputs[0] is src else None
 
-    handle = embedding.register_forward_hook(hook)
-    try:
+    with thread_hooks([(embedding, hook)]):
         yield
-    finally:
-        handle.remove()
 
 
 def _check_batch(batch) -> int:

@@ -6,7 +6,8 @@ language models, :class:`~attnkit.attention.CausalSelfAttention`) or ``out_proj`
 translator's :class:`~attnkit.attention.MultiHeadAttention`) reads. Every intervention replaces or
 scales that slice, in a forward pre-hook on the projection registered for one ``with`` block by
 :func:`intervene` and removed in ``finally``: no global state, and every path that runs the projection
-(teacher forcing, the decoder's cached steps, greedy and beam search) sees it.
+(teacher forcing, the decoder's cached steps, greedy and beam search) sees it; another thread's pass of the
+same model does not (:func:`attnkit.hooks.thread_hooks`).
 
 The requests are data, as in pyvene (Wu et al. 2024) and TransformerLens's hook points (Nanda 2022):
 
@@ -33,6 +34,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+
+from ..hooks import thread_hooks
 
 __all__ = [
     "ABLATION_MODES",
@@ -298,14 +301,8 @@ def intervene(model, interventions: Sequence[Intervention]) -> Iterator[None]:
     for iv in interventions:
         _site_of(sites, iv)
         by_site.setdefault((iv.site, iv.layer), []).append(iv)
-    handles = []
-    try:
-        for key, ivs in by_site.items():
-            handles.append(sites[key].projection.register_forward_pre_hook(_hook(sites[key], ivs)))
+    with thread_hooks(((sites[key].projection, _hook(sites[key], ivs)) for key, ivs in by_site.items()), pre=True):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 class HeadRecording:
@@ -334,7 +331,6 @@ def record_heads(model) -> Iterator[HeadRecording]:
     """Record every head's output (detached) for the ``with`` block; hooks removed in ``finally``."""
     sites = attention_sites(model)
     rec = HeadRecording(sites)
-    handles = []
 
     def recorder(key, site: HeadSite):
         def pre_hook(module, args):
@@ -342,13 +338,8 @@ def record_heads(model) -> Iterator[HeadRecording]:
 
         return pre_hook
 
-    try:
-        for key, site in sites.items():
-            handles.append(site.projection.register_forward_pre_hook(recorder(key, site)))
+    with thread_hooks(((site.projection, recorder(key, site)) for key, site in sites.items()), pre=True):
         yield rec
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def head_mean(outputs: Tensor, mask: Tensor | None = None) -> Tensor:

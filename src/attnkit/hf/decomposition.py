@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from ..hooks import thread_hooks
 from .loading import HFModelError
 
 __all__ = [
@@ -187,17 +188,14 @@ def trace_seq2seq(adapter, src: Tensor, tgt_in: Tensor) -> Seq2SeqParts:
 
         return hook
 
-    handles = [
-        layer.register_forward_hook(watch(("enc", i)), with_kwargs=True) for i, layer in enumerate(encoder.layers)
-    ]
-    handles += [
-        layer.register_forward_hook(watch(("dec", i)), with_kwargs=True) for i, layer in enumerate(decoder.layers)
-    ]
-    handles.append(encoder.register_forward_hook(lambda m, a, out: seen.__setitem__(("memory", 0), out[0][0])))
+    watched = [(layer, watch(("enc", i))) for i, layer in enumerate(encoder.layers)]
+    watched += [(layer, watch(("dec", i))) for i, layer in enumerate(decoder.layers)]
+    watched.append((encoder, lambda m, a, kw, out: seen.__setitem__(("memory", 0), out[0][0])))
     was_training = adapter.training
     adapter.eval()
     try:
-        out = adapter._run(src[None], torch.tensor([src.shape[0]], device=src.device), tgt_in[None])
+        with thread_hooks(watched, with_kwargs=True):
+            out = adapter._run(src[None], torch.tensor([src.shape[0]], device=src.device), tgt_in[None])
         post = model_type in POST_NORM
         enc_blocks = []
         for i, layer in enumerate(encoder.layers):
@@ -236,8 +234,6 @@ def trace_seq2seq(adapter, src: Tensor, tgt_in: Tensor) -> Seq2SeqParts:
             dec.append(DecoderLayerParts(sb, cb, ffn, y))
         logits = adapter._logits_from(out.last_hidden_state[0] * adapter.feature_scale)  # (T', V)
     finally:
-        for h in handles:
-            h.remove()
         adapter.train(was_training)
     rows, cols = _pieces(adapter, src, tgt_in)
     return Seq2SeqParts(enc_blocks, dec, memory, logits, rows, cols)

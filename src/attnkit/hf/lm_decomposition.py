@@ -46,6 +46,7 @@ from ..attention.block_trace import (
     linearise_norm,
 )
 from ..attention.block_trace import check_replay as _check_replay
+from ..hooks import thread_hooks
 from .capture import attention_sites, capture_attention
 from .lm_blocks import DECODERS, ENCODER_ONLY, LLAMA_LIKE, block_layout, layer_stack
 from .loading import HFModelError
@@ -173,14 +174,10 @@ def trace_lm(model: nn.Module, input_ids: Tensor, on_layer: Callable[[LMLayerPar
 
         return hook
 
-    handles = [layer.register_forward_hook(watch(i), with_kwargs=True) for i, layer in enumerate(layers)]
     sites = [s for s in attention_sites(model) if s.kind == "self"]
-    try:
-        with capture_attention(model, keep, sites=sites):
-            out = _run(model, model_type, input_ids)
-    finally:
-        for h in handles:
-            h.remove()
+    watched = ((layer, watch(i)) for i, layer in enumerate(layers))
+    with thread_hooks(watched, with_kwargs=True), capture_attention(model, keep, sites=sites):
+        out = _run(model, model_type, input_ids)
     logits = getattr(out, "logits", None)
     return LMTrace(seen["embedding"], seen["final"], None if logits is None else logits[0], model_type)
 
@@ -219,17 +216,11 @@ def record_lm(model: nn.Module, input_ids: Tensor, *, logits_at: int | None = No
 
         return pre
 
-    handles = []
-    for i, layer in enumerate(layers):
-        handles.append(layer.register_forward_hook(watch(i), with_kwargs=True))
-        attn = block_layout(model_type, layer).attn
-        handles.append(attn.register_forward_pre_hook(watch_attention(i), with_kwargs=True))
+    blocks = [(layer, watch(i)) for i, layer in enumerate(layers)]
+    attns = [(block_layout(model_type, layer).attn, watch_attention(i)) for i, layer in enumerate(layers)]
     extra = {} if logits_at is None else {"logits_to_keep": torch.tensor([logits_at], device=input_ids.device)}
-    try:
+    with thread_hooks(blocks, with_kwargs=True), thread_hooks(attns, pre=True, with_kwargs=True):
         out = _run(model, model_type, input_ids, **extra)
-    finally:
-        for h in handles:
-            h.remove()
     n = len(layers)
     logits = getattr(out, "logits", None)
     logits = None if logits is None else logits[0]  # (N, V), or (1, V) at logits_at

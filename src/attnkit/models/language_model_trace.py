@@ -31,6 +31,7 @@ from ..attention.block_trace import (
     per_head_output,
 )
 from ..errors import TraceError
+from ..hooks import thread_hooks
 from .language_model import DecoderBlock, LanguageModel
 
 __all__ = ["LanguageModelTracer"]
@@ -75,9 +76,10 @@ class LanguageModelTracer(BlockTracer):
         self.decoder = True
         self.n_layers = len(model.layers)
 
-    def _watch(self, on_block: Callable[[int, Tensor, Tensor, Tensor | None], None]) -> list:
-        """Forward hooks on every block calling ``on_block(i, input (N, D), output (N, D), weights or None)``;
-        each hook hands the block's output on without its weights."""
+    def _watch(self, on_block: Callable[[int, Tensor, Tensor, Tensor | None], None]):
+        """A block of forward hooks on every block, this thread's passes only (:func:`attnkit.hooks.thread_hooks`),
+        calling ``on_block(i, input (N, D), output (N, D), weights or None)``; each hook hands the block's output
+        on without its weights."""
 
         def watch(i: int):
             def hook(module, args, output):
@@ -87,7 +89,7 @@ class LanguageModelTracer(BlockTracer):
 
             return hook
 
-        return [layer.register_forward_hook(watch(i)) for i, layer in enumerate(self.model.layers)]
+        return thread_hooks((layer, watch(i)) for i, layer in enumerate(self.model.layers))
 
     @torch.no_grad()
     def trace(self, input_ids: Tensor, on_layer: Callable[[LMLayerParts], None]) -> LMTrace:
@@ -102,12 +104,8 @@ class LanguageModelTracer(BlockTracer):
             on_layer(parts)
             seen["final"] = y
 
-        handles = self._watch(on_block)
-        try:
+        with self._watch(on_block):
             out = self.model(input_ids[None], need_weights=True)
-        finally:
-            for h in handles:
-                h.remove()
         return LMTrace(seen["embedding"], seen["final"], out.logits[0], self.model_type)
 
     @torch.no_grad()
@@ -124,12 +122,8 @@ class LanguageModelTracer(BlockTracer):
         def on_block(i: int, x: Tensor, y: Tensor, w: Tensor | None) -> None:
             inputs[i], outputs[i] = x, y
 
-        handles = self._watch(on_block)
-        try:
+        with self._watch(on_block):
             features = self.model(input_ids[None], features_only=True).features[0]  # (N, D)
-        finally:
-            for h in handles:
-                h.remove()
         count = self.n_layers
         at = features if logits_at is None else features[logits_at : logits_at + 1]
         logits = self.model.lm_head(at)  # (N, V) or (1, V)

@@ -20,6 +20,7 @@ from torch import Tensor
 from ...data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from ...hf.sampling import greedy_continuation, sample_continuation
 from ...hf.self_attention import TextModelBase
+from ...hooks import thread_hooks
 
 __all__ = ["LanguageModelText"]
 
@@ -128,12 +129,8 @@ class LanguageModelText(TextModelBase):
 
             return hook
 
-        handles = [layer.register_forward_hook(watch(i)) for i, layer in enumerate(self.model.layers)]
-        try:
+        with thread_hooks((layer, watch(i)) for i, layer in enumerate(self.model.layers)):
             out = self.model(torch.tensor([ids], device=self.device), need_weights=True)
-        finally:
-            for h in handles:
-                h.remove()
         if on_logits is not None:
             on_logits(out.logits[0, -last:])  # (last, V)
         return pieces
@@ -157,13 +154,8 @@ class LanguageModelText(TextModelBase):
             maps.append(output[1])  # (1, H, n, n)
             return output[0], None
 
-        handles = [layer.register_forward_hook(hook) for layer in self.model.layers]
-        try:
-            with torch.enable_grad():
-                logits = self.model(torch.tensor([ids], device=self.device), need_weights=True).logits[0]
-        finally:
-            for h in handles:
-                h.remove()
+        with thread_hooks((layer, hook) for layer in self.model.layers), torch.enable_grad():
+            logits = self.model(torch.tensor([ids], device=self.device), need_weights=True).logits[0]
         return logits, maps
 
     def embed(self, ids: Tensor) -> Tensor:
