@@ -171,7 +171,7 @@ def _kind_scores(wq: Tensor, wk: Tensor, wv: Tensor, wo: Tensor, a: int, b: int)
 
 def random_baseline(d_model: int, head_dim: int, samples: int, seed: int) -> dict[str, float]:
     """Each kind's mean score of random heads with Gaussian factors of these shapes: ``samples`` source heads
-and ``samples`` reader heads drawn with ``seed``, the mean over their ``samples²`` pairs."""
+    and ``samples`` reader heads drawn with ``seed``, the mean over their ``samples²`` pairs."""
     gen = torch.Generator().manual_seed(seed)
 
     def draw(*shape: int) -> Tensor:

@@ -149,7 +149,9 @@ def residual_parts(model: LanguageModel, ids: Tensor, layer: int) -> tuple[list[
     err = float((stacked.sum(1) - x).abs().max())
     tol = 1e3 * torch.finfo(x.dtype).eps * max(1.0, float(x.abs().max()))
     if not err <= tol:
-        raise TraceError(f"the parts of layer {layer + 1}'s residual stream do not add up to it (max difference {err:.2g})")
+        raise TraceError(
+            f"the parts of layer {layer + 1}'s residual stream do not add up to it (max difference {err:.2g})"
+        )
     return names, stacked, x
 
 
