@@ -107,3 +107,37 @@ def test_top_and_json():
         composition_scores(_model(), samples=0)
     with pytest.raises(TypeError, match="model must be an attnkit LanguageModel"):
         composition_scores(torch.nn.Linear(2, 2))
+
+
+def test_cli_composition_and_qk_json_equal_the_library(capsys):
+    """``attnkit heads --composition --json`` and ``--qk 2.2 --text T --position N --json`` print what the
+    library computes; bad flags are one line (exit status 2)."""
+    from attnkit.attribution.qk_decomposition import qk_decomposition
+    from attnkit.cli import main
+    from attnkit.service import open_model
+
+    name = "attention-only-2l-en"
+    assert main(["heads", "--model", name, "--composition", "--top", "3", "--json", "--device", "cpu"]) in (0, None)
+    got = json.loads(capsys.readouterr().out)
+    model = open_model(name)
+    assert got == {"model": name, **composition_scores(model.impl.model).to_dict(3)}
+    text = "In the beginning God created the heaven and the earth."
+    argv = ["heads", "--model", name, "--qk", "2.2", "--text", text, "--position", "6", "--device", "cpu"]
+    assert main([*argv, "--json"]) in (0, None)
+    got = json.loads(capsys.readouterr().out)
+    ids, pieces = model.impl.encode(text)
+    want = qk_decomposition(model.impl.model, torch.tensor(ids), 1, 1, 5)
+    assert got["position"] == 6 and got["pieces"] == pieces[:6] and got["query"] == 5
+    assert got["parts"] == want.parts == ["embedding", "L1H1", "L1H2", "L1H3", "L1H4"]
+    torch.testing.assert_close(torch.tensor(got["terms"]), want.terms, atol=1e-6, rtol=0)
+    assert main(argv) in (0, None)
+    assert "why layer 2, head 2" in capsys.readouterr().out
+    for bad, says in (
+        (["--qk", "3.1", "--text", text], "--qk: layer must be in 1..2 and head in 1..4"),
+        (["--qk", "2", "--text", text], "--qk must be LAYER.HEAD"),
+        (["--qk", "2.1"], "--qk needs --text"),
+        (["--qk", "2.1", "--text", text, "--position", "99"], f"--position must be in 1..{len(ids)}"),
+        (["--composition", "--text", text], "--text and --position are for --qk"),
+    ):
+        assert main(["heads", "--model", name, "--device", "cpu", *bad]) == 2
+        assert says in capsys.readouterr().err
