@@ -138,6 +138,9 @@ RUN: set[str] = {
     "attnkit heads --model transformer-es-en --limit 16",
     "attnkit heads --model transformer-es-en --roles --limit 16",
     "attnkit heads --model attention-only-2l-en",
+    "attnkit heads --model attention-only-2l-en --composition",
+    'attnkit heads --model attention-only-2l-en --qk 2.2 --text "In the beginning God created the heaven and the '
+    'earth. In the beginning God created" --position 24',
     "attnkit evaluate alignment --model rnnsearch-es-en",
     "attnkit evaluate alignment --model transformer-es-en --method attention --method shift",
     "attnkit align --method eflomal --src verses.es --tgt verses.en > verses.align",
@@ -251,6 +254,9 @@ QUOTED: dict[tuple[str, str], list[tuple[str, int]]] = {
     ("docs/findings.md", _BOTH_WAYS_ONE_MODEL): [("layer 2 mean both ways ", 1)],
     ("docs/howto/does-a-head-matter.md", "attnkit heads --model transformer-es-en --limit 16"): [
         ("the largest ablation score was a cross-attention head of layer 2 (", 1),
+    ],
+    ("docs/howto/does-a-head-matter.md", "attnkit heads --model attention-only-2l-en --composition"): [
+        ("The K-composition table's top line is L1H1 → L2H2 at ", 2),
     ],
     ("docs/howto/train-a-language-model.md", "attnkit explain --model attention-only-2l-en --repeated 20"): [
         ("--repeated 20 # the table: layer 2 head 2, ", 1),

@@ -11,13 +11,16 @@ are numbered from 1.
 ``--roles`` (the only table for a language model: attnkit's own or a Hugging Face folder) scores every head
 on the roles of :mod:`attnkit.attribution.head_roles` instead: positional (previous, self, next), attention
 sinks (first, end), rare tokens, and for a language model induction and duplicate tokens; each head's
-strongest role at or above ``--threshold`` marked, and a translator's guided-alignment head."""
+strongest role at or above ``--threshold`` marked, and a translator's guided-alignment head.
+
+``--composition`` and ``--qk LAYER.HEAD --text T [--position N]`` (attnkit language models) say why a head
+attends where it does (:mod:`attnkit.cli.heads_circuits`)."""
 
 from __future__ import annotations
 
 import json
 
-from ..checks import COUNT, arg_type, between
+from ..checks import COUNT, LAYERS, arg_type, between
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import CLIError, _open_model, _shown_name
 from .flags import _add_device_flags, _add_json_flag, _add_model_flag, _add_split_flag
@@ -120,6 +123,11 @@ def cmd_heads(args) -> None:
     from ..service import ModelKind
 
     model = _open_model(args, DEFAULT_TRANSLATION_MODEL)
+    if args.composition or args.qk is not None:
+        _cmd_circuits(model, args)
+        return
+    if args.text is not None or args.position is not None:
+        raise CLIError("--text and --position are for --qk LAYER.HEAD")
     transformer = model.kind is ModelKind.TRANSLATOR and isinstance(
         getattr(model.impl, "model", None), TransformerTranslator
     )
@@ -145,6 +153,24 @@ def cmd_heads(args) -> None:
     print(json.dumps(data, ensure_ascii=False) if args.json else format_heads(data))
 
 
+def _cmd_circuits(model, args) -> None:
+    """``--composition`` (every pair of heads, from the weights) or ``--qk`` (one head on one text)."""
+    from .heads_circuits import composition_report, format_composition, format_qk, qk_report
+
+    if args.composition and args.qk is not None:
+        raise CLIError("--composition and --qk are two tables: give one")
+    if args.composition:
+        if args.text is not None or args.position is not None:
+            raise CLIError("--text and --position are for --qk LAYER.HEAD, not --composition")
+        data = composition_report(model, args.top)
+        print(json.dumps(data, ensure_ascii=False) if args.json else format_composition(data))
+        return
+    if args.text is None:
+        raise CLIError("--qk needs --text: the text whose scores are split")
+    data = qk_report(model, args.qk, args.text, args.position, args.top)
+    print(json.dumps(data, ensure_ascii=False) if args.json else format_qk(data))
+
+
 def add_parser(sub) -> None:
     hp = sub.add_parser(
         "heads",
@@ -156,7 +182,8 @@ def add_parser(sub) -> None:
         "In Python: attnkit.attribution.interventions (ablate, patch, gate any head) and "
         "attnkit.attribution.head_importance. With --roles (a language model's only table): every head's roles "
         "(previous-token and positional, attention sinks, rare tokens, induction and duplicate tokens), "
-        "from attnkit.attribution.head_roles.",
+        "from attnkit.attribution.head_roles. With --composition or --qk (attnkit language models): why a head "
+        "attends where it does (attnkit.attribution.head_composition, attnkit.attribution.qk_decomposition).",
     )
     _add_model_flag(
         hp, DEFAULT_TRANSLATION_MODEL, what="an attnkit Transformer translator, language model, or Hugging Face model"
@@ -165,6 +192,32 @@ def add_parser(sub) -> None:
         "--roles",
         action="store_true",
         help="score each head's roles instead of its importance (default: off for a translator; a language model's only table)",
+    )
+    hp.add_argument(
+        "--composition",
+        action="store_true",
+        help="attnkit language models: the pairs of heads that compose most (Elhage et al. 2021's Q-, K- and "
+        "V-composition from the weights, less a random baseline) instead of the roles (default: off)",
+    )
+    hp.add_argument(
+        "--qk",
+        default=None,
+        metavar="LAYER.HEAD",
+        help="attnkit language models: split that head's pre-softmax scores at --position of --text over the "
+        "residual stream's parts (embedding, each earlier head and MLP) (default: none)",
+    )
+    hp.add_argument("--text", default=None, help="with --qk: the text read (default: none)")
+    hp.add_argument(
+        "--position",
+        type=arg_type(LAYERS, "position"),
+        default=None,
+        help="with --qk: the query position, 1-based over the text's pieces with its <s> (default: the last)",
+    )
+    hp.add_argument(
+        "--top",
+        type=arg_type(LAYERS, "top"),
+        default=5,
+        help="with --composition: pairs shown per kind; with --qk: terms shown (default: 5)",
     )
     hp.add_argument(
         "--threshold",
