@@ -27,7 +27,7 @@ def _in_other_thread(fn):
     def run():
         try:
             out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed back to the test
+        except BaseException as e:
             out["error"] = e
 
     t = threading.Thread(target=run)
