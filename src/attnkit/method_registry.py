@@ -17,8 +17,10 @@ A method added by a module of its own names the function that computes a languag
 ``rows`` (``"attnkit.attribution.attention_flow:flow_rows"``): it is called as ``fn(text_model, ids,
 prompt_len, layer=, head=)`` and returns a :class:`~attnkit.attribution.result.MethodRows` whose ``scores (G,
 n − 1)`` have as row ``t`` the position ``P − 1 + t`` that predicts token ``ids[P + t]``, over the inputs
-``ids[:-1]``; every front end has the method with no other edit: its entry here and its module are the
-whole change.
+``ids[:-1]``. Its translator rows, where it has them, are named in ``pairs``: ``fn(model, pair, *, layer=)``
+with a forced pair (:class:`~attnkit.attribution.forced.ForcedTranslation`) returns ``scores (T, S)``, and the
+translators that have the method are those with every capability in ``needs``. Every front end has the method
+with no other edit: its entry here and its module are the whole change.
 
 Every list of method names elsewhere (the CLI's choices, the explorer's menus and its lane/worker split,
 the language-model tables, the docs' method table) is derived from this one; ``tests/test_method_registry.py``
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 __all__ = [
     "ATTENTION",
     "ATTENTION_GRADIENTS",
+    "ATTENTION_LAYERS",
     "GRADIENTS",
     "NEXT_TOKEN",
     "REGISTRY",
@@ -42,8 +45,11 @@ __all__ = [
 
 #: capabilities a method needs: attention weights to read; the residual blocks traced (a decomposition);
 #: gradients with respect to the input embeddings (Captum, a float model); the attention weights in the
-#: autograd graph (a gradient with respect to attention); a next-token prediction (a logit)
+#: autograd graph (a gradient with respect to attention); a next-token prediction (a logit); attention in
+#: layers that can be composed from the input up (a translator's encoder self-attention, then its
+#: cross-attention; every layer of a language model), which RNN attention is not
 ATTENTION = "attention"
+ATTENTION_LAYERS = "attention layers to compose"
 RESIDUAL_TRACE = "residual trace"
 GRADIENTS = "gradients"
 ATTENTION_GRADIENTS = "attention in the autograd graph"
@@ -66,6 +72,7 @@ class MethodSpec:
     text_layers: bool = False
     text_view: bool = False
     rows: str | None = None  # a language model's rows computed by a method's own module: "module:function"
+    pairs: str | None = None  # a translator's rows computed by a method's own module: "module:function"
     magnitude: str | None = None  # what its raw values are, where they are magnitudes rather than shares
 
     @property
@@ -103,7 +110,7 @@ REGISTRY: dict[str, MethodSpec] = {
             "rollout",
             "cross-attention × the encoder's attention rollout",
             "Abnar & Zuidema 2020",
-            {ATTENTION},
+            {ATTENTION, ATTENTION_LAYERS},
             translation=True,
             text_rows=True,
             text_layers=True,

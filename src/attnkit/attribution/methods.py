@@ -25,8 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import InputError
-from ..method_registry import REGISTRY
+from ..method_registry import ATTENTION, ATTENTION_GRADIENTS, ATTENTION_LAYERS, GRADIENTS, REGISTRY, RESIDUAL_TRACE
 from . import decomposition, gradients
+from .composed_attention import composable_maps
 from .forced import ForcedCaption, ForcedTranslation, forced_caption, forced_translation
 from .result import Attribution, MethodRows, normalise_rows
 from .trace import decomposable, decomposition_refusal, is_transformer, trace_model
@@ -80,19 +81,11 @@ def _attention(model, pair, *, layer=None, head=None):
     return MethodRows(_cross(model, pair, layer, head))
 
 
-@torch.no_grad()
 def _rollout(model, pair, *, layer=None):
     from ..alignment import attention_rollout
 
-    if not is_transformer(model):  # a Hugging Face encoder-decoder: the rollout runs over its special tokens too
-        full = model.full_attention(pair.src, pair.tgt_in)
-        li = decomposition._layer_index(full.cross.shape[0], layer)
-        rolled = full.cross[li].mean(0) @ attention_rollout(full.enc_self)  # (T', S')
-        return MethodRows(rolled[full.rows, full.cols])
-    maps = model.attention_maps(pair.src[None], torch.tensor([len(pair.src)]), pair.tgt_in[None])
-    cross = maps.cross[0].float()  # (L, H, T, S)
-    li = decomposition._layer_index(cross.shape[0], layer)
-    return MethodRows(cross[li].mean(0) @ attention_rollout(maps.enc_self[0].float()))
+    m = composable_maps(model, pair, layer)
+    return MethodRows((m.cross @ attention_rollout(m.enc_self))[m.rows, m.cols])  # (T, S)
 
 
 def _has_rollout(model) -> bool:
@@ -360,7 +353,34 @@ def _method(name: str, translation, caption, applies, requirement: str) -> Metho
     return Method(name, spec.title, spec.reference, spec.needs_gradients, translation, caption, applies, requirement)
 
 
-METHODS: dict[str, Method] = {
+#: each capability of the registry, as a translator has it: (the check of the model, what a model lacking it
+#: is asked to be)
+TRANSLATOR_CAPABILITIES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    ATTENTION: (_has_attention, "a model with attention"),
+    ATTENTION_LAYERS: (_has_rollout, "a Transformer (its encoder's self-attention layers are composed)"),
+    RESIDUAL_TRACE: (decomposable, "a Transformer"),
+    GRADIENTS: (lambda m: True, ""),
+    ATTENTION_GRADIENTS: (is_transformer, "attnkit's Transformer (attention in the autograd graph)"),
+}
+
+
+def _declared(name: str) -> Method:
+    """The :class:`Method` of a registry entry whose module computes a translator's rows (``pairs``): its
+    function imported on first call, the translators that have it those with every capability it needs."""
+    spec = REGISTRY[name]
+    module, _, function = spec.pairs.partition(":")
+
+    def run(model, pair, *, layer=None):
+        import importlib
+
+        return getattr(importlib.import_module(module), function)(model, pair, layer=layer)
+
+    checks = [TRANSLATOR_CAPABILITIES[c] for c in sorted(spec.needs)]
+    requirement = " and ".join(dict.fromkeys(text for _, text in checks if text))
+    return _method(name, run, None, lambda m: all(check(m) for check, _ in checks), requirement)
+
+
+_OWN: dict[str, Method] = {
     m.name: m
     for m in (
         _method(
@@ -420,6 +440,14 @@ METHODS: dict[str, Method] = {
             "",
         ),
     )
+}
+
+#: every translator and captioner method, in the registry's order: those written here, and those whose own
+#: module computes a translator's rows (the registry's ``pairs``)
+METHODS: dict[str, Method] = {
+    name: _OWN[name] if name in _OWN else _declared(name)
+    for name, spec in REGISTRY.items()
+    if name in _OWN or spec.pairs is not None
 }
 
 
