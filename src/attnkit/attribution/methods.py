@@ -347,8 +347,7 @@ class Method:
 
 
 def _method(name: str, translation, caption, applies, requirement: str) -> Method:
-    """The :class:`Method` ``name``: what it is from the one registry (:data:`attnkit.method_registry.REGISTRY`),
-    its implementations and its requirement from here."""
+    """The :class:`Method` ``name``: what it is from the registry, its implementations from here."""
     spec = REGISTRY[name]
     return Method(name, spec.title, spec.reference, spec.needs_gradients, translation, caption, applies, requirement)
 
@@ -376,7 +375,10 @@ def _declared(name: str) -> Method:
         return getattr(importlib.import_module(module), function)(model, pair, layer=layer)
 
     checks = [TRANSLATOR_CAPABILITIES[c] for c in sorted(spec.needs)]
-    requirement = " and ".join(dict.fromkeys(text for _, text in checks if text))
+    texts = [
+        text for c, (_, text) in zip(sorted(spec.needs), checks) if text and not (c == ATTENTION and len(checks) > 1)
+    ]
+    requirement = " and ".join(texts)  # attention is said only alone: every other capability implies it
     return _method(name, run, None, lambda m: all(check(m) for check, _ in checks), requirement)
 
 
