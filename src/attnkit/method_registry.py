@@ -140,10 +140,12 @@ REGISTRY: dict[str, MethodSpec] = {
             "attention_flow",
             "attention flow: the most attention that can pass from each input token through every layer at once",
             "Abnar & Zuidema 2020, Quantifying attention flow in Transformers",
-            {ATTENTION},
+            {ATTENTION, ATTENTION_LAYERS},
             heavy=True,
+            translation=True,
             text_rows=True,
             rows="attnkit.attribution.attention_flow:flow_rows",
+            pairs="attnkit.attribution.attention_flow:flow_pairs",
         ),
         _spec(
             "attention_relevance",
