@@ -22,7 +22,11 @@ from attnkit.training.checkpoint import load_model, save_checkpoint
 from tiny import nonzero_biases, saved_tiny_transformer, tiny_transformer
 
 SOURCES = ["Y dijo Dios: Sea la luz.", "En el principio creó Dios los cielos y la tierra.", "Jesús lloró."]
-REFERENCES = ["And God said, Let there be light.", "In the beginning God created the heavens and the earth.", "Jesus wept."]
+REFERENCES = [
+    "And God said, Let there be light.",
+    "In the beginning God created the heavens and the earth.",
+    "Jesus wept.",
+]
 # a head here and there, every head of the encoder's second layer and of the first cross-attention
 HEADS = [
     ("encoder", 0, 1),
@@ -144,7 +148,9 @@ def test_bad_pruned_heads_config_refused():
         TransformerConfig(nhead=4, pruned_heads={"encoder": [[4], [], []]})
     with pytest.raises(ConfigError, match="one list per layer"):
         TransformerConfig(nhead=4, pruned_heads={"cross": [[0]]})
-    assert isinstance(TransformerTranslator(TransformerConfig(d_model=16, nhead=4, vocab_size=50)), TransformerTranslator)
+    assert isinstance(
+        TransformerTranslator(TransformerConfig(d_model=16, nhead=4, vocab_size=50)), TransformerTranslator
+    )
 
 
 # --- the command line --------------------------------------------------------------------------------------

@@ -63,4 +63,3 @@ def pruned_attention(mha: MultiHeadAttention, removed: Iterable[int]) -> MultiHe
         new.out_proj.weight.copy_(mha.out_proj.weight.index_select(1, rows))  # (E, H'·Dh)
     new.train(mha.training)
     return new
-
