@@ -207,3 +207,19 @@ def test_pruned_model_refused_by_the_ctranslate2_and_hf_exports(tmp_path):
     for check in (check_expressible, architecture_for):
         with pytest.raises(DeployError, match="heads pruned"):
             check(pruned, tok)
+
+
+def test_a_model_with_headless_layers_scores_its_heads_and_runs_in_int8(tokenizer):
+    """A layer with no heads left: ``head_importance`` scores the other heads (the ones the masked model's
+    scores would list, less the removed), and int8 quantization leaves its empty projections alone."""
+    import copy
+
+    from attnkit.attribution.head_importance import head_importance
+    from attnkit.device import quantize_int8
+
+    pruned = prune_heads(_model(torch.float32), HEADS)
+    report = head_importance(Translator(pruned, tokenizer), SOURCES[:2], REFERENCES[:2])
+    assert len(report.heads) == 24 - len(HEADS)
+    assert all(h.gradient == h.gradient and h.ablation == h.ablation for h in report.heads)  # no NaN
+    int8 = Translator(quantize_int8(copy.deepcopy(pruned)), tokenizer)
+    assert len(int8.translate(SOURCES[:1], beam_size=1)[0].tokens) >= 1

@@ -160,6 +160,8 @@ class MultiHeadAttention(nn.Module):
         state dict is unchanged); :func:`attnkit.device.quantize_int8` calls this."""
         from ..int8 import int8_linear
 
+        if not self.inner_dim:  # every head pruned: no projections to quantize
+            return
         weights = dict(zip("qkv", self._weights()))
         biases = dict(zip("qkv", self._biases()))
         with torch.no_grad():
