@@ -153,7 +153,7 @@ _TRAINS = "trains a model: minutes to hours (training is tested on tiny models: 
 _RUN_DIR = "reads a run folder (runs/…) that only a training run of minutes writes"
 _EXPORTED = (
     "reads the export a skipped command before it writes (out/hf: 17 s to export, 97 s to score through "
-    "transformers on 2 CPUs; test_hf_export.py, test_ct2.py)"
+    "transformers on 2 CPUs; test_hf_export.py, test_ct2.py; out/pruned: test_head_prune.py)"
 )
 _SERVER = "starts a server that runs until stopped (test_serve_*.py, test_explorer_api.py, test_api_fuzz.py)"
 _USER_FILE = "reads a user's file or folder the page names as an example (my.src, page.html, train.de, ./my-lm, …)"
@@ -178,7 +178,7 @@ SKIP: list[tuple[str, str]] = [
     (r"--src (my|news)\.|--captions ", _USER_FILE),
     (r"--processes \d|--job-dir", _PROCESSES),
     (r"runs/", _RUN_DIR),
-    (r"--model (out/hf|ct2-)", _EXPORTED),
+    (r"--model (out/hf|out/pruned|ct2-)", _EXPORTED),
     (r"^attnkit export ", _EXPORT),
     (r"^attnkit evaluate (translation|explanations|captioning) ", _TEST_SPLIT),
     (r"^attnkit shortlist |--shortlist ", _SHORTLIST),

@@ -135,7 +135,8 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
     kinds = (torch.nn.Linear, torch.nn.GRU, torch.nn.GRUCell, torch.nn.LSTM, torch.nn.LSTMCell)
     spec = {}
     for name, module in model.named_modules():
-        if isinstance(module, kinds) and name != "out_proj":
+        empty = isinstance(module, torch.nn.Linear) and module.in_features == 0  # an attention without heads
+        if isinstance(module, kinds) and name != "out_proj" and not empty:
             spec[name] = per_channel_dynamic_qconfig if isinstance(module, torch.nn.Linear) else default_dynamic_qconfig
     with warnings.catch_warnings():  # torch.ao.quantization warns that torchao succeeds it
         warnings.simplefilter("ignore")

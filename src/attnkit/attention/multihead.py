@@ -30,6 +30,15 @@ def _detached(t: Tensor | None) -> Tensor | None:
     return None if t is None else t.detach().float()
 
 
+def _zero_width_linear(out_features: int, bias: bool) -> nn.Linear:
+    """An ``nn.Linear`` reading zero features (an attention whose heads were all pruned): its output is its
+    bias. Built without ``nn.Linear``'s initialisation, which warns on a zero-element weight."""
+    lin = nn.Linear(1, out_features, bias=bias)
+    lin.in_features = 0
+    lin.weight = nn.Parameter(lin.weight.new_empty(out_features, 0))
+    return lin
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: ``MultiHead(Q, K, V) = Concat(head_1..head_H) W_O``,
     ``head_h = softmax(Q W_Q^h (K W_K^h)ᵀ / √d_h) V W_V^h``.
@@ -48,6 +57,10 @@ class MultiHeadAttention(nn.Module):
     - returns ``(output (B, Nq, E), weights)``; weights are ``(B, H, Nq, Nk)`` per head (or
       averaged over heads to ``(B, Nq, Nk)``), ``None`` unless requested. Without weights the
       fused ``scaled_dot_product_attention`` kernel runs.
+    - ``head_dim``: heads of this width, ``num_heads`` of them (0 included), instead of ``embed_dim /
+      num_heads``: an attention with heads pruned (Michel et al. 2019), whose projections have
+      ``inner_dim = num_heads · head_dim`` rows (``out_proj`` as many columns). With no heads the output is
+      ``out_proj``'s bias at every position, and the weights ``(B, 0, Nq, Nk)``.
     - ``cache``: a :class:`KVCache` for incremental decoding (make one with :meth:`new_cache`). A
       growing cache (self-attention): this call's keys/values are appended and the query attends
       over all of them. A static cache (cross-attention): keys/values are projected on the first
@@ -71,37 +84,49 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         kdim: int | None = None,
         vdim: int | None = None,
+        head_dim: int | None = None,
     ):
         super().__init__()
         if not isinstance(embed_dim, int) or embed_dim <= 0:
             raise ValueError(f"embed_dim must be a positive int, got {embed_dim!r}")
-        if not isinstance(num_heads, int) or num_heads <= 0:
-            raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
-        if embed_dim % num_heads != 0:
-            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
-        self.embed_dim, self.num_heads = embed_dim, num_heads
-        self.head_dim = embed_dim // num_heads
+        if head_dim is None:
+            if not isinstance(num_heads, int) or num_heads <= 0:
+                raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
+            if embed_dim % num_heads != 0:
+                raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+            head_dim = embed_dim // num_heads
+        else:  # heads of a given width, as many as kept (a pruned attention: any number, none included)
+            if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
+                raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
+            if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 0:
+                raise ValueError(f"num_heads must be an int >= 0 with head_dim given, got {num_heads!r}")
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
+        inner = self.inner_dim = num_heads * head_dim  # the heads' concatenated width, out_proj's input
         self.kdim = embed_dim if kdim is None else kdim
         self.vdim = embed_dim if vdim is None else vdim
         self.dropout = dropout
         self.packed = self.kdim == embed_dim and self.vdim == embed_dim
         if self.packed:
-            self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim))
+            self.in_proj_weight = nn.Parameter(torch.empty(3 * inner, embed_dim))
             self.register_parameter("q_proj_weight", None)
             self.register_parameter("k_proj_weight", None)
             self.register_parameter("v_proj_weight", None)
         else:
             self.register_parameter("in_proj_weight", None)
-            self.q_proj_weight = nn.Parameter(torch.empty(embed_dim, embed_dim))
-            self.k_proj_weight = nn.Parameter(torch.empty(embed_dim, self.kdim))
-            self.v_proj_weight = nn.Parameter(torch.empty(embed_dim, self.vdim))
-        self.in_proj_bias = nn.Parameter(torch.empty(3 * embed_dim)) if bias else None
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+            self.q_proj_weight = nn.Parameter(torch.empty(inner, embed_dim))
+            self.k_proj_weight = nn.Parameter(torch.empty(inner, self.kdim))
+            self.v_proj_weight = nn.Parameter(torch.empty(inner, self.vdim))
+        self.in_proj_bias = nn.Parameter(torch.empty(3 * inner)) if bias else None
+        self.out_proj = nn.Linear(inner, embed_dim, bias=bias) if inner else _zero_width_linear(embed_dim, bias)
         self._int8: dict | None = None  # int8 copies of the projections (quantize_projections_int8)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Xavier-uniform projections and zero biases, as ``torch.nn.MultiheadAttention``."""
+        if not self.inner_dim:  # no heads left: nothing to draw
+            if self.in_proj_bias is not None:
+                nn.init.zeros_(self.out_proj.bias)
+            return
         if self.packed:
             nn.init.xavier_uniform_(self.in_proj_weight)
         else:
@@ -135,6 +160,8 @@ class MultiHeadAttention(nn.Module):
         state dict is unchanged); :func:`attnkit.device.quantize_int8` calls this."""
         from ..int8 import int8_linear
 
+        if not self.inner_dim:  # every head pruned: no projections to quantize
+            return
         weights = dict(zip("qkv", self._weights()))
         biases = dict(zip("qkv", self._biases()))
         with torch.no_grad():
@@ -278,7 +305,7 @@ class MultiHeadAttention(nn.Module):
             )  # (B, H, Nq, Dh)
         if not need_weights:
             weights = None
-        out = self.out_proj(ctx.transpose(1, 2).reshape(bsz, nq, self.embed_dim))
+        out = self.out_proj(ctx.transpose(1, 2).reshape(bsz, nq, self.inner_dim))
         if weights is not None and average_weights:
             weights = weights.mean(dim=1)
         return AttentionOutput(out, weights)
@@ -294,7 +321,7 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._project_qkv(query, query, query)  # (B, H, Nq, Dh) each
         k, v = cache.extend(k, v)  # (B, H, N, Dh)
         ctx, _ = _attend_step(q, k, v, mask)  # (B, H, Nq, Dh)
-        return self.out_proj(ctx.transpose(1, 2).reshape(bsz, nq, self.embed_dim))
+        return self.out_proj(ctx.transpose(1, 2).reshape(bsz, nq, self.inner_dim))
 
     def step_cross(self, query: Tensor, cache: KVCache, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Cross-attention for a decoder step (eval mode) over a filled static ``cache`` (the source's keys
@@ -309,10 +336,10 @@ class MultiHeadAttention(nn.Module):
             q = q.view(a, g, h, nq, dh).transpose(1, 2).reshape(a, h, g * nq, dh)  # (A, H, G·Nq, Dh)
         ctx, weights = _attend_step(q, cache.k, cache.v, mask)  # (A, H, G·Nq, Dh), (A, H, G·Nq, S)
         if g > 1:
-            ctx = ctx.view(a, h, g, nq, dh).permute(0, 2, 3, 1, 4).reshape(bsz, nq, self.embed_dim)  # (B, Nq, E)
+            ctx = ctx.view(a, h, g, nq, dh).permute(0, 2, 3, 1, 4).reshape(bsz, nq, self.inner_dim)  # (B, Nq, H·Dh)
             weights = weights.view(a, h, g, nq, nk).transpose(1, 2).reshape(bsz, h, nq, nk)  # (B, H, Nq, S)
         else:
-            ctx = ctx.transpose(1, 2).reshape(bsz, nq, self.embed_dim)
+            ctx = ctx.transpose(1, 2).reshape(bsz, nq, self.inner_dim)
         return self.out_proj(ctx), weights
 
     def _forward_grouped(
@@ -355,7 +382,7 @@ class MultiHeadAttention(nn.Module):
                 dropout_p=self.dropout,
                 training=True,
             )
-            ctx = ctx.view(a, h, g, nq, dh).permute(0, 2, 3, 1, 4).reshape(bsz, nq, self.embed_dim)  # (B, Nq, E)
+            ctx = ctx.view(a, h, g, nq, dh).permute(0, 2, 3, 1, 4).reshape(bsz, nq, self.inner_dim)  # (B, Nq, H·Dh)
             out = self.out_proj(ctx)
             weights = weights.view(a, h, g, nq, nk).transpose(1, 2).reshape(bsz, h, nq, nk)  # (B, H, Nq, Nk)
         if not need_weights:
@@ -391,7 +418,13 @@ class MultiHeadAttention(nn.Module):
         return ours
 
     def to_torch(self, *, batch_first: bool = True) -> nn.MultiheadAttention:
-        """A ``torch.nn.MultiheadAttention`` with the same weights (and ``batch_first``)."""
+        """A ``torch.nn.MultiheadAttention`` with the same weights (and ``batch_first``); not for pruned heads
+        (torch's module has ``embed_dim / num_heads``-wide heads filling ``embed_dim``)."""
+        if self.inner_dim != self.embed_dim:
+            raise ValueError(
+                f"cannot convert: {self.num_heads} heads of {self.head_dim} (pruned) do not fill embed_dim "
+                f"{self.embed_dim}, which torch.nn.MultiheadAttention needs"
+            )
         theirs = nn.MultiheadAttention(
             self.embed_dim,
             self.num_heads,

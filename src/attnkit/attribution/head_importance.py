@@ -63,8 +63,10 @@ def gate_gradients(model, batch: ForcedBatch, sites: Sequence[str] = HEAD_SITES)
     ivs = [HeadGate(hs.layer, g, hs.site) for hs, g in zip(spots, gates)]
     with torch.enable_grad(), intervene(model, ivs):
         loss = verse_losses(model, batch).sum()  # verse b's loss reads only gates[.][b]
-        grads = torch.autograd.grad(loss, gates)
-    return {(hs.site, hs.layer): g.detach() for hs, g in zip(spots, grads)}
+        grads = torch.autograd.grad(loss, gates, allow_unused=True)  # unused: a layer whose heads were all pruned
+    return {
+        (hs.site, hs.layer): torch.zeros_like(t) if g is None else g.detach() for hs, g, t in zip(spots, grads, gates)
+    }
 
 
 @torch.no_grad()
@@ -81,7 +83,7 @@ def ablation_losses(model, batch: ForcedBatch, sites: Sequence[str] = HEAD_SITES
         for h in range(hs.n_heads):
             with intervene(model, [HeadAblation(layer, h, site=site)]):
                 cols.append(verse_losses(model, batch) - clean)
-        out[site, layer] = torch.stack(cols, -1)  # (B, H)
+        out[site, layer] = torch.stack(cols, -1) if cols else clean.new_zeros(len(clean), 0)  # (B, H); H=0: pruned
     return out
 
 

@@ -268,6 +268,8 @@ def _hook(site: HeadSite, ivs: list[Intervention]):
     h, dh = site.n_heads, site.head_dim
 
     def pre_hook(module, args):
+        if h == 0:  # every head pruned (attnkit.models.head_pruning): nothing to change
+            return None
         x = args[0]  # (B, N, H·D_h): the heads' outputs, concatenated
         heads = list(x.unflatten(-1, (h, dh)).unbind(-2))  # H × (B, N, D_h)
         for iv in ivs:

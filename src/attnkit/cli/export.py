@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from ..checks import arg_type, between
 from ..pretrained import DEFAULT_EXPORT_MODEL
 from .common import CLIError, _load_shortlist, _model_folder, _output
 from .flags import _add_length_penalty_flag
+from .prune_heads import add_prune_flags, check_prune_flags, choose_heads, prune_export, pruning
 
 #: The architectures a language model exports to (what ``AutoModelForCausalLM`` loads).
 CAUSAL_LM_CLASSES = ("LlamaForCausalLM", "GPT2LMHeadModel")
@@ -108,6 +110,7 @@ def _generation_file(args, source: Path) -> dict[str, bytes]:
 
 
 def cmd_export(args) -> None:
+    check_prune_flags(args)
     if args.precision is not None and args.format != "huggingface":
         raise CLIError(
             f"--precision: for --format huggingface (a language model's weights); --format {args.format} "
@@ -124,6 +127,7 @@ def cmd_export(args) -> None:
     _output(args.out, "out", folder=True)
     try:
         source = _source(args)
+        heads = choose_heads(args, source) if pruning(args) else None
         done = export_checkpoint(
             source,
             args.out,
@@ -136,6 +140,9 @@ def cmd_export(args) -> None:
         given = f"--average-last {args.average_last}" if args.average_last is not None else "cannot load checkpoint"
         raise CLIError(f"{given}: {exc}") from None
     what = f"mean of {', '.join(p.name for p in done.sources)}" if len(done.sources) > 1 else str(done.sources[0])
+    if heads is not None:
+        print(prune_export(done.path, heads, None if args.fp32 else torch.float16))
+        done = dataclasses.replace(done, size_bytes=sum(f.stat().st_size for f in done.path.iterdir() if f.is_file()))
     print(
         f"wrote {done.path} from {what} ({done.size_bytes / 1e6:.1f} MB, "
         f"{'fp32' if args.fp32 else 'fp16'} weights, no trainer state)"
@@ -203,4 +210,5 @@ def add_parser(sub) -> None:
         "every file; any other folder, one with files of yours in it, or the folder being exported is refused, "
         "and nothing is removed) (default: off)",
     )
+    add_prune_flags(ex)
     ex.set_defaults(func=cmd_export)

@@ -104,6 +104,11 @@ def check_expressible(model, tokenizer: Tokenizer) -> None:
     """Raise :class:`DeployError` with the reason when ``model`` cannot become a CTranslate2 TransformerSpec."""
     check_model_type(getattr(model, "model_type", type(model).__name__))
     c = model.config
+    if getattr(c, "pruned_heads", None):
+        raise DeployError(
+            "the model has heads pruned (attnkit.models.head_pruning): a CTranslate2 TransformerSpec has one head "
+            "count for every attention, so fewer heads in some layers cannot be written; export the unpruned model"
+        )
     defaults = type(c)()
     for f in dataclasses.fields(c):
         if f.name not in _KNOWN_FIELDS and getattr(c, f.name) != getattr(defaults, f.name):

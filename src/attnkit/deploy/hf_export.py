@@ -107,6 +107,12 @@ def architecture_for(model, tokenizer: Tokenizer) -> str:
     ``model`` exactly; a :class:`DeployError` with the reason when none does."""
     _check_model_type(getattr(model, "model_type", type(model).__name__))
     c = model.config
+    if getattr(c, "pruned_heads", None):
+        raise DeployError(
+            "the model has heads pruned (attnkit.models.head_pruning): Marian's and Pegasus's configs have one head "
+            "count for all encoder (and one for all decoder) attentions, so fewer heads in some layers cannot be "
+            "written; export the unpruned model"
+        )
     defaults = type(c)()
     for f in dataclasses.fields(c):
         if f.name not in _KNOWN_FIELDS and getattr(c, f.name) != getattr(defaults, f.name):

@@ -41,6 +41,7 @@ from ..config import ConfigRecord, option
 from ..decoding import PER_SOURCE
 from ..errors import ConfigError
 from .base import AttentionMaps, LanguagePair, TiedOutputLayer
+from .head_pruning import check_pruned_heads, full_heads, head_mean, shape_pruned
 from .registry import ConfiguredModel, register_model
 
 __all__ = ["TransformerConfig", "TransformerState", "TransformerTranslator"]
@@ -88,6 +89,12 @@ class TransformerConfig(LanguagePair, ConfigRecord):
         "Transformer: that layer's supervised head (1-based) (with --guided-alignment, default: 1)",
         check=LAYERS,
     )
+    pruned_heads: dict[str, list[list[int]]] | None = option(
+        None,
+        "heads removed for good (attnkit.models.head_pruning): per site (encoder, self, cross) one list per layer "
+        "of removed heads, 0-based, numbered as in the unpruned model; None: every layer has nhead heads",
+        cli=False,
+    )
 
     def __post_init__(self) -> None:
         if self.max_src_len is None:
@@ -112,6 +119,7 @@ class TransformerConfig(LanguagePair, ConfigRecord):
             v = getattr(self, name)
             if v is not None and v > top:
                 raise ConfigError(f"{name} must be an int in 1..{top} (1-based), got {v!r}")
+        check_pruned_heads(self)
         for name in ("pad_id", "bos_id", "eos_id"):
             v = getattr(self, name)
             if not isinstance(v, int) or not 0 <= v < self.vocab_size:
@@ -194,6 +202,7 @@ class TransformerTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
         self.decoder = TransformerDecoder(
             c.d_model, c.nhead, c.num_decoder_layers, c.dim_feedforward, c.dropout, norm_first=c.norm_first
         )
+        shape_pruned(self)  # a pruned model's config: its layers' fewer heads
 
     # -- checks ------------------------------------------------------------------------------------
     def _check_ids(self, name: str, ids: Tensor, shape_hint: str) -> None:
@@ -272,7 +281,7 @@ class TransformerTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
         if layer is not None:
             weights = out.cross_weights[layer - 1]  # (B, H, T, S)
         else:
-            weights = out.cross_weights[-1].mean(dim=1) if need_weights else None  # (B, T, S)
+            weights = head_mean(out.cross_weights[-1]) if need_weights else None  # (B, T, S)
         return (out.output if features_only else self._logits(out.output)), weights
 
     # -- incremental decoding protocol (attnkit.decoding) ----------------------------------------
@@ -303,7 +312,7 @@ class TransformerTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
             h, weights = out.output, out.cross_weights[-1]
         else:  # the same numbers without the layers' argument checks (TransformerDecoder.step)
             h, weights = self.decoder.step(y, cache, state.memory_mask)  # (B, 1, D), (B, H, 1, S)
-        attention = weights[:, :, 0].mean(dim=1)  # (B, S): last layer, heads averaged
+        attention = head_mean(weights[:, :, 0])  # (B, S): last layer, heads averaged
         return h[:, 0], dataclasses.replace(state, cache=cache, step=state.step + 1), attention
 
     def reorder(self, state: TransformerState, index: Tensor, *, beams_only: bool = False) -> TransformerState:
@@ -343,7 +352,8 @@ class TransformerTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
         Row ``t`` of the decoder maps is the position whose input is ``tgt_in[:, t]`` (and whose
         output is the next token); in ``dec_self`` column ``j`` is the same kind of position.
         ``alignment`` is the last layer's cross-attention averaged over heads, as the searches
-        report it. Shapes: ``enc_self (B, L, H, S, S)``, ``dec_self (B, L, H, T, T)``,
+        report it. A model with heads pruned (:mod:`attnkit.models.head_pruning`) shows them at their places
+        in the unpruned model, all zero; ``alignment`` averages the heads it has. Shapes: ``enc_self (B, L, H, S, S)``, ``dec_self (B, L, H, T, T)``,
         ``cross (B, L, H, T, S)``.
         """
         self._check_src(src, src_lengths)
@@ -359,11 +369,15 @@ class TransformerTranslator(ConfiguredModel, TiedOutputLayer, nn.Module):
             out = self.decoder(self._embed_tgt(tgt_in), memory, memory_key_padding_mask=mask, need_weights=True)
         finally:
             self.train(was_training)
-        cross = torch.stack(out.cross_weights, 1)  # (B, L, H, T, S)
+        c = self.config  # a pruned layer's heads at their places in the unpruned model, removed ones all zero
+
+        def stack(site: str, ws: list) -> Tensor:
+            return torch.stack([full_heads(w, c, site, i) for i, w in enumerate(ws)], 1)  # (B, L, H, ., .)
+
         return AttentionMaps(
-            alignment=cross[:, -1].mean(dim=1),
-            enc_self=torch.stack(enc_w, 1),
-            dec_self=torch.stack(out.self_weights, 1),
-            cross=cross,
+            alignment=head_mean(out.cross_weights[-1]),
+            enc_self=stack("encoder", enc_w),
+            dec_self=stack("self", out.self_weights),
+            cross=stack("cross", out.cross_weights),
             score="e_j = qᵀ k_j / √d_h",
         )
