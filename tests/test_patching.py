@@ -6,6 +6,7 @@ softmax written out, a central finite difference along the patch; and on the shi
 circuit found by path patching with no head given."""
 
 import copy
+import json
 import math
 
 import pytest
@@ -15,7 +16,13 @@ from attnkit.attribution.attribution_patching import attribution_patch, compare_
 from attnkit.attribution.intervention_effects import lm_effect
 from attnkit.attribution.interventions import HeadPatch, intervene, record_heads
 from attnkit.attribution.path_patching import head_output, path_patch, path_patch_senders
-from attnkit.attribution.patching import patch_heads, patch_metric, patch_mlps, patch_residual
+from attnkit.attribution.patching import (
+    patch_heads,
+    patch_metric,
+    patch_mlps,
+    patch_residual,
+    repeated_tokens_pair,
+)
 from attnkit.attribution.stream_interventions import (
     MLPAblation,
     MLPPatch,
@@ -314,7 +321,9 @@ def _induction_pair(vocab, length=20, seed=0):
     clean = repeated_random_tokens(vocab, length, 1, generator=g)[0]
     corrupt = clean.clone()
     corrupt[:length] = repeated_random_tokens(vocab, length, 1, generator=g)[0, :length]
-    return clean[:-1], corrupt[:-1], int(clean[-1])
+    got = repeated_tokens_pair(vocab, length, seed=seed)
+    assert torch.equal(got[0], clean[:-1]) and torch.equal(got[1], corrupt[:-1]) and got[2] == int(clean[-1])
+    return got
 
 
 def test_path_patching_finds_the_induction_circuit_with_no_head_given():
@@ -345,3 +354,28 @@ def test_attribution_patching_tracks_activation_patching_on_lm_4l():
     assert comp.attribution.passes == 3 and comp.heads.runs == 2 + 16
     d = comp.to_dict()
     assert d["head_correlation"] == comp.head_correlation
+
+
+def test_cli_patching_json_equals_the_library(capsys):
+    """``attnkit heads --patching --json`` prints what the library computes; the table names the circuit."""
+    from attnkit.cli import main
+    from attnkit.service import open_model
+
+    name = "attention-only-2l-en"
+    argv = ["heads", "--model", name, "--patching", "--repeated", "12", "--seed", "3", "--device", "cpu"]
+    assert main([*argv, "--json"]) in (0, None)
+    got = json.loads(capsys.readouterr().out)
+    lm = open_model(name).impl.model
+    clean, corrupt, target = repeated_tokens_pair(lm.config.vocab_size, 12, seed=3)
+    want = patch_heads(lm, clean, corrupt, target, direction="noise").to_dict()
+    assert got["target"] == target and got["induction_head"]["layer"] == 2 and got["direction"] == "noise"
+    for a, b in zip(got["heads"]["cells"], want["cells"]):
+        assert (a["layer"], a["head"]) == (b["layer"], b["head"]) and abs(a["effect"] - b["effect"]) <= 1e-9
+    k = path_patch_senders(lm, clean, corrupt, target, receiver=(1, 1), via="k", direction="noise").to_dict()
+    assert [(s["layer"], s["head"]) for s in got["paths"]["k"]["senders"]] == [
+        (s["layer"], s["head"]) for s in k["senders"]
+    ]
+    assert main(argv) in (0, None)
+    assert "largest via k: L1H1" in capsys.readouterr().out
+    assert main(["heads", "--model", name, "--repeated", "5", "--device", "cpu"]) == 2
+    assert "--repeated and --direction are for --patching" in capsys.readouterr().err

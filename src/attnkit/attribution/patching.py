@@ -46,7 +46,16 @@ from torch import Tensor
 from .interventions import HeadPatch, core_model, intervene, record_heads
 from .stream_interventions import MLPPatch, ResidualPatch, record_stream
 
-__all__ = ["DIRECTIONS", "PatchMetric", "PatchingMap", "patch_heads", "patch_metric", "patch_mlps", "patch_residual"]
+__all__ = [
+    "DIRECTIONS",
+    "PatchMetric",
+    "PatchingMap",
+    "patch_heads",
+    "patch_metric",
+    "patch_mlps",
+    "patch_residual",
+    "repeated_tokens_pair",
+]
 
 #: ``"denoise"``: clean activations into the corrupted run; ``"noise"``: corrupted ones into the clean run
 DIRECTIONS = ("denoise", "noise")
@@ -295,3 +304,19 @@ def patch_mlps(
     """Each MLP's clean output at each position patched into the corrupted run (or the reverse, noising):
     an ``(L, N)`` :class:`PatchingMap`."""
     return _patch_stream("mlp", model, clean_ids, corrupt_ids, target, foil, position, direction)
+
+
+def repeated_tokens_pair(vocab_size: int, length: int = 20, *, seed: int = 0) -> tuple[Tensor, Tensor, int]:
+    """An induction task to patch: ``(clean (2·length − 1,), corrupt, target)``. ``clean`` is ``length`` random
+    tokens repeated twice (:func:`attnkit.models.induction.repeated_random_tokens`, seeded) without its last
+    token, which is the ``target`` the model should predict by induction; ``corrupt`` the same with the first
+    copy redrawn, so nothing earlier says what comes next."""
+    from ..models.induction import repeated_random_tokens
+
+    if isinstance(length, bool) or not isinstance(length, int) or length < 2:
+        raise ValueError(f"length must be an int >= 2, got {length!r}")
+    g = torch.Generator().manual_seed(seed)
+    clean = repeated_random_tokens(vocab_size, length, 1, generator=g)[0]  # (2·length,)
+    corrupt = clean.clone()
+    corrupt[:length] = repeated_random_tokens(vocab_size, length, 1, generator=g)[0, :length]
+    return clean[:-1], corrupt[:-1], int(clean[-1])
