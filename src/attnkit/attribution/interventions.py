@@ -304,8 +304,8 @@ def intervene(model, interventions: Sequence[Intervention]) -> Iterator[None]:
             heads.append(iv)
         else:
             raise TypeError(
-                "interventions must be HeadAblation, HeadPatch, HeadGate, ResidualPatch, ResidualAblation, "
-                f"MLPPatch or MLPAblation, got {type(iv).__name__}"
+                "interventions must be HeadAblation, HeadPatch or HeadGate (or on a language model ResidualPatch, "
+                f"ResidualAblation, MLPPatch, MLPAblation), got {type(iv).__name__}"
             )
     sites = attention_sites(model)
     by_site: dict[tuple[str, int], list[Intervention]] = {}
@@ -340,9 +340,17 @@ class HeadRecording:
 
 
 @contextmanager
-def record_heads(model) -> Iterator[HeadRecording]:
-    """Record every head's output (detached) for the ``with`` block; hooks removed in ``finally``."""
+def record_heads(model, only=None) -> Iterator[HeadRecording]:
+    """Record every head's output (detached) for the ``with`` block, or only at the ``(site, layer)`` pairs
+    ``only`` names (what patching one layer needs: ``(B, N, H·D_h)``, not one per layer); hooks removed in
+    ``finally``."""
     sites = attention_sites(model)
+    if only is not None:
+        only = {tuple(key) for key in only}
+        missing = sorted(only - set(sites))
+        if missing:
+            raise ValueError(f"only: no attention at {missing} (the model has {sorted(sites)})")
+        sites = {key: site for key, site in sites.items() if key in only}
     rec = HeadRecording(sites)
 
     def recorder(key, site: HeadSite):

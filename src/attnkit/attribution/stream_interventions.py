@@ -137,15 +137,19 @@ STREAM_TYPES = (ResidualPatch, ResidualAblation, MLPPatch, MLPAblation)
 
 
 def _language_model(model):
+    """The :class:`~attnkit.models.language_model.LanguageModel` under ``model`` (itself, or inside a
+    generator or a :class:`attnkit.service.Model`), ``TypeError`` for anything else."""
     from ..models.language_model import LanguageModel
-    from .interventions import core_model
 
-    core = core_model(model)
-    if not isinstance(core, LanguageModel):
-        raise TypeError(
-            f"residual-stream and MLP interventions are for attnkit's language model, got {type(core).__name__}"
-        )
-    return core
+    seen = model
+    for _ in range(3):
+        if isinstance(seen, LanguageModel):
+            return seen
+        inner = getattr(seen, "impl", None)
+        seen = getattr(seen, "model", None) if inner is None else inner
+    raise TypeError(
+        f"residual-stream and MLP interventions are for attnkit's language model, got {type(model).__name__}"
+    )
 
 
 def _module_of(core, iv) -> tuple[nn.Module, bool]:

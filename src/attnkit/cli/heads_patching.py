@@ -22,8 +22,8 @@ __all__ = ["format_patching", "patching_report"]
 
 def patching_report(model, length: int, seed: int, direction: str) -> dict:
     """The JSON of ``attnkit heads --patching``."""
-    from ..attribution.path_patching import path_patch_senders
     from ..attribution.patching import patch_heads, repeated_tokens_pair
+    from ..attribution.path_patching import path_patch_senders
     from ..models.induction import induction_scores
 
     lm = language_model_of(model, "--patching")
