@@ -139,6 +139,7 @@ RUN: set[str] = {
     "attnkit heads --model transformer-es-en --roles --limit 16",
     "attnkit heads --model attention-only-2l-en",
     "attnkit heads --model attention-only-2l-en --composition",
+    "attnkit heads --model attention-only-2l-en --patching",
     'attnkit heads --model attention-only-2l-en --qk 2.2 --text "In the beginning God created the heaven and the '
     'earth. In the beginning God created" --position 24',
     "attnkit evaluate alignment --model rnnsearch-es-en",

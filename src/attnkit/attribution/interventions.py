@@ -291,19 +291,32 @@ def _hook(site: HeadSite, ivs: list[Intervention]):
 @contextmanager
 def intervene(model, interventions: Sequence[Intervention]) -> Iterator[None]:
     """Run ``model`` with ``interventions`` in place for the ``with`` block (several on one module apply
-    in the order given). Checked first: a site the model lacks, a layer or head out of range, a tensor
+    in the order given): head requests, and a language model's residual-stream and MLP requests
+    (:mod:`attnkit.attribution.stream_interventions`). Checked first: a site the model lacks, a layer or head out of range, a tensor
     of the wrong width raise ``ValueError``; shapes that depend on the call raise in the call."""
-    if isinstance(interventions, (HeadAblation, HeadPatch, HeadGate)):
+    from .stream_interventions import STREAM_TYPES, stream_hooks
+
+    if isinstance(interventions, (HeadAblation, HeadPatch, HeadGate, *STREAM_TYPES)):
         interventions = [interventions]
+    heads, stream = [], []
     for iv in interventions:
-        if not isinstance(iv, (HeadAblation, HeadPatch, HeadGate)):
-            raise TypeError(f"interventions must be HeadAblation, HeadPatch or HeadGate, got {type(iv).__name__}")
+        if isinstance(iv, STREAM_TYPES):
+            stream.append(iv)
+        elif isinstance(iv, (HeadAblation, HeadPatch, HeadGate)):
+            heads.append(iv)
+        else:
+            raise TypeError(
+                "interventions must be HeadAblation, HeadPatch or HeadGate (or on a language model ResidualPatch, "
+                f"ResidualAblation, MLPPatch, MLPAblation), got {type(iv).__name__}"
+            )
     sites = attention_sites(model)
     by_site: dict[tuple[str, int], list[Intervention]] = {}
-    for iv in interventions:
+    for iv in heads:
         _site_of(sites, iv)
         by_site.setdefault((iv.site, iv.layer), []).append(iv)
-    with thread_hooks(((sites[key].projection, _hook(sites[key], ivs)) for key, ivs in by_site.items()), pre=True):
+    stream_pre, stream_post = stream_hooks(model, stream) if stream else ([], [])
+    head_hooks = [(sites[key].projection, _hook(sites[key], ivs)) for key, ivs in by_site.items()]
+    with thread_hooks(head_hooks + stream_pre, pre=True), thread_hooks(stream_post):
         yield
 
 
@@ -329,9 +342,17 @@ class HeadRecording:
 
 
 @contextmanager
-def record_heads(model) -> Iterator[HeadRecording]:
-    """Record every head's output (detached) for the ``with`` block; hooks removed in ``finally``."""
+def record_heads(model, only=None) -> Iterator[HeadRecording]:
+    """Record every head's output (detached) for the ``with`` block, or only at the ``(site, layer)`` pairs
+    ``only`` names (what patching one layer needs: ``(B, N, H·D_h)``, not one per layer); hooks removed in
+    ``finally``."""
     sites = attention_sites(model)
+    if only is not None:
+        only = {tuple(key) for key in only}
+        missing = sorted(only - set(sites))
+        if missing:
+            raise ValueError(f"only: no attention at {missing} (the model has {sorted(sites)})")
+        sites = {key: site for key, site in sites.items() if key in only}
     rec = HeadRecording(sites)
 
     def recorder(key, site: HeadSite):

@@ -14,13 +14,14 @@ sinks (first, end), rare tokens, and for a language model induction and duplicat
 strongest role at or above ``--threshold`` marked, and a translator's guided-alignment head.
 
 ``--composition`` and ``--qk LAYER.HEAD --text T [--position N]`` (attnkit language models) say why a head
-attends where it does (:mod:`attnkit.cli.heads_circuits`)."""
+attends where it does (:mod:`attnkit.cli.heads_circuits`); ``--patching [--repeated N --seed S]`` which heads
+carry an induction task's answer (:mod:`attnkit.cli.heads_patching`)."""
 
 from __future__ import annotations
 
 import json
 
-from ..checks import COUNT, LAYERS, arg_type, between
+from ..checks import COUNT, LAYERS, SEED, arg_type, between
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import CLIError, _open_model, _shown_name
 from .flags import _add_device_flags, _add_json_flag, _add_model_flag, _add_split_flag
@@ -123,6 +124,11 @@ def cmd_heads(args) -> None:
     from ..service import ModelKind
 
     model = _open_model(args, DEFAULT_TRANSLATION_MODEL)
+    if args.patching:
+        _cmd_patching(model, args)
+        return
+    if args.repeated is not None or args.direction is not None:
+        raise CLIError("--repeated and --direction are for --patching")
     if args.composition or args.qk is not None:
         _cmd_circuits(model, args)
         return
@@ -171,6 +177,16 @@ def _cmd_circuits(model, args) -> None:
     print(json.dumps(data, ensure_ascii=False) if args.json else format_qk(data))
 
 
+def _cmd_patching(model, args) -> None:
+    """``--patching``: activation and path patching on repeated random tokens (:mod:`attnkit.cli.heads_patching`)."""
+    from .heads_patching import format_patching, patching_report
+
+    if args.composition or args.qk is not None or args.roles:
+        raise CLIError("--patching is its own table: give it without --roles, --composition or --qk")
+    data = patching_report(model, args.repeated or 20, args.seed, args.direction or "noise")
+    print(json.dumps(data, ensure_ascii=False) if args.json else format_patching(data))
+
+
 def add_parser(sub) -> None:
     hp = sub.add_parser(
         "heads",
@@ -205,6 +221,29 @@ def add_parser(sub) -> None:
         metavar="LAYER.HEAD",
         help="attnkit language models: split that head's pre-softmax scores at --position of --text over the "
         "residual stream's parts (embedding, each earlier head and MLP) (default: none)",
+    )
+    hp.add_argument(
+        "--patching",
+        action="store_true",
+        help="attnkit language models: activation patching of every head and path patching into the best "
+        "induction head on random tokens repeated twice, the first copy redrawn as the corruption (default: off)",
+    )
+    hp.add_argument(
+        "--repeated",
+        type=arg_type(LAYERS, "repeated"),
+        default=None,
+        metavar="N",
+        help="with --patching: N random tokens repeated twice (default: 20)",
+    )
+    hp.add_argument(
+        "--seed", type=arg_type(SEED, "seed"), default=0, help="with --patching: the tokens' seed (default: 0)"
+    )
+    hp.add_argument(
+        "--direction",
+        choices=("noise", "denoise"),
+        default=None,
+        help="with --patching: noise (corrupted activations into the clean run, Wang et al. 2022) or denoise "
+        "(clean ones into the corrupted run) (default: noise)",
     )
     hp.add_argument("--text", default=None, help="with --qk: the text read (default: none)")
     hp.add_argument(

@@ -1,0 +1,235 @@
+"""Path patching: how much of a head's effect flows through one later head's query, key or value.
+
+Wang et al. (2022), "Interpretability in the Wild" (the IOI circuit), and Goldowsky-Dill et al. (2023),
+"Localizing Model Behavior with Path Patching". With a clean and a corrupted input (as
+:mod:`attnkit.attribution.patching`), the **sender** head ``s`` (layer ``l_s``) is patched to its clean output
+along one path only: into the **receiver** head ``r``'s input (layer ``l_r > l_s``), through the residual
+stream directly, with every other head and MLP frozen at the corrupted run. In attnkit's pre-norm blocks the
+receiver reads ``x = norm(h_{l_r})``; the sender's change enters the stream as its columns of the output
+projection, so the receiver's patched input is, exactly::
+
+    x' = norm( h_{l_r}^corrupt + (z_s^clean − z_s^corrupt) W_O^{s} )      # (B, N, D)
+
+(``z_s`` the sender's output ``(B, N, D_h)``, ``W_O^{s}`` its ``D_h`` columns of the output projection; the
+projection's bias is the same on both runs and cancels). ``via`` picks which of the receiver's inputs read
+``x'`` — ``"q"`` its queries, ``"k"`` its keys, ``"v"`` its values, or several (``"kv"``) — the others read the
+corrupted ``x``. The receiver's output is recomputed from these (its own projections, rotary positions,
+causal softmax; :func:`head_output`) and patched into the corrupted run
+(:class:`~attnkit.attribution.interventions.HeadPatch`), whose later layers read it as they would; the metric
+is then read as in activation patching and normalised the same way (1 = clean, 0 = corrupted).
+
+That is the ``"denoise"`` direction (the default): the sender's clean output, everything else frozen at the
+corrupted run. Wang et al. ran the other, ``direction="noise"``: the sender's *corrupted* output along the
+path, everything else frozen at the clean run (swap "clean" and "corrupted" above), and read what the
+answer loses. :attr:`PathPatchingMap.effect` reads both as "larger = the path matters more" (the fraction
+restored, or lost; :mod:`attnkit.attribution.patching`).
+
+For an induction head, the previous-token head of an earlier layer is the sender whose path through the
+**key** restores the answer (K-composition, Olsson et al. 2022). Layers and heads are 0-based here.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..attention.causal_self_attention import repeat_kv
+from .interventions import HeadPatch, intervene, record_heads
+from .patching import base_and_source, eval_mode, normalised_effect, patch_metric
+from .stream_interventions import record_stream
+
+__all__ = ["PathPatchingMap", "head_output", "path_patch", "path_patch_senders"]
+
+
+def head_output(attn, xq: Tensor, xk: Tensor, xv: Tensor, head: int) -> Tensor:
+    """Head ``head`` of the causal self-attention ``attn`` with its queries read from ``xq``, its keys from
+    ``xk`` and its values from ``xv`` (each ``(B, N, D)``, the normed residual stream): ``(B, N, D_h)``,
+    ``softmax(q kᵀ / √d_h + causal) v`` with the module's projections, biases, rotary positions and
+    grouped-query sharing. With ``xq = xk = xv`` it is the head's slice of the module's own output projection input."""
+    dh = attn.head_dim
+    w_q, w_k, w_v = attn.q_proj, attn.k_proj, attn.v_proj
+    b, n, _ = xq.shape
+    q = F.linear(xq, w_q.weight, w_q.bias).view(b, n, attn.n_heads, dh).transpose(1, 2)  # (B, H, N, Dh)
+    k = F.linear(xk, w_k.weight, w_k.bias).view(b, n, attn.n_kv_heads, dh).transpose(1, 2)  # (B, Hkv, N, Dh)
+    v = F.linear(xv, w_v.weight, w_v.bias).view(b, n, attn.n_kv_heads, dh).transpose(1, 2)
+    if attn.rotary is not None:
+        q, k = attn.rotary(q, k)
+    k, v = repeat_kv(k, attn.groups)[:, head], repeat_kv(v, attn.groups)[:, head]  # (B, N, Dh)
+    scores = q[:, head] @ k.transpose(-1, -2) / math.sqrt(dh)  # (B, N, N)
+    causal = torch.ones(n, n, dtype=torch.bool, device=xq.device).tril()
+    weights = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+    return weights @ v  # (B, N, Dh)
+
+
+def _check_via(via) -> str:
+    if not isinstance(via, str) or not via or any(c not in "qkv" for c in via) or len(set(via)) != len(via):
+        raise ValueError(f"via must be 'q', 'k', 'v' or several of them (e.g. 'kv'), got {via!r}")
+    return via
+
+
+def _check_head(name: str, value, n_layers: int, n_heads: int) -> tuple[int, int]:
+    ok = isinstance(value, (tuple, list)) and len(value) == 2
+    ok = ok and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    if not ok or not (0 <= value[0] < n_layers and 0 <= value[1] < n_heads):
+        raise ValueError(
+            f"{name} must be (layer, head), 0-based, with layer in 0..{n_layers - 1} and head in 0..{n_heads - 1}, "
+            f"got {value!r}"
+        )
+    return int(value[0]), int(value[1])
+
+
+@dataclass
+class PathPatchingMap:
+    """Path patching into ``receiver`` (0-based ``(layer, head)``) via ``via``: ``scores (L_r, H)`` the raw
+    metric with each sender of layers ``0..L_r − 1`` patched along that path alone (NaN for senders not
+    run); ``clean`` and ``corrupt`` the metric on the two runs; ``runs`` forward passes in ``seconds``."""
+
+    receiver: tuple[int, int]
+    via: str
+    metric: str
+    scores: Tensor
+    clean: float
+    corrupt: float
+    position: int
+    runs: int
+    seconds: float
+    direction: str = "denoise"
+
+    @property
+    def normalised(self) -> Tensor | None:
+        """``(scores − corrupt) / (clean − corrupt)`` (None when the runs agree: nothing to restore)."""
+        gap = self.clean - self.corrupt
+        return None if abs(gap) < 1e-12 else (self.scores - self.corrupt) / gap
+
+    @property
+    def effect(self) -> Tensor:
+        """Larger = the path matters more: the fraction of the answer restored (denoising) or lost (noising)."""
+        return normalised_effect(self.scores, self.clean, self.corrupt, self.direction)
+
+    def ranked(self) -> list[tuple[int, int, float]]:
+        """Senders by :attr:`effect`, largest first: ``(layer, head, effect)``, 0-based."""
+        values = self.effect
+        cells = [
+            (li, hi, float(values[li, hi]))
+            for li in range(values.shape[0])
+            for hi in range(values.shape[1])
+            if not math.isnan(float(values[li, hi]))
+        ]
+        return sorted(cells, key=lambda c: -c[2])
+
+    def to_dict(self) -> dict:
+        norm, eff = self.normalised, self.effect
+        senders = [
+            {
+                "layer": li + 1,
+                "head": hi + 1,
+                "score": float(self.scores[li, hi]),
+                "normalised": None if norm is None else float(norm[li, hi]),
+                "effect": float(eff[li, hi]),
+            }
+            for li, hi, _ in self.ranked()
+        ]
+        return {
+            "receiver": {"layer": self.receiver[0] + 1, "head": self.receiver[1] + 1},
+            "via": self.via,
+            "direction": self.direction,
+            "metric": self.metric,
+            "position": self.position + 1,
+            "clean": self.clean,
+            "corrupt": self.corrupt,
+            "runs": self.runs,
+            "seconds": self.seconds,
+            "senders": senders,
+        }
+
+
+@torch.no_grad()
+def path_patch_senders(
+    model,
+    clean_ids,
+    corrupt_ids,
+    target,
+    foil=None,
+    *,
+    receiver,
+    via: str = "k",
+    senders=None,
+    position: int = -1,
+    direction: str = "denoise",
+) -> PathPatchingMap:
+    """Path patching from each head of the layers before ``receiver`` (or each of ``senders``, 0-based
+    ``(layer, head)`` pairs) into ``receiver``'s ``via`` input(s), one sender at a time (see the module
+    docstring): a :class:`PathPatchingMap`. ``2 + S`` forward passes for ``S`` senders."""
+    core, clean, corrupt, metric = patch_metric(model, clean_ids, corrupt_ids, target, foil, position)
+    base, source = base_and_source(direction, clean, corrupt)
+    n_layers, n_heads = core.config.n_layers, core.config.n_heads
+    lr, hr = _check_head("receiver", receiver, n_layers, n_heads)
+    via = _check_via(via)
+    if lr == 0:
+        raise ValueError("receiver must be in a layer after the first: no head writes before layer 0")
+    if senders is None:
+        senders = [(li, hi) for li in range(lr) for hi in range(n_heads)]
+    senders = [_check_head("senders", s, n_layers, n_heads) for s in senders]
+    if any(li >= lr for li, _ in senders):
+        raise ValueError(f"senders must be in layers before the receiver's ({lr}), got {senders}")
+    start = time.perf_counter()
+    with eval_mode(core):
+        with record_heads(core) as rec_source:
+            m_source = float(metric(core(source).logits))
+        with record_heads(core) as rec_base, record_stream(core, residual=[lr]) as stream:
+            m_base = float(metric(core(base).logits))
+        block = core.layers[lr]
+        attn, norm = block.self_attn, block.input_layernorm
+        resid = stream.residual(lr)  # (B, N, D): the base run's stream entering the receiver's block
+        x_base = norm(resid)
+        scores = torch.full((lr, n_heads), float("nan"), dtype=torch.float64)
+        for ls, hs in senders:
+            s_attn = core.layers[ls].self_attn
+            dh = s_attn.head_dim
+            dz = rec_source.get("self", ls, hs) - rec_base.get("self", ls, hs)  # (B, N, Dh)
+            x_patched = norm(resid + dz @ s_attn.o_proj.weight[:, hs * dh : (hs + 1) * dh].T)  # (B, N, D)
+            xq, xk, xv = (x_patched if c in via else x_base for c in "qkv")
+            z = head_output(attn, xq, xk, xv, hr)  # (B, N, Dh)
+            with intervene(core, [HeadPatch(lr, hr, z)]):
+                scores[ls, hs] = metric(core(base).logits)
+    seconds = time.perf_counter() - start
+    m_clean, m_corrupt = (m_source, m_base) if direction == "denoise" else (m_base, m_source)
+    return PathPatchingMap(
+        (lr, hr), via, metric.name, scores, m_clean, m_corrupt, metric.position, 2 + len(senders), seconds, direction
+    )
+
+
+def path_patch(
+    model,
+    clean_ids,
+    corrupt_ids,
+    target,
+    foil=None,
+    *,
+    sender,
+    receiver,
+    via: str = "k",
+    position: int = -1,
+    direction: str = "denoise",
+) -> float:
+    """The :attr:`~PathPatchingMap.effect` of ``sender``'s clean output reaching only ``receiver``'s ``via``
+    input(s) (0-based ``(layer, head)`` each): the fraction of the answer restored (or, noising, of the
+    corrupted output: lost); the raw change of the metric when the runs agree."""
+    result = path_patch_senders(
+        model,
+        clean_ids,
+        corrupt_ids,
+        target,
+        foil,
+        receiver=receiver,
+        via=via,
+        senders=[sender],
+        position=position,
+        direction=direction,
+    )
+    return float(result.effect[sender[0], sender[1]])

@@ -1,0 +1,87 @@
+"""``attnkit heads --model M --patching [--repeated N --seed S --direction D]``: which heads of an attnkit
+language model carry the answer of an induction task, by activation patching and path patching.
+
+The task (:func:`attnkit.attribution.patching.repeated_tokens_pair`): ``N`` random tokens repeated twice
+without the last token (clean), the same with the first copy redrawn (corrupted), the answer the token
+that repeats; the metric its log-probability at the last position. Printed: the clean and corrupted
+metric, every head's activation-patching effect (:func:`~attnkit.attribution.patching.patch_heads`), and
+path patching from every earlier head into the best induction head
+(:func:`attnkit.models.induction.induction_scores`, found, not given) through its query, key and value
+(:func:`~attnkit.attribution.path_patching.path_patch_senders`). The default direction is ``noise`` (the
+corrupted activation into the clean run, Wang et al. 2022's path patching): with the first copy redrawn
+the token an induction head would copy is itself corrupted, so no single clean head restores the answer
+(``denoise``) while a single corrupted head can break it. Layers and heads are numbered from 1."""
+
+from __future__ import annotations
+
+from .common import CLIError, _shown_name
+from .heads_circuits import language_model_of
+
+__all__ = ["format_patching", "patching_report"]
+
+
+def patching_report(model, length: int, seed: int, direction: str) -> dict:
+    """The JSON of ``attnkit heads --patching``."""
+    from ..attribution.patching import patch_heads, repeated_tokens_pair
+    from ..attribution.path_patching import path_patch_senders
+    from ..models.induction import induction_scores
+
+    lm = language_model_of(model, "--patching")
+    if 2 * length - 1 > lm.config.max_len:
+        raise CLIError(f"--repeated: 2 x {length} tokens exceed the model's {lm.config.max_len} positions")
+    layer, head, prefix = induction_scores(lm).best_induction_head()  # 1-based
+    if layer == 1:
+        raise CLIError(f"the best induction head of {_shown_name(model)} is in layer 1: no earlier head sends to it")
+    clean, corrupt, target = repeated_tokens_pair(lm.config.vocab_size, length, seed=seed)
+    kw = {"direction": direction}
+    heads = patch_heads(lm, clean, corrupt, target, **kw)
+    paths = {
+        via: path_patch_senders(lm, clean, corrupt, target, receiver=(layer - 1, head - 1), via=via, **kw).to_dict()
+        for via in "qkv"
+    }
+    return {
+        "model": _shown_name(model),
+        "length": length,
+        "seed": seed,
+        "direction": direction,
+        "target": target,
+        "induction_head": {"layer": layer, "head": head, "prefix_matching": prefix},
+        "heads": heads.to_dict(),
+        "paths": paths,
+    }
+
+
+def format_patching(report: dict) -> str:
+    """The text tables of :func:`patching_report`."""
+    h, ind = report["heads"], report["induction_head"]
+    noise = report["direction"] == "noise"
+    what = (
+        "each head's corrupted output patched into the clean run; effect = the share of the answer lost"
+        if noise
+        else "each head's clean output patched into the corrupted run; effect = the share of the answer restored"
+    )
+    lines = [
+        f"activation patching of {report['model']} on {report['length']} random tokens repeated twice "
+        f"(seed {report['seed']}), the first copy redrawn in the corrupted input; metric: log p(target = "
+        f"{report['target']}) at the last position, clean {h['clean']:.4f}, corrupted {h['corrupt']:.4f}",
+        f"{report['direction']}: {what}",
+        "",
+        "layer head |   effect",
+    ]
+    lines += [f"{c['layer']:>5} {c['head']:>4} | {c['effect']:8.4f}" for c in h["cells"]]
+    top = max(h["cells"], key=lambda c: c["effect"])
+    lines.append(f"largest: L{top['layer']}H{top['head']} ({top['effect']:.4f})")
+    lines += [
+        "",
+        f"path patching into the best induction head L{ind['layer']}H{ind['head']} (prefix matching "
+        f"{ind['prefix_matching']:.2f}): each earlier head's {'corrupted' if noise else 'clean'} output reaching "
+        "only its query (q), key (k) or value (v) input, every other head frozen (Wang et al. 2022)",
+        "sender |        q        k        v",
+    ]
+    by_via = {via: {(s["layer"], s["head"]): s["effect"] for s in p["senders"]} for via, p in report["paths"].items()}
+    for key in sorted(by_via["k"]):
+        lines.append(f"  L{key[0]}H{key[1]} | " + " ".join(f"{by_via[v][key]:8.4f}" for v in "qkv"))
+    for via in "qkv":
+        best = report["paths"][via]["senders"][0]
+        lines.append(f"largest via {via}: L{best['layer']}H{best['head']} ({best['effect']:.4f})")
+    return "\n".join(lines)
