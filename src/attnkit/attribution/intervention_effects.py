@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .interventions import Intervention, core_model, intervene
+from .interventions import Intervention, core_model, intervenable, intervene
 
 __all__ = [
     "ForcedBatch",
@@ -63,8 +63,9 @@ def lm_effect(
     model, ids: Tensor, interventions: Sequence[Intervention], *, target: int, foil: int | None = None, position=-1
 ) -> LMEffect:
     """Run attnkit's language model on ``ids`` (``(T,)`` or ``(1, T)``) clean and with ``interventions``, and
-    compare its prediction at ``position`` (0-based, default the last: the next token after ``ids``)."""
-    core = core_model(model)
+    compare its prediction at ``position`` (0-based, default the last: the next token after ``ids``). A Hugging
+    Face causal language model (or a text model around one) is run the same way."""
+    core = intervenable(model)
     if not isinstance(ids, Tensor) or ids.dim() not in (1, 2) or (ids.dim() == 2 and ids.shape[0] != 1):
         raise ValueError(f"ids must be (T,) or (1, T) token ids, got {tuple(getattr(ids, 'shape', ()))}")
     ids = ids.reshape(1, -1).to(next(core.parameters()).device)

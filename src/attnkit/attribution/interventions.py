@@ -48,6 +48,7 @@ __all__ = [
     "attention_sites",
     "core_model",
     "head_mean",
+    "intervenable",
     "intervene",
     "record_heads",
 ]
@@ -152,7 +153,7 @@ class HeadSite:
 
     site: str
     layer: int
-    projection: nn.Linear
+    projection: nn.Module  # nn.Linear, or GPT-2's Conv1D: its input holds the heads side by side
     n_heads: int
     head_dim: int
 
@@ -178,12 +179,38 @@ def core_model(model) -> nn.Module:
     )
 
 
+def intervenable(model) -> nn.Module:
+    """:func:`core_model`, or the ``transformers`` model under ``model`` (itself, or inside a text model, a
+    Hugging Face translator's adapter, a :class:`attnkit.service.Model`): the models whose heads
+    :func:`intervene` reaches."""
+    from ..hf.head_sites import is_hf_model
+
+    try:
+        return core_model(model)
+    except TypeError:
+        seen = model
+        for _ in range(4):
+            if is_hf_model(seen):
+                return seen
+            seen = next((getattr(seen, a) for a in ("impl", "hf", "model") if getattr(seen, a, None) is not None), None)
+            if seen is None:
+                break
+    raise TypeError(
+        "model must be attnkit's language model or Transformer translator, a Hugging Face model attnkit reads, "
+        f"or a wrapper of one; got {type(model).__name__}"
+    )
+
+
 def attention_sites(model) -> dict[tuple[str, int], HeadSite]:
     """Every attention module of ``model`` by ``(site, layer)``: a language model's ``"self"`` layers; a
-    Transformer translator's ``"encoder"``, ``"self"`` and ``"cross"`` layers."""
+    Transformer translator's ``"encoder"``, ``"self"`` and ``"cross"`` layers; the same of a Hugging Face
+    model (:func:`attnkit.hf.head_sites.hf_head_sites`)."""
+    from ..hf.head_sites import hf_head_sites, is_hf_model
     from ..models.language_model import LanguageModel
 
-    core = core_model(model)
+    core = intervenable(model)
+    if is_hf_model(core):
+        return {key: HeadSite(key[0], key[1], *site) for key, site in hf_head_sites(core).items()}
     sites: dict[tuple[str, int], HeadSite] = {}
     if isinstance(core, LanguageModel):
         for i, layer in enumerate(core.layers):
