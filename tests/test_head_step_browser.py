@@ -2,7 +2,7 @@
 attention-only-2l-en, Debian's chromium driven by Playwright. Enlarges layer 2, head 2, steps through it at
 one query, and checks the weights the page shows against the model's own row, then turns each knob
 (temperature 2, the √d scale off, a masked key, two keys swapped) and checks the numbers shown against
-softmax computed here in float64 from the API's q and K."""
+softmax computed here in float64 from the API's q and K; then the same step in an exported page, offline."""
 
 import json
 import urllib.request
@@ -33,7 +33,7 @@ def _softmax(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores.masked_fill(~allowed, float("-inf")), 0)
 
 
-def test_step_through_a_head_and_turn_every_knob():
+def test_step_through_a_head_and_turn_every_knob(tmp_path):
     from attnkit.service import open_model
 
     lm = open_model(MODEL).impl
@@ -106,4 +106,17 @@ def test_step_through_a_head_and_turn_every_knob():
         after = json.loads(page.locator("#enlarged .hs-out").get_attribute("data-out"))
         torch.testing.assert_close(torch.tensor(after), torch.tensor(out), atol=1e-9, rtol=0)  # ... the output not
         expect(page.locator("#enlarged .hs-note")).to_contain_text("RoPE")
+
+        # the same step exported offline: the knobs recompute with no server
+        from attnkit.explorer.html import write_explorer_html
+
+        path = write_explorer_html(tmp_path / "step.html", head_steps=[a])
+        offline = b.new_page()
+        offline.goto(path.as_uri())
+        offline.locator("#head-step-panel .hs-key").first.wait_for()
+        offline.fill("#head-step-panel .hs-temp", "2")
+        shown = offline.locator("#head-step-panel .hs-key").evaluate_all("rs => rs.map((r) => +r.dataset.w)")
+        torch.testing.assert_close(
+            torch.tensor(shown, dtype=torch.float64), _softmax(raw * a["scale"] / 2, allowed), atol=1e-9, rtol=0
+        )
         b.close()

@@ -157,4 +157,12 @@
   }
 
   window.AttnkitHeadStep = { compute, render, open, control };
+
+  // an exported page (write_explorer_html(head_steps=...)): its step-throughs drawn at once, the knobs live
+  const steps = typeof DATA !== "undefined" && DATA ? DATA.head_steps || [] : [];
+  if (steps.length) {
+    const panel = el("section", { class: "panel", id: "head-step-panel" }, el("h2", {}, "One head, step by step"));
+    steps.forEach((a) => panel.append(render(el("div", { class: "hs-box" }), a)));
+    document.querySelector("main").append(panel);
+  }
 })();
