@@ -119,6 +119,10 @@ def test_hf_encoder_row_equals_eager_attentions(client):
         ({"model": "transformer-es-en", "source": SOURCE, "target": TARGET, "query": 50}, 422, "query"),
         ({"model": "rnnsearch-es-en", "source": SOURCE, "site": "encoder"}, 422, "one attention"),
         ({"model": "lm-4l-en", "text": TEXT, "layer": "two"}, 422, "layer"),
+        ({"model": "lm-4l-en", "text": TEXT, "layer": 2**70}, 422, "layer"),
+        ({"model": "tiny-bert", "text": TEXT, "site": "encoder"}, 422, "site is 'self'"),
+        ({"model": "lm-4l-en", "source": SOURCE}, 422, "give 'text'"),
+        ({"source": SOURCE, "target": "   "}, 400, "target is empty"),
     ],
 )
 def test_bad_input_gets_a_4xx_with_a_message(client, body, status, says):

@@ -75,7 +75,7 @@ def test_step_through_a_head_and_turn_every_knob(tmp_path):
         page.fill("#enlarged .hs-temp", "2")  # temperature 2: softmax(e / 2), flatter
         w, e = _rows(page)
         torch.testing.assert_close(w, _softmax(raw * a["scale"] / 2, allowed), atol=1e-9, rtol=0)
-        entropy = lambda x: -(x[x > 0] * x[x > 0].log()).sum()  # noqa: E731
+        entropy = lambda x: -(x[x > 0] * x[x > 0].log()).sum()
         assert entropy(w) > entropy(plain)
         torch.testing.assert_close(e[allowed], (raw * a["scale"] / 2)[allowed], atol=1e-9, rtol=0)
 

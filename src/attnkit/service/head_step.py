@@ -23,7 +23,6 @@ values are the annotations ``h_j``; the temperature and the mask apply as to any
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -31,90 +30,13 @@ from torch import Tensor
 
 from ..errors import InputError
 from ..hooks import thread_hooks
+from .head_step_record import HeadStep, check_attends, check_number
+from .head_step_translator import translator_step
 
 __all__ = ["HEAD_STEP_SITES", "HeadStep", "head_step", "head_step_numbers"]
 
 #: the attention sites a step-through can ask for: a text model's "self"; a translator's three
 HEAD_STEP_SITES = ("self", "encoder", "decoder self", "cross")
-
-POSITION_NOTES = {
-    "rope": "RoPE rotates q and k by their positions before q·k: swapping two keys here permutes the rows "
-    "of the products, not the result; swapping the tokens in the text would change q and k themselves",
-    "absolute": "the position embeddings are added to the input before q, k and v are made: swapping two "
-    "keys here permutes the rows of the products, not the result; swapping the tokens in the text would "
-    "change q, k and v themselves",
-    "recurrent": "the annotations h_j come from a bidirectional RNN, which reads the order: swapping two keys "
-    "here permutes the rows, not the result; swapping the words would change every h_j",
-    "none": "no position enters q or k: swapping two tokens permutes the keys, the products and the weights "
-    "alike, and the output at the query is unchanged (attention is permutation-equivariant)",
-}
-
-
-@dataclass
-class HeadStep:
-    """One head at one query (see the module docstring). Numbers from 1 (``layer``, ``head``, ``query``);
-    ``columns`` is the head's ``[start, stop)`` in the concatenation of width ``width`` (0-based, as
-    a slice). ``q (d_h)``, ``keys (n, d_h)``: None for an additive head, which has ``scores (n)``;
-    ``values (n, d_v)``; ``mask[j]``: True where the query may attend to key ``j``."""
-
-    model: str
-    site: str
-    layer: int
-    head: int
-    num_heads: int
-    query: int
-    query_pieces: list[str]
-    key_pieces: list[str]
-    score: str
-    formula: str
-    q: Tensor | None
-    keys: Tensor | None
-    scores: Tensor | None
-    values: Tensor
-    scale: float
-    mask: list[bool]
-    weights: Tensor
-    output: Tensor
-    columns: tuple[int, int]
-    width: int
-    positions: str
-    kv_group: int | None = None
-
-    def to_dict(self) -> dict:
-        """The JSON of ``/api/head-step`` (float32 numbers written in full, so the page recomputes the
-        model's row to float32 rounding)."""
-        vec = lambda t: None if t is None else t.double().tolist()  # noqa: E731
-        return {
-            "model": self.model,
-            "site": self.site,
-            "layer": self.layer,
-            "head": self.head,
-            "num_heads": self.num_heads,
-            "query": self.query,
-            "query_pieces": self.query_pieces,
-            "key_pieces": self.key_pieces,
-            "score": self.score,
-            "formula": self.formula,
-            "q": vec(self.q),
-            "keys": vec(self.keys),
-            "scores": vec(self.scores),
-            "values": vec(self.values),
-            "scale": self.scale,
-            "mask": list(self.mask),
-            "weights": vec(self.weights),
-            "output": vec(self.output),
-            "columns": list(self.columns),
-            "width": self.width,
-            "positions": self.positions,
-            "position_note": POSITION_NOTES[self.positions],
-            "kv_group": self.kv_group,
-        }
-
-
-def _number(value, name: str, top: int, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
-        raise InputError(f"{name} must be in 1..{top} ({what}), got {value!r}")
-    return value
 
 
 def head_step_numbers(n_keys: int, head_dim: int) -> int:
@@ -141,29 +63,21 @@ def head_step(
     its greedy translation). Raises :class:`~attnkit.errors.InputError` naming the bad argument."""
     if site not in HEAD_STEP_SITES:
         raise InputError(f"site must be one of {', '.join(HEAD_STEP_SITES)}, got {site!r}")
-    if hasattr(impl, "attention_batch"):  # a translator
+    if source is not None or hasattr(impl, "attention_batch"):  # a translator
         if not isinstance(source, str) or not source.strip():
             raise InputError("source must be a non-empty text (a translator reads a source)")
-        from .head_step_translator import translator_step
-
         return translator_step(impl, source, target, site, layer, head, query, label)
     if not isinstance(text, str) or not text.strip():
         raise InputError("text must be a non-empty text")
     if site != "self":
         raise InputError(f"a text model has one attention site, 'self'; got site {site!r}")
-    _number(layer, "layer", impl.num_layers, f"the model has {impl.num_layers} layers")
-    _number(head, "head", impl.num_heads, f"the model has {impl.num_heads} heads")
+    check_number(layer, "layer", impl.num_layers, f"the model has {impl.num_layers} layers")
+    check_number(head, "head", impl.num_heads, f"the model has {impl.num_heads} heads")
     ids, pieces = impl.encode(text)
-    _number(query, "query", len(ids), f"the text has {len(ids)} tokens")
+    check_number(query, "query", len(ids), f"the text has {len(ids)} tokens")
     if hasattr(impl, "hf_tokenizer"):
         return _hf_step(impl, ids, pieces, layer, head, query, label)
     return _lm_step(impl, ids, pieces, layer, head, query, label)
-
-
-def _row(weights: Tensor, mask: list[bool]) -> None:
-    """Refuse a query that may attend to no key (nothing to normalise)."""
-    if not any(mask):
-        raise InputError("this query may attend to no key")
 
 
 @torch.no_grad()
@@ -215,7 +129,9 @@ def _lm_step(lm, ids: list[int], pieces: list[str], layer: int, head: int, query
         output=got["ctx"][0, i, cols[0] : cols[1]].float().cpu(),
         columns=cols,
         width=attn.n_heads * dh,
-        positions="rope" if attn.rotary is not None else ("absolute" if lm.model.embed_positions is not None else "none"),
+        positions="rope"
+        if attn.rotary is not None
+        else ("absolute" if lm.model.embed_positions is not None else "none"),
         kv_group=kv + 1 if g > 1 else None,
     )
 
@@ -245,7 +161,9 @@ def _hf_step(sa, ids: list[int], pieces: list[str], layer: int, head: int, query
         raise InputError(f"{label or 'this model'}'s attention modules do not call transformers' attention interface")
     q, k, v, mask, kw = got["q"], got["k"], got["v"], got["mask"], got["kwargs"]
     if kw.get("position_bias") is not None:
-        raise InputError(f"{label or 'this model'} adds a relative position bias to q·k; the step-through shows q·k only")
+        raise InputError(
+            f"{label or 'this model'} adds a relative position bias to q·k; the step-through shows q·k only"
+        )
     H, n, dh = q.shape[1], k.shape[2], q.shape[-1]
     g, h, i = H // k.shape[1], head - 1, query - 1
     kv = h // g
@@ -259,7 +177,7 @@ def _hf_step(sa, ids: list[int], pieces: list[str], layer: int, head: int, query
     else:
         m = mask[0, min(h, mask.shape[1] - 1), i, :n]
         may = (m if m.dtype == torch.bool else m > torch.finfo(m.dtype).min / 2).tolist()
-    _row(row, may)
+    check_attends(row, may)
     cfg = sa.model.config
     rope = any(getattr(cfg, a, None) is not None for a in ("rope_theta", "rope_parameters", "rope_scaling"))
     return HeadStep(

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..errors import InputError
 from ..hooks import thread_hooks
-from .head_step import HeadStep, _number, _row
+from .head_step_record import HeadStep, check_attends, check_number
 
 __all__ = ["translator_step"]
 
@@ -41,7 +41,9 @@ def translator_step(
     from ..models.seq2seq import RNNSearch
     from ..models.transformer import TransformerTranslator
 
-    model = tr.model
+    model = getattr(tr, "model", None)
+    if not hasattr(tr, "attention_batch"):
+        raise InputError(f"{label or 'this model'} is not a translator attnkit can step through (give 'text')")
     if isinstance(model, RNNSearch):
         if site != "cross" or layer != 1 or head != 1:
             raise InputError(
@@ -56,10 +58,10 @@ def translator_step(
     if site not in _SITES:
         raise InputError(f"a Transformer translator's sites are encoder, decoder self and cross; got {site!r}")
     stack = model.encoder.layers if site == "encoder" else model.decoder.layers
-    _number(layer, "layer", len(stack), f"the model has {len(stack)} layers")
+    check_number(layer, "layer", len(stack), f"the model has {len(stack)} layers")
     block = stack[layer - 1]
     attn = block.multihead_attn if site == "cross" else block.self_attn
-    _number(head, "head", attn.num_heads, f"the model has {attn.num_heads} heads")
+    check_number(head, "head", attn.num_heads, f"the model has {attn.num_heads} heads")
     return _mha_step(tr, attn, source, _target_ids(tr, source, target), site, layer, head, query, label)
 
 
@@ -89,7 +91,7 @@ def _mha_step(tr, attn, source, target, site: str, layer: int, head: int, query:
         att = tr.attention(source, target)
     src, tgt = att.source_pieces, att.target_pieces
     rows, cols = (src, src) if site == "encoder" else (tgt, tgt if site == "decoder self" else src)
-    _number(query, "query", len(rows), f"the {'source' if site == 'encoder' else 'target'} has {len(rows)} pieces")
+    check_number(query, "query", len(rows), f"the {'source' if site == 'encoder' else 'target'} has {len(rows)} pieces")
     n, h, i = len(cols), head - 1, query - 1
     q = attn.project_query(got["query"][:1])[0, h, i]  # (Dh,)
     k, v = attn.project_kv(got["key"][:1], got["value"][:1])  # (1, H, Nk, Dh) each
@@ -103,7 +105,7 @@ def _mha_step(tr, attn, source, target, site: str, layer: int, head: int, query:
         may &= (m[0] if m.dim() == 3 else m)[i, :n].cpu().bool()
     mask = may.tolist()
     weights = got["weights"][0, h, i, :n].float().cpu()
-    _row(weights, mask)
+    check_attends(weights, mask)
     dh = attn.head_dim
     span = (h * dh, (h + 1) * dh)
     return HeadStep(
@@ -135,7 +137,7 @@ def _additive_step(tr, source: str, target, query: int, label: str) -> HeadStep:
     att = tr.attention(source, target)
     m = att.maps
     rows, cols = att.target_pieces, att.source_pieces
-    _number(query, "query", len(rows), f"the target has {len(rows)} pieces")
+    check_number(query, "query", len(rows), f"the target has {len(rows)} pieces")
     i = query - 1
     weights: Tensor = m.alignment[i].float()
     values: Tensor = m.annotations.float()  # (S, C)

@@ -35,8 +35,9 @@ router = APIRouter()
 
 class HeadStepRequest(BaseModel):
     model: schema.Text | None = Field(
-        None, description="a loaded text model's or translator's name (default: the first text model, or the "
-        "first translator when 'source' is given)"
+        None,
+        description="a loaded text model's or translator's name (default: the first text model, or the "
+        "first translator when 'source' is given)",
     )
     text: schema.Text | None = Field(None, description="a text model's text")
     source: schema.Text | None = Field(None, description="a translator's source text")
@@ -98,7 +99,8 @@ async def head_step_route(req: HeadStepRequest, request: Request):
         if req.source is None:
             raise ApiError(422, f"{name} is a translator: give 'source' (and optionally 'target'), not 'text'")
         source, target, keys = _translator_numbers(ex, name, tr, req)
-        width = getattr(getattr(tr.model, "config", None), "d_model", None) or 2 * tr.model.config.enc_dim
+        config = getattr(getattr(tr, "model", None), "config", None)  # a CTranslate2 engine's has none
+        width = getattr(config, "d_model", None) or 2 * getattr(config, "enc_dim", 512)
         fields = dict(source=source, target=target)
     else:
         name, sa = pick(texts, req.model, "self-attention")
@@ -124,9 +126,7 @@ async def head_step_route(req: HeadStepRequest, request: Request):
 
     def work() -> dict:
         try:
-            step = head_step(
-                tr, site=req.site, layer=req.layer, head=req.head, query=req.query, label=name, **fields
-            )
+            step = head_step(tr, site=req.site, layer=req.layer, head=req.head, query=req.query, label=name, **fields)
         except InputError as exc:
             raise ApiError(422, str(exc)) from None
         return step.to_dict()
