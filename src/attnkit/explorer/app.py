@@ -17,6 +17,9 @@ that ``--html`` exports embed.
 - ``GET  /api/progress/{job}``  how far the caller's own heavy job has got, or its place in the queue
 - ``POST /api/caption``    ``{"image": base64, "model", "beam", "method", "job"}`` or ``{"scene": index, ...}``
                            → a caption payload
+- ``POST /api/head-step``  ``{"model", "text" | "source", "target", "site", "layer", "head", "query"}`` → one
+                           head at one query step by step: q, K, V, the mask, the scale, the weights, the
+                           head's output and its columns in the concatenation (:mod:`.routes.head_step`)
 - ``GET  /docs``           the API page (every answer's schema, every limit)
 
 **Serving is a security boundary** (:mod:`.guard`, :mod:`.options`, :mod:`.jobs`): the Host, Origin, token,

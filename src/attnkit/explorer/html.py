@@ -93,14 +93,18 @@ def write_explorer_html(
     captions: list | None = None,
     models: list | None = None,
     self_attention: list | None = None,
+    head_steps: list | None = None,
 ) -> Path:
-    """Write the offline page for these payloads to ``path`` (atomically); returns the path."""
+    """Write the offline page for these payloads to ``path`` (atomically); returns the path. ``head_steps``:
+    step-throughs of chosen heads (:meth:`attnkit.service.HeadStep.to_dict`), drawn with their knobs, which
+    recompute in the page offline as they do served."""
     data = ExplorerData.model_validate(
         {
             "models": models or [],
             "translations": translations or [],
             "captions": captions or [],
             "self_attention": self_attention or [],
+            "head_steps": head_steps or [],
         }
     )  # the API's format, checked
     out = atomic_write_text(path, standalone_html(data.model_dump(mode="json")))

@@ -27,6 +27,7 @@ __all__ = [
     "Diagnostics",
     "ExplorerData",
     "GoldLinks",
+    "HeadStep",
     "Heads",
     "Matrix",
     "MethodInfo",
@@ -308,6 +309,36 @@ class SelfAttention(_Strict):
     )
 
 
+class HeadStep(_Strict):
+    """One head at one query, step by step (``/api/head-step``, :class:`attnkit.service.HeadStep`):
+    ``e_j = q·k_j · scale`` (or an additive head's own ``scores``), ``α = softmax(e + M)``, ``o = Σ_j α_j v_j``.
+    Numbers from 1 (layer, head, query); ``columns`` the head's ``[start, stop)`` in the concatenation."""
+
+    model: str
+    site: str = Field(description="self, encoder, decoder self or cross")
+    layer: int = Field(ge=1)
+    head: int = Field(ge=1)
+    num_heads: int
+    query: int = Field(ge=1, description="the query position (1-based)")
+    query_pieces: list[str] = Field(description="the pieces the rows stand for")
+    key_pieces: list[str] = Field(description="the pieces the keys stand for (n)")
+    score: Literal["dot", "additive"]
+    formula: str
+    q: list[float] | None = Field(description="q_i (d_h); null for an additive head")
+    keys: Matrix | None = Field(description="K, n × d_h; null for an additive head")
+    scores: list[float] | None = Field(description="an additive head's e_j (n); null for a dot-product head")
+    values: Matrix = Field(description="V, n × d_v")
+    scale: float = Field(description="what q·k is multiplied by: 1/√d_h (1 for an additive head)")
+    mask: list[bool] = Field(description="true where the query may attend to the key")
+    weights: list[float] = Field(description="the model's own attention row (n)")
+    output: list[float] = Field(description="the head's output Σ_j α_j v_j as the model formed it (d_v)")
+    columns: list[int] = Field(description="[start, stop) of this head's slice of Concat(head_1..head_H)")
+    width: int = Field(description="the concatenation's width (H · d_h) before W_O")
+    positions: Literal["rope", "absolute", "recurrent", "none"]
+    position_note: str = Field(description="what swapping two keys shows for this model, in words")
+    kv_group: int | None = Field(None, description="grouped-query attention: the key/value group (1-based)")
+
+
 class LensToken(_Strict):
     id: int
     piece: str
@@ -475,3 +506,4 @@ class ExplorerData(_Strict):
     translations: list[Translation] = []
     captions: list[Caption] = []
     self_attention: list[SelfAttention] = []
+    head_steps: list[HeadStep] = Field([], description="step-through data of chosen heads, for the knobs offline")

@@ -184,6 +184,7 @@ def _broadcasts(small: Tensor, big: Tensor) -> bool:
 #: server's threads may run the same model at once (two batches of one model), each capturing its own pass.
 _ACTIVE: dict[tuple[int, int], Callable] = {}
 _WRAPPED = "_attnkit_capture"
+_WITH_VALUE = "_attnkit_with_value"  # a record that takes the values too (watch_attention_call(values=True))
 
 
 def _install() -> None:
@@ -197,7 +198,10 @@ def _install() -> None:
         def watched(module, query, key, value, attention_mask, *args, __original=original, **kwargs):
             record = _ACTIVE.get((threading.get_ident(), id(module)))
             if record is not None:
-                record(module, query, key, attention_mask, kwargs)
+                if getattr(record, _WITH_VALUE, False):
+                    record(module, query, key, value, attention_mask, kwargs)
+                else:
+                    record(module, query, key, attention_mask, kwargs)
             return __original(module, query, key, value, attention_mask, *args, **kwargs)
 
         setattr(watched, _WRAPPED, True)
@@ -205,16 +209,23 @@ def _install() -> None:
 
 
 @contextmanager
-def watch_attention_call(module: nn.Module, record: Callable) -> Iterator[None]:
+def watch_attention_call(module: nn.Module, record: Callable, *, values: bool = False) -> Iterator[None]:
     """Within the block, each call this thread's runs of ``module`` make to ``transformers``' ``sdpa``
     attention interface is first handed to ``record(module, query, key, attention_mask, kwargs)`` (the
-    very tensors the kernel receives; ``kwargs`` with ``scaling``, ``is_causal``...). ``record`` may
+    very tensors the kernel receives; ``kwargs`` with ``scaling``, ``is_causal``...); with ``values``,
+    ``record(module, query, key, value, attention_mask, kwargs)``. ``record`` may
     raise to stop the module there, before the kernel runs: how a caller that needs the queries and keys
     but not the output (a replay of chosen query rows) skips the work."""
     if not callable(record):
         raise TypeError(f"record must be callable, got {type(record).__name__}")
     _install()
     key = (threading.get_ident(), id(module))
+    if values:
+
+        def record(*args, __record=record):
+            return __record(*args)
+
+        setattr(record, _WITH_VALUE, True)
     _ACTIVE[key] = record
     try:
         yield

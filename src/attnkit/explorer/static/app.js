@@ -237,7 +237,9 @@ function renderHeads(p) {
       [...layer, meanHeads(layer)].forEach((mat, h) => {
         const c = heatCanvas(mat); c.dataset.kind = key; c.dataset.layer = l; c.dataset.head = h < nh ? h : "mean";
         c.title = `${title}, layer ${l + 1}, ${h < nh ? "head " + (h + 1) : "mean of the heads"}`;
-        c.addEventListener("click", () => enlarge(`${c.title}`, mat, rows, cols));
+        const site = { enc_self: "encoder", dec_self: "decoder self", cross: "cross" }[key];
+        const step = h < nh ? { model: p.model, source: p.source, target: p.translation, site, layer: l + 1, head: h + 1 } : null;
+        c.addEventListener("click", () => enlarge(`${c.title}`, mat, rows, cols, null, step));
         grid.append(c);
       });
     });
@@ -252,7 +254,9 @@ function renderHeads(p) {
   return box;
 }
 
-function enlarge(title, mat, rows, cols, gold = null) { // gold: cells to outline ({sure, possible}, matrixSvg's)
+// gold: cells to outline ({sure, possible}, matrixSvg's); step: the /api/head-step body of this head (model, text or
+// source/target, site, layer, head): a cell's click, or the query picker, steps through the head at that row
+function enlarge(title, mat, rows, cols, gold = null, step = null) {
   const box = document.getElementById("enlarged");
   const close = el("button", { class: "close", title: "close (Esc)", onclick: () => { box.hidden = true; } }, "close ✕");
   // cells as large as the window allows (between 12 and 32 px), so a long verse still fits
@@ -262,7 +266,10 @@ function enlarge(title, mat, rows, cols, gold = null) { // gold: cells to outlin
   const status = el("div", { class: "status" }, "hover a cell for its value");
   svg.querySelectorAll(".cell").forEach((c) => c.addEventListener("mouseenter", () => {
     status.textContent = `${rows[+c.dataset.r]} → ${cols[+c.dataset.c]}: ${fmt(c.dataset.w)}`; }));
+  const ctl = step && window.AttnkitHeadStep ? window.AttnkitHeadStep.control(step, rows) : null;
+  if (ctl) svg.querySelectorAll(".cell").forEach((c) => c.addEventListener("click", () => ctl.go(+c.dataset.r + 1)));
   box.replaceChildren(el("div", { class: "enlarged-head" }, el("h3", {}, title), close), svg, status,
+    ...(ctl ? [ctl.bar, ctl.box] : []),
     el("div", { class: "exports" },
       el("button", { class: "export", "data-format": "svg", onclick: () => download("head.svg", svgBlob(svg)) }, "SVG"),
       el("button", { class: "export", "data-format": "png", onclick: () => svgToPng(svg, "head.png") }, "PNG")));

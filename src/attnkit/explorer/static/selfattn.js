@@ -28,7 +28,8 @@ function saHeadsGrid(p, pieces) { // L rows × (H heads + the mean); a layer's h
   }
   const fill = (layer) => layer.heads.forEach((mat, h) => slots[layer.layer - 1][h].replaceWith(
     saCanvas(mat, pieces, `layer ${layer.layer}, ${saHeadName(p, h, true)}${saScores(p, layer.layer, h)}`,
-      layer.layer - 1, h, saMarks(p, layer.layer, h))));
+      layer.layer - 1, h, saMarks(p, layer.layer, h),
+      p.repeated ? null : { model: p.model, text: p.text, site: "self", layer: layer.layer, head: h + 1 })));
   (p.layers || []).forEach(fill);
   return { grid, fill };
 }
@@ -60,7 +61,7 @@ function saMarks(p, layer, h) {
     best: r.best.layer === layer && r.best.head === h + 1 };
 }
 
-function saCanvas(mat, pieces, title, layer, head, marks = null) {
+function saCanvas(mat, pieces, title, layer, head, marks = null, step = null) { // step: /api/head-step's body
   const n = Math.max(1, mat.length);
   const px = marks ? Math.max(3, Math.min(6, Math.floor(160 / n))) : Math.max(2, Math.min(6, Math.floor(90 / n)));
   const c = heatCanvas(mat, px);
@@ -76,7 +77,7 @@ function saCanvas(mat, pieces, title, layer, head, marks = null) {
   c.dataset.layer = layer; c.dataset.head = head; c.title = `self-attention, ${title} (click to enlarge)`;
   const how = marks ? "; red squares: the induction stripe, orange dots: the previous token" : "";
   c.addEventListener("click", () => enlarge(`self-attention, ${title}: rows = query piece, columns = key piece${how}`,
-    mat, pieces, pieces, marks));
+    mat, pieces, pieces, marks, step));
   return c;
 }
 
