@@ -129,3 +129,14 @@ def test_bad_input_gets_a_4xx_with_a_message(client, body, status, says):
     r = _post(client[0], **body)
     assert r.status_code == status, r.text
     assert says in r.json()["error"]
+
+
+@pytest.mark.parametrize("route", ["/api/self-attention", "/api/head-step"])
+def test_a_text_of_no_readable_word_is_refused_for_attnkits_language_model(client, route):
+    """attnkit's tokenizer reads these as nothing but <s> (its normaliser drops them): a 422, not a map of <s>."""
+    c, _ = client
+    body = {"model": "lm-4l-en", "text": "\u200b\u0007"} | (
+        {"layer": 1, "head": 1, "query": 1} if "step" in route else {}
+    )
+    r = c.post(route, json=body)
+    assert r.status_code == 422 and "no word the model can read" in r.json()["error"], r.text

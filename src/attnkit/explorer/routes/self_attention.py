@@ -101,7 +101,7 @@ def _checked_ids(ex, name: str, sa, text: str, extra: int = 0) -> list[int]:
     if len(text) > o.max_text_chars:
         raise ApiError(413, f"the text has {len(text)} characters; the limit is {o.max_text_chars} (--max-text-chars)")
     ids, _ = sa.encode(text)
-    specials = getattr(sa.tokenizer, "special_ids", set())
+    specials = sa.special_ids  # the text model's own: <s>, </s>, <pad>, <unk> of either tokenizer
     if not any(i not in specials for i in ids):  # only the tokenizer's own tokens: nothing of the text to show
         raise no_readable_word()
     limit, model_max = o.max_tokens, sa.max_length()
