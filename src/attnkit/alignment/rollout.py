@@ -11,7 +11,24 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["attention_rollout"]
+__all__ = ["attention_rollout", "residual_attention", "rollout_step"]
+
+
+def residual_attention(attention: Tensor) -> Tensor:
+    """``Â = rownorm(A + I)`` of ``attention (..., N, N)`` (one layer's, heads averaged, or a stack of layers):
+    the attention with the residual connection's identity added and each row renormalised (for rows that sum
+    to 1, ``½ (A + I)``): the edge weights that rollout multiplies and attention flow pushes through."""
+    eye = torch.eye(attention.shape[-1], dtype=attention.dtype, device=attention.device)
+    hat = attention + eye
+    return hat / hat.sum(-1, keepdim=True)
+
+
+def rollout_step(rollout: Tensor | None, attention: Tensor) -> Tensor:
+    """``R_l = Â_l R_{l−1}``: the rollout through one more layer of ``attention (N, N)`` (heads averaged), from
+    ``rollout`` through the layers below (None: none yet, ``R_0 = I``). One layer at a time, so a stream of
+    layers never holds them all."""
+    hat = residual_attention(attention)
+    return hat if rollout is None else hat @ rollout.to(hat.dtype)
 
 
 def attention_rollout(self_attention: Tensor) -> Tensor:
@@ -24,9 +41,7 @@ def attention_rollout(self_attention: Tensor) -> Tensor:
     a = self_attention.mean(1) if self_attention.dim() == 4 else self_attention  # (L, S, S)
     if a.shape[-1] != a.shape[-2]:
         raise ValueError(f"self-attention maps must be square, got {tuple(a.shape)}")
-    eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
-    rollout = eye
+    rollout = None
     for layer in a:  # first layer first: R_l = Â_l R_{l-1}
-        hat = layer + eye
-        rollout = (hat / hat.sum(-1, keepdim=True)) @ rollout
+        rollout = rollout_step(rollout, layer)
     return rollout

@@ -30,6 +30,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 from torch import Tensor
 
+from ..alignment.rollout import residual_attention
 from ..errors import InputError
 from .result import MethodRows
 
@@ -37,13 +38,6 @@ __all__ = ["SCALE", "flow_matrix", "flow_pairs", "flow_rows", "residual_attentio
 
 #: the integer units of one unit of attention in the flow network's capacities
 SCALE = 10**9
-
-
-def residual_attention(attention: Tensor) -> Tensor:
-    """``(L, N, N)``: each layer's head-mean attention with the residual, ``Â = ½ (A + I)``, rows renormalised."""
-    eye = torch.eye(attention.shape[-1], dtype=attention.dtype, device=attention.device)
-    hat = 0.5 * attention + 0.5 * eye
-    return hat / hat.sum(-1, keepdim=True)
 
 
 def _network(hat: Tensor, readout: Tensor | None) -> csr_matrix:

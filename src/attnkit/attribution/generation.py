@@ -53,6 +53,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from ..alignment.rollout import rollout_step
 from ..errors import InputError
 from ..method_registry import REGISTRY, names
 from . import gradients
@@ -222,10 +223,7 @@ def _attention_rows(sa, ids: list[int], prompt_len: int, method: str, layer, hea
             raise InputError("rollout composes every layer and head: --layer and --head do not apply")
 
         def compose(_layer: int, w: Tensor) -> None:  # w (H, n-1, n-1), layers in order: R_l = Â_l R_{l-1}
-            a = w.float().mean(0)  # (n-1, n-1)
-            eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
-            hat = a + eye
-            held["r"] = (hat / hat.sum(-1, keepdim=True)) @ held.get("r", eye)
+            held["r"] = rollout_step(held.get("r"), w.float().mean(0))  # (n-1, n-1)
 
         sa.stream(ids[:-1], compose, **logits)
     else:
