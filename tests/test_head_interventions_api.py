@@ -126,7 +126,7 @@ def test_head_why_equals_roles_and_qk_decomposition(client):
     sa = models.self_attention[LM]
     a = _ok(c, "/api/head-why", model=LM, text=TEXT, layer=2, head=2, query=14)
     roles = language_model_roles(sa, list(ROLE_TEXTS)).get("lm", 2, 2)
-    assert a["roles"] == pytest.approx({k: v for k, v in roles.scores.items()}, abs=1e-12)
+    assert a["roles"] == pytest.approx(roles.scores, abs=1e-12)
     assert a["strongest"] == roles.strongest() == "induction"
     ids, pieces = sa.encode(TEXT)
     d = qk_decomposition(sa.model, torch.tensor(ids), 1, 1, 13)
