@@ -3,9 +3,11 @@ transformer-es-en and attention-only-2l-en, Debian's chromium driven by Playwrig
 cross-attention layer 2, head 1 of the translator's heads grid ablates it: the page shows the translation the
 library writes with that head zeroed (:func:`translation_effect`, beam 1), the changed words marked; the language
 model's patching heat map marks L1H1, the previous-token head, as its largest cell, with the value the library
-computes (:func:`patch_heads`, noising, as ``attnkit heads --patching``)."""
+computes (:func:`patch_heads`, noising, as ``attnkit heads --patching``); an enlarged head of the language model
+shows its strongest role and the QK parts :func:`qk_decomposition` gives."""
 
 import pytest
+import torch
 
 from served import served
 from test_explorer_browser import ARGS, CHROMIUM, SHOTS
@@ -22,6 +24,7 @@ def test_ablate_a_translator_head_and_patch_the_language_model():
     from attnkit.attribution.intervention_effects import translation_effect
     from attnkit.attribution.interventions import HeadAblation
     from attnkit.attribution.patching import patch_heads, repeated_tokens_pair
+    from attnkit.attribution.qk_decomposition import qk_decomposition
     from attnkit.service import open_model
 
     tr = open_model(TRANSLATOR).impl
@@ -63,4 +66,17 @@ def test_ablate_a_translator_head_and_patch_the_language_model():
         assert float(top.get_attribute("data-effect")) == pytest.approx(float(patched.effect[0, 0]), abs=1e-9)
         expect(sa.locator(".patch-grid .patch-cell")).to_have_count(patched.scores.numel())
         sa.locator(".sa-patching").screenshot(path=str(SHOTS / "patching.png"))
+
+        # an enlarged head of the text: its roles and the QK parts of its most-attended key at the last query
+        text = page.input_value("#sa-text")
+        sa.locator(".sa-grid canvas[data-layer='1'][data-head='1']").first.click()
+        why = page.locator("#enlarged .why-out[data-done]")
+        why.wait_for(timeout=120_000)
+        expect(why.locator(".why-strongest")).to_have_attribute("data-role", "induction")
+        ids, _ = open_model(LM).impl.encode(text)
+        d = qk_decomposition(lm, torch.tensor(ids), 1, 1, len(ids) - 1)
+        parts = d.by_key_part()[int(d.weights.argmax())]  # (P,)
+        shown = why.locator(".why-part").evaluate_all("ps => ps.map((p) => [p.dataset.part, +p.dataset.value])")
+        assert shown[0][0] == d.parts[int(parts.abs().argmax())]  # the largest part first
+        assert dict(shown) == pytest.approx(dict(zip(d.parts, parts.tolist())), abs=1e-5)
         b.close()
