@@ -2,9 +2,10 @@
 what to pick from (:mod:`.catalog`), translation (:mod:`.translate`), documents with markup (:mod:`.document`),
 captioning (:mod:`.caption`),
 Hugging Face encoder-only and decoder-only models (:mod:`.self_attention`), a decoder-only model's views of one
-prediction (:mod:`.flow`), one head step by step (:mod:`.head_step`) and a job's progress (:mod:`.progress`)."""
+prediction (:mod:`.flow`), one head step by step (:mod:`.head_step`), head interventions (:mod:`.heads`: ablation,
+patching, a head's roles and QK decomposition) and a job's progress (:mod:`.progress`)."""
 
-from . import caption, catalog, document, flow, head_step, pages, progress, self_attention, translate
+from . import caption, catalog, document, flow, head_step, heads, pages, progress, self_attention, translate
 
 ROUTERS = [
     pages.router,
@@ -15,6 +16,7 @@ ROUTERS = [
     self_attention.router,
     flow.router,
     head_step.router,
+    heads.router,
     progress.router,
 ]
 

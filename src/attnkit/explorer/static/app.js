@@ -182,6 +182,7 @@ function renderTranslation(p) {
   }
   if (p.diagnostics) card.append(renderDiagnostics(p));
   if (p.heads) card.append(renderHeads(p));
+  if (p.heads && !DATA && window.AttnkitHeads) card.append(window.AttnkitHeads.translatorPanel(card, p)); // /api/ablate
   if (p.note) card.append(el("p", { class: "note engine-note" }, p.note));
   card.append(exportsFor(card, p, "translation"));
   return card;
@@ -268,8 +269,11 @@ function enlarge(title, mat, rows, cols, gold = null, step = null) {
     status.textContent = `${rows[+c.dataset.r]} → ${cols[+c.dataset.c]}: ${fmt(c.dataset.w)}`; }));
   const ctl = step && window.AttnkitHeadStep ? window.AttnkitHeadStep.control(step, rows) : null;
   if (ctl) svg.querySelectorAll(".cell").forEach((c) => c.addEventListener("click", () => ctl.go(+c.dataset.r + 1)));
+  // a text's head (live): its roles and QK decomposition (/api/head-why), at the query of a clicked row
+  const why = step && step.text && !DATA && window.AttnkitHeads ? window.AttnkitHeads.whyBox(step, rows) : null;
+  if (why) svg.querySelectorAll(".cell").forEach((c) => c.addEventListener("click", () => why.go(+c.dataset.r + 1)));
   box.replaceChildren(el("div", { class: "enlarged-head" }, el("h3", {}, title), close), svg, status,
-    ...(ctl ? [ctl.bar, ctl.box] : []),
+    ...(why ? [why.box] : []), ...(ctl ? [ctl.bar, ctl.box] : []),
     el("div", { class: "exports" },
       el("button", { class: "export", "data-format": "svg", onclick: () => download("head.svg", svgBlob(svg)) }, "SVG"),
       el("button", { class: "export", "data-format": "png", onclick: () => svgToPng(svg, "head.png") }, "PNG")));

@@ -5,7 +5,8 @@
 // information-flow graph of the text's next token from /api/flow/stream (drawn layer by layer by static/flow.js: layers × positions,
 // a threshold slider, an edge's click shows its head's attention row, a block's click its logit lens), and
 // every head on N random tokens repeated twice from /api/repeated, the induction stripe outlined and each
-// head's prefix-matching score in its title (Olsson et al. 2022).
+// head's prefix-matching score in its title (Olsson et al. 2022); static/heads.js adds the ablation panel and the
+// patching heat map.
 "use strict";
 
 const SA = { models: [], run: 0 };
@@ -110,6 +111,7 @@ function renderSelfAttention(p, info) {
     card.append(el("div", { class: "label" }, `attention rollout: ${p.rollout_rule}`), c);
   }
   if (info && info.generates) card.append(saGenerateBox(p, info), saFlowBox(p), saRepeatedBox(p));
+  if (info && info.generates && window.AttnkitHeads) card.append(window.AttnkitHeads.textPanel(card, p)); // /api/ablate
   return { card, fill };
 }
 
@@ -126,8 +128,11 @@ function saRepeatedBox(p) { // every head on random tokens repeated twice: the i
       out.replaceChildren(renderSelfAttention(r, null).card);
     } catch (e) { out.replaceChildren(); err.textContent = e.message; }
   };
+  // the same N and seed: which heads carry the induction answer, by patching (static/heads.js, /api/patching)
+  const patch = window.AttnkitHeads ? window.AttnkitHeads.patchingBox(p, n, seed) : null;
   box.append(el("div", { class: "controls" }, el("label", {}, "Random tokens N ", n), el("label", {}, "Seed ", seed),
-    el("button", { class: "sa-repeat-go", onclick: go }, "Repeated random tokens (the induction stripe)")), err, out);
+    el("button", { class: "sa-repeat-go", onclick: go }, "Repeated random tokens (the induction stripe)"),
+    ...(patch ? [patch.button] : [])), err, ...(patch ? [patch.box] : []), out);
   return box;
 }
 
