@@ -79,7 +79,7 @@ docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Execute every tutorial (docs/tutorials/*.ipynb) and store it with its outputs and figures, to commit after
-# changing one (NAMES="03 05" for some): offline, one thread, a temporary ATTNKIT_HOME (tools/notebooks.py).
+# changing one (NAMES="03 05" for some): offline, one thread (tools/notebooks.py).
 notebooks: setup
 	OMP_NUM_THREADS=1 $(PY) tools/notebooks.py $(NAMES)
 

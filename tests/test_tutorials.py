@@ -14,13 +14,10 @@ After changing a tutorial (or what it calls), store its outputs again and commit
 from __future__ import annotations
 
 import copy
-import os
 import sys
 from pathlib import Path
 
 import pytest
-
-import bible_home as bible
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
@@ -39,17 +36,6 @@ NOT_YET_STORED = {
     "`python tools/notebooks.py 01 02`, commit, and empty this table",
     "02-rnnsearch": "being rewritten on another branch (as 01)",
 }
-
-
-def _home(tmp_path: Path) -> Path:
-    """The kernel's ATTNKIT_HOME: a copy of the Bible the run's controller prepared in the background (tutorial
-    05 reads its training split), else an empty one (the tutorial prepares what it reads, ~7 s)."""
-    home = tmp_path / "home"
-    prepared = os.environ.get(bible.ENV)
-    if prepared and bible.have_sword():
-        pid = os.environ.get(bible.PID_ENV)
-        bible.copy_into(home, Path(prepared), int(pid) if pid else None)
-    return home
 
 
 def test_not_yet_stored_names_only_tutorials():
@@ -71,8 +57,10 @@ def test_every_tutorial_is_stored_with_outputs_a_repository_page_renders(noteboo
 
 
 @pytest.mark.parametrize("notebook", TUTORIALS, ids=lambda p: p.stem)
-def test_every_tutorial_prints_what_it_stores(notebook, tmp_path):
-    fresh = notebooks.execute(notebook, home=_home(tmp_path))  # an error raises, naming the cell
+def test_every_tutorial_prints_what_it_stores(notebook):
+    """Executed as a reader would (tools/notebooks.py's ``environment``: offline, one thread, the run's
+    ATTNKIT_HOME, where tutorial 05's eflomal links are made once per machine and then cached)."""
+    fresh = notebooks.execute(notebook)  # an error raises, naming the cell
     stored = nbformat.read(notebook, as_version=4)
     if notebook.stem in NOT_YET_STORED:
         stored = fresh  # nothing to compare with: only the fresh outputs' own checks (no error, no stderr)
@@ -176,8 +164,8 @@ def test_a_changed_figure_a_missing_output_stderr_and_an_error_are_reported():
 
 
 def test_timings_addresses_and_temporary_folders_are_masked():
-    stored = "ALTI(seconds=0.0357) 0.06 s with gradients at 0x7f3a2b1c9d10 in /tmp/tmpab12/run\n"
-    fresh = "ALTI(seconds=0.0412) 1.20 s with gradients at 0x7f00aa11bb22 in /tmp/tmpzz99/run\n"
+    stored = 'ALTI(seconds=0.0357) 0.06 s at 0x7f3a2b1c9d10 in /tmp/tmpab12/run {"tokens_per_s": 6616.75}\n'
+    fresh = 'ALTI(seconds=0.0412) 1.20 s at 0x7f00aa11bb22 in /tmp/tmpzz99/run {"tokens_per_s": 9040.66}\n'
     assert notebooks.text_difference(stored, fresh) is None
     assert notebooks.text_difference("step 10: loss 0.52", "step 11: loss 0.52") is not None
 

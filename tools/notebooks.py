@@ -59,9 +59,11 @@ MASKS = [
     (re.compile(r"/tmp/[\w./-]*|/var/folders/[\w./-]*"), "/tmp/…"),  # temporary folders
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|µs|us|ns|s|sec|seconds|min)\b(?!\w)"), "<duration>"),  # timings
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:it/s|s/it)\b"), "<rate>"),
-    # a timing field of a repr or of JSON, the explorer's views included (&quot;seconds&quot;:0.29)
+    # a timing or rate field of a repr or of JSON ("tokens_per_s": 6616.7), the explorer's views' too (&quot;seconds&quot;:0.29)
     (
-        re.compile(r"((?:seconds|time_s|elapsed_s)(?:&quot;|[\"'])?\s*[:=]\s*)[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"),
+        re.compile(
+            r"((?:seconds|time_s|elapsed_s|wall_s|\w*_per_s)(?:&quot;|[\"'])?\s*[:=]\s*)[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
+        ),
         r"\1<duration>",
     ),
     # tutorial 05's reference row: eflomal samples without a seed (attnkit.alignment.eflomal), so its AER on
@@ -88,9 +90,11 @@ def notebooks(names: list[str] | None = None) -> list[Path]:
 
 
 def environment(folder: Path, home: Path | None = None) -> dict[str, str]:
-    """The kernel's environment: offline, one thread, its temporary files inside ``folder``, and ATTNKIT_HOME
-    ``home`` (by default a new one inside ``folder``: nothing is read from or written to the user's)."""
-    return dict(
+    """The kernel's environment: offline, one thread, its temporary files inside ``folder``. ATTNKIT_HOME is
+    ``home`` if given, else the caller's (unset: attnkit's default, ``~/.cache/attnkit``), as a reader's would be:
+    tutorial 05 reads the prepared Bible and eflomal's links of it from there, made once per machine (~2 min,
+    mostly eflomal) and then cached, as the documentation build's execution did before."""
+    env = dict(
         os.environ,
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
@@ -98,17 +102,18 @@ def environment(folder: Path, home: Path | None = None) -> dict[str, str]:
         TRANSFORMERS_OFFLINE="1",
         HF_DATASETS_OFFLINE="1",
         TMPDIR=str(folder),
-        ATTNKIT_HOME=str(home or folder / "attnkit-home"),
         PYTHONHASHSEED="0",
         MPLBACKEND="module://matplotlib_inline.backend_inline",
         PYDEVD_DISABLE_FILE_VALIDATION="1",  # ipykernel's debugger would warn about frozen modules on stderr
     )
+    if home is not None:
+        env["ATTNKIT_HOME"] = str(home)
+    return env
 
 
 def execute(path: Path, home: Path | None = None) -> nbformat.NotebookNode:
     """The notebook at ``path`` executed top to bottom in a fresh ``python3`` kernel (this Python's ipykernel)
-    in a temporary folder (:func:`environment`; ``home``: its ATTNKIT_HOME, say one holding the prepared Bible),
-    without timing metadata; an error raises ``nbclient.exceptions.CellExecutionError``."""
+    in a temporary folder (:func:`environment`; ``home``: its ATTNKIT_HOME if given), without timing metadata; an error raises ``nbclient.exceptions.CellExecutionError``."""
     import nbclient
 
     nb = nbformat.read(path, as_version=4)
