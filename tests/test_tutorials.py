@@ -171,3 +171,14 @@ def test_timings_addresses_and_temporary_folders_are_masked():
 
 
 _PNG_1x1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+
+def test_storing_keeps_a_text_within_tolerance_and_takes_a_changed_one():
+    stored = nbformat.read(STORED, as_version=4)
+    out = _stream(_cells(stored), 8)
+    out.text = out.text.replace("guided head:", "guided head 0.5000:")
+    fresh = copy.deepcopy(stored)
+    _stream(_cells(fresh), 8).text = out.text.replace("0.5000", "0.5001")  # float noise: the stored text stays
+    assert "0.5000" in _stream(_cells(notebooks.stored_form(stored, fresh)), 8).text
+    _stream(_cells(fresh), 8).text = out.text.replace("0.5000", "0.5100")  # a change: the fresh text is stored
+    assert "0.5100" in _stream(_cells(notebooks.stored_form(stored, fresh)), 8).text

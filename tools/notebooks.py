@@ -106,6 +106,8 @@ def environment(folder: Path, home: Path | None = None) -> dict[str, str]:
         MPLBACKEND="module://matplotlib_inline.backend_inline",
         PYDEVD_DISABLE_FILE_VALIDATION="1",  # ipykernel's debugger would warn about frozen modules on stderr
     )
+    if os.environ.get("PYTHONPATH"):  # the kernel runs in ``folder``: a relative entry (src) would name nothing there
+        env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in os.environ["PYTHONPATH"].split(os.pathsep))
     if home is not None:
         env["ATTNKIT_HOME"] = str(home)
     return env
@@ -345,21 +347,18 @@ def stored_form(stored: nbformat.NotebookNode, fresh: nbformat.NotebookNode) -> 
 
 
 def _keep_text(old, outputs):
-    """``outputs`` with each text the stored outputs had kept as it was (they match by the rules): streams
-    by name, results and displays one by one with their MIME types; images as drawn now."""
-    old_streams, old_others = _parts(old)
-    others = iter(old_others)
-    kept = []
-    for o in outputs:
+    """``outputs`` with each text kept as stored (they match by the rules) when they are the same outputs in the
+    same order (a stream may be cut elsewhere on another run: then the fresh ones); images as drawn now."""
+    if [(o.output_type, o.get("name")) for o in old] != [(o.output_type, o.get("name")) for o in outputs]:
+        return outputs
+    for o, prev in zip(outputs, old):
         if o.output_type == "stream":
-            o.text = old_streams[o.name]
+            o.text = prev.text
         else:
-            prev = next(others)
             for mime in o.data:
                 if mime != "image/png" and mime in prev.data:
                     o.data[mime] = prev.data[mime]
-        kept.append(o)
-    return kept
+    return outputs
 
 
 def store(path: Path) -> bool:
@@ -391,7 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             changed = store(path)
             size = path.stat().st_size / 1e6
-            print(f"{name}: {'stored' if changed else 'unchanged'} ({size:.2f} MB)", flush=True)
+            problems = storage_problems(path)
+            failed += bool(problems)
+            print(f"{name}: {'stored' if changed else 'unchanged'} ({size:.2f} MB)", *problems, sep="\n  ", flush=True)
     return 1 if failed else 0
 
 
