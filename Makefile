@@ -8,7 +8,7 @@ DATA_PACKAGES := sword-text-sparv sword-text-web dataset-fashion-mnist
 BROWSER_PACKAGES := chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup venv data-packages browser-packages data demo lint test docs bench bench-quick wheel wheel-check clean
+.PHONY: setup venv data-packages browser-packages data demo lint test docs notebooks bench bench-quick wheel wheel-check clean
 
 setup: venv data-packages
 
@@ -72,10 +72,16 @@ lint: venv
 test: setup browser-packages lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist worksteal -p no:cacheprovider
 
-# The documentation site in site/ (open site/index.html; it reads offline): every tutorial notebook is executed,
-# and any warning (a broken link, a page left out of the nav, a missing docstring target) fails the build.
+# The documentation site in site/ (open site/index.html; it reads offline): the tutorial notebooks as stored, with
+# their outputs (`make test` executes them and compares), and any warning (a broken link, a page left out of the
+# nav, a missing docstring target) fails the build.
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# Execute every tutorial (docs/tutorials/*.ipynb) and store it with its outputs and figures, to commit after
+# changing one (NAMES="03 05" for some): offline, one thread (tools/notebooks.py).
+notebooks: setup
+	OMP_NUM_THREADS=1 $(PY) tools/notebooks.py $(NAMES)
 
 # The wheel and sdist, with the shipped models inside (dist/).
 wheel: venv

@@ -35,7 +35,7 @@ def _start(module, out: Path) -> None:
 def pytest_configure(config):
     """Under pytest-xdist, the controller starts the slow shared preparations as the run starts, so that no worker
     sits waiting for another to make them: the prepared Bible (~35 s, :mod:`bible_home`), and the documentation
-    site's build (~100 s, :mod:`docs_site`) when the docs tests are among those run."""
+    site's build (:mod:`docs_site`; the tutorials as stored, so ~20 s) when the docs tests are among those run."""
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         return  # a worker, or a run without xdist: the tests prepare what they need themselves
     if config.option.keyword or config.option.markexpr:
@@ -67,6 +67,7 @@ LONG_FIRST = (
     "test_serve_abuse.py",
     "test_explorer_browser.py",
     "test_corpus_training.py",
+    "test_tutorials.py",  # nine notebooks executed, 10 s to 2 min each
     "test_corpus_job_commands.py",
     "test_serve_follow.py",
     "test_shift_att.py",

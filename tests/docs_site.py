@@ -1,6 +1,7 @@
 """Building the documentation site for the tests, once per test run.
 
-``mkdocs build --strict`` executes every tutorial notebook (~100 s of CPU). Under pytest-xdist the run's
+``mkdocs build --strict`` renders every page, the tutorials with the outputs they store (they are executed and
+compared with what they store by ``tests/test_tutorials.py``, not here). Under pytest-xdist the run's
 controller starts the build in the background as the run starts (:func:`start`, :mod:`background`), so the
 workers run other tests meanwhile instead of one of them building while the other waits; the docs tests then
 wait for its status file (:func:`wait`). Run alone (no xdist), the docs tests build the site themselves (:func:`build`).
@@ -21,13 +22,14 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The environment variables through which the controller tells the workers where its build goes, and its process.
 ENV = "ATTNKIT_TEST_DOCS_SITE"
 PID_ENV = "ATTNKIT_TEST_DOCS_SITE_PID"
-TIMEOUT_S = 1800  # a hung notebook kernel fails the docs tests instead of the suite
+TIMEOUT_S = 900  # a hung build fails the docs tests instead of the suite
 
 
 def build(out: Path) -> str | None:
-    """``mkdocs build --strict`` into ``out``, the notebooks executed (mkdocs.yml reads ATTNKIT_DOCS_EXECUTE;
-    Material's notice about its successor is no warning): None when it succeeded, else what it printed."""
-    env = dict(os.environ, ATTNKIT_DOCS_EXECUTE="true", NO_MKDOCS_2_WARNING="1")
+    """``mkdocs build --strict`` into ``out``, the notebooks shown with their stored outputs (mkdocs.yml reads
+    ATTNKIT_DOCS_EXECUTE; Material's notice about its successor is no warning): None when it succeeded, else what
+    it printed."""
+    env = dict(os.environ, ATTNKIT_DOCS_EXECUTE="false", NO_MKDOCS_2_WARNING="1")
     config = str(ROOT / "mkdocs.yml")
     try:
         proc = subprocess.run(
