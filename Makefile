@@ -64,7 +64,7 @@ demo: setup
 	$(ATTNKIT) demo
 
 # Lint and format are checked first, so a lint error fails the build like a failing test.
-LINT_PATHS := src tests benchmarks
+LINT_PATHS := src tests benchmarks tools
 lint: venv
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)

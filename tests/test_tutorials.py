@@ -31,11 +31,7 @@ import notebooks  # noqa: E402 - tools/ is not a package
 TUTORIALS = notebooks.notebooks()
 #: Tutorials not stored with their outputs yet, with the reason; each is executed (no error, nothing on stderr)
 #: but has nothing to be compared with. TEMPORARY: a tutorial stored with outputs fails here until taken off.
-NOT_YET_STORED = {
-    "01-attention-from-scratch": "being rewritten on another branch: after merging it, run "
-    "`python tools/notebooks.py 01 02`, commit, and empty this table",
-    "02-rnnsearch": "being rewritten on another branch (as 01)",
-}
+NOT_YET_STORED: dict[str, str] = {}
 
 
 def test_not_yet_stored_names_only_tutorials():
