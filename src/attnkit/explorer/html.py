@@ -96,7 +96,7 @@ def write_explorer_html(
     head_steps: list | None = None,
 ) -> Path:
     """Write the offline page for these payloads to ``path`` (atomically); returns the path. ``head_steps``:
-    step-throughs of chosen heads (:meth:`attnkit.service.HeadStep.to_dict`), drawn with their knobs, which
+    step-throughs of chosen heads (:meth:`attnkit.service.head_step.HeadStep.to_dict`), drawn with their knobs, which
     recompute in the page offline as they do served."""
     data = ExplorerData.model_validate(
         {

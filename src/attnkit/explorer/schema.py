@@ -310,7 +310,7 @@ class SelfAttention(_Strict):
 
 
 class HeadStep(_Strict):
-    """One head at one query, step by step (``/api/head-step``, :class:`attnkit.service.HeadStep`):
+    """One head at one query, step by step (``/api/head-step``, :class:`attnkit.service.head_step.HeadStep`):
     ``e_j = q·k_j · scale`` (or an additive head's own ``scores``), ``α = softmax(e + M)``, ``o = Σ_j α_j v_j``.
     Numbers from 1 (layer, head, query); ``columns`` the head's ``[start, stop)`` in the concatenation."""
 

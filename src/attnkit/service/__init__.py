@@ -7,8 +7,10 @@ model with :func:`open_model` and analyses an input with :func:`analyse`, passin
   again (in a worker process, or at a training run's newer checkpoint).
 - :func:`repeated_attention`: a language model's maps and induction scores on random tokens repeated twice
   (the induction stripe), for notebooks: ``analyse`` of a :class:`RepeatedRequest`.
-- :func:`head_step`: one head at one query step by step (q, K, V, the mask, the scale, the weights, the
-  head's output and its slice of the concatenation), a :class:`HeadStep`: the explorer's step-through view.
+- :mod:`attnkit.service.head_step` (imported on its own, as it needs torch, which this package does not: a
+  CTranslate2 command imports it without torch): ``head_step``, one head at one query step by step (q, K,
+  V, the mask, the scale, the weights, the head's output and its slice of the concatenation), a
+  ``HeadStep``: the explorer's step-through view.
 - ``Request`` records say what to analyse and which views to compute; an ``Analysis`` holds what was
   computed (tokens, maps, attributions, alignment, timings); the server's payloads and the CLI's output
   are pure functions of an ``Analysis``.
@@ -24,7 +26,6 @@ from .analysis import (
     RepeatedAnalysis,
     TranslationAnalysis,
 )
-from .head_step import HeadStep, head_step
 from .model import Model, ModelKind, ModelSpec, text_model
 from .open import model_folder, model_kind, newest_spec, open_model
 from .repeated import repeated_attention
@@ -45,7 +46,6 @@ __all__ = [
     "GenerationAnalysis",
     "GenerationRequest",
     "GuidedLinks",
-    "HeadStep",
     "LMViewAnalysis",
     "LMViewRequest",
     "MethodOptions",
@@ -59,7 +59,6 @@ __all__ = [
     "TranslationRequest",
     "analyse",
     "check_method",
-    "head_step",
     "model_folder",
     "model_kind",
     "newest_spec",

@@ -1,5 +1,5 @@
 """``POST /api/head-step``: one attention head at one query, step by step (the page's step-through view,
-:func:`attnkit.service.head_step`): ``q_i``, ``K``, ``V``, the mask row, the scale, the model's own row,
+:func:`attnkit.service.head_step.head_step`): ``q_i``, ``K``, ``V``, the mask row, the scale, the model's own row,
 the head's output and its columns in the concatenation before ``W_O``. The page recomputes the softmax
 from these with its knobs (temperature, the √d scale, a masked key, two keys swapped), with no further
 request.
@@ -21,8 +21,7 @@ from pydantic import BaseModel, Field
 
 from ...data.text import no_readable_word
 from ...errors import InputError
-from ...service import head_step
-from ...service.head_step import head_step_numbers
+from ...service.head_step import head_step, head_step_numbers
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..state import explorer, pick, run_light
