@@ -187,6 +187,8 @@ def _translate_markup(args) -> int:
 
         result, described = translate_markup_split(args, text)
     else:
+        from .translate_markup_job import markup_translator
+
         tr, aligner = markup_translator(args)
         result = translate_document(
             tr, text, args.format, aligner=aligner, beam_size=args.beam, length_penalty=args.length_penalty
@@ -207,23 +209,6 @@ def _translate_markup(args) -> int:
         raise CLIError(f"--output: cannot write {args.output}: {exc.strerror or exc}") from None
     print(f"wrote {args.output} ({result.blocks} blocks translated, tags moved by {described})", file=sys.stderr)
     return 0
-
-
-def markup_translator(args):
-    """The translator and the aligner that moves the tags, for ``--format``: the PyTorch model and its
-    :func:`~attnkit.tasks.translation.markup.default_aligner`, or a CTranslate2 export (``--engine
-    ctranslate2 --model EXPORT``) and its :class:`~attnkit.deploy.ct2_align.CT2Aligner` (the export's
-    alignment heads)."""
-    if args.engine == "ctranslate2":
-        from ..deploy.ct2_align import CT2Aligner
-
-        tr = _open_model(args, None).impl  # no default: an export is named with --model
-        return tr, CT2Aligner(tr, args.align_method)
-    from ..service import ModelKind
-    from ..tasks.translation.markup import default_aligner
-
-    tr = _open_model(args, DEFAULT_TRANSLATION_MODEL, kind=ModelKind.TRANSLATOR).impl
-    return tr, default_aligner(tr, args.align_method)
 
 
 def _check_corpus_job(args) -> None:

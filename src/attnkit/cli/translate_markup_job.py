@@ -24,7 +24,10 @@ import concurrent.futures as futures
 import multiprocessing
 import os
 
-__all__ = ["SplitRunner", "translate_markup_split"]
+from ..pretrained import DEFAULT_TRANSLATION_MODEL
+from .common import _open_model
+
+__all__ = ["SplitRunner", "markup_translator", "translate_markup_split"]
 
 _TRANSLATE_BATCH = 64  # Translator.translate's (and CT2Translator.translate's) default batch
 _ALIGN_BUCKET = 32 * 8  # ModelAligner.align's bucket: batch_size 32 times 8
@@ -39,10 +42,25 @@ def _init(args, threads: int) -> None:
 
         torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)
-    from .translate import markup_translator
-
     tr, aligner = markup_translator(args)
     _worker["runner"] = _local(tr, aligner, args)
+
+
+def markup_translator(args):
+    """The translator and the aligner that moves the tags, for ``--format``: the PyTorch model and its
+    :func:`~attnkit.tasks.translation.markup.default_aligner`, or a CTranslate2 export (``--engine
+    ctranslate2 --model EXPORT``) and its :class:`~attnkit.deploy.ct2_align.CT2Aligner` (the export's
+    alignment heads)."""
+    if args.engine == "ctranslate2":
+        from ..deploy.ct2_align import CT2Aligner
+
+        tr = _open_model(args, None).impl  # no default: an export is named with --model
+        return tr, CT2Aligner(tr, args.align_method)
+    from ..service import ModelKind
+    from ..tasks.translation.markup import default_aligner
+
+    tr = _open_model(args, DEFAULT_TRANSLATION_MODEL, kind=ModelKind.TRANSLATOR).impl
+    return tr, default_aligner(tr, args.align_method)
 
 
 def _local(tr, aligner, args):
@@ -95,7 +113,6 @@ def translate_markup_split(args, text: str):
     """The document ``text`` translated by ``args.processes`` workers: ``(MarkupTranslation, how the tags
     were moved)``."""
     from ..tasks.translation.markup import translate_document
-    from .translate import markup_translator
 
     n = args.processes
     tr, aligner = markup_translator(args)
