@@ -140,6 +140,14 @@ def test_huggingface_export_records_the_guided_head_and_aligns_with_it(tmp_path,
         assert cli_main(["translate", "--model", str(model), "--format", "html", "--file", str(doc)]) == 0
         got[model] = capsys.readouterr().out
     assert got[out] == got[ckpt] and got[out].count("<b>") == 1
+    (tmp_path / "s.es").write_text("".join(" ".join(s) + "\n" for s, _ in PAIRS), encoding="utf-8")
+    (tmp_path / "s.en").write_text("".join(" ".join(t) + "\n" for _, t in PAIRS), encoding="utf-8")
+    for model in (ckpt, out):  # attnkit align: the guided head by default, for the folder as for the model
+        argv = ["align", "--model", str(model), "--src", str(tmp_path / "s.es"), "--tgt", str(tmp_path / "s.en")]
+        assert cli_main([*argv, "--no-progress", "--output", str(tmp_path / f"{model.name}.align")]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "hf.align").read_text() == (tmp_path / "g.align").read_text()
+    assert (tmp_path / "hf.align").read_text().strip()
 
     # a folder without the key aligns by its attention; a malformed key is refused, naming it
     config.pop("attnkit_alignment_heads")

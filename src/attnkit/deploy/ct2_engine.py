@@ -19,8 +19,11 @@ lengths, so the export carries the ``α`` whose CTranslate2 beam output is close
 penalised score times ``L^α``).
 
 **Attention.** CTranslate2 returns one map per hypothesis: the mean of the alignment heads of the
-alignment layer (the export picks every head of the last decoder layer, attnkit's own alignment).
-Per-layer and per-head maps exist only in the PyTorch engine.
+alignment layer (the export picks the guided head alone for a model trained with guided alignment, else
+every head of the last decoder layer, attnkit's own alignment; ``attnkit.json`` says which, and which rows).
+:meth:`CT2Translator.forced_alignments` reads it under teacher forcing, which is how
+:class:`attnkit.deploy.ct2_align.CT2Aligner` moves a document's tags. Per-layer and per-head maps exist only
+in the PyTorch engine.
 """
 
 from __future__ import annotations

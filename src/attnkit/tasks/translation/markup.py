@@ -31,6 +31,10 @@ error naming its line, as expat reports it.
 
 The reading of each format is in :mod:`._markup_read`, one block's tags and its writing back in
 :mod:`._markup_block`; this module translates and aligns the blocks and puts the document together.
+The translator may be any engine with ``encode_sources``, ``max_src_len`` and ``translate`` (a CTranslate2
+export, with :class:`attnkit.deploy.ct2_align.CT2Aligner` as its aligner), and what translates and aligns
+the sentences is a runner (:class:`LocalRunner`; ``attnkit translate --processes`` passes one that hands
+worker processes whole batches, :mod:`attnkit.cli.translate_markup_job`).
 """
 
 from __future__ import annotations
