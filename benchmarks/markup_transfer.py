@@ -25,8 +25,7 @@ output's words by a second alignment, output against reference. That alignment g
 source: ``transformer-en-es``'s guided head (read both ways), reading the output and forced to write the
 source, gives output-source links, and the gold links give source-reference ones; a reference word and an
 output word are linked when they share a source word. The en-es head is another model than the one that
-moved the tags (its errors are not the es-en head's), and it is the better of the two heads on the gold set
-(benchmarks/RESULTS.md, "Word alignment"); eflomal was not used because output and reference are both
+moved the tags (its errors are not the es-en head's); eflomal was not used because output and reference are both
 English and eflomal would have to learn an English-English table from 100 pairs. The score is bounded by
 that aligner's own errors. Then BLEU with markup against without: the test verses (all 1,058 unless
 ``--limit``), random tags drawn over each, translated as one HTML document (tags stripped from the output
