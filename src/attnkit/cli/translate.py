@@ -322,7 +322,7 @@ def add_parser(sub) -> None:
         action="store_true",
         help="print the seconds of loading the model and of translating, and sentences/s, on stderr (default: off)",
     )
-    add_corpus_job_flags(tr, "lines of --file (with --format, the document's blocks, over worker processes)")
+    add_corpus_job_flags(tr, "lines of --file (with --format: the document's blocks, in a process pool, not torchrun)")
     tr.add_argument(
         "--no-progress",
         action="store_true",
