@@ -3,18 +3,14 @@ shipped name.
 
 The one writer (:func:`attnkit.paths.atomic_writer`) is checked on its own (an exception keeps the old file,
 success gives the whole new one, the mode is what a plain ``open`` gives under the umask); then through the
-commands: ``attnkit align --output`` stopped by a NUL byte on a later line, and killed with SIGKILL at random
-instants; a ``--plot`` picture whose drawing fails midway; ``attnkit export`` of a shipped model by name."""
+commands: ``attnkit align --output`` stopped by a NUL byte on a later line; a ``--plot`` picture whose drawing
+fails midway; ``attnkit export`` of a shipped model by name. SIGKILL at random instants (``align --output``,
+``translate --format html --output``, an export): tests/test_sigkill_outputs.py."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -159,64 +155,6 @@ def test_a_plot_whose_drawing_fails_keeps_the_old_picture(tmp_path, monkeypatch)
     monkeypatch.setattr(Figure, "savefig", real)
     plot_alignment([[0.5, 0.5], [0.2, 0.8]], ["a", "b"], ["c", "d"], out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def _align(src: Path, tgt: Path, out: Path) -> subprocess.Popen:
-    argv = ["align", "--src", str(src), "--tgt", str(tgt), "--no-progress", "--batch-size", "8", "--output", str(out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "attnkit", *argv], env=env, stderr=subprocess.DEVNULL)
-
-
-def _wait_for_temp(folder: Path, proc: subprocess.Popen) -> None:
-    """Until the writer's temp file appears in ``folder`` (the links start to be written) or ``proc`` ends."""
-    deadline = time.monotonic() + 120
-    while not _leftovers(folder) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.002)
-
-
-def test_align_output_killed_at_random_instants_is_old_new_or_nothing(tmp_path):
-    """SIGKILL at random instants of ``attnkit align --output`` (the shipped model on 150 gold verses, a few
-    seconds a run): the final name holds the old file or the complete new one (or nothing, with no old
-    file), never a part. A first run, whole, gives the new file and times its writing (from the temp file's
-    appearance to the rename); then one trial is killed at an instant drawn over the whole run (start-up
-    included), and four at an instant drawn over the writing, so that the writing itself is hit."""
-    src, tgt = _gold_slice(tmp_path, 150)
-    ref = tmp_path / "ref" / "links.txt"
-    ref.parent.mkdir()
-    started = time.monotonic()
-    proc = _align(src, tgt, ref)
-    _wait_for_temp(ref.parent, proc)
-    writing_from = time.monotonic()
-    while not ref.exists() and proc.poll() is None:
-        time.sleep(0.002)
-    writing = time.monotonic() - writing_from
-    assert proc.wait(timeout=120) == 0
-    whole_run = time.monotonic() - started
-    new = ref.read_bytes()
-    assert new.count(b"\n") == 150
-
-    rng = random.Random(71)
-    outcomes = []
-    for trial in range(5):
-        folder = tmp_path / f"trial{trial}"
-        folder.mkdir()
-        out = folder / "links.txt"
-        if trial != 4:  # the last trial: no earlier file (then nothing, or the new one)
-            out.write_text(OLD)
-        proc = _align(src, tgt, out)
-        try:
-            if trial == 0:
-                time.sleep(rng.uniform(0.05, whole_run))
-            else:
-                _wait_for_temp(folder, proc)
-                time.sleep(rng.uniform(0.0, writing))
-            proc.send_signal(signal.SIGKILL)
-        finally:
-            proc.wait(timeout=60)
-        got = out.read_bytes() if out.exists() else None
-        assert got in (OLD.encode() if trial != 4 else None, new), (trial, None if got is None else len(got))
-        outcomes.append("new" if got == new else "killed mid-write" if _leftovers(folder) else "before")
-    assert "killed mid-write" in outcomes, outcomes  # the writing itself was hit (its temp file left behind)
 
 
 # ------------------------------------------------------------------ a shipped name wherever a model is read

@@ -197,6 +197,18 @@ def _markup(row: str) -> Callable[[], str]:
     return lambda: f"{read('markup_transfer.json')['rows'][row]['exact']:.3f}"
 
 
+def _own(path: list[str], fmt: str = ".3f") -> Callable[[], str]:
+    """A figure of ``markup_own.json`` (``benchmarks/markup_transfer.py --own``) at ``path``."""
+
+    def value() -> str:
+        v = read("markup_own.json")
+        for key in path:
+            v = v[key]
+        return format(v, fmt)
+
+    return value
+
+
 FIGURES = [
     Figure("README.md", "it samples and takes no seed, so five fresh runs | ", _eflomal_range),
     Figure("README.md", "(`python benchmarks/eflomal_runs.py --runs 5`: ", _eflomal_runs),
@@ -207,6 +219,18 @@ FIGURES = [
     Figure("docs/howto/translate-markup.md", "| eflomal | ", _markup(_MARKUP_KEYS[2])),
     Figure("docs/howto/translate-markup.md", "| raw last-layer attention | ", _markup(_MARKUP_KEYS[3])),
     Figure("docs/howto/translate-markup.md", "| position-proportional baseline | ", _markup(_MARKUP_KEYS[4])),
+    Figure("docs/howto/translate-markup.md", "through the Spanish source). ", _own(["span_match", "exact"])),
+    Figure(
+        "docs/howto/translate-markup.md", "had exactly the reference's words (word F1 ", _own(["span_match", "word_f1"])
+    ),
+    Figure(
+        "docs/howto/translate-markup.md",
+        "beam 5, BLEU was ",
+        _own(["bleu", "with_markup"], ".2f"),
+    ),
+    Figure(
+        "docs/howto/translate-markup.md", "(tags stripped before scoring) and ", _own(["bleu", "without_markup"], ".2f")
+    ),
 ]
 
 

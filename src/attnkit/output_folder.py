@@ -54,6 +54,7 @@ __all__ = [
     "owned_files",
     "remove_owned_folder",
     "replace_output_folder",
+    "staging_beside",
 ]
 
 ENGINE_MANIFEST = "attnkit.json"  # an engine export's manifest (attnkit.deploy.manifest writes it)
@@ -239,6 +240,19 @@ def replace_output_folder(
     if old is not None:
         shutil.rmtree(old)
     return out
+
+
+def staging_beside(out: str | os.PathLike):
+    """A temporary folder (a ``tempfile.TemporaryDirectory`` context) to assemble a whole-folder output in,
+    beside ``out`` when its parent exists (else in the system's temporary folder): on the same file system,
+    so that :func:`replace_output_folder`'s move is one ``rename`` and a process killed at any instant leaves
+    ``out`` as the old folder, the new one, or absent (between the two renames, the old one kept aside as
+    ``.<name>.old-<pid>``), never a half-copied folder. A kill leaves the hidden ``.<name>.tmp-*`` behind."""
+    import tempfile
+
+    out = Path(out).resolve()
+    parent = out.parent if out.parent.is_dir() else None
+    return tempfile.TemporaryDirectory(prefix=f".{out.name}.tmp-", dir=parent)
 
 
 def remove_owned_folder(path: str | os.PathLike) -> None:

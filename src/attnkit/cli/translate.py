@@ -159,16 +159,17 @@ def _translate_markup(args) -> int:
         "--json": args.json,
         "--plot": args.plot,
         "--html": args.html,
-        "--processes": args.processes is not None or corpus_job_wanted(args),
-        "--engine ctranslate2": args.engine == "ctranslate2",
+        "--job-dir or torchrun": corpus_job_wanted(args),
         "--shortlist": args.shortlist,
+        "--vmap": getattr(args, "vmap", False),
     }
     for flag, on in given.items():
         if on:
             raise CLIError(f"--format {args.format} translates one document from --file or stdin: give no {flag}")
-    from ..service import ModelKind
-    from ..tasks.translation.markup import decode_document, default_aligner, translate_document
+    from ..tasks.translation.markup import decode_document, translate_document
 
+    if args.processes is not None and not args.file:
+        raise CLIError(f"--processes with --format {args.format} splits a --file: give the document with --file")
     if args.file:
         try:
             with open(args.file, "rb") as f:
@@ -181,12 +182,18 @@ def _translate_markup(args) -> int:
     else:
         raise CLIError(f"nothing to translate: give the {args.format} document with --file or on stdin")
     text = decode_document(data, name)
-    model = _open_model(args, DEFAULT_TRANSLATION_MODEL, kind=ModelKind.TRANSLATOR)
-    tr = model.impl
-    aligner = default_aligner(tr, args.align_method)
-    result = translate_document(
-        tr, text, args.format, aligner=aligner, beam_size=args.beam, length_penalty=args.length_penalty
-    )
+    if args.processes is not None:
+        from .translate_markup_job import translate_markup_split
+
+        result, described = translate_markup_split(args, text)
+    else:
+        from .translate_markup_job import markup_translator
+
+        tr, aligner = markup_translator(args)
+        result = translate_document(
+            tr, text, args.format, aligner=aligner, beam_size=args.beam, length_penalty=args.length_penalty
+        )
+        described = aligner.describe()
     if result.notes:
         print(f"attnkit translate: {name}: repaired the markup: {'; '.join(result.notes)}", file=sys.stderr)
     if args.output is None:
@@ -200,9 +207,7 @@ def _translate_markup(args) -> int:
             out.write(result.text.encode("utf-8"))
     except OSError as exc:
         raise CLIError(f"--output: cannot write {args.output}: {exc.strerror or exc}") from None
-    print(
-        f"wrote {args.output} ({result.blocks} blocks translated, tags moved by {aligner.describe()})", file=sys.stderr
-    )
+    print(f"wrote {args.output} ({result.blocks} blocks translated, tags moved by {described})", file=sys.stderr)
     return 0
 
 
@@ -317,7 +322,7 @@ def add_parser(sub) -> None:
         action="store_true",
         help="print the seconds of loading the model and of translating, and sentences/s, on stderr (default: off)",
     )
-    add_corpus_job_flags(tr, "lines of --file")
+    add_corpus_job_flags(tr, "lines of --file (with --format: the document's blocks, in a process pool, not torchrun)")
     tr.add_argument(
         "--no-progress",
         action="store_true",

@@ -19,8 +19,11 @@ lengths, so the export carries the ``α`` whose CTranslate2 beam output is close
 penalised score times ``L^α``).
 
 **Attention.** CTranslate2 returns one map per hypothesis: the mean of the alignment heads of the
-alignment layer (the export picks every head of the last decoder layer, attnkit's own alignment).
-Per-layer and per-head maps exist only in the PyTorch engine.
+alignment layer (the export picks the guided head alone for a model trained with guided alignment, else
+every head of the last decoder layer, attnkit's own alignment; ``attnkit.json`` says which, and which rows).
+:meth:`CT2Translator.forced_alignments` reads it under teacher forcing, which is how
+:class:`attnkit.deploy.ct2_align.CT2Aligner` moves a document's tags. Per-layer and per-head maps exist only
+in the PyTorch engine.
 """
 
 from __future__ import annotations
@@ -156,15 +159,19 @@ class CT2Translator(TranslationEngine):
         return_attention: bool = False,
         truncate: bool = False,
         use_vocabulary_map: bool = False,
+        length_penalty: float | None = None,
     ) -> list[CT2Translation]:
         """Translate ``sentences`` (see the module docstring); ``use_vocabulary_map``: decode over each
-        batch's lexical shortlist (the export's ``vmap.txt``, from ``attnkit export --shortlist``)."""
+        batch's lexical shortlist (the export's ``vmap.txt``, from ``attnkit export --shortlist``);
+        ``length_penalty``: attnkit's GNMT ``α`` (as the PyTorch engine takes it), matched to CTranslate2's
+        ``β`` by :func:`ctranslate2_length_penalty` (default: the export's own)."""
         results = self.translate_ids(
             self.encode_sources(sentences, truncate=truncate),
             beam_size=beam_size,
             batch_size=batch_size,
             return_attention=return_attention,
             use_vocabulary_map=use_vocabulary_map,
+            length_penalty=None if length_penalty is None else ctranslate2_length_penalty(length_penalty),
         )
         for r, s in zip(results, sentences):
             r.source = s
@@ -178,8 +185,10 @@ class CT2Translator(TranslationEngine):
         batch_size: int = 64,
         return_attention: bool = False,
         use_vocabulary_map: bool = False,
+        length_penalty: float | None = None,
     ) -> list[CT2Translation]:
-        """Translate already-tokenised sources, batching similar lengths as attnkit's Translator does."""
+        """Translate already-tokenised sources, batching similar lengths as attnkit's Translator does;
+        ``length_penalty``: CTranslate2's own ``β`` (default: the export's)."""
         import numpy as np
 
         if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
@@ -189,7 +198,7 @@ class CT2Translator(TranslationEngine):
                 f"{self.path} has no vocabulary map; export it with `attnkit export MODEL OUT --format "
                 "ctranslate2 --shortlist FILE`"
             )
-        alpha = self.length_penalty if beam_size > 1 else 0.0
+        alpha = (self.length_penalty if length_penalty is None else float(length_penalty)) if beam_size > 1 else 0.0
         piece, to_id = self._pieces, self.tokenizer.piece_to_id
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         results: list[CT2Translation | None] = [None] * len(ids)
@@ -219,6 +228,12 @@ class CT2Translator(TranslationEngine):
                 results[i] = res
         return results  # type: ignore[return-value]
 
+    @property
+    def alignment_rows(self) -> str:
+        """``"input"`` when the export's alignment is a guided head read at the step whose input is each
+        target piece (how it was trained), ``"output"`` when it is read at the step that outputs it."""
+        return str(self.manifest.get("alignment", {}).get("rows", "output"))
+
     def forced_alignment(self, source_ids: Sequence[int], target_ids: Sequence[int]):
         """``(T, S)`` float32: the alignment while the decoder is forced to write ``target_ids``
         (teacher forcing, CTranslate2's ``target_prefix``). Row ``t`` is the step that writes
@@ -226,22 +241,32 @@ class CT2Translator(TranslationEngine):
         guided alignment head (``"rows": "input"`` in the manifest) it is the step whose input is
         ``target_ids[t]``, the one after: one more forced piece (any: only its step's input
         matters) makes the last piece an input too."""
-        import numpy as np
-
         if not target_ids:
             raise InputError("target has no tokens: there is no output token to show attention for")
+        return self.forced_alignments([(source_ids, target_ids)])[0]
+
+    def forced_alignments(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, batch_size: int = 32):
+        """:meth:`forced_alignment` of each ``(source ids, target ids)`` pair (each non-empty), batched:
+        one ``translate_batch`` per ``batch_size`` pairs, each row its own ``target_prefix``."""
+        import numpy as np
+
         piece = self._pieces
-        shift = int(self.manifest.get("alignment", {}).get("rows") == "input")
-        prefix = [piece[t] for t in target_ids] + [piece[self.tokenizer.unk_id]] * shift
-        out = self.translator.translate_batch(
-            [[piece[t] for t in source_ids]],
-            target_prefix=[prefix],
-            beam_size=1,
-            max_decoding_length=len(prefix),
-            return_attention=True,
-        )
-        att = np.asarray(out[0].attention[0], dtype=np.float32).reshape(-1, len(source_ids))  # (T + shift, S)
-        return att[shift : shift + len(target_ids)]
+        shift = int(self.alignment_rows == "input")
+        out = []
+        for start in range(0, len(pairs), batch_size):
+            chunk = pairs[start : start + batch_size]
+            prefixes = [[piece[t] for t in tgt] + [piece[self.tokenizer.unk_id]] * shift for _, tgt in chunk]
+            res = self.translator.translate_batch(
+                [[piece[t] for t in src] for src, _ in chunk],
+                target_prefix=prefixes,
+                beam_size=1,
+                max_decoding_length=max(len(p) for p in prefixes),
+                return_attention=True,
+            )
+            for (src, tgt), r in zip(chunk, res):
+                att = np.asarray(r.attention[0], dtype=np.float32).reshape(-1, len(src))  # (≥ T + shift, S)
+                out.append(att[shift : shift + len(tgt)])
+        return out
 
 
 def evaluate_ct2(

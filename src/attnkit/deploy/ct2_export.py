@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +38,7 @@ import torch
 
 from ..attention.positional import sinusoidal_encoding
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
-from ..output_folder import check_output_folder, replace_output_folder
+from ..output_folder import check_output_folder, replace_output_folder, staging_beside
 from ..tasks.translation.generation import read_generation_defaults
 from ..version import __version__
 from .ct2_engine import ctranslate2_length_penalty
@@ -74,7 +73,7 @@ NETWORK_FIELDS = frozenset(
         "bos_id",
         "eos_id",
         "max_src_len",
-        "alignment_layer",  # a guided alignment head: CTranslate2's alignment layer and heads; HF: unchanged
+        "alignment_layer",  # a guided alignment head: CTranslate2's alignment layer and heads; HF: attnkit_alignment_heads
         "alignment_head",
     }
 )
@@ -325,7 +324,7 @@ def export_ctranslate2(
     model.eval()
     tokenizer = Tokenizer.load(model_dir)
     converter = AttnkitTransformerConverter(model, tokenizer)
-    with tempfile.TemporaryDirectory() as tmp:
+    with staging_beside(out) as tmp:  # the same file system as out: the final move is a rename
         vmap = None
         if shortlist is not None:
             from ..tasks.translation.lexical_shortlist import tokenizer_digest

@@ -36,7 +36,12 @@ has no ``</s>`` appended (attnkit's has none); the tokenizer is :mod:`attnkit.de
 ``config.json`` also carries an ``attnkit`` entry (the languages, the corpus, the source spelling and
 the longest source), which plain ``transformers`` ignores and attnkit's HF path reads, so that
 ``attnkit translate --model OUT`` rewrites today's Spanish to the 1909 Bible's spelling before
-tokenizing, as the attnkit model does (plain ``transformers`` reads text as typed).
+tokenizing, as the attnkit model does (plain ``transformers`` reads text as typed). A model trained with
+guided alignment also gets ``"attnkit_alignment_heads": [[layer, head]]`` in ``config.json``
+(:data:`ALIGNMENT_HEADS_KEY`; 1-based, as ``attnkit align --layer/--head`` count; the head is read at the
+step whose *input* is each target piece, as it was trained), so that ``attnkit align``, ``translate
+--format html`` and the explorer align an exported folder with that head, as they do the attnkit model;
+the heads keep their order in the export (only the residual dimensions are permuted).
 
 **What is refused**, with a :class:`~attnkit.deploy.manifest.DeployError` naming the reason:
 recurrent translators and captioners; learned position tables (Marian's and Pegasus's tables are
@@ -56,16 +61,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tempfile
 from pathlib import Path
 
 import torch
 
 from ..attention.positional import sinusoidal_encoding
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
-from ..output_folder import check_output_folder, replace_output_folder
+from ..hf.seq2seq import ALIGNMENT_HEADS_KEY
+from ..output_folder import check_output_folder, replace_output_folder, staging_beside
 from ..version import __version__
-from .ct2_export import MAX_DECODE, NETWORK_FIELDS, check_model_type
+from .ct2_export import MAX_DECODE, NETWORK_FIELDS, check_model_type, guided_head
 from .hf_folder import CHECK_SENTENCES
 from .hf_folder import hf_objects as _hf_export
 from .hf_folder import make_readable as _readable
@@ -192,6 +197,9 @@ def _hf_config(model, max_positions: int) -> tuple[dict, dict]:
             "max_src_len": c.max_src_len,
         },
     )
+    guided = guided_head(c)
+    if guided:  # the head trained to align (guided alignment), which attnkit's HF path aligns with
+        common[ALIGNMENT_HEADS_KEY] = [list(guided)]
     return common, dict(decoder_vocab_size=c.vocab_size, share_encoder_decoder_embeddings=c.tie_embeddings)
 
 
@@ -371,7 +379,7 @@ def export_huggingface(model_dir: str | Path, out: str | Path, *, force: bool = 
     diff = self_check(model, hf, tokenizer, fast)
     hf.generation_config = _generation_config(model)
     c = model.config
-    with tempfile.TemporaryDirectory() as tmp:
+    with staging_beside(out) as tmp:  # the same file system as out: the final move is a rename
         staging = Path(tmp) / "model"
         export.save(hf, fast, staging)
         _portable_tokenizer_config(staging / "tokenizer_config.json")

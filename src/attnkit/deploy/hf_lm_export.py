@@ -58,13 +58,12 @@ import copy
 import dataclasses
 import hashlib
 import json
-import tempfile
 from pathlib import Path
 
 import torch
 
 from ..data.tokenizer import MODEL_FILENAME, Tokenizer
-from ..output_folder import check_output_folder, replace_output_folder
+from ..output_folder import check_output_folder, replace_output_folder, staging_beside
 from ..version import __version__
 from .hf_folder import CHECK_SENTENCES, hf_objects, make_readable, portable_tokenizer_config
 from .hf_tokenizer import build_tokenizer, tokenizer_mismatches
@@ -346,7 +345,7 @@ def export_language_model(
     if precision == "fp16":
         hf = hf.half()
     c = model.config
-    with tempfile.TemporaryDirectory() as tmp:
+    with staging_beside(out) as tmp:  # the same file system as out: the final move is a rename
         staging = Path(tmp) / "model"
         export.save(hf, fast, staging)
         portable_tokenizer_config(staging / "tokenizer_config.json")

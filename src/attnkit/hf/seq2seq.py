@@ -40,9 +40,36 @@ from .loading import HFModelError, load_pretrained
 from .tokenizer import HFTokenizer
 from .transformers_internals import fork_encoder_decoder_cache
 
-__all__ = ["HFSeq2Seq", "HFSeq2SeqConfig", "HFState", "load_seq2seq"]
+__all__ = ["ALIGNMENT_HEADS_KEY", "HFSeq2Seq", "HFSeq2SeqConfig", "HFState", "alignment_heads", "load_seq2seq"]
 
 FAMILIES = ("marian", "bart", "mbart", "m2m_100", "nllb-moe", "t5", "mt5", "pegasus")
+
+
+#: ``config.json`` key of an attnkit export (:mod:`attnkit.deploy.hf_export`): ``[[layer, head]]``, 1-based, the
+#: cross-attention head trained with guided alignment (read at the step whose input is each target piece).
+ALIGNMENT_HEADS_KEY = "attnkit_alignment_heads"
+
+
+def alignment_heads(cfg, layers: int, heads: int, source: str) -> tuple[int, int] | None:
+    """``(layer, head)`` from ``cfg``'s :data:`ALIGNMENT_HEADS_KEY` (None without it); a value that is not one
+    pair of 1-based numbers within the model's ``layers`` decoder layers and ``heads`` heads is an
+    :class:`HFModelError` naming the key."""
+    value = getattr(cfg, ALIGNMENT_HEADS_KEY, None)
+    if value is None:
+        return None
+    ok = (
+        isinstance(value, list)
+        and len(value) == 1
+        and isinstance(value[0], list)
+        and len(value[0]) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value[0])
+    )
+    if not ok or not (1 <= value[0][0] <= layers and 1 <= value[0][1] <= heads):
+        raise HFModelError(
+            f"{source}: config.json's {ALIGNMENT_HEADS_KEY} must be [[layer, head]] (1-based, within "
+            f"{layers} decoder layers of {heads} heads), got {value!r}"
+        )
+    return value[0][0], value[0][1]
 
 
 @dataclass
@@ -65,6 +92,8 @@ class HFSeq2SeqConfig:
     tgt_lang: str = "?"
     corpus: str = "?"
     source_spelling: str = "modern"  # what the Translator rewrites input to (an attnkit export's: its model's)
+    alignment_layer: int | None = None  # the guided alignment head (1-based), from ALIGNMENT_HEADS_KEY
+    alignment_head: int | None = None
 
 
 @dataclass
@@ -164,6 +193,7 @@ class HFSeq2Seq(nn.Module):
             )
         )
         max_src = int(max_pos) - len(self.src_prefix) - len(self.src_suffix)
+        guided = alignment_heads(cfg, n_dec, int(heads), source)
         self.config = HFSeq2SeqConfig(
             model_type=str(cfg.model_type),
             source=source,
@@ -180,6 +210,8 @@ class HFSeq2Seq(nn.Module):
             tgt_lang=langs[1],
             corpus=str(ours.get("corpus", "?")),
             source_spelling=str(ours.get("source_spelling", "modern")),
+            alignment_layer=guided[0] if guided else None,
+            alignment_head=guided[1] if guided else None,
         )
         self.model_type = f"hf-{cfg.model_type}"
 

@@ -31,6 +31,10 @@ error naming its line, as expat reports it.
 
 The reading of each format is in :mod:`._markup_read`, one block's tags and its writing back in
 :mod:`._markup_block`; this module translates and aligns the blocks and puts the document together.
+The translator may be any engine with ``encode_sources``, ``max_src_len`` and ``translate`` (a CTranslate2
+export, with :class:`attnkit.deploy.ct2_align.CT2Aligner` as its aligner), and what translates and aligns
+the sentences is a runner (:class:`LocalRunner`; ``attnkit translate --processes`` passes one that hands
+worker processes whole batches, :mod:`attnkit.cli.translate_markup_job`).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from ._markup_read import (
 
 __all__ = [
     "FORMATS",
+    "LocalRunner",
     "MarkupTranslation",
     "decode_document",
     "default_aligner",
@@ -87,7 +92,9 @@ def decode_document(data: bytes, name: str) -> str:
         ) from None
 
 
-def _translate_xliff(translator, text: str, aligner, beam_size: int, length_penalty) -> tuple[str, int, list[str]]:
+def _translate_xliff(
+    translator, text: str, aligner, beam_size: int, length_penalty, runner=None
+) -> tuple[str, int, list[str]]:
     """XLIFF 1.2 or 2.x: each unit's ``<source>`` translated, its inline tags moved, into its ``<target>`` (its
     content replaced, its own attributes kept) or a new ``<target>`` after the source, indented as the source
     is. The sources, and everything else, stay as written; a unit marked ``translate="no"`` is skipped."""
@@ -122,7 +129,7 @@ def _translate_xliff(translator, text: str, aligner, beam_size: int, length_pena
                     units.append((*unit["source"], tuple(unit["target"]) if unit["target"] else None))
                 unit = None
     blocks = [xliff_block(events[a + 1 : b], text) for a, b, _ in units]
-    done, notes = _translate_blocks(translator, blocks, aligner, escape_markup, True, beam_size, length_penalty)
+    done, notes = _translate_blocks(translator, blocks, aligner, escape_markup, True, beam_size, length_penalty, runner)
     edits: dict[int, tuple[int, str]] = {}  # at event k: this text instead of events k .. j - 1
     for (a, b, target), d in zip(units, done):
         if d is None:
@@ -206,11 +213,34 @@ def default_aligner(translator, method: str | None = None):
     return ModelAligner(translator, AttentionReading(method or default_method(translator)))
 
 
+class LocalRunner:
+    """Translates and aligns a document's sentences in this process: all of them in one call each, so the
+    translator batches them (sorted by length, 64 a batch) and the aligner too (256 at a time, in order,
+    sorted, 32 a batch). A split run (``attnkit translate --processes``) gives each process whole batches of
+    the same calls, so that its output is byte for byte this one's."""
+
+    def __init__(self, translator, aligner, beam_size: int = 5, length_penalty: float | None = None):
+        self.translator, self.aligner = translator, aligner
+        self.beam_size, self.length_penalty = beam_size, length_penalty
+
+    def translate(self, sources: list[str]) -> list[list[str]]:
+        """The target words of each source sentence."""
+        results = self.translator.translate(
+            sources, beam_size=self.beam_size, length_penalty=self.length_penalty, truncate=True
+        )
+        return [r.translation.split() for r in results]
+
+    def align(self, pairs: list[tuple[list[str], list[str]]]) -> list:
+        """The word links of each ``(source words, target words)`` pair (None: a source too long)."""
+        return list(self.aligner.align(pairs))
+
+
 def _translate_blocks(
-    translator, blocks: list[Block], aligner, escape, unescape: bool, beam_size: int, length_penalty
+    translator, blocks: list[Block], aligner, escape, unescape: bool, beam_size: int, length_penalty, runner=None
 ) -> tuple[list[str | None], list[str]]:
     """Each block translated with its tags projected (None: kept as it was, no word to translate), and the
-    notes of the repairs made. All blocks' sentences go to the translator and the aligner in one batch each."""
+    notes of the repairs made. All blocks' sentences go to ``runner`` (default :class:`LocalRunner`), to the
+    translator and the aligner in one call each."""
     notes: list[str] = []
     tagged: list[tuple[int, TaggedBlock, list[tuple[int, int]]]] = []
     for k, p in enumerate(blocks):
@@ -228,14 +258,10 @@ def _translate_blocks(
     if any(len(chunks) > 1 for _, _, chunks in tagged):
         n = sum(len(c) > 1 for _, _, c in tagged)
         notes.append(f"split {n} block(s) longer than the model's input at sentence ends")
-    results = (
-        translator.translate(sources, beam_size=beam_size, length_penalty=length_penalty, truncate=True)
-        if sources
-        else []
-    )
-    targets = [r.translation.split() for r in results]
+    runner = runner or LocalRunner(translator, aligner, beam_size, length_penalty)
+    targets = runner.translate(sources) if sources else []
     pairs = [(s.split(), t) for s, t in zip(sources, targets)]
-    links = list(aligner.align(pairs)) if pairs else []
+    links = runner.align(pairs) if pairs else []
     out: list[str | None] = [None] * len(blocks)
     n = 0
     for k, t, chunks in tagged:
@@ -259,21 +285,25 @@ def translate_document(
     aligner=None,
     beam_size: int = 5,
     length_penalty: float | None = None,
+    runner=None,
 ) -> MarkupTranslation:
     """Translate the document ``text`` in format ``fmt`` (``html``, ``xml`` or ``markdown``; see the module
     docstring) with ``translator`` (a :class:`~attnkit.tasks.translation.Translator`), its tags projected
     by ``aligner`` (a :class:`~attnkit.tasks.translation.alignment.ModelAligner`; default: the translator's
-    own default reading, its guided head when it has one)."""
+    own default reading, its guided head when it has one). ``runner``: what translates and aligns the
+    sentences (default :class:`LocalRunner` of the translator and the aligner; a split run passes its own)."""
     bom = "\ufeff" if text.startswith("\ufeff") else ""  # a byte-order mark is kept, not read as text
     if aligner is None:
         aligner = default_aligner(translator)
     if fmt == "xliff":
-        out, blocks, notes = _translate_xliff(translator, text[len(bom) :], aligner, beam_size, length_penalty)
+        out, blocks, notes = _translate_xliff(translator, text[len(bom) :], aligner, beam_size, length_penalty, runner)
         return MarkupTranslation(bom + out, blocks, list(dict.fromkeys(notes)))
     pieces, notes = split_document(text[len(bom) :], fmt)
     escape = escape_markdown if fmt == "markdown" else escape_markup
     blocks = [p for p in pieces if isinstance(p, Block)]
-    done, more = _translate_blocks(translator, blocks, aligner, escape, fmt != "markdown", beam_size, length_penalty)
+    done, more = _translate_blocks(
+        translator, blocks, aligner, escape, fmt != "markdown", beam_size, length_penalty, runner
+    )
     notes += more
     translated = iter(done)
     out = []
