@@ -36,6 +36,7 @@ def test_models_list_their_methods(served):
         "rollout",
         "attention_norm",
         "value_zeroing",
+        "attention_flow",
         "alti_plus",
         "saliency",
         "input_x_gradient",

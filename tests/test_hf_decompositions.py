@@ -295,11 +295,11 @@ def test_the_other_layernorm_families_replay_exactly(family):
 
 
 def test_the_methods_each_family_has():
-    full = ["attention", "rollout", "attention_norm", "value_zeroing", "alti_plus"]
+    full = ["attention", "rollout", "attention_norm", "value_zeroing", "attention_flow", "alti_plus"]
     for family in FAMILIES:
-        assert methods_for(_translator(family).model)[:5] == full
+        assert methods_for(_translator(family).model)[:6] == full
     t5 = methods_for(Translator.load(saved_tiny("t5")).model)
-    assert t5[:2] == ["attention", "rollout"] and not set(DECOMPOSITIONS) & set(t5)
+    assert t5[:3] == ["attention", "rollout", "attention_flow"] and not set(DECOMPOSITIONS) & set(t5)
 
 
 @pytest.mark.parametrize("method", DECOMPOSITIONS)
