@@ -43,7 +43,7 @@ from .interventions import HeadPatch, intervene, record_heads
 from .patching import base_and_source, eval_mode, normalised_effect, patch_metric
 from .stream_interventions import record_stream
 
-__all__ = ["PathPatchingMap", "head_output", "path_patch", "path_patch_senders"]
+__all__ = ["PathPatchingMap", "head_output", "induction_circuit", "path_patch", "path_patch_senders"]
 
 
 def head_output(attn, xq: Tensor, xk: Tensor, xv: Tensor, head: int) -> Tensor:
@@ -233,3 +233,33 @@ def path_patch(
         direction=direction,
     )
     return float(result.effect[sender[0], sender[1]])
+
+
+def induction_circuit(lm, length: int, seed: int, direction: str, induction_head: tuple[int, int, float]) -> dict:
+    """The induction task's patching, as ``attnkit heads --patching`` prints it and the explorer draws it:
+    on ``length`` random tokens repeated twice (:func:`~attnkit.attribution.patching.repeated_tokens_pair`,
+    seeded), every head's activation-patching effect and, into ``induction_head`` (``(layer, head,
+    prefix-matching score)``, numbered from 1: the head the model's induction scores name, not one given),
+    path patching from every earlier head through its query, key and value (``None`` for a head of layer 1,
+    which no head sends to). JSON-ready; the caller adds the model's name."""
+    from .patching import patch_heads, repeated_tokens_pair
+
+    layer, head, prefix = induction_head
+    clean, corrupt, target = repeated_tokens_pair(lm.config.vocab_size, length, seed=seed)
+    paths = None
+    if layer > 1:
+        paths = {
+            via: path_patch_senders(
+                lm, clean, corrupt, target, receiver=(layer - 1, head - 1), via=via, direction=direction
+            ).to_dict()
+            for via in "qkv"
+        }
+    return {
+        "length": length,
+        "seed": seed,
+        "direction": direction,
+        "target": target,
+        "induction_head": {"layer": layer, "head": head, "prefix_matching": prefix},
+        "heads": patch_heads(lm, clean, corrupt, target, direction=direction).to_dict(),
+        "paths": paths,
+    }

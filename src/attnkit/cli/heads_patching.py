@@ -21,34 +21,17 @@ __all__ = ["format_patching", "patching_report"]
 
 
 def patching_report(model, length: int, seed: int, direction: str) -> dict:
-    """The JSON of ``attnkit heads --patching``."""
-    from ..attribution.patching import patch_heads, repeated_tokens_pair
-    from ..attribution.path_patching import path_patch_senders
+    """The JSON of ``attnkit heads --patching`` (:func:`attnkit.attribution.path_patching.induction_circuit`)."""
+    from ..attribution.path_patching import induction_circuit
     from ..models.induction import induction_scores
 
     lm = language_model_of(model, "--patching")
     if 2 * length - 1 > lm.config.max_len:
         raise CLIError(f"--repeated: 2 x {length} tokens exceed the model's {lm.config.max_len} positions")
-    layer, head, prefix = induction_scores(lm).best_induction_head()  # 1-based
-    if layer == 1:
+    best = induction_scores(lm).best_induction_head()  # 1-based
+    if best[0] == 1:
         raise CLIError(f"the best induction head of {_shown_name(model)} is in layer 1: no earlier head sends to it")
-    clean, corrupt, target = repeated_tokens_pair(lm.config.vocab_size, length, seed=seed)
-    kw = {"direction": direction}
-    heads = patch_heads(lm, clean, corrupt, target, **kw)
-    paths = {
-        via: path_patch_senders(lm, clean, corrupt, target, receiver=(layer - 1, head - 1), via=via, **kw).to_dict()
-        for via in "qkv"
-    }
-    return {
-        "model": _shown_name(model),
-        "length": length,
-        "seed": seed,
-        "direction": direction,
-        "target": target,
-        "induction_head": {"layer": layer, "head": head, "prefix_matching": prefix},
-        "heads": heads.to_dict(),
-        "paths": paths,
-    }
+    return {"model": _shown_name(model), **induction_circuit(lm, length, seed, direction, best)}
 
 
 def format_patching(report: dict) -> str:

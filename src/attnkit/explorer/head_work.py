@@ -183,30 +183,9 @@ def patching_answer(cache: dict, name: str, lm, length: int, seed: int, directio
     """Activation patching of every head of attnkit's language model ``lm`` and path patching from every
     earlier head into its best induction head through q, k and v, on ``length`` random tokens repeated twice
     (the first copy redrawn in the corrupted run): the numbers ``attnkit heads --patching`` prints."""
-    from ..attribution.patching import patch_heads, repeated_tokens_pair
-    from ..attribution.path_patching import path_patch_senders
+    from ..attribution.path_patching import induction_circuit
 
-    layer, head, prefix = _best_induction_head(cache, name, lm)
-    clean, corrupt, target = repeated_tokens_pair(lm.config.vocab_size, length, seed=seed)
-    heads = patch_heads(lm, clean, corrupt, target, direction=direction)
-    paths = None
-    if layer > 1:  # a head of layer 1 has no earlier sender
-        paths = {
-            via: path_patch_senders(
-                lm, clean, corrupt, target, receiver=(layer - 1, head - 1), via=via, direction=direction
-            ).to_dict()
-            for via in "qkv"
-        }
-    return {
-        "model": name,
-        "length": length,
-        "seed": seed,
-        "direction": direction,
-        "target": target,
-        "induction_head": {"layer": layer, "head": head, "prefix_matching": prefix},
-        "heads": heads.to_dict(),
-        "paths": paths,
-    }
+    return {"model": name, **induction_circuit(lm, length, seed, direction, _best_induction_head(cache, name, lm))}
 
 
 def roles_of(cache: dict, name: str, sa):
