@@ -48,6 +48,7 @@ from .stream_interventions import MLPPatch, ResidualPatch, record_stream
 
 __all__ = [
     "DIRECTIONS",
+    "MetricScores",
     "PatchMetric",
     "PatchingMap",
     "patch_heads",
@@ -157,8 +158,31 @@ def eval_mode(core) -> Iterator[None]:
         core.train(was)
 
 
+class MetricScores:
+    """What a patching map reads of its metric (a mixin of :class:`PatchingMap` and
+    :class:`~attnkit.attribution.path_patching.PathPatchingMap`, whose fields these are): ``scores`` each
+    cell's metric, against the ``clean`` and ``corrupt`` runs' metric, patched in ``direction``."""
+
+    scores: Tensor
+    clean: float
+    corrupt: float
+    direction: str
+
+    @property
+    def normalised(self) -> Tensor | None:
+        """``(scores − corrupt) / (clean − corrupt)``: 1 = the clean run, 0 = the corrupted one (None when
+        the two runs give the same metric: nothing to restore)."""
+        gap = self.clean - self.corrupt
+        return None if abs(gap) < 1e-12 else (self.scores - self.corrupt) / gap
+
+    @property
+    def effect(self) -> Tensor:
+        """Larger = the cell matters more: the fraction of the answer restored (denoising) or lost (noising)."""
+        return normalised_effect(self.scores, self.clean, self.corrupt, self.direction)
+
+
 @dataclass
-class PatchingMap:
+class PatchingMap(MetricScores):
     """An activation-patching map: ``scores`` the raw metric with each cell's activation patched
     (``direction``: clean into the corrupted run, or corrupted into the clean one), ``(L, H)`` for heads,
     ``(L+1, N)`` for the residual stream, ``(L, N)`` for MLPs; ``clean`` and ``corrupt`` the metric on the
@@ -173,18 +197,6 @@ class PatchingMap:
     runs: int
     seconds: float
     direction: str = "denoise"
-
-    @property
-    def normalised(self) -> Tensor | None:
-        """``(scores − corrupt) / (clean − corrupt)``: 1 = the clean run, 0 = the corrupted one (None when
-        the two runs give the same metric: nothing to restore)."""
-        gap = self.clean - self.corrupt
-        return None if abs(gap) < 1e-12 else (self.scores - self.corrupt) / gap
-
-    @property
-    def effect(self) -> Tensor:
-        """Larger = the cell matters more: the fraction of the answer restored (denoising) or lost (noising)."""
-        return normalised_effect(self.scores, self.clean, self.corrupt, self.direction)
 
     def top(self, k: int = 3) -> list[tuple[int, int, float]]:
         """The ``k`` cells with the largest :attr:`effect`, ``(row, column, effect)`` 0-based."""

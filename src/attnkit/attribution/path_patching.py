@@ -40,7 +40,7 @@ from torch import Tensor
 
 from ..attention.causal_self_attention import repeat_kv
 from .interventions import HeadPatch, intervene, record_heads
-from .patching import base_and_source, eval_mode, normalised_effect, patch_metric
+from .patching import MetricScores, base_and_source, eval_mode, patch_metric
 from .stream_interventions import record_stream
 
 __all__ = ["PathPatchingMap", "head_output", "induction_circuit", "path_patch", "path_patch_senders"]
@@ -84,7 +84,7 @@ def _check_head(name: str, value, n_layers: int, n_heads: int) -> tuple[int, int
 
 
 @dataclass
-class PathPatchingMap:
+class PathPatchingMap(MetricScores):
     """Path patching into ``receiver`` (0-based ``(layer, head)``) via ``via``: ``scores (L_r, H)`` the raw
     metric with each sender of layers ``0..L_r − 1`` patched along that path alone (NaN for senders not
     run); ``clean`` and ``corrupt`` the metric on the two runs; ``runs`` forward passes in ``seconds``."""
@@ -99,17 +99,6 @@ class PathPatchingMap:
     runs: int
     seconds: float
     direction: str = "denoise"
-
-    @property
-    def normalised(self) -> Tensor | None:
-        """``(scores − corrupt) / (clean − corrupt)`` (None when the runs agree: nothing to restore)."""
-        gap = self.clean - self.corrupt
-        return None if abs(gap) < 1e-12 else (self.scores - self.corrupt) / gap
-
-    @property
-    def effect(self) -> Tensor:
-        """Larger = the path matters more: the fraction of the answer restored (denoising) or lost (noising)."""
-        return normalised_effect(self.scores, self.clean, self.corrupt, self.direction)
 
     def ranked(self) -> list[tuple[int, int, float]]:
         """Senders by :attr:`effect`, largest first: ``(layer, head, effect)``, 0-based."""
