@@ -57,33 +57,17 @@ class AttributionPatching:
     passes: int
     seconds: float
 
+    def _map(self, site: str, scores: Tensor) -> PatchingMap:
+        args = (self.clean, self.corrupt, self.position, self.passes, self.seconds, self.direction)
+        return PatchingMap(site, self.metric, scores, *args)
+
     def head_map(self) -> PatchingMap:
         """The head estimates as a :class:`PatchingMap` (its ``runs`` the passes)."""
-        return PatchingMap(
-            "heads",
-            self.metric,
-            self.heads,
-            self.clean,
-            self.corrupt,
-            self.position,
-            self.passes,
-            self.seconds,
-            self.direction,
-        )
+        return self._map("heads", self.heads)
 
     def residual_map(self) -> PatchingMap:
         """The residual-stream estimates as a :class:`PatchingMap`."""
-        return PatchingMap(
-            "residual",
-            self.metric,
-            self.residual,
-            self.clean,
-            self.corrupt,
-            self.position,
-            self.passes,
-            self.seconds,
-            self.direction,
-        )
+        return self._map("residual", self.residual)
 
     def to_dict(self) -> dict:
         return {
