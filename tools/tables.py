@@ -102,24 +102,37 @@ EXPLANATION_METHODS = {  # method: its row's label
     "rollout": "rollout (Abnar & Zuidema 2020)",
     "attention_norm": "attention × ‖value‖ (Kobayashi et al. 2020)",
     "value_zeroing": "value zeroing (Mohebbi et al. 2023)",
+    "attention_flow": "attention flow (Abnar & Zuidema 2020)",
     "alti_plus": "ALTI+ (Ferrando et al. 2022)",
     "saliency": "saliency",
     "input_x_gradient": "input × gradient",
     "integrated_gradients": "integrated gradients (Sundararajan et al. 2017; complete within 1 % per piece)",
 }
-EXPLANATION_FILES = ["explanations_transformer_fast_2026-11-27.json", "explanations_transformer_ig_2026-11-27.json"]
+#: the runs whose quality figures (AER, deletion area, sanity) the table shows, newest first: a method's come
+#: from the newest run that scored it
+EXPLANATION_FILES = [
+    "explanations_transformer_2026-12-08.json",
+    "explanations_transformer_fast_2026-11-27.json",
+    "explanations_transformer_ig_2026-11-27.json",
+]
+#: the runs whose times it shows: one quiet machine (2026-11-27); a method they did not time shows "–"
+TIMED_FILES = EXPLANATION_FILES[1:]
 
 
-def _explanation_rows() -> dict[str, dict]:
+def _rows(files: list[str]) -> dict[str, dict]:
     methods: dict[str, dict] = {}
-    for name in EXPLANATION_FILES:  # the later file adds its methods; attention is in both, the same numbers
+    for name in files:  # the earlier file's row wins; attention is in each, with the same numbers
         methods.update({m: r for m, r in read(name)["methods"].items() if m not in methods})
     return methods
 
 
+def _explanation_rows() -> dict[str, dict]:
+    return _rows(EXPLANATION_FILES)
+
+
 def explanations_table() -> str:
     """``attnkit evaluate explanations`` on the 100 gold verses: AER, deletion area, sanity ρ, time."""
-    m = _explanation_rows()
+    m, timed = _explanation_rows(), _rows(TIMED_FILES)
     names = list(EXPLANATION_METHODS)
     aer = _bold_best([m[n]["aer"] for n in names], [f"{m[n]['aer']:.3f}" for n in names], min)
     area = _bold_best([m[n]["deletion_area"] for n in names], [f"{m[n]['deletion_area']:.3f}" for n in names], max)
@@ -130,7 +143,8 @@ def explanations_table() -> str:
         if aer[i].startswith("**") and area[i].startswith("**"):  # best on both counts: the row is named so
             label = label.replace(label.split(" (")[0], f"**{label.split(' (')[0]}**", 1)
         sanity = f"{r['sanity']['spearman']:.2f}" + ("" if r["sanity"]["passes"] else " flagged")
-        rows.append([label, aer[i], area[i], sanity, f"{_half_up(r['ms_per_sentence']):,}"])
+        ms = f"{_half_up(timed[n]['ms_per_sentence']):,}" if n in timed else "–"
+        rows.append([label, aer[i], area[i], sanity, ms])
     return _table(["method", "AER ↓", "deletion area ↑", "sanity ρ", "ms per verse"], rows)
 
 
