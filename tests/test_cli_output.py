@@ -122,7 +122,8 @@ def test_a_reader_that_stops_early_ends_the_command_quietly_with_a_closed_pipes_
     import sys
 
     text = tmp_path / "many.es"
-    text.write_text("Jesús lloró.\n" * 400)  # ~120 KB of JSON lines
+    text.write_text("Jesús lloró.\n" * 1600)  # ~170 KB of JSON lines (107 bytes each): more than the pipe holds
+    # (64 KiB) and the reader's buffer (8 KiB) together, so the writer must meet the closed pipe
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "attnkit.cli", "translate", "--file", str(text), "--json"]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as proc:
