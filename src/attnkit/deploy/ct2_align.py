@@ -72,17 +72,8 @@ class CT2Aligner(ModelAligner):
         export, for the one reading it has (a source longer than the model accepts: None)."""
         if any(r != self.reading for r in readings):
             raise InputError("a CTranslate2 export has one alignment: it reads no other attention")
-        tr = self.translator
-        out: list[torch.Tensor | None] = [None] * len(pairs)
-        rows = []
-        for k, (src_words, tgt_words) in enumerate(pairs):
-            src_ids, src_spans = self._spans(src_words, source=True)
-            tgt_ids, tgt_spans = self._spans(tgt_words)
-            if not src_ids or not tgt_ids:  # nothing to align: no links
-                out[k] = torch.zeros(len(tgt_words), len(src_words))
-            elif len(src_ids) <= tr.max_src_len:
-                rows.append((k, src_ids, src_spans, tgt_ids, tgt_spans))
-        attention = tr.forced_alignments([(r[1], r[3]) for r in rows])  # each (T, S)
+        out, rows = self._forced_rows(pairs)
+        attention = self.translator.forced_alignments([(r[1], r[3]) for r in rows])  # each (T, S)
         for (k, _, src_spans, _, tgt_spans), att in zip(rows, attention):
             out[k] = span_attention(torch.from_numpy(att), src_spans, tgt_spans)
-        return [out for _ in readings]
+        return [list(out) for _ in readings]

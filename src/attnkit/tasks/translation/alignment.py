@@ -230,13 +230,10 @@ class ModelAligner:
         pair (zeros where a side is empty), or None for a source longer than the model accepts."""
         return self.word_attentions(pairs, [self.reading])[0]
 
-    @torch.no_grad()
-    def word_attentions(
-        self, pairs: Sequence[tuple[Sequence[str], Sequence[str]]], readings: Sequence[AttentionReading]
-    ) -> list[list[torch.Tensor | None]]:
-        """:meth:`word_attention_batch` for several readings (already resolved) of one forced pass
-        (two when plain and Shift-Att rows are both asked for): one list per reading."""
-        tr = self.translator
+    def _forced_rows(self, pairs: Sequence[tuple[Sequence[str], Sequence[str]]]) -> tuple[list, list]:
+        """The pairs as pieces: ``(empty, rows)``, ``empty[k]`` a zero matrix for a pair with nothing to align
+        (else None), ``rows`` ``(k, src_ids, src_spans, tgt_ids, tgt_spans)`` of each pair to force (a source
+        longer than the model accepts is neither: it stays None)."""
         empty: list[torch.Tensor | None] = [None] * len(pairs)
         rows = []
         for k, (src_words, tgt_words) in enumerate(pairs):
@@ -244,8 +241,18 @@ class ModelAligner:
             tgt_ids, tgt_spans = self._spans(tgt_words)
             if not src_ids or not tgt_ids:  # nothing to align: no links
                 empty[k] = torch.zeros(len(tgt_words), len(src_words))
-            elif len(src_ids) <= tr.max_src_len:
+            elif len(src_ids) <= self.translator.max_src_len:
                 rows.append((k, src_ids, src_spans, tgt_ids, tgt_spans))
+        return empty, rows
+
+    @torch.no_grad()
+    def word_attentions(
+        self, pairs: Sequence[tuple[Sequence[str], Sequence[str]]], readings: Sequence[AttentionReading]
+    ) -> list[list[torch.Tensor | None]]:
+        """:meth:`word_attention_batch` for several readings (already resolved) of one forced pass
+        (two when plain and Shift-Att rows are both asked for): one list per reading."""
+        tr = self.translator
+        empty, rows = self._forced_rows(pairs)
         out = [list(empty) for _ in readings]
         if not rows:
             return out
