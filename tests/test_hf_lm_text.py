@@ -1,5 +1,5 @@
 """A decoder-only model reading a given text (teacher forcing), sampling its continuation with a seed, and
-contrastive attribution (attnkit.attribution.generation, attnkit.hf.sampling, the GenerationRequest of
+contrastive attribution (attnkit.attribution.generation, attnkit.decoding.continuation, the GenerationRequest of
 attnkit.service): forced rows equal the model rerun on each prefix alone (float64 autograd, eager
 attention), the contrastive saliency equals autograd of log p(token) − log p(foil) by hand, the step scores
 equal a float64 softmax of the model's own logits, and a seeded sample equals transformers' own sampling;
@@ -15,8 +15,8 @@ from attnkit.alignment import attention_rollout
 from attnkit.attribution import explain_generation
 from attnkit.attribution.generation import MAX_FORCED_TOKENS, contrast_token
 from attnkit.cli import main
+from attnkit.decoding.continuation import sample_continuation
 from attnkit.hf import load_self_attention
-from attnkit.hf.sampling import sample_continuation
 from attnkit.service import GenerationRequest, analyse, open_model
 from hf_tiny import EOS, PAD, build_tiny, saved_tiny
 

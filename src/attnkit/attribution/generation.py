@@ -5,7 +5,7 @@ Two ways to get the token ids ``ids`` (``n`` of them) and the first attributed p
 
 - a **continuation** (``forced=False``): the model continues the prompt (greedy,
   :meth:`attnkit.hf.self_attention.SelfAttentionModel.generate`, or sampled with a seed,
-  :func:`attnkit.hf.sampling.sample_continuation`, handed in as ``continuation``); ``P`` is the prompt's
+  :func:`attnkit.decoding.continuation.sample_continuation`, handed in as ``continuation``); ``P`` is the prompt's
   length, and the written tokens are explained;
 - a **forced text** (``forced=True``, teacher forcing): ``ids`` is the text's own tokens and ``P = 1``, so
   every next token of the text is explained: row ``t`` explains ``log p(x_{t+1} | x_≤t)``. The text is
@@ -321,7 +321,7 @@ def explain_generation(
     ``layer``/``head`` (1-based): attention's layer and head; ``steps``, ``batch``, ``progress``: as in
     :func:`attnkit.attribution.explain`. ``continuation``: ``(ids, prompt length)`` of
     :meth:`~attnkit.hf.self_attention.SelfAttentionModel.generate` (or of a sampled continuation,
-    :func:`attnkit.hf.sampling.sample_continuation`) to explain instead of generating. ``contrast``: a foil
+    :func:`attnkit.decoding.continuation.sample_continuation`) to explain instead of generating. ``contrast``: a foil
     token (:func:`contrast_token`) for the gradient methods' contrastive attribution."""
     name = canonical_generation_method(method)
     if name in LM_VIEWS:

@@ -164,7 +164,7 @@ class GenerationRequest:
     def __post_init__(self) -> None:
         from ..attribution.generation import canonical_generation_method as canonical_method
         from ..attribution.gradients import GRADIENT_METHODS
-        from ..hf.sampling import check_sampling
+        from ..decoding.continuation import check_sampling
 
         _text("text", self.text)
         _positive_int("max_new_tokens", self.max_new_tokens)

@@ -28,8 +28,8 @@ from pydantic import BaseModel, Field
 
 from ...attribution.gradients import DEFAULT_STEPS
 from ...data.text import no_readable_word
+from ...decoding.continuation import TEMPERATURES
 from ...errors import InputError
-from ...hf.sampling import TEMPERATURES
 from ...method_registry import names
 from .. import schema
 from ..api_errors import ERRORS, ApiError

@@ -18,9 +18,9 @@ import torch
 from torch import Tensor
 
 from ...data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from ...hf.sampling import greedy_continuation, sample_continuation
-from ...hf.self_attention import TextModelBase
+from ...decoding.continuation import greedy_continuation, sample_continuation
 from ...hooks import thread_hooks
+from ...models.text_model import TextModelBase
 
 __all__ = ["LanguageModelText"]
 
@@ -192,13 +192,13 @@ class LanguageModelText(TextModelBase):
 
     def generate(self, text: str, *, max_new_tokens: int = 20) -> tuple[list[int], int]:
         """Greedy continuation of ``text``: ``(ids, prompt length)``, ``<s>`` and the prompt's pieces, then at most
-        ``max_new_tokens`` written ones (:func:`attnkit.hf.sampling.continuation`), stopping after ``</s>``."""
+        ``max_new_tokens`` written ones (:func:`attnkit.decoding.continuation.continuation`), stopping after ``</s>``."""
         return greedy_continuation(self, text, max_new_tokens=max_new_tokens)
 
     def sample(
         self, text: str, *, max_new_tokens: int = 20, temperature: float = 1.0, top_k: int | None = None, seed: int = 0
     ) -> tuple[list[int], int]:
-        """A sampled continuation of ``text`` (:func:`attnkit.hf.sampling.sample_continuation`): ``(ids, prompt
+        """A sampled continuation of ``text`` (:func:`attnkit.decoding.continuation.sample_continuation`): ``(ids, prompt
         length)``, the same seed giving the same text."""
         return sample_continuation(
             self, text, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed
