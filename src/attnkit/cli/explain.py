@@ -9,6 +9,7 @@ from pathlib import Path
 from ..checks import arg_type, between
 from ..paths import atomic_write_text
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
+from ..tasks.capabilities import ReadsText
 from .common import CLIError, _check_explanations_model, _model_folder, _open_model, _output, _shown_name
 from .corpus_job import add_corpus_job_flags, corpus_job_wanted, launch, start_group
 from .flags import (
@@ -44,9 +45,8 @@ _GENERATION_FLAGS = (
 def _refuse_unknown_method(args, model) -> None:
     """An unknown ``--method``, refused in one line listing the methods ``model`` takes."""
     from ..attribution import UnknownMethodError, canonical_method
-    from ..service import ModelKind
 
-    if model.kind not in (ModelKind.SELF_ATTENTION, ModelKind.LANGUAGE_MODEL):
+    if not model.can(ReadsText):
         canonical_method(args.method)  # raises, listing the translators' and captioners' methods
     from .explain_hf import model_methods
 
@@ -79,7 +79,7 @@ def cmd_explain(args) -> None:
     model = _open_model(args, DEFAULT_TRANSLATION_MODEL, device=device)
     if not known:
         _refuse_unknown_method(args, model)
-    text_model = model.kind in (ModelKind.SELF_ATTENTION, ModelKind.LANGUAGE_MODEL)  # attnkit's or Hugging Face's
+    text_model = model.can(ReadsText)  # attnkit's language model or a Hugging Face one
     # the method by the registry's name for this kind of model (alti: a language model's ALTI; alti_plus: ALTI+)
     method = canonical_generation_method(args.method) if text_model else canonical_method(args.method)
     if args.repeated is not None:  # a language model's heads on random tokens repeated twice

@@ -23,6 +23,7 @@ import json
 
 from ..checks import COUNT, LAYERS, SEED, arg_type, between
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
+from ..tasks.capabilities import ReadsText
 from .common import CLIError, _open_model, _shown_name
 from .flags import _add_device_flags, _add_json_flag, _add_model_flag, _add_split_flag
 
@@ -137,7 +138,7 @@ def cmd_heads(args) -> None:
     transformer = model.kind is ModelKind.TRANSLATOR and isinstance(
         getattr(model.impl, "model", None), TransformerTranslator
     )
-    if not transformer and model.kind not in (ModelKind.LANGUAGE_MODEL, ModelKind.SELF_ATTENTION):
+    if not transformer and not model.can(ReadsText):
         raise CLIError(
             f"--model: {_shown_name(model)} is neither an attnkit Transformer translator nor a language model: "
             "heads are read in a Transformer's encoder self-attention, decoder self-attention and "

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Model", "ModelKind", "ModelSpec", "text_model"]
+__all__ = ["Model", "ModelKind", "ModelSpec", "kind_of", "text_model"]
 
 
 class ModelKind(str, enum.Enum):
@@ -57,11 +57,41 @@ class Model:
     spec: ModelSpec
     path: Path | None = None
 
+    def __post_init__(self) -> None:
+        found = kind_of(self.impl)
+        if found is not None and found is not self.kind:
+            raise TypeError(
+                f"Model {self.label!r}: kind {self.kind.name} but its impl ({type(self.impl).__name__}) is a "
+                f"{found.name} model; the kind follows from what the impl can do (kind_of)"
+            )
+
+    def can(self, capability: type) -> bool:
+        """Whether the model's wrapper implements ``capability``, one of the protocols of
+        :mod:`attnkit.tasks.capabilities` (``model.can(ContinuesText)``)."""
+        return isinstance(self.impl, capability)
+
+
+def kind_of(impl: Any) -> ModelKind | None:
+    """The kind of model ``impl`` is, from the protocols it implements (:mod:`attnkit.tasks.capabilities`): a
+    translator, a captioner, or a text model, attnkit's own (``LANGUAGE_MODEL``, analysed natively) or a
+    Hugging Face one (``SELF_ATTENTION``); None for an object that implements none of them."""
+    from ..tasks.capabilities import Captions, ReadsText, Translates
+
+    if isinstance(impl, Translates):
+        return ModelKind.TRANSLATOR
+    if isinstance(impl, Captions):
+        return ModelKind.CAPTIONER
+    if isinstance(impl, ReadsText):
+        from ..tasks.language_model.text_model import LanguageModelText
+
+        return ModelKind.LANGUAGE_MODEL if isinstance(impl, LanguageModelText) else ModelKind.SELF_ATTENTION
+    return None
+
 
 def text_model(label: str, impl: Any) -> Model:
     """A :class:`Model` around a text model already loaded (what a server holds): its kind read off the object,
     attnkit's own language model (``LANGUAGE_MODEL``) or a Hugging Face one (``SELF_ATTENTION``)."""
-    from ..tasks.language_model.text_model import LanguageModelText
-
-    kind = ModelKind.LANGUAGE_MODEL if isinstance(impl, LanguageModelText) else ModelKind.SELF_ATTENTION
+    kind = kind_of(impl)
+    if kind not in (ModelKind.LANGUAGE_MODEL, ModelKind.SELF_ATTENTION):
+        raise TypeError(f"impl must be a text model (attnkit's language model or a Hugging Face one), got {impl!r}")
     return Model(label, kind, impl, ModelSpec(label or "model"))

@@ -22,9 +22,10 @@ import time
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
+from ..tasks.capabilities import ReadsText
 from .analysis import RepeatedAnalysis
 from .induction import _check_length
-from .model import Model, ModelKind
+from .model import Model
 from .requests import RepeatedRequest
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def _maps_and_pieces(model: Model, length: int, seed: int) -> tuple[list[int], l
     from ..models.induction import repeated_random_tokens
 
     gen = torch.Generator().manual_seed(seed)
-    if model.kind not in (ModelKind.LANGUAGE_MODEL, ModelKind.SELF_ATTENTION):
+    if not model.can(ReadsText):
         raise InputError(
             f"{model.label} is a {model.kind.value} model: repeated random tokens are for a language model "
             "(attnkit's own, or a Hugging Face causal language model)"
