@@ -28,9 +28,9 @@ from ..errors import InputError
 from ..method_registry import ATTENTION, ATTENTION_GRADIENTS, ATTENTION_LAYERS, GRADIENTS, REGISTRY, RESIDUAL_TRACE
 from . import decomposition, gradients
 from .composed_attention import composable_maps
-from .forced import ForcedCaption, ForcedTranslation, forced_caption, forced_translation
+from .forced import ForcedCaption, ForcedTranslation, forced_caption, forced_maps, forced_trace, forced_translation
 from .result import Attribution, MethodRows, normalise_rows
-from .trace import decomposable, decomposition_refusal, is_transformer, trace_model
+from .trace import decomposable, decomposition_refusal, is_transformer
 
 __all__ = [
     "METHODS",
@@ -61,14 +61,14 @@ def _check_no_options(name: str, options: dict) -> None:
 def _cross(model, pair: ForcedTranslation, layer, head) -> Tensor:
     """One cross-attention map ``(T, S)``: layer ``layer`` (1-based, default last), head ``head``
     (1-based) or the head mean."""
-    maps = model.attention_maps(pair.src[None], torch.tensor([len(pair.src)]), pair.tgt_in[None])
+    maps = forced_maps(model, pair)  # the pair's forced pass, when the request made it
     if maps.cross is None:
         if layer is not None or head is not None:
             raise InputError(f"{type(model).__name__} has one attention: --layer and --head do not apply")
         if maps.alignment is None:
             raise UnknownMethodError(f"{type(model).__name__} has no attention")
-        return maps.alignment[0].float()
-    cross = maps.cross[0].float()  # (L, H, T, S)
+        return maps.alignment.float()
+    cross = maps.cross.float()  # (L, H, T, S)
     li = decomposition._layer_index(cross.shape[0], layer)
     if head is None:
         return cross[li].mean(0)
@@ -95,24 +95,24 @@ def _has_rollout(model) -> bool:
 @torch.no_grad()
 def _attention_norm(model, pair, *, layer=None):
     if decomposable(model):
-        trace, rows, cols = trace_model(model, pair.src, pair.tgt_in)
+        trace, rows, cols = forced_trace(model, pair)
         return MethodRows(decomposition.attention_norm(trace, layer=layer)[rows, cols])
     if layer is not None:
         raise InputError(f"{type(model).__name__} has one attention: --layer does not apply")
-    maps = model.attention_maps(pair.src[None], torch.tensor([len(pair.src)]), pair.tgt_in[None])
+    maps = forced_maps(model, pair)
     # additive attention sums the annotations themselves: ‖α_tj h_j‖ = α_tj ‖h_j‖
-    return MethodRows(maps.alignment[0].float() * maps.annotations[0].float().norm(dim=-1))
+    return MethodRows(maps.alignment.float() * maps.annotations.float().norm(dim=-1))
 
 
 @torch.no_grad()
 def _value_zeroing(model, pair, *, layer=None):
-    trace, rows, cols = trace_model(model, pair.src, pair.tgt_in)
+    trace, rows, cols = forced_trace(model, pair)
     return MethodRows(decomposition.value_zeroing(trace, layer=layer)[rows, cols])
 
 
 @torch.no_grad()
 def _alti_plus(model, pair):
-    trace, rows, cols = trace_model(model, pair.src, pair.tgt_in)
+    trace, rows, cols = forced_trace(model, pair)
     contrib, _ = decomposition.alti_plus(trace)
     contrib = contrib[rows, cols]  # the text's pieces (a Hugging Face model's special tokens left out)
     share = contrib.sum(-1)

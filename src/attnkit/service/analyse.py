@@ -185,24 +185,37 @@ def _generation(model: Model, req: GenerationRequest, progress) -> GenerationAna
 
 
 def _translation(model: Model, req: TranslationRequest, progress, search, forced) -> TranslationAnalysis:
+    """The request's record, built once (:class:`~attnkit.attribution.forced.ForcedTranslation`): the source
+    tokenised once (or its ids taken from the request), the target searched from those ids (or given), one
+    forced pass for the maps (or the lane's, ``forced``), and every view and the method read that record."""
+    from ..attribution.forced import forced_attention, forced_translation
+
     t0 = time.perf_counter()
     tr = model.impl
     if req.method is not None:
         req = dataclasses.replace(req, method=check_method(tr, req.method, model.label or "this model"))
+    src_ids = None  # the lane's forced decoding without a method needs no ids: its pieces are read from it
+    if forced is None or req.method is not None:
+        src_ids = list(req.source_ids) if req.source_ids is not None else tr.encode_sources([req.source])[0]
     if req.target is not None:
         target = req.target.strip()
-        search = {"tokens": tr.tokenizer.encode(target), "translation": target}
+        tokens = list(req.target_ids) if req.target_ids is not None else tr.tokenizer.encode(target)
+        search = {"tokens": tokens, "translation": target}
     elif search is None:
-        search = tr.translate([req.source], beam_size=req.beam)[0]
+        by_ids = getattr(tr, "translate_ids", None)  # the ids read once; an engine without it reads the text
+        search = (
+            by_ids([src_ids], beam_size=req.beam)[0] if by_ids else tr.translate([req.source], beam_size=req.beam)[0]
+        )
     tokens = search["tokens"]
     src_tok = getattr(tr, "src_tokenizer", tr.tokenizer)
+    ta = forced if forced is not None or not tokens else forced_attention(tr, req.source, src_ids, tokens)
     out = TranslationAnalysis(
         model=model.label,
         kind=getattr(tr.model, "model_type", "?"),
         request=req,
         source=req.source,
         translation=search["translation"],
-        source_pieces=[src_tok.id_to_piece(t) for t in tr.encode_sources([req.source])[0]],
+        source_pieces=[src_tok.id_to_piece(t) for t in src_ids] if src_ids is not None else list(ta.source_pieces),
         target_pieces=[tr.tokenizer.id_to_piece(t) for t in tokens],
         beam=req.beam,
         forced=req.target is not None,
@@ -213,16 +226,16 @@ def _translation(model: Model, req: TranslationRequest, progress, search, forced
         spec=model.spec,
     )
     if tokens:  # an empty translation has nothing to align
-        ta = forced if forced is not None else tr.attention(req.source, tokens)  # forced decoding of the output
         cross = ta.maps.cross
         if req.heads and req.layer is not None and cross is not None and req.layer > cross.shape[0]:
             layers = cross.shape[0]
             raise InputError(f"layer must be in 1..{layers} (this model has {layers} layers), got {req.layer}")
         out.attention = ta
         if req.method is not None:
-            from ..attribution import explain, forced_translation
+            from ..attribution import explain
 
-            pair = forced_translation(tr, req.source, tokens)
+            pair = forced_translation(tr, req.source, tokens, src_ids=src_ids)
+            pair.attention = ta  # the method reads this pass's maps instead of running the model again
             out.attribution = explain(
                 tr, req.source, method=req.method, pair=pair, progress=progress, **req.options.given()
             )

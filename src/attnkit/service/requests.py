@@ -69,7 +69,10 @@ class TranslationRequest:
     (teacher forcing; a gold verse then comes with its gold links); ``method``: an attribution method
     (:mod:`attnkit.attribution`, any spelling :func:`~attnkit.attribution.canonical_method` accepts);
     ``heads``: also every layer's and head's maps, or only layer ``layer`` (1-based); ``max_numbers``: the
-    most numbers the per-head maps of one answer may hold (None: no limit); ``options``: the method's."""
+    most numbers the per-head maps of one answer may hold (None: no limit); ``options``: the method's.
+    ``source_ids``/``target_ids``: the source's ids (the model's ``encode_sources``) and the target's, when the
+    caller has tokenised them already (the server's route, to check their lengths), so the analysis does not
+    tokenise them again."""
 
     source: str
     beam: int = 5
@@ -79,6 +82,8 @@ class TranslationRequest:
     layer: int | None = None
     max_numbers: int | None = None
     options: MethodOptions = MethodOptions()
+    source_ids: tuple[int, ...] | None = None
+    target_ids: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         _text("source", self.source)
@@ -92,6 +97,21 @@ class TranslationRequest:
         _positive_int("max_numbers", self.max_numbers, optional=True)
         if not isinstance(self.options, MethodOptions):
             raise InputError(f"options must be MethodOptions, got {type(self.options).__name__}")
+        _ids("source_ids", self.source_ids)
+        _ids("target_ids", self.target_ids)
+        if self.target_ids is not None and self.target is None:
+            raise InputError("target_ids are the given target's ids: give the target too")
+
+
+def _ids(name: str, value) -> None:
+    if value is None:
+        return
+    if (
+        not isinstance(value, tuple)
+        or not value
+        or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)
+    ):
+        raise InputError(f"{name} must be a non-empty tuple of token ids (whole numbers ≥ 0), got {value!r}")
 
 
 @dataclass(frozen=True)

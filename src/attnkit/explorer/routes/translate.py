@@ -94,11 +94,13 @@ async def translate(req: TranslateRequest, request: Request):
             )
     check_beam(req.beam, o.max_beam)
     name, tr, spec = await served_model(request, ex.models.translators, req.model, "translation")
-    n_src = len(tr.encode_sources([text])[0])  # refuses more than the model's own maximum (400)
+    src_ids = tr.encode_sources([text])[0]  # refuses more than the model's own maximum (400)
+    n_src, tgt_ids = len(src_ids), None
     if n_src > o.max_tokens:
         raise ApiError(413, f"the text has {n_src} subword tokens; the limit is {o.max_tokens} (--max-tokens)")
     if target is not None:
-        n_tgt, model_max = len(tr.tokenizer.encode(target)), getattr(tr, "max_len", o.max_tokens)
+        tgt_ids = tr.tokenizer.encode(target)
+        n_tgt, model_max = len(tgt_ids), getattr(tr, "max_len", o.max_tokens)
         if not n_tgt:
             raise no_readable_word("the target")
         limit = min(o.max_tokens, model_max)
@@ -117,6 +119,8 @@ async def translate(req: TranslateRequest, request: Request):
         heads=req.heads,
         layer=req.layer,
         max_numbers=o.max_answer_numbers,
+        source_ids=tuple(src_ids),  # tokenised once, here: the analysis reads these ids
+        target_ids=None if tgt_ids is None else tuple(tgt_ids),
     )
     if method is not None or req.beam > o.heavy_beam:
         client = client_of(request)

@@ -188,7 +188,17 @@ class Translator(InferenceWrapper, TranslationEngine):
         the guided head's rows (``guided``), which ``attnkit align`` reads in a pass of its own."""
         if len(sources) != len(targets):
             raise ValueError(f"sources and targets differ in number: {len(sources)} and {len(targets)}")
-        src_ids = self.encode_sources(sources)
+        return self.attention_ids(self.encode_sources(sources), targets)
+
+    @torch.no_grad()
+    def attention_ids(
+        self, src_ids: Sequence[Sequence[int]], targets: Sequence[str | Sequence[int]]
+    ) -> list[TranslationAttention]:
+        """:meth:`attention_batch` of sources already tokenised (:meth:`encode_sources`' ids), so a caller
+        that holds them (:func:`attnkit.attribution.forced_translation`) does not tokenise them again."""
+        if len(src_ids) != len(targets):
+            raise ValueError(f"src_ids and targets differ in number: {len(src_ids)} and {len(targets)}")
+        src_ids = [[int(t) for t in s] for s in src_ids]
         tgt_ids = []
         for target in targets:
             if isinstance(target, str):
