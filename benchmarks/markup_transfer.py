@@ -73,7 +73,9 @@ def draw_tags(rng: random.Random, n: int, linked: set[int]) -> list[TagSpan]:
             if kind == "nested" and s.end - s.start >= 2:
                 c = rng.randrange(s.start, s.end)
                 d = rng.randint(c + 1, s.end)
-                if ok(c, d) and (c, d) != (s.start, s.end):
+                # beside s's other children, never across one (crossing tags are not a document)
+                apart = all(d <= t.start or c >= t.end for t in spans if t.parent == k)
+                if ok(c, d) and (c, d) != (s.start, s.end) and apart:
                     spans.append(TagSpan(c, d, k))
                 continue
             # a sibling of s (same parent), not overlapping any tag of that parent

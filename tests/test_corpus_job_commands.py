@@ -1,5 +1,5 @@
 """``attnkit align`` and ``attnkit translate --file`` as corpus jobs (issue 58): the output of two
-processes (``--processes 2``, torchrun underneath) and of a resumed ``--job-dir`` run, byte for byte
+processes (``--processes 2``: ranks forked from the command, or torchrun's) and of a resumed ``--job-dir`` run, byte for byte
 the one-process output of the same command; the flags a split job refuses, one line each."""
 
 from __future__ import annotations
@@ -53,6 +53,16 @@ def test_align_on_two_processes_writes_the_one_process_bytes(pairs, align_refere
     assert "parts of 16 pairs over 2 processes" in err  # 10 rounded up to a bucket; 2 parts, one a rank
     assert "30/30" in err  # rank 0's progress over both ranks
     assert not job.exists()  # the job's own files are deleted once the output is written
+
+
+def test_align_under_torchruns_launcher_writes_the_one_process_bytes(pairs, align_reference, tmp_path, monkeypatch):
+    """``ATTNKIT_LAUNCHER=torchrun``: the launcher a CUDA build uses (ranks as new interpreters), the
+    same bytes as the forked ranks and one process; without ``--part-lines`` the parts are sized by the
+    input (30 pairs: one bucket of 16 a part, so each rank has one)."""
+    monkeypatch.setenv("ATTNKIT_LAUNCHER", "torchrun")
+    out = tmp_path / "torchrun.align"
+    assert cli_main([*_align_argv(pairs, out), "--processes", "2", "--no-progress"]) == 0
+    assert out.read_bytes() == align_reference
 
 
 def test_align_resumes_after_a_failed_part(pairs, align_reference, tmp_path, monkeypatch, capsys):

@@ -188,15 +188,8 @@ def _align_corpus_job(args) -> int:
     model, aligner, reverse_name, reading = _forward_aligner(args, say=rank0, device=device)
     back_model, back = _back_aligner(args, reverse_name, reading, device) if reverse_name else (None, None)
     bucket = 8 * args.batch_size
-    part_lines = -(-args.part_lines // bucket) * bucket
+    part_lines = None if args.part_lines is None else -(-args.part_lines // bucket) * bucket
     rule = args.symmetrize or "grow-diag-final-and"
-    if rank0:
-        ranks = torchrun_world()
-        print(
-            f"attnkit align: {aligner.describe()}; parts of {part_lines} pairs"
-            + (f" over {ranks} processes" if ranks > 1 else ""),
-            file=sys.stderr,
-        )
 
     def work(lines: list) -> tuple[bytes, dict]:
         pairs = [(s.split(), t.split()) for (_, s), (_, t) in lines]
@@ -221,6 +214,8 @@ def _align_corpus_job(args) -> int:
         work=work,
         part_lines=part_lines,
         unit="pair",
+        part_unit=bucket,
+        describe=lambda lines: f"attnkit align: {aligner.describe()}; parts of {lines} pairs",
     )
     if totals and totals.get("skipped"):
         print(

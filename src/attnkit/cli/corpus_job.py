@@ -79,17 +79,22 @@ def add_processes_flag(parser: argparse.ArgumentParser, unit: str, same: str = "
 
 
 def add_corpus_job_flags(
-    parser: argparse.ArgumentParser, unit: str, *, part_lines: int = 1024, same: str = "the output is byte for byte"
+    parser: argparse.ArgumentParser,
+    unit: str,
+    *,
+    part_lines: int | None = None,
+    same: str = "the output is byte for byte",
 ) -> None:
-    """``--processes``, ``--part-lines`` (default ``part_lines``) and ``--job-dir`` (``unit``: what a line is,
+    """``--processes``, ``--part-lines`` (default ``part_lines``; None: sized by the input, see
+    :func:`~attnkit.corpus_jobs.auto_part_lines`) and ``--job-dir`` (``unit``: what a line is,
     ``same``: what equals the one-process run, for the help)."""
     add_processes_flag(parser, unit, same)
+    told = "about 1/32 of the input, at most 1,024" if part_lines is None else str(part_lines)
     parser.add_argument(
         "--part-lines",
         type=arg_type(between(1, 10_000_000, integer=True), "part lines"),
         default=part_lines,
-        help=f"{unit} per part of a split job, the unit that is resumed and dealt to the processes "
-        "(default: %(default)s)",
+        help=f"{unit} per part of a split job, the unit that is resumed and dealt to the processes (default: {told})",
     )
     parser.add_argument(
         "--job-dir",
@@ -134,21 +139,26 @@ def without_processes(argv: list[str]) -> list[str]:
 
 
 def launch(argv: list[str], processes: int) -> int:
-    """Run ``attnkit <argv without --processes>`` on ``processes`` ranks with torchrun's launcher
+    """Run ``attnkit <argv without --processes>`` on ``processes`` ranks: forked from this process where
+    :func:`~attnkit.cli.forked_ranks.can_fork_ranks` (CPUs on Linux), else with torchrun's launcher
     (``python -m torch.distributed.run --standalone --nproc-per-node N -m attnkit ...``, here in this
     process so that a failed rank is one line, not torchrun's traceback). Each rank gets
     ``threads / N`` threads (``OMP_NUM_THREADS`` if set, else the CPUs). Returns the exit status: the
     first failed rank's (its error is already on stderr), else 0."""
+    try:
+        threads = int(os.environ.get("OMP_NUM_THREADS", "")) or (os.cpu_count() or 1)
+    except ValueError:
+        threads = os.cpu_count() or 1
+    from .forked_ranks import can_fork_ranks, fork_ranks
+
+    if can_fork_ranks():  # the ranks start with this process's imports, not a new interpreter each
+        return fork_ranks(without_processes(argv), processes, max(1, threads // processes))
     import logging
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
-    try:
-        threads = int(os.environ.get("OMP_NUM_THREADS", "")) or (os.cpu_count() or 1)
-    except ValueError:
-        threads = os.cpu_count() or 1
     saved = {k: os.environ.get(k) for k in (*_TORCHRUN, "OMP_NUM_THREADS")}
     for k in _TORCHRUN:
         os.environ.pop(k, None)
@@ -345,10 +355,12 @@ def run_corpus_job(
     output: str | None,
     options: dict,
     work: Callable[[list], tuple[bytes, dict]],
-    part_lines: int,
+    part_lines: int | None,
     unit: str,
     prepare: Callable[[Path], tuple[list[str], dict]] | None = None,
     deliver: Callable[[Path], None] | None = None,
+    part_unit: int = 1,
+    describe: Callable[[int], str] | None = None,
 ) -> dict | None:
     """Run ``work`` over the lines of ``inputs`` as a corpus job on this rank (joining torchrun's group
     first); rank 0 writes ``output`` (None: stdout) and gets the parts' summed counts, the other
@@ -357,8 +369,12 @@ def run_corpus_job(
     ``prepare(job_dir)``, run by rank 0 before the parts (the others wait for it), writes the files the
     parts are really made of into the job folder and returns them with counts of its own (then
     ``work`` gets plain lines, not numbered ones); ``deliver(assembled)`` on rank 0 turns the
-    assembled parts into what stdout gets (default: a copy). Either deletes its own files."""
-    from ..corpus_jobs import PartFailed, run_job
+    assembled parts into what stdout gets (default: a copy). Either deletes its own files.
+
+    ``part_lines``: the lines of a part, a multiple of ``part_unit`` (the command's batching unit); None:
+    :func:`~attnkit.corpus_jobs.auto_part_lines` of the input's size. ``describe(part_lines)``: the line
+    rank 0 prints on stderr once the parts are known (`` over N processes`` added when split)."""
+    from ..corpus_jobs import PartFailed, auto_part_lines, run_job
 
     for path in inputs:
         if str(path).endswith(".gz"):
@@ -370,6 +386,13 @@ def run_corpus_job(
         getattr(args, "device", "auto")
     )  # already joined by the command, before it opened its model: nothing new
     rank0 = is_rank0()
+
+    def sized(n_lines: int) -> int:
+        lines = auto_part_lines(n_lines, part_unit) if part_lines is None else part_lines
+        if rank0 and describe is not None:
+            print(describe(lines) + (f" over {world} processes" if world > 1 else ""), file=sys.stderr)
+        return lines
+
     job_dir = _job_dir(args, command, options, inputs)
     totals: dict = {}
     read = numbered_reader([str(p) for p in inputs])
@@ -400,7 +423,7 @@ def run_corpus_job(
                 job_dir,
                 options,
                 work,
-                part_lines,
+                sized,
                 read=read,
                 on_assembled=assembled,
                 clean=True,

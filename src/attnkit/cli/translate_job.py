@@ -31,7 +31,7 @@ import numpy as np
 from ..paths import atomic_write_text, atomic_writer
 from ..pretrained import DEFAULT_TRANSLATION_MODEL
 from .common import CLIError, _load_shortlist, _open_model
-from .corpus_job import is_rank0, job_options, numbered_reader, run_corpus_job, start_group, torchrun_world
+from .corpus_job import job_options, numbered_reader, run_corpus_job, start_group
 from .translate_lines import _result_text, _warn_if_english
 
 __all__ = ["BATCH", "translate_corpus_job"]
@@ -212,14 +212,7 @@ def translate_corpus_job(args) -> int:
     model = _open_model(args, DEFAULT_TRANSLATION_MODEL, kind=ModelKind.TRANSLATOR, device=device)
     tr = model.impl
     shortlist = _load_shortlist(args.shortlist)
-    part_lines = -(-args.part_lines // BATCH) * BATCH
-    if is_rank0():
-        ranks = torchrun_world()
-        print(
-            f"attnkit translate: {model.label}, parts of {part_lines} sentences"
-            + (f" over {ranks} processes" if ranks > 1 else ""),
-            file=sys.stderr,
-        )
+    part_lines = None if args.part_lines is None else -(-args.part_lines // BATCH) * BATCH
     options = job_options(args, model_used=str(model.path or model.label))
 
     def work(sentences: list[str]) -> bytes:
@@ -244,6 +237,8 @@ def translate_corpus_job(args) -> int:
         work=work,
         part_lines=part_lines,
         unit="sentence",
+        part_unit=BATCH,
+        describe=lambda lines: f"attnkit translate: {model.label}, parts of {lines} sentences",
         prepare=lambda job_dir: _prepare(tr, args, options, job_dir),
         deliver=lambda assembled: _deliver(assembled.parent, assembled),
     )

@@ -9,7 +9,7 @@ the finished parts and redoes only the rest.
 """
 
 from attnkit.corpus_jobs.line_index import LineIndex, open_line_index
-from attnkit.corpus_jobs.parts import PartFailed, PartPlan, PartStore
+from attnkit.corpus_jobs.parts import PartFailed, PartPlan, PartStore, auto_part_lines
 from attnkit.corpus_jobs.run import run_job
 
-__all__ = ["LineIndex", "PartFailed", "PartPlan", "PartStore", "open_line_index", "run_job"]
+__all__ = ["LineIndex", "PartFailed", "PartPlan", "PartStore", "auto_part_lines", "open_line_index", "run_job"]

@@ -23,13 +23,32 @@ from pathlib import Path
 
 from attnkit.paths import atomic_write_bytes, atomic_write_text, atomic_writer
 
-__all__ = ["PartFailed", "PartPlan", "PartStore", "lines_done"]
+__all__ = ["PartFailed", "PartPlan", "PartStore", "auto_part_lines", "lines_done"]
 
 MANIFEST = "job.json"
 
 
 class PartFailed(RuntimeError):
     """A part's work raised: names the part and its first line (1-based, as users count lines)."""
+
+
+#: A job of unknown size is cut into about this many parts, so that every rank of a split job gets several
+#: (round robin deals them; a command's parts of sorted lines grow longer from one part to the next).
+AUTO_PARTS = 32
+AUTO_PART_CAP = 1024
+
+
+def auto_part_lines(n_lines: int, unit: int = 1, cap: int = AUTO_PART_CAP) -> int:
+    """The lines a part holds when the command is not told (``--part-lines`` not given): about
+    ``n_lines / AUTO_PARTS``, rounded up to a multiple of ``unit`` (a command's batching unit), at least one
+    unit and at most ``cap`` rounded up to one. It depends on the input's size only, not on the number of
+    processes, so a job resumes with another number of processes on the same parts."""
+    if not isinstance(n_lines, int) or n_lines < 0:
+        raise ValueError(f"n_lines must be an int >= 0, got {n_lines!r}")
+    if not isinstance(unit, int) or unit < 1:
+        raise ValueError(f"unit must be an int >= 1, got {unit!r}")
+    units = max(1, -(-n_lines // (AUTO_PARTS * unit)))
+    return min(units, max(1, -(-cap // unit))) * unit
 
 
 @dataclass(frozen=True)

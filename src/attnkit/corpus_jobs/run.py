@@ -88,7 +88,7 @@ def run_job(
     job_dir: str | os.PathLike,
     options: dict,
     work: Callable[[list], bytes | tuple[bytes, dict]],
-    part_lines: int = 1000,
+    part_lines: int | Callable[[int], int] = 1000,
     on_part: Callable[[int, int], None] | None = None,
     *,
     read: Callable[[Sequence[LineIndex], int, int], list] | None = None,
@@ -102,7 +102,8 @@ def run_job(
     with the inputs' identities it is the key a rerun must match to reuse finished parts.
     ``read(indexes, start, stop)`` replaces the plain reading of lines ``[start, stop)`` (a command
     that decodes and numbers its lines itself). ``work`` returns a part's bytes, or ``(bytes, counts)``
-    (:meth:`PartStore.run_rank`). On rank 0, after the assembly, ``on_assembled(store)`` (read the
+    (:meth:`PartStore.run_rank`). ``part_lines`` may be a function of the input's number of lines (called
+    on every rank once the line index is open). On rank 0, after the assembly, ``on_assembled(store)`` (read the
     summed counts, copy the output on) and, with ``clean``, the job's files are deleted.
     Returns the parts (0-based) this rank did in this run. Raises :class:`PartFailed` on every rank
     when any rank failed, and rank 0's setup or assembly error (``ValueError`` on the other ranks).
@@ -116,11 +117,15 @@ def run_job(
         idents = [input_identity(p) for p in paths]
         return indexes, {"options": options, "input": idents[0] if len(paths) == 1 else idents}
 
+    def plan(indexes: list[LineIndex]) -> PartPlan:
+        n = indexes[0].n_lines
+        return PartPlan(n, part_lines(n) if callable(part_lines) else part_lines, world)
+
     if rank == 0:
         failure = None
         try:
             indexes, key = setup()
-            PartStore(job_dir, key, PartPlan(indexes[0].n_lines, part_lines, world)).open()
+            PartStore(job_dir, key, plan(indexes)).open()
         except (ValueError, OSError) as e:
             failure = e
         _from_rank0(world, None if failure is None else str(failure))
@@ -130,7 +135,7 @@ def run_job(
         if (told := _from_rank0(world, None)) is not None:
             raise ValueError(told)
         indexes, key = setup()
-    store = PartStore(job_dir, key, PartPlan(indexes[0].n_lines, part_lines, world))
+    store = PartStore(job_dir, key, plan(indexes))
     reader = read or _read_lines
     error, done = None, []
     try:
