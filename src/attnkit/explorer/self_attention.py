@@ -119,8 +119,9 @@ def continuation_answer(analysis: GenerationAnalysis) -> schema.Continuation:
     columns, the written pieces as the rows, the last layer's head-mean attention as the matrix (its words
     the same rule's as a translation's), the method's view in ``attribution``, with a training run's
     checkpoint of the model it was made with."""
-    att = analysis.attention or analysis.attribution  # no attention: a model attnkit cannot read it from
-    words = att.word_scores()[2]  # (Tw, Sw)
+    seen = analysis.attention  # None: a model whose attention attnkit cannot read (a gradient method was asked)
+    att = seen if seen is not None else analysis.attribution  # the pieces: the same rows and columns either way
+    words = seen.word_scores()[2] if seen is not None else None  # (Tw, Sw)
     return schema.Continuation(
         model=analysis.model,
         kind=analysis.kind,
@@ -128,14 +129,14 @@ def continuation_answer(analysis: GenerationAnalysis) -> schema.Continuation:
         written=analysis.continuation,
         context_pieces=list(att.source),
         written_pieces=list(att.target),
-        has_attention=analysis.attention is not None,
-        attention=_rows(analysis.attention.scores) if analysis.attention is not None else None,
+        has_attention=seen is not None,
+        attention=_rows(seen.scores) if seen is not None else None,
         words=schema.WordView(
             source=words_from_pieces(att.source),
             target=words_from_pieces(att.target),
-            attention=_rows(words),
+            attention=_rows(words) if words is not None else None,
             rule=WORD_RULE,
-            links=word_links(words),
+            links=word_links(words) if words is not None else None,
             links_rule=WORD_LINKS_RULE,
         ),
         attribution=attribution_fields(analysis.attribution) if analysis.attribution is not None else None,
