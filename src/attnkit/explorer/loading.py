@@ -12,27 +12,17 @@ from typing import Any
 
 from ..service import Model, ModelSpec, open_model
 from . import schema
+from .payload import checkpoint_fields, method_info
 
 __all__ = [
     "LoadedModels",
     "ModelSpec",
-    "checkpoint_fields",
     "describe",
     "distinct_labels",
     "explorer_model",
     "load_models",
     "open_spec",
 ]
-
-
-def checkpoint_fields(spec: ModelSpec | None) -> dict:
-    """``{"checkpoint": folder name, "step": its step}`` of a training run's model (what a server shows beside
-    its name, so a learner knows which moment of the training they see); ``{}`` for other models."""
-    if spec is None or spec.checkpoint is None:
-        return {}
-    from ..training.checkpoint import checkpoint_step
-
-    return {"checkpoint": Path(spec.checkpoint).name, "step": checkpoint_step(spec.checkpoint)}
 
 
 @dataclass
@@ -88,7 +78,6 @@ def load_models(
                 "`attnkit export MODEL OUT --format ctranslate2`"
             )
     from ..pretrained import known_models, shipped_models
-    from .payload import method_info
 
     infos = {m.name: m for m in known_models()}
     chosen = names or [m.name for m in shipped_models()]
@@ -176,7 +165,6 @@ def describe(opened: Model, scores: dict) -> schema.ModelInfo:
     training run's checkpoint (``checkpoint``, ``step``)."""
     from ..attribution import methods_for
     from ..training.checkpoint import CONFIG_NAME
-    from .payload import method_info
 
     label, task, spec, path, model = opened.label, str(opened.kind), opened.spec, opened.path, opened.impl
     if task == "translation":

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import io
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -44,13 +45,13 @@ from ..service import (
 )
 from ..service.analyse import gold_for
 from . import schema
-from .loading import checkpoint_fields
 
 __all__ = [
     "WORD_RULE",
     "AnswerTooLarge",
     "caption_answer",
     "caption_payload",
+    "checkpoint_fields",
     "gold_for",
     "head_numbers",
     "image_data_url",
@@ -85,6 +86,16 @@ WORD_LINKS_RULE = "argmax both ways, grow-diag-final-and"
 def word_links(word_matrix: Tensor) -> list[list[int]]:
     """``[source word, target word]`` links read from a word matrix ``(Tw, Sw)`` by :data:`LINKS_RULE`."""
     return sorted([i, j] for i, j in grow_diag_final_and(attention_links(word_matrix), column_links(word_matrix)))
+
+
+def checkpoint_fields(spec: ModelSpec | None) -> dict:
+    """``{"checkpoint": folder name, "step": its step}`` of a training run's model (what a server shows beside
+    its name, so a learner knows which moment of the training they see); ``{}`` for other models."""
+    if spec is None or spec.checkpoint is None:
+        return {}
+    from ..training.checkpoint import checkpoint_step
+
+    return {"checkpoint": Path(spec.checkpoint).name, "step": checkpoint_step(spec.checkpoint)}
 
 
 def _rows(t: Tensor | None, digits: int = 5):

@@ -27,8 +27,15 @@ import torch
 from ..alignment import attention_rollout, words_from_pieces
 from ..service import GenerationAnalysis
 from . import schema
-from .loading import checkpoint_fields
-from .payload import WORD_LINKS_RULE, WORD_RULE, AnswerTooLarge, _rows, attribution_fields, word_links
+from .payload import (
+    WORD_LINKS_RULE,
+    WORD_RULE,
+    AnswerTooLarge,
+    _rows,
+    attribution_fields,
+    checkpoint_fields,
+    word_links,
+)
 
 __all__ = [
     "continuation_answer",
