@@ -327,7 +327,8 @@ def test_the_html_export_embeds_the_apis_own_answers(served, tmp_path):
     m = client.get("/api/models").json()["models"]
     page = write_explorer_html(tmp_path / "x.html", translations=[t], captions=[c], models=m).read_text()
     data = json.loads(re.search(r"window\.ATTNKIT_DATA = (.*);\n", page).group(1))
-    assert data == {"models": m, "translations": [t], "captions": [c], "self_attention": [], "head_steps": []}
+    empty = {"self_attention": [], "head_steps": [], "continuations": []}
+    assert data == {"models": m, "translations": [t], "captions": [c], **empty}
     assert _fetched(page) == ["docs"]  # script and style inline, nothing fetched (but the footer's link): offline
     with pytest.raises(ValueError, match="translations"):
         write_explorer_html(tmp_path / "y.html", translations=[{**t, "attention": "not a matrix"}])

@@ -92,6 +92,16 @@ def test_gpt2_continues_the_text_with_an_attribution(server, browser, tmp_path):
     note = page.locator(f"{card} .sa-continuation .method-note").inner_text()
     assert note.startswith("input_x_gradient")
     assert page.locator(f"{card} .sa-continuation .tokens.tgt .tok").count() == 3
+    # the continuation's HTML export (a schema.Continuation in the page's data) opens offline with its card
+    with page.expect_download() as got:
+        page.click(f"{card} .sa-continuation .model-card .export[data-format='html']")
+    exported = tmp_path / "continuation.html"
+    got.value.save_as(exported)
+    again = browser.new_page()
+    again.goto(exported.as_uri())
+    again.wait_for_selector("#sa-results .model-card .matrix")
+    assert again.locator("#sa-results .model-card .tokens.tgt .tok").count() == 3
+    assert again.locator("#sa-results .model-card .method-note").inner_text().startswith("input_x_gradient")
     # the same view exported by the notebook display opens offline with every layer's heads
     from attnkit.explorer.notebook import self_attention_view
 

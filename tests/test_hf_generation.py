@@ -145,8 +145,8 @@ def test_notebook_views_embed_every_layer_and_the_continuation():
     att = explain_generation(gpt2, PROMPT, method="saliency", max_new_tokens=3)
     html = att._repr_html_()
     found = re.search(r"window\.ATTNKIT_DATA = (\{.*?\});\n", __import__("html").unescape(html))
-    payload = json.loads(found.group(1))["translations"][0]
-    assert payload["target_pieces"] == att.target and payload["attribution"]["method"] == "saliency"
+    payload = json.loads(found.group(1))["continuations"][0]
+    assert payload["written_pieces"] == att.target and payload["attribution"]["method"] == "saliency"
 
 
 def _float64_lm(family):

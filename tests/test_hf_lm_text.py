@@ -173,7 +173,7 @@ def test_the_request_refuses_what_does_not_go_together(gpt2):
     assert a.seed is not None and a.continuation == b.continuation  # a drawn seed is reported and redoes it
     from attnkit import show
 
-    shown = show(b).data["translations"][0]  # the notebook's view of the analysis
+    shown = show(b).data["continuations"][0]  # the notebook's view of the analysis
     scores = {k: v for k, v in shown["step_scores"].items() if v is not None}  # the schema's empty fields
     assert shown["decoding"] == {"mode": "sample", "seed": a.seed} and scores == b.step_scores
 
@@ -195,8 +195,8 @@ def test_cli_explains_a_text_with_contrast_and_step_scores(capsys, tmp_path):
     assert first["target"] == again["target"] and first["extra"]["decoding"]["seed"] == 5
     page = tmp_path / "text.html"
     code, _, err = _cli(capsys, "explain", "--model", folder, "--text", TEXT, "--plot", page)
-    shown = _page_data(page)["translations"][0]
-    assert code == 0 and shown["forced"] and shown["target_pieces"] == expected.target
+    shown = _page_data(page)["continuations"][0]
+    assert code == 0 and shown["decoding"]["mode"] == "forced" and shown["written_pieces"] == expected.target
     for args, said in (
         (["--text", TEXT, "--contrast", FOIL], "--contrast is for the gradient methods"),
         (["--text", TEXT, "--method", "saliency", "--contrast", "Jerusalén"], "tokenises into 8"),
@@ -225,7 +225,7 @@ def test_api_generate_forced_and_its_bad_fields():
         p = r.json()
         sa = load_self_attention(str(saved_tiny("gpt2")))
         expected = explain_generation(sa, TEXT, method="rollout", forced=True)
-        assert p["forced"] and p["decoding"]["mode"] == "forced" and p["target_pieces"] == expected.target
+        assert p["decoding"]["mode"] == "forced" and p["written_pieces"] == expected.target
         torch.testing.assert_close(torch.tensor(p["attribution"]["scores"]), expected.scores, atol=1e-4, rtol=0)
         assert p["step_scores"]["probability"] == expected.extra["step_scores"]["probability"]
         r = client.post("/api/generate", json={"text": TEXT, "mode": "sample", "seed": 4, "max_new_tokens": 3})

@@ -68,9 +68,11 @@ def test_a_continuations_attributions_show_themselves(family):
     continuation = sa.generate(SOURCE, max_new_tokens=3)
     for method in row_methods():  # the views of one prediction are not rows (tests/test_lm_views.py)
         att = explain_generation(sa, SOURCE, method=method, continuation=continuation)
-        (p,) = _data(att._repr_html_())["translations"]
-        assert (p["src_lang"], p["tgt_lang"]) == ("context", "continuation")
-        assert p["target_pieces"] == list(att.target) and len(att.target) == 3, method
+        data = _data(att._repr_html_())
+        (p,) = data["continuations"]
+        assert data["translations"] == [] and p["decoding"] is None  # a given continuation: greedy or sampled?
+        assert p["written_pieces"] == list(att.target) and len(att.target) == 3, method
+        assert p["context_pieces"] == list(att.source), method
         shown = torch.tensor(p["attribution"]["scores"], dtype=torch.float64)
         assert shown.shape == (3, len(att.source)), method
         torch.testing.assert_close(shown, att.scores.double(), atol=1e-4, rtol=0, msg=method)

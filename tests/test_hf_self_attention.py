@@ -137,7 +137,7 @@ def test_gradient_methods_run_on_a_model_whose_attention_cannot_be_read():
     """The gradient methods need no attention: on a Llama that bypasses the interface, the service gives the
     method's rows (equal to the same method on the untouched model) and no attention, and the page's
     answer says it has none; attention itself is still refused in one line."""
-    from attnkit.explorer.self_attention import generation_answer
+    from attnkit.explorer.self_attention import continuation_answer
     from attnkit.service import GenerationRequest, Model, ModelKind, ModelSpec, analyse
 
     model, tok = build_tiny("llama")
@@ -150,7 +150,8 @@ def test_gradient_methods_run_on_a_model_whose_attention_cannot_be_read():
     got = analyse(m, request)
     assert got.attention is None
     torch.testing.assert_close(got.attribution.scores, reference, atol=1e-5, rtol=0)
-    answer = generation_answer(got)
-    assert answer["has_attention"] is False and answer["attribution"]["method"] == "input_x_gradient"
+    answer = continuation_answer(got)
+    assert answer.has_attention is False and answer.attention is None
+    assert answer.attribution.method == "input_x_gradient"
     with pytest.raises(UntraceableModelError):
         analyse(m, GenerationRequest(TEXT, mode="forced", method="attention"))

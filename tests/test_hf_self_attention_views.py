@@ -136,7 +136,7 @@ def test_api_generate_attributes_the_continuation(client):
     assert r.status_code == 200, r.text
     p = r.json()
     expected = explain_generation(sa, "Jesús lloró.", method="saliency", max_new_tokens=3)
-    assert p["target_pieces"] == expected.target and p["source_pieces"] == expected.source
+    assert p["written_pieces"] == expected.target and p["context_pieces"] == expected.source
     torch.testing.assert_close(torch.tensor(p["attribution"]["scores"]), expected.scores, atol=1e-4, rtol=0)
     last = explain_generation(sa, "Jesús lloró.", method="attention", max_new_tokens=3)
     torch.testing.assert_close(torch.tensor(p["attention"]), last.scores, atol=1e-4, rtol=0)
@@ -211,8 +211,7 @@ def test_grouped_query_heads_are_named_by_their_key_value_group(capsys, tmp_path
     picture's column titles say so; BERT's heads say nothing of groups."""
     import attnkit.viz.heads as heads_mod
     from attnkit.explorer.notebook import self_attention_view
-    from attnkit.explorer.schema import SelfAttention
-    from attnkit.explorer.self_attention import self_attention_payload
+    from attnkit.explorer.self_attention import self_attention_answer
 
     llama = saved_tiny("llama")
     code, out, err = _cli(capsys, "explain", TEXT, "--model", llama, "--self-attention", "--json")
@@ -223,8 +222,7 @@ def test_grouped_query_heads_are_named_by_their_key_value_group(capsys, tmp_path
     code, out, _ = _cli(capsys, "explain", TEXT, "--model", saved_tiny("bert"), "--json")
     assert code == 0 and json.loads(out)["kv_groups"] is None
     sa = load_self_attention(str(llama))
-    payload = self_attention_payload(sa, TEXT, layer=1)
-    assert SelfAttention(**payload).kv_groups == [1, 1, 2, 2]
+    assert self_attention_answer(sa, TEXT, layer=1).kv_groups == [1, 1, 2, 2]
     (view,) = self_attention_view(sa.self_attention(TEXT, heads=[2, 3])).data["self_attention"]
     assert view["kv_groups"] == [1, 2]
     seen = {}

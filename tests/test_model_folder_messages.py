@@ -50,4 +50,4 @@ def test_serve_loads_both_models_whose_folders_share_a_name(tmp_path):
     shutil.copytree(saved_tiny("bert"), b)
     models = load_models([str(a), str(b)])
     assert sorted(models.self_attention) == ["a/bert", "b/bert"]
-    assert sorted(models.info) == ["a/bert", "b/bert"] and models.info["a/bert"]["name"] == "a/bert"
+    assert sorted(models.info) == ["a/bert", "b/bert"] and models.info["a/bert"].name == "a/bert"

@@ -8,7 +8,7 @@ import torch
 
 from attnkit.cli import main
 from attnkit.explorer.notebook import self_attention_view
-from attnkit.explorer.self_attention import self_attention_payload
+from attnkit.explorer.self_attention import self_attention_answer
 from attnkit.hf import load_self_attention
 from hf_tiny import saved_tiny
 
@@ -23,17 +23,15 @@ def bert():
 def test_self_attention_answers_and_views_number_layers_from_one(bert):
     L, H = bert.num_layers, bert.num_heads
     assert (L, H) == (2, 4)
-    every = self_attention_payload(bert, TEXT, all_layers=True)
-    assert [x["layer"] for x in every["layers"]] == [1, 2] and all(len(x["heads"]) == H for x in every["layers"])
+    every = self_attention_answer(bert, TEXT, all_layers=True)
+    assert [x.layer for x in every.layers] == [1, 2] and all(len(x.heads) == H for x in every.layers)
     for layer in (1, 2):
-        one = self_attention_payload(bert, TEXT, layer=layer)
-        assert [x["layer"] for x in one["layers"]] == [layer]
-        torch.testing.assert_close(
-            torch.tensor(one["layers"][0]["heads"]), torch.tensor(every["layers"][layer - 1]["heads"])
-        )
+        one = self_attention_answer(bert, TEXT, layer=layer)
+        assert [x.layer for x in one.layers] == [layer]
+        torch.testing.assert_close(torch.tensor(one.layers[0].heads), torch.tensor(every.layers[layer - 1].heads))
     for bad in (0, 3, -1):
         with pytest.raises(ValueError, match=rf"layer must be in 1\.\.2 \(this model has 2 layers\), got {bad}"):
-            self_attention_payload(bert, TEXT, layer=bad)
+            self_attention_answer(bert, TEXT, layer=bad)
 
     maps = bert.self_attention(TEXT)
     assert maps.layers == [1, 2] and maps.heads == [1, 2, 3, 4]

@@ -75,9 +75,12 @@ def _shown(client) -> tuple[str, int]:
     return info["checkpoint"], info["step"]
 
 
-def _assert_made_with(answer: dict, checkpoint) -> None:
-    """``answer`` names ``checkpoint`` and is what a Translator loaded from it says: the same translation, and
-    maps equal to its own payload's (1e-6) and to its own forced decoding's maps (within the payload's rounding)."""
+def _assert_made_with(answer, checkpoint) -> None:
+    """``answer`` (the route's JSON, or the ``schema.Translation`` it is sent from) names ``checkpoint`` and is
+    what a Translator loaded from it says: the same translation, and maps equal to its own payload's (1e-6) and
+    to its own forced decoding's maps (within the payload's rounding)."""
+    if not isinstance(answer, dict):
+        answer = answer.model_dump(mode="json")
     assert answer["checkpoint"] == checkpoint.name and answer["step"] == int(checkpoint.name.split("-")[1])
     tr = Translator.load(checkpoint)
     ref = translation_payload(tr, TEXT, beam=1, heads=True, model="run")

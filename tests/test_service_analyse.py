@@ -50,9 +50,12 @@ def transformer() -> Model:
 
 
 def _same(new, old, path="answer"):
-    """``new`` equals ``old`` field by field, numbers within the answers' rounding (``new`` as JSON reads it)."""
+    """``new`` equals ``old`` field by field, numbers within the answers' rounding (``new`` as JSON reads it).
+    ``new``: the schema's object the route returns; ``old``, the earlier code's dict, is read as the route sent
+    it (through the same schema class, which fills the fields the dict left to their defaults)."""
     if path == "answer":
-        new = json.loads(json.dumps(new))
+        old = type(new).model_validate(old).model_dump(mode="json")
+        new = json.loads(json.dumps(new.model_dump(mode="json")))
     if isinstance(old, dict):
         assert isinstance(new, dict) and set(new) == set(old), f"{path}: keys {set(new) ^ set(old)}"
         for k in old:
@@ -115,9 +118,8 @@ def test_analyse_gives_the_numbers_of_the_earlier_path(golden, transformer):
     layer = golden["transformer_layer"]["heads"]["layer"]  # the earlier 0-based index
     one = translation_answer(analyse(transformer, TranslationRequest(SOURCE, beam=2, heads=True, layer=layer + 1)))
     old = golden["transformer_layer"]
-    assert one["heads"]["layer"] == layer + 1
-    one["heads"]["layer"] = layer
-    _same({**one, "model": "t"}, old)
+    assert one.heads.layer == layer + 1
+    _same(one.model_copy(update={"model": "t", "heads": one.heads.model_copy(update={"layer": layer})}), old)
 
     verse = load_gold()[0]
     rnn = Model("r", ModelKind.TRANSLATOR, Translator.load("rnnsearch-es-en"), ModelSpec("r"))
@@ -141,9 +143,9 @@ def test_layers_count_from_one_in_requests_and_answers(transformer):
     a = analyse(transformer, TranslationRequest(SOURCE, beam=1, heads=True))
     cross = a.attention.maps.cross  # (L, H, T, S)
     L = cross.shape[0]
-    last = translation_answer(a, heads=True, layer=L)["heads"]
-    assert last["layer"] == L and last["rollout"] is None
-    torch.testing.assert_close(torch.tensor(last["cross"]), cross[L - 1 : L], atol=1e-4, rtol=0)
+    last = translation_answer(a, heads=True, layer=L).heads
+    assert last.layer == L and last.rollout is None
+    torch.testing.assert_close(torch.tensor(last.cross), cross[L - 1 : L], atol=1e-4, rtol=0)
     with pytest.raises(InputError, match=f"layer must be in 1..{L}"):
         analyse(transformer, TranslationRequest(SOURCE, beam=1, heads=True, layer=L + 1))
     with pytest.raises(InputError, match=f"1..{L}"):
@@ -187,9 +189,9 @@ def test_the_worker_receives_and_returns_typed_records(monkeypatch, transformer)
 
 def test_a_generation_job_is_typed_both_ways_and_answers_as_before(monkeypatch):
     """A decoder-only model's attributed continuation crosses the worker boundary as a GenerationRequest and
-    comes back as a GenerationAnalysis; its answer equals the light lane's (generation_payload), over the
+    comes back as a GenerationAnalysis; its answer equals the light lane's (generate_answer), over the
     model's own continuation; an unknown method is refused by name."""
-    from attnkit.explorer.self_attention import generation_answer, generation_payload
+    from attnkit.explorer.self_attention import continuation_answer, generate_answer
     from attnkit.service import GenerationAnalysis, GenerationRequest, open_model
     from hf_tiny import saved_tiny
 
@@ -202,12 +204,12 @@ def test_a_generation_job_is_typed_both_ways_and_answers_as_before(monkeypatch):
     analysis = pickle.loads(pickle.dumps(worker.run("g", 0, request, spec)))
     assert isinstance(analysis, GenerationAnalysis) and analysis.request == request and analysis.model == "g"
     assert analysis.attribution is analysis.attention or analysis.attribution.method == "attention"
-    light = generation_payload(model.impl, "Jesús lloró.", model="g", max_new_tokens=3, method="attention")
-    answer = generation_answer(analysis)
+    light = generate_answer(model.impl, "Jesús lloró.", model="g", max_new_tokens=3, method="attention")
+    answer = continuation_answer(analysis)
     for a in (answer, light):  # the one field that differs between two runs: the method's own seconds
-        a["attribution"].pop("seconds")
+        a.attribution.seconds = 0.0
     assert answer == light
     ids, prompt_len = model.impl.generate("Jesús lloró.", max_new_tokens=3)
-    assert light["translation"] == analysis.continuation and len(light["target_pieces"]) == len(ids) - prompt_len
+    assert light.written == analysis.continuation and len(light.written_pieces) == len(ids) - prompt_len
     with pytest.raises(Exception, match=r"unknown attribution method 'nope'"):
         worker.run("g", 0, GenerationRequest("Jesús lloró.", max_new_tokens=1, method="nope"), spec)

@@ -84,7 +84,7 @@ def _serve(args, options, sock, token, generated) -> None:
     )
     follows = f", following its training run every {options.follow_every:g} s" if options.follow_every else ""
     loaded = ", ".join(
-        f"{n} ({i['task']}" + (f": {i['checkpoint']}{follows})" if "checkpoint" in i else ")")
+        f"{n} ({i.task}" + (f": {i.checkpoint}{follows})" if i.checkpoint is not None else ")")
         for n, i in models.info.items()
     )
     print(f"attnkit explorer: {loaded}", flush=True)

@@ -66,7 +66,7 @@ class Follower:
                 try:
                     opened = open_model(new)
                     model = explorer_model(opened)
-                    info = describe(opened, self.models.info[label].get("scores", {}))
+                    info = describe(opened, self.models.info[label].scores)
                 except Exception as exc:  # whatever broke it, the model served so far goes on serving
                     self.failed.add(str(path))
                     log.warning(

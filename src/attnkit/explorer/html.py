@@ -94,8 +94,10 @@ def write_explorer_html(
     models: list | None = None,
     self_attention: list | None = None,
     head_steps: list | None = None,
+    continuations: list | None = None,
 ) -> Path:
-    """Write the offline page for these payloads to ``path`` (atomically); returns the path. ``head_steps``:
+    """Write the offline page for these answers (the schema's objects, or their JSON) to ``path`` (atomically);
+    returns the path. ``continuations``: a decoder-only model's contexts and continuations. ``head_steps``:
     step-throughs of chosen heads (:meth:`attnkit.service.head_step.HeadStep.to_dict`), drawn with their knobs, which
     recompute in the page offline as they do served."""
     data = ExplorerData.model_validate(
@@ -105,6 +107,7 @@ def write_explorer_html(
             "captions": captions or [],
             "self_attention": self_attention or [],
             "head_steps": head_steps or [],
+            "continuations": continuations or [],
         }
     )  # the API's format, checked
     out = atomic_write_text(path, standalone_html(data.model_dump(mode="json")))

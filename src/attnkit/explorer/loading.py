@@ -11,27 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from ..service import Model, ModelSpec, open_model
+from . import schema
+from .payload import checkpoint_fields, method_info
 
 __all__ = [
     "LoadedModels",
     "ModelSpec",
-    "checkpoint_fields",
     "describe",
     "distinct_labels",
     "explorer_model",
     "load_models",
     "open_spec",
 ]
-
-
-def checkpoint_fields(spec: ModelSpec | None) -> dict:
-    """``{"checkpoint": folder name, "step": its step}`` of a training run's model (what a server shows beside
-    its name, so a learner knows which moment of the training they see); ``{}`` for other models."""
-    if spec is None or spec.checkpoint is None:
-        return {}
-    from ..training.checkpoint import checkpoint_step
-
-    return {"checkpoint": Path(spec.checkpoint).name, "step": checkpoint_step(spec.checkpoint)}
 
 
 @dataclass
@@ -41,7 +32,7 @@ class LoadedModels:
     translators: dict[str, Any] = field(default_factory=dict)
     captioners: dict[str, Any] = field(default_factory=dict)
     self_attention: dict[str, Any] = field(default_factory=dict)  # Hugging Face encoder-only, decoder-only
-    info: dict[str, dict] = field(default_factory=dict)
+    info: dict[str, schema.ModelInfo] = field(default_factory=dict)  # /api/models' entries
     specs: dict[str, ModelSpec] = field(default_factory=dict)
 
 
@@ -87,7 +78,6 @@ def load_models(
                 "`attnkit export MODEL OUT --format ctranslate2`"
             )
     from ..pretrained import known_models, shipped_models
-    from .payload import method_info
 
     infos = {m.name: m for m in known_models()}
     chosen = names or [m.name for m in shipped_models()]
@@ -100,15 +90,15 @@ def load_models(
         loaded.specs[label] = spec
         if engine == "ctranslate2":
             loaded.translators[label] = model
-            loaded.info[label] = {
-                "name": label,
-                "task": "translation",
-                "kind": f"{model.model.model_type} (CTranslate2 {model.ct2.quantization})",
-                "scores": {},
-                "has_attention": True,
-                "config": model.model.config.to_dict(),
-                "engine": "ctranslate2",
-            }
+            loaded.info[label] = schema.ModelInfo(
+                name=label,
+                task="translation",
+                kind=f"{model.model.model_type} (CTranslate2 {model.ct2.quantization})",
+                scores={},
+                has_attention=True,
+                config=model.model.config.to_dict(),
+                engine="ctranslate2",
+            )
             continue
         if task in (
             "self-attention",
@@ -119,19 +109,19 @@ def load_models(
             loaded.self_attention[label] = model
             if not model.can_generate:  # an encoder-only model has no worker job: the workers need not load it
                 del loaded.specs[label]
-            loaded.info[label] = {
-                "methods": [method_info(m) for m in row_methods(model)] if model.can_generate else [],
-                "name": label,
-                "task": "self-attention",
-                "kind": model.family,
-                "scores": {},
-                "has_attention": True,
-                "config": _config_dict(model.model.config),
-                "num_layers": model.num_layers,
-                "num_heads": model.num_heads,
-                "generates": model.can_generate,
-                "lang": infos[name].lang if name in infos else None,  # the page's example text is in it
-            }
+            loaded.info[label] = schema.ModelInfo(
+                methods=[method_info(m) for m in row_methods(model)] if model.can_generate else [],
+                name=label,
+                task="self-attention",
+                kind=model.family,
+                scores={},
+                has_attention=True,
+                config=_config_dict(model.model.config),
+                num_layers=model.num_layers,
+                num_heads=model.num_heads,
+                generates=model.can_generate,
+                lang=infos[name].lang if name in infos else None,  # the page's example text is in it
+            )
             continue
         (loaded.translators if task == "translation" else loaded.captioners)[label] = model
         info = infos.get(name)
@@ -170,33 +160,33 @@ def distinct_labels(models: list[Model]) -> list[Model]:
     return out
 
 
-def describe(opened: Model, scores: dict) -> dict:
-    """``/api/models``' entry of ``opened``, an opened translator or captioner (PyTorch engine)."""
+def describe(opened: Model, scores: dict) -> schema.ModelInfo:
+    """``/api/models``' entry of ``opened``, an opened translator or captioner (PyTorch engine), with a
+    training run's checkpoint (``checkpoint``, ``step``)."""
     from ..attribution import methods_for
     from ..training.checkpoint import CONFIG_NAME
-    from .payload import method_info
 
     label, task, spec, path, model = opened.label, str(opened.kind), opened.spec, opened.path, opened.impl
     if task == "translation":
         probe = model.attention("Hola.", "Hello.").maps.alignment is not None
         config = getattr(model.model.config, "to_dict", dict)()
+        langs = dict(src_lang=model.src_lang, tgt_lang=model.tgt_lang, corpus=model.corpus)
     else:
         probe = True
         config = model.config.to_dict()
-    out = {
-        "methods": [method_info(m) for m in methods_for(model)],
-        "name": label,
-        "task": task,
-        "kind": (
+        langs = {}
+    return schema.ModelInfo(
+        methods=[method_info(m) for m in methods_for(model)],
+        name=label,
+        task=task,
+        kind=(
             json.loads((path / CONFIG_NAME).read_text()).get("model_type", "?")
             if path is not None
             else str(getattr(getattr(model.model, "config", None), "model_type", "?"))  # a Hugging Face hub name
         ),
-        "scores": scores,
-        "has_attention": probe,
-        "config": config,
+        scores=scores,
+        has_attention=probe,
+        config=config,
+        **langs,
         **checkpoint_fields(spec),
-    }
-    if task == "translation":
-        out.update(src_lang=model.src_lang, tgt_lang=model.tgt_lang, corpus=model.corpus)
-    return out
+    )

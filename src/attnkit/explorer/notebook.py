@@ -43,19 +43,22 @@ class ExplorerView:
         translations: list | None = None,
         captions: list | None = None,
         self_attention: list | None = None,
+        continuations: list | None = None,
         height: int | None = None,
     ):
         from .schema import ExplorerData
 
-        self.data = ExplorerData.model_validate(
-            {
-                "models": [],
-                "translations": translations or [],
-                "captions": captions or [],
-                "self_attention": self_attention or [],
-            }
+        self.data = ExplorerData(
+            translations=translations or [],
+            captions=captions or [],
+            self_attention=self_attention or [],
+            continuations=continuations or [],
         ).model_dump(mode="json")
-        rows = max([len(t["target_pieces"]) for t in self.data["translations"]] + [0])
+        rows = max(
+            [len(t["target_pieces"]) for t in self.data["translations"]]
+            + [len(c["written_pieces"]) for c in self.data["continuations"]]
+            + [0]
+        )
         layers = sum(p["num_layers"] for p in self.data["self_attention"])
         self.height = height or (760 if self.data["captions"] or layers else min(1200, 360 + 18 * rows))
 
@@ -74,6 +77,7 @@ class ExplorerView:
             translations=self.data["translations"],
             captions=self.data["captions"],
             self_attention=self.data["self_attention"],
+            continuations=self.data["continuations"],
         )
 
     def _repr_html_(self) -> str:
@@ -84,48 +88,63 @@ class ExplorerView:
 
 
 def _translation_view(att) -> ExplorerView:
-    from ..service import TranslationAnalysis
+    from ..service import GenerationAnalysis, TranslationAnalysis
     from .payload import translation_answer
 
-    # a decoder-only model's continuation of its context, or a text it read with teacher forcing
-    continuation = att.extra.get("kind") in ("continuation", "forced text")
+    extra = att.extra
+    if extra.get("kind") in ("continuation", "forced text"):  # a decoder-only model's tokens: a continuation
+        from .self_attention import continuation_answer
+
+        g = GenerationAnalysis(
+            model=extra.get("model", ""),
+            kind=extra["kind"],
+            request=None,
+            text=extra.get("source", ""),
+            continuation=extra.get("translation", ""),
+            attention=None,
+            attribution=att,
+            mode="forced" if extra.get("forced") else "greedy",
+            step_scores=extra.get("step_scores"),
+        )
+        c = continuation_answer(g)
+        if not extra.get("forced"):  # a continuation handed to the method: greedy or sampled, it does not say
+            c = c.model_copy(update={"decoding": None})
+        return ExplorerView(continuations=[c])
     a = TranslationAnalysis(
-        model=att.extra.get("model", ""),
-        kind=att.extra.get("kind", "translation"),
+        model=extra.get("model", ""),
+        kind=extra.get("kind", "translation"),
         request=None,
-        source=att.extra.get("source", ""),
-        translation=att.extra.get("translation", ""),
+        source=extra.get("source", ""),
+        translation=extra.get("translation", ""),
         source_pieces=att.source,
         target_pieces=att.target,
-        forced=bool(att.extra.get("forced", True)),
+        forced=bool(extra.get("forced", True)),
         attribution=att,
     )
-    p = translation_answer(a)
-    if continuation:
-        p.update(src_lang="context", tgt_lang="continuation")
-    return ExplorerView(translations=[p])
+    return ExplorerView(translations=[translation_answer(a)])
 
 
 def _caption_view(att) -> ExplorerView:
     from .payload import caption_attribution_fields, image_data_url
+    from .schema import Caption
 
     fields = caption_attribution_fields(att)
-    p = {
-        "model": att.extra.get("model", ""),
-        "kind": "captioner",
-        "attention_type": att.method,
-        "caption": " ".join(att.target),
-        "words": att.target,
-        "grid": list(att.grid),
-        "canvas": int(att.image.shape[-1]),
-        "attention": fields["maps"],  # the view shows the attribution's maps (the same numbers)
-        "image": image_data_url(att.image),
-        "boxes": None,
-        "word_items": None,
-        "correctness": None,
-        "scene": None,
-        "attribution": fields,
-    }
+    p = Caption(
+        model=att.extra.get("model", ""),
+        kind="captioner",
+        attention_type=att.method,
+        caption=" ".join(att.target),
+        words=att.target,
+        grid=tuple(att.grid),
+        canvas=int(att.image.shape[-1]),
+        attention=fields.maps,  # the view shows the attribution's maps (the same numbers)
+        image=image_data_url(att.image),
+        boxes=None,
+        word_items=None,
+        correctness=None,
+        scene=None,
+        attribution=fields,
+    )
     return ExplorerView(captions=[p])
 
 
@@ -163,25 +182,28 @@ def self_attention_view(maps, *, model: str = "") -> ExplorerView:
     Every ``"layer"`` in the view's data is the map's layer number (1-based, as ``maps.layers``)."""
     from ..alignment import attention_rollout, words_from_pieces
     from .payload import _rows
+    from .schema import SelfAttention, SelfAttentionLayer
     from .self_attention import ROLLOUT_RULE
 
     mean = maps.head_mean  # (L, N, N)
     consecutive = maps.layers == list(range(1, len(maps.layers) + 1))  # layer numbers count from 1
-    p = {
-        "model": model,
-        "kind": "self-attention",
-        "text": "".join(maps.pieces).replace("\u2581", " ").strip(),
-        "causal": maps.causal,
-        "pieces": list(maps.pieces),
-        "words": words_from_pieces(maps.pieces),
-        "num_layers": len(maps.layers),
-        "num_heads": len(maps.heads),
-        "kv_groups": maps.kv_groups,
-        "head_mean": _rows(mean, 4),
-        "rollout": _rows(attention_rollout(mean)) if consecutive else None,
-        "rollout_rule": ROLLOUT_RULE,
-        "layers": [{"layer": int(li), "heads": _rows(maps.attention[k], 4)} for k, li in enumerate(maps.layers)],
-    }
+    p = SelfAttention(
+        model=model,
+        kind="self-attention",
+        text="".join(maps.pieces).replace("\u2581", " ").strip(),
+        causal=maps.causal,
+        pieces=list(maps.pieces),
+        words=words_from_pieces(maps.pieces),
+        num_layers=len(maps.layers),
+        num_heads=len(maps.heads),
+        kv_groups=maps.kv_groups,
+        head_mean=_rows(mean, 4),
+        rollout=_rows(attention_rollout(mean)) if consecutive else None,
+        rollout_rule=ROLLOUT_RULE,
+        layers=[
+            SelfAttentionLayer(layer=int(li), heads=_rows(maps.attention[k], 4)) for k, li in enumerate(maps.layers)
+        ],
+    )
     return ExplorerView(self_attention=[p])
 
 
@@ -189,9 +211,9 @@ def repeated_view(analysis) -> ExplorerView:
     """A :class:`attnkit.service.RepeatedAnalysis` (random tokens repeated twice) as an inline view: the
     heads grid of every layer and head, each titled with its prefix-matching score, the induction stripe and
     the previous-token diagonal outlined, the best induction head named (what ``/api/repeated`` shows)."""
-    from .self_attention import repeated_payload
+    from .self_attention import repeated_answer
 
-    return ExplorerView(self_attention=[repeated_payload(analysis)])
+    return ExplorerView(self_attention=[repeated_answer(analysis)])
 
 
 def self_attention_html(maps) -> str:
@@ -241,9 +263,9 @@ def show(obj, data=None, *, method: str | None = None, target: str | None = None
             raise InputError(f"show() draws the routes view; {data['view']} is a table: display the analysis itself")
         return flow_view(data)
     if isinstance(obj, GenerationAnalysis):  # a decoder-only model's tokens: the attention and the method's view
-        from .self_attention import generation_answer
+        from .self_attention import continuation_answer
 
-        return ExplorerView(translations=[generation_answer(obj)])
+        return ExplorerView(continuations=[continuation_answer(obj)])
     if isinstance(obj, SelfAttentionMaps):
         return self_attention_view(obj)
     if isinstance(obj, dict) and "target_pieces" in obj:

@@ -5,18 +5,20 @@ embed the very same ones; :mod:`attnkit.explorer.schema` defines them field by f
 (:class:`~attnkit.explorer.schema.Translation`, :class:`~attnkit.explorer.schema.Caption`). Every
 matrix is a list of rows (row = target position), rounded to 5 decimals.
 
-Each answer's shape is built in one place, a pure function of what :func:`attnkit.service.analyse`
-computed: :func:`translation_answer` of a :class:`~attnkit.service.TranslationAnalysis` and
-:func:`caption_answer` of a :class:`~attnkit.service.CaptionAnalysis` (the server's fast lane, its workers'
-analyses, the exports and the notebook views all go through them). A translation's maps are
-:class:`attnkit.models.AttentionMaps`, so the builder never asks what kind of model it has: it shows the maps
-that are there. :func:`translation_payload` and :func:`caption_payload` analyse a bare model and build.
+Each answer is built in one place, as the schema's own object, a pure function of what
+:func:`attnkit.service.analyse` computed: :func:`translation_answer` of a
+:class:`~attnkit.service.TranslationAnalysis` and :func:`caption_answer` of a
+:class:`~attnkit.service.CaptionAnalysis` (the server's fast lane, its workers' analyses, the exports and the
+notebook views all go through them). A translation's maps are :class:`attnkit.models.AttentionMaps`, so the
+builder never asks what kind of model it has: it shows the maps that are there. :func:`translation_payload`
+and :func:`caption_payload` analyse a bare model and give the answer as JSON (a dict), for scripts and exports.
 """
 
 from __future__ import annotations
 
 import base64
 import io
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -42,12 +44,14 @@ from ..service import (
     analyse,
 )
 from ..service.analyse import gold_for
+from . import schema
 
 __all__ = [
     "WORD_RULE",
     "AnswerTooLarge",
     "caption_answer",
     "caption_payload",
+    "checkpoint_fields",
     "gold_for",
     "head_numbers",
     "image_data_url",
@@ -84,6 +88,16 @@ def word_links(word_matrix: Tensor) -> list[list[int]]:
     return sorted([i, j] for i, j in grow_diag_final_and(attention_links(word_matrix), column_links(word_matrix)))
 
 
+def checkpoint_fields(spec: ModelSpec | None) -> dict:
+    """``{"checkpoint": folder name, "step": its step}`` of a training run's model (what a server shows beside
+    its name, so a learner knows which moment of the training they see); ``{}`` for other models."""
+    if spec is None or spec.checkpoint is None:
+        return {}
+    from ..training.checkpoint import checkpoint_step
+
+    return {"checkpoint": Path(spec.checkpoint).name, "step": checkpoint_step(spec.checkpoint)}
+
+
 def _rows(t: Tensor | None, digits: int = 5):
     if t is None:
         return None
@@ -99,7 +113,8 @@ def method_info(name: str) -> dict:
 
 
 def _attribution_view(att) -> dict:
-    """The fields every attribution view has (:class:`~attnkit.explorer.schema.Attribution`)."""
+    """The fields every attribution view has (:class:`~attnkit.explorer.schema.Attribution` and
+    :class:`~attnkit.explorer.schema.CaptionAttribution`)."""
     info = method_info(att.method)
     return {
         **{k: v for k, v in info.items() if k != "name"},
@@ -126,9 +141,10 @@ def translation_answer(
     heads: bool | None = None,
     layer: int | None = None,
     max_numbers: int | None = None,
-) -> dict:
-    """A :class:`~attnkit.service.TranslationAnalysis` as the JSON of a translation
-    (:class:`~attnkit.explorer.schema.Translation`): the one place that shape is built.
+) -> schema.Translation:
+    """A :class:`~attnkit.service.TranslationAnalysis` as the answer of a translation
+    (:class:`~attnkit.explorer.schema.Translation`): the one place that answer is built, with a training run's
+    checkpoint (``checkpoint``, ``step``) of the model it was made with.
 
     ``heads``, ``layer`` and ``max_numbers`` default to the analysis's request: also every layer's and head's
     maps, or only layer ``layer`` (1-based; the others are then empty lists and the rollout null), so a long
@@ -140,66 +156,66 @@ def translation_answer(
         layer = getattr(req, "layer", None) if layer is None else layer
         max_numbers = getattr(req, "max_numbers", None) if max_numbers is None else max_numbers
     ta = a.attention
-    target_pieces = ta.target_pieces if ta is not None else a.target_pieces
-    out = {
-        "model": a.model,
-        "kind": a.kind,
-        **({"src_lang": a.src_lang} if a.src_lang is not None else {}),
-        **({"tgt_lang": a.tgt_lang} if a.tgt_lang is not None else {}),
-        "source": a.source,
-        "translation": a.translation,
-        "beam": a.beam,
-        "source_pieces": list(a.source_pieces),
-        "target_pieces": list(a.target_pieces),
-        "has_attention": False,
-        "attention": None,
-        "words": {
-            "source": words_from_pieces(a.source_pieces),
-            "target": words_from_pieces(target_pieces),
-            "attention": None,
-            "rule": WORD_RULE,
-        },
-        "diagnostics": None,
-        "steps": None,
-        "heads": None,
-        "forced": a.forced,
-        "gold": a.gold,
-        "attribution": attribution_fields(a.attribution) if a.attribution is not None else None,
-    }
-    if a.note:
-        out["note"] = a.note
-    if ta is None or ta.maps.alignment is None:
-        return out
-    m = ta.maps
-    out["has_attention"] = True
-    out["attention"] = _rows(m.alignment)
-    wa = word_attention(m.alignment, ta.source_pieces, ta.target_pieces)  # (Tw, Sw)
-    out["words"]["attention"] = _rows(wa)
-    # None: read from this matrix
-    out["words"].update(links=word_links(wa), links_matrix=None, links_from=None, links_rule=WORD_LINKS_RULE)
-    if a.guided is not None:
-        g = a.guided
-        out["words"].update(links=g.links, links_matrix=_rows(g.matrix), links_from=g.name, links_rule=g.rule)
-    out["diagnostics"] = {
-        k: (_rows(torch.tensor(v)) if isinstance(v, list) else v)
-        for k, v in attention_diagnostics(m.alignment, ta.source_pieces).items()
-    }
-    if m.scores is not None and m.context is not None:
-        norms = m.annotations.norm(dim=-1) if m.annotations is not None else None  # (S,)
-        out["steps"] = {
-            "formula": m.score,
-            "scores": _rows(m.scores.masked_fill(torch.isinf(m.scores), -1e9)),
-            "weights": _rows(m.alignment),
-            "context_norm": _rows(m.context.norm(dim=-1)),
-            # ‖α_tj h_j‖ = α_tj ‖h_j‖: how much source piece j contributes to c_t
-            "contributions": _rows(m.alignment * norms) if norms is not None else None,
-        }
-    if heads and m.cross is not None:
-        out["heads"] = _heads(m, layer, max_numbers)
-    return out
+    m = ta.maps if ta is not None and ta.maps.alignment is not None else None
+    word_rows = diagnostics = steps = None
+    links: dict = {}
+    if m is not None:
+        wa = word_attention(m.alignment, ta.source_pieces, ta.target_pieces)  # (Tw, Sw)
+        word_rows, g = _rows(wa), a.guided
+        # links_matrix None: read from this matrix; a model trained with guided alignment: its guided head's
+        links = (
+            dict(links=word_links(wa), links_matrix=None, links_from=None, links_rule=WORD_LINKS_RULE)
+            if g is None
+            else dict(links=g.links, links_matrix=_rows(g.matrix), links_from=g.name, links_rule=g.rule)
+        )
+        diagnostics = schema.Diagnostics(
+            **{
+                k: (_rows(torch.tensor(v)) if isinstance(v, list) else v)
+                for k, v in attention_diagnostics(m.alignment, ta.source_pieces).items()
+            }
+        )
+        if m.scores is not None and m.context is not None:
+            norms = m.annotations.norm(dim=-1) if m.annotations is not None else None  # (S,)
+            steps = schema.Steps(
+                formula=m.score,
+                scores=_rows(m.scores.masked_fill(torch.isinf(m.scores), -1e9)),
+                weights=_rows(m.alignment),
+                context_norm=_rows(m.context.norm(dim=-1)),
+                # ‖α_tj h_j‖ = α_tj ‖h_j‖: how much source piece j contributes to c_t
+                contributions=_rows(m.alignment * norms) if norms is not None else None,
+            )
+    words = schema.WordView(
+        source=words_from_pieces(a.source_pieces),
+        target=words_from_pieces(ta.target_pieces if ta is not None else a.target_pieces),
+        attention=word_rows,
+        rule=WORD_RULE,
+        **links,
+    )
+    langs = {k: v for k, v in (("src_lang", a.src_lang), ("tgt_lang", a.tgt_lang)) if v is not None}
+    return schema.Translation(
+        model=a.model,
+        kind=a.kind,
+        **langs,
+        source=a.source,
+        translation=a.translation,
+        beam=a.beam,
+        source_pieces=list(a.source_pieces),
+        target_pieces=list(a.target_pieces),
+        has_attention=m is not None,
+        attention=_rows(m.alignment) if m is not None else None,
+        words=words,
+        diagnostics=diagnostics,
+        steps=steps,
+        heads=_heads(m, layer, max_numbers) if heads and m is not None and m.cross is not None else None,
+        forced=a.forced,
+        gold=a.gold,
+        attribution=attribution_fields(a.attribution) if a.attribution is not None else None,
+        note=a.note or None,
+        **checkpoint_fields(a.spec),
+    )
 
 
-def _heads(m, layer: int | None, max_numbers: int | None) -> dict:
+def _heads(m, layer: int | None, max_numbers: int | None) -> schema.Heads:
     """The ``heads`` object of :func:`translation_answer` (``layer`` 1-based, checked against the maps)."""
     layers = m.cross.shape[0]
     if layer is not None and not 1 <= layer <= layers:
@@ -211,24 +227,27 @@ def _heads(m, layer: int | None, max_numbers: int | None) -> dict:
             f'(--max-answer-numbers): ask for one layer at a time with "layer": 1..{layers}'
         )
     pick = (lambda t: t) if layer is None else (lambda t: t[layer - 1 : layer])  # (L or 1, H, rows, columns)
-    return {
-        "enc_self": _rows(pick(m.enc_self), 4) if m.enc_self is not None else None,
-        "dec_self": _rows(pick(m.dec_self), 4) if m.dec_self is not None else None,
-        "cross": _rows(pick(m.cross), 4),
-        "rollout": _rows(attention_rollout(m.enc_self)) if m.enc_self is not None and layer is None else None,
-        "layer": layer,
-    }
+    return schema.Heads(
+        enc_self=_rows(pick(m.enc_self), 4) if m.enc_self is not None else None,
+        dec_self=_rows(pick(m.dec_self), 4) if m.dec_self is not None else None,
+        cross=_rows(pick(m.cross), 4),
+        rollout=_rows(attention_rollout(m.enc_self)) if m.enc_self is not None and layer is None else None,
+        layer=layer,
+    )
 
 
-def attribution_fields(att) -> dict:
-    """An :class:`attnkit.attribution.Attribution` as the payload's ``attribution`` (translation) object."""
+def attribution_fields(att) -> schema.Attribution:
+    """An :class:`attnkit.attribution.Attribution` of rows over source pieces (a translation's, a
+    continuation's) as the answer's ``attribution``."""
     words = att.word_scores()[2]  # (Tw, Sw)
-    return {**_attribution_view(att), "scores": _rows(att.scores), "words": _rows(words), "links": word_links(words)}
+    return schema.Attribution(
+        **_attribution_view(att), scores=_rows(att.scores), words=_rows(words), links=word_links(words)
+    )
 
 
-def caption_attribution_fields(att) -> dict:
-    """A captioner's :class:`attnkit.attribution.Attribution` as the caption payload's ``attribution``."""
-    return {**_attribution_view(att), "maps": _rows(att.grid_scores())}
+def caption_attribution_fields(att) -> schema.CaptionAttribution:
+    """A captioner's :class:`attnkit.attribution.Attribution` as the caption answer's ``attribution``."""
+    return schema.CaptionAttribution(**_attribution_view(att), maps=_rows(att.grid_scores()))
 
 
 def image_data_url(image: Tensor) -> str:
@@ -241,28 +260,29 @@ def image_data_url(image: Tensor) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def caption_answer(analysis: CaptionAnalysis) -> dict:
-    """A :class:`~attnkit.service.CaptionAnalysis` as the JSON of a caption
+def caption_answer(analysis: CaptionAnalysis) -> schema.Caption:
+    """A :class:`~attnkit.service.CaptionAnalysis` as the answer of a caption
     (:class:`~attnkit.explorer.schema.Caption`): each word's attention map over the grid; with a test scene
-    its boxes and the attention correctness of each word that names an item."""
+    its boxes and the attention correctness of each word that names an item; a training run's checkpoint."""
     a = analysis
     h, w = a.grid
-    return {
-        "model": a.model,
-        "kind": a.kind,
-        "attention_type": a.attention_type,
-        "caption": a.caption,
-        "words": list(a.words),
-        "grid": [h, w],
-        "canvas": a.canvas,
-        "attention": _rows(a.attention.reshape(len(a.words), h, w)) if a.words else [],  # (T, h, w)
-        "image": image_data_url(a.image),
-        "boxes": a.boxes,
-        "word_items": a.word_items,
-        "correctness": a.correctness,
-        "scene": a.scene,
-        "attribution": caption_attribution_fields(a.attribution) if a.attribution is not None else None,
-    }
+    return schema.Caption(
+        model=a.model,
+        kind=a.kind,
+        attention_type=a.attention_type,
+        caption=a.caption,
+        words=list(a.words),
+        grid=(h, w),
+        canvas=a.canvas,
+        attention=_rows(a.attention.reshape(len(a.words), h, w)) if a.words else [],  # (T, h, w)
+        image=image_data_url(a.image),
+        boxes=a.boxes,
+        word_items=a.word_items,
+        correctness=a.correctness,
+        scene=a.scene,
+        attribution=caption_attribution_fields(a.attribution) if a.attribution is not None else None,
+        **checkpoint_fields(a.spec),
+    )
 
 
 # ---------------------------------------------------------------------- analyse, then build
@@ -281,7 +301,7 @@ def translation_payload(
     result: dict | None = None,
     forced=None,
 ) -> dict:
-    """``translation_answer(analyse(...))`` for a bare translator (named ``model``): the
+    """``translation_answer(analyse(...))`` as JSON (a dict) for a bare translator (named ``model``): the
     :class:`~attnkit.service.TranslationRequest` of these arguments (``layer`` 1-based), analysed and built.
     ``result``/``forced``: a search's output and its forced decoding already made (see
     :func:`attnkit.service.analyse`)."""
@@ -289,7 +309,7 @@ def translation_payload(
         source, beam=beam, target=target, method=method, heads=heads, layer=layer, max_numbers=max_numbers
     )
     analysis = analyse(_model(model, ModelKind.TRANSLATOR, translator), request, progress, search=result, forced=forced)
-    return translation_answer(analysis)
+    return translation_answer(analysis).model_dump(mode="json")
 
 
 def caption_payload(
@@ -302,9 +322,12 @@ def caption_payload(
     method: str | None = None,
     progress=None,
 ) -> dict:
-    """``caption_answer(analyse(...))`` for a bare captioner (named ``model``) and an image ``(1, C, C)``."""
+    """``caption_answer(analyse(...))`` as JSON (a dict) for a bare captioner (named ``model``) and an image
+    ``(1, C, C)``."""
     request = CaptionRequest(image, beam=beam, scene=scene, method=method)
-    return caption_answer(analyse(_model(model, ModelKind.CAPTIONER, captioner), request, progress))
+    return caption_answer(analyse(_model(model, ModelKind.CAPTIONER, captioner), request, progress)).model_dump(
+        mode="json"
+    )
 
 
 def _model(label: str, kind: ModelKind, impl) -> Model:

@@ -2,7 +2,11 @@
 answer against these and shows them at ``/docs``) and what ``--html`` exports embed
 (:func:`attnkit.explorer.html.write_explorer_html` validates its data with :class:`ExplorerData`).
 
-:mod:`attnkit.explorer.payload` builds the objects; this module says what they are. Every matrix is
+This module says what the answers are, each field once; the builders make these objects themselves from
+the typed analyses, and the routes return them: :mod:`attnkit.explorer.payload` (:class:`Translation`,
+:class:`Caption`), :mod:`attnkit.explorer.self_attention` (:class:`SelfAttention`, :class:`Continuation`),
+:mod:`attnkit.explorer.loading` (:class:`ModelInfo`). Scripts and exports that want JSON call
+``.model_dump(mode="json")`` at that edge. Every matrix is
 a list of rows (row = target position, or image row), values rounded to 5 decimals (4 for the
 per-head maps). Fields that a model does not have are ``null``: RNNencdec has no ``attention``; only
 models with RNN-style attention have ``steps``; only models with per-layer, per-head maps have
@@ -23,6 +27,7 @@ __all__ = [
     "Attribution",
     "Caption",
     "CaptionAttribution",
+    "Continuation",
     "Decoding",
     "Diagnostics",
     "ExplorerData",
@@ -179,7 +184,7 @@ class GoldLinks(_Strict):
 
 
 class StepScores(_Strict):
-    """A decoder-only model's step scores (inseq's), per attributed token t."""
+    """A decoder-only model's step scores (inseq's), per written token t."""
 
     probability: list[float] = Field(description="p(token t | the tokens before it)")
     entropy: list[float] = Field(description="H_t = −Σ_v p_v log p_v of the next-token distribution, in nats")
@@ -189,47 +194,68 @@ class StepScores(_Strict):
 
 
 class Decoding(_Strict):
-    """How a decoder-only model's attributed tokens were made."""
+    """How a decoder-only model's written tokens were made."""
 
     mode: str = Field(description="greedy, sample (a sampled continuation) or forced (the text as given)")
     seed: int | None = Field(None, description="sample: the seed it was drawn with (the same seed redraws it)")
 
 
-class Translation(_Strict):
-    """One model's translation of one source, with every attention it has."""
+class _Written(_Strict):
+    """What a model wrote after what it read, each written piece explained by the pieces it read: the part
+    a translation (:class:`Translation`) and a continuation (:class:`Continuation`) share. ``attention`` and
+    ``words`` have a row per written piece (T, Tw) and a column per piece read (S, Sw)."""
 
     model: str = Field(description="the model's name")
-    src_lang: str = Field("es", description="the model's source language code")
-    tgt_lang: str = Field("en", description="the model's target language code")
     kind: str = Field(description="the model's type (from its config), for display only")
     has_attention: bool
+    attention: Matrix | None = Field(
+        description="T × S: a translator's alignment (RNN attention's α_tj, or the last layer's cross-attention "
+        "averaged over heads), a decoder-only model's last-layer head-mean attention of the position that "
+        "predicted each written token; null without attention"
+    )
+    words: WordView
+    attribution: Attribution | None = Field(
+        None, description="the asked-for attribution method's view (request 'method')"
+    )
+    checkpoint: str | None = Field(
+        None, description="a model still training (a training run's folder): the checkpoint it was made with"
+    )
+    step: int | None = Field(None, description="a model still training: the optimizer step of that checkpoint")
+
+
+class Translation(_Written):
+    """One model's translation of one source, with every attention it has."""
+
+    src_lang: str = Field("es", description="the model's source language code")
+    tgt_lang: str = Field("en", description="the model's target language code")
     source: str
     translation: str
     beam: int = Field(description="beam size (1 = greedy)")
     source_pieces: list[str] = Field(description="the encoder's input: subword pieces (S)")
     target_pieces: list[str] = Field(description="the output's subword pieces (T), end-of-sentence excluded")
-    attention: Matrix | None = Field(
-        description="the alignment, T × S: RNN attention's α_tj, or the last layer's "
-        "cross-attention averaged over heads; null without attention"
-    )
-    words: WordView
     diagnostics: Diagnostics | None
     steps: Steps | None = Field(description="the three steps (models with RNN-style attention)")
     heads: Heads | None = Field(description="every layer and head (per-head models, on request)")
     forced: bool = Field(description="true when the target was given (teacher forcing), not searched")
     gold: GoldLinks | None = Field(description="hand-made links, when a forced pair is a gold verse")
-    attribution: Attribution | None = Field(
-        None, description="the asked-for attribution method's view (request 'method')"
-    )
     note: str | None = Field(None, description="what this engine cannot show (e.g. per-head maps on CTranslate2)")
-    checkpoint: str | None = Field(
-        None, description="a model still training (a training run's folder): the checkpoint it was made with"
+
+
+class Continuation(_Written):
+    """A decoder-only model's context and what it wrote after it (``/api/generate``): a greedy or sampled
+    continuation of the text, or the text itself read with teacher forcing (``decoding.mode`` forced: every
+    token after the first is a written one). Row t of ``attention`` (and of the method's ``attribution``)
+    explains written token t by the context pieces before it."""
+
+    context: str = Field(description="the text as given: the prompt (forced: the whole text)")
+    written: str = Field(description="the written tokens' text (forced: the text after its first token)")
+    context_pieces: list[str] = Field(description="the pieces the written ones are explained by (S), the columns")
+    written_pieces: list[str] = Field(description="the written pieces (T), the rows")
+    decoding: Decoding | None = Field(
+        description="how the written tokens were made; null when not known (a notebook's view of an attribution "
+        "of a continuation given to it)"
     )
-    step: int | None = Field(None, description="a model still training: the optimizer step of that checkpoint")
-    decoding: Decoding | None = Field(None, description="a decoder-only model's tokens: how they were made")
-    step_scores: StepScores | None = Field(
-        None, description="a decoder-only model's tokens: each one's probability and next-token entropy"
-    )
+    step_scores: StepScores | None = Field(description="each written token's probability and next-token entropy")
 
 
 class TranslatedDocument(_Strict):
@@ -504,6 +530,7 @@ class ExplorerData(_Strict):
 
     models: list[ModelInfo] = []
     translations: list[Translation] = []
+    continuations: list[Continuation] = Field([], description="a decoder-only model's contexts and continuations")
     captions: list[Caption] = []
     self_attention: list[SelfAttention] = []
     head_steps: list[HeadStep] = Field([], description="step-through data of chosen heads, for the knobs offline")

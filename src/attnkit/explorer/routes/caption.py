@@ -25,7 +25,6 @@ from ...service import CaptionAnalysis, ModelKind, analyse, check_method
 from ...service import CaptionRequest as CaptionJob
 from .. import schema
 from ..api_errors import ERRORS, ApiError
-from ..loading import checkpoint_fields
 from ..memory import give_back
 from ..payload import caption_answer
 from ..state import client_of, explorer, run_light, served, served_model
@@ -185,7 +184,7 @@ async def caption(req: CaptionRequest, request: Request):
     return await run_light(request, lambda: caption_reply(analyse(model, ask)))
 
 
-def caption_reply(analysis: CaptionAnalysis) -> dict:
-    """The answer to ``/api/caption``: the analysis's JSON, with a training run's checkpoint (``checkpoint``,
-    ``step``) of the model it was made with."""
-    return {**caption_answer(analysis), **checkpoint_fields(analysis.spec)}
+def caption_reply(analysis: CaptionAnalysis) -> schema.Caption:
+    """The answer to ``/api/caption``: :func:`~attnkit.explorer.payload.caption_answer` of the analysis (with a
+    training run's checkpoint, ``checkpoint`` and ``step``, of the model it was made with)."""
+    return caption_answer(analysis)

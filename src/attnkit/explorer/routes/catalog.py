@@ -52,7 +52,7 @@ def scenes_of(ex):
 @router.get("/api/models", response_model=schema.ModelList)
 def list_models(request: Request):
     """The loaded models: name, task, kind, config, test scores, and whether they have attention."""
-    return {"models": list(explorer(request).models.info.values())}
+    return schema.ModelList(models=list(explorer(request).models.info.values()))
 
 
 @router.get("/api/limits")
@@ -71,7 +71,7 @@ def verses(request: Request, limit: int = Query(200, ge=1, le=300), model: str |
     translation model's) with their reference translations; empty when that corpus is not here."""
     ex = explorer(request)
     if ex.given_verses is not None:
-        return {"verses": ex.given_verses[:limit]}
+        return schema.VerseList(verses=ex.given_verses[:limit])
     tr = pick(ex.models.translators, model, "translation")[1] if ex.models.translators else None
     corpus = tr.corpus if tr is not None else "bible"
     with ex.lock:
@@ -83,7 +83,7 @@ def verses(request: Request, limit: int = Query(200, ge=1, le=300), model: str |
         # a model of the corpus's other direction (transformer-en-es on the Bible): its sources are the
         # references (the gold verses' links are drawn turned around: payload.gold_for)
         found = [{**v, "source": v["reference"], "reference": v["source"]} for v in found]
-    return {"verses": found}
+    return schema.VerseList(verses=found)
 
 
 def _turned_around(tr, corpus: str, home) -> bool:
@@ -101,9 +101,9 @@ def _turned_around(tr, corpus: str, home) -> bool:
 async def scenes(request: Request, limit: int = Query(12, ge=1, le=48)):
     """Held-out test scenes to caption: index, reference caption and a thumbnail."""
     data = await run_in_threadpool(scenes_of, explorer(request))
-    return {
-        "scenes": [
-            {"index": i, "caption": data[i]["caption"], "image": image_data_url(data[i]["image"])}
+    return schema.SceneList(
+        scenes=[
+            schema.SceneThumb(index=i, caption=data[i]["caption"], image=image_data_url(data[i]["image"]))
             for i in range(min(limit, len(data)))
         ]
-    }
+    )

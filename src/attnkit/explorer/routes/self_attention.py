@@ -9,7 +9,9 @@ asks for each layer's per-head maps (``"layer": l``, 1-based: ``1..L``), one ans
 teacher forcing), and attributes each token to the tokens before it
 (:mod:`attnkit.attribution.generation`; ``"contrast"``: contrastive, for the gradient methods).
 ``/api/repeated`` reads ``length`` seeded random tokens repeated twice and answers every layer's and head's
-maps with each head's induction scores and the induction stripe's cells (:func:`attnkit.explorer.self_attention.repeated_payload`).
+maps with each head's induction scores and the induction stripe's cells (:func:`attnkit.explorer.self_attention.repeated_answer`).
+Each answer is the schema's own object (:class:`~attnkit.explorer.schema.SelfAttention`,
+:class:`~attnkit.explorer.schema.Continuation`), built by :mod:`attnkit.explorer.self_attention`.
 
 Every bound is checked before a tensor is built: the text's characters (``--max-text-chars``), then its
 tokens (``--max-tokens`` and the model's own maximum), the layer, the number of new tokens and the method.
@@ -25,6 +27,7 @@ from typing import Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from ...attribution.gradients import DEFAULT_STEPS
 from ...data.text import no_readable_word
@@ -33,13 +36,12 @@ from ...errors import InputError
 from ...method_registry import names
 from .. import schema
 from ..api_errors import ERRORS, ApiError
-from ..loading import checkpoint_fields
 from ..self_attention import (
-    generation_answer,
-    generation_payload,
-    repeated_tokens_payload,
+    continuation_answer,
+    generate_answer,
+    repeated_tokens_answer,
+    self_attention_answer,
     self_attention_numbers,
-    self_attention_payload,
 )
 from ..state import client_of, explorer, pick, run_light
 from .translate import JOB_NAME
@@ -132,7 +134,7 @@ async def self_attention(req: SelfAttentionRequest, request: Request):
             f"this text's maps hold {count} numbers; the limit of one answer is {ex.options.max_answer_numbers} "
             "(--max-answer-numbers): shorten the text",
         )
-    return await run_light(request, self_attention_payload, sa, req.text.strip(), model=name, layer=req.layer, ids=ids)
+    return await run_light(request, self_attention_answer, sa, req.text.strip(), model=name, layer=req.layer, ids=ids)
 
 
 @router.post("/api/repeated", response_model=schema.SelfAttention, responses=ERRORS)
@@ -161,10 +163,10 @@ async def repeated(req: RepeatedTokensRequest, request: Request):
             f"these maps hold {count} numbers; the limit of one answer is {o.max_answer_numbers} "
             "(--max-answer-numbers): give a smaller length",
         )
-    return await run_light(request, repeated_tokens_payload, sa, model=name, length=req.length, seed=req.seed)
+    return await run_light(request, repeated_tokens_answer, sa, model=name, length=req.length, seed=req.seed)
 
 
-@router.post("/api/generate", response_model=schema.Translation, responses=ERRORS)
+@router.post("/api/generate", response_model=schema.Continuation, responses=ERRORS)
 async def generate(req: GenerateRequest, request: Request):
     """A decoder-only model's greedy or sampled continuation of a prompt, or the text itself read with
     teacher forcing (``"mode"``), each token attributed to the tokens before it (the last layer's head-mean
@@ -213,5 +215,5 @@ async def generate(req: GenerateRequest, request: Request):
         raise ApiError(422, str(exc)) from None
     if method in HEAVY_METHODS:  # a backward pass (or a traced pass) per token: a heavy job, in a worker process
         analysis = await ex.jobs.run(client_of(request), req.job, name, job, request.is_disconnected)
-        return {**generation_answer(analysis), **checkpoint_fields(analysis.spec)}
-    return await run_light(request, generation_payload, sa, model=name, **kwargs)
+        return await run_in_threadpool(continuation_answer, analysis)  # the lists are built off the event loop
+    return await run_light(request, generate_answer, sa, model=name, **kwargs)

@@ -17,7 +17,6 @@ from ...data.text import no_readable_word
 from ...service import Model, ModelKind, TranslationAnalysis, TranslationRequest, analyse, check_method
 from .. import schema
 from ..api_errors import ERRORS, ApiError
-from ..loading import checkpoint_fields
 from ..payload import translation_answer
 from ..state import client_of, explorer, run_light, run_translation, served, served_model
 
@@ -50,10 +49,10 @@ class TranslateRequest(BaseModel):
     )
 
 
-def translation_reply(analysis: TranslationAnalysis) -> dict:
-    """The answer to ``/api/translate``: the analysis's JSON, with a training run's checkpoint (``checkpoint``,
-    ``step``) of the model it was made with."""
-    return {**translation_answer(analysis), **checkpoint_fields(analysis.spec)}
+def translation_reply(analysis: TranslationAnalysis) -> schema.Translation:
+    """The answer to ``/api/translate``: :func:`~attnkit.explorer.payload.translation_answer` of the analysis
+    (with a training run's checkpoint, ``checkpoint`` and ``step``, of the model it was made with)."""
+    return translation_answer(analysis)
 
 
 def _light(translator, source: str, *, beam: int, model: Model, ask: TranslationRequest, **made) -> dict:

@@ -33,6 +33,7 @@ function svgBlob(svg) {
 function exportsFor(card, payload, kind) {
   const name = `${payload.model || "view"}-${kind}`;
   const data = { models: state.models, translations: kind === "translation" ? [payload] : [], captions: kind === "caption" ? [payload] : [] };
+  if (kind === "continuation") data.continuations = [payload]; // a decoder-only model's (schema.Continuation)
   const mainSvg = () => card.querySelector("svg.matrix, svg.overlay");
   return el("div", { class: "exports" },
     el("button", { class: "export", "data-format": "html", onclick: () => exportHtml(data, `${name}.html`) }, "HTML"),

@@ -136,6 +136,17 @@ function saRepeatedBox(p) { // every head on random tokens repeated twice: the i
   return box;
 }
 
+// A context and what the model wrote after it (/api/generate's schema.Continuation), drawn as a translation card:
+// rows = the written pieces, columns = the context's; its HTML export keeps the continuation itself
+function renderContinuation(c) {
+  const card = renderTranslation({ ...c, source: c.context, translation: c.written, source_pieces: c.context_pieces,
+    target_pieces: c.written_pieces, src_lang: "context", tgt_lang: "continuation", beam: 1, forced: false, gold: null,
+    diagnostics: null, steps: null, heads: null, note: null });
+  const exports = card.querySelector(":scope > .exports");
+  if (exports) exports.replaceWith(exportsFor(card, c, "continuation"));
+  return card;
+}
+
 function saGenerateBox(p, info) { // a decoder-only model writes on; each written token attributed to the ones before
   const box = el("div", { class: "sa-generate" });
   const method = el("select", { class: "sa-method" }, el("option", { value: "" }, "attention (last layer, head mean)"),
@@ -148,7 +159,7 @@ function saGenerateBox(p, info) { // a decoder-only model writes on; each writte
     try {
       const r = await api("api/generate", { method: "POST", headers: { "Content-Type": "application/json" },
         body: JSON.stringify({ text: p.text, model: p.model, max_new_tokens: +tokens.value, method: method.value || null }) });
-      out.replaceChildren(renderTranslation(r));
+      out.replaceChildren(renderContinuation(r));
     } catch (e) { out.replaceChildren(); err.textContent = e.message; }
   };
   box.append(el("div", { class: "controls" }, el("label", {}, "New tokens ", tokens), el("label", {}, "Method ", method),
@@ -211,9 +222,10 @@ function exampleInModelsLanguage(models) {
 async function initSelfAttention() {
   const panel = document.getElementById("self-attention-panel");
   if (DATA) {
-    const items = DATA.self_attention || [];
-    panel.hidden = !items.length;
-    document.getElementById("sa-results").replaceChildren(...items.map((p) => renderSelfAttention(p, null).card));
+    const items = DATA.self_attention || [], continuations = DATA.continuations || [];
+    panel.hidden = !items.length && !continuations.length;
+    document.getElementById("sa-results").replaceChildren(...items.map((p) => renderSelfAttention(p, null).card),
+      ...continuations.map(renderContinuation));
     return;
   }
   SA.models = (await api("api/models")).models.filter((m) => m.task === "self-attention");
