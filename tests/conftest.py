@@ -67,7 +67,7 @@ LONG_FIRST = (
     "test_serve_abuse.py",
     "test_explorer_browser.py",
     "test_corpus_training.py",
-    "test_tutorials.py",  # nine notebooks executed, 10 s to 2 min each
+    "test_tutorials.py",  # eleven notebooks executed, 10 s to 2 min each
     "test_corpus_job_commands.py",
     "test_serve_follow.py",
     "test_shift_att.py",
