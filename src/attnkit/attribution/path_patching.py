@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention.causal_self_attention import repeat_kv
-from .interventions import HeadPatch, intervene, record_heads
-from .patching import MetricScores, base_and_source, eval_mode, patch_metric
+from .interventions import HeadPatch, attention_sites, intervene, record_heads
+from .patching import MetricScores, base_and_source, eval_mode, head_grid, logits_of, patch_metric
 from .stream_interventions import record_stream
 
 __all__ = ["PathPatchingMap", "head_output", "induction_circuit", "path_patch", "path_patch_senders"]
@@ -154,9 +154,12 @@ def path_patch_senders(
     """Path patching from each head of the layers before ``receiver`` (or each of ``senders``, 0-based
     ``(layer, head)`` pairs) into ``receiver``'s ``via`` input(s), one sender at a time (see the module
     docstring): a :class:`PathPatchingMap`. ``2 + S`` forward passes for ``S`` senders."""
+    from ..models.language_model import LanguageModel
+    from .hf_path_patching import check_pre_norm, hf_delta, hf_receiver_run
+
     core, clean, corrupt, metric = patch_metric(model, clean_ids, corrupt_ids, target, foil, position)
     base, source = base_and_source(direction, clean, corrupt)
-    n_layers, n_heads = core.config.n_layers, core.config.n_heads
+    n_layers, n_heads = head_grid(core)
     lr, hr = _check_head("receiver", receiver, n_layers, n_heads)
     via = _check_via(via)
     if lr == 0:
@@ -166,26 +169,35 @@ def path_patch_senders(
     senders = [_check_head("senders", s, n_layers, n_heads) for s in senders]
     if any(li >= lr for li, _ in senders):
         raise ValueError(f"senders must be in layers before the receiver's ({lr}), got {senders}")
+    own = isinstance(core, LanguageModel)
+    inputs = None if own else check_pre_norm(core, lr)
     start = time.perf_counter()
     with eval_mode(core):
         with record_heads(core) as rec_source:
-            m_source = float(metric(core(source).logits))
+            m_source = float(metric(logits_of(core, source)))
         with record_heads(core) as rec_base, record_stream(core, residual=[lr]) as stream:
-            m_base = float(metric(core(base).logits))
-        block = core.layers[lr]
-        attn, norm = block.self_attn, block.input_layernorm
+            m_base = float(metric(logits_of(core, base)))
         resid = stream.residual(lr)  # (B, N, D): the base run's stream entering the receiver's block
-        x_base = norm(resid)
         scores = torch.full((lr, n_heads), float("nan"), dtype=torch.float64)
-        for ls, hs in senders:
-            s_attn = core.layers[ls].self_attn
-            dh = s_attn.head_dim
-            dz = rec_source.get("self", ls, hs) - rec_base.get("self", ls, hs)  # (B, N, Dh)
-            x_patched = norm(resid + dz @ s_attn.o_proj.weight[:, hs * dh : (hs + 1) * dh].T)  # (B, N, D)
-            xq, xk, xv = (x_patched if c in via else x_base for c in "qkv")
-            z = head_output(attn, xq, xk, xv, hr)  # (B, N, Dh)
-            with intervene(core, [HeadPatch(lr, hr, z)]):
-                scores[ls, hs] = metric(core(base).logits)
+        if not own:  # a Hugging Face model: its own modules compute the receiver (hf_path_patching)
+            sites = attention_sites(core)
+            for ls, hs in senders:
+                delta = hf_delta(sites, rec_source, rec_base, (ls, hs))  # (B, N, D)
+                logits = hf_receiver_run(core, inputs, base, resid, delta, (lr, hr), via, rec_base, logits_of)
+                scores[ls, hs] = metric(logits)
+        else:
+            block = core.layers[lr]
+            attn, norm = block.self_attn, block.input_layernorm
+            x_base = norm(resid)
+            for ls, hs in senders:
+                s_attn = core.layers[ls].self_attn
+                dh = s_attn.head_dim
+                dz = rec_source.get("self", ls, hs) - rec_base.get("self", ls, hs)  # (B, N, Dh)
+                x_patched = norm(resid + dz @ s_attn.o_proj.weight[:, hs * dh : (hs + 1) * dh].T)  # (B, N, D)
+                xq, xk, xv = (x_patched if c in via else x_base for c in "qkv")
+                z = head_output(attn, xq, xk, xv, hr)  # (B, N, Dh)
+                with intervene(core, [HeadPatch(lr, hr, z)]):
+                    scores[ls, hs] = metric(logits_of(core, base))
     seconds = time.perf_counter() - start
     m_clean, m_corrupt = (m_source, m_base) if direction == "denoise" else (m_base, m_source)
     return PathPatchingMap(
