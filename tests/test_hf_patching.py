@@ -38,7 +38,12 @@ def _blocks(model):
         return base.h, [b.attn.c_proj for b in base.h], [b.mlp for b in base.h], base.ln_f
     if t == "gpt_neox":
         base = model.gpt_neox
-        return base.layers, [b.attention.dense for b in base.layers], [b.mlp for b in base.layers], base.final_layer_norm
+        return (
+            base.layers,
+            [b.attention.dense for b in base.layers],
+            [b.mlp for b in base.layers],
+            base.final_layer_norm,
+        )
     base = model.model
     return base.layers, [b.self_attn.o_proj for b in base.layers], [b.mlp for b in base.layers], base.norm
 
@@ -204,9 +209,10 @@ def test_path_and_activation_patching_equal_attnkits_own_form_on_its_export(shap
     """attnkit's language model recomputes the receiver from its weights (:func:`head_output`); its export to
     Hugging Face (Llama with grouped-query heads, or GPT-2's fused ``c_attn``) runs it through the
     ``transformers`` modules: the two path-patching maps, via each input, and the head maps agree."""
+    from transformers import AutoModelForCausalLM
+
     from attnkit.deploy.hf_export import export_huggingface
     from test_hf_lm_export import save_lm, tiny_lm
-    from transformers import AutoModelForCausalLM
 
     extra = {"n_kv_heads": 2} if shape == "llama" else {}
     lm = tiny_lm(shape=shape, **extra)
