@@ -358,17 +358,21 @@ def patch_mlps(
     return _patch_stream("mlp", model, clean_ids, corrupt_ids, target, foil, position, direction)
 
 
-def repeated_tokens_pair(vocab_size: int, length: int = 20, *, seed: int = 0) -> tuple[Tensor, Tensor, int]:
+def repeated_tokens_pair(
+    vocab_size: int, length: int = 20, *, seed: int = 0, special_ids=()
+) -> tuple[Tensor, Tensor, int]:
     """An induction task to patch: ``(clean (2·length − 1,), corrupt, target)``. ``clean`` is ``length`` random
     tokens repeated twice (:func:`attnkit.models.induction.repeated_random_tokens`, seeded) without its last
     token, which is the ``target`` the model should predict by induction; ``corrupt`` the same with the first
-    copy redrawn, so nothing earlier says what comes next."""
+    copy redrawn, so nothing earlier says what comes next. ``special_ids`` (a tokenizer's ``<s>``, padding…)
+    are never drawn."""
     from ..models.induction import repeated_random_tokens
 
     if isinstance(length, bool) or not isinstance(length, int) or length < 2:
         raise ValueError(f"length must be an int >= 2, got {length!r}")
     g = torch.Generator().manual_seed(seed)
-    clean = repeated_random_tokens(vocab_size, length, 1, generator=g)[0]  # (2·length,)
+    kw = {"special_ids": tuple(special_ids)} if special_ids else {}
+    clean = repeated_random_tokens(vocab_size, length, 1, generator=g, **kw)[0]  # (2·length,)
     corrupt = clean.clone()
-    corrupt[:length] = repeated_random_tokens(vocab_size, length, 1, generator=g)[0, :length]
+    corrupt[:length] = repeated_random_tokens(vocab_size, length, 1, generator=g, **kw)[0, :length]
     return clean[:-1], corrupt[:-1], int(clean[-1])

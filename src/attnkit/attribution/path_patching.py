@@ -43,7 +43,14 @@ from .interventions import HeadPatch, attention_sites, intervene, record_heads
 from .patching import MetricScores, base_and_source, eval_mode, head_grid, logits_of, patch_metric
 from .stream_interventions import record_stream
 
-__all__ = ["PathPatchingMap", "head_output", "induction_circuit", "path_patch", "path_patch_senders"]
+__all__ = [
+    "PathPatchingMap",
+    "head_output",
+    "induction_circuit",
+    "induction_subject",
+    "path_patch",
+    "path_patch_senders",
+]
 
 
 def head_output(attn, xq: Tensor, xk: Tensor, xv: Tensor, head: int) -> Tensor:
@@ -236,17 +243,45 @@ def path_patch(
     return float(result.effect[sender[0], sender[1]])
 
 
-def induction_circuit(lm, length: int, seed: int, direction: str, induction_head: tuple[int, int, float]) -> dict:
+def induction_subject(text_model) -> tuple[object, tuple[int, int, float], int | None, tuple[int, ...]]:
+    """``(model, best induction head, context, special ids)`` of a text model to patch: attnkit's language model
+    (:func:`attnkit.models.induction.induction_scores`, its ``max_len``, no special ids left out, as before) or a
+    Hugging Face decoder-only one (its text model's :func:`attnkit.hf.induction.hf_induction_scores`, its context,
+    its tokenizer's special ids, which the random tokens leave out). The head ``(layer, head, prefix
+    matching)`` is numbered from 1; ``TypeError`` for a model patching does not read."""
+    from ..hf.induction import hf_induction_scores
+    from ..models.induction import induction_scores
+    from ..models.language_model import LanguageModel
+    from .patching import patched_model
+
+    core = patched_model(text_model)
+    if isinstance(core, LanguageModel):
+        return core, induction_scores(core).best_induction_head(), core.config.max_len, ()
+    sa = text_model
+    for _ in range(3):  # the text model that reads the attention transformers computes
+        if hasattr(sa, "self_attention") and hasattr(sa, "special_ids"):
+            break
+        sa = getattr(sa, "impl", None)
+    if sa is None:
+        raise TypeError(f"{type(text_model).__name__} is not a text model attnkit opened: give its text model")
+    best = hf_induction_scores(sa).best_induction_head()
+    return core, best, sa.max_length(), tuple(sorted(int(i) for i in sa.special_ids))
+
+
+def induction_circuit(
+    lm, length: int, seed: int, direction: str, induction_head: tuple[int, int, float], special_ids=()
+) -> dict:
     """The induction task's patching, as ``attnkit heads --patching`` prints it and the explorer draws it:
     on ``length`` random tokens repeated twice (:func:`~attnkit.attribution.patching.repeated_tokens_pair`,
-    seeded), every head's activation-patching effect and, into ``induction_head`` (``(layer, head,
-    prefix-matching score)``, numbered from 1: the head the model's induction scores name, not one given),
-    path patching from every earlier head through its query, key and value (``None`` for a head of layer 1,
-    which no head sends to). JSON-ready; the caller adds the model's name."""
+    seeded, ``special_ids`` left out), every head's activation-patching effect and, into ``induction_head``
+    (``(layer, head, prefix-matching score)``, numbered from 1: the head the model's induction scores name, not
+    one given), path patching from every earlier head through its query, key and value (``None`` for a head of
+    layer 1, which no head sends to). ``lm``: attnkit's language model or a Hugging Face decoder-only one
+    (:func:`induction_subject`). JSON-ready; the caller adds the model's name."""
     from .patching import patch_heads, repeated_tokens_pair
 
     layer, head, prefix = induction_head
-    clean, corrupt, target = repeated_tokens_pair(lm.config.vocab_size, length, seed=seed)
+    clean, corrupt, target = repeated_tokens_pair(lm.config.vocab_size, length, seed=seed, special_ids=special_ids)
     paths = None
     if layer > 1:
         paths = {

@@ -6,7 +6,8 @@ light job run in the fast lane once its route has checked every bound.
   or a language model's clean and ablated greedy continuation, next-token top-k and forced log-likelihood of
   the clean continuation (:func:`~attnkit.attribution.intervention_effects.lm_effect` for the next token).
 - :func:`patching_answer` — activation patching of every head and path patching into the best induction head
-  on repeated random tokens, as ``attnkit heads --patching`` computes them (Wang et al. 2022).
+  on repeated random tokens, as ``attnkit heads --patching`` computes them (Wang et al. 2022); attnkit's
+  language models and the Hugging Face decoder-only ones.
 - :func:`head_why_answer` — one head's role scores (:func:`attnkit.attribution.head_roles.language_model_roles`
   over :data:`ROLE_TEXTS`, cached per model) and, for attnkit's own language models, the QK decomposition of
   its score on the most-attended key (Elhage et al. 2021).
@@ -30,6 +31,7 @@ __all__ = [
     "interventions_for",
     "lm_ablation",
     "patching_answer",
+    "patching_subject",
     "roles_of",
     "translator_ablation",
 ]
@@ -170,22 +172,28 @@ def ablation_answer(model_name: str, kind: str, impl, heads, mode: str, **kw) ->
     return {"model": model_name, "kind": kind, "mode": mode, "heads": shown, **work(impl, heads=heads, mode=mode, **kw)}
 
 
-def _best_induction_head(cache: dict, name: str, lm) -> tuple[int, int, float]:
-    from ..models.induction import induction_scores
+def patching_subject(cache: dict, name: str, sa) -> tuple:
+    """``(model, best induction head (1-based), context, special ids)`` of text model ``sa``
+    (:func:`attnkit.attribution.path_patching.induction_subject`: attnkit's language model or a Hugging Face
+    decoder-only one), found once per model and kept (seeded rows: the same answer every time);
+    ``TypeError`` for a model patching does not read."""
+    from ..attribution.path_patching import induction_subject
 
     key = f"induction:{name}"
-    if key not in cache:  # seeded rows: the same answer every time, so kept
-        cache[key] = induction_scores(lm).best_induction_head()  # 1-based
+    if key not in cache:
+        cache[key] = induction_subject(sa)
     return cache[key]
 
 
-def patching_answer(cache: dict, name: str, lm, length: int, seed: int, direction: str) -> dict:
-    """Activation patching of every head of attnkit's language model ``lm`` and path patching from every
-    earlier head into its best induction head through q, k and v, on ``length`` random tokens repeated twice
-    (the first copy redrawn in the corrupted run): the numbers ``attnkit heads --patching`` prints."""
+def patching_answer(cache: dict, name: str, sa, length: int, seed: int, direction: str) -> dict:
+    """Activation patching of every head of text model ``sa`` (attnkit's language model or a Hugging Face
+    decoder-only one) and path patching from every earlier head into its best induction head through q, k and
+    v, on ``length`` random tokens repeated twice (the first copy redrawn in the corrupted run): the numbers
+    ``attnkit heads --patching`` prints."""
     from ..attribution.path_patching import induction_circuit
 
-    return {"model": name, **induction_circuit(lm, length, seed, direction, _best_induction_head(cache, name, lm))}
+    lm, best, _, specials = patching_subject(cache, name, sa)
+    return {"model": name, **induction_circuit(lm, length, seed, direction, best, special_ids=specials)}
 
 
 def roles_of(cache: dict, name: str, sa):
