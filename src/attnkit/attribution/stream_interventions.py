@@ -149,12 +149,15 @@ def _stream(model):
     from ..hf.loading import HFModelError
     from ..hf.stream_sites import hf_stream
     from ..models.language_model import LanguageModel
-    from .interventions import intervenable
 
-    try:
-        core = intervenable(model)
-    except TypeError:
-        core = None
+    core, seen = None, model
+    for _ in range(4):  # itself, or inside a generator, a text model, a service Model
+        if isinstance(seen, LanguageModel) or is_hf_model(seen):
+            core = seen
+            break
+        seen = next((getattr(seen, a) for a in ("impl", "hf", "model") if getattr(seen, a, None) is not None), None)
+        if seen is None:
+            break
     if isinstance(core, LanguageModel):
         mlps = None if core.layers[0].mlp is None else tuple(layer.mlp for layer in core.layers)
         return core.layers, core.norm, mlps, core.config.d_model
