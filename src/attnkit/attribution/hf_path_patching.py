@@ -22,7 +22,7 @@ from torch import Tensor
 from ..hooks import thread_hooks
 from .interventions import HeadPatch, HeadRecording, HeadSite, intervene
 
-__all__ = ["check_pre_norm", "head_write", "hf_delta", "hf_receiver_run"]
+__all__ = ["check_pre_norm", "head_write", "hf_receiver_run"]
 
 
 def head_write(site: HeadSite, head: int, z: Tensor) -> Tensor:
@@ -83,10 +83,3 @@ def check_pre_norm(core, layer: int):
         return hf_head_inputs(core, layer)
     except HFModelError as exc:
         raise ValueError(str(exc)) from None
-
-
-def hf_delta(sites: dict, rec_source: HeadRecording, rec_base: HeadRecording, sender: tuple[int, int]) -> Tensor:
-    """``(z_s^source − z_s^base) W_O^{s}`` ``(B, N, D)``: what the sender's change adds to the stream."""
-    ls, hs = sender
-    dz = rec_source.get("self", ls, hs) - rec_base.get("self", ls, hs)  # (B, N, D_h)
-    return head_write(sites["self", ls], hs, dz.to(sites["self", ls].projection.weight.dtype))

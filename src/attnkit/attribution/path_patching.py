@@ -41,15 +41,18 @@ from torch import Tensor
 from ..attention.causal_self_attention import repeat_kv
 from .interventions import HeadPatch, attention_sites, intervene, record_heads
 from .patching import MetricScores, base_and_source, eval_mode, head_grid, logits_of, patch_metric
+from .stream_interventions import _stream as stream_sites
 from .stream_interventions import record_stream
 
 __all__ = [
     "PathPatchingMap",
+    "SourcePathPatching",
     "head_output",
     "induction_circuit",
     "induction_subject",
     "path_patch",
     "path_patch_senders",
+    "path_patch_sources",
 ]
 
 
@@ -144,6 +147,57 @@ class PathPatchingMap(MetricScores):
         }
 
 
+def path_scores(core, clean: Tensor, corrupt: Tensor, metric, direction: str, receiver, via: str, senders):
+    """``(scores, clean metric, corrupted metric)``: the metric with each sender's change (source minus base run)
+    reaching only ``receiver``'s ``via`` inputs, everything else frozen at the base run (the module docstring).
+    A sender is ``("head", layer, head)`` (``(z^source − z^base) W_O^{head}``), ``("mlp", layer)`` (what MLP
+    ``layer`` adds to the stream, source minus base) or ``("embed",)`` (the residual stream ``h_0``: the token
+    embeddings; the positions are the same on both runs and cancel). ``core`` attnkit's language model (the
+    receiver recomputed, :func:`head_output`) or a Hugging Face pre-norm decoder-only one (run through its own
+    modules, :mod:`attnkit.attribution.hf_path_patching`)."""
+    from ..models.language_model import LanguageModel
+    from .hf_path_patching import check_pre_norm, head_write, hf_receiver_run
+
+    lr, hr = receiver
+    base, source = base_and_source(direction, clean, corrupt)
+    own = isinstance(core, LanguageModel)
+    inputs = None if own else check_pre_norm(core, lr)
+    mlps = sorted({s[1] for s in senders if s[0] == "mlp"})
+    resid = sorted({lr, *([0] if ("embed",) in senders else [])})
+    with torch.no_grad(), eval_mode(core):
+        with record_heads(core) as heads_src, record_stream(core, residual=resid, mlp=mlps) as st_src:
+            m_source = float(metric(logits_of(core, source)))
+        with record_heads(core) as heads_base, record_stream(core, residual=resid, mlp=mlps) as st_base:
+            m_base = float(metric(logits_of(core, base)))
+        h = st_base.residual(lr)  # (B, N, D): the base run's stream entering the receiver's block
+        sites = attention_sites(core)
+        if own:
+            block = core.layers[lr]
+            attn, norm = block.self_attn, block.input_layernorm
+            x_base = norm(h)
+        values = []
+        for sender in senders:
+            if sender[0] == "head":
+                ls, hs = sender[1], sender[2]
+                dz = heads_src.get("self", ls, hs) - heads_base.get("self", ls, hs)  # (B, N, Dh)
+                delta = head_write(sites["self", ls], hs, dz)  # (B, N, D)
+            elif sender[0] == "mlp":
+                delta = st_src.mlp(sender[1]) - st_base.mlp(sender[1])  # (B, N, D)
+            else:
+                delta = st_src.residual(0) - st_base.residual(0)  # (B, N, D)
+            if own:
+                x_patched = norm(h + delta)  # (B, N, D)
+                z = head_output(attn, *(x_patched if c in via else x_base for c in "qkv"), hr)  # (B, N, Dh)
+                with intervene(core, [HeadPatch(lr, hr, z)]):
+                    values.append(float(metric(logits_of(core, base))))
+            else:
+                values.append(
+                    float(metric(hf_receiver_run(core, inputs, base, h, delta, receiver, via, heads_base, logits_of)))
+                )
+    m_clean, m_corrupt = (m_source, m_base) if direction == "denoise" else (m_base, m_source)
+    return values, m_clean, m_corrupt
+
+
 @torch.no_grad()
 def path_patch_senders(
     model,
@@ -161,11 +215,7 @@ def path_patch_senders(
     """Path patching from each head of the layers before ``receiver`` (or each of ``senders``, 0-based
     ``(layer, head)`` pairs) into ``receiver``'s ``via`` input(s), one sender at a time (see the module
     docstring): a :class:`PathPatchingMap`. ``2 + S`` forward passes for ``S`` senders."""
-    from ..models.language_model import LanguageModel
-    from .hf_path_patching import check_pre_norm, hf_delta, hf_receiver_run
-
     core, clean, corrupt, metric = patch_metric(model, clean_ids, corrupt_ids, target, foil, position)
-    base, source = base_and_source(direction, clean, corrupt)
     n_layers, n_heads = head_grid(core)
     lr, hr = _check_head("receiver", receiver, n_layers, n_heads)
     via = _check_via(via)
@@ -176,37 +226,14 @@ def path_patch_senders(
     senders = [_check_head("senders", s, n_layers, n_heads) for s in senders]
     if any(li >= lr for li, _ in senders):
         raise ValueError(f"senders must be in layers before the receiver's ({lr}), got {senders}")
-    own = isinstance(core, LanguageModel)
-    inputs = None if own else check_pre_norm(core, lr)
     start = time.perf_counter()
-    with eval_mode(core):
-        with record_heads(core) as rec_source:
-            m_source = float(metric(logits_of(core, source)))
-        with record_heads(core) as rec_base, record_stream(core, residual=[lr]) as stream:
-            m_base = float(metric(logits_of(core, base)))
-        resid = stream.residual(lr)  # (B, N, D): the base run's stream entering the receiver's block
-        scores = torch.full((lr, n_heads), float("nan"), dtype=torch.float64)
-        if not own:  # a Hugging Face model: its own modules compute the receiver (hf_path_patching)
-            sites = attention_sites(core)
-            for ls, hs in senders:
-                delta = hf_delta(sites, rec_source, rec_base, (ls, hs))  # (B, N, D)
-                logits = hf_receiver_run(core, inputs, base, resid, delta, (lr, hr), via, rec_base, logits_of)
-                scores[ls, hs] = metric(logits)
-        else:
-            block = core.layers[lr]
-            attn, norm = block.self_attn, block.input_layernorm
-            x_base = norm(resid)
-            for ls, hs in senders:
-                s_attn = core.layers[ls].self_attn
-                dh = s_attn.head_dim
-                dz = rec_source.get("self", ls, hs) - rec_base.get("self", ls, hs)  # (B, N, Dh)
-                x_patched = norm(resid + dz @ s_attn.o_proj.weight[:, hs * dh : (hs + 1) * dh].T)  # (B, N, D)
-                xq, xk, xv = (x_patched if c in via else x_base for c in "qkv")
-                z = head_output(attn, xq, xk, xv, hr)  # (B, N, Dh)
-                with intervene(core, [HeadPatch(lr, hr, z)]):
-                    scores[ls, hs] = metric(logits_of(core, base))
+    values, m_clean, m_corrupt = path_scores(
+        core, clean, corrupt, metric, direction, (lr, hr), via, [("head", ls, hs) for ls, hs in senders]
+    )
+    scores = torch.full((lr, n_heads), float("nan"), dtype=torch.float64)
+    for (ls, hs), v in zip(senders, values):
+        scores[ls, hs] = v
     seconds = time.perf_counter() - start
-    m_clean, m_corrupt = (m_source, m_base) if direction == "denoise" else (m_base, m_source)
     return PathPatchingMap(
         (lr, hr), via, metric.name, scores, m_clean, m_corrupt, metric.position, 2 + len(senders), seconds, direction
     )
@@ -241,6 +268,129 @@ def path_patch(
         direction=direction,
     )
     return float(result.effect[sender[0], sender[1]])
+
+
+@dataclass
+class SourcePathPatching(MetricScores):
+    """Path patching into ``receiver`` (0-based ``(layer, head)``) via ``via`` from any kind of sender:
+    ``senders`` (``("embed",)``, ``("mlp", layer)``, ``("head", layer, head)``, 0-based) and ``scores (S,)`` the
+    metric with each one's change along that path alone; ``clean``, ``corrupt``, ``direction`` as in
+    :class:`PathPatchingMap`."""
+
+    receiver: tuple[int, int]
+    via: str
+    metric: str
+    senders: list[tuple]
+    scores: Tensor
+    clean: float
+    corrupt: float
+    position: int
+    runs: int
+    seconds: float
+    direction: str = "denoise"
+
+    @staticmethod
+    def name(sender: tuple) -> str:
+        """``"embed"``, ``"MLP2"``, ``"L1H3"`` (numbered from 1)."""
+        if sender[0] == "embed":
+            return "embed"
+        return f"MLP{sender[1] + 1}" if sender[0] == "mlp" else f"L{sender[1] + 1}H{sender[2] + 1}"
+
+    def ranked(self) -> list[tuple[tuple, float]]:
+        """``(sender, effect)`` by :attr:`effect`, largest first."""
+        eff = self.effect
+        return sorted(((s, float(eff[i])) for i, s in enumerate(self.senders)), key=lambda c: -c[1])
+
+    def to_dict(self) -> dict:
+        norm, eff = self.normalised, self.effect
+        order = sorted(range(len(self.senders)), key=lambda i: -float(eff[i]))
+        return {
+            "receiver": {"layer": self.receiver[0] + 1, "head": self.receiver[1] + 1},
+            "via": self.via,
+            "direction": self.direction,
+            "metric": self.metric,
+            "position": self.position + 1,
+            "clean": self.clean,
+            "corrupt": self.corrupt,
+            "runs": self.runs,
+            "seconds": self.seconds,
+            "senders": [
+                {
+                    "sender": self.name(self.senders[i]),
+                    "score": float(self.scores[i]),
+                    "normalised": None if norm is None else float(norm[i]),
+                    "effect": float(eff[i]),
+                }
+                for i in order
+            ],
+        }
+
+
+def _check_sender(sender, lr: int, n_heads: int, has_mlp: bool) -> tuple:
+    ok = (
+        isinstance(sender, tuple) and sender and all(isinstance(v, int) and not isinstance(v, bool) for v in sender[1:])
+    )
+    kind = sender[0] if ok else None
+    if kind == "embed" and len(sender) == 1:
+        return ("embed",)
+    if kind == "mlp" and len(sender) == 2 and 0 <= sender[1] < lr:
+        if not has_mlp:
+            raise ValueError("senders: the model is attention-only, it has no MLPs")
+        return sender
+    if kind == "head" and len(sender) == 3 and 0 <= sender[1] < lr and 0 <= sender[2] < n_heads:
+        return sender
+    raise ValueError(
+        f"senders must be ('embed',), ('mlp', layer) or ('head', layer, head), 0-based, with layer before the "
+        f"receiver's ({lr}) and head in 0..{n_heads - 1}, got {sender!r}"
+    )
+
+
+def path_patch_sources(
+    model,
+    clean_ids,
+    corrupt_ids,
+    target,
+    foil=None,
+    *,
+    receiver,
+    via: str = "k",
+    senders=None,
+    position: int = -1,
+    direction: str = "denoise",
+) -> SourcePathPatching:
+    """Path patching into ``receiver``'s ``via`` input(s) from the embeddings, each MLP and each head of the
+    layers before it (or from ``senders``: ``("embed",)``, ``("mlp", layer)``, ``("head", layer, head)``,
+    0-based), one at a time: the sender's change, source minus base run, added to the stream the receiver
+    reads, every other path frozen at the base run (see the module docstring; Wang et al. 2022 send from heads
+    and MLPs alike). A receiver in layer 0 reads only the embeddings. ``2 + S`` forward passes."""
+    core, clean, corrupt, metric = patch_metric(model, clean_ids, corrupt_ids, target, foil, position)
+    n_layers, n_heads = head_grid(core)
+    lr, hr = _check_head("receiver", receiver, n_layers, n_heads)
+    via = _check_via(via)
+    has_mlp = stream_sites(core)[2] is not None
+    if senders is None:
+        senders = [("embed",)]
+        for li in range(lr):
+            senders += [("head", li, hi) for hi in range(n_heads)] + ([("mlp", li)] if has_mlp else [])
+    senders = [_check_sender(tuple(s) if isinstance(s, list) else s, lr, n_heads, has_mlp) for s in senders]
+    if not senders:
+        raise ValueError("senders must name at least one sender")
+    start = time.perf_counter()
+    values, m_clean, m_corrupt = path_scores(core, clean, corrupt, metric, direction, (lr, hr), via, senders)
+    seconds = time.perf_counter() - start
+    return SourcePathPatching(
+        (lr, hr),
+        via,
+        metric.name,
+        senders,
+        torch.tensor(values, dtype=torch.float64),
+        m_clean,
+        m_corrupt,
+        metric.position,
+        2 + len(senders),
+        seconds,
+        direction,
+    )
 
 
 def induction_subject(text_model) -> tuple[object, tuple[int, int, float], int | None, tuple[int, ...]]:
