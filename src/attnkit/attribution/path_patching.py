@@ -24,6 +24,13 @@ path, everything else frozen at the clean run (swap "clean" and "corrupted" abov
 answer loses. :attr:`PathPatchingMap.effect` reads both as "larger = the path matters more" (the fraction
 restored, or lost; :mod:`attnkit.attribution.patching`).
 
+Senders need not be heads (:func:`path_patch_sources`, Wang et al. 2022 send from MLPs too): an MLP of an
+earlier layer sends what it adds to the stream, ``δ = mlp_l^clean − mlp_l^corrupt``, and the embeddings send
+``δ = h_0^clean − h_0^corrupt`` (the token embeddings; the positions cancel), each through the same
+``x' = norm(h_{l_r}^corrupt + δ)``. A head of layer 0 reads only the embeddings: their path through q, k and v
+together is that head's activation patch. On a Hugging Face model the receiver runs through the model's own
+modules (:mod:`attnkit.attribution.hf_path_patching`).
+
 For an induction head, the previous-token head of an earlier layer is the sender whose path through the
 **key** restores the answer (K-composition, Olsson et al. 2022). Layers and heads are 0-based here.
 """
