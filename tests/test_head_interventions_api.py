@@ -179,9 +179,9 @@ def test_head_why_equals_roles_and_qk_decomposition(client):
         ),
         (
             "/api/ablate",
-            {"model": "rnnsearch-es-en", "source": SOURCE, "heads": [{"site": "cross", "layer": 1, "head": 1}]},
+            {"model": "rnnsearch-es-en", "source": SOURCE, "heads": [{"site": "cross", "layer": 1, "head": 2}]},
             422,
-            "only an attnkit Transformer",
+            "its one attention is ablated whole",
         ),
         ("/api/ablate", {"model": "nope", "text": TEXT, "heads": [{"layer": 1, "head": 1}]}, 404, "unknown"),
         ("/api/patching", {"model": LM, "length": 100}, 413, "at most 64"),

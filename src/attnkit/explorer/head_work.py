@@ -69,7 +69,7 @@ def interventions_for(model, heads: list[tuple[str, int, int]], mode: str, refer
     return out
 
 
-def translator_ablation(tr, source: str, reference: str | None, heads, mode: str, beam: int) -> dict:
+def _transformer_ablation(tr, source: str, reference: str | None, heads, mode: str, beam: int) -> dict:
     """A translator's clean and ablated translation (beam ``beam``) and the forced log-likelihood of
     ``reference`` (default: the clean translation) clean and ablated."""
     from ..attribution.intervention_effects import (
@@ -99,6 +99,57 @@ def translator_ablation(tr, source: str, reference: str | None, heads, mode: str
         "clean_log_likelihood": effect.clean_log_likelihood,
         "log_likelihood": effect.log_likelihood,
         "log_likelihood_change": effect.log_likelihood_change,
+    }
+
+
+def translator_ablation(tr, source: str, reference: str | None, heads, mode: str, beam: int) -> dict:
+    """A translator's clean and ablated translation (beam ``beam``) and the forced log-likelihood of
+    ``reference`` (default: the clean translation) clean and ablated: attnkit's Transformer and a Hugging
+    Face encoder-decoder by their heads; RNNsearch by its one attention (``zero``: the context set to 0;
+    ``mean``: uniform weights, the context the mean annotation; :mod:`attnkit.attribution.translator_ablation`)."""
+    from ..attribution.interventions import intervene
+    from ..attribution.translator_ablation import (
+        ablate_rnn_attention,
+        forced_log_likelihood_of,
+        translator_model_kind,
+    )
+
+    kind = translator_model_kind(tr)
+    if kind == "transformer":
+        return _transformer_ablation(tr, source, reference, heads, mode, beam)
+    forced = (
+        reference if reference is not None else tr.translate([source], beam_size=beam, truncate=True)[0].translation
+    )
+    core = tr.model
+    was = core.training
+    core.eval()
+    try:
+        with torch.no_grad():
+            clean_ll = forced_log_likelihood_of(tr, source, forced)
+            clean = tr.translate([source], beam_size=beam, truncate=True)[0].translation
+            if kind == "rnnsearch":
+                ablated = ablate_rnn_attention(core, mode)
+            else:
+                rec = None
+                if mode == "mean":  # each head's mean over this input's own teacher-forced run
+                    with record_heads(core) as rec:
+                        forced_log_likelihood_of(tr, source, forced)
+                ablated = intervene(core, interventions_for(core, heads, mode, rec))
+            with ablated:
+                ll = forced_log_likelihood_of(tr, source, forced)
+                out = tr.translate([source], beam_size=beam, truncate=True)[0].translation
+    finally:
+        core.train(was)
+    return {
+        "source": source,
+        "reference": forced,
+        "reference_given": reference is not None,
+        "beam": beam,
+        "clean": clean,
+        "ablated": out,
+        "clean_log_likelihood": clean_ll,
+        "log_likelihood": ll,
+        "log_likelihood_change": ll - clean_ll,
     }
 
 

@@ -1,8 +1,9 @@
 """``POST /api/ablate``, ``/api/patching`` and ``/api/head-why``: head interventions on the page
 (:mod:`attnkit.explorer.head_work` does the work).
 
-- ``/api/ablate``: the heads given (``site``, ``layer``, ``head``, 1-based) zero- or mean-ablated; a
-  translator's clean and ablated translation and forced log-likelihood change (Michel et al. 2019; Voita et
+- ``/api/ablate``: the heads given (``site``, ``layer``, ``head``, 1-based) zero- or mean-ablated (an
+  RNNsearch's one attention as cross 1.1: its context zeroed, or its weights uniform; a CTranslate2 engine
+  is refused, it has no hooks); a translator's clean and ablated translation and forced log-likelihood change (Michel et al. 2019; Voita et
   al. 2019), or a language model's clean and ablated greedy continuation and next-token top-k.
 - ``/api/patching``: activation patching of every head of a language model (attnkit's own, or a Hugging Face
   decoder-only one) and path patching into its best induction head on ``length`` random tokens repeated twice (Wang et al. 2022), as ``attnkit heads
@@ -140,15 +141,15 @@ async def ablate(req: AblateRequest, request: Request):
     is_translator = req.model in translators if req.model is not None else req.source is not None
     heads = _unique(req.heads)
     if is_translator:
-        from ...attribution.intervention_effects import translator_of
+        from ...attribution.translator_ablation import translator_model_kind
 
         name, tr = pick(translators, req.model, "translation")
         if req.source is None:
             raise ApiError(422, f"{name} is a translator: give 'source' (and optionally 'reference'), not 'text'")
         try:
-            translator_of(tr)
-        except TypeError:
-            raise ApiError(422, f"{name}'s heads cannot be ablated here: only an attnkit Transformer's") from None
+            kind = translator_model_kind(tr)
+        except TypeError as exc:
+            raise ApiError(422, f"{name}'s attention cannot be ablated here: {exc}") from None
         if req.beam > o.heavy_beam:
             raise ApiError(413, f"beam {req.beam} is over the limit of {o.heavy_beam} for an ablation (--heavy-beam)")
         source = _bounded("source", req.source, o.max_text_chars)
@@ -158,12 +159,22 @@ async def ablate(req: AblateRequest, request: Request):
         reference = None
         if req.reference is not None:
             reference = _bounded("reference", req.reference, o.max_target_chars)
-            n_ref, top = len(tr.tokenizer.encode(reference)), min(o.max_tokens, tr.model.config.max_len - 1)
+            max_len = getattr(tr.model.config, "max_len", None)
+            top = o.max_tokens if max_len is None else min(o.max_tokens, max_len - 1)
+            n_ref = len(tr.tokenizer.encode(reference))
             if not n_ref:
                 raise ApiError(422, "the reference has no word the model can read")
             if n_ref > top:
                 raise ApiError(413, f"the reference has {n_ref} subword tokens; the limit is {top}")
-        _check_heads(name, heads, _sites(name, tr.model), False)
+        if kind == "rnnsearch":  # one additive attention, no heads: ablated whole
+            if heads != [("cross", 1, 1)]:
+                raise ApiError(
+                    422,
+                    f"{name} is an RNNsearch: its one attention is ablated whole, give the one head "
+                    "{'site': 'cross', 'layer': 1, 'head': 1}",
+                )
+        else:
+            _check_heads(name, heads, _sites(name, tr.model), False)
         kw = dict(source=source, reference=reference, beam=req.beam)
         return await _run(request, ablation_answer, name, "translator", tr, heads, req.mode, **kw)
     name, sa = pick(ex.models.self_attention, req.model, "self-attention")
