@@ -179,9 +179,9 @@ def test_head_why_equals_roles_and_qk_decomposition(client):
         ),
         (
             "/api/ablate",
-            {"model": "rnnsearch-es-en", "source": SOURCE, "heads": [{"site": "cross", "layer": 1, "head": 1}]},
+            {"model": "rnnsearch-es-en", "source": SOURCE, "heads": [{"site": "cross", "layer": 1, "head": 2}]},
             422,
-            "only an attnkit Transformer",
+            "its one attention is ablated whole",
         ),
         ("/api/ablate", {"model": "nope", "text": TEXT, "heads": [{"layer": 1, "head": 1}]}, 404, "unknown"),
         ("/api/patching", {"model": LM, "length": 100}, 413, "at most 64"),
@@ -198,7 +198,10 @@ def test_bad_input_gets_a_4xx_saying_what(client, route, body, status, words):
     assert words in r.json()["error"]
 
 
-def test_patching_refuses_a_model_that_is_not_attnkit_s(client):
-    c, _, gpt2 = client
+def test_patching_takes_a_hugging_face_decoder_only_model(client):
+    """A Hugging Face GPT-2 is patched as attnkit's own models are (tests/test_hf_patching_api.py checks the numbers)."""
+    c, models, gpt2 = client
     r = c.post("/api/patching", json={"model": gpt2, "length": 4})
-    assert r.status_code == 422 and "not an attnkit language model" in r.json()["error"]
+    assert r.status_code == 200, r.text
+    hf = models.self_attention[gpt2].model
+    assert len(r.json()["heads"]["cells"]) == hf.config.n_layer * hf.config.n_head

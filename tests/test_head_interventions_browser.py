@@ -80,3 +80,34 @@ def test_ablate_a_translator_head_and_patch_the_language_model():
         assert shown[0][0] == d.parts[int(parts.abs().argmax())]  # the largest part first
         assert dict(shown) == pytest.approx(dict(zip(d.parts, parts.tolist())), abs=1e-5)
         b.close()
+
+
+def test_ablate_rnnsearchs_attention_in_its_card():
+    """The RNNsearch card's "ablate the attention" button: the ablated translation and log-likelihood change
+    the library gives with its context zeroed (:func:`ablate_rnn_attention`)."""
+    from attnkit.attribution.translator_ablation import ablate_rnn_attention, forced_log_likelihood_of
+    from attnkit.service import open_model
+
+    name = "rnnsearch-es-en"
+    tr = open_model(name).impl
+    clean = tr.translate([VERSE], beam_size=1)[0].translation
+    clean_ll = forced_log_likelihood_of(tr, VERSE, clean)
+    with ablate_rnn_attention(tr.model, "zero"):
+        ablated = tr.translate([VERSE], beam_size=1)[0].translation
+        ll = forced_log_likelihood_of(tr, VERSE, clean)
+    with served("--workers", "1", "--model", name) as url, playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        page = b.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        page.fill("#text", VERSE)
+        page.select_option("#beam", "1")
+        page.click("#translate")
+        card = page.locator(f".model-card[data-model='{name}']")
+        card.locator(".ablate-panel summary").click(timeout=120_000)
+        card.locator("button.ablate-attention").click()
+        out = card.locator(".ablate-out[data-done]")
+        out.wait_for(timeout=120_000)
+        assert out.get_attribute("data-ablated") == ablated and out.get_attribute("data-clean") == clean
+        change = float(card.locator(".ablate-ll").get_attribute("data-change"))
+        assert change == pytest.approx(ll - clean_ll, abs=1e-5)
+        b.close()

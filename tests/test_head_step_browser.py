@@ -120,3 +120,30 @@ def test_step_through_a_head_and_turn_every_knob(tmp_path):
             torch.tensor(shown, dtype=torch.float64), _softmax(raw * a["scale"] / 2, allowed), atol=1e-9, rtol=0
         )
         b.close()
+
+
+def test_rnnsearch_card_steps_through_one_decoder_step():
+    """The RNNsearch card's step-through: the weights α_tj the page shows at decoder step 2 are the model's own
+    (its teacher-forced pass over the translation the card shows)."""
+    from attnkit.service import open_model
+
+    name, source = "rnnsearch-es-en", "Y dijo Dios: Sea la luz."
+    tr = open_model(name).impl
+    translation = tr.translate([source], beam_size=1)[0].translation
+    want = tr.attention(source, translation).maps.alignment[1].double()  # decoder step 2: (S,)
+    with served("--workers", "1", "--model", name) as url, playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        page = b.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        page.fill("#text", source)
+        page.select_option("#beam", "1")
+        page.click("#translate")
+        card = page.locator(f".model-card[data-model='{name}']")
+        card.locator(".hs-rnn summary").click(timeout=120_000)
+        card.locator(".hs-rnn .hs-query").select_option("2")
+        card.locator(".hs-rnn .hs-open").click()
+        rows = card.locator(".hs-rnn .hs-key")
+        rows.first.wait_for(timeout=120_000)
+        got = rows.evaluate_all("rs => rs.map((r) => +r.dataset.w)")
+        torch.testing.assert_close(torch.tensor(got, dtype=torch.float64), want, atol=1e-5, rtol=0)
+        b.close()

@@ -85,7 +85,14 @@ def attribution_patch(
     """Every head's and every residual-stream cell's patching effect estimated to first order (see the
     module docstring), from a forward on the source run and a forward and backward on the base run.
     The model's parameters get no ``.grad`` (the gradient is taken with respect to the activations alone)."""
+    from ..models.language_model import LanguageModel
+
     core, clean, corrupt, metric = patch_metric(model, clean_ids, corrupt_ids, target, foil, position)
+    if not isinstance(core, LanguageModel):
+        raise TypeError(
+            f"attribution patching takes the gradient from attnkit's language model's embeddings, not a "
+            f"{type(core).__name__}: patch_heads and patch_residual run the exact sweep on it"
+        )
     base, source = base_and_source(direction, clean, corrupt)
     n_layers = core.config.n_layers
     layers = list(range(n_layers + 1))

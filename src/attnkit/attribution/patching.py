@@ -43,8 +43,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .interventions import HeadPatch, core_model, intervene, record_heads
+from .interventions import HeadPatch, attention_sites, intervenable, intervene, record_heads
 from .stream_interventions import MLPPatch, ResidualPatch, record_stream
+from .stream_interventions import _stream as stream_sites
 
 __all__ = [
     "DIRECTIONS",
@@ -123,14 +124,53 @@ def normalised_effect(scores: Tensor, clean: float, corrupt: float, direction: s
     return norm if direction == "denoise" else 1 - norm
 
 
-def patch_metric(model, clean_ids, corrupt_ids, target, foil=None, position: int = -1):
-    """``(core, clean (B, N), corrupt (B, N), metric)``: the inputs checked (equal shapes, token ids in the
-    vocabulary, ``position`` in range) and the :class:`PatchMetric` that every patching function reads."""
+def patched_model(model):
+    """The model a patching sweep runs: attnkit's :class:`~attnkit.models.language_model.LanguageModel`, or a
+    Hugging Face decoder-only language model (GPT-2, GPT-NeoX, the Llama-like and sandwich families), under
+    ``model`` (itself or a wrapper: a text model, a :class:`attnkit.service.Model`); ``TypeError`` else."""
+    from ..hf.head_sites import is_hf_model
+    from ..hf.lm_blocks import DECODERS
     from ..models.language_model import LanguageModel
 
-    core = core_model(model)
-    if not isinstance(core, LanguageModel):
-        raise TypeError(f"model must be attnkit's language model, got {type(core).__name__}")
+    try:
+        core = intervenable(model)
+    except TypeError:
+        core = None
+    if isinstance(core, LanguageModel):
+        return core
+    if core is not None and is_hf_model(core):
+        cfg = core.config
+        decoder = not getattr(cfg, "is_encoder_decoder", False) and cfg.model_type in DECODERS
+        if decoder and core.get_output_embeddings() is not None:
+            return core
+    raise TypeError(
+        "model must be attnkit's language model or a Hugging Face decoder-only language model "
+        f"(with its language-model head), got {type(core if core is not None else model).__name__}"
+    )
+
+
+def logits_of(core, ids: Tensor) -> Tensor:
+    """``(B, N, V)``: the logits of ``core`` (:func:`patched_model`) on ``ids (B, N)``; a Hugging Face model
+    is run without its key/value cache (one whole forward)."""
+    from ..models.language_model import LanguageModel
+
+    if isinstance(core, LanguageModel):
+        return core(ids).logits
+    return core(input_ids=ids, use_cache=False).logits
+
+
+def head_grid(core) -> tuple[int, int]:
+    """``(L, H)``: the layers and the heads per layer of ``core``'s (language-model) self-attention."""
+    sites = attention_sites(core)
+    layers = sorted(layer for site, layer in sites if site == "self")
+    return len(layers), sites["self", 0].n_heads
+
+
+def patch_metric(model, clean_ids, corrupt_ids, target, foil=None, position: int = -1):
+    """``(core, clean (B, N), corrupt (B, N), metric)``: the model (:func:`patched_model`), the inputs checked
+    (equal shapes, token ids in the vocabulary, ``position`` in range) and the :class:`PatchMetric` that every
+    patching function reads."""
+    core = patched_model(model)
     device = next(core.parameters()).device
     clean, corrupt = _ids("clean_ids", clean_ids, device), _ids("corrupt_ids", corrupt_ids, device)
     if clean.shape != corrupt.shape:
@@ -258,15 +298,15 @@ def patch_heads(
     start = time.perf_counter()
     with eval_mode(core):
         with record_heads(core) as rec:
-            m_source = float(metric(core(source).logits))
-        m_base = float(metric(core(base).logits))
-        n_layers, n_heads = core.config.n_layers, core.config.n_heads
+            m_source = float(metric(logits_of(core, source)))
+        m_base = float(metric(logits_of(core, base)))
+        n_layers, n_heads = head_grid(core)
         scores = torch.empty(n_layers, n_heads, dtype=torch.float64)
         for layer in range(n_layers):
             out = rec.get("self", layer)  # (B, N, H, D_h)
             for head in range(n_heads):
                 with intervene(core, [HeadPatch(layer, head, out[..., head, :], positions=pos)]):
-                    scores[layer, head] = metric(core(base).logits)
+                    scores[layer, head] = metric(logits_of(core, base))
     seconds = time.perf_counter() - start
     m_clean, m_corrupt = (m_source, m_base) if direction == "denoise" else (m_base, m_source)
     return PatchingMap(
@@ -277,23 +317,23 @@ def patch_heads(
 def _patch_stream(site: str, model, clean_ids, corrupt_ids, target, foil, position, direction) -> PatchingMap:
     core, clean, corrupt, metric = patch_metric(model, clean_ids, corrupt_ids, target, foil, position)
     base, source = base_and_source(direction, clean, corrupt)
-    n_layers, n = core.config.n_layers, clean.shape[1]
+    n_layers, n = head_grid(core)[0], clean.shape[1]
     layers = list(range(n_layers + 1)) if site == "residual" else list(range(n_layers))
-    if site == "mlp" and core.layers[0].mlp is None:
+    if site == "mlp" and stream_sites(core)[2] is None:
         raise ValueError("the model is attention-only: it has no MLPs to patch")
     patch = ResidualPatch if site == "residual" else MLPPatch
     start = time.perf_counter()
     with torch.no_grad(), eval_mode(core):
-        m_base = float(metric(core(base).logits))
+        m_base = float(metric(logits_of(core, base)))
         scores = torch.empty(len(layers), n, dtype=torch.float64)
         for layer in layers:  # one layer's source activation kept at a time: (B, N, D), not (L, B, N, D)
             kw = {"residual": [layer]} if site == "residual" else {"mlp": [layer]}
             with record_stream(core, **kw) as rec:
-                m_source = float(metric(core(source).logits))
+                m_source = float(metric(logits_of(core, source)))
             src = rec.residual(layer) if site == "residual" else rec.mlp(layer)
             for p in range(n):
                 with intervene(core, [patch(layer, src, positions=(p,))]):
-                    scores[layer, p] = metric(core(base).logits)
+                    scores[layer, p] = metric(logits_of(core, base))
     seconds = time.perf_counter() - start
     runs = 1 + len(layers) + scores.numel()
     m_clean, m_corrupt = (m_source, m_base) if direction == "denoise" else (m_base, m_source)
@@ -318,17 +358,21 @@ def patch_mlps(
     return _patch_stream("mlp", model, clean_ids, corrupt_ids, target, foil, position, direction)
 
 
-def repeated_tokens_pair(vocab_size: int, length: int = 20, *, seed: int = 0) -> tuple[Tensor, Tensor, int]:
+def repeated_tokens_pair(
+    vocab_size: int, length: int = 20, *, seed: int = 0, special_ids=()
+) -> tuple[Tensor, Tensor, int]:
     """An induction task to patch: ``(clean (2·length − 1,), corrupt, target)``. ``clean`` is ``length`` random
     tokens repeated twice (:func:`attnkit.models.induction.repeated_random_tokens`, seeded) without its last
     token, which is the ``target`` the model should predict by induction; ``corrupt`` the same with the first
-    copy redrawn, so nothing earlier says what comes next."""
+    copy redrawn, so nothing earlier says what comes next. ``special_ids`` (a tokenizer's ``<s>``, padding…)
+    are never drawn."""
     from ..models.induction import repeated_random_tokens
 
     if isinstance(length, bool) or not isinstance(length, int) or length < 2:
         raise ValueError(f"length must be an int >= 2, got {length!r}")
     g = torch.Generator().manual_seed(seed)
-    clean = repeated_random_tokens(vocab_size, length, 1, generator=g)[0]  # (2·length,)
+    kw = {"special_ids": tuple(special_ids)} if special_ids else {}
+    clean = repeated_random_tokens(vocab_size, length, 1, generator=g, **kw)[0]  # (2·length,)
     corrupt = clean.clone()
-    corrupt[:length] = repeated_random_tokens(vocab_size, length, 1, generator=g)[0, :length]
+    corrupt[:length] = repeated_random_tokens(vocab_size, length, 1, generator=g, **kw)[0, :length]
     return clean[:-1], corrupt[:-1], int(clean[-1])

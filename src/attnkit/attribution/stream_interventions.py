@@ -19,6 +19,10 @@ the block's MLP, registered through :func:`attnkit.hooks.thread_hooks` for one `
 :func:`~attnkit.attribution.interventions.intervene`, which takes these requests beside the heads'.
 :func:`record_stream` records only the sites asked for (what patching one site needs, not every
 activation of every layer). Layers and positions are 0-based.
+
+The same sites of a Hugging Face decoder-only model (GPT-2, GPT-NeoX, the Llama-like families, the sandwich
+ones) are named by :func:`attnkit.hf.stream_sites.hf_stream`: block ``l``'s input, the final norm's input,
+what MLP ``l`` adds to the stream.
 """
 
 from __future__ import annotations
@@ -136,37 +140,54 @@ StreamIntervention = ResidualPatch | ResidualAblation | MLPPatch | MLPAblation
 STREAM_TYPES = (ResidualPatch, ResidualAblation, MLPPatch, MLPAblation)
 
 
-def _language_model(model):
-    """The :class:`~attnkit.models.language_model.LanguageModel` under ``model`` (itself, or inside a
-    generator or a :class:`attnkit.service.Model`), ``TypeError`` for anything else."""
+def _stream(model):
+    """The stream sites under ``model``: ``(blocks, final norm, MLPs (None: attention-only), d_model)`` of
+    attnkit's :class:`~attnkit.models.language_model.LanguageModel` (itself, or inside a generator or a
+    :class:`attnkit.service.Model`) or of a Hugging Face decoder-only model
+    (:func:`attnkit.hf.stream_sites.hf_stream`); ``TypeError`` for anything else."""
+    from ..hf.head_sites import is_hf_model
+    from ..hf.loading import HFModelError
+    from ..hf.stream_sites import hf_stream
     from ..models.language_model import LanguageModel
 
-    seen = model
-    for _ in range(3):
-        if isinstance(seen, LanguageModel):
-            return seen
-        inner = getattr(seen, "impl", None)
-        seen = getattr(seen, "model", None) if inner is None else inner
+    core, seen = None, model
+    for _ in range(4):  # itself, or inside a generator, a text model, a service Model
+        if isinstance(seen, LanguageModel) or is_hf_model(seen):
+            core = seen
+            break
+        seen = next((getattr(seen, a) for a in ("impl", "hf", "model") if getattr(seen, a, None) is not None), None)
+        if seen is None:
+            break
+    if isinstance(core, LanguageModel):
+        mlps = None if core.layers[0].mlp is None else tuple(layer.mlp for layer in core.layers)
+        return core.layers, core.norm, mlps, core.config.d_model
+    if core is not None and is_hf_model(core):
+        try:
+            s = hf_stream(core)
+        except HFModelError as exc:
+            raise TypeError(str(exc)) from None
+        return s.blocks, s.final_norm, s.mlps, s.d_model
     raise TypeError(
-        f"residual-stream and MLP interventions are for attnkit's language model, got {type(model).__name__}"
+        "residual-stream and MLP interventions are for attnkit's language model or a Hugging Face decoder-only "
+        f"one, got {type(model).__name__}"
     )
 
 
-def _module_of(core, iv) -> tuple[nn.Module, bool]:
+def _module_of(stream, iv) -> tuple[nn.Module, bool]:
     """``(module, pre)``: where ``iv``'s hook goes (a forward pre-hook when ``pre``)."""
-    n = len(core.layers)
+    blocks, final, mlps, _ = stream
+    n = len(blocks)
     if isinstance(iv, (ResidualPatch, ResidualAblation)):
         if iv.layer > n:
             raise ValueError(
                 f"layer must be in 0..{n} for the residual stream (0: embeddings, {n}: after the last block)"
             )
-        return (core.layers[iv.layer] if iv.layer < n else core.norm), True
+        return (blocks[iv.layer] if iv.layer < n else final), True
     if iv.layer >= n:
         raise ValueError(f"layer must be in 0..{n - 1} for an MLP, got {iv.layer}")
-    mlp = core.layers[iv.layer].mlp
-    if mlp is None:
+    if mlps is None:
         raise ValueError(f"layer {iv.layer} has no MLP (an attention-only model)")
-    return mlp, False
+    return mlps[iv.layer], False
 
 
 def _replace(iv, current: Tensor) -> Tensor:
@@ -197,11 +218,11 @@ def _replace(iv, current: Tensor) -> Tensor:
 def stream_hooks(model, interventions: Sequence[StreamIntervention]) -> tuple[list, list]:
     """``(pre_hooks, hooks)``: the ``(module, hook)`` pairs that put ``interventions`` in place, checked
     (``ValueError`` for a layer out of range, an MLP an attention-only model lacks, a source of the wrong width)."""
-    core = _language_model(model)
-    d = core.config.d_model
+    stream = _stream(model)
+    d = stream[3]
     pre, post = [], []
     for iv in interventions:
-        module, is_pre = _module_of(core, iv)
+        module, is_pre = _module_of(stream, iv)
         src = getattr(iv, "source", None)
         if src is None:
             src = getattr(iv, "reference", None)
@@ -247,18 +268,18 @@ def record_stream(
     """Record the residual stream at layers ``residual`` (``0..L``) and the outputs of MLPs ``mlp`` for the
     ``with`` block (the last call's; detached unless ``detach=False``, which keeps them in the graph for a
     gradient). Only these sites are kept."""
-    core = _language_model(model)
+    stream = _stream(model)
     rec = StreamRecording()
     pre, post = [], []
     for layer in residual:
-        module, _ = _module_of(core, ResidualAblation(layer))
+        module, _ = _module_of(stream, ResidualAblation(layer))
 
         def pre_hook(module, args, layer=layer):
             rec._resid[layer] = args[0].detach() if detach else args[0]
 
         pre.append((module, pre_hook))
     for layer in mlp:
-        module, _ = _module_of(core, MLPAblation(layer))
+        module, _ = _module_of(stream, MLPAblation(layer))
 
         def hook(module, args, output, layer=layer):
             rec._mlp[layer] = output.detach() if detach else output

@@ -1,12 +1,15 @@
-"""``attnkit heads --model M --patching [--repeated N --seed S --direction D]``: which heads of an attnkit
-language model carry the answer of an induction task, by activation patching and path patching.
+"""``attnkit heads --model M --patching [--repeated N --seed S --direction D]``: which heads of a language model
+(attnkit's own, or a Hugging Face decoder-only one: GPT-2, GPT-NeoX, the Llama-like families) carry the answer
+of an induction task, by activation patching and path patching.
 
 The task (:func:`attnkit.attribution.patching.repeated_tokens_pair`): ``N`` random tokens repeated twice
 without the last token (clean), the same with the first copy redrawn (corrupted), the answer the token
 that repeats; the metric its log-probability at the last position. Printed: the clean and corrupted
 metric, every head's activation-patching effect (:func:`~attnkit.attribution.patching.patch_heads`), and
 path patching from every earlier head into the best induction head
-(:func:`attnkit.models.induction.induction_scores`, found, not given) through its query, key and value
+(:func:`attnkit.models.induction.induction_scores`, or for a Hugging Face model
+:func:`attnkit.hf.induction.hf_induction_scores`: found, not given; a Hugging Face tokenizer's special tokens
+are never drawn) through its query, key and value
 (:func:`~attnkit.attribution.path_patching.path_patch_senders`). The default direction is ``noise`` (the
 corrupted activation into the clean run, Wang et al. 2022's path patching): with the first copy redrawn
 the token an induction head would copy is itself corrupted, so no single clean head restores the answer
@@ -15,23 +18,31 @@ the token an induction head would copy is itself corrupted, so no single clean h
 from __future__ import annotations
 
 from .common import CLIError, _shown_name
-from .heads_circuits import language_model_of
 
 __all__ = ["format_patching", "patching_report"]
 
 
 def patching_report(model, length: int, seed: int, direction: str) -> dict:
-    """The JSON of ``attnkit heads --patching`` (:func:`attnkit.attribution.path_patching.induction_circuit`)."""
-    from ..attribution.path_patching import induction_circuit
-    from ..models.induction import induction_scores
+    """The JSON of ``attnkit heads --patching`` (:func:`attnkit.attribution.path_patching.induction_circuit`) for
+    attnkit's language model or a Hugging Face decoder-only one (a folder or a hub name)."""
+    from ..attribution.path_patching import induction_circuit, induction_subject
 
-    lm = language_model_of(model, "--patching")
-    if 2 * length - 1 > lm.config.max_len:
-        raise CLIError(f"--repeated: 2 x {length} tokens exceed the model's {lm.config.max_len} positions")
-    best = induction_scores(lm).best_induction_head()  # 1-based
+    try:
+        lm, best, context, specials = induction_subject(model.impl)
+    except TypeError:
+        raise CLIError(
+            f"--patching: {_shown_name(model)} is not a language model patching reads: attnkit's own, or a Hugging "
+            "Face decoder-only one (GPT-2, GPT-NeoX, the Llama-like families)"
+        ) from None
+    if context is not None and 2 * length - 1 > context:
+        raise CLIError(f"--repeated: 2 x {length} tokens exceed the model's {context} positions")
     if best[0] == 1:
         raise CLIError(f"the best induction head of {_shown_name(model)} is in layer 1: no earlier head sends to it")
-    return {"model": _shown_name(model), **induction_circuit(lm, length, seed, direction, best)}
+    try:
+        circuit = induction_circuit(lm, length, seed, direction, best, special_ids=specials)
+    except ValueError as exc:
+        raise CLIError(f"--patching: {exc}") from None
+    return {"model": _shown_name(model), **circuit}
 
 
 def format_patching(report: dict) -> str:

@@ -6,7 +6,8 @@ light job run in the fast lane once its route has checked every bound.
   or a language model's clean and ablated greedy continuation, next-token top-k and forced log-likelihood of
   the clean continuation (:func:`~attnkit.attribution.intervention_effects.lm_effect` for the next token).
 - :func:`patching_answer` — activation patching of every head and path patching into the best induction head
-  on repeated random tokens, as ``attnkit heads --patching`` computes them (Wang et al. 2022).
+  on repeated random tokens, as ``attnkit heads --patching`` computes them (Wang et al. 2022); attnkit's
+  language models and the Hugging Face decoder-only ones.
 - :func:`head_why_answer` — one head's role scores (:func:`attnkit.attribution.head_roles.language_model_roles`
   over :data:`ROLE_TEXTS`, cached per model) and, for attnkit's own language models, the QK decomposition of
   its score on the most-attended key (Elhage et al. 2021).
@@ -30,6 +31,7 @@ __all__ = [
     "interventions_for",
     "lm_ablation",
     "patching_answer",
+    "patching_subject",
     "roles_of",
     "translator_ablation",
 ]
@@ -67,7 +69,7 @@ def interventions_for(model, heads: list[tuple[str, int, int]], mode: str, refer
     return out
 
 
-def translator_ablation(tr, source: str, reference: str | None, heads, mode: str, beam: int) -> dict:
+def _transformer_ablation(tr, source: str, reference: str | None, heads, mode: str, beam: int) -> dict:
     """A translator's clean and ablated translation (beam ``beam``) and the forced log-likelihood of
     ``reference`` (default: the clean translation) clean and ablated."""
     from ..attribution.intervention_effects import (
@@ -97,6 +99,57 @@ def translator_ablation(tr, source: str, reference: str | None, heads, mode: str
         "clean_log_likelihood": effect.clean_log_likelihood,
         "log_likelihood": effect.log_likelihood,
         "log_likelihood_change": effect.log_likelihood_change,
+    }
+
+
+def translator_ablation(tr, source: str, reference: str | None, heads, mode: str, beam: int) -> dict:
+    """A translator's clean and ablated translation (beam ``beam``) and the forced log-likelihood of
+    ``reference`` (default: the clean translation) clean and ablated: attnkit's Transformer and a Hugging
+    Face encoder-decoder by their heads; RNNsearch by its one attention (``zero``: the context set to 0;
+    ``mean``: uniform weights, the context the mean annotation; :mod:`attnkit.attribution.translator_ablation`)."""
+    from ..attribution.interventions import intervene
+    from ..attribution.translator_ablation import (
+        ablate_rnn_attention,
+        forced_log_likelihood_of,
+        translator_model_kind,
+    )
+
+    kind = translator_model_kind(tr)
+    if kind == "transformer":
+        return _transformer_ablation(tr, source, reference, heads, mode, beam)
+    forced = (
+        reference if reference is not None else tr.translate([source], beam_size=beam, truncate=True)[0].translation
+    )
+    core = tr.model
+    was = core.training
+    core.eval()
+    try:
+        with torch.no_grad():
+            clean_ll = forced_log_likelihood_of(tr, source, forced)
+            clean = tr.translate([source], beam_size=beam, truncate=True)[0].translation
+            if kind == "rnnsearch":
+                ablated = ablate_rnn_attention(core, mode)
+            else:
+                rec = None
+                if mode == "mean":  # each head's mean over this input's own teacher-forced run
+                    with record_heads(core) as rec:
+                        forced_log_likelihood_of(tr, source, forced)
+                ablated = intervene(core, interventions_for(core, heads, mode, rec))
+            with ablated:
+                ll = forced_log_likelihood_of(tr, source, forced)
+                out = tr.translate([source], beam_size=beam, truncate=True)[0].translation
+    finally:
+        core.train(was)
+    return {
+        "source": source,
+        "reference": forced,
+        "reference_given": reference is not None,
+        "beam": beam,
+        "clean": clean,
+        "ablated": out,
+        "clean_log_likelihood": clean_ll,
+        "log_likelihood": ll,
+        "log_likelihood_change": ll - clean_ll,
     }
 
 
@@ -170,22 +223,28 @@ def ablation_answer(model_name: str, kind: str, impl, heads, mode: str, **kw) ->
     return {"model": model_name, "kind": kind, "mode": mode, "heads": shown, **work(impl, heads=heads, mode=mode, **kw)}
 
 
-def _best_induction_head(cache: dict, name: str, lm) -> tuple[int, int, float]:
-    from ..models.induction import induction_scores
+def patching_subject(cache: dict, name: str, sa) -> tuple:
+    """``(model, best induction head (1-based), context, special ids)`` of text model ``sa``
+    (:func:`attnkit.attribution.path_patching.induction_subject`: attnkit's language model or a Hugging Face
+    decoder-only one), found once per model and kept (seeded rows: the same answer every time);
+    ``TypeError`` for a model patching does not read."""
+    from ..attribution.path_patching import induction_subject
 
     key = f"induction:{name}"
-    if key not in cache:  # seeded rows: the same answer every time, so kept
-        cache[key] = induction_scores(lm).best_induction_head()  # 1-based
+    if key not in cache:
+        cache[key] = induction_subject(sa)
     return cache[key]
 
 
-def patching_answer(cache: dict, name: str, lm, length: int, seed: int, direction: str) -> dict:
-    """Activation patching of every head of attnkit's language model ``lm`` and path patching from every
-    earlier head into its best induction head through q, k and v, on ``length`` random tokens repeated twice
-    (the first copy redrawn in the corrupted run): the numbers ``attnkit heads --patching`` prints."""
+def patching_answer(cache: dict, name: str, sa, length: int, seed: int, direction: str) -> dict:
+    """Activation patching of every head of text model ``sa`` (attnkit's language model or a Hugging Face
+    decoder-only one) and path patching from every earlier head into its best induction head through q, k and
+    v, on ``length`` random tokens repeated twice (the first copy redrawn in the corrupted run): the numbers
+    ``attnkit heads --patching`` prints."""
     from ..attribution.path_patching import induction_circuit
 
-    return {"model": name, **induction_circuit(lm, length, seed, direction, _best_induction_head(cache, name, lm))}
+    lm, best, _, specials = patching_subject(cache, name, sa)
+    return {"model": name, **induction_circuit(lm, length, seed, direction, best, special_ids=specials)}
 
 
 def roles_of(cache: dict, name: str, sa):

@@ -1,11 +1,12 @@
 """``POST /api/ablate``, ``/api/patching`` and ``/api/head-why``: head interventions on the page
 (:mod:`attnkit.explorer.head_work` does the work).
 
-- ``/api/ablate``: the heads given (``site``, ``layer``, ``head``, 1-based) zero- or mean-ablated; a
-  translator's clean and ablated translation and forced log-likelihood change (Michel et al. 2019; Voita et
+- ``/api/ablate``: the heads given (``site``, ``layer``, ``head``, 1-based) zero- or mean-ablated (an
+  RNNsearch's one attention as cross 1.1: its context zeroed, or its weights uniform; a CTranslate2 engine
+  is refused, it has no hooks); a translator's clean and ablated translation and forced log-likelihood change (Michel et al. 2019; Voita et
   al. 2019), or a language model's clean and ablated greedy continuation and next-token top-k.
-- ``/api/patching``: activation patching of every head of attnkit's language model and path patching into its
-  best induction head on ``length`` random tokens repeated twice (Wang et al. 2022), as ``attnkit heads
+- ``/api/patching``: activation patching of every head of a language model (attnkit's own, or a Hugging Face
+  decoder-only one) and path patching into its best induction head on ``length`` random tokens repeated twice (Wang et al. 2022), as ``attnkit heads
   --patching`` prints them.
 - ``/api/head-why``: one head's role scores and its QK decomposition at a query (Elhage et al. 2021).
 
@@ -28,7 +29,7 @@ from pydantic import BaseModel, Field
 from ...errors import InputError
 from .. import schema, schema_heads
 from ..api_errors import ERRORS, ApiError
-from ..head_work import ablation_answer, head_why_answer, patching_answer
+from ..head_work import ablation_answer, head_why_answer, patching_answer, patching_subject
 from ..state import explorer, pick, run_light
 from .head_step import _bounded
 from .self_attention import _checked_ids
@@ -140,15 +141,15 @@ async def ablate(req: AblateRequest, request: Request):
     is_translator = req.model in translators if req.model is not None else req.source is not None
     heads = _unique(req.heads)
     if is_translator:
-        from ...attribution.intervention_effects import translator_of
+        from ...attribution.translator_ablation import translator_model_kind
 
         name, tr = pick(translators, req.model, "translation")
         if req.source is None:
             raise ApiError(422, f"{name} is a translator: give 'source' (and optionally 'reference'), not 'text'")
         try:
-            translator_of(tr)
-        except TypeError:
-            raise ApiError(422, f"{name}'s heads cannot be ablated here: only an attnkit Transformer's") from None
+            kind = translator_model_kind(tr)
+        except TypeError as exc:
+            raise ApiError(422, f"{name}'s attention cannot be ablated here: {exc}") from None
         if req.beam > o.heavy_beam:
             raise ApiError(413, f"beam {req.beam} is over the limit of {o.heavy_beam} for an ablation (--heavy-beam)")
         source = _bounded("source", req.source, o.max_text_chars)
@@ -158,12 +159,22 @@ async def ablate(req: AblateRequest, request: Request):
         reference = None
         if req.reference is not None:
             reference = _bounded("reference", req.reference, o.max_target_chars)
-            n_ref, top = len(tr.tokenizer.encode(reference)), min(o.max_tokens, tr.model.config.max_len - 1)
+            max_len = getattr(tr.model.config, "max_len", None)
+            top = o.max_tokens if max_len is None else min(o.max_tokens, max_len - 1)
+            n_ref = len(tr.tokenizer.encode(reference))
             if not n_ref:
                 raise ApiError(422, "the reference has no word the model can read")
             if n_ref > top:
                 raise ApiError(413, f"the reference has {n_ref} subword tokens; the limit is {top}")
-        _check_heads(name, heads, _sites(name, tr.model), False)
+        if kind == "rnnsearch":  # one additive attention, no heads: ablated whole
+            if heads != [("cross", 1, 1)]:
+                raise ApiError(
+                    422,
+                    f"{name} is an RNNsearch: its one attention is ablated whole, give the one head "
+                    "{'site': 'cross', 'layer': 1, 'head': 1}",
+                )
+        else:
+            _check_heads(name, heads, _sites(name, tr.model), False)
         kw = dict(source=source, reference=reference, beam=req.beam)
         return await _run(request, ablation_answer, name, "translator", tr, heads, req.mode, **kw)
     name, sa = pick(ex.models.self_attention, req.model, "self-attention")
@@ -180,35 +191,33 @@ async def ablate(req: AblateRequest, request: Request):
     return await _run(request, ablation_answer, name, "language model", sa, heads, req.mode, **kw)
 
 
-def _language_model(name: str, sa):
-    from ...attribution.interventions import core_model
-    from ...models.language_model import LanguageModel
-
-    try:
-        lm = core_model(sa)
-    except TypeError:
-        lm = None
-    if not isinstance(lm, LanguageModel):
-        raise ApiError(422, f"{name} is not an attnkit language model: patching reads attnkit's own models")
-    return lm
-
-
 @router.post("/api/patching", response_model=schema_heads.Patching, responses=ERRORS)
 async def patching(req: PatchingRequest, request: Request):
     """Activation patching of every head and path patching into the best induction head, on random tokens
-    repeated twice with the first copy redrawn in the corrupted run (``attnkit heads --patching``)."""
+    repeated twice with the first copy redrawn in the corrupted run (``attnkit heads --patching``): attnkit's
+    language models and the Hugging Face decoder-only ones (GPT-2, GPT-NeoX, the Llama-like families)."""
     ex = explorer(request)
     o = ex.options
     name, sa = pick(ex.models.self_attention, req.model, "self-attention")
-    lm = _language_model(name, sa)
-    limit = min(o.max_tokens, lm.config.max_len)
+
+    def subject():
+        try:
+            return patching_subject(ex.cache, name, sa)
+        except TypeError:
+            raise ApiError(
+                422,
+                f"{name} is not a language model patching reads: attnkit's own, or a Hugging Face decoder-only one",
+            ) from None
+
+    _, _, context, _ = await run_light(request, subject)  # the best induction head: found once, kept
+    limit = o.max_tokens if context is None else min(o.max_tokens, context)
     if 2 * req.length > limit:
         raise ApiError(
             413,
             f"length {req.length} makes {2 * req.length} tokens; the limit is {limit} (--max-tokens "
-            f"{o.max_tokens}; {name} reads at most {lm.config.max_len} positions): give a length of at most {limit // 2}",
+            f"{o.max_tokens}; {name} reads at most {context} positions): give a length of at most {limit // 2}",
         )
-    return await _run(request, patching_answer, ex.cache, name, lm, req.length, req.seed, req.direction)
+    return await _run(request, patching_answer, ex.cache, name, sa, req.length, req.seed, req.direction)
 
 
 @router.post("/api/head-why", response_model=schema_heads.HeadWhy, responses=ERRORS)

@@ -183,6 +183,8 @@ function renderTranslation(p) {
   if (p.diagnostics) card.append(renderDiagnostics(p));
   if (p.heads) card.append(renderHeads(p));
   if (p.heads && !DATA && window.AttnkitHeads) card.append(window.AttnkitHeads.translatorPanel(card, p)); // /api/ablate
+  if (p.steps && !p.heads && !DATA && window.AttnkitHeads) card.append(window.AttnkitHeads.attentionPanel(card, p)); // RNNsearch
+  if (p.steps && !p.heads && !DATA && window.AttnkitHeadStep) card.append(window.AttnkitHeadStep.rnnControl(p)); // RNNsearch
   if (p.note) card.append(el("p", { class: "note engine-note" }, p.note));
   card.append(exportsFor(card, p, "translation"));
   return card;

@@ -97,6 +97,26 @@
     return ablatePanel(card, (heads, mode) => ({ model: p.model, source: p.source, heads, mode, beam: p.beam }));
   }
 
+  // an RNNsearch card: its one additive attention has no heads, so it is ablated whole (/api/ablate with
+  // "cross" 1.1): "zero" sets the context c_t to 0, "mean" sets the weights uniform (c_t the mean annotation)
+  function attentionPanel(card, p) {
+    const mode = el("select", { class: "ablate-mode" }, el("option", { value: "zero" }, "zero: c_t = 0"),
+      el("option", { value: "mean" }, "uniform weights: c_t = the mean annotation"));
+    const out = el("div", { class: "ablate-out" }), err = el("div", { class: "error", role: "alert" });
+    const go = async () => {
+      err.textContent = ""; delete out.dataset.done;
+      out.replaceChildren(el("span", { class: "status" }, "ablating…"));
+      try {
+        renderAnswer(out, await post("api/ablate", { model: p.model, source: p.source, beam: p.beam, mode: mode.value,
+          heads: [{ site: "cross", layer: 1, head: 1 }] }));
+      } catch (e) { out.replaceChildren(); err.textContent = e.message; }
+    };
+    const button = el("button", { class: "ablate-attention", onclick: go }, "ablate the attention");
+    mode.addEventListener("change", () => { if (out.dataset.done) go(); });
+    return el("details", { class: "ablate-panel" }, el("summary", {}, "Ablate the attention: does the output change?"),
+      el("div", { class: "controls" }, el("label", {}, "Ablation ", mode), button), err, out);
+  }
+
   function textPanel(card, p) {
     return ablatePanel(card, (heads, mode) => ({ model: p.model, text: p.text, heads, mode, max_new_tokens: 8 }));
   }
@@ -180,5 +200,5 @@
     return { box, go };
   }
 
-  window.AttnkitHeads = { wordDiff, translatorPanel, textPanel, patchingBox, whyBox };
+  window.AttnkitHeads = { wordDiff, translatorPanel, attentionPanel, textPanel, patchingBox, whyBox };
 })();

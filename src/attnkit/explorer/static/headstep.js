@@ -156,7 +156,16 @@
     return { bar, box, go };
   }
 
-  window.AttnkitHeadStep = { compute, render, open, control };
+  // an RNNsearch card (one additive attention, no heads grid): step through one decoder step of the translation
+  // it shows, e_tj = vᵀ tanh(W s_{t-1} + U h_j) → α_tj → c_t (/api/head-step, site "cross")
+  function rnnControl(p) {
+    const rows = p.target_pieces.map((t) => t.replace(/▁/g, " ").trim() || t);
+    const ctl = control({ model: p.model, source: p.source, target: p.translation, site: "cross", layer: 1, head: 1 }, rows);
+    return el("details", { class: "hs-rnn" },
+      el("summary", {}, "Step through one decoder step: e_tj = vᵀ tanh(W s + U h_j) → α → c_t"), ctl.bar, ctl.box);
+  }
+
+  window.AttnkitHeadStep = { compute, render, open, control, rnnControl };
 
   // an exported page (write_explorer_html(head_steps=...)): its step-throughs drawn at once, the knobs live
   const steps = typeof DATA !== "undefined" && DATA ? DATA.head_steps || [] : [];
