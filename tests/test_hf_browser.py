@@ -115,6 +115,7 @@ def test_gpt2_continues_the_text_with_an_attribution(server, browser, tmp_path):
 
 
 def test_gpt2s_information_flow_graph_draws_and_a_block_shows_its_logit_lens(server, browser):
+    from attnkit.explorer.lm_view_answer import lm_view_json
     from attnkit.service import LMViewRequest, analyse, open_model
 
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -136,7 +137,7 @@ def test_gpt2s_information_flow_graph_draws_and_a_block_shows_its_logit_lens(ser
     assert streamed.value.headers["content-type"].startswith("application/x-ndjson")
     page.wait_for_selector(f"{card} .sa-flow-graph[data-done] svg.flow-graph .flow-edge", timeout=120_000)
     # the same model, analysed here: the page draws every head edge the service keeps
-    want = analyse(open_model(str(saved_tiny("gpt2"))), LMViewRequest(text, threshold=0.05)).to_dict()
+    want = lm_view_json(analyse(open_model(str(saved_tiny("gpt2"))), LMViewRequest(text, threshold=0.05)))
     expect(page.locator(f"{card} .flow-progress")).to_have_text(f"all {want['layers']} layers traced")
     # drawn layer by layer: the last layer alone first (its one residual edge, at the predicting position), then
     # one more layer each line, the last layer first, before the done line completes it

@@ -14,6 +14,7 @@ import torch
 
 from attnkit.cli import main
 from attnkit.errors import InputError
+from attnkit.explorer.lm_view_answer import lm_view_json
 from attnkit.hf import load_self_attention
 from attnkit.service import GenerationRequest, LMViewRequest, analyse, open_model
 from hf_tiny import build_tiny, saved_tiny
@@ -205,7 +206,7 @@ def test_routes_through_the_cli_json_png_and_page(gpt2, capsys, tmp_path):
     assert "window.AttnkitFlow" in html and "<script src=" not in html  # self-contained
     start = html.index("window.ATTNKIT_FLOW = ") + len("window.ATTNKIT_FLOW = ")
     shown = json.JSONDecoder().raw_decode(html[start:])[0]
-    assert shown["graph"]["edges"] == analyse(gpt2, LMViewRequest(TEXT)).to_dict()["graph"]["edges"]
+    assert shown["graph"]["edges"] == lm_view_json(analyse(gpt2, LMViewRequest(TEXT)))["graph"]["edges"]
 
 
 def test_every_layers_mixing_map_as_the_self_attention_views(capsys):

@@ -14,7 +14,7 @@ views.
   logit lens, each edge's attention row).
 
 All through :class:`attnkit.service.LMViewRequest` and :func:`attnkit.service.analyse`; ``--json`` prints
-the analysis's :meth:`~attnkit.service.LMViewAnalysis.to_dict`.
+:func:`attnkit.explorer.lm_view_answer.lm_view_json` of the analysis.
 
 ``--method attention_norm|value_zeroing|alti`` on an encoder-only model (or with ``--self-attention``):
 every layer's token-to-token map (:func:`attnkit.attribution.lm_methods.layer_maps`; ALTI's layer ``l`` is
@@ -70,7 +70,9 @@ def explain_lm_view(args, model, method: str, suffix: str | None) -> None:
         raise CLIError(f"--plot draws the routes graph (--method routes); {method} is a table (--json for its numbers)")
     extra = {} if args.threshold is None else {"threshold": args.threshold}
     analysis = analyse(model, LMViewRequest(text, view=method, position=args.position, top=args.top, **extra))
-    data = analysis.to_dict()
+    from ..explorer.lm_view_answer import lm_view_json
+
+    data = lm_view_json(analysis)
     if args.json:
         print(json.dumps(data, ensure_ascii=False))
     else:
@@ -99,7 +101,7 @@ def _lens_table(rows: list[dict], predicted: str) -> list[str]:
 
 
 def format_view(data: dict) -> str:
-    """The text table of an :class:`~attnkit.service.LMViewAnalysis`'s JSON (:meth:`to_dict`)."""
+    """The text table of an :class:`~attnkit.service.LMViewAnalysis`'s JSON (:func:`~attnkit.explorer.lm_view_answer.lm_view_json`)."""
     pos, predicted = data["position"], _piece(data["token"]["piece"])
     at = f"position {pos} ({_piece(data['pieces'][pos - 1])!r}) of the text, predicting {predicted!r}"
     view = data["view"]

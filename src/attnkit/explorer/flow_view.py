@@ -1,6 +1,6 @@
 """The information-flow graph of a decoder-only model's prediction as a self-contained page and an inline
 notebook view (no server, no network): ``static/flow.js`` (the explorer page's graph view) and the routes
-view's JSON (:meth:`attnkit.service.LMViewAnalysis.to_dict`) inline in one HTML file.
+view's JSON (:func:`attnkit.explorer.lm_view_answer.lm_view_json`) inline in one HTML file.
 
 ``attnkit explain --method routes --plot graph.html`` writes it; ``attnkit.show(analysis)`` and the
 analysis's ``_repr_html_`` show it in an ``<iframe srcdoc=…>`` as the other notebook views do.
@@ -27,7 +27,7 @@ def _json(obj) -> str:
 def flow_html(data: dict) -> str:
     """The page of the routes view ``data`` (its JSON, with a ``graph``): every script and style inline."""
     if not isinstance(data, dict) or not isinstance(data.get("graph"), dict):
-        raise ValueError("data must be the routes view's JSON (LMViewAnalysis.to_dict() with a 'graph')")
+        raise ValueError("data must be the routes view's JSON (lm_view_json(analysis) with a 'graph')")
     script = (STATIC / "flow.js").read_text(encoding="utf-8").replace("</script", "<\\/script")
     title = html_lib.escape(f"{data.get('model', '')}: information-flow routes")
     return (
@@ -115,5 +115,7 @@ def table_html(data: dict) -> str:
 def lm_view_html(analysis) -> str:
     """An :class:`~attnkit.service.LMViewAnalysis` in a notebook: the routes as the graph page (an iframe),
     the logit lens and the direct logit attribution as tables."""
-    data = analysis.to_dict()
+    from .lm_view_answer import lm_view_json
+
+    data = lm_view_json(analysis)
     return flow_view(data)._repr_html_() if "graph" in data else table_html(data)

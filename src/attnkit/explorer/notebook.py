@@ -257,8 +257,9 @@ def show(obj, data=None, *, method: str | None = None, target: str | None = None
         return repeated_view(obj)
     if isinstance(obj, LMViewAnalysis):  # the routes graph (the logit lens, the direct logit attribution: tables)
         from .flow_view import flow_view
+        from .lm_view_answer import lm_view_json
 
-        data = obj.to_dict()
+        data = lm_view_json(obj)
         if "graph" not in data:
             raise InputError(f"show() draws the routes view; {data['view']} is a table: display the analysis itself")
         return flow_view(data)

@@ -414,7 +414,8 @@ class AttentionRow(_Strict):
 
 
 class LMView(_Strict):
-    """A view of one prediction of a decoder-only model (``attnkit.service.LMViewAnalysis.to_dict()``): the
+    """A view of one prediction of a decoder-only model (built by
+    :func:`attnkit.explorer.lm_view_answer.lm_view_answer` from an ``attnkit.service.LMViewAnalysis``): the
     logit lens, the direct logit attribution, or the information-flow routes with each graph position's logit
     lens and each head edge's attention rows. Layers, heads and positions count from 1."""
 

@@ -162,8 +162,9 @@ class LMViewAnalysis(_Portable):
     (:class:`~attnkit.attribution.information_flow.InformationFlowGraph`) and ``node_lens`` the logit lens at
     every position on the graph, ``attention_rows`` every head's attention row at each target of a kept
     head edge and the tokens each head's output there promotes and suppresses (by ``(layer, target)``, 0-based:
-    :func:`~attnkit.attribution.lm_methods.head_details`); ``vocab`` the text of every token id shown. :meth:`to_dict` is the JSON
-    of the CLI, the server and the page (layers, heads and positions numbered from 1)."""
+    :func:`~attnkit.attribution.lm_methods.head_details`); ``vocab`` the text of every token id shown. Its JSON, for
+    the CLI, the server and the page (layers, heads and positions numbered from 1), is the explorer's
+    ``LMView`` (:func:`attnkit.explorer.lm_view_answer.lm_view_answer`)."""
 
     model: str
     kind: str
@@ -184,66 +185,10 @@ class LMViewAnalysis(_Portable):
     spec: Any = None
     seconds: float = 0.0
 
-    def _tokens(self, ids, logits) -> list[list[dict]]:
-        """``(H, k)`` token ids and logits as ``[head][rank] {"id", "piece", "logit"}``."""
-        vocab = self.vocab or {}
-        return [
-            [{"id": int(i), "piece": vocab.get(int(i), "?"), "logit": round(float(v), 5)} for i, v in zip(ri, rv)]
-            for ri, rv in zip(ids.tolist(), logits.tolist())
-        ]
-
-    def _lens_rows(self, rows) -> list[dict]:
-        vocab = self.vocab or {}
-        return [
-            {
-                "layer": r.layer,
-                "top": [{"id": i, "piece": vocab.get(i, "?"), "logit": round(v, 5)} for i, v in zip(r.top, r.logits)],
-                "rank": r.rank,
-            }
-            for r in rows
-        ]
-
-    def to_dict(self) -> dict:
-        """JSON-ready: the view asked for, and what it is of."""
-        view = getattr(self.request, "view", "routes")
-        out: dict = {
-            "model": self.model,
-            "kind": self.kind,
-            "view": view,
-            "text": self.text,
-            "pieces": self.pieces,
-            "position": self.position + 1,
-            "token": {"id": self.token, "piece": self.token_piece},
-            "layers": self.layers,
-            "heads": self.heads,
-            "seconds": round(self.seconds, 3),
-        }
-        if self.lens is not None:
-            out["lens"] = self._lens_rows(self.lens)
-        if self.dla is not None:
-            out["direct_logit"] = self.dla.to_dict()
-        if self.graph is not None:
-            graph = self.graph.to_dict()
-            graph.pop("lens", None)
-            graph.pop("pieces", None)
-            out["graph"] = graph
-            out["node_lens"] = {str(p + 1): self._lens_rows(rows) for p, rows in (self.node_lens or {}).items()}
-            out["attention_rows"] = [
-                {
-                    "layer": layer + 1,
-                    "target": t + 1,
-                    "heads": [[round(float(v), 5) for v in row] for row in d["rows"]],
-                    "promotes": self._tokens(d["promotes"], d["promote_logits"]),
-                    "suppresses": self._tokens(d["suppresses"], d["suppress_logits"]),
-                }
-                for (layer, t), d in sorted((self.attention_rows or {}).items())
-            ]
-        return out
-
     def _repr_html_(self) -> str:  # Jupyter, VS Code, Colab: the same view as the page's
         from ..display import html_for
 
-        return html_for(self) or f"<pre>{self.to_dict()}</pre>"
+        return html_for(self) or f"<pre>{self.text!r}: {self.token_piece!r} at position {self.position + 1}</pre>"
 
 
 @dataclass

@@ -5,7 +5,7 @@ The residual stream of each position is a column; row ``l`` (0 = the embeddings,
 block's output) is the stream between blocks. A head edge of layer ``l`` from position ``j`` to ``i`` is a
 line from ``(j, l − 1)`` to ``(i, l)`` whose width is its importance; the residual edge of a position is a
 grey vertical line; an MLP node is a square at ``(i, l)`` whose size is its importance. The input is the
-graph as JSON (:meth:`attnkit.service.LMViewAnalysis.to_dict`, layers and positions from 1), so this module
+graph as JSON (:func:`attnkit.explorer.lm_view_answer.lm_view_json`, layers and positions from 1), so this module
 needs no model.
 """
 
@@ -23,7 +23,7 @@ def plot_flow_graph(data: dict, path: Any, *, dpi: float = DEFAULT_DPI, max_widt
     view: ``graph``, ``pieces``, ``position``, ``token``) to ``path`` (a PNG); edge width ``max_width ×
     importance`` points. Returns the path."""
     if not isinstance(data, dict) or not isinstance(data.get("graph"), dict):
-        raise ValueError("data must be the routes view's JSON (LMViewAnalysis.to_dict() with a 'graph')")
+        raise ValueError("data must be the routes view's JSON (lm_view_json(analysis) with a 'graph')")
     g, pieces = data["graph"], list(data.get("pieces") or [])
     n, layers = len(pieces), int(g["layers"])
     if n < 1 or layers < 1:

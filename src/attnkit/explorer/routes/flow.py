@@ -2,7 +2,7 @@
 out like every route: the information-flow routes (Ferrando & Voita 2024) with the logit lens at each of the
 graph's positions and each head edge's attention rows (``"view": "routes"``, the page's graph view), the logit
 lens (``"logit_lens"``) or the direct logit attribution (``"direct_logit"``), as
-:class:`attnkit.service.LMViewRequest` and :meth:`attnkit.service.LMViewAnalysis.to_dict` (the CLI's
+:class:`attnkit.service.LMViewRequest` and :func:`attnkit.explorer.lm_view_answer.lm_view_answer` (the CLI's
 ``--json``).
 
 Every bound is checked before a tensor is built: the text's characters and tokens (as ``/api/self-attention``),
@@ -44,6 +44,7 @@ from ...service.requests import LM_VIEW_KINDS
 from .. import schema
 from ..api_errors import ERRORS, ApiError
 from ..jobs import POLL_S
+from ..lm_view_answer import lm_view_answer
 from ..state import client_of, explorer, pick, run_light
 from .self_attention import _checked_ids
 from .translate import JOB_NAME
@@ -107,7 +108,7 @@ async def flow(req: FlowRequest, request: Request):
         return await run_light(request, _light_view, sa, name, job)
     ex = explorer(request)
     analysis = await ex.jobs.run(client_of(request), req.job, name, job, request.is_disconnected)
-    return analysis.to_dict()
+    return lm_view_answer(analysis)
 
 
 @router.post(
@@ -168,7 +169,7 @@ async def _streamed(request: Request, name: str, job, start: dict, follow: str |
         except Exception as exc:  # what /api/flow answers with its status (a model the replay refuses: 400)
             yield _line({"event": "error", "status": getattr(exc, "status", 500), "error": _said(exc)})
             return
-        answer = schema.LMView.model_validate(analysis.to_dict()).model_dump(mode="json")  # as /api/flow answers
+        answer = lm_view_answer(analysis).model_dump(mode="json")  # as /api/flow answers
         answer["graph"].pop("edges")
         answer["graph"].pop("mlp_nodes")
         yield _line({"event": "done", **answer})
@@ -186,8 +187,8 @@ def _said(exc: Exception) -> str:
     return f"internal error ({type(exc).__name__}); the server keeps running"
 
 
-def _light_view(sa, name: str, job) -> dict:
+def _light_view(sa, name: str, job) -> schema.LMView:
     """:func:`attnkit.service.analyse` of ``job`` on the server's own copy of the model (the fast lane)."""
     from ...service import analyse, text_model
 
-    return analyse(text_model(name, sa), job).to_dict()
+    return lm_view_answer(analyse(text_model(name, sa), job))

@@ -1,7 +1,7 @@
 // The information-flow graph of a decoder-only model's prediction (Ferrando & Voita 2024), drawn as SVG:
 // layers × positions, each head edge's width its importance, a threshold slider, a click on an edge shows
 // that head's attention row, a click on a block (a position between layers) shows its logit lens.
-// Input: the routes view's JSON (attnkit.service.LMViewAnalysis.to_dict(): graph, pieces, node_lens,
+// Input: the routes view's JSON (attnkit.explorer.lm_view_answer.lm_view_json(): graph, pieces, node_lens,
 // attention_rows), layers, heads and positions numbered from 1 as everywhere a user sees them.
 // Used by the explorer page (its graph view), by the self-contained page of `attnkit explain --method routes
 // --plot graph.html` and by the notebook view (attnkit.show). The explorer reads the graph from
