@@ -14,6 +14,7 @@ import torch
 from attnkit.attribution import decomposition, forced_translation
 from attnkit.attribution.trace import trace_transformer
 from attnkit.errors import TraceError
+from attnkit.hooks import thread_hooks
 from attnkit.tasks.translation import Translator
 from test_attribution import (
     SOURCE,
@@ -43,18 +44,13 @@ def _shipped() -> Translator:
 def _cross_inputs(model, pair) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Every decoder layer's cross-attention query input and memory, from the model's own forward (hooks)."""
     got = []
-    hooks = [
-        lyr.multihead_attn.register_forward_pre_hook(
-            lambda m, a, kw: got.append((a[0][0].double(), a[1][0].double())), with_kwargs=True
-        )
-        for lyr in model.decoder.layers
-    ]
-    try:
-        with torch.no_grad():
-            model(pair.src[None], torch.tensor([len(pair.src)]), pair.tgt_in[None])
-    finally:
-        for h in hooks:
-            h.remove()
+
+    def keep(module, args, kwargs):
+        got.append((args[0][0].double(), args[1][0].double()))
+
+    hooks = ((lyr.multihead_attn, keep) for lyr in model.decoder.layers)
+    with thread_hooks(hooks, pre=True, with_kwargs=True), torch.no_grad():
+        model(pair.src[None], torch.tensor([len(pair.src)]), pair.tgt_in[None])
     return got
 
 

@@ -58,6 +58,7 @@ __all__ = [
     "NormLinear",
     "block_parts",
     "check_replay",
+    "check_token_ids",
     "linearise_norm",
     "softmax_weights",
     "trace_encoder_decoder",
@@ -304,6 +305,13 @@ class LMRecording:
         return len(self.inputs)
 
 
+def check_token_ids(**ids: Tensor) -> None:
+    """Each named argument must be a non-empty ``(N,)`` tensor of token ids (``ValueError`` naming it)."""
+    for name, t in ids.items():
+        if not isinstance(t, Tensor) or t.dim() != 1 or t.numel() == 0:
+            raise ValueError(f"{name} must be a non-empty (N,) tensor of token ids, got {getattr(t, 'shape', t)}")
+
+
 def check_replay(
     replayed: Tensor, real: Tensor, what: str, model_type: str, error: type[Exception] = TraceError
 ) -> None:
@@ -533,7 +541,4 @@ class BlockTracer:
 
     def check_ids(self, input_ids: Tensor) -> None:
         """``input_ids`` must be a non-empty ``(N,)`` tensor of token ids (``ValueError`` otherwise)."""
-        if not isinstance(input_ids, Tensor) or input_ids.dim() != 1 or input_ids.numel() == 0:
-            raise ValueError(
-                f"input_ids must be a non-empty (N,) tensor of token ids, got {getattr(input_ids, 'shape', input_ids)}"
-            )
+        check_token_ids(input_ids=input_ids)

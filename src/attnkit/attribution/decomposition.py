@@ -101,17 +101,20 @@ def _layer_index(n: int, layer: int | None, name: str = "layer") -> int:
     return layer - 1
 
 
+@torch.no_grad()
 def attention_norm(trace: EncoderDecoderTrace, *, layer: int | None = None) -> Tensor:
     """``(T, S)``: ``‖Σ_h α^h_tj f^h(m_j)‖₂`` in decoder layer ``layer``'s cross-attention (1-based; default the last)."""
     return block_attention_norm(trace.decoder[_layer_index(len(trace.decoder), layer)].cross_block)
 
 
+@torch.no_grad()
 def value_zeroing(trace: EncoderDecoderTrace, *, layer: int | None = None) -> Tensor:
     """``(T, S)``: ``1 − cos(y_t, y_t^{¬j})`` with source j's values zeroed in decoder layer ``layer``'s
     cross-attention (1-based; default the last), ``y`` that layer's output; see the module docstring."""
     return block_value_zeroing(trace.decoder[_layer_index(len(trace.decoder), layer)].cross_block)
 
 
+@torch.no_grad()
 def alti_contributions(trace: EncoderDecoderTrace) -> tuple[Tensor, Tensor]:
     """ALTI+'s rollout: ``(R (T, S + T), R_enc (S, S))`` (see the module docstring)."""
     s = trace.memory.shape[0]

@@ -41,6 +41,7 @@ from ..attention.block_trace import (
     BlockLayout,
     DecoderLayerParts,
     EncoderDecoderTrace,
+    check_token_ids,
     per_head_output,
     softmax_weights,
     trace_encoder_decoder,
@@ -98,19 +99,13 @@ def _ffn(layer: nn.Module, norm: nn.Module):
     return lambda m, r: norm(m + layer._ff(m))
 
 
-def _check_ids(src: Tensor, tgt_in: Tensor) -> None:
-    for name, ids in (("src", src), ("tgt_in", tgt_in)):
-        if not isinstance(ids, Tensor) or ids.dim() != 1 or ids.numel() == 0:
-            raise ValueError(f"{name} must be a non-empty (N,) tensor of token ids, got {getattr(ids, 'shape', ids)}")
-
-
 @torch.no_grad()
 def trace_transformer(model, src: Tensor, tgt_in: Tensor) -> EncoderDecoderTrace:
     """Replay ``model`` (a :class:`attnkit.models.TransformerTranslator`) on ``src (S,)`` and
     ``tgt_in (T,)`` token ids (one sentence, no padding), in eval mode (see the module docstring)."""
     if not is_transformer(model):
         raise TypeError(f"model must be an attnkit TransformerTranslator, got {type(model).__name__}")
-    _check_ids(src, tgt_in)
+    check_token_ids(src=src, tgt_in=tgt_in)
     seen: dict[tuple[str, int], tuple[Tensor, Tensor]] = {}
 
     def watch(key):

@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from ..attention.block_trace import (
     BlockLayout,
     EncoderDecoderTrace,
+    check_token_ids,
     per_head_output,
     softmax_weights,
     trace_encoder_decoder,
@@ -117,12 +118,6 @@ def _pieces(adapter, src: Tensor, tgt_in: Tensor) -> tuple[slice, slice]:
     return rows, slice(off, off + src.shape[0])
 
 
-def _check_ids(src: Tensor, tgt_in: Tensor) -> None:
-    for name, ids in (("src", src), ("tgt_in", tgt_in)):
-        if not isinstance(ids, Tensor) or ids.dim() != 1 or ids.numel() == 0:
-            raise ValueError(f"{name} must be a non-empty (N,) tensor of token ids, got {getattr(ids, 'shape', ids)}")
-
-
 @torch.no_grad()
 def trace_seq2seq(adapter, src: Tensor, tgt_in: Tensor) -> EncoderDecoderTrace:
     """Trace ``adapter`` (an :class:`attnkit.hf.seq2seq.HFSeq2Seq`) on ``src (S,)`` and ``tgt_in (T,)``
@@ -132,7 +127,7 @@ def trace_seq2seq(adapter, src: Tensor, tgt_in: Tensor) -> EncoderDecoderTrace:
     reason = refusal(model_type)
     if reason is not None:
         raise HFModelError(f"the decompositions are not defined for {model_type} models: {reason}")
-    _check_ids(src, tgt_in)
+    check_token_ids(src=src, tgt_in=tgt_in)
     hf = adapter.hf
     encoder, decoder = hf.get_encoder(), hf.get_decoder()
     seen: dict[tuple[str, int], tuple[Tensor, Tensor]] = {}
@@ -192,7 +187,7 @@ def full_attention(adapter, src: Tensor, tgt_in: Tensor) -> FullAttention:
     """The attention that rollout composes (Abnar & Zuidema 2020), captured from the running model
     (:mod:`attnkit.hf.capture`) for one sentence pair, special tokens kept: a rollout over the pieces
     alone would renormalise rows that gave weight to ``</s>`` as if they had not. Every family."""
-    _check_ids(src, tgt_in)
+    check_token_ids(src=src, tgt_in=tgt_in)
     got: dict[tuple[str, int], Tensor] = {}
     sites = [s for s in adapter.sites if s.kind in ("enc_self", "cross")]
     adapter._run(
