@@ -26,8 +26,8 @@ output (``source``, the key/value side's stream) instead of its own input (:func
 replays a whole translator from its layers' real inputs: attnkit's Transformer in
 :mod:`attnkit.attribution.trace`, the Hugging Face encoder-decoders in :mod:`attnkit.hf.decomposition`).
 
-A language-model family implements :class:`BlockTracer` once: how each block's parts are laid out (:class:`BlockLayout`)
-and how the weights it used are captured. The Hugging Face families do it in
+A language-model family implements :class:`BlockTracer` once: how each block's parts are laid out
+(:class:`BlockLayout`) and how the weights it used are captured. The Hugging Face families do it in
 :mod:`attnkit.hf.lm_tracer`, attnkit's own language model in :mod:`attnkit.models.language_model_trace`
 (with the model's own hook points: forward hooks on its blocks, removed in ``finally``). Every replayed
 block is checked against the model's own output (:func:`check_replay`) and refused in one line when it
