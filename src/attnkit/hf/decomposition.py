@@ -30,8 +30,8 @@ enters every attention score, so the decomposition above is not theirs.
 
 Everything is over the model's full sequences, special tokens included (the source's ``</s>``,
 BART's ``<s>``, M2M100's language code; the decoder's start and forced first token): they are real
-inputs that the blocks mix. :class:`Seq2SeqParts` says which rows (the text's target positions) and
-columns (the text's source pieces) attnkit shows: the trace's ``rows`` and ``cols``.
+inputs that the blocks mix. The trace's ``rows`` (the text's target positions) and ``cols`` (the text's
+source pieces) say which of them attnkit shows.
 """
 
 from __future__ import annotations
