@@ -69,8 +69,9 @@ def is_transformer(model) -> bool:
     return isinstance(model, TransformerTranslator)
 
 
-def _layout(mha, pre_norm, post_norm, rest, causal: bool, norm_first: bool) -> BlockLayout:
-    """One attention sub-layer of attnkit's Transformer (:class:`~attnkit.attention.multihead.MultiHeadAttention`)."""
+def _layout(mha, norm: nn.Module, rest, causal: bool, norm_first: bool) -> BlockLayout:
+    """One attention sub-layer of attnkit's Transformer (:class:`~attnkit.attention.multihead.MultiHeadAttention`),
+    ``norm`` before it (pre-norm) or after the sum (post-norm); ``rest(m, r)`` the rest of the layer."""
     nh, dh = mha.num_heads, mha.head_dim
 
     def heads(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:  # (N, D) -> (H, N, Dh)
@@ -85,10 +86,9 @@ def _layout(mha, pre_norm, post_norm, rest, causal: bool, norm_first: bool) -> B
         (wq, wk, _), (bq, bk, _) = mha._weights(), mha._biases()
         return softmax_weights(heads(u, wq, bq), heads(s, wk, bk), 1.0 / math.sqrt(dh), causal)
 
-    kind = "pre" if norm_first else "post"
-    return BlockLayout(
-        kind, mha, pre_norm if norm_first else None, None if norm_first else post_norm, values, rest, weights
-    )
+    if norm_first:
+        return BlockLayout("pre", mha, norm, None, values, rest, weights)
+    return BlockLayout("post", mha, None, norm, values, rest, weights)
 
 
 def _ffn(layer: nn.Module, norm: nn.Module):
@@ -117,34 +117,32 @@ def trace_transformer(model, src: Tensor, tgt_in: Tensor) -> EncoderDecoderTrace
 
     watched = [(layer, watch(("enc", i))) for i, layer in enumerate(model.encoder.layers)]
     watched += [(layer, watch(("dec", i))) for i, layer in enumerate(model.decoder.layers)]
-    watched.append((model.decoder, lambda m, a, kw, out: seen.__setitem__(("memory", 0), (a[1][0], a[1][0]))))
+    memory: list[Tensor] = []  # (S, D): the decoder's memory, the encoder's output (after its final LayerNorm)
+    watched.append((model.decoder, lambda m, a, kw, out: memory.append(a[1][0])))
     was_training = model.training
     model.eval()
     try:
         with thread_hooks(watched, with_kwargs=True):
             logits, _ = model(src[None], torch.tensor([src.shape[0]], device=src.device), tgt_in[None])
-        memory = seen[("memory", 0)][0]  # (S, D): the encoder's output, after its final LayerNorm in pre-norm
         encoder = [
             (
-                _layout(layer.self_attn, layer.norm1, layer.norm1, _ffn(layer, layer.norm2), False, layer.norm_first),
+                _layout(layer.self_attn, layer.norm1, _ffn(layer, layer.norm2), False, layer.norm_first),
                 *seen[("enc", i)],
             )
             for i, layer in enumerate(model.encoder.layers)
         ]
         decoder = [
             (
-                _layout(layer.self_attn, layer.norm1, layer.norm1, None, True, layer.norm_first),
-                _layout(
-                    layer.multihead_attn, layer.norm2, layer.norm2, _ffn(layer, layer.norm3), False, layer.norm_first
-                ),
+                _layout(layer.self_attn, layer.norm1, None, True, layer.norm_first),
+                _layout(layer.multihead_attn, layer.norm2, _ffn(layer, layer.norm3), False, layer.norm_first),
                 *seen[("dec", i)],
             )
             for i, layer in enumerate(model.decoder.layers)
         ]
-        enc, dec = trace_encoder_decoder(encoder, decoder, memory, "attnkit Transformer")
+        enc, dec = trace_encoder_decoder(encoder, decoder, memory[0], "attnkit Transformer")
     finally:
         model.train(was_training)
-    return EncoderDecoderTrace(enc, dec, memory, logits[0])
+    return EncoderDecoderTrace(enc, dec, memory[0], logits[0])
 
 
 def decomposition_refusal(model) -> str | None:
