@@ -147,7 +147,8 @@ def _norm_rows(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_terms_add_up_to_the_models_own_outputs(family):
     """Every traced block's per-key terms equal the eager model's head-by-head terms, and they, plus the
-    output bias, the residual and (post-norm) the LayerNorm, give the sub-layer's real output; each traced
+    output bias, the residual and (post-norm) the LayerNorm, give the sub-layer's real output (the record's
+    ``mid``; its ``out`` is the layer's); each traced
     decoder layer's output is the HF layer's output."""
     ad, pair = _translator(family).model, _pair(family)
     trace, rows, cols = trace_model(ad, pair.src, pair.tgt_in)
@@ -158,7 +159,7 @@ def test_the_terms_add_up_to_the_models_own_outputs(family):
         assert torch.allclose(terms, _ref_terms(family, rec, attn), atol=TOL), attn
         assert torch.allclose(terms.sum(1) + blk.out_bias, rec[attn]["out"], atol=TOL), attn
         real = rec[norm] if norm else residual + rec[attn]["out"]
-        assert torch.allclose(blk.residual, residual, atol=TOL) and torch.allclose(blk.out, real, atol=TOL), attn
+        assert torch.allclose(blk.residual, residual, atol=TOL) and torch.allclose(blk.mid, real, atol=TOL), attn
     for i, lt in enumerate(trace.decoder):
         assert torch.allclose(lt.out, rec[f"decoder.layers.{i}"]["out"], atol=TOL)
     assert torch.allclose(trace.memory, rec["memory"], atol=TOL)

@@ -19,8 +19,15 @@ attention sub-block's result)::
 A norm after the attention is linear once its input's statistics are held at their real values
 (:func:`linearise_norm`), which is how the decompositions pass through it (Ferrando et al. 2022).
 
-A family implements :class:`BlockTracer` once: how each block's parts are laid out (:class:`BlockLayout`)
-and how the weights it used are captured. The Hugging Face families do it in
+An encoder-decoder translator's blocks are the same record: an encoder layer is a self-attention block;
+a decoder layer is a causal self-attention block whose rest (``rest``) runs the cross-attention block
+and the feed-forward sub-layer, and a cross-attention block whose values are read from the encoder's
+output (``source``, the key/value side's stream) instead of its own input (:func:`trace_encoder_decoder`
+replays a whole translator from its layers' real inputs: attnkit's Transformer in
+:mod:`attnkit.attribution.trace`, the Hugging Face encoder-decoders in :mod:`attnkit.hf.decomposition`).
+
+A language-model family implements :class:`BlockTracer` once: how each block's parts are laid out
+(:class:`BlockLayout`) and how the weights it used are captured. The Hugging Face families do it in
 :mod:`attnkit.hf.lm_tracer`, attnkit's own language model in :mod:`attnkit.models.language_model_trace`
 (with the model's own hook points: forward hooks on its blocks, removed in ``finally``). Every replayed
 block is checked against the model's own output (:func:`check_replay`) and refused in one line when it
@@ -30,7 +37,7 @@ does not match, never decomposed by guess.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import torch
@@ -41,6 +48,8 @@ from ..errors import TraceError
 __all__ = [
     "BlockLayout",
     "BlockTracer",
+    "DecoderLayerParts",
+    "EncoderDecoderTrace",
     "LMLayerParts",
     "LMRecording",
     "LMRowParts",
@@ -49,7 +58,10 @@ __all__ = [
     "NormLinear",
     "block_parts",
     "check_replay",
+    "check_token_ids",
     "linearise_norm",
+    "softmax_weights",
+    "trace_encoder_decoder",
 ]
 
 
@@ -58,14 +70,17 @@ class BlockLayout:
     """One block's parts: ``kind`` (``pre``, ``sandwich`` or ``post``), ``attn`` (its attention module),
     ``pre_norm`` (N₁; None where the values read the block's input itself), ``post_norm`` (P or LN; None
     in a pre-norm block), ``values(u)`` → ``(v (H, N, Dh), W_O (H, Dh, D), b_O or None)`` and ``rest(m,
-    r)`` → the block's output from the attention sub-block's result ``m`` and the block's input ``r``."""
+    r)`` → the block's output from the attention sub-block's result ``m`` and the block's input ``r``;
+    ``weights(u, s)`` → ``α (H, Nq, Nk)`` from the queries' input ``u`` and the keys' input ``s``, for a
+    family that recomputes the weights it used (the translators) instead of capturing them."""
 
     kind: str
     attn: nn.Module
     pre_norm: nn.Module | None
     post_norm: nn.Module | None
     values: Callable[[Tensor], tuple[Tensor, Tensor, Tensor | None]]
-    rest: Callable[[Tensor, Tensor], Tensor]
+    rest: Callable[[Tensor, Tensor], Tensor] | None
+    weights: Callable[[Tensor, Tensor], Tensor] | None = None
 
     def mix(self, residual: Tensor, attention: Tensor) -> Tensor:
         """``m`` from the block's input ``r (N, D)`` and the attention module's output ``a (N, D)``."""
@@ -84,6 +99,16 @@ def per_head_output(w_o: Tensor, nh: int, dh: int) -> Tensor:
 def expand_kv(v: Tensor, nh: int) -> Tensor:
     """``(H, N, Dh)`` from ``(Hkv, N, Dh)``: a key/value head's values serve its group of query heads."""
     return v if v.shape[0] == nh else v.repeat_interleave(nh // v.shape[0], dim=0)
+
+
+def softmax_weights(q: Tensor, k: Tensor, scale: float, causal: bool) -> Tensor:
+    """``α = softmax(q kᵀ · scale)`` ``(H, Nq, Nk)`` from ``q (H, Nq, Dh)`` and ``k (H, Nk, Dh)``, query i
+    seeing keys ``j ≤ i`` only where ``causal``."""
+    scores = (q @ k.transpose(1, 2)) * scale  # (H, Nq, Nk)
+    if causal:
+        allowed = torch.ones(q.shape[1], k.shape[1], dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores.softmax(-1)
 
 
 def linearise_norm(norm: nn.Module, x: Tensor) -> tuple[Tensor, bool, Tensor | None]:
@@ -116,7 +141,10 @@ class LMLayerParts:
     the output projection), whose product is ``values (H, N, D)`` = ``f^h(u_j)``; ``residual``,
     ``attention``, ``mid``, ``out (N, D)``. Where a norm follows the attention, ``scale (N, D)`` and
     ``center`` are its linear part at each position's real input (:func:`linearise_norm`) and
-    ``through_residual`` says whether the residual passes it too (post-norm) or not (Gemma 2/3, OLMo 2)."""
+    ``through_residual`` says whether the residual passes it too (post-norm) or not (Gemma 2/3, OLMo 2).
+    A cross-attention block (a translator's decoder) reads its keys and values from ``source (Nk, D)``,
+    the encoder's output, rather than from its own input: ``weights (H, Nq, Nk)``, ``head_values (H, Nk,
+    Dh)``, and its residual is a term of its own (column 0 of :meth:`mixing_terms`), not a key's."""
 
     layer: int
     weights: Tensor
@@ -132,6 +160,7 @@ class LMLayerParts:
     scale: Tensor | None = None
     center: bool = False
     through_residual: bool = False
+    source: Tensor | None = None
 
     @cached_property
     def values(self) -> Tensor:
@@ -154,8 +183,16 @@ class LMLayerParts:
     def mixing_terms(self) -> Tensor:
         """``(N, N, D)``: the terms of ``mid`` (less the bias and β, which belong to no token): each
         ``T_ij`` through the norm's linear part at i, and the residual ``r_i`` added to the diagonal term
-        (through the norm too in a post-norm block). ALTI's terms."""
+        (through the norm too in a post-norm block). ALTI's terms. A cross-attention block's are ``(Nq,
+        1 + Nk, D)``: the residual is column 0 (ALTI+, Ferrando et al. 2022)."""
         t = self.terms()
+        if self.source is not None:
+            r = self.residual.unsqueeze(1)  # (Nq, 1, D)
+            if self.scale is None:
+                return torch.cat([r, t], dim=1)
+            if self.through_residual:
+                return self._rows(torch.cat([r, t], dim=1))
+            return torch.cat([r, self._rows(t)], dim=1)
         idx = torch.arange(t.shape[0], device=t.device)
         if self.through_residual:
             t[idx, idx] += self.residual
@@ -268,6 +305,13 @@ class LMRecording:
         return len(self.inputs)
 
 
+def check_token_ids(**ids: Tensor) -> None:
+    """Each named argument must be a non-empty ``(N,)`` tensor of token ids (``ValueError`` naming it)."""
+    for name, t in ids.items():
+        if not isinstance(t, Tensor) or t.dim() != 1 or t.numel() == 0:
+            raise ValueError(f"{name} must be a non-empty (N,) tensor of token ids, got {getattr(t, 'shape', t)}")
+
+
 def check_replay(
     replayed: Tensor, real: Tensor, what: str, model_type: str, error: type[Exception] = TraceError
 ) -> None:
@@ -283,12 +327,18 @@ def check_replay(
         )
 
 
-def block_parts(lay: BlockLayout, i: int, x: Tensor, weights: Tensor) -> LMLayerParts:
+def block_parts(
+    lay: BlockLayout, i: int, x: Tensor, weights: Tensor | None = None, source: Tensor | None = None
+) -> LMLayerParts:
     """Block ``i`` (0-based) of layout ``lay`` rebuilt from its real input ``x (N, D)`` and the attention
-    weights ``(H, N, N)`` it used: every part of :class:`LMLayerParts` (not yet checked: the caller holds
-    the real output)."""
+    weights ``(H, N, Nk)`` it used (None: ``lay.weights`` recomputes them): every part of
+    :class:`LMLayerParts` (not yet checked: the caller holds the real output). ``source (Nk, D)``: the
+    stream a cross-attention block reads its keys and values from (None: its own normalised input)."""
     u = x if lay.pre_norm is None else lay.pre_norm(x)
-    v, w_o, bias = lay.values(u)  # (H, N, Dh), (H, Dh, D)
+    kv = u if source is None else source
+    v, w_o, bias = lay.values(kv)  # (H, Nk, Dh), (H, Dh, D)
+    if weights is None:
+        weights = lay.weights(u, kv)  # (H, N, Nk)
     weights = weights.to(v.dtype)
     ctx = weights @ v  # (H, N, Dh)
     attention = torch.einsum("hnk,hkd->nd", ctx, w_o)  # (N, D)
@@ -303,8 +353,71 @@ def block_parts(lay: BlockLayout, i: int, x: Tensor, weights: Tensor) -> LMLayer
         return rest(m, x)
 
     return LMLayerParts(
-        i, weights, v, w_o, bias, x, attention, mid, mlp, mlp(mid), lay.mix, scale, center, lay.kind == "post"
+        i, weights, v, w_o, bias, x, attention, mid, mlp, mlp(mid), lay.mix, scale, center, lay.kind == "post", source
     )
+
+
+@dataclass
+class DecoderLayerParts:
+    """A translator's decoder layer: its causal self-attention block (whose ``mlp`` runs the rest of the
+    layer: the cross-attention block and the feed-forward sub-layer) and its cross-attention block
+    (``source`` the encoder's output; ``mlp`` the feed-forward sub-layer); both end at the layer's output."""
+
+    self_block: LMLayerParts
+    cross_block: LMLayerParts
+
+    @property
+    def out(self) -> Tensor:
+        """``(T, D)``: the layer's output."""
+        return self.cross_block.out
+
+
+@dataclass
+class EncoderDecoderTrace:
+    """A translator on one sentence pair: one self-attention block per encoder layer, one
+    :class:`DecoderLayerParts` per decoder layer, the encoder's output ``memory (S, D)`` (after its final
+    norm where it has one), the model's ``logits (T, V)``, and the ``rows`` (of ``T``) and ``cols`` (of
+    ``S``) that are the text's target positions and source pieces (all of them for attnkit's Transformer;
+    a Hugging Face model's sequences also hold its special tokens)."""
+
+    encoder: list[LMLayerParts]
+    decoder: list[DecoderLayerParts]
+    memory: Tensor
+    logits: Tensor
+    rows: slice = field(default_factory=lambda: slice(None))
+    cols: slice = field(default_factory=lambda: slice(None))
+
+
+def trace_encoder_decoder(
+    encoder: list[tuple[BlockLayout, Tensor, Tensor]],
+    decoder: list[tuple[BlockLayout, BlockLayout, Tensor, Tensor]],
+    memory: Tensor,
+    model_type: str,
+    error: type[Exception] = TraceError,
+) -> tuple[list[LMLayerParts], list[DecoderLayerParts]]:
+    """Every block of a translator replayed from its layers' real inputs, each layer checked against its
+    real output (:func:`check_replay`): ``encoder`` holds ``(layout, input (S, D), output)`` per layer,
+    ``decoder`` ``(self-attention layout, cross-attention layout, input (T, D), output)`` (the
+    self-attention layout's ``rest`` is left None: it is the cross-attention block and what follows)."""
+    enc = []
+    for i, (lay, x, real) in enumerate(encoder):
+        parts = block_parts(lay, i, x)
+        check_replay(parts.out, real, f"encoder layer {i + 1}", model_type, error)
+        enc.append(parts)
+    dec = []
+    for i, (self_lay, cross_lay, z, real) in enumerate(decoder):
+        first: list[LMLayerParts] = []
+
+        def rest(m: Tensor, r: Tensor, lay=cross_lay, i=i, first=first) -> Tensor:
+            cross = block_parts(lay, i, m, source=memory)
+            if not first:  # the real pass: the cross-attention block on the self-attention block's result
+                first.append(cross)
+            return cross.out
+
+        sb = block_parts(replace(self_lay, rest=rest), i, z)
+        check_replay(sb.out, real, f"decoder layer {i + 1}", model_type, error)
+        dec.append(DecoderLayerParts(sb, first[0]))
+    return enc, dec
 
 
 class LayerRows:
@@ -428,7 +541,4 @@ class BlockTracer:
 
     def check_ids(self, input_ids: Tensor) -> None:
         """``input_ids`` must be a non-empty ``(N,)`` tensor of token ids (``ValueError`` otherwise)."""
-        if not isinstance(input_ids, Tensor) or input_ids.dim() != 1 or input_ids.numel() == 0:
-            raise ValueError(
-                f"input_ids must be a non-empty (N,) tensor of token ids, got {getattr(input_ids, 'shape', input_ids)}"
-            )
+        check_token_ids(input_ids=input_ids)

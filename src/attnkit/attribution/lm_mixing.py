@@ -33,6 +33,10 @@ decoder's next-token prediction and refuse an encoder-only model in one line.
 - **the logit lens** (nostalgebraist 2020): each block's residual read through the final norm and
   the unembedding: the top-k tokens and the rank of the model's own prediction per layer.
 
+The per-block formulas of attention-norm, value zeroing and ALTI are written once, over the one
+per-block record, in :mod:`attnkit.attribution.decomposition` (the translators read them too);
+this module re-exports them under the names the language-model readings use.
+
 Layers and heads are 0-based in the tensors here; whatever shows them to a user numbers from 1.
 """
 
@@ -44,8 +48,9 @@ import torch
 from torch import Tensor, nn
 
 from ..attention.block_trace import BlockTracer, LMLayerParts
-from .cosine import cosine_distance
-from .decomposition import closeness_shares
+from .decomposition import alti_block, value_zeroed_output
+from .decomposition import block_attention_norm as attention_norm
+from .decomposition import block_value_zeroing as value_zeroing
 from .tracers import block_tracer
 
 __all__ = [
@@ -62,30 +67,6 @@ __all__ = [
     "value_zeroed_output",
     "value_zeroing",
 ]
-
-
-def attention_norm(parts: LMLayerParts) -> Tensor:
-    """``(N, N)``: ``‖Σ_h α^h_ij f^h(u_j)‖₂`` of one traced layer."""
-    return parts.terms().norm(dim=-1)
-
-
-def value_zeroed_output(parts: LMLayerParts, j: int) -> Tensor:
-    """``(N, D)``: the layer's output with token ``j``'s values zeroed in every head."""
-    if not isinstance(j, int) or not 0 <= j < parts.residual.shape[0]:
-        raise ValueError(f"j must be a position in 0..{parts.residual.shape[0] - 1}, got {j!r}")
-    return parts.mlp(parts.mid_without(j))
-
-
-def value_zeroing(parts: LMLayerParts) -> Tensor:
-    """``(N, N)``: ``1 − cos(y_i, y_i^{¬j})`` of one traced layer (one key at a time: bounded memory)."""
-    n = parts.residual.shape[0]
-    cols = [cosine_distance(parts.out, value_zeroed_output(parts, j)) for j in range(n)]
-    return torch.stack(cols, dim=1)  # (N, N)
-
-
-def alti_block(parts: LMLayerParts) -> Tensor:
-    """``(N, N)``: ALTI's contributions of one layer, rows summing to 1 (see the module docstring)."""
-    return closeness_shares(parts.mixing_terms())  # (N, N): the terms of the output less the bias
 
 
 @torch.no_grad()
