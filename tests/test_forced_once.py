@@ -173,3 +173,21 @@ def test_a_request_checks_the_ids_it_carries():
         TranslationRequest(SOURCE, source_ids=[1, 2])
     with pytest.raises(InputError, match="give the target too"):
         TranslationRequest(SOURCE, target_ids=(5,))
+
+
+def test_the_lanes_batch_tokenises_each_source_once(app, counts):
+    """Plain translations batched in the server's fast lane: one search and one forced pass over the batch,
+    each source tokenised once for both, and the same tokens and maps as the batch's search and padded forced
+    pass from the texts (``translate``, ``attention_batch``), which tokenised each source twice."""
+    from attnkit.explorer.lane import FastLane, _Item
+
+    tr = app[1]
+    sources = [SOURCE, "En el principio creó Dios los cielos y la tierra."]
+    extras = FastLane._search_batch([_Item(None, (), {}, (tr, 2, s)) for s in sources])
+    assert counts == Counter({"source encodes": 2, "searches": 1, "forced passes": 1, "last feed-forward": 1})
+    counts.clear()
+    wants = tr.translate(sources, beam_size=2)  # the batch as one search (a batch's length cap is its own)
+    befores = tr.attention_batch(sources, [w["tokens"] for w in wants])  # the batch's one padded pass, as before
+    for s, extra, want, before in zip(sources, extras, wants, befores):
+        assert extra["result"]["tokens"] == want["tokens"] and extra["result"].source == s
+        assert torch.equal(extra["forced"].maps.cross, before.maps.cross)

@@ -179,8 +179,15 @@ class FastLane:
         (each request then translates alone and gets its own error)."""
         tr, beam = live[0].batch[:2]
         sources = [item.batch[2] for item in live]
+        by_ids = callable(getattr(tr, "translate_ids", None)) and callable(getattr(tr, "attention_ids", None))
         try:
-            results = tr.translate(sources, beam_size=beam)
+            if by_ids:  # each source tokenised once, for the search and the forced pass
+                ids = tr.encode_sources(sources)
+                results = tr.translate_ids(ids, beam_size=beam)
+                for r, s in zip(results, sources):
+                    r.source = s
+            else:
+                results = tr.translate(sources, beam_size=beam)
         except Exception:
             return [{} for _ in live]
         extras = [{"result": r} for r in results]
@@ -188,7 +195,11 @@ class FastLane:
         batch_forced = getattr(tr, "attention_batch", None)  # engines without one draw each pair alone
         if batch_forced is not None and nonempty:
             try:
-                forced = batch_forced([sources[i] for i in nonempty], [results[i]["tokens"] for i in nonempty])
+                targets = [results[i]["tokens"] for i in nonempty]
+                if by_ids:
+                    forced = tr.attention_ids([ids[i] for i in nonempty], targets)
+                else:
+                    forced = batch_forced([sources[i] for i in nonempty], targets)
             except Exception:
                 forced = [None] * len(nonempty)
             for i, f in zip(nonempty, forced):
