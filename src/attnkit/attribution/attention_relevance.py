@@ -17,8 +17,9 @@ autograd graph, and one backward pass per explained token: a heavy method.
 A translator (attnkit's Transformer, or a Bart-like Hugging Face encoder-decoder) follows the paper's
 encoder-decoder rules. Three relevance maps start as
 ``R^{ss} = I`` (source × source), ``R^{tt} = I`` (target × target) and ``R^{ts} = 0`` (target × source);
-``y_t`` is the logit of the forced target piece ``t`` (the paper's pre-softmax score), one backward pass
-per target piece, and ``Ā = E_h[(∇A ⊙ A)⁺]`` of each layer's weights as above (eq. 5)::
+``y_t`` is the logit of the forced target piece ``t`` (the paper's pre-softmax score), its gradients taken
+on a copy of the sentence of its own (one forward and one backward pass of a batch of ``T`` copies), and
+``Ā = E_h[(∇A ⊙ A)⁺]`` of each layer's weights as above (eq. 5)::
 
     encoder self-attention, each layer:   R^{ss} ← R^{ss} + Ā · R^{ss}                       (eq. 6)
     decoder self-attention, each layer:   R^{tt} ← R^{tt} + Ā · R^{tt},  R^{ts} ← R^{ts} + Ā · R^{ts}   (eqs. 6, 7)
@@ -62,39 +63,39 @@ def compose(maps: list[Tensor], grads: list[Tensor]) -> Tensor:
 
 
 def _bar(a: Tensor, g: Tensor) -> Tensor:
-    """``Ā = E_h[(∇A ⊙ A)⁺]`` in float64: ``(H, n, m) -> (n, m)``."""
-    return (g.double() * a.double()).clamp_min(0.0).mean(0)
+    """``Ā = E_h[(∇A ⊙ A)⁺]`` in float64: ``(..., H, n, m) -> (..., n, m)``."""
+    return (g.double() * a.double()).clamp_min(0.0).mean(-3)
 
 
 def residual_normalised(r: Tensor) -> Tensor:
-    """``R̄ = R̂ / rowsum(R̂) + I`` with ``R̂ = R − I`` (the paper's eqs. 8, 9), ``r (n, n)``; a row of ``R̂``
-    summing to 0 is kept as it is (all zeros: every entry of ``R̂`` is non-negative)."""
+    """``R̄ = R̂ / rowsum(R̂) + I`` with ``R̂ = R − I`` (the paper's eqs. 8, 9), ``r (..., n, n)``; a row of
+    ``R̂`` summing to 0 is kept as it is (all zeros: every entry of ``R̂`` is non-negative)."""
     eye = torch.eye(r.shape[-1], dtype=r.dtype, device=r.device)
     hat = r - eye
-    sums = hat.sum(-1, keepdim=True)  # (n, 1)
+    sums = hat.sum(-1, keepdim=True)  # (..., n, 1)
     return hat / torch.where(sums > 0, sums, torch.ones_like(sums)) + eye
 
 
 def compose_encoder_decoder(encoder: list, decoder_self: list, cross: list) -> Tensor:
-    """``R^{ts} (T, S)`` float64 by the encoder-decoder rules (module docstring), from each layer's
-    ``(weights, gradients)``: ``encoder`` ``(H, S, S)`` per encoder layer, ``decoder_self`` ``(H, T, T)`` and
-    ``cross`` ``(H, T, S)`` per decoder layer, in layer order."""
+    """``R^{ts} (..., T, S)`` float64 by the encoder-decoder rules (module docstring), from each layer's
+    ``(weights, gradients)``: ``encoder`` ``(..., H, S, S)`` per encoder layer, ``decoder_self`` ``(..., H, T, T)``
+    and ``cross`` ``(..., H, T, S)`` per decoder layer, in layer order (``...``: any batch of compositions)."""
     if len(decoder_self) != len(cross):
         raise ValueError(
             f"decoder_self and cross must have one entry per decoder layer, got {len(decoder_self)} and {len(cross)}"
         )
     s, t = encoder[0][0].shape[-1], cross[0][0].shape[-2]
-    device = cross[0][0].device
-    r_ss = torch.eye(s, dtype=torch.float64, device=device)
+    batch, device = cross[0][0].shape[:-3], cross[0][0].device
+    r_ss = torch.eye(s, dtype=torch.float64, device=device).expand(*batch, s, s)
     for a, g in encoder:
-        r_ss = r_ss + _bar(a, g) @ r_ss  # (S, S)
+        r_ss = r_ss + _bar(a, g) @ r_ss  # (..., S, S)
     r_ss_bar = residual_normalised(r_ss)
-    r_tt = torch.eye(t, dtype=torch.float64, device=device)
-    r_ts = torch.zeros(t, s, dtype=torch.float64, device=device)
+    r_tt = torch.eye(t, dtype=torch.float64, device=device).expand(*batch, t, t)
+    r_ts = torch.zeros(*batch, t, s, dtype=torch.float64, device=device)
     for (a_self, g_self), (a_cross, g_cross) in zip(decoder_self, cross):
-        bar = _bar(a_self, g_self)  # (T, T)
+        bar = _bar(a_self, g_self)  # (..., T, T)
         r_tt, r_ts = r_tt + bar @ r_tt, r_ts + bar @ r_ts
-        r_ts = r_ts + residual_normalised(r_tt).T @ _bar(a_cross, g_cross) @ r_ss_bar  # (T, S)
+        r_ts = r_ts + residual_normalised(r_tt).transpose(-1, -2) @ _bar(a_cross, g_cross) @ r_ss_bar  # (..., T, S)
     return r_ts
 
 
@@ -153,11 +154,12 @@ def _eager(adapter) -> Iterator[None]:
             hf.set_attn_implementation(before)
 
 
-def _forced_with_grad(model, pair) -> tuple[Tensor, dict]:
-    """One teacher-forced pass of ``model`` over ``pair`` in eval mode, grad enabled: ``(logits (T, V), {site:
-    [weights (1, H, ., .) per layer]})``, the weights those each attention module multiplied its values by,
-    in the autograd graph: attnkit's modules with ``need_weights`` forced on by a pre-hook for this call, a
-    Hugging Face model's under eager attention (their output's last element; its special tokens kept)."""
+def _forced_with_grad(model, pair, copies: int) -> tuple[Tensor, dict]:
+    """One teacher-forced pass of ``model`` over ``copies`` copies of ``pair`` (a batch) in eval mode, grad
+    enabled: ``(logits (copies, T, V), {site: [weights (copies, H, ., .) per layer]})``, the weights those each
+    attention module multiplied its values by, in the autograd graph: attnkit's modules with ``need_weights``
+    forced on by a pre-hook for this call, a Hugging Face model's under eager attention (their output's last
+    element; its special tokens kept)."""
     hf = getattr(model, "hf", None) is not None
     sites = _hf_attention_modules(model) if hf else _attention_modules(model)
     taken: dict = {m: [] for mods in sites.values() for m in mods}
@@ -177,8 +179,9 @@ def _forced_with_grad(model, pair) -> tuple[Tensor, dict]:
             thread_hooks((m, keep) for m in taken),
             torch.enable_grad(),
         ):
-            lengths = torch.tensor([len(pair.src)], device=pair.src.device)
-            logits, _ = model(pair.src[None], lengths, pair.tgt_in[None])  # (1, T, V)
+            lengths = torch.full((copies,), len(pair.src), device=pair.src.device)
+            src, tgt_in = pair.src[None].expand(copies, -1), pair.tgt_in[None].expand(copies, -1)
+            logits, _ = model(src, lengths, tgt_in)  # (copies, T, V)
     finally:
         model.train(was_training)
     maps = {site: [taken[m][0] for m in mods] for site, mods in sites.items()}
@@ -187,7 +190,7 @@ def _forced_with_grad(model, pair) -> tuple[Tensor, dict]:
             f"attention_relevance needs {type(model).__name__}'s attention weights in the autograd graph, "
             "which it does not return"
         )
-    return logits[0], maps
+    return logits, maps
 
 
 def relevance_pairs(model, pair, *, layer=None) -> MethodRows:
@@ -198,16 +201,16 @@ def relevance_pairs(model, pair, *, layer=None) -> MethodRows:
     :class:`~attnkit.attribution.forced.ForcedTranslation`."""
     if layer is not None:
         raise InputError("attention_relevance composes every layer and head: --layer and --head do not apply")
-    logits, maps = _forced_with_grad(model, pair)
+    count = len(pair.tgt)
+    # copy t of the sentence carries target piece t's gradient: the copies do not interact, so one backward
+    # pass of the sum of copy t's logit of piece t gives each copy its own piece's gradients
+    logits, maps = _forced_with_grad(model, pair, count)  # (T, T, V)
     flat = [w for site in ("encoder", "self", "cross") for w in maps[site]]
     enc, dec = len(maps["encoder"]), len(maps["self"])
-    count = len(pair.tgt)
     row0 = flat[-1].shape[-2] - count  # a Hugging Face model's decoder prefix before bos: rows of no piece
     col0 = len(getattr(model, "src_prefix", ()))  # its source prefix: columns of no piece
-    rows = []
-    for t in range(count):
-        grads = torch.autograd.grad(logits[t, pair.tgt[t]], flat, retain_graph=t < count - 1, allow_unused=True)
-        pairs = [(w[0].detach(), torch.zeros_like(w[0]) if g is None else g[0]) for w, g in zip(flat, grads)]
-        r_ts = compose_encoder_decoder(pairs[:enc], pairs[enc : enc + dec], pairs[enc + dec :])  # (T', S')
-        rows.append(r_ts[row0 + t, col0 : col0 + len(pair.src)])
-    return MethodRows(torch.stack(rows).cpu())  # (T, S)
+    steps = torch.arange(count, device=logits.device)
+    grads = torch.autograd.grad(logits[steps, steps, pair.tgt].sum(), flat, allow_unused=True)
+    pairs = [(w.detach(), torch.zeros_like(w) if g is None else g) for w, g in zip(flat, grads)]
+    r_ts = compose_encoder_decoder(pairs[:enc], pairs[enc : enc + dec], pairs[enc + dec :])  # (T, T', S'): copy t's
+    return MethodRows(r_ts[steps, row0 + steps, col0 : col0 + len(pair.src)].cpu())  # (T, S)
