@@ -156,10 +156,10 @@ def _eager(adapter) -> Iterator[None]:
 
 def _forced_with_grad(model, pair, copies: int) -> tuple[Tensor, dict]:
     """One teacher-forced pass of ``model`` over ``copies`` copies of ``pair`` (a batch) in eval mode, grad
-    enabled: ``(logits (copies, T, V), {site: [weights (copies, H, ., .) per layer]})``, the weights those each
-    attention module multiplied its values by, in the autograd graph: attnkit's modules with ``need_weights``
-    forced on by a pre-hook for this call, a Hugging Face model's under eager attention (their output's last
-    element; its special tokens kept)."""
+    enabled: ``(features (copies, T, D), {site: [weights (copies, H, ., .) per layer]})``, the features those
+    the output layer reads, the weights those each attention module multiplied its values by, in the autograd
+    graph: attnkit's modules with ``need_weights`` forced on by a pre-hook for this call, a Hugging Face model's
+    under eager attention (their output's last element; its special tokens kept)."""
     hf = getattr(model, "hf", None) is not None
     sites = _hf_attention_modules(model) if hf else _attention_modules(model)
     taken: dict = {m: [] for mods in sites.values() for m in mods}
@@ -181,7 +181,7 @@ def _forced_with_grad(model, pair, copies: int) -> tuple[Tensor, dict]:
         ):
             lengths = torch.full((copies,), len(pair.src), device=pair.src.device)
             src, tgt_in = pair.src[None].expand(copies, -1), pair.tgt_in[None].expand(copies, -1)
-            logits, _ = model(src, lengths, tgt_in)  # (copies, T, V)
+            features, _ = model(src, lengths, tgt_in, features_only=True)  # (copies, T, D)
     finally:
         model.train(was_training)
     maps = {site: [taken[m][0] for m in mods] for site, mods in sites.items()}
@@ -190,7 +190,7 @@ def _forced_with_grad(model, pair, copies: int) -> tuple[Tensor, dict]:
             f"attention_relevance needs {type(model).__name__}'s attention weights in the autograd graph, "
             "which it does not return"
         )
-    return logits, maps
+    return features, maps
 
 
 def relevance_pairs(model, pair, *, layer=None) -> MethodRows:
@@ -204,13 +204,15 @@ def relevance_pairs(model, pair, *, layer=None) -> MethodRows:
     count = len(pair.tgt)
     # copy t of the sentence carries target piece t's gradient: the copies do not interact, so one backward
     # pass of the sum of copy t's logit of piece t gives each copy its own piece's gradients
-    logits, maps = _forced_with_grad(model, pair, count)  # (T, T, V)
+    features, maps = _forced_with_grad(model, pair, count)  # (T, T, D)
     flat = [w for site in ("encoder", "self", "cross") for w in maps[site]]
     enc, dec = len(maps["encoder"]), len(maps["self"])
     row0 = flat[-1].shape[-2] - count  # a Hugging Face model's decoder prefix before bos: rows of no piece
     col0 = len(getattr(model, "src_prefix", ()))  # its source prefix: columns of no piece
-    steps = torch.arange(count, device=logits.device)
-    grads = torch.autograd.grad(logits[steps, steps, pair.tgt].sum(), flat, allow_unused=True)
+    steps = torch.arange(count, device=features.device)
+    weight, bias = model.output_layer()  # the logits of the forced pieces alone, not (T, T, V)
+    logits = (features[steps, steps] * weight[pair.tgt]).sum(-1) + (0 if bias is None else bias[pair.tgt])  # (T,)
+    grads = torch.autograd.grad(logits.sum(), flat, allow_unused=True)
     pairs = [(w.detach(), torch.zeros_like(w) if g is None else g) for w, g in zip(flat, grads)]
     r_ts = compose_encoder_decoder(pairs[:enc], pairs[enc : enc + dec], pairs[enc + dec :])  # (T, T', S'): copy t's
     return MethodRows(r_ts[steps, row0 + steps, col0 : col0 + len(pair.src)].cpu())  # (T, S)
