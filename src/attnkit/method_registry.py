@@ -149,12 +149,14 @@ REGISTRY: dict[str, MethodSpec] = {
         ),
         _spec(
             "attention_relevance",
-            "gradient-weighted attention relevance: R ← R + E_h[(∇A ⊙ A)⁺] R through every layer",
+            "gradient-weighted attention relevance: R ← R + E_h[(∇A ⊙ A)⁺] R through every layer (translators: the encoder-decoder rules)",
             "Chefer, Gur & Wolf 2021, Generic attention-model explainability",
             {ATTENTION_GRADIENTS},
             heavy=True,
+            translation=True,
             text_rows=True,
             rows="attnkit.attribution.attention_relevance:relevance_rows",
+            pairs="attnkit.attribution.attention_relevance:relevance_pairs",
         ),
         _spec(
             "alti_plus",

@@ -347,9 +347,9 @@ class Method:
 
 
 def _method(name: str, translation, caption, applies, requirement: str) -> Method:
-    """The :class:`Method` ``name``: what it is from the registry, its implementations from here."""
+    """The :class:`Method` ``name``: its registry entry (needing gradients: the inputs', by Captum) and code."""
     spec = REGISTRY[name]
-    return Method(name, spec.title, spec.reference, spec.needs_gradients, translation, caption, applies, requirement)
+    return Method(name, spec.title, spec.reference, GRADIENTS in spec.needs, translation, caption, applies, requirement)
 
 
 #: each capability of the registry, as a translator has it: (the check of the model, what a model lacking it
@@ -359,7 +359,7 @@ TRANSLATOR_CAPABILITIES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ATTENTION_LAYERS: (_has_rollout, "a Transformer (its encoder's self-attention layers are composed)"),
     RESIDUAL_TRACE: (decomposable, "a Transformer"),
     GRADIENTS: (lambda m: True, ""),
-    ATTENTION_GRADIENTS: (is_transformer, "attnkit's Transformer (attention in the autograd graph)"),
+    ATTENTION_GRADIENTS: (decomposable, "a Transformer (attention in the autograd graph)"),
 }
 
 
