@@ -104,6 +104,7 @@ EXPLANATION_METHODS = {  # method: its row's label
     "value_zeroing": "value zeroing (Mohebbi et al. 2023)",
     "attention_flow": "attention flow (Abnar & Zuidema 2020)",
     "alti_plus": "ALTI+ (Ferrando et al. 2022)",
+    "attention_relevance": "attention relevance (Chefer, Gur & Wolf 2021)",
     "saliency": "saliency",
     "input_x_gradient": "input × gradient",
     "integrated_gradients": "integrated gradients (Sundararajan et al. 2017; complete within 1 % per piece)",
@@ -112,11 +113,12 @@ EXPLANATION_METHODS = {  # method: its row's label
 #: from the newest run that scored it
 EXPLANATION_FILES = [
     "explanations_transformer_2026-12-08.json",
+    "explanations_chefer_2026-12-08.json",
     "explanations_transformer_fast_2026-11-27.json",
     "explanations_transformer_ig_2026-11-27.json",
 ]
 #: the runs whose times it shows: one quiet machine (2026-11-27); a method they did not time shows "–"
-TIMED_FILES = EXPLANATION_FILES[1:]
+TIMED_FILES = ["explanations_transformer_fast_2026-11-27.json", "explanations_transformer_ig_2026-11-27.json"]
 
 
 def _rows(files: list[str]) -> dict[str, dict]:
