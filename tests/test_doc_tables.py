@@ -33,7 +33,7 @@ def test_the_readme_marks_each_table():
 
 def test_a_stale_number_is_found_and_rewritten():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    planted = text.replace("**0.334**", "**0.335**", 1)
+    planted = text.replace("**0.307**", "**0.308**", 1)  # attention relevance's AER, the best
     assert planted != text
     new, changed = tables.rewrite(planted)
     assert changed == ["explanations"] and new == text  # found, and put back from the file

@@ -37,6 +37,7 @@ def test_models_list_their_methods(served):
         "attention_norm",
         "value_zeroing",
         "attention_flow",
+        "attention_relevance",
         "alti_plus",
         "saliency",
         "input_x_gradient",

@@ -296,9 +296,17 @@ def test_the_other_layernorm_families_replay_exactly(family):
 
 
 def test_the_methods_each_family_has():
-    full = ["attention", "rollout", "attention_norm", "value_zeroing", "attention_flow", "alti_plus"]
+    full = [
+        "attention",
+        "rollout",
+        "attention_norm",
+        "value_zeroing",
+        "attention_flow",
+        "attention_relevance",
+        "alti_plus",
+    ]
     for family in FAMILIES:
-        assert methods_for(_translator(family).model)[:6] == full
+        assert methods_for(_translator(family).model)[:7] == full
     t5 = methods_for(Translator.load(saved_tiny("t5")).model)
     assert t5[:3] == ["attention", "rollout", "attention_flow"] and not set(DECOMPOSITIONS) & set(t5)
 

@@ -1,10 +1,9 @@
 """``--processes N`` on one machine's CPUs: the ranks forked from the process that parsed the command.
 
-``torchrun`` starts each rank as a new interpreter: each imports torch and attnkit again (about 3 s of
-CPU a rank on this project's 2-core machine, on top of the launcher's own import of
-``torch.distributed.run``), so a split job paid several seconds before its first line, and on 2,000
-lines lost to one process. A rank forked from the command's own process starts with every module
-already imported, and the ranks share those pages until they write them.
+``torchrun`` starts each rank as a new interpreter: each imports torch and attnkit again, on top of the
+launcher's own import of ``torch.distributed.run``, so a split job paid that before its first line, and a
+small job lost to one process (``benchmarks/RESULTS.md``, "forked ranks"). A rank forked from the command's
+own process starts with every module already imported, and the ranks share those pages until they write them.
 
 The launching process becomes a small supervisor, like torchrun's agent: it forks the ranks, each of
 which sets torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
@@ -87,9 +86,9 @@ def _rank(rank: int, world: int, port: int, threads: int, argv: list[str], paren
         import torch
 
         torch.set_num_threads(threads)
-        from . import main
-
-        status = main(argv)
+        # the running command's own ``attnkit.cli.main`` (imported: it called this), read from sys.modules
+        # rather than imported here, where ``attnkit.cli`` importing this module would make a circle
+        status = sys.modules["attnkit.cli"].main(argv)
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # a bug: its traceback, as the rank would have shown it under torchrun
