@@ -191,3 +191,30 @@ def test_the_lanes_batch_tokenises_each_source_once(app, counts):
     for s, extra, want, before in zip(sources, extras, wants, befores):
         assert extra["result"]["tokens"] == want["tokens"] and extra["result"].source == s
         assert torch.equal(extra["forced"].maps.cross, before.maps.cross)
+
+
+@pytest.mark.parametrize("method", DECOMPOSED)
+def test_a_pairs_trace_is_not_read_again_once_the_weights_change(app, method):
+    """The sanity check re-draws a copy's layers in place, stage by stage, and explains the same pairs with
+    it: each stage's scores must be that stage's weights', equal to a fresh pair's, not the kept trace's."""
+    import copy
+
+    from attnkit.attribution.explanation_quality import _randomise, randomisation_stages
+    from attnkit.attribution.forced import forced_translation
+    from attnkit.tasks.translation import Translator
+
+    tr = app[1]
+    shadow = copy.deepcopy(tr.model).eval()
+    twin = Translator(shadow, tr.tokenizer, src_tokenizer=tr.src_tokenizer)
+    pair = forced_translation(tr, SOURCE, TARGET)
+    generator = torch.Generator().manual_seed(0)
+    before = explain(twin, "", method=method, pair=pair).scores
+    changed = 0
+    for stage in randomisation_stages(shadow)[:4]:
+        _randomise(stage, generator)
+        kept = explain(twin, "", method=method, pair=pair).scores  # the pair has a trace of earlier weights
+        fresh = explain(twin, "", method=method, pair=forced_translation(tr, SOURCE, TARGET)).scores
+        assert torch.equal(kept, fresh)
+        changed += not torch.equal(kept, before)
+        before = kept
+    assert changed >= 1  # the stages re-drew layers the decomposition reads

@@ -42,7 +42,7 @@ class ForcedTranslation:
 
     ``attention``: the pair's forced decoding (:class:`attnkit.tasks.translation.TranslationAttention`,
     every map of one teacher-forced pass) once made (:func:`forced_attention`), which the methods reading
-    maps read instead of running the model again; ``traced``: the model and its
+    maps read instead of running the model again; ``traced``: the model, its weights' in-place version and its
     :func:`~attnkit.attribution.trace.trace_model` of the pair, once a method asked for it."""
 
     src: Tensor
@@ -114,12 +114,20 @@ def forced_maps(model, pair: ForcedTranslation):
     return maps.map_tensors(lambda t: t[0])
 
 
+def _weights_version(model) -> tuple[int, ...]:
+    """The in-place version of each of ``model``'s parameters: a parameter written in place (a sanity check
+    re-drawing a layer of the same model) has another, so a trace of the old weights is not read again."""
+    return tuple(p._version for p in model.parameters())
+
+
 def forced_trace(model, pair: ForcedTranslation) -> tuple:
     """``(trace, rows, cols)`` of ``model`` on ``pair`` (:func:`~attnkit.attribution.trace.trace_model`),
-    made on the first call and kept on the pair, so every method decomposing the blocks reads one trace."""
-    if pair.traced is None or pair.traced[0] is not model:
-        pair.traced = (model, trace_model(model, pair.src, pair.tgt_in))
-    return pair.traced[1]
+    made on the first call and kept on the pair, so every method decomposing the blocks reads one trace;
+    made again for another model, or the same model once its weights were written in place."""
+    version = _weights_version(model)
+    if pair.traced is None or pair.traced[0] is not model or pair.traced[1] != version:
+        pair.traced = (model, version, trace_model(model, pair.src, pair.tgt_in))
+    return pair.traced[2]
 
 
 @dataclass
