@@ -200,8 +200,9 @@ def eval_mode(core) -> Iterator[None]:
 
 class MetricScores:
     """What a patching map reads of its metric (a mixin of :class:`PatchingMap` and
-    :class:`~attnkit.attribution.path_patching.PathPatchingMap`, whose fields these are): ``scores`` each
-    cell's metric, against the ``clean`` and ``corrupt`` runs' metric, patched in ``direction``."""
+    :class:`~attnkit.attribution.path_patching.PathPatchingMap` and ``SourcePathPatching``, whose fields these
+    are): ``scores`` each cell's metric, against the ``clean`` and ``corrupt`` runs' metric, patched in
+    ``direction``; ``metric``, ``position``, ``runs`` and ``seconds`` say what was measured and at what cost."""
 
     scores: Tensor
     clean: float
@@ -219,6 +220,19 @@ class MetricScores:
     def effect(self) -> Tensor:
         """Larger = the cell matters more: the fraction of the answer restored (denoising) or lost (noising)."""
         return normalised_effect(self.scores, self.clean, self.corrupt, self.direction)
+
+    def run_fields(self) -> dict:
+        """The JSON of what every map says of its runs: direction, metric, position (from 1), the clean and
+        corrupted metric, forward passes and seconds (each map's ``to_dict`` adds its cells)."""
+        return {
+            "direction": self.direction,
+            "metric": self.metric,
+            "position": self.position + 1,
+            "clean": self.clean,
+            "corrupt": self.corrupt,
+            "runs": self.runs,
+            "seconds": self.seconds,
+        }
 
 
 @dataclass
@@ -263,13 +277,7 @@ class PatchingMap(MetricScores):
         ]
         return {
             "site": self.site,
-            "direction": self.direction,
-            "metric": self.metric,
-            "position": self.position + 1,
-            "clean": self.clean,
-            "corrupt": self.corrupt,
-            "runs": self.runs,
-            "seconds": self.seconds,
+            **self.run_fields(),
             "layers_from": 1 if self.site != "residual" else 0,
             "cells": cells,
         }

@@ -143,13 +143,7 @@ class PathPatchingMap(MetricScores):
         return {
             "receiver": {"layer": self.receiver[0] + 1, "head": self.receiver[1] + 1},
             "via": self.via,
-            "direction": self.direction,
-            "metric": self.metric,
-            "position": self.position + 1,
-            "clean": self.clean,
-            "corrupt": self.corrupt,
-            "runs": self.runs,
-            "seconds": self.seconds,
+            **self.run_fields(),
             "senders": senders,
         }
 
@@ -314,13 +308,7 @@ class SourcePathPatching(MetricScores):
         return {
             "receiver": {"layer": self.receiver[0] + 1, "head": self.receiver[1] + 1},
             "via": self.via,
-            "direction": self.direction,
-            "metric": self.metric,
-            "position": self.position + 1,
-            "clean": self.clean,
-            "corrupt": self.corrupt,
-            "runs": self.runs,
-            "seconds": self.seconds,
+            **self.run_fields(),
             "senders": [
                 {
                     "sender": self.name(self.senders[i]),
