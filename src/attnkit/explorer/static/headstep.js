@@ -42,6 +42,8 @@
   }
 
   function concatBar(a) { // Concat(head_1..head_H) before W_O, this head's columns highlighted
+    if (a.q == null && a.num_heads === 1) // one additive attention (RNNsearch): no heads to join, no W_O
+      return el("div", { class: "label" }, `one attention, no heads: o is the context c_t (${a.width} wide) the decoder reads`);
     const bar = el("div", { class: "hs-concat", title: `Concat(head_1..head_${a.num_heads}) W_O: ${a.width} columns` });
     const per = a.width / a.num_heads;
     for (let h = 0; h < a.num_heads; h++) {
